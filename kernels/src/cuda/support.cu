@@ -1,0 +1,181 @@
+// tensortune support kernels: input generation, output poisoning, the float64 reference and the
+// full-output comparison. One module per workload; the header defines the shape constants.
+//
+// Inputs come in two sets. The check set draws multiples of 1/8 in [-1, 1] (integers in
+// [-128, 127] for i8): products are then exact, and so are f32 sums up to K = 2^18, so a correct
+// f32-accumulating kernel matches the float64 reference to the last bit before its epilogue. The
+// timing set draws full-precision uniform values, so timings see realistic bit patterns.
+
+namespace tt {
+
+__device__ __forceinline__ unsigned hash32(unsigned x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+// Uniform in [-1, 1): quantised to multiples of 1/8 for the check set.
+__device__ __forceinline__ float draw(unsigned long long i, unsigned seed, bool check) {
+  const unsigned h = hash32((unsigned)i * 0x9e3779b9U ^ hash32(seed + (unsigned)(i >> 32)));
+  if (check) return (float)((int)(h % 17u) - 8) / 8.0f;
+  return (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+template <typename T> __device__ __forceinline__ T make(unsigned long long i, unsigned seed, bool check);
+template <> __device__ __forceinline__ half make<half>(unsigned long long i, unsigned seed, bool check) {
+  return __float2half_rn(draw(i, seed, check));
+}
+template <> __device__ __forceinline__ __nv_bfloat16 make<__nv_bfloat16>(unsigned long long i, unsigned seed, bool check) {
+  return __float2bfloat16_rn(draw(i, seed, check));
+}
+template <> __device__ __forceinline__ float make<float>(unsigned long long i, unsigned seed, bool check) {
+  return draw(i, seed, check);
+}
+template <> __device__ __forceinline__ signed char make<signed char>(unsigned long long i, unsigned seed, bool) {
+  return (signed char)(int)(hash32((unsigned)i * 0x9e3779b9U ^ hash32(seed + (unsigned)(i >> 32))) & 0xffu) ;
+}
+template <> __device__ __forceinline__ int make<int>(unsigned long long i, unsigned seed, bool) {
+  return (int)(hash32((unsigned)i * 0x9e3779b9U ^ hash32(seed + (unsigned)(i >> 32))) % 2001u) - 1000;
+}
+
+__device__ __forceinline__ double to_f64(half x) { return (double)__half2float(x); }
+__device__ __forceinline__ double to_f64(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
+__device__ __forceinline__ double to_f64(float x) { return (double)x; }
+__device__ __forceinline__ double to_f64(signed char x) { return (double)x; }
+__device__ __forceinline__ double to_f64(int x) { return (double)x; }
+
+// Output poison: NaN for float types, a sentinel for integers.
+template <typename T> __device__ __forceinline__ T poison_value();
+template <> __device__ __forceinline__ half poison_value<half>() { return __ushort_as_half((unsigned short)0x7fffU); }
+template <> __device__ __forceinline__ __nv_bfloat16 poison_value<__nv_bfloat16>() {
+  return __ushort_as_bfloat16((unsigned short)0x7fffU);
+}
+template <> __device__ __forceinline__ float poison_value<float>() { return __int_as_float(0x7fffffff); }
+template <> __device__ __forceinline__ int poison_value<int>() { return (int)0x80000001; }
+
+__device__ __forceinline__ bool is_poison(half x) { return __hisnan(x); }
+__device__ __forceinline__ bool is_poison(__nv_bfloat16 x) { return __hisnan(x); }
+__device__ __forceinline__ bool is_poison(float x) { return isnan(x); }
+__device__ __forceinline__ bool is_poison(int x) { return x == (int)0x80000001; }
+
+}  // namespace tt
+
+using namespace tt;
+using namespace cfg;
+
+extern "C" __global__ void tt_fill_in(T_IN* p, unsigned long long n, unsigned seed, int check) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    p[i] = make<T_IN>(i, seed, check != 0);
+}
+
+extern "C" __global__ void tt_fill_out(T_OUT* p, unsigned long long n, unsigned seed, int check) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    p[i] = make<T_OUT>(i, seed, check != 0);
+}
+
+extern "C" __global__ void tt_poison(T_OUT* p, unsigned long long n) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    p[i] = poison_value<T_OUT>();
+}
+
+// Reference: ref = alpha * sum + beta * c in float64, plus per element the scales the tolerance
+// needs: sq = |alpha| * sqrt(sum of squared products), mag = |alpha * sum| + |beta * c|.
+// Launch with one thread per output element (grid-stride), any block size.
+extern "C" __global__ void tt_reference(const T_IN* __restrict__ A, const T_IN* __restrict__ B,
+                                        const T_OUT* __restrict__ C, double* __restrict__ ref,
+                                        double* __restrict__ sq, double* __restrict__ mag) {
+  const unsigned long long total = (unsigned long long)OUT_ELEMS;
+  for (unsigned long long o = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; o < total;
+       o += (unsigned long long)gridDim.x * blockDim.x) {
+    double sum = 0.0, sum_sq = 0.0;
+#if TT_OP_CONV2D
+    // Output NPQK (K fastest): o = ((n * P + p) * Q + q) * KO + k.
+    const long long k = (long long)(o % KO);
+    const long long q = (long long)((o / KO) % Q);
+    const long long pp = (long long)((o / KO / Q) % P);
+    const long long nb = (long long)(o / KO / Q / P);
+    for (int r = 0; r < R; ++r) {
+      const long long h = pp * STRIDE_H - PAD_H + (long long)r * DIL_H;
+      if (h < 0 || h >= H) continue;
+      for (int s = 0; s < S; ++s) {
+        const long long w = q * STRIDE_W - PAD_W + (long long)s * DIL_W;
+        if (w < 0 || w >= W) continue;
+        const T_IN* x = A + ((nb * H + h) * W + w) * CI;
+        const T_IN* f = B + ((k * R + r) * S + s) * CI;
+        for (int c = 0; c < CI; ++c) {
+          const double prod = to_f64(x[c]) * to_f64(f[c]);
+          sum += prod;
+          sum_sq += prod * prod;
+        }
+      }
+    }
+#else
+    // Column-major M x N output: o = m + n * M.
+    const long long m = (long long)(o % M);
+    const long long n = (long long)(o / M);
+    for (long long kk = 0; kk < K; ++kk) {
+      const double a = to_f64(A_K_CONTIG ? A[kk + m * K] : A[m + kk * M]);
+      const double b = to_f64(B_K_CONTIG ? B[kk + n * K] : B[n + kk * N]);
+      const double prod = a * b;
+      sum += prod;
+      sum_sq += prod * prod;
+    }
+#endif
+    const double c = READ_C ? to_f64(C[o]) : 0.0;
+    ref[o] = ALPHA_F64 * sum + BETA_F64 * c;
+    sq[o] = fabs(ALPHA_F64) * sqrt(sum_sq);
+    mag[o] = fabs(ALPHA_F64 * sum) + fabs(BETA_F64 * c);
+  }
+}
+
+// Compares every output element with the reference. An element passes when
+// |out - ref| <= acc_tol * sq + out_tol * mag; poison (never written) and NaN always fail.
+// stats: [0] max |err| (f64 bits), [1] max |err| / max(|ref|, 1e-30) (f64 bits), [2] failures,
+// [3] first failing index (starts at ~0), [4] unwritten (poisoned) elements.
+extern "C" __global__ void tt_compare(const T_OUT* __restrict__ out, const double* __restrict__ ref,
+                                      const double* __restrict__ sq, const double* __restrict__ mag,
+                                      double acc_tol, double out_tol, unsigned long long* stats) {
+  const unsigned long long total = (unsigned long long)OUT_ELEMS;
+  double worst_abs = 0.0, worst_rel = 0.0;
+  unsigned long long fails = 0, unwritten = 0, first = ~0ull;
+  for (unsigned long long o = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; o < total;
+       o += (unsigned long long)gridDim.x * blockDim.x) {
+    const T_OUT v = out[o];
+    const bool poisoned = is_poison(v);
+    const double x = to_f64(v);
+    const double err = fabs(x - ref[o]);
+    const bool bad = poisoned || !(err <= acc_tol * sq[o] + out_tol * mag[o]);
+    if (poisoned) ++unwritten;
+    if (bad) {
+      ++fails;
+      if (o < first) first = o;
+    }
+    if (!poisoned) {
+      const double e = isnan(err) ? 1.0e300 : err;
+      worst_abs = fmax(worst_abs, e);
+      worst_rel = fmax(worst_rel, e / fmax(fabs(ref[o]), 1e-30));
+    }
+  }
+  // Reduce across the warp first (the grid-stride loop keeps every lane alive to here).
+  for (int off = 16; off > 0; off >>= 1) {
+    worst_abs = fmax(worst_abs, __shfl_xor_sync(0xffffffffu, worst_abs, off));
+    worst_rel = fmax(worst_rel, __shfl_xor_sync(0xffffffffu, worst_rel, off));
+    fails += __shfl_xor_sync(0xffffffffu, fails, off);
+    unwritten += __shfl_xor_sync(0xffffffffu, unwritten, off);
+    const unsigned long long other = __shfl_xor_sync(0xffffffffu, first, off);
+    first = other < first ? other : first;
+  }
+  if ((threadIdx.x & 31) != 0) return;
+  // Non-negative doubles order like their bit patterns, so integer atomics find the maximum.
+  atomicMax(&stats[0], (unsigned long long)__double_as_longlong(worst_abs));
+  atomicMax(&stats[1], (unsigned long long)__double_as_longlong(worst_rel));
+  if (fails) atomicAdd(&stats[2], fails);
+  if (first != ~0ull) atomicMin(&stats[3], first);
+  if (unwritten) atomicAdd(&stats[4], unwritten);
+}

@@ -1,0 +1,41 @@
+//! tensortune's shared language: workloads, kernel templates, knob spaces, validity rules and CUDA
+//! C++ generation. No CUDA and no async runtime here: everything about a kernel is testable on a
+//! machine without a GPU (the compile tests use NVRTC alone).
+//!
+//! # Layout
+//!
+//! - [`dtype`]: element types and their spellings.
+//! - [`workload`]: matmul and conv2d workloads, validation, canonical keys.
+//! - [`target`]: device limits for validity rules; device-class keys.
+//! - [`space`]: knobs, spaces, configs and their indices.
+//! - [`template`]: the `Template` trait, generated `KernelSpec`s and the template registry.
+//! - [`gemm`]: the `wmma_gemm` template (its CUDA body is `src/cuda/wmma_gemm.cu`).
+//! - [`support`]: input generation, the float64 reference and the comparison kernels.
+//! - [`cuda`]: the typed emitter for generated headers.
+
+pub mod cuda;
+pub mod dtype;
+pub mod error;
+pub mod gemm;
+pub mod space;
+pub mod support;
+pub mod target;
+pub mod template;
+pub mod workload;
+
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use space::{Config, Knob, KnobValue, Space};
+pub use target::Target;
+pub use template::{Arg, KernelSpec, Resources, Template};
+pub use workload::{Conv2d, Layout, Matmul, Op, Types, Workload};
+
+/// The first 8 hex digits of the SHA-256 of `text`: short, stable names for long keys.
+pub fn short_digest(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

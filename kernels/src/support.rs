@@ -1,0 +1,167 @@
+//! Support kernels every measurement needs besides the kernel under test: input generation,
+//! output poisoning, the float64 reference and the full-output comparison, plus the tolerance
+//! each type combination is checked with. Generated per workload (the shape is compiled in).
+
+use serde::{Deserialize, Serialize};
+
+use crate::cuda::Header;
+use crate::dtype::DType;
+use crate::workload::Workload;
+
+const BODY: &str = include_str!("cuda/support.cu");
+
+/// Entry points of the support module, with their arguments:
+/// `tt_fill_in(T_IN* p, u64 n, u32 seed, i32 check)`, `tt_fill_out(T_OUT* p, u64 n, u32 seed, i32 check)`,
+/// `tt_poison(T_OUT* p, u64 n)`, `tt_reference(A, B, C, f64* ref, f64* sq, f64* mag)`,
+/// `tt_compare(T_OUT* out, f64* ref, f64* sq, f64* mag, f64 acc_tol, f64 out_tol, u64* stats[5])`.
+pub const ENTRIES: [&str; 5] = [
+    "tt_fill_in",
+    "tt_fill_out",
+    "tt_poison",
+    "tt_reference",
+    "tt_compare",
+];
+
+/// How far an output element may be from the float64 reference:
+/// `|out - ref| <= acc * sq + out * mag`, where `sq` is |alpha| times the root of the summed squared
+/// products and `mag` is |alpha * sum| + |beta * c|.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tolerance {
+    /// Relative to `sq`: accumulation error.
+    pub acc: f64,
+    /// Relative to `mag`: epilogue arithmetic and output rounding.
+    pub out: f64,
+}
+
+impl Tolerance {
+    /// The tolerance of a workload's types for the check set (multiples of 1/8, or integers).
+    ///
+    /// Integer accumulation is exact. f32 accumulation of check-set products is exact up to
+    /// K = 2^18 (every partial sum is a multiple of 2^-6 below 2^18), so only a sliver is allowed;
+    /// beyond, one f32 rounding per 8 products. f16 accumulation rounds once per 16-deep MMA step.
+    pub fn for_workload(w: &Workload) -> Tolerance {
+        let t = w.types();
+        let k = match w {
+            Workload::Matmul(m) => m.k,
+            Workload::Conv2d(c) => c.gemm_dims().2,
+        } as f64;
+        let acc = match t.accumulator {
+            DType::I32 => 0.0,
+            DType::F32 if k <= (1u64 << 18) as f64 => 2f64.powi(-20),
+            DType::F32 => 2f64.powi(-23) * (k / 8.0),
+            _ => 2f64.powi(-10) * (k / 16.0).ceil(),
+        };
+        let out = if t.output.is_int() {
+            0.0
+        } else {
+            2.0 * t.output.unit_roundoff() + 4.0 * DType::F32.unit_roundoff()
+        };
+        Tolerance { acc, out }
+    }
+}
+
+/// Element counts of the operands of a workload: (A, B, C/D).
+pub fn operand_elements(w: &Workload) -> (u64, u64, u64) {
+    match w {
+        Workload::Matmul(m) => (m.m * m.k, m.k * m.n, m.m * m.n),
+        Workload::Conv2d(c) => (
+            c.n * c.h * c.w * c.c,
+            c.k * c.r * c.s * c.c,
+            c.n * c.p() * c.q() * c.k,
+        ),
+    }
+}
+
+/// The support module's CUDA source for `w`.
+pub fn source(w: &Workload) -> String {
+    let t = w.types();
+    let (_, _, out_elems) = operand_elements(w);
+    let mut h = Header::default();
+    h.comment(format!("tensortune support kernels for {}", w.key()))
+        .typedef("T_IN", t.input.cuda())
+        .typedef("T_OUT", t.output.cuda());
+    let (alpha, beta) = match w {
+        Workload::Matmul(m) => (m.alpha, m.beta),
+        Workload::Conv2d(_) => (1.0, 0.0),
+    };
+    match w {
+        Workload::Matmul(m) => {
+            h.define("TT_OP_CONV2D", 0)
+                .int("M", m.m as i64)
+                .int("N", m.n as i64)
+                .int("K", m.k as i64)
+                .flag("A_K_CONTIG", m.layout.a_k_contiguous())
+                .flag("B_K_CONTIG", m.layout.b_k_contiguous());
+        }
+        Workload::Conv2d(c) => {
+            h.define("TT_OP_CONV2D", 1);
+            for (name, v) in [
+                ("H", c.h),
+                ("W", c.w),
+                ("CI", c.c),
+                ("KO", c.k),
+                ("R", c.r),
+                ("S", c.s),
+                ("P", c.p()),
+                ("Q", c.q()),
+                ("PAD_H", c.pad.0),
+                ("PAD_W", c.pad.1),
+                ("STRIDE_H", c.stride.0),
+                ("STRIDE_W", c.stride.1),
+                ("DIL_H", c.dilation.0),
+                ("DIL_W", c.dilation.1),
+            ] {
+                h.int(name, v as i64);
+            }
+        }
+    }
+    h.value("unsigned long long", "OUT_ELEMS", format!("{out_elems}ull"))
+        .flag("READ_C", beta != 0.0)
+        .value("double", "ALPHA_F64", format!("{alpha:?}"))
+        .value("double", "BETA_F64", format!("{beta:?}"));
+    h.source("tt_support", &[BODY])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{Layout, Matmul, Types};
+
+    #[test]
+    fn tolerances_follow_types() {
+        let f = |input, acc, out, k| {
+            Tolerance::for_workload(&Workload::Matmul(
+                Matmul::new(
+                    64,
+                    64,
+                    k,
+                    Layout::Nn,
+                    Types::new(input, acc, Some(out)).unwrap(),
+                )
+                .unwrap(),
+            ))
+        };
+        assert_eq!(
+            f(DType::I8, DType::I32, DType::I32, 64),
+            Tolerance { acc: 0.0, out: 0.0 }
+        );
+        let t = f(DType::F16, DType::F32, DType::F32, 4096);
+        assert!(t.acc < 1e-5 && t.out < 1e-6, "{t:?}");
+        let t16 = f(DType::F16, DType::F32, DType::F16, 4096);
+        assert!(t16.out > t.out);
+        let acc16 = f(DType::F16, DType::F16, DType::F16, 512);
+        assert!(acc16.acc > 1e-3 && acc16.acc < 0.05, "{acc16:?}");
+    }
+
+    #[test]
+    fn source_has_every_entry() {
+        let w = Workload::Matmul(
+            Matmul::new(8, 8, 16, Layout::Tn, Types::default_for(DType::I8).unwrap()).unwrap(),
+        );
+        let s = source(&w);
+        for e in ENTRIES {
+            assert!(s.contains(&format!("void {e}(")), "{e}");
+        }
+        assert!(s.contains("constexpr unsigned long long OUT_ELEMS = 64ull;"));
+    }
+}

@@ -1,0 +1,111 @@
+//! The device a kernel is generated and validated for, and device-class keys.
+
+use serde::{Deserialize, Serialize};
+
+/// What validity rules and the analytic model need to know about a GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// Device class key (see [`class_key`]); `sim` for the simulator.
+    pub class_key: String,
+    /// Marketing name.
+    pub name: String,
+    /// Compute capability as major*10 + minor (90 for sm_90).
+    pub arch: u32,
+    /// Streaming multiprocessors.
+    pub sm_count: u32,
+    /// Threads one block may have.
+    pub max_threads_per_block: u32,
+    /// Shared memory one block may use after opting in, bytes.
+    pub max_smem_per_block: u32,
+    /// Shared memory per SM, bytes.
+    pub smem_per_sm: u32,
+    /// 32-bit registers per SM.
+    pub regs_per_sm: u32,
+    /// L2 cache, bytes.
+    pub l2_bytes: u64,
+}
+
+impl Target {
+    /// The simulator's device: the limits of an H100 SXM (sm_90, 132 SMs), class `sim`.
+    pub fn sim() -> Target {
+        Target {
+            class_key: "sim".into(),
+            name: "tensortune sim (H100-like)".into(),
+            ..Target::sm90()
+        }
+    }
+
+    /// Limits of an sm_90 part (H100/H200 SXM) for compile tests and planning.
+    pub fn sm90() -> Target {
+        Target {
+            class_key: "generic/sm90/132sm".into(),
+            name: "generic sm_90".into(),
+            arch: 90,
+            sm_count: 132,
+            max_threads_per_block: 1024,
+            max_smem_per_block: 232_448,
+            smem_per_sm: 233_472,
+            regs_per_sm: 65_536,
+            l2_bytes: 50 << 20,
+        }
+    }
+
+    /// Limits of an sm_80 part (A100) for compile tests and planning.
+    pub fn sm80() -> Target {
+        Target {
+            class_key: "generic/sm80/108sm".into(),
+            name: "generic sm_80".into(),
+            arch: 80,
+            sm_count: 108,
+            max_threads_per_block: 1024,
+            max_smem_per_block: 166_912,
+            smem_per_sm: 167_936,
+            regs_per_sm: 65_536,
+            l2_bytes: 40 << 20,
+        }
+    }
+
+    /// NVRTC's `--gpu-architecture` value for a cubin of this device.
+    pub fn nvrtc_arch(&self) -> String {
+        format!("sm_{}", self.arch)
+    }
+
+    /// Whether `cp.async` (sm_80+) is available.
+    pub fn has_cp_async(&self) -> bool {
+        self.arch >= 80
+    }
+}
+
+/// The device-class key of a GPU: what makes timings comparable (name, compute capability, SM
+/// count), e.g. `nvidia-h100-80gb-hbm3/sm90/132sm`.
+pub fn class_key(name: &str, arch: u32, sm_count: u32) -> String {
+    let mut slug = String::with_capacity(name.len());
+    for ch in name.chars() {
+        if ch.is_ascii_alphanumeric() {
+            slug.push(ch.to_ascii_lowercase());
+        } else if !slug.ends_with('-') && !slug.is_empty() {
+            slug.push('-');
+        }
+    }
+    let slug = slug.trim_end_matches('-');
+    format!("{slug}/sm{arch}/{sm_count}sm")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_keys_are_slugs() {
+        assert_eq!(
+            class_key("NVIDIA H100 80GB HBM3", 90, 132),
+            "nvidia-h100-80gb-hbm3/sm90/132sm"
+        );
+        assert_eq!(
+            class_key("  NVIDIA  H200 ", 90, 132),
+            "nvidia-h200/sm90/132sm"
+        );
+        assert_eq!(Target::sim().class_key, "sim");
+        assert_eq!(Target::sm80().nvrtc_arch(), "sm_80");
+    }
+}

@@ -1,0 +1,156 @@
+//! The template abstraction: a kernel family with a version, a knob space, validity rules against
+//! a device, code generation, cost-model features and an analytic time model (used by `sim`).
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::space::{Config, Space};
+use crate::target::Target;
+use crate::workload::{Op, Workload};
+
+/// A buffer a generated kernel takes, in argument order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arg {
+    /// First operand (matmul A, conv input), input type.
+    A,
+    /// Second operand (matmul B, conv filter), input type.
+    B,
+    /// Epilogue input C, output type; read only when beta != 0.
+    C,
+    /// Output D, output type.
+    D,
+    /// Scratch of `workspace_bytes`; zeroed once when allocated, kernels leave it zeroed.
+    Workspace,
+}
+
+/// A generated kernel and how to launch it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelSpec {
+    /// Identity built from the template, workload and knobs (also the C++ entry name).
+    pub name: String,
+    /// CUDA C++ source for NVRTC.
+    pub source: String,
+    /// `extern "C"` entry point.
+    pub entry: String,
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes (above 48 KiB the launcher must opt in).
+    pub smem_bytes: u32,
+    /// Scratch buffer size, bytes (0 when unused).
+    pub workspace_bytes: u64,
+    /// Buffers, in argument order.
+    pub args: Vec<Arg>,
+}
+
+impl KernelSpec {
+    /// SHA-256 of the source: the compile-cache key (with the target arch and NVRTC flags).
+    pub fn source_hash(&self) -> String {
+        let digest = Sha256::digest(self.source.as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Threads per block.
+    pub fn threads(&self) -> u32 {
+        self.block.iter().product()
+    }
+}
+
+/// What a valid config uses on the device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    /// Threads per block.
+    pub threads: u32,
+    /// Dynamic shared memory per block, bytes.
+    pub smem_bytes: u32,
+    /// Blocks in the grid.
+    pub blocks: u64,
+    /// Scratch buffer, bytes.
+    pub workspace_bytes: u64,
+}
+
+/// A kernel family.
+pub trait Template: Send + Sync {
+    /// Name, e.g. `wmma_gemm`.
+    fn name(&self) -> &'static str;
+
+    /// Bumped whenever a generator change can alter timings; records remember it.
+    fn version(&self) -> u32;
+
+    /// The operation it implements.
+    fn op(&self) -> Op;
+
+    /// Whether it implements `workload` on `target` at all (op, types, arch, alignment); the error
+    /// names the field that rules it out.
+    fn supports(&self, workload: &Workload, target: &Target) -> Result<()>;
+
+    /// The knob space for `workload` (the same domains for every workload of the op).
+    fn space(&self) -> Space;
+
+    /// Checks `config` against the workload and device before anything is compiled. `Rejected`
+    /// carries the reason, e.g. "block tile 256x256 with 4 stages needs 264 KiB of shared memory;
+    /// this GPU allows 227 KiB per block".
+    fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources>;
+
+    /// Generates the kernel for a config that passed `check`.
+    fn generate(&self, workload: &Workload, config: &Config, target: &Target)
+    -> Result<KernelSpec>;
+
+    /// Numeric features of (workload, config) for cost models, with names.
+    fn features(
+        &self,
+        workload: &Workload,
+        config: &Config,
+        target: &Target,
+    ) -> Result<Vec<(&'static str, f64)>>;
+
+    /// Analytic estimate of the kernel's time in microseconds (the `sim` device's clock).
+    fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64>;
+}
+
+/// Every template this build knows.
+pub fn all() -> Vec<&'static dyn Template> {
+    vec![&crate::gemm::WmmaGemm]
+}
+
+/// The template called `name`.
+pub fn by_name(name: &str) -> Result<&'static dyn Template> {
+    all().into_iter().find(|t| t.name() == name).ok_or_else(|| {
+        let names: Vec<_> = all().iter().map(|t| t.name()).collect();
+        Error::invalid(
+            "template",
+            format!("unknown template {name:?}; known: {}", names.join(", ")),
+        )
+    })
+}
+
+/// The template used for an op when a request names none.
+pub fn default_for(op: Op) -> Result<&'static dyn Template> {
+    all().into_iter().find(|t| t.op() == op).ok_or_else(|| {
+        Error::invalid(
+            "template",
+            format!("no template implements {} yet", op.name()),
+        )
+    })
+}
+
+/// Every valid config of the space for `workload` on `target`, with its index, in index order.
+pub fn valid_configs(
+    template: &dyn Template,
+    workload: &Workload,
+    target: &Target,
+) -> Result<Vec<(u64, Config)>> {
+    template.supports(workload, target)?;
+    let space = template.space();
+    let mut out = Vec::new();
+    for index in 0..space.len() {
+        let config = space.config(index)?;
+        if template.check(workload, &config, target).is_ok() {
+            out.push((index, config));
+        }
+    }
+    Ok(out)
+}

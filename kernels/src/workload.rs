@@ -1,0 +1,737 @@
+//! Workloads: the operations we tune, their validation and their canonical keys.
+//!
+//! A workload holds everything that changes a kernel's meaning. Its key is a stable string used
+//! everywhere (records, best-config queries, exports); `Workload::from_key` parses it back.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// Largest matmul dimension accepted.
+pub const MAX_DIM: u64 = 1 << 20;
+/// Largest element count of any one operand: kernels index with 32-bit integers.
+pub const MAX_ELEMENTS: u64 = (1 << 31) - 1;
+
+/// Operand layouts in BLAS convention (C is column-major M x N).
+///
+/// The first letter is op(A): `N` means A is stored M x K column-major (M contiguous), `T` means A is
+/// stored K x M column-major (K contiguous). The second is op(B): `N` means B is stored K x N
+/// column-major (K contiguous), `T` means stored N x K (N contiguous).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// A M-contiguous, B K-contiguous.
+    Nn,
+    /// A M-contiguous, B N-contiguous.
+    Nt,
+    /// A K-contiguous, B K-contiguous.
+    Tn,
+    /// A K-contiguous, B N-contiguous.
+    Tt,
+}
+
+impl Layout {
+    /// Every layout.
+    pub const ALL: [Layout; 4] = [Layout::Nn, Layout::Nt, Layout::Tn, Layout::Tt];
+
+    /// Lowercase name (`nn`, `nt`, `tn`, `tt`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Nn => "nn",
+            Layout::Nt => "nt",
+            Layout::Tn => "tn",
+            Layout::Tt => "tt",
+        }
+    }
+
+    /// Whether A is stored with K contiguous.
+    pub fn a_k_contiguous(self) -> bool {
+        matches!(self, Layout::Tn | Layout::Tt)
+    }
+
+    /// Whether B is stored with K contiguous.
+    pub fn b_k_contiguous(self) -> bool {
+        matches!(self, Layout::Nn | Layout::Tn)
+    }
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Layout {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Layout::ALL
+            .into_iter()
+            .find(|l| l.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                Error::invalid(
+                    "layout",
+                    format!("unknown layout {s:?}; expected nn, nt, tn or tt"),
+                )
+            })
+    }
+}
+
+/// Input, accumulator and output types of a tensor-core operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Types {
+    /// Type of both inputs.
+    pub input: DType,
+    /// Type the products are summed in.
+    pub accumulator: DType,
+    /// Type of the output.
+    pub output: DType,
+}
+
+impl Types {
+    /// The combinations the tensor cores (through WMMA) support, as (input, accumulator, outputs).
+    pub const SUPPORTED: &'static [(DType, DType, &'static [DType])] = &[
+        (DType::F16, DType::F32, &[DType::F32, DType::F16]),
+        (DType::F16, DType::F16, &[DType::F16]),
+        (DType::Bf16, DType::F32, &[DType::F32, DType::Bf16]),
+        (DType::I8, DType::I32, &[DType::I32]),
+    ];
+
+    /// Types from an input type alone: f16 -> f32 -> f32, bf16 -> f32 -> f32, i8 -> i32 -> i32.
+    pub fn default_for(input: DType) -> Result<Types> {
+        let accumulator = match input {
+            DType::F16 | DType::Bf16 => DType::F32,
+            DType::I8 => DType::I32,
+            other => {
+                return Err(Error::invalid(
+                    "input",
+                    format!("{other} is not a tensor-core input type; expected f16, bf16 or i8"),
+                ));
+            }
+        };
+        Types::new(input, accumulator, None)
+    }
+
+    /// Checks a combination; `output` defaults to the accumulator type.
+    pub fn new(input: DType, accumulator: DType, output: Option<DType>) -> Result<Types> {
+        let output = output.unwrap_or(accumulator);
+        if !Self::SUPPORTED.iter().any(|r| r.0 == input) {
+            return Err(Error::invalid(
+                "input",
+                format!("{input} is not a tensor-core input type; expected f16, bf16 or i8"),
+            ));
+        }
+        let Some(row) = Self::SUPPORTED
+            .iter()
+            .find(|r| r.0 == input && r.1 == accumulator)
+        else {
+            let allowed: Vec<_> = Self::SUPPORTED
+                .iter()
+                .filter(|r| r.0 == input)
+                .map(|r| r.1.name())
+                .collect();
+            return Err(Error::invalid(
+                "accumulator",
+                format!(
+                    "{accumulator} cannot accumulate {input} inputs; allowed: {}",
+                    allowed.join(", ")
+                ),
+            ));
+        };
+        if !row.2.contains(&output) {
+            let allowed: Vec<_> = row.2.iter().map(|d| d.name()).collect();
+            return Err(Error::invalid(
+                "output",
+                format!(
+                    "{output} output is not supported for {input} inputs with {accumulator} accumulation; allowed: {}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        Ok(Types {
+            input,
+            accumulator,
+            output,
+        })
+    }
+
+    fn key(&self) -> String {
+        format!("{},{},{}", self.input, self.accumulator, self.output)
+    }
+
+    fn parse_key(s: &str) -> Result<Types> {
+        let parts: Vec<_> = s.split(',').collect();
+        let [i, a, o] = parts.as_slice() else {
+            return Err(Error::invalid(
+                "key",
+                format!("types {s:?} must be input,accumulator,output"),
+            ));
+        };
+        Types::new(i.parse()?, a.parse()?, Some(o.parse()?))
+    }
+}
+
+/// D = alpha * op(A) * op(B) + beta * C, C and D column-major M x N.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Matmul {
+    /// Rows of op(A), C and D.
+    pub m: u64,
+    /// Columns of op(B), C and D.
+    pub n: u64,
+    /// Reduction length.
+    pub k: u64,
+    /// Operand layouts.
+    pub layout: Layout,
+    /// Element types.
+    pub types: Types,
+    /// Scale of the product.
+    pub alpha: f64,
+    /// Scale of C; 0 means C is not read.
+    pub beta: f64,
+}
+
+impl Matmul {
+    /// A validated matmul with alpha = 1, beta = 0.
+    pub fn new(m: u64, n: u64, k: u64, layout: Layout, types: Types) -> Result<Matmul> {
+        let w = Matmul {
+            m,
+            n,
+            k,
+            layout,
+            types,
+            alpha: 1.0,
+            beta: 0.0,
+        };
+        w.validate()?;
+        Ok(w)
+    }
+
+    /// Checks ranges: every dimension 1 ..= 2^20, every operand under 2^31 elements, finite
+    /// epilogue scales (integral for integer outputs).
+    pub fn validate(&self) -> Result<()> {
+        for (field, v) in [("m", self.m), ("n", self.n), ("k", self.k)] {
+            check_range(field, v, 1, MAX_DIM)?;
+        }
+        for (field, what, a, b) in [
+            ("k", "m*k", self.m, self.k),
+            ("k", "k*n", self.k, self.n),
+            ("n", "m*n", self.m, self.n),
+        ] {
+            if a * b > MAX_ELEMENTS {
+                return Err(Error::invalid(
+                    field,
+                    format!(
+                        "{what} = {} elements exceeds the limit of {MAX_ELEMENTS} per operand",
+                        a * b
+                    ),
+                ));
+            }
+        }
+        Types::new(
+            self.types.input,
+            self.types.accumulator,
+            Some(self.types.output),
+        )?;
+        for (field, v) in [("alpha", self.alpha), ("beta", self.beta)] {
+            if !v.is_finite() {
+                return Err(Error::invalid(field, format!("{v} is not finite")));
+            }
+            if self.types.output.is_int() && (v.fract() != 0.0 || v.abs() > i32::MAX as f64) {
+                return Err(Error::invalid(
+                    field,
+                    format!("{v} must be an integer for {} outputs", self.types.output),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Floating-point (or integer) operations of the product: 2 M N K.
+    pub fn flops(&self) -> f64 {
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+
+    /// Whether the epilogue reads C.
+    pub fn reads_c(&self) -> bool {
+        self.beta != 0.0
+    }
+
+    /// The GEMM view of this matmul (identity).
+    pub fn gemm(&self) -> Matmul {
+        *self
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "matmul/m{}n{}k{}/{}/{}/alpha={},beta={}",
+            self.m,
+            self.n,
+            self.k,
+            self.layout,
+            self.types.key(),
+            fmt_scale(self.alpha),
+            fmt_scale(self.beta)
+        )
+    }
+}
+
+/// Forward 2-D convolution: NHWC input, KRSC filter, NPQK output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conv2d {
+    /// Batch.
+    pub n: u64,
+    /// Input height.
+    pub h: u64,
+    /// Input width.
+    pub w: u64,
+    /// Input channels.
+    pub c: u64,
+    /// Output channels.
+    pub k: u64,
+    /// Filter height.
+    pub r: u64,
+    /// Filter width.
+    pub s: u64,
+    /// Padding (height, width).
+    pub pad: (u64, u64),
+    /// Stride (height, width).
+    pub stride: (u64, u64),
+    /// Dilation (height, width).
+    pub dilation: (u64, u64),
+    /// Element types.
+    pub types: Types,
+}
+
+impl Conv2d {
+    /// Output height P.
+    pub fn p(&self) -> u64 {
+        out_extent(self.h, self.r, self.pad.0, self.stride.0, self.dilation.0)
+    }
+
+    /// Output width Q.
+    pub fn q(&self) -> u64 {
+        out_extent(self.w, self.s, self.pad.1, self.stride.1, self.dilation.1)
+    }
+
+    /// Checks ranges and that the output is not empty.
+    pub fn validate(&self) -> Result<()> {
+        check_range("n", self.n, 1, 65536)?;
+        check_range("h", self.h, 1, 65536)?;
+        check_range("w", self.w, 1, 65536)?;
+        check_range("c", self.c, 1, 65536)?;
+        check_range("k", self.k, 1, 65536)?;
+        check_range("r", self.r, 1, 31)?;
+        check_range("s", self.s, 1, 31)?;
+        check_range("stride_h", self.stride.0, 1, 16)?;
+        check_range("stride_w", self.stride.1, 1, 16)?;
+        check_range("dilation_h", self.dilation.0, 1, 16)?;
+        check_range("dilation_w", self.dilation.1, 1, 16)?;
+        let eff_r = (self.r - 1) * self.dilation.0 + 1;
+        let eff_s = (self.s - 1) * self.dilation.1 + 1;
+        if self.pad.0 >= eff_r {
+            return Err(Error::invalid(
+                "pad_h",
+                format!(
+                    "{} must be smaller than the dilated filter height {eff_r}",
+                    self.pad.0
+                ),
+            ));
+        }
+        if self.pad.1 >= eff_s {
+            return Err(Error::invalid(
+                "pad_w",
+                format!(
+                    "{} must be smaller than the dilated filter width {eff_s}",
+                    self.pad.1
+                ),
+            ));
+        }
+        if self.h + 2 * self.pad.0 < eff_r {
+            return Err(Error::invalid(
+                "h",
+                format!(
+                    "padded height {} is smaller than the dilated filter height {eff_r}: the output would be empty",
+                    self.h + 2 * self.pad.0
+                ),
+            ));
+        }
+        if self.w + 2 * self.pad.1 < eff_s {
+            return Err(Error::invalid(
+                "w",
+                format!(
+                    "padded width {} is smaller than the dilated filter width {eff_s}: the output would be empty",
+                    self.w + 2 * self.pad.1
+                ),
+            ));
+        }
+        let (m, n, k) = self.gemm_dims();
+        for (field, what, v) in [
+            ("n", "n*h*w*c (input)", self.n * self.h * self.w * self.c),
+            ("k", "k*r*s*c (filter)", self.k * self.r * self.s * self.c),
+            ("k", "n*p*q*k (output)", m * n),
+        ] {
+            if v > MAX_ELEMENTS {
+                return Err(Error::invalid(
+                    field,
+                    format!("{what} = {v} elements exceeds the limit of {MAX_ELEMENTS} per tensor"),
+                ));
+            }
+        }
+        let _ = k;
+        Types::new(
+            self.types.input,
+            self.types.accumulator,
+            Some(self.types.output),
+        )?;
+        Ok(())
+    }
+
+    /// Implicit GEMM dimensions (M = N*P*Q, N = K, K = C*R*S).
+    pub fn gemm_dims(&self) -> (u64, u64, u64) {
+        (
+            self.n * self.p() * self.q(),
+            self.k,
+            self.c * self.r * self.s,
+        )
+    }
+
+    /// Multiply-add operations counted as 2 each: 2 * N*P*Q * K * C*R*S.
+    pub fn flops(&self) -> f64 {
+        let (m, n, k) = self.gemm_dims();
+        2.0 * m as f64 * n as f64 * k as f64
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "conv2d/n{}h{}w{}c{}/k{}r{}s{}/pad{}x{},stride{}x{},dil{}x{}/nhwc/{}",
+            self.n,
+            self.h,
+            self.w,
+            self.c,
+            self.k,
+            self.r,
+            self.s,
+            self.pad.0,
+            self.pad.1,
+            self.stride.0,
+            self.stride.1,
+            self.dilation.0,
+            self.dilation.1,
+            self.types.key()
+        )
+    }
+}
+
+fn out_extent(x: u64, f: u64, pad: u64, stride: u64, dil: u64) -> u64 {
+    let eff = (f.saturating_sub(1)) * dil + 1;
+    let padded = x + 2 * pad;
+    if padded < eff || stride == 0 {
+        0
+    } else {
+        (padded - eff) / stride + 1
+    }
+}
+
+fn check_range(field: &'static str, v: u64, lo: u64, hi: u64) -> Result<()> {
+    if v < lo || v > hi {
+        return Err(Error::invalid(
+            field,
+            format!("{v} is out of range; allowed {lo} ..= {hi}"),
+        ));
+    }
+    Ok(())
+}
+
+fn fmt_scale(v: f64) -> String {
+    // `{}` prints the shortest string that parses back to the same f64, so keys are stable.
+    let v = if v == 0.0 { 0.0 } else { v };
+    format!("{v}")
+}
+
+/// The operation a workload performs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    /// General matrix multiply.
+    Matmul,
+    /// 2-D convolution.
+    Conv2d,
+}
+
+impl Op {
+    /// Lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Matmul => "matmul",
+            Op::Conv2d => "conv2d",
+        }
+    }
+}
+
+/// One operation to tune.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Workload {
+    /// A matmul.
+    Matmul(Matmul),
+    /// A convolution.
+    Conv2d(Conv2d),
+}
+
+impl Workload {
+    /// The canonical key: stable across versions, unique per meaning.
+    pub fn key(&self) -> String {
+        match self {
+            Workload::Matmul(m) => m.key(),
+            Workload::Conv2d(c) => c.key(),
+        }
+    }
+
+    /// The operation.
+    pub fn op(&self) -> Op {
+        match self {
+            Workload::Matmul(_) => Op::Matmul,
+            Workload::Conv2d(_) => Op::Conv2d,
+        }
+    }
+
+    /// Checks every field.
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Workload::Matmul(m) => m.validate(),
+            Workload::Conv2d(c) => c.validate(),
+        }
+    }
+
+    /// Operations of one run.
+    pub fn flops(&self) -> f64 {
+        match self {
+            Workload::Matmul(m) => m.flops(),
+            Workload::Conv2d(c) => c.flops(),
+        }
+    }
+
+    /// Element types.
+    pub fn types(&self) -> Types {
+        match self {
+            Workload::Matmul(m) => m.types,
+            Workload::Conv2d(c) => c.types,
+        }
+    }
+
+    /// Parses a key made by [`Workload::key`] and validates the result.
+    pub fn from_key(key: &str) -> Result<Workload> {
+        let bad =
+            |why: &str| Error::invalid("key", format!("{key:?} is not a workload key: {why}"));
+        let parts: Vec<&str> = key.split('/').collect();
+        let w = match parts.as_slice() {
+            ["matmul", dims, layout, types, epi] => {
+                let d = parse_fields(dims, &['m', 'n', 'k'])
+                    .ok_or_else(|| bad("dims must read m<M>n<N>k<K>"))?;
+                let (alpha, beta) = epi
+                    .split_once(',')
+                    .and_then(|(a, b)| {
+                        Some((
+                            a.strip_prefix("alpha=")?.parse().ok()?,
+                            b.strip_prefix("beta=")?.parse().ok()?,
+                        ))
+                    })
+                    .ok_or_else(|| bad("epilogue must read alpha=<a>,beta=<b>"))?;
+                Workload::Matmul(Matmul {
+                    m: d[0],
+                    n: d[1],
+                    k: d[2],
+                    layout: layout.parse()?,
+                    types: Types::parse_key(types)?,
+                    alpha,
+                    beta,
+                })
+            }
+            ["conv2d", input, filter, geo, "nhwc", types] => {
+                let i = parse_fields(input, &['n', 'h', 'w', 'c'])
+                    .ok_or_else(|| bad("input must read n<N>h<H>w<W>c<C>"))?;
+                let f = parse_fields(filter, &['k', 'r', 's'])
+                    .ok_or_else(|| bad("filter must read k<K>r<R>s<S>"))?;
+                let g: Vec<(u64, u64)> = geo
+                    .split(',')
+                    .zip(["pad", "stride", "dil"])
+                    .filter_map(|(part, name)| {
+                        let (a, b) = part.strip_prefix(name)?.split_once('x')?;
+                        Some((a.parse().ok()?, b.parse().ok()?))
+                    })
+                    .collect();
+                let [pad, stride, dilation] = g.as_slice() else {
+                    return Err(bad(
+                        "geometry must read pad<h>x<w>,stride<h>x<w>,dil<h>x<w>",
+                    ));
+                };
+                Workload::Conv2d(Conv2d {
+                    n: i[0],
+                    h: i[1],
+                    w: i[2],
+                    c: i[3],
+                    k: f[0],
+                    r: f[1],
+                    s: f[2],
+                    pad: *pad,
+                    stride: *stride,
+                    dilation: *dilation,
+                    types: Types::parse_key(types)?,
+                })
+            }
+            _ => return Err(bad("expected matmul/... or conv2d/...")),
+        };
+        w.validate()?;
+        Ok(w)
+    }
+}
+
+/// Parses `m512n64k512` against the letters `mnk`.
+fn parse_fields(s: &str, letters: &[char]) -> Option<Vec<u64>> {
+    let mut out = Vec::with_capacity(letters.len());
+    let mut rest = s;
+    for (i, l) in letters.iter().enumerate() {
+        rest = rest.strip_prefix(*l)?;
+        let end = match letters.get(i + 1) {
+            Some(next) => rest.find(*next)?,
+            None => rest.len(),
+        };
+        out.push(rest[..end].parse().ok()?);
+        rest = &rest[end..];
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f16() -> Types {
+        Types::new(DType::F16, DType::F32, None).unwrap()
+    }
+
+    #[test]
+    fn matmul_key_round_trips() {
+        let w = Workload::Matmul(Matmul::new(512, 64, 512, Layout::Nn, f16()).unwrap());
+        assert_eq!(w.key(), "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0");
+        assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
+        let mut m = Matmul::new(
+            1000,
+            1001,
+            64,
+            Layout::Tt,
+            Types::new(DType::Bf16, DType::F32, Some(DType::Bf16)).unwrap(),
+        )
+        .unwrap();
+        m.alpha = 0.5;
+        m.beta = -1.25;
+        let w = Workload::Matmul(m);
+        assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
+    }
+
+    #[test]
+    fn conv_key_round_trips_and_sizes() {
+        let c = Conv2d {
+            n: 32,
+            h: 56,
+            w: 56,
+            c: 64,
+            k: 128,
+            r: 3,
+            s: 3,
+            pad: (1, 1),
+            stride: (2, 2),
+            dilation: (1, 1),
+            types: f16(),
+        };
+        c.validate().unwrap();
+        assert_eq!((c.p(), c.q()), (28, 28));
+        assert_eq!(c.gemm_dims(), (32 * 28 * 28, 128, 64 * 9));
+        let w = Workload::Conv2d(c);
+        assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
+    }
+
+    #[test]
+    fn bad_shapes_name_the_field() {
+        let e = Matmul::new(0, 64, 512, Layout::Nn, f16()).unwrap_err();
+        assert_eq!(e.field(), Some("m"));
+        assert!(e.to_string().contains("1 ..= 1048576"), "{e}");
+        let e = Matmul::new(64, 64, MAX_DIM + 1, Layout::Nn, f16()).unwrap_err();
+        assert_eq!(e.field(), Some("k"));
+        let e = Matmul::new(1 << 20, 1 << 20, 64, Layout::Nn, f16()).unwrap_err();
+        assert_eq!(e.field(), Some("n"));
+        let mut m = Matmul::new(
+            64,
+            64,
+            64,
+            Layout::Nn,
+            Types::default_for(DType::I8).unwrap(),
+        )
+        .unwrap();
+        m.alpha = 0.5;
+        assert_eq!(m.validate().unwrap_err().field(), Some("alpha"));
+    }
+
+    #[test]
+    fn type_combinations() {
+        assert!(
+            Types::new(DType::I8, DType::F32, None)
+                .unwrap_err()
+                .to_string()
+                .contains("allowed: i32")
+        );
+        assert_eq!(
+            Types::new(DType::F16, DType::F32, Some(DType::I32))
+                .unwrap_err()
+                .field(),
+            Some("output")
+        );
+        assert_eq!(
+            Types::new(DType::F32, DType::F32, None)
+                .unwrap_err()
+                .field(),
+            Some("input")
+        );
+        assert_eq!(Types::default_for(DType::Bf16).unwrap().output, DType::F32);
+    }
+
+    #[test]
+    fn conv_geometry_errors() {
+        let ok = Conv2d {
+            n: 1,
+            h: 7,
+            w: 7,
+            c: 16,
+            k: 16,
+            r: 3,
+            s: 3,
+            pad: (1, 1),
+            stride: (1, 1),
+            dilation: (1, 1),
+            types: f16(),
+        };
+        ok.validate().unwrap();
+        let e = Conv2d { pad: (3, 1), ..ok }.validate().unwrap_err();
+        assert_eq!(e.field(), Some("pad_h"));
+        let e = Conv2d {
+            h: 1,
+            pad: (0, 0),
+            ..ok
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.field(), Some("h"));
+        assert!(e.to_string().contains("empty"));
+        let e = Conv2d {
+            stride: (0, 1),
+            ..ok
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(e.field(), Some("stride_h"));
+        assert!(Workload::from_key("matmul/m1n2/nn").is_err());
+    }
+}
