@@ -14,10 +14,7 @@ pub const PREAMBLE: &str =
 
 /// A C++ identifier made from arbitrary text (non-alphanumerics become `_`).
 pub fn ident(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
+    let mut out: String = text.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     if out.starts_with(|c: char| c.is_ascii_digit()) {
         out.insert(0, '_');
     }
@@ -73,22 +70,19 @@ impl Header {
 
     /// `constexpr int name = value;` in namespace `cfg`.
     pub fn int(&mut self, name: &str, value: i64) -> &mut Self {
-        self.consts
-            .push(("int".into(), name.into(), value.to_string()));
+        self.consts.push(("int".into(), name.into(), value.to_string()));
         self
     }
 
     /// `constexpr bool name = value;` in namespace `cfg`.
     pub fn flag(&mut self, name: &str, value: bool) -> &mut Self {
-        self.consts
-            .push(("bool".into(), name.into(), value.to_string()));
+        self.consts.push(("bool".into(), name.into(), value.to_string()));
         self
     }
 
     /// `constexpr ty name = value;` in namespace `cfg`.
     pub fn value(&mut self, ty: &str, name: &str, value: impl fmt::Display) -> &mut Self {
-        self.consts
-            .push((ty.into(), name.into(), value.to_string()));
+        self.consts.push((ty.into(), name.into(), value.to_string()));
         self
     }
 
@@ -140,19 +134,10 @@ mod tests {
     #[test]
     fn emits_named_holes() {
         let mut h = Header::default();
-        h.comment("x")
-            .typedef("T_IN", "half")
-            .define("KERNEL_NAME", "k1")
-            .int("BM", 64)
-            .flag("CP", true);
-        h.value("T_EPI", "ALPHA", Scalar::Float(1.0))
-            .cfg_type("L", "wmma::row_major");
+        h.comment("x").typedef("T_IN", "half").define("KERNEL_NAME", "k1").int("BM", 64).flag("CP", true);
+        h.value("T_EPI", "ALPHA", Scalar::Float(1.0)).cfg_type("L", "wmma::row_major");
         let s = h.source("ns1", &["BODY"]);
-        assert!(
-            s.starts_with(PREAMBLE)
-                && s.contains("namespace ns1 {")
-                && s.ends_with("#undef KERNEL_NAME\n")
-        );
+        assert!(s.starts_with(PREAMBLE) && s.contains("namespace ns1 {") && s.ends_with("#undef KERNEL_NAME\n"));
         for want in [
             "// x",
             "typedef half T_IN;",

@@ -36,10 +36,7 @@ impl DType {
     pub const ALL: [DType; 5] = [DType::F16, DType::Bf16, DType::I8, DType::F32, DType::I32];
 
     fn row(self) -> &'static (DType, &'static str, &'static str, u32) {
-        TABLE
-            .iter()
-            .find(|r| r.0 == self)
-            .expect("every dtype has a row")
+        TABLE.iter().find(|r| r.0 == self).expect("every dtype has a row")
     }
 
     /// Short name used in keys, flags and JSON (`f16`, `bf16`, `i8`, `f32`, `i32`).
@@ -92,16 +89,9 @@ impl FromStr for DType {
             "int32" | "int" => "i32",
             other => other,
         };
-        TABLE
-            .iter()
-            .find(|r| r.1 == alias)
-            .map(|r| r.0)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "dtype",
-                    format!("unknown dtype {s:?}; expected one of f16, bf16, i8, f32, i32"),
-                )
-            })
+        TABLE.iter().find(|r| r.1 == alias).map(|r| r.0).ok_or_else(|| {
+            Error::invalid("dtype", format!("unknown dtype {s:?}; expected one of f16, bf16, i8, f32, i32"))
+        })
     }
 }
 

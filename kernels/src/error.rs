@@ -29,10 +29,7 @@ pub enum Error {
 impl Error {
     /// An `Invalid` error for `field`.
     pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
-        Error::Invalid {
-            field,
-            message: message.into(),
-        }
+        Error::Invalid { field, message: message.into() }
     }
 
     /// The field named by an `Invalid` error.

@@ -12,11 +12,8 @@ use crate::workload::{Matmul, Op, Workload};
 const BODY: &str = include_str!("cuda/wmma_gemm.cu");
 
 /// Fragment shapes WMMA offers for 16-bit and 8-bit inputs: (name, m, n, k).
-pub const FRAGS: &[(&str, u32, u32, u32)] = &[
-    ("m16n16k16", 16, 16, 16),
-    ("m32n8k16", 32, 8, 16),
-    ("m8n32k16", 8, 32, 16),
-];
+pub const FRAGS: &[(&str, u32, u32, u32)] =
+    &[("m16n16k16", 16, 16, 16), ("m32n8k16", 32, 8, 16), ("m8n32k16", 8, 32, 16)];
 
 /// Accumulator registers per thread above which a warp tile would spill.
 const MAX_ACC_REGS: u32 = 128;
@@ -66,16 +63,13 @@ impl Plan {
     pub fn new(w: &Matmul, config: &Config, target: &Target) -> Result<Plan> {
         let int = |name: &'static str| -> Result<u32> {
             let v = config.int(name)?;
-            u32::try_from(v)
-                .map_err(|_| Error::invalid("config", format!("{name}={v} is out of range")))
+            u32::try_from(v).map_err(|_| Error::invalid("config", format!("{name}={v} is out of range")))
         };
         let frag_name = config.name("frag")?;
         let frag = *FRAGS.iter().find(|f| f.0 == frag_name).ok_or_else(|| {
             Error::invalid(
                 "config",
-                format!(
-                    "frag={frag_name} is not a WMMA shape; allowed: m16n16k16, m32n8k16, m8n32k16"
-                ),
+                format!("frag={frag_name} is not a WMMA shape; allowed: m16n16k16, m32n8k16, m8n32k16"),
             )
         })?;
         let esize = w.types.input.bytes();
@@ -112,10 +106,7 @@ impl Plan {
 
     /// Output tiles along M and N.
     pub fn tiles(&self) -> (u64, u64) {
-        (
-            self.w.m.div_ceil(self.bm as u64),
-            self.w.n.div_ceil(self.bn as u64),
-        )
+        (self.w.m.div_ceil(self.bm as u64), self.w.n.div_ceil(self.bn as u64))
     }
 
     /// K tiles in all, and per split.
@@ -126,10 +117,7 @@ impl Plan {
 
     /// Accumulator fragments per warp.
     pub fn frags_per_warp(&self) -> (u32, u32) {
-        (
-            self.bm / self.warps_m / self.frag.1,
-            self.bn / self.warps_n / self.frag.2,
-        )
+        (self.bm / self.warps_m / self.frag.1, self.bn / self.warps_n / self.frag.2)
     }
 
     /// Accumulator registers per thread.
@@ -142,18 +130,9 @@ impl Plan {
     /// Dynamic shared memory: the pipeline ring or the epilogue staging, whichever is larger.
     pub fn smem_bytes(&self) -> u32 {
         let e = self.w.types.input.bytes();
-        let (a_rows, a_cols) = if self.w.layout.a_k_contiguous() {
-            (self.bm, self.bk)
-        } else {
-            (self.bk, self.bm)
-        };
-        let (b_rows, b_cols) = if self.w.layout.b_k_contiguous() {
-            (self.bn, self.bk)
-        } else {
-            (self.bk, self.bn)
-        };
-        let ring =
-            self.stages * (a_rows * (a_cols + self.skew) + b_rows * (b_cols + self.skew)) * e;
+        let (a_rows, a_cols) = if self.w.layout.a_k_contiguous() { (self.bm, self.bk) } else { (self.bk, self.bm) };
+        let (b_rows, b_cols) = if self.w.layout.b_k_contiguous() { (self.bn, self.bk) } else { (self.bk, self.bn) };
+        let ring = self.stages * (a_rows * (a_cols + self.skew) + b_rows * (b_cols + self.skew)) * e;
         let acc = self.w.types.accumulator.bytes();
         let staging = self.bn * (self.bm + 16 / acc) * acc;
         ring.max(staging)
@@ -166,11 +145,7 @@ impl Plan {
         }
         let (tm, tn) = self.tiles();
         let counters = (tm * tn * 4).div_ceil(256) * 256;
-        counters
-            + tm * tn
-                * self.split_k as u64
-                * (self.bm * self.bn) as u64
-                * self.w.types.accumulator.bytes() as u64
+        counters + tm * tn * self.split_k as u64 * (self.bm * self.bn) as u64 * self.w.types.accumulator.bytes() as u64
     }
 
     /// Blocks in the grid.
@@ -207,10 +182,7 @@ impl Plan {
             ));
         }
         if self.bk % fk != 0 {
-            return reject(format!(
-                "block_k {} is not a multiple of the fragment k {fk}",
-                self.bk
-            ));
+            return reject(format!("block_k {} is not a multiple of the fragment k {fk}", self.bk));
         }
         for (name, tile, dim) in [("block_m", self.bm, w.m), ("block_n", self.bn, w.n)] {
             if tile > 16 && dim.div_ceil(tile as u64 / 2) == dim.div_ceil(tile as u64) {
@@ -223,9 +195,7 @@ impl Plan {
         }
         let warps = self.warps_m * self.warps_n;
         if warps > MAX_WARPS {
-            return reject(format!(
-                "{warps} warps per block; the template uses at most {MAX_WARPS}"
-            ));
+            return reject(format!("{warps} warps per block; the template uses at most {MAX_WARPS}"));
         }
         let (fmw, fnw) = self.frags_per_warp();
         if warps >= 4 && fmw * fnw < 2 {
@@ -278,10 +248,7 @@ impl Plan {
         }
         let (ktiles, kt_split) = self.ktiles();
         if self.stages > 1 && !self.cp_async {
-            return reject(format!(
-                "stages {} needs cp.async (sm_80+); this GPU is sm_{}",
-                self.stages, target.arch
-            ));
+            return reject(format!("stages {} needs cp.async (sm_80+); this GPU is sm_{}", self.stages, target.arch));
         }
         if self.stages == 1 && self.cp_async && kt_split > 1 {
             return reject(format!(
@@ -289,10 +256,7 @@ impl Plan {
             ));
         }
         if self.stages > 1 && self.stages as u64 > kt_split {
-            return reject(format!(
-                "stages {} exceeds the {kt_split} k-tiles each split runs",
-                self.stages
-            ));
+            return reject(format!("stages {} exceeds the {kt_split} k-tiles each split runs", self.stages));
         }
         if self.stages > 2 && kt_split < 2 * self.stages as u64 {
             return reject(format!(
@@ -301,10 +265,7 @@ impl Plan {
             ));
         }
         if self.split_k as u64 > ktiles {
-            return reject(format!(
-                "split_k {} exceeds the {ktiles} k-tiles of K = {}",
-                self.split_k, w.k
-            ));
+            return reject(format!("split_k {} exceeds the {ktiles} k-tiles of K = {}", self.split_k, w.k));
         }
         if (self.split_k as u64 - 1) * kt_split >= ktiles {
             return reject(format!(
@@ -328,9 +289,7 @@ impl Plan {
                 target.sm_count
             ));
         }
-        if self.swizzle > 1
-            && (tm <= self.swizzle as u64 || tn == 1 || tm * tn < 2 * target.sm_count as u64)
-        {
+        if self.swizzle > 1 && (tm <= self.swizzle as u64 || tn == 1 || tm * tn < 2 * target.sm_count as u64) {
             return reject(format!(
                 "swizzle {} needs more than {} row tiles, more than one column tile and at least two waves (have {tm}x{tn} tiles)",
                 self.swizzle, self.swizzle
@@ -338,22 +297,8 @@ impl Plan {
         }
         let e = w.types.input.bytes();
         for (what, cols) in [
-            (
-                "A",
-                if w.layout.a_k_contiguous() {
-                    self.bk
-                } else {
-                    self.bm
-                },
-            ),
-            (
-                "B",
-                if w.layout.b_k_contiguous() {
-                    self.bk
-                } else {
-                    self.bn
-                },
-            ),
+            ("A", if w.layout.a_k_contiguous() { self.bk } else { self.bm }),
+            ("B", if w.layout.b_k_contiguous() { self.bk } else { self.bn }),
         ] {
             if ((cols + self.skew) * e) % 16 != 0 {
                 return reject(format!(
@@ -363,24 +308,17 @@ impl Plan {
             }
         }
         if self.skew == 0 {
-            let padded = Plan {
-                skew: 16 / e,
-                ..self.clone()
-            };
+            let padded = Plan { skew: 16 / e, ..self.clone() };
             if padded.smem_bytes() <= target.max_smem_per_block
                 && padded.blocks_per_sm(target) >= self.blocks_per_sm(target)
             {
                 return reject(
-                    "skew 0 while padded rows fit with the same occupancy: padding only removes bank conflicts".to_string(),
+                    "skew 0 while padded rows fit with the same occupancy: padding only removes bank conflicts"
+                        .to_string(),
                 );
             }
         }
-        Ok(Resources {
-            threads,
-            smem_bytes: smem,
-            blocks: self.blocks(),
-            workspace_bytes: self.workspace_bytes(),
-        })
+        Ok(Resources { threads, smem_bytes: smem, blocks: self.blocks(), workspace_bytes: self.workspace_bytes() })
     }
 
     /// The kernel's identity: template, version, knobs and a digest of the workload key.
@@ -415,44 +353,23 @@ impl Plan {
         let name = self.name();
         let epi = if t.output.is_int() { "int" } else { "float" };
         let scalar = |v: f64| {
-            if t.output.is_int() {
-                Scalar::Int(v as i64)
-            } else {
-                Scalar::Float(v)
-            }
+            if t.output.is_int() { Scalar::Int(v as i64) } else { Scalar::Float(v) }
         };
         let mut h = Header::default();
-        h.comment(format!(
-            "tensortune wmma_gemm v{}: {name}",
-            WmmaGemm.version()
-        ))
-        .comment(format!("workload: {}", Workload::Matmul(*w).key()))
-        .define("KERNEL_NAME", &name)
-        .typedef("T_IN", t.input.cuda())
-        .typedef("T_ACC", t.accumulator.cuda())
-        .typedef("T_OUT", t.output.cuda())
-        .typedef("T_EPI", epi);
+        h.comment(format!("tensortune wmma_gemm v{}: {name}", WmmaGemm.version()))
+            .comment(format!("workload: {}", Workload::Matmul(*w).key()))
+            .define("KERNEL_NAME", &name)
+            .typedef("T_IN", t.input.cuda())
+            .typedef("T_ACC", t.accumulator.cuda())
+            .typedef("T_OUT", t.output.cuda())
+            .typedef("T_EPI", epi);
         h.int("M", w.m as i64)
             .int("N", w.n as i64)
             .int("K", w.k as i64)
             .flag("A_K_CONTIG", w.layout.a_k_contiguous())
             .flag("B_K_CONTIG", w.layout.b_k_contiguous())
-            .cfg_type(
-                "A_FRAG_LAYOUT",
-                if w.layout.a_k_contiguous() {
-                    "wmma::row_major"
-                } else {
-                    "wmma::col_major"
-                },
-            )
-            .cfg_type(
-                "B_FRAG_LAYOUT",
-                if w.layout.b_k_contiguous() {
-                    "wmma::col_major"
-                } else {
-                    "wmma::row_major"
-                },
-            )
+            .cfg_type("A_FRAG_LAYOUT", if w.layout.a_k_contiguous() { "wmma::row_major" } else { "wmma::col_major" })
+            .cfg_type("B_FRAG_LAYOUT", if w.layout.b_k_contiguous() { "wmma::col_major" } else { "wmma::row_major" })
             .int("BM", self.bm as i64)
             .int("BN", self.bn as i64)
             .int("BK", self.bk as i64)
@@ -478,19 +395,13 @@ impl Plan {
 
 /// The widest power-of-two vector (16 bytes at most, one element at least) dividing every size.
 fn widest_vec(elem: u32, sizes: &[u64]) -> u32 {
-    [16u32, 8, 4, 2, 1]
-        .into_iter()
-        .find(|v| *v >= elem && sizes.iter().all(|s| s % *v as u64 == 0))
-        .unwrap_or(elem)
+    [16u32, 8, 4, 2, 1].into_iter().find(|v| *v >= elem && sizes.iter().all(|s| s % *v as u64 == 0)).unwrap_or(elem)
 }
 
 fn matmul(workload: &Workload) -> Result<&Matmul> {
     match workload {
         Workload::Matmul(m) => Ok(m),
-        other => Err(Error::Unsupported {
-            template: "wmma_gemm",
-            what: format!("{} workloads", other.op().name()),
-        }),
+        other => Err(Error::Unsupported { template: "wmma_gemm", what: format!("{} workloads", other.op().name()) }),
     }
 }
 
@@ -515,19 +426,13 @@ impl Template for WmmaGemm {
             DType::I8 => (72, "i8"),
             DType::Bf16 => (80, "bf16"),
             other => {
-                return Err(Error::invalid(
-                    "input",
-                    format!("{other} is not a WMMA input type"),
-                ));
+                return Err(Error::invalid("input", format!("{other} is not a WMMA input type")));
             }
         };
         if target.arch < min_arch {
             return Err(Error::Unsupported {
                 template: "wmma_gemm",
-                what: format!(
-                    "{what} tensor cores on sm_{} (needs sm_{min_arch} or newer)",
-                    target.arch
-                ),
+                what: format!("{what} tensor cores on sm_{} (needs sm_{min_arch} or newer)", target.arch),
             });
         }
         let k_align = 16 / w.types.input.bytes() as u64;
@@ -565,12 +470,7 @@ impl Template for WmmaGemm {
         Plan::new(matmul(workload)?, config, target)?.check(target)
     }
 
-    fn generate(
-        &self,
-        workload: &Workload,
-        config: &Config,
-        target: &Target,
-    ) -> Result<KernelSpec> {
+    fn generate(&self, workload: &Workload, config: &Config, target: &Target) -> Result<KernelSpec> {
         self.supports(workload, target)?;
         let plan = Plan::new(matmul(workload)?, config, target)?;
         let res = plan.check(target)?;
@@ -587,12 +487,7 @@ impl Template for WmmaGemm {
         })
     }
 
-    fn features(
-        &self,
-        workload: &Workload,
-        config: &Config,
-        target: &Target,
-    ) -> Result<Vec<(&'static str, f64)>> {
+    fn features(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Vec<(&'static str, f64)>> {
         let p = Plan::new(matmul(workload)?, config, target)?;
         let (tm, tn) = p.tiles();
         let (_, kt_split) = p.ktiles();
@@ -615,10 +510,7 @@ impl Template for WmmaGemm {
             ("smem_kib", p.smem_bytes() as f64 / 1024.0),
             ("acc_regs", p.acc_regs() as f64),
             ("warp_reuse", (fm * fn_) as f64 / (fm + fn_) as f64),
-            (
-                "block_intensity",
-                (p.bm * p.bn) as f64 / (p.bm + p.bn) as f64,
-            ),
+            ("block_intensity", (p.bm * p.bn) as f64 / (p.bm + p.bn) as f64),
             ("blocks_per_sm", occ as f64),
             ("waves", waves),
             ("wave_efficiency", waves / waves.ceil().max(1.0)),
@@ -657,12 +549,7 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let warps_per_sm = (occ * p.warps_m * p.warps_n) as f64;
     eff *= (warps_per_sm / 8.0).min(1.0).sqrt();
     // WMMA (HMMA) peak per SM, FLOP/us: ~650 TFLOP/s over 132 SMs for 16-bit, twice that for i8.
-    let per_sm = 650e6 / 132.0
-        * if p.w.types.input == DType::I8 {
-            2.0
-        } else {
-            1.0
-        };
+    let per_sm = 650e6 / 132.0 * if p.w.types.input == DType::I8 { 2.0 } else { 1.0 };
     let (_, kt_split) = p.ktiles();
     let block_flops = 2.0 * (p.bm * p.bn * p.bk) as f64 * kt_split as f64;
     let concurrent = (target.sm_count * occ) as f64;
@@ -671,11 +558,8 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let e = p.w.types.input.bytes() as f64;
     let (tm, tn) = p.tiles();
     let l2_reuse = if p.swizzle > 1 { 1.6 } else { 1.0 };
-    let bytes = (tn as f64 * (p.w.m * p.w.k) as f64 + tm as f64 * (p.w.k * p.w.n) as f64) * e
-        / l2_reuse
-        + (p.w.m * p.w.n) as f64
-            * p.w.types.output.bytes() as f64
-            * (1.0 + 2.0 * (p.split_k - 1) as f64);
+    let bytes = (tn as f64 * (p.w.m * p.w.k) as f64 + tm as f64 * (p.w.k * p.w.n) as f64) * e / l2_reuse
+        + (p.w.m * p.w.n) as f64 * p.w.types.output.bytes() as f64 * (1.0 + 2.0 * (p.split_k - 1) as f64);
     let memory = bytes / 3.0e6;
     let split = if p.split_k > 1 { 0.6 } else { 0.0 };
     compute.max(memory) + 1.2 + split
@@ -686,8 +570,7 @@ fn model(p: &Plan, target: &Target) -> f64 {
 pub fn vendor_model_us(w: &Matmul) -> f64 {
     let per_gpu = 650e6 * 1.3 * if w.types.input == DType::I8 { 2.0 } else { 1.0 };
     let e = w.types.input.bytes() as f64;
-    let bytes =
-        (w.m * w.k + w.k * w.n) as f64 * e + (w.m * w.n) as f64 * w.types.output.bytes() as f64;
+    let bytes = (w.m * w.k + w.k * w.n) as f64 * e + (w.m * w.n) as f64 * w.types.output.bytes() as f64;
     (w.flops() / (per_gpu * 0.8)).max(bytes / 3.0e6) + 2.0
 }
 
@@ -735,46 +618,21 @@ mod tests {
             ],
             "m16n16k16",
         );
-        let e = WmmaGemm
-            .check(&w, &c, &Target::sm90())
-            .unwrap_err()
-            .to_string();
+        let e = WmmaGemm.check(&w, &c, &Target::sm90()).unwrap_err().to_string();
         assert!(e.contains("shared memory") && e.contains("227 KiB"), "{e}");
-        let e = WmmaGemm
-            .check(&w, &c, &Target::sm80())
-            .unwrap_err()
-            .to_string();
+        let e = WmmaGemm.check(&w, &c, &Target::sm80()).unwrap_err().to_string();
         assert!(e.contains("163 KiB"), "{e}");
     }
 
     #[test]
     fn register_and_thread_rules() {
         let w = mm(4096, 4096, 4096, Layout::Nn, DType::F16);
-        let c = cfg(
-            &[
-                ("block_m", 256),
-                ("block_n", 256),
-                ("warps_m", 1),
-                ("warps_n", 1),
-            ],
-            "m16n16k16",
-        );
-        let e = WmmaGemm
-            .check(&w, &c, &Target::sm90())
-            .unwrap_err()
-            .to_string();
+        let c = cfg(&[("block_m", 256), ("block_n", 256), ("warps_m", 1), ("warps_n", 1)], "m16n16k16");
+        let e = WmmaGemm.check(&w, &c, &Target::sm90()).unwrap_err().to_string();
         assert!(e.contains("accumulator registers"), "{e}");
         let mut small = Target::sm90();
         small.max_threads_per_block = 256;
-        let c = cfg(
-            &[
-                ("block_m", 128),
-                ("block_n", 128),
-                ("warps_m", 4),
-                ("warps_n", 4),
-            ],
-            "m16n16k16",
-        );
+        let c = cfg(&[("block_m", 128), ("block_n", 128), ("warps_m", 4), ("warps_n", 4)], "m16n16k16");
         let e = WmmaGemm.check(&w, &c, &small).unwrap_err().to_string();
         assert!(e.contains("512 threads"), "{e}");
     }
@@ -783,47 +641,20 @@ mod tests {
     fn divisibility_and_pointless_knobs_are_rejected() {
         let w = mm(512, 64, 512, Layout::Nn, DType::F16);
         let t = Target::sm90();
-        let e = WmmaGemm
-            .check(
-                &w,
-                &cfg(&[("block_m", 16), ("warps_m", 2)], "m16n16k16"),
-                &t,
-            )
-            .unwrap_err()
-            .to_string();
+        let e = WmmaGemm.check(&w, &cfg(&[("block_m", 16), ("warps_m", 2)], "m16n16k16"), &t).unwrap_err().to_string();
         assert!(e.contains("not a multiple of warps_m"), "{e}");
-        let e = WmmaGemm
-            .check(&w, &cfg(&[("block_n", 128)], "m16n16k16"), &t)
-            .unwrap_err()
-            .to_string();
+        let e = WmmaGemm.check(&w, &cfg(&[("block_n", 128)], "m16n16k16"), &t).unwrap_err().to_string();
         assert!(e.contains("wasted work"), "{e}");
-        let e = WmmaGemm
-            .check(
-                &w,
-                &cfg(&[("split_k", 16), ("block_k", 64)], "m16n16k16"),
-                &t,
-            )
-            .unwrap_err()
-            .to_string();
+        let e = WmmaGemm.check(&w, &cfg(&[("split_k", 16), ("block_k", 64)], "m16n16k16"), &t).unwrap_err().to_string();
         assert!(e.contains("split_k 16 exceeds"), "{e}");
         let e = WmmaGemm
-            .check(
-                &w,
-                &cfg(
-                    &[("stages", 4), ("block_k", 64), ("split_k", 4)],
-                    "m16n16k16",
-                ),
-                &t,
-            )
+            .check(&w, &cfg(&[("stages", 4), ("block_k", 64), ("split_k", 4)], "m16n16k16"), &t)
             .unwrap_err()
             .to_string();
         assert!(e.contains("stages 4 exceeds"), "{e}");
         let mut volta = Target::sm80();
         volta.arch = 70;
-        let e = WmmaGemm
-            .check(&w, &cfg(&[("stages", 2)], "m16n16k16"), &volta)
-            .unwrap_err()
-            .to_string();
+        let e = WmmaGemm.check(&w, &cfg(&[("stages", 2)], "m16n16k16"), &volta).unwrap_err().to_string();
         assert!(e.contains("cp.async"), "{e}");
     }
 
@@ -838,31 +669,18 @@ mod tests {
         let mut turing = Target::sm80();
         turing.arch = 75;
         let w = mm(64, 64, 64, Layout::Nn, DType::Bf16);
-        assert!(
-            WmmaGemm
-                .supports(&w, &turing)
-                .unwrap_err()
-                .to_string()
-                .contains("sm_80")
-        );
+        assert!(WmmaGemm.supports(&w, &turing).unwrap_err().to_string().contains("sm_80"));
     }
 
     #[test]
     fn vectors_follow_alignment() {
         let t = Target::sm90();
-        let c = cfg(
-            &[("block_m", 64), ("block_n", 64), ("block_k", 32)],
-            "m16n16k16",
-        );
-        let Workload::Matmul(w) = mm(1000, 1001, 64, Layout::Nn, DType::F16) else {
-            unreachable!()
-        };
+        let c = cfg(&[("block_m", 64), ("block_n", 64), ("block_k", 32)], "m16n16k16");
+        let Workload::Matmul(w) = mm(1000, 1001, 64, Layout::Nn, DType::F16) else { unreachable!() };
         let p = Plan::new(&w, &c, &t).unwrap();
         // A is M-contiguous with M = 1000 halves = 2000 bytes: 16-byte vectors fit.
         assert_eq!((p.vec_a, p.vec_b, p.vec_d), (16, 16, 16));
-        let Workload::Matmul(w) = mm(1001, 1000, 64, Layout::Nn, DType::F16) else {
-            unreachable!()
-        };
+        let Workload::Matmul(w) = mm(1001, 1000, 64, Layout::Nn, DType::F16) else { unreachable!() };
         let p = Plan::new(&w, &c, &t).unwrap();
         // M = 1001: columns of A and D start at odd element offsets.
         assert_eq!((p.vec_a, p.vec_d), (2, 4));
@@ -884,15 +702,7 @@ mod tests {
             ],
             "m16n16k16",
         );
-        let tiny = cfg(
-            &[
-                ("block_m", 16),
-                ("block_n", 16),
-                ("block_k", 16),
-                ("stages", 1),
-            ],
-            "m16n16k16",
-        );
+        let tiny = cfg(&[("block_m", 16), ("block_n", 16), ("block_k", 16), ("stages", 1)], "m16n16k16");
         let fast = WmmaGemm.model_us(&w, &big, &t).unwrap();
         let slow = WmmaGemm.model_us(&w, &tiny, &t).unwrap();
         assert!(fast * 3.0 < slow, "{fast} vs {slow}");

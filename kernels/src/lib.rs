@@ -33,9 +33,5 @@ pub use workload::{Conv2d, Layout, Matmul, Op, Types, Workload};
 /// The first 8 hex digits of the SHA-256 of `text`: short, stable names for long keys.
 pub fn short_digest(text: &str) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .take(4)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(text.as_bytes()).iter().take(4).map(|b| format!("{b:02x}")).collect()
 }

@@ -50,18 +50,12 @@ pub struct Knob {
 impl Knob {
     /// An integer knob.
     pub fn ints(name: &'static str, values: &[i64]) -> Knob {
-        Knob {
-            name,
-            values: values.iter().map(|v| KnobValue::Int(*v)).collect(),
-        }
+        Knob { name, values: values.iter().map(|v| KnobValue::Int(*v)).collect() }
     }
 
     /// A named knob.
     pub fn names(name: &'static str, values: &[&str]) -> Knob {
-        Knob {
-            name,
-            values: values.iter().map(|v| KnobValue::from(*v)).collect(),
-        }
+        Knob { name, values: values.iter().map(|v| KnobValue::from(*v)).collect() }
     }
 }
 
@@ -89,20 +83,14 @@ impl Space {
         if index >= self.len() {
             return Err(Error::invalid(
                 "config_index",
-                format!(
-                    "{index} is out of range; the space has {} points",
-                    self.len()
-                ),
+                format!("{index} is out of range; the space has {} points", self.len()),
             ));
         }
         let mut rest = index;
         let mut values = BTreeMap::new();
         for knob in self.knobs.iter().rev() {
             let radix = knob.values.len() as u64;
-            values.insert(
-                knob.name.to_owned(),
-                knob.values[(rest % radix) as usize].clone(),
-            );
+            values.insert(knob.name.to_owned(), knob.values[(rest % radix) as usize].clone());
             rest /= radix;
         }
         Ok(Config(values))
@@ -112,27 +100,20 @@ impl Space {
     pub fn index_of(&self, config: &Config) -> Result<u64> {
         let mut index = 0u64;
         for knob in &self.knobs {
-            let v = config.0.get(knob.name).ok_or_else(|| {
-                Error::invalid("config", format!("knob {:?} is missing", knob.name))
-            })?;
+            let v = config
+                .0
+                .get(knob.name)
+                .ok_or_else(|| Error::invalid("config", format!("knob {:?} is missing", knob.name)))?;
             let pos = knob.values.iter().position(|x| x == v).ok_or_else(|| {
                 let allowed: Vec<String> = knob.values.iter().map(|v| v.to_string()).collect();
                 Error::invalid(
                     "config",
-                    format!(
-                        "{}={v} is not in the domain; allowed: {}",
-                        knob.name,
-                        allowed.join(", ")
-                    ),
+                    format!("{}={v} is not in the domain; allowed: {}", knob.name, allowed.join(", ")),
                 )
             })?;
             index = index * knob.values.len() as u64 + pos as u64;
         }
-        if let Some(extra) = config
-            .0
-            .keys()
-            .find(|k| !self.knobs.iter().any(|kn| kn.name == k.as_str()))
-        {
+        if let Some(extra) = config.0.keys().find(|k| !self.knobs.iter().any(|kn| kn.name == k.as_str())) {
             return Err(Error::invalid("config", format!("unknown knob {extra:?}")));
         }
         Ok(index)
@@ -143,12 +124,14 @@ impl Space {
         self.knobs
             .iter()
             .map(|knob| {
-                let v = config.0.get(knob.name).ok_or_else(|| {
-                    Error::invalid("config", format!("knob {:?} is missing", knob.name))
-                })?;
-                knob.values.iter().position(|x| x == v).ok_or_else(|| {
-                    Error::invalid("config", format!("{}={v} is not in the domain", knob.name))
-                })
+                let v = config
+                    .0
+                    .get(knob.name)
+                    .ok_or_else(|| Error::invalid("config", format!("knob {:?} is missing", knob.name)))?;
+                knob.values
+                    .iter()
+                    .position(|x| x == v)
+                    .ok_or_else(|| Error::invalid("config", format!("{}={v} is not in the domain", knob.name)))
             })
             .collect()
     }
@@ -166,23 +149,15 @@ impl Config {
 
     /// Parses config JSON (any key order).
     pub fn from_json(s: &str) -> Result<Config> {
-        serde_json::from_str(s)
-            .map(Config)
-            .map_err(|e| Error::invalid("config", format!("not a config object: {e}")))
+        serde_json::from_str(s).map(Config).map_err(|e| Error::invalid("config", format!("not a config object: {e}")))
     }
 
     /// An integer knob.
     pub fn int(&self, name: &'static str) -> Result<i64> {
         match self.0.get(name) {
             Some(KnobValue::Int(v)) => Ok(*v),
-            Some(other) => Err(Error::invalid(
-                "config",
-                format!("knob {name:?} must be an integer, got {other}"),
-            )),
-            None => Err(Error::invalid(
-                "config",
-                format!("knob {name:?} is missing"),
-            )),
+            Some(other) => Err(Error::invalid("config", format!("knob {name:?} must be an integer, got {other}"))),
+            None => Err(Error::invalid("config", format!("knob {name:?} is missing"))),
         }
     }
 
@@ -190,14 +165,8 @@ impl Config {
     pub fn name(&self, name: &'static str) -> Result<&str> {
         match self.0.get(name) {
             Some(KnobValue::Str(v)) => Ok(v),
-            Some(other) => Err(Error::invalid(
-                "config",
-                format!("knob {name:?} must be a name, got {other}"),
-            )),
-            None => Err(Error::invalid(
-                "config",
-                format!("knob {name:?} is missing"),
-            )),
+            Some(other) => Err(Error::invalid("config", format!("knob {name:?} must be a name, got {other}"))),
+            None => Err(Error::invalid("config", format!("knob {name:?} is missing"))),
         }
     }
 }
@@ -214,13 +183,7 @@ mod tests {
     use super::*;
 
     fn space() -> Space {
-        Space {
-            knobs: vec![
-                Knob::ints("a", &[1, 2, 3]),
-                Knob::names("f", &["x", "y"]),
-                Knob::ints("b", &[16, 32]),
-            ],
-        }
+        Space { knobs: vec![Knob::ints("a", &[1, 2, 3]), Knob::names("f", &["x", "y"]), Knob::ints("b", &[16, 32])] }
     }
 
     #[test]
@@ -233,12 +196,7 @@ mod tests {
             assert_eq!(Config::from_json(&c.to_json()).unwrap(), c);
         }
         assert_eq!(s.config(0).unwrap().to_json(), r#"{"a":1,"b":16,"f":"x"}"#);
-        assert!(
-            s.config(12)
-                .unwrap_err()
-                .to_string()
-                .contains("out of range")
-        );
+        assert!(s.config(12).unwrap_err().to_string().contains("out of range"));
     }
 
     #[test]

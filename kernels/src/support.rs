@@ -14,13 +14,7 @@ const BODY: &str = include_str!("cuda/support.cu");
 /// `tt_fill_in(T_IN* p, u64 n, u32 seed, i32 check)`, `tt_fill_out(T_OUT* p, u64 n, u32 seed, i32 check)`,
 /// `tt_poison(T_OUT* p, u64 n)`, `tt_reference(A, B, C, f64* ref, f64* sq, f64* mag)`,
 /// `tt_compare(T_OUT* out, f64* ref, f64* sq, f64* mag, f64 acc_tol, f64 out_tol, u64* stats[5])`.
-pub const ENTRIES: [&str; 5] = [
-    "tt_fill_in",
-    "tt_fill_out",
-    "tt_poison",
-    "tt_reference",
-    "tt_compare",
-];
+pub const ENTRIES: [&str; 5] = ["tt_fill_in", "tt_fill_out", "tt_poison", "tt_reference", "tt_compare"];
 
 /// How far an output element may be from the float64 reference:
 /// `|out - ref| <= acc * sq + out * mag`, where `sq` is |alpha| times the root of the summed squared
@@ -51,11 +45,8 @@ impl Tolerance {
             DType::F32 => 2f64.powi(-23) * (k / 8.0),
             _ => 2f64.powi(-10) * (k / 16.0).ceil(),
         };
-        let out = if t.output.is_int() {
-            0.0
-        } else {
-            2.0 * t.output.unit_roundoff() + 4.0 * DType::F32.unit_roundoff()
-        };
+        let out =
+            if t.output.is_int() { 0.0 } else { 2.0 * t.output.unit_roundoff() + 4.0 * DType::F32.unit_roundoff() };
         Tolerance { acc, out }
     }
 }
@@ -64,11 +55,7 @@ impl Tolerance {
 pub fn operand_elements(w: &Workload) -> (u64, u64, u64) {
     match w {
         Workload::Matmul(m) => (m.m * m.k, m.k * m.n, m.m * m.n),
-        Workload::Conv2d(c) => (
-            c.n * c.h * c.w * c.c,
-            c.k * c.r * c.s * c.c,
-            c.n * c.p() * c.q() * c.k,
-        ),
+        Workload::Conv2d(c) => (c.n * c.h * c.w * c.c, c.k * c.r * c.s * c.c, c.n * c.p() * c.q() * c.k),
     }
 }
 
@@ -131,20 +118,10 @@ mod tests {
     fn tolerances_follow_types() {
         let f = |input, acc, out, k| {
             Tolerance::for_workload(&Workload::Matmul(
-                Matmul::new(
-                    64,
-                    64,
-                    k,
-                    Layout::Nn,
-                    Types::new(input, acc, Some(out)).unwrap(),
-                )
-                .unwrap(),
+                Matmul::new(64, 64, k, Layout::Nn, Types::new(input, acc, Some(out)).unwrap()).unwrap(),
             ))
         };
-        assert_eq!(
-            f(DType::I8, DType::I32, DType::I32, 64),
-            Tolerance { acc: 0.0, out: 0.0 }
-        );
+        assert_eq!(f(DType::I8, DType::I32, DType::I32, 64), Tolerance { acc: 0.0, out: 0.0 });
         let t = f(DType::F16, DType::F32, DType::F32, 4096);
         assert!(t.acc < 1e-5 && t.out < 1e-6, "{t:?}");
         let t16 = f(DType::F16, DType::F32, DType::F16, 4096);
@@ -155,9 +132,7 @@ mod tests {
 
     #[test]
     fn source_has_every_entry() {
-        let w = Workload::Matmul(
-            Matmul::new(8, 8, 16, Layout::Tn, Types::default_for(DType::I8).unwrap()).unwrap(),
-        );
+        let w = Workload::Matmul(Matmul::new(8, 8, 16, Layout::Tn, Types::default_for(DType::I8).unwrap()).unwrap());
         let s = source(&w);
         for e in ENTRIES {
             assert!(s.contains(&format!("void {e}(")), "{e}");

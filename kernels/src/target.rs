@@ -28,11 +28,7 @@ pub struct Target {
 impl Target {
     /// The simulator's device: the limits of an H100 SXM (sm_90, 132 SMs), class `sim`.
     pub fn sim() -> Target {
-        Target {
-            class_key: "sim".into(),
-            name: "tensortune sim (H100-like)".into(),
-            ..Target::sm90()
-        }
+        Target { class_key: "sim".into(), name: "tensortune sim (H100-like)".into(), ..Target::sm90() }
     }
 
     /// Limits of an sm_90 part (H100/H200 SXM) for compile tests and planning.
@@ -97,14 +93,8 @@ mod tests {
 
     #[test]
     fn class_keys_are_slugs() {
-        assert_eq!(
-            class_key("NVIDIA H100 80GB HBM3", 90, 132),
-            "nvidia-h100-80gb-hbm3/sm90/132sm"
-        );
-        assert_eq!(
-            class_key("  NVIDIA  H200 ", 90, 132),
-            "nvidia-h200/sm90/132sm"
-        );
+        assert_eq!(class_key("NVIDIA H100 80GB HBM3", 90, 132), "nvidia-h100-80gb-hbm3/sm90/132sm");
+        assert_eq!(class_key("  NVIDIA  H200 ", 90, 132), "nvidia-h200/sm90/132sm");
         assert_eq!(Target::sim().class_key, "sim");
         assert_eq!(Target::sm80().nvrtc_arch(), "sm_80");
     }

@@ -96,16 +96,10 @@ pub trait Template: Send + Sync {
     fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources>;
 
     /// Generates the kernel for a config that passed `check`.
-    fn generate(&self, workload: &Workload, config: &Config, target: &Target)
-    -> Result<KernelSpec>;
+    fn generate(&self, workload: &Workload, config: &Config, target: &Target) -> Result<KernelSpec>;
 
     /// Numeric features of (workload, config) for cost models, with names.
-    fn features(
-        &self,
-        workload: &Workload,
-        config: &Config,
-        target: &Target,
-    ) -> Result<Vec<(&'static str, f64)>>;
+    fn features(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Vec<(&'static str, f64)>>;
 
     /// Analytic estimate of the kernel's time in microseconds (the `sim` device's clock).
     fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64>;
@@ -120,29 +114,20 @@ pub fn all() -> Vec<&'static dyn Template> {
 pub fn by_name(name: &str) -> Result<&'static dyn Template> {
     all().into_iter().find(|t| t.name() == name).ok_or_else(|| {
         let names: Vec<_> = all().iter().map(|t| t.name()).collect();
-        Error::invalid(
-            "template",
-            format!("unknown template {name:?}; known: {}", names.join(", ")),
-        )
+        Error::invalid("template", format!("unknown template {name:?}; known: {}", names.join(", ")))
     })
 }
 
 /// The template used for an op when a request names none.
 pub fn default_for(op: Op) -> Result<&'static dyn Template> {
-    all().into_iter().find(|t| t.op() == op).ok_or_else(|| {
-        Error::invalid(
-            "template",
-            format!("no template implements {} yet", op.name()),
-        )
-    })
+    all()
+        .into_iter()
+        .find(|t| t.op() == op)
+        .ok_or_else(|| Error::invalid("template", format!("no template implements {} yet", op.name())))
 }
 
 /// Every valid config of the space for `workload` on `target`, with its index, in index order.
-pub fn valid_configs(
-    template: &dyn Template,
-    workload: &Workload,
-    target: &Target,
-) -> Result<Vec<(u64, Config)>> {
+pub fn valid_configs(template: &dyn Template, workload: &Workload, target: &Target) -> Result<Vec<(u64, Config)>> {
     template.supports(workload, target)?;
     let space = template.space();
     let mut out = Vec::new();

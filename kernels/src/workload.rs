@@ -71,12 +71,7 @@ impl FromStr for Layout {
         Layout::ALL
             .into_iter()
             .find(|l| l.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                Error::invalid(
-                    "layout",
-                    format!("unknown layout {s:?}; expected nn, nt, tn or tt"),
-                )
-            })
+            .ok_or_else(|| Error::invalid("layout", format!("unknown layout {s:?}; expected nn, nt, tn or tt")))
     }
 }
 
@@ -124,21 +119,11 @@ impl Types {
                 format!("{input} is not a tensor-core input type; expected f16, bf16 or i8"),
             ));
         }
-        let Some(row) = Self::SUPPORTED
-            .iter()
-            .find(|r| r.0 == input && r.1 == accumulator)
-        else {
-            let allowed: Vec<_> = Self::SUPPORTED
-                .iter()
-                .filter(|r| r.0 == input)
-                .map(|r| r.1.name())
-                .collect();
+        let Some(row) = Self::SUPPORTED.iter().find(|r| r.0 == input && r.1 == accumulator) else {
+            let allowed: Vec<_> = Self::SUPPORTED.iter().filter(|r| r.0 == input).map(|r| r.1.name()).collect();
             return Err(Error::invalid(
                 "accumulator",
-                format!(
-                    "{accumulator} cannot accumulate {input} inputs; allowed: {}",
-                    allowed.join(", ")
-                ),
+                format!("{accumulator} cannot accumulate {input} inputs; allowed: {}", allowed.join(", ")),
             ));
         };
         if !row.2.contains(&output) {
@@ -151,11 +136,7 @@ impl Types {
                 ),
             ));
         }
-        Ok(Types {
-            input,
-            accumulator,
-            output,
-        })
+        Ok(Types { input, accumulator, output })
     }
 
     fn key(&self) -> String {
@@ -165,10 +146,7 @@ impl Types {
     fn parse_key(s: &str) -> Result<Types> {
         let parts: Vec<_> = s.split(',').collect();
         let [i, a, o] = parts.as_slice() else {
-            return Err(Error::invalid(
-                "key",
-                format!("types {s:?} must be input,accumulator,output"),
-            ));
+            return Err(Error::invalid("key", format!("types {s:?} must be input,accumulator,output")));
         };
         Types::new(i.parse()?, a.parse()?, Some(o.parse()?))
     }
@@ -196,15 +174,7 @@ pub struct Matmul {
 impl Matmul {
     /// A validated matmul with alpha = 1, beta = 0.
     pub fn new(m: u64, n: u64, k: u64, layout: Layout, types: Types) -> Result<Matmul> {
-        let w = Matmul {
-            m,
-            n,
-            k,
-            layout,
-            types,
-            alpha: 1.0,
-            beta: 0.0,
-        };
+        let w = Matmul { m, n, k, layout, types, alpha: 1.0, beta: 0.0 };
         w.validate()?;
         Ok(w)
     }
@@ -215,35 +185,23 @@ impl Matmul {
         for (field, v) in [("m", self.m), ("n", self.n), ("k", self.k)] {
             check_range(field, v, 1, MAX_DIM)?;
         }
-        for (field, what, a, b) in [
-            ("k", "m*k", self.m, self.k),
-            ("k", "k*n", self.k, self.n),
-            ("n", "m*n", self.m, self.n),
-        ] {
+        for (field, what, a, b) in
+            [("k", "m*k", self.m, self.k), ("k", "k*n", self.k, self.n), ("n", "m*n", self.m, self.n)]
+        {
             if a * b > MAX_ELEMENTS {
                 return Err(Error::invalid(
                     field,
-                    format!(
-                        "{what} = {} elements exceeds the limit of {MAX_ELEMENTS} per operand",
-                        a * b
-                    ),
+                    format!("{what} = {} elements exceeds the limit of {MAX_ELEMENTS} per operand", a * b),
                 ));
             }
         }
-        Types::new(
-            self.types.input,
-            self.types.accumulator,
-            Some(self.types.output),
-        )?;
+        Types::new(self.types.input, self.types.accumulator, Some(self.types.output))?;
         for (field, v) in [("alpha", self.alpha), ("beta", self.beta)] {
             if !v.is_finite() {
                 return Err(Error::invalid(field, format!("{v} is not finite")));
             }
             if self.types.output.is_int() && (v.fract() != 0.0 || v.abs() > i32::MAX as f64) {
-                return Err(Error::invalid(
-                    field,
-                    format!("{v} must be an integer for {} outputs", self.types.output),
-                ));
+                return Err(Error::invalid(field, format!("{v} must be an integer for {} outputs", self.types.output)));
             }
         }
         Ok(())
@@ -334,19 +292,13 @@ impl Conv2d {
         if self.pad.0 >= eff_r {
             return Err(Error::invalid(
                 "pad_h",
-                format!(
-                    "{} must be smaller than the dilated filter height {eff_r}",
-                    self.pad.0
-                ),
+                format!("{} must be smaller than the dilated filter height {eff_r}", self.pad.0),
             ));
         }
         if self.pad.1 >= eff_s {
             return Err(Error::invalid(
                 "pad_w",
-                format!(
-                    "{} must be smaller than the dilated filter width {eff_s}",
-                    self.pad.1
-                ),
+                format!("{} must be smaller than the dilated filter width {eff_s}", self.pad.1),
             ));
         }
         if self.h + 2 * self.pad.0 < eff_r {
@@ -381,21 +333,13 @@ impl Conv2d {
             }
         }
         let _ = k;
-        Types::new(
-            self.types.input,
-            self.types.accumulator,
-            Some(self.types.output),
-        )?;
+        Types::new(self.types.input, self.types.accumulator, Some(self.types.output))?;
         Ok(())
     }
 
     /// Implicit GEMM dimensions (M = N*P*Q, N = K, K = C*R*S).
     pub fn gemm_dims(&self) -> (u64, u64, u64) {
-        (
-            self.n * self.p() * self.q(),
-            self.k,
-            self.c * self.r * self.s,
-        )
+        (self.n * self.p() * self.q(), self.k, self.c * self.r * self.s)
     }
 
     /// Multiply-add operations counted as 2 each: 2 * N*P*Q * K * C*R*S.
@@ -428,19 +372,12 @@ impl Conv2d {
 fn out_extent(x: u64, f: u64, pad: u64, stride: u64, dil: u64) -> u64 {
     let eff = (f.saturating_sub(1)) * dil + 1;
     let padded = x + 2 * pad;
-    if padded < eff || stride == 0 {
-        0
-    } else {
-        (padded - eff) / stride + 1
-    }
+    if padded < eff || stride == 0 { 0 } else { (padded - eff) / stride + 1 }
 }
 
 fn check_range(field: &'static str, v: u64, lo: u64, hi: u64) -> Result<()> {
     if v < lo || v > hi {
-        return Err(Error::invalid(
-            field,
-            format!("{v} is out of range; allowed {lo} ..= {hi}"),
-        ));
+        return Err(Error::invalid(field, format!("{v} is out of range; allowed {lo} ..= {hi}")));
     }
     Ok(())
 }
@@ -524,20 +461,15 @@ impl Workload {
 
     /// Parses a key made by [`Workload::key`] and validates the result.
     pub fn from_key(key: &str) -> Result<Workload> {
-        let bad =
-            |why: &str| Error::invalid("key", format!("{key:?} is not a workload key: {why}"));
+        let bad = |why: &str| Error::invalid("key", format!("{key:?} is not a workload key: {why}"));
         let parts: Vec<&str> = key.split('/').collect();
         let w = match parts.as_slice() {
             ["matmul", dims, layout, types, epi] => {
-                let d = parse_fields(dims, &['m', 'n', 'k'])
-                    .ok_or_else(|| bad("dims must read m<M>n<N>k<K>"))?;
+                let d = parse_fields(dims, &['m', 'n', 'k']).ok_or_else(|| bad("dims must read m<M>n<N>k<K>"))?;
                 let (alpha, beta) = epi
                     .split_once(',')
                     .and_then(|(a, b)| {
-                        Some((
-                            a.strip_prefix("alpha=")?.parse().ok()?,
-                            b.strip_prefix("beta=")?.parse().ok()?,
-                        ))
+                        Some((a.strip_prefix("alpha=")?.parse().ok()?, b.strip_prefix("beta=")?.parse().ok()?))
                     })
                     .ok_or_else(|| bad("epilogue must read alpha=<a>,beta=<b>"))?;
                 Workload::Matmul(Matmul {
@@ -553,8 +485,7 @@ impl Workload {
             ["conv2d", input, filter, geo, "nhwc", types] => {
                 let i = parse_fields(input, &['n', 'h', 'w', 'c'])
                     .ok_or_else(|| bad("input must read n<N>h<H>w<W>c<C>"))?;
-                let f = parse_fields(filter, &['k', 'r', 's'])
-                    .ok_or_else(|| bad("filter must read k<K>r<R>s<S>"))?;
+                let f = parse_fields(filter, &['k', 'r', 's']).ok_or_else(|| bad("filter must read k<K>r<R>s<S>"))?;
                 let g: Vec<(u64, u64)> = geo
                     .split(',')
                     .zip(["pad", "stride", "dil"])
@@ -564,9 +495,7 @@ impl Workload {
                     })
                     .collect();
                 let [pad, stride, dilation] = g.as_slice() else {
-                    return Err(bad(
-                        "geometry must read pad<h>x<w>,stride<h>x<w>,dil<h>x<w>",
-                    ));
+                    return Err(bad("geometry must read pad<h>x<w>,stride<h>x<w>,dil<h>x<w>"));
                 };
                 Workload::Conv2d(Conv2d {
                     n: i[0],
@@ -618,14 +547,9 @@ mod tests {
         let w = Workload::Matmul(Matmul::new(512, 64, 512, Layout::Nn, f16()).unwrap());
         assert_eq!(w.key(), "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0");
         assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
-        let mut m = Matmul::new(
-            1000,
-            1001,
-            64,
-            Layout::Tt,
-            Types::new(DType::Bf16, DType::F32, Some(DType::Bf16)).unwrap(),
-        )
-        .unwrap();
+        let mut m =
+            Matmul::new(1000, 1001, 64, Layout::Tt, Types::new(DType::Bf16, DType::F32, Some(DType::Bf16)).unwrap())
+                .unwrap();
         m.alpha = 0.5;
         m.beta = -1.25;
         let w = Workload::Matmul(m);
@@ -663,38 +587,16 @@ mod tests {
         assert_eq!(e.field(), Some("k"));
         let e = Matmul::new(1 << 20, 1 << 20, 64, Layout::Nn, f16()).unwrap_err();
         assert_eq!(e.field(), Some("n"));
-        let mut m = Matmul::new(
-            64,
-            64,
-            64,
-            Layout::Nn,
-            Types::default_for(DType::I8).unwrap(),
-        )
-        .unwrap();
+        let mut m = Matmul::new(64, 64, 64, Layout::Nn, Types::default_for(DType::I8).unwrap()).unwrap();
         m.alpha = 0.5;
         assert_eq!(m.validate().unwrap_err().field(), Some("alpha"));
     }
 
     #[test]
     fn type_combinations() {
-        assert!(
-            Types::new(DType::I8, DType::F32, None)
-                .unwrap_err()
-                .to_string()
-                .contains("allowed: i32")
-        );
-        assert_eq!(
-            Types::new(DType::F16, DType::F32, Some(DType::I32))
-                .unwrap_err()
-                .field(),
-            Some("output")
-        );
-        assert_eq!(
-            Types::new(DType::F32, DType::F32, None)
-                .unwrap_err()
-                .field(),
-            Some("input")
-        );
+        assert!(Types::new(DType::I8, DType::F32, None).unwrap_err().to_string().contains("allowed: i32"));
+        assert_eq!(Types::new(DType::F16, DType::F32, Some(DType::I32)).unwrap_err().field(), Some("output"));
+        assert_eq!(Types::new(DType::F32, DType::F32, None).unwrap_err().field(), Some("input"));
         assert_eq!(Types::default_for(DType::Bf16).unwrap().output, DType::F32);
     }
 
@@ -716,21 +618,10 @@ mod tests {
         ok.validate().unwrap();
         let e = Conv2d { pad: (3, 1), ..ok }.validate().unwrap_err();
         assert_eq!(e.field(), Some("pad_h"));
-        let e = Conv2d {
-            h: 1,
-            pad: (0, 0),
-            ..ok
-        }
-        .validate()
-        .unwrap_err();
+        let e = Conv2d { h: 1, pad: (0, 0), ..ok }.validate().unwrap_err();
         assert_eq!(e.field(), Some("h"));
         assert!(e.to_string().contains("empty"));
-        let e = Conv2d {
-            stride: (0, 1),
-            ..ok
-        }
-        .validate()
-        .unwrap_err();
+        let e = Conv2d { stride: (0, 1), ..ok }.validate().unwrap_err();
         assert_eq!(e.field(), Some("stride_h"));
         assert!(Workload::from_key("matmul/m1n2/nn").is_err());
     }

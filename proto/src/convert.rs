@@ -21,25 +21,17 @@ pub struct FieldError {
 impl FieldError {
     /// An error for `field`.
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        FieldError {
-            field: field.into(),
-            message: message.into(),
-        }
+        FieldError { field: field.into(), message: message.into() }
     }
 
     /// The same error with `prefix.` in front of the field path.
     pub fn within(self, prefix: &str) -> Self {
-        FieldError {
-            field: format!("{prefix}.{}", self.field),
-            message: self.message,
-        }
+        FieldError { field: format!("{prefix}.{}", self.field), message: self.message }
     }
 
     fn from_kernels(prefix: &str, e: Error) -> Self {
         match e {
-            Error::Invalid { field, message } => {
-                FieldError::new(format!("{prefix}.{field}"), message)
-            }
+            Error::Invalid { field, message } => FieldError::new(format!("{prefix}.{field}"), message),
             other => FieldError::new(prefix, other.to_string()),
         }
     }
@@ -65,10 +57,7 @@ pub fn dtype_from_pb(field: &str, v: i32) -> Result<Option<DType>, FieldError> {
         Ok(pb::Dtype::I8) => Ok(Some(DType::I8)),
         Ok(pb::Dtype::F32) => Ok(Some(DType::F32)),
         Ok(pb::Dtype::I32) => Ok(Some(DType::I32)),
-        Err(_) => Err(FieldError::new(
-            field,
-            format!("unknown dtype value {v}; expected f16, bf16, i8, f32 or i32"),
-        )),
+        Err(_) => Err(FieldError::new(field, format!("unknown dtype value {v}; expected f16, bf16, i8, f32 or i32"))),
     }
 }
 
@@ -88,38 +77,26 @@ fn layout_from_pb(v: i32) -> Result<Layout, FieldError> {
         Ok(pb::Layout::Nt) => Ok(Layout::Nt),
         Ok(pb::Layout::Tn) => Ok(Layout::Tn),
         Ok(pb::Layout::Tt) => Ok(Layout::Tt),
-        Ok(pb::Layout::Unspecified) => {
-            Err(FieldError::new("layout", "must be set to nn, nt, tn or tt"))
-        }
-        Err(_) => Err(FieldError::new(
-            "layout",
-            format!("unknown layout value {v}; expected nn, nt, tn or tt"),
-        )),
+        Ok(pb::Layout::Unspecified) => Err(FieldError::new("layout", "must be set to nn, nt, tn or tt")),
+        Err(_) => Err(FieldError::new("layout", format!("unknown layout value {v}; expected nn, nt, tn or tt"))),
     }
 }
 
 fn types_from_pb(input: i32, accumulator: i32, output: i32) -> Result<Types, FieldError> {
-    let input = dtype_from_pb("input", input)?
-        .ok_or_else(|| FieldError::new("input", "must be set to f16, bf16 or i8"))?;
+    let input =
+        dtype_from_pb("input", input)?.ok_or_else(|| FieldError::new("input", "must be set to f16, bf16 or i8"))?;
     let acc = dtype_from_pb("accumulator", accumulator)?;
     let out = dtype_from_pb("output", output)?;
     let acc = match acc {
         Some(a) => a,
-        None => {
-            Types::default_for(input)
-                .map_err(|e| FieldError::from_kernels("", e).strip())?
-                .accumulator
-        }
+        None => Types::default_for(input).map_err(|e| FieldError::from_kernels("", e).strip())?.accumulator,
     };
     Types::new(input, acc, out).map_err(|e| FieldError::from_kernels("", e).strip())
 }
 
 impl FieldError {
     fn strip(self) -> Self {
-        FieldError {
-            field: self.field.trim_start_matches('.').to_owned(),
-            message: self.message,
-        }
+        FieldError { field: self.field.trim_start_matches('.').to_owned(), message: self.message }
     }
 }
 
@@ -168,8 +145,7 @@ impl TryFrom<&pb::Workload> for Workload {
             None => return Err(FieldError::new("op", "must be a matmul or a conv2d")),
             Some(pb::workload::Op::Matmul(m)) => {
                 let layout = layout_from_pb(m.layout).map_err(|e| e.within("matmul"))?;
-                let types = types_from_pb(m.input, m.accumulator, m.output)
-                    .map_err(|e| e.within("matmul"))?;
+                let types = types_from_pb(m.input, m.accumulator, m.output).map_err(|e| e.within("matmul"))?;
                 let mm = Matmul {
                     m: m.m,
                     n: m.n,
@@ -179,13 +155,11 @@ impl TryFrom<&pb::Workload> for Workload {
                     alpha: m.alpha.unwrap_or(1.0),
                     beta: m.beta.unwrap_or(0.0),
                 };
-                mm.validate()
-                    .map_err(|e| FieldError::from_kernels("matmul", e))?;
+                mm.validate().map_err(|e| FieldError::from_kernels("matmul", e))?;
                 Workload::Matmul(mm)
             }
             Some(pb::workload::Op::Conv2d(c)) => {
-                let types = types_from_pb(c.input, c.accumulator, c.output)
-                    .map_err(|e| e.within("conv2d"))?;
+                let types = types_from_pb(c.input, c.accumulator, c.output).map_err(|e| e.within("conv2d"))?;
                 let one = |v: u64| if v == 0 { 1 } else { v };
                 let cv = Conv2d {
                     n: c.n,
@@ -200,8 +174,7 @@ impl TryFrom<&pb::Workload> for Workload {
                     dilation: (one(c.dilation_h), one(c.dilation_w)),
                     types,
                 };
-                cv.validate()
-                    .map_err(|e| FieldError::from_kernels("conv2d", e))?;
+                cv.validate().map_err(|e| FieldError::from_kernels("conv2d", e))?;
                 Workload::Conv2d(cv)
             }
         };
@@ -225,10 +198,7 @@ pub fn target_from_device(d: &pb::DeviceInfo) -> Result<Target, FieldError> {
     if d.arch < 70 {
         return Err(FieldError::new(
             "device.arch",
-            format!(
-                "sm_{} has no usable tensor cores; tensortune needs sm_70 or newer",
-                d.arch
-            ),
+            format!("sm_{} has no usable tensor cores; tensortune needs sm_70 or newer", d.arch),
         ));
     }
     for (field, v) in [
@@ -333,20 +303,14 @@ mod tests {
     fn round_trip_and_defaults() {
         let w = Workload::try_from(&matmul(512)).unwrap();
         let Workload::Matmul(m) = w else { panic!() };
-        assert_eq!(
-            (m.types.accumulator, m.types.output, m.alpha, m.beta),
-            (DType::F32, DType::F32, 1.0, 0.0)
-        );
+        assert_eq!((m.types.accumulator, m.types.output, m.alpha, m.beta), (DType::F32, DType::F32, 1.0, 0.0));
         let back = pb::Workload::from(&w);
         assert_eq!(Workload::try_from(&back).unwrap(), w);
     }
 
     #[test]
     fn errors_name_the_field_path() {
-        assert_eq!(
-            Workload::try_from(&matmul(0)).unwrap_err().field,
-            "matmul.k"
-        );
+        assert_eq!(Workload::try_from(&matmul(0)).unwrap_err().field, "matmul.k");
         let mut w = matmul(64);
         if let Some(pb::workload::Op::Matmul(m)) = &mut w.op {
             m.layout = 0;
@@ -363,25 +327,12 @@ mod tests {
         }
         let e = Workload::try_from(&w).unwrap_err();
         assert_eq!(e.field, "matmul.accumulator");
-        assert!(
-            Workload::try_from(&pb::Workload { op: None })
-                .unwrap_err()
-                .field
-                == "op"
-        );
+        assert!(Workload::try_from(&pb::Workload { op: None }).unwrap_err().field == "op");
     }
 
     #[test]
     fn status_names_round_trip() {
-        for s in [
-            "ok",
-            "invalid_config",
-            "compile_error",
-            "launch_error",
-            "wrong_result",
-            "timeout",
-            "device_lost",
-        ] {
+        for s in ["ok", "invalid_config", "compile_error", "launch_error", "wrong_result", "timeout", "device_lost"] {
             assert_eq!(status_name(status_from_name(s).unwrap()), s);
         }
     }

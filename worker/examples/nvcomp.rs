@@ -1,16 +1,7 @@
 use tensortune_kernels::*;
 fn main() {
     let inc = tensortune_worker::nvrtc::find_include_dir().expect("include");
-    let w = Workload::Matmul(
-        Matmul::new(
-            512,
-            64,
-            512,
-            Layout::Nn,
-            Types::default_for(DType::F16).unwrap(),
-        )
-        .unwrap(),
-    );
+    let w = Workload::Matmul(Matmul::new(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap());
     let v = template::valid_configs(&gemm::WmmaGemm, &w, &Target::sm90()).unwrap();
     let specs: Vec<_> = v
         .iter()
@@ -22,10 +13,7 @@ fn main() {
     for s in &specs {
         let _ = tensortune_worker::nvrtc::compile(&s.source, &s.name, "sm_90", &inc);
     }
-    println!(
-        "one by one: {:.0} ms/kernel",
-        t.elapsed().as_secs_f64() * 1e3 / specs.len() as f64
-    );
+    println!("one by one: {:.0} ms/kernel", t.elapsed().as_secs_f64() * 1e3 / specs.len() as f64);
     let mut batch = String::from(cuda::PREAMBLE);
     for s in &specs {
         batch.push_str(s.source.strip_prefix(cuda::PREAMBLE).unwrap());

@@ -80,9 +80,7 @@ pub fn find_include_dir() -> Option<PathBuf> {
         candidates.extend(exe.ancestors().map(|d| d.join(wheel)));
     }
     candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(wheel));
-    candidates
-        .into_iter()
-        .find(|d| d.join("mma.h").is_file() && d.join("cuda_fp16.h").is_file())
+    candidates.into_iter().find(|d| d.join("mma.h").is_file() && d.join("cuda_fp16.h").is_file())
 }
 
 /// The flags every kernel is compiled with.
@@ -107,31 +105,22 @@ impl Drop for Program {
 }
 
 fn check(r: sys::nvrtcResult) -> Result<(), sys::nvrtcResult> {
-    if r == sys::nvrtcResult::NVRTC_SUCCESS {
-        Ok(())
-    } else {
-        Err(r)
-    }
+    if r == sys::nvrtcResult::NVRTC_SUCCESS { Ok(()) } else { Err(r) }
 }
 
 /// Compiles `source` to a cubin for `arch` (e.g. `sm_90`), with headers from `include_dir`.
-pub fn compile(
-    source: &str,
-    name: &str,
-    arch: &str,
-    include_dir: &Path,
-) -> Result<Compiled, CompileError> {
+pub fn compile(source: &str, name: &str, arch: &str, include_dir: &Path) -> Result<Compiled, CompileError> {
     if !available() {
         return Err(CompileError::Unavailable(
-            "libnvrtc.so.13 was not found; put its directory on LD_LIBRARY_PATH (scripts/setup-nvrtc.sh installs it)".into(),
+            "libnvrtc.so.13 was not found; put its directory on LD_LIBRARY_PATH (scripts/setup-nvrtc.sh installs it)"
+                .into(),
         ));
     }
     let start = Instant::now();
     let flags = flags(arch, include_dir);
-    let src = CString::new(source)
-        .map_err(|_| CompileError::Unavailable("source contains a NUL byte".into()))?;
-    let cname = CString::new(format!("{name}.cu"))
-        .map_err(|_| CompileError::Unavailable("name contains a NUL byte".into()))?;
+    let src = CString::new(source).map_err(|_| CompileError::Unavailable("source contains a NUL byte".into()))?;
+    let cname =
+        CString::new(format!("{name}.cu")).map_err(|_| CompileError::Unavailable("name contains a NUL byte".into()))?;
     let failed = |code: sys::nvrtcResult, log: String| CompileError::Failed {
         code: format!("{code:?}"),
         flags: flags.join(" "),
@@ -141,67 +130,44 @@ pub fn compile(
     let mut raw = std::ptr::null_mut();
     // SAFETY: src and cname outlive the call; no headers are passed in memory.
     check(unsafe {
-        sys::nvrtcCreateProgram(
-            &mut raw,
-            src.as_ptr(),
-            cname.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-        )
+        sys::nvrtcCreateProgram(&mut raw, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
     })
     .map_err(|c| failed(c, String::new()))?;
     let prog = Program(raw);
 
-    let cflags: Vec<CString> = flags
-        .iter()
-        .map(|f| CString::new(f.as_str()).expect("flags have no NUL"))
-        .collect();
+    let cflags: Vec<CString> = flags.iter().map(|f| CString::new(f.as_str()).expect("flags have no NUL")).collect();
     let ptrs: Vec<*const c_char> = cflags.iter().map(|f| f.as_ptr()).collect();
     // SAFETY: prog is live; ptrs point into cflags, which outlives the call.
-    let compiled =
-        check(unsafe { sys::nvrtcCompileProgram(prog.0, ptrs.len() as i32, ptrs.as_ptr()) });
+    let compiled = check(unsafe { sys::nvrtcCompileProgram(prog.0, ptrs.len() as i32, ptrs.as_ptr()) });
     let log = program_log(&prog);
     if let Err(code) = compiled {
         return Err(failed(code, log));
     }
     let mut size = 0usize;
     // SAFETY: prog compiled successfully; size is a valid out-pointer.
-    check(unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) })
-        .map_err(|c| failed(c, log.clone()))?;
+    check(unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) }).map_err(|c| failed(c, log.clone()))?;
     let mut cubin = vec![0u8; size];
     // SAFETY: cubin has exactly the size NVRTC reported.
-    check(unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr().cast()) })
-        .map_err(|c| failed(c, log.clone()))?;
+    check(unsafe { sys::nvrtcGetCUBIN(prog.0, cubin.as_mut_ptr().cast()) }).map_err(|c| failed(c, log.clone()))?;
     if cubin.is_empty() {
         return Err(failed(
             sys::nvrtcResult::NVRTC_ERROR_INVALID_OPTION,
             format!("no cubin produced (is {arch} a real architecture?)\n{log}"),
         ));
     }
-    Ok(Compiled {
-        cubin,
-        log,
-        ms: start.elapsed().as_secs_f64() * 1e3,
-    })
+    Ok(Compiled { cubin, log, ms: start.elapsed().as_secs_f64() * 1e3 })
 }
 
 fn program_log(prog: &Program) -> String {
     let mut size = 0usize;
     // SAFETY: prog is live; size is a valid out-pointer.
-    if unsafe { sys::nvrtcGetProgramLogSize(prog.0, &mut size) } != sys::nvrtcResult::NVRTC_SUCCESS
-        || size == 0
-    {
+    if unsafe { sys::nvrtcGetProgramLogSize(prog.0, &mut size) } != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
         return String::new();
     }
     let mut buf = vec![0u8; size];
     // SAFETY: buf has the size NVRTC reported, including the terminating NUL.
-    if unsafe { sys::nvrtcGetProgramLog(prog.0, buf.as_mut_ptr().cast()) }
-        != sys::nvrtcResult::NVRTC_SUCCESS
-    {
+    if unsafe { sys::nvrtcGetProgramLog(prog.0, buf.as_mut_ptr().cast()) } != sys::nvrtcResult::NVRTC_SUCCESS {
         return String::new();
     }
-    CStr::from_bytes_until_nul(&buf)
-        .map(|s| s.to_string_lossy().trim_end().to_owned())
-        .unwrap_or_default()
+    CStr::from_bytes_until_nul(&buf).map(|s| s.to_string_lossy().trim_end().to_owned()).unwrap_or_default()
 }
