@@ -1,0 +1,240 @@
+//! The contract between the worker daemon and its measuring child process, and the `Executor`
+//! trait every device backend (cuda, sim) implements.
+//!
+//! The daemon compiles (NVRTC on a CPU pool) and talks to the tracker; a child process owns the GPU
+//! and runs one [`MeasureRequest`] at a time through an [`Executor`]. A kernel that faults, traps
+//! or hangs can then only take the child down: the daemon reports the task as `launch_error` or
+//! `timeout` and starts a fresh child. Frames on the child's stdin/stdout are a little-endian `u32`
+//! byte length followed by that many bytes of JSON (binary images are base64 inside the JSON).
+
+use serde::{Deserialize, Serialize};
+use tensortune_kernels::support::Tolerance;
+use tensortune_kernels::{Arg, Workload};
+
+/// Outcome classes of one measurement (mirrors `pb::RecordStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Verified and timed.
+    Ok,
+    /// The config cannot run on this device (found at load time: registers, threads, shared memory).
+    InvalidConfig,
+    /// NVRTC rejected the source.
+    CompileError,
+    /// The kernel faulted or could not be launched.
+    LaunchError,
+    /// The output differs from the reference.
+    WrongResult,
+    /// The measurement ran past its deadline.
+    Timeout,
+    /// The GPU stopped answering.
+    DeviceLost,
+}
+
+/// How to launch a compiled kernel (a `KernelSpec` without its source).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// Kernel identity.
+    pub name: String,
+    /// `extern "C"` entry point in the image.
+    pub entry: String,
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
+    /// Dynamic shared memory, bytes.
+    pub smem_bytes: u32,
+    /// Scratch buffer, bytes; zero-filled once when allocated (kernels leave it zeroed).
+    pub workspace_bytes: u64,
+    /// Buffers in argument order.
+    pub args: Vec<Arg>,
+}
+
+/// What the child needs to measure one config.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MeasureRequest {
+    /// The tracker's task id (for logs).
+    pub task_id: u64,
+    /// The workload.
+    pub workload: Workload,
+    /// The workload's canonical key (cache key for buffers, references and baselines).
+    pub workload_key: String,
+    /// The kernel under test.
+    pub launch: Launch,
+    /// Its cubin for this device's exact architecture (empty on `sim`).
+    #[serde(with = "b64")]
+    pub cubin: Vec<u8>,
+    /// The workload's support module (`kernels::support`), compiled for this device; empty when
+    /// the child already holds it for `workload_key` (it says so in `Hello`/earlier responses).
+    #[serde(with = "b64")]
+    pub support_cubin: Vec<u8>,
+    /// How far outputs may be from the reference.
+    pub tolerance: Tolerance,
+    /// Timing samples to take.
+    pub samples: u32,
+    /// Minimum GPU time of one sample in milliseconds; the launch batch grows until a sample
+    /// takes at least this long (and holds at least `min_batch` launches).
+    pub min_sample_ms: f64,
+    /// Fewest launches per sample.
+    pub min_batch: u32,
+    /// Whether to time the vendor library if this child has no baseline for the workload yet.
+    pub baseline: bool,
+    /// The analytic model's time, microseconds (what `sim` reports).
+    pub model_us: f64,
+    /// The analytic vendor time, microseconds (what `sim` reports as baseline).
+    pub vendor_model_us: f64,
+}
+
+/// What the child measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MeasureOutcome {
+    /// Outcome class.
+    pub status: Status,
+    /// Fault text, first mismatch, or empty.
+    pub error: String,
+    /// Per-launch time of every sample, microseconds.
+    pub samples_us: Vec<f64>,
+    /// Median of `samples_us`.
+    pub median_us: f64,
+    /// (max - min) / median.
+    pub spread: f64,
+    /// Launches per sample.
+    pub batch: u32,
+    /// Vendor time for the workload in this child session, microseconds.
+    pub baseline_us: Option<f64>,
+    /// Which vendor call was timed (`cublasGemmEx`, `cublasLtMatmul`, `model`).
+    pub baseline_kind: String,
+    /// Worst absolute error of the full-output check.
+    pub max_abs_err: Option<f64>,
+    /// Worst relative error.
+    pub max_rel_err: Option<f64>,
+    /// Registers per thread of the loaded kernel.
+    pub registers: u32,
+    /// Static + dynamic shared memory per block.
+    pub smem_bytes: u32,
+    /// Wall time spent on the GPU side, milliseconds.
+    pub measure_ms: f64,
+    /// SM clock read around the measurement, MHz (0 when unknown).
+    pub sm_clock_mhz: u32,
+}
+
+impl MeasureOutcome {
+    /// An outcome with only a status and an error text.
+    pub fn failed(status: Status, error: impl Into<String>) -> MeasureOutcome {
+        MeasureOutcome {
+            status,
+            error: error.into(),
+            samples_us: Vec::new(),
+            median_us: 0.0,
+            spread: 0.0,
+            batch: 0,
+            baseline_us: None,
+            baseline_kind: String::new(),
+            max_abs_err: None,
+            max_rel_err: None,
+            registers: 0,
+            smem_bytes: 0,
+            measure_ms: 0.0,
+            sm_clock_mhz: 0,
+        }
+    }
+}
+
+/// Static facts about the device a child drives (provenance and validity limits).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceFacts {
+    /// Device class key (`tensortune_kernels::target::class_key`), or `sim`.
+    pub class_key: String,
+    /// Marketing name.
+    pub name: String,
+    /// Compute capability as major*10+minor.
+    pub arch: u32,
+    /// SMs.
+    pub sm_count: u32,
+    /// Threads per block.
+    pub max_threads_per_block: u32,
+    /// Opt-in shared memory per block, bytes.
+    pub max_smem_per_block: u32,
+    /// Shared memory per SM, bytes.
+    pub smem_per_sm: u32,
+    /// Registers per SM.
+    pub regs_per_sm: u32,
+    /// L2 size, bytes.
+    pub l2_bytes: u64,
+    /// Device memory, bytes.
+    pub memory_bytes: u64,
+    /// GPU UUID.
+    pub uuid: String,
+    /// Driver version, e.g. "13.0".
+    pub driver_version: String,
+    /// CUDA version the driver supports.
+    pub cuda_version: String,
+    /// Maximum SM clock, MHz.
+    pub sm_clock_mhz: u32,
+    /// Memory clock, MHz.
+    pub mem_clock_mhz: u32,
+}
+
+/// Daemon -> child.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// Describe the device (first message after start).
+    Hello,
+    /// Measure one config.
+    Measure(Box<MeasureRequest>),
+    /// Exit cleanly.
+    Shutdown,
+}
+
+/// Child -> daemon.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    /// Answer to `Hello`.
+    Hello(DeviceFacts),
+    /// Answer to `Measure`. `support_loaded` lists the workload keys whose support module the
+    /// child holds, so the daemon can stop sending them.
+    Measured {
+        /// The outcome.
+        outcome: MeasureOutcome,
+        /// Workload keys with a loaded support module.
+        support_loaded: Vec<String>,
+        /// True when the CUDA context is no longer usable (a sticky error): the daemon must
+        /// replace this child before the next measurement.
+        poisoned: bool,
+    },
+    /// The child could not start (no GPU, driver missing): the text says why.
+    Fatal(String),
+}
+
+/// A device backend, driven by the child process's request loop on one thread.
+pub trait Executor {
+    /// Facts about the device.
+    fn facts(&self) -> DeviceFacts;
+
+    /// Measures one config. Never panics on a bad kernel: faults become `launch_error` outcomes,
+    /// and `poisoned()` turns true when the context cannot be used again.
+    fn measure(&mut self, request: &MeasureRequest) -> MeasureOutcome;
+
+    /// Workload keys whose support module is loaded.
+    fn support_loaded(&self) -> Vec<String>;
+
+    /// Whether a sticky error left the device unusable for further work.
+    fn poisoned(&self) -> bool;
+}
+
+mod b64 {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD.decode(text.as_bytes()).map_err(serde::de::Error::custom)
+    }
+}
