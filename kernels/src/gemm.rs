@@ -169,19 +169,19 @@ impl Plan {
         let reject = |why: String| Err(Error::Rejected(why));
         let (fname, fm, fn_, fk) = self.frag;
         let w = &self.w;
-        if self.bm % (self.warps_m * fm) != 0 {
+        if !self.bm.is_multiple_of(self.warps_m * fm) {
             return reject(format!(
                 "block_m {} is not a multiple of warps_m {} x fragment m {fm} ({fname})",
                 self.bm, self.warps_m
             ));
         }
-        if self.bn % (self.warps_n * fn_) != 0 {
+        if !self.bn.is_multiple_of(self.warps_n * fn_) {
             return reject(format!(
                 "block_n {} is not a multiple of warps_n {} x fragment n {fn_} ({fname})",
                 self.bn, self.warps_n
             ));
         }
-        if self.bk % fk != 0 {
+        if !self.bk.is_multiple_of(fk) {
             return reject(format!("block_k {} is not a multiple of the fragment k {fk}", self.bk));
         }
         for (name, tile, dim) in [("block_m", self.bm, w.m), ("block_n", self.bn, w.n)] {
@@ -300,7 +300,7 @@ impl Plan {
             ("A", if w.layout.a_k_contiguous() { self.bk } else { self.bm }),
             ("B", if w.layout.b_k_contiguous() { self.bk } else { self.bn }),
         ] {
-            if ((cols + self.skew) * e) % 16 != 0 {
+            if !((cols + self.skew) * e).is_multiple_of(16) {
                 return reject(format!(
                     "the {what} tile's row pitch of {} bytes is not a multiple of the 16 bytes WMMA needs",
                     (cols + self.skew) * e

@@ -1,34 +1,299 @@
-//! The `cuda` device backend (cudarc): loads cubins, verifies against the float64 reference, times
-//! by CUDA-graph replay and times the vendor baseline the same way. Runs inside the child process.
+//! The `cuda` device backend (cudarc): loads cubins, verifies every output element against the
+//! float64 reference, times by CUDA-graph replay, and times the vendor baseline the same way, on the
+//! same buffers. Runs inside the measuring child process, one request at a time.
 
-use crate::protocol::{DeviceFacts, Executor, MeasureOutcome, MeasureRequest};
+mod blas;
+mod device;
+mod timing;
+mod workload;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig};
+use cudarc::nvrtc::Ptx;
+use tensortune_kernels::Workload;
+
+use crate::protocol::{DeviceFacts, Executor, MeasureOutcome, MeasureRequest, Status};
+use device::{Context, CudaFailure, DevBuf, launch};
+use workload::{InputSet, WorkloadState};
+
+/// Workloads whose buffers stay resident; older ones are freed (a 4096^3 f16 workload holds
+/// about 0.6 GB: inputs twice, output, and three float64 reference arrays).
+const RESIDENT_WORKLOADS: usize = 2;
+/// Shared memory a block may use without opting in.
+const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
 
 /// Drives one GPU.
 pub struct CudaExecutor {
-    _private: (),
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    facts: DeviceFacts,
+    blas: Option<Result<blas::Blas, String>>,
+    workloads: VecDeque<WorkloadState>,
+    /// Vendor time (or why there is none) per workload key, for this session.
+    baselines: HashMap<String, (Option<f64>, String)>,
+    poisoned: bool,
 }
+
+/// A failed measurement: the status to report and the text.
+struct Fail(Status, String);
 
 impl CudaExecutor {
     /// Opens GPU `ordinal`. Fails with a plain message when there is no driver or no such GPU.
     pub fn new(ordinal: usize) -> anyhow::Result<CudaExecutor> {
-        anyhow::bail!("cuda:{ordinal}: the cuda backend is not built yet")
+        // SAFETY: only tries to dlopen libcuda by its candidate names.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            anyhow::bail!("cuda:{ordinal}: the CUDA driver (libcuda.so) was not found; is this a GPU machine?");
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| anyhow::anyhow!("cuda:{ordinal}: cannot open the GPU: {e:?}"))?;
+        // SAFETY: this backend never hands cudarc-tracked slices to more than one stream: every
+        // kernel argument is a raw pointer and all work goes to the one stream below.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(|e| anyhow::anyhow!("cuda:{ordinal}: cannot create a stream: {e:?}"))?;
+        let facts = device::facts(&ctx).map_err(|e| anyhow::anyhow!("cuda:{ordinal}: {e}"))?;
+        Ok(CudaExecutor {
+            ctx,
+            stream,
+            facts,
+            blas: None,
+            workloads: VecDeque::new(),
+            baselines: HashMap::new(),
+            poisoned: false,
+        })
+    }
+
+    /// Classifies a driver failure, marking the context poisoned when the error is sticky.
+    fn fail(&mut self, f: CudaFailure) -> Fail {
+        if f.is_sticky() || self.ctx.synchronize().is_err() {
+            self.poisoned = true;
+        }
+        if f.is_resource_limit() && !self.poisoned {
+            Fail(Status::InvalidConfig, format!("the GPU refused the launch: {f}"))
+        } else {
+            Fail(Status::LaunchError, f.to_string())
+        }
+    }
+
+    /// The state of `req.workload`, created from the support module when not resident.
+    fn workload_index(&mut self, req: &MeasureRequest) -> Result<usize, Fail> {
+        if let Some(i) = self.workloads.iter().position(|w| w.workload.key() == req.workload_key) {
+            return Ok(i);
+        }
+        if req.support_cubin.is_empty() {
+            return Err(Fail(
+                Status::LaunchError,
+                format!("the support module of {} was not sent to this child (daemon bug)", req.workload_key),
+            ));
+        }
+        while self.workloads.len() >= RESIDENT_WORKLOADS {
+            self.workloads.pop_front();
+        }
+        let state = WorkloadState::new(&self.ctx, &self.stream, &req.workload, &req.support_cubin).map_err(|f| self.fail(f))?;
+        tracing::debug!(workload = %req.workload_key, mib = state.bytes() >> 20, "workload resident");
+        self.workloads.push_back(state);
+        Ok(self.workloads.len() - 1)
+    }
+
+    /// Loads the kernel and checks it can launch with the requested shape.
+    fn load(&mut self, req: &MeasureRequest) -> Result<(CudaFunction, u32, u32), Fail> {
+        let l = &req.launch;
+        let module = self.ctx.load_module(Ptx::from_binary(req.cubin.clone())).when(|| format!("when loading {}", l.name)).map_err(|f| self.fail(f))?;
+        let func = module.load_function(&l.entry).when(|| format!("when looking up {}", l.entry)).map_err(|f| self.fail(f))?;
+        let attr = |a: FnAttr| func.get_attribute(a).map(|v| v.max(0) as u32);
+        let regs = attr(FnAttr::CU_FUNC_ATTRIBUTE_NUM_REGS).unwrap_or(0);
+        let static_smem = attr(FnAttr::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES).unwrap_or(0);
+        let max_threads = attr(FnAttr::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK).unwrap_or(0);
+        let threads: u32 = l.block.iter().product();
+        if threads > max_threads {
+            return Err(Fail(
+                Status::InvalidConfig,
+                format!("{} uses {regs} registers per thread, so a block may have at most {max_threads} threads; the config launches {threads}", l.name),
+            ));
+        }
+        let smem = static_smem + l.smem_bytes;
+        if smem > self.facts.max_smem_per_block {
+            return Err(Fail(
+                Status::InvalidConfig,
+                format!("{} needs {smem} bytes of shared memory; this GPU allows {} per block", l.name, self.facts.max_smem_per_block),
+            ));
+        }
+        if l.smem_bytes > DEFAULT_SMEM_LIMIT {
+            func.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.smem_bytes as i32)
+                .when(|| format!("when opting {} into {} bytes of shared memory", l.name, l.smem_bytes))
+                .map_err(|f| self.fail(f))?;
+        }
+        Ok((func, regs, smem))
+    }
+
+    /// One launch of the kernel under test on `set`, then a full check against the reference.
+    fn run_and_check(&mut self, wi: usize, func: &CudaFunction, req: &MeasureRequest, ws: Option<&DevBuf>) -> Result<(f64, f64), Fail> {
+        let l = &req.launch;
+        let cfg = launch_config(l);
+        let w = &self.workloads[wi];
+        let args = w.args(&l.args, InputSet::Check, ws);
+        let r = w
+            .poison(&self.stream)
+            .and_then(|_| launch(&self.stream, func, cfg, &args).when(|| format!("when launching {}", l.name)))
+            .and_then(|_| self.stream.synchronize().when(|| format!("when running {}", l.name)));
+        r.map_err(|f| self.fail(f))?;
+        let w = &self.workloads[wi];
+        let cmp = w.compare(&self.stream, &req.tolerance).map_err(|f| self.fail(f))?;
+        if cmp.failures > 0 {
+            let w = &self.workloads[wi];
+            let detail = match cmp.first_bad {
+                Some(i) => match w.value_at(&self.stream, i) {
+                    Ok((got, want)) => format!("first at {}: got {got}, expected {want}", w.describe(i)),
+                    Err(e) => format!("first at {} ({e})", w.describe(i)),
+                },
+                None => String::new(),
+            };
+            return Err(Fail(
+                Status::WrongResult,
+                format!(
+                    "{} of {} outputs differ from the reference ({} never written); max abs error {:.3e}, max rel error {:.3e}; {detail}",
+                    cmp.failures,
+                    tensortune_kernels::support::operand_elements(&w.workload).2,
+                    cmp.unwritten,
+                    cmp.max_abs,
+                    cmp.max_rel
+                ),
+            ));
+        }
+        Ok((cmp.max_abs, cmp.max_rel))
+    }
+
+    fn measure_inner(&mut self, req: &MeasureRequest) -> Result<MeasureOutcome, Fail> {
+        let wi = self.workload_index(req)?;
+        let (func, registers, smem_bytes) = self.load(req)?;
+        let ws = match req.launch.workspace_bytes {
+            0 => None,
+            n => Some(DevBuf::zeroed(&self.ctx, &self.stream, n as usize).map_err(|f| self.fail(f))?),
+        };
+        let (max_abs, max_rel) = self.run_and_check(wi, &func, req, ws.as_ref())?;
+
+        let cfg = launch_config(&req.launch);
+        let args = self.workloads[wi].args(&req.launch.args, InputSet::Timing, ws.as_ref());
+        let name = req.launch.name.clone();
+        let timing = timing::time(&self.ctx, &self.stream, req.samples.max(1), req.min_sample_ms, |s| {
+            launch(s, &func, cfg, &args).when(|| format!("when launching {name}"))
+        })
+        .map_err(|f| self.fail(f))?;
+
+        // The same check after hundreds of launches: catches state a kernel leaves behind (split-K
+        // counters) and races that only show on later runs.
+        self.run_and_check(wi, &func, req, ws.as_ref()).map_err(|Fail(status, text)| {
+            Fail(status, format!("passed the first check, then failed after {} timed launches: {text}", timing.batch * (req.samples + 1)))
+        })?;
+
+        if req.baseline && !self.baselines.contains_key(&req.workload_key) {
+            let b = self.baseline(wi, req);
+            self.baselines.insert(req.workload_key.clone(), b);
+        }
+        let (baseline_us, baseline_kind) = self.baselines.get(&req.workload_key).cloned().unwrap_or((None, String::new()));
+        Ok(MeasureOutcome {
+            status: Status::Ok,
+            error: String::new(),
+            samples_us: timing.samples_us,
+            median_us: timing.median_us,
+            spread: timing.spread,
+            batch: timing.batch,
+            baseline_us,
+            baseline_kind,
+            max_abs_err: Some(max_abs),
+            max_rel_err: Some(max_rel),
+            registers,
+            smem_bytes,
+            measure_ms: 0.0,
+            sm_clock_mhz: 0,
+        })
+    }
+
+    /// Times the vendor library on the workload's timing set; cross-checks its output on the
+    /// check set against our reference, so a broken reference cannot pass unnoticed.
+    fn baseline(&mut self, wi: usize, req: &MeasureRequest) -> (Option<f64>, String) {
+        let Workload::Matmul(mm) = self.workloads[wi].workload else {
+            return (None, "none: the cuDNN baseline for conv2d is not wired yet".into());
+        };
+        if self.blas.is_none() {
+            self.blas = Some(blas::Blas::new(&self.stream));
+        }
+        let blas = match self.blas.as_ref().expect("set above") {
+            Ok(b) => b,
+            Err(e) => return (None, format!("none: {e}")),
+        };
+        let w = &self.workloads[wi];
+        let d = w.d.ptr;
+        let (a, b) = w.inputs(InputSet::Check);
+        let mut kind = "cublasGemmEx".to_string();
+        let checked = w.poison(&self.stream).and_then(|_| blas.gemm(&mm, a, b, d)).and_then(|_| w.compare(&self.stream, &req.tolerance));
+        match checked {
+            Ok(c) if c.failures == 0 => {}
+            Ok(c) => {
+                tracing::warn!(workload = %req.workload_key, failures = c.failures, max_abs = c.max_abs, "cuBLAS disagrees with the reference");
+                kind.push_str(&format!(" (its output failed our check: {} elements, max abs error {:.3e})", c.failures, c.max_abs));
+            }
+            Err(f) => {
+                let text = f.to_string();
+                if f.is_sticky() {
+                    self.poisoned = true;
+                }
+                return (None, format!("none: {text}"));
+            }
+        }
+        let (a, b) = w.inputs(InputSet::Timing);
+        match timing::time(&self.ctx, &self.stream, req.samples.max(1), req.min_sample_ms, |_| blas.gemm(&mm, a, b, d)) {
+            Ok(t) => (Some(t.median_us), kind),
+            Err(f) => {
+                if f.is_sticky() {
+                    self.poisoned = true;
+                }
+                (None, format!("none: {f}"))
+            }
+        }
+    }
+}
+
+fn launch_config(l: &crate::protocol::Launch) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (l.grid[0], l.grid[1], l.grid[2]),
+        block_dim: (l.block[0], l.block[1], l.block[2]),
+        shared_mem_bytes: l.smem_bytes,
     }
 }
 
 impl Executor for CudaExecutor {
     fn facts(&self) -> DeviceFacts {
-        unreachable!("CudaExecutor::new never succeeds yet")
+        self.facts.clone()
     }
 
-    fn measure(&mut self, _request: &MeasureRequest) -> MeasureOutcome {
-        unreachable!("CudaExecutor::new never succeeds yet")
+    fn measure(&mut self, request: &MeasureRequest) -> MeasureOutcome {
+        let start = Instant::now();
+        if self.poisoned {
+            return MeasureOutcome::failed(Status::DeviceLost, "this child's CUDA context was lost to an earlier fault");
+        }
+        let mut outcome = match self.measure_inner(request) {
+            Ok(o) => o,
+            Err(Fail(status, text)) => {
+                let mut o = MeasureOutcome::failed(status, text);
+                if let Some((us, kind)) = self.baselines.get(&request.workload_key) {
+                    o.baseline_us = *us;
+                    o.baseline_kind = kind.clone();
+                }
+                o
+            }
+        };
+        outcome.measure_ms = start.elapsed().as_secs_f64() * 1e3;
+        outcome
     }
 
     fn support_loaded(&self) -> Vec<String> {
-        Vec::new()
+        self.workloads.iter().map(|w| w.workload.key()).collect()
     }
 
     fn poisoned(&self) -> bool {
-        false
+        self.poisoned
     }
 }

@@ -1,0 +1,229 @@
+//! Everything a workload needs on the GPU, made once per child session: the support module, the
+//! input sets (a check set whose products sum exactly, a full-precision timing set), C, the output,
+//! the float64 reference with its error scales, and the comparison statistics.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, result};
+use cudarc::nvrtc::Ptx;
+use tensortune_kernels::support::{self, Tolerance};
+use tensortune_kernels::{Arg, Workload};
+
+use super::device::{Context, CudaFailure, DevBuf, KArg, grid_for, launch};
+
+/// Seeds of the generated inputs: fixed, so every worker checks against the same data.
+const SEED_A_CHECK: u32 = 0x0a11;
+const SEED_B_CHECK: u32 = 0x0b22;
+const SEED_A_TIME: u32 = 0x1a33;
+const SEED_B_TIME: u32 = 0x1b44;
+const SEED_C: u32 = 0x0c55;
+
+/// Which input set a launch reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum InputSet {
+    /// Multiples of 1/8 (or integers): exact products, exact f32 sums.
+    Check,
+    /// Full-precision uniform values: what timings run on.
+    Timing,
+}
+
+/// Result of comparing the output with the reference.
+#[derive(Clone, Debug)]
+pub(crate) struct Comparison {
+    pub(crate) max_abs: f64,
+    pub(crate) max_rel: f64,
+    pub(crate) failures: u64,
+    pub(crate) first_bad: Option<u64>,
+    pub(crate) unwritten: u64,
+}
+
+pub(crate) struct WorkloadState {
+    pub(crate) workload: Workload,
+    _module: Arc<CudaModule>,
+    f_poison: CudaFunction,
+    f_compare: CudaFunction,
+    a_check: DevBuf,
+    b_check: DevBuf,
+    a_time: DevBuf,
+    b_time: DevBuf,
+    c: DevBuf,
+    pub(crate) d: DevBuf,
+    reference: DevBuf,
+    sq: DevBuf,
+    mag: DevBuf,
+    stats: DevBuf,
+    out_elems: u64,
+}
+
+impl WorkloadState {
+    /// Loads the support module, allocates and fills every buffer and computes the reference.
+    pub(crate) fn new(
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        workload: &Workload,
+        support_cubin: &[u8],
+    ) -> Result<WorkloadState, CudaFailure> {
+        let key = workload.key();
+        let module = ctx.load_module(Ptx::from_binary(support_cubin.to_vec())).when(|| format!("when loading the support module of {key}"))?;
+        let func = |name: &str| module.load_function(name).when(|| format!("when looking up {name} in the support module"));
+        let f_fill_in = func("tt_fill_in")?;
+        let f_fill_out = func("tt_fill_out")?;
+        let f_poison = func("tt_poison")?;
+        let f_reference = func("tt_reference")?;
+        let f_compare = func("tt_compare")?;
+
+        let t = workload.types();
+        let (a_elems, b_elems, out_elems) = support::operand_elements(workload);
+        let (ein, eout) = (t.input.bytes() as usize, t.output.bytes() as usize);
+        let alloc = |elems: u64, size: usize| DevBuf::new(ctx, elems as usize * size);
+        let state = WorkloadState {
+            workload: *workload,
+            f_poison,
+            f_compare,
+            a_check: alloc(a_elems, ein)?,
+            b_check: alloc(b_elems, ein)?,
+            a_time: alloc(a_elems, ein)?,
+            b_time: alloc(b_elems, ein)?,
+            c: alloc(out_elems, eout)?,
+            d: alloc(out_elems, eout)?,
+            reference: alloc(out_elems, 8)?,
+            sq: alloc(out_elems, 8)?,
+            mag: alloc(out_elems, 8)?,
+            stats: DevBuf::new(ctx, 256)?,
+            out_elems,
+            _module: module.clone(),
+        };
+        let fill = |f: &CudaFunction, buf: &DevBuf, n: u64, seed: u32, check: bool| {
+            launch(stream, f, grid_for(n), &[KArg::Ptr(buf.ptr), KArg::U64(n), KArg::U32(seed), KArg::I32(check as i32)])
+                .when(|| format!("when generating inputs for {key}"))
+        };
+        fill(&f_fill_in, &state.a_check, a_elems, SEED_A_CHECK, true)?;
+        fill(&f_fill_in, &state.b_check, b_elems, SEED_B_CHECK, true)?;
+        fill(&f_fill_in, &state.a_time, a_elems, SEED_A_TIME, false)?;
+        fill(&f_fill_in, &state.b_time, b_elems, SEED_B_TIME, false)?;
+        fill(&f_fill_out, &state.c, out_elems, SEED_C, true)?;
+        launch(
+            stream,
+            &f_reference,
+            grid_for(out_elems),
+            &[
+                KArg::Ptr(state.a_check.ptr),
+                KArg::Ptr(state.b_check.ptr),
+                KArg::Ptr(state.c.ptr),
+                KArg::Ptr(state.reference.ptr),
+                KArg::Ptr(state.sq.ptr),
+                KArg::Ptr(state.mag.ptr),
+            ],
+        )
+        .when(|| format!("when computing the reference of {key}"))?;
+        stream.synchronize().when(|| format!("when computing the reference of {key}"))?;
+        Ok(state)
+    }
+
+    /// Device pointers for a generated kernel's arguments.
+    pub(crate) fn args(&self, args: &[Arg], set: InputSet, workspace: Option<&DevBuf>) -> Vec<KArg> {
+        args.iter()
+            .map(|a| {
+                KArg::Ptr(match (a, set) {
+                    (Arg::A, InputSet::Check) => self.a_check.ptr,
+                    (Arg::A, InputSet::Timing) => self.a_time.ptr,
+                    (Arg::B, InputSet::Check) => self.b_check.ptr,
+                    (Arg::B, InputSet::Timing) => self.b_time.ptr,
+                    (Arg::C, _) => self.c.ptr,
+                    (Arg::D, _) => self.d.ptr,
+                    // A kernel that needs no workspace still gets a valid pointer.
+                    (Arg::Workspace, _) => workspace.map_or(self.stats.ptr, |w| w.ptr),
+                })
+            })
+            .collect()
+    }
+
+    /// The A/B pointers of an input set (for the vendor baseline).
+    pub(crate) fn inputs(&self, set: InputSet) -> (u64, u64) {
+        match set {
+            InputSet::Check => (self.a_check.ptr, self.b_check.ptr),
+            InputSet::Timing => (self.a_time.ptr, self.b_time.ptr),
+        }
+    }
+
+    /// Fills the output with poison (NaN, or a sentinel for integers) so unwritten elements show.
+    pub(crate) fn poison(&self, stream: &CudaStream) -> Result<(), CudaFailure> {
+        launch(stream, &self.f_poison, grid_for(self.out_elems), &[KArg::Ptr(self.d.ptr), KArg::U64(self.out_elems)])
+            .when(|| "when poisoning the output".into())
+    }
+
+    /// Compares every output element with the reference.
+    pub(crate) fn compare(&self, stream: &CudaStream, tol: &Tolerance) -> Result<Comparison, CudaFailure> {
+        self.stats.write_u64(stream, &[0, 0, 0, u64::MAX, 0])?;
+        launch(
+            stream,
+            &self.f_compare,
+            grid_for(self.out_elems),
+            &[
+                KArg::Ptr(self.d.ptr),
+                KArg::Ptr(self.reference.ptr),
+                KArg::Ptr(self.sq.ptr),
+                KArg::Ptr(self.mag.ptr),
+                KArg::F64(tol.acc),
+                KArg::F64(tol.out),
+                KArg::Ptr(self.stats.ptr),
+            ],
+        )
+        .when(|| "when comparing with the reference".into())?;
+        let s = self.stats.read_u64::<5>(stream)?;
+        Ok(Comparison {
+            max_abs: f64::from_bits(s[0]),
+            max_rel: f64::from_bits(s[1]),
+            failures: s[2],
+            first_bad: (s[3] != u64::MAX).then_some(s[3]),
+            unwritten: s[4],
+        })
+    }
+
+    /// The output element `index` and its reference value, read back to the host.
+    pub(crate) fn value_at(&self, stream: &CudaStream, index: u64) -> Result<(f64, f64), CudaFailure> {
+        use tensortune_kernels::DType;
+        stream.synchronize().when(|| "waiting for the stream".into())?;
+        let out = self.workload.types().output;
+        let size = out.bytes() as u64;
+        let mut raw = [0u8; 4];
+        let mut expected = [0f64; 1];
+        // SAFETY: index < out_elems (it came from the comparison), so both reads are in bounds.
+        unsafe {
+            result::memcpy_dtoh_sync(&mut raw[..size as usize], self.d.ptr + index * size)
+                .when(|| "reading an output element".into())?;
+            result::memcpy_dtoh_sync(&mut expected, self.reference.ptr + index * 8)
+                .when(|| "reading a reference element".into())?;
+        }
+        let got = match out {
+            DType::F16 => half::f16::from_le_bytes([raw[0], raw[1]]).to_f64(),
+            DType::Bf16 => half::bf16::from_le_bytes([raw[0], raw[1]]).to_f64(),
+            DType::F32 => f32::from_le_bytes(raw) as f64,
+            DType::I32 => i32::from_le_bytes(raw) as f64,
+            DType::I8 => raw[0] as i8 as f64,
+        };
+        Ok((got, expected[0]))
+    }
+
+    /// Human-readable position of output element `index` (row, column / n, p, q, k).
+    pub(crate) fn describe(&self, index: u64) -> String {
+        match &self.workload {
+            Workload::Matmul(m) => format!("D[{}, {}]", index % m.m, index / m.m),
+            Workload::Conv2d(c) => {
+                let k = index % c.k;
+                let q = (index / c.k) % c.q();
+                let p = (index / c.k / c.q()) % c.p();
+                let n = index / c.k / c.q() / c.p();
+                format!("out[n={n}, p={p}, q={q}, k={k}]")
+            }
+        }
+    }
+
+    /// Bytes of device memory this state holds.
+    pub(crate) fn bytes(&self) -> usize {
+        [&self.a_check, &self.b_check, &self.a_time, &self.b_time, &self.c, &self.d, &self.reference, &self.sq, &self.mag]
+            .iter()
+            .map(|b| b.bytes)
+            .sum()
+    }
+}
