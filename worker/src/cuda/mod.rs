@@ -120,7 +120,8 @@ impl CudaExecutor {
                 format!("{} needs {smem} bytes of shared memory; this GPU allows {} per block", l.name, self.facts.max_smem_per_block),
             ));
         }
-        if l.smem_bytes > DEFAULT_SMEM_LIMIT {
+        // Static shared memory (the split-K flag) counts against the same 48 KiB default.
+        if smem > DEFAULT_SMEM_LIMIT {
             func.set_attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, l.smem_bytes as i32)
                 .when(|| format!("when opting {} into {} bytes of shared memory", l.name, l.smem_bytes))
                 .map_err(|f| self.fail(f))?;
@@ -228,7 +229,11 @@ impl CudaExecutor {
         let d = w.d.ptr;
         let (a, b) = w.inputs(InputSet::Check);
         let mut kind = "cublasGemmEx".to_string();
-        let checked = w.poison(&self.stream).and_then(|_| blas.gemm(&mm, a, b, d)).and_then(|_| w.compare(&self.stream, &req.tolerance));
+        // cuBLAS reads C from the output buffer, so seed it with C (our kernels read C separately).
+        let checked = w
+            .load_c_into_output(&self.stream)
+            .and_then(|_| blas.gemm(&mm, a, b, d))
+            .and_then(|_| w.compare(&self.stream, &req.tolerance));
         match checked {
             Ok(c) if c.failures == 0 => {}
             Ok(c) => {

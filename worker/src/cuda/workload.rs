@@ -152,6 +152,13 @@ impl WorkloadState {
             .when(|| "when poisoning the output".into())
     }
 
+    /// Copies C into the output buffer (for vendor calls whose C is in place).
+    pub(crate) fn load_c_into_output(&self, stream: &CudaStream) -> Result<(), CudaFailure> {
+        // SAFETY: C and D have the same size (out_elems of the output type).
+        unsafe { result::memcpy_dtod_async(self.d.ptr, self.c.ptr, self.d.bytes, stream.cu_stream()) }
+            .when(|| "when copying C into the output".into())
+    }
+
     /// Compares every output element with the reference.
     pub(crate) fn compare(&self, stream: &CudaStream, tol: &Tolerance) -> Result<Comparison, CudaFailure> {
         self.stats.write_u64(stream, &[0, 0, 0, u64::MAX, 0])?;
