@@ -1,0 +1,50 @@
+//! How a tracker runs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Settings of a tracker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrackerConfig {
+    /// The SQLite database file; created, and its migrations applied, when missing.
+    pub db: PathBuf,
+    /// How long a worker holds a task without a heartbeat before it goes back to the queue.
+    pub lease: Duration,
+    /// How often workers are asked to heartbeat; well inside `lease`, so one late heartbeat does
+    /// not cost a lease.
+    pub heartbeat: Duration,
+    /// Leases of one task that may expire before it is recorded as `device_lost`, so that a kernel
+    /// that kills every worker running it cannot stall its job.
+    pub max_attempts: u32,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        TrackerConfig {
+            db: PathBuf::from("tensortune.db"),
+            lease: Duration::from_secs(30),
+            heartbeat: Duration::from_secs(5),
+            max_attempts: 3,
+        }
+    }
+}
+
+impl TrackerConfig {
+    /// Checks that the settings make sense together.
+    pub(crate) fn validate(&self) -> anyhow::Result<()> {
+        if self.lease < Duration::from_millis(10) {
+            anyhow::bail!("lease {:?} is too short; use at least 10 ms (30 s is the default)", self.lease);
+        }
+        if self.heartbeat.is_zero() || self.heartbeat >= self.lease {
+            anyhow::bail!(
+                "heartbeat {:?} must be positive and shorter than the lease {:?}; a third of the lease or less is safe",
+                self.heartbeat,
+                self.lease
+            );
+        }
+        if self.max_attempts == 0 {
+            anyhow::bail!("max_attempts 0 would record every task as lost; use 1 or more (3 is the default)");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,105 @@
+//! The tracker's error type and its one mapping onto gRPC status codes.
+
+use tensortune_proto::convert::FieldError;
+
+/// Everything a tracker operation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// A request field is missing, out of range or inconsistent.
+    #[error("invalid {field}: {message}")]
+    Invalid {
+        /// Dotted path of the field, e.g. `workloads[0].matmul.k`.
+        field: String,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+    /// No job with this id.
+    #[error("job {0} does not exist")]
+    JobNotFound(i64),
+    /// No task with this id.
+    #[error("task {0} does not exist")]
+    TaskNotFound(i64),
+    /// No worker with this id (it never registered, or the tracker's database was replaced).
+    #[error("worker {0} is not registered; register again (with previous_id 0)")]
+    WorkerNotFound(i64),
+    /// A report from a worker that neither holds the task nor was its last holder.
+    #[error("worker {worker} does not hold task {task}{}", holder.map(|h| format!(": it is leased to worker {h}")).unwrap_or_default())]
+    NotHolder {
+        /// The reporting worker.
+        worker: i64,
+        /// The task.
+        task: i64,
+        /// Who holds it now, if anyone.
+        holder: Option<i64>,
+    },
+    /// The request conflicts with the tracker's state (no such device class, job already ended).
+    #[error("{0}")]
+    Precondition(String),
+    /// A second record for a task reached the database (the `records_task_unique` constraint).
+    #[error("the task already has a record")]
+    DuplicateRecord,
+    /// The database failed; the detail is logged, never sent to callers.
+    #[error("database error: {0}")]
+    Database(#[source] sqlx::Error),
+    /// Anything else that is the tracker's fault; the message is safe to show.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// Result with the tracker's error.
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An `Invalid` error for `field`.
+    pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Invalid { field: field.into(), message: message.into() }
+    }
+}
+
+impl From<FieldError> for Error {
+    fn from(e: FieldError) -> Self {
+        Error::Invalid { field: e.field, message: e.message }
+    }
+}
+
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        // SQLite does not report constraint names, but its message names the columns of the
+        // violated UNIQUE constraint; the one on records.task_id is what makes reports idempotent.
+        if let sqlx::Error::Database(db) = &e
+            && db.is_unique_violation()
+            && db.message().contains("records.task_id")
+        {
+            return Error::DuplicateRecord;
+        }
+        Error::Database(e)
+    }
+}
+
+impl From<tokio::task::JoinError> for Error {
+    fn from(e: tokio::task::JoinError) -> Self {
+        Error::Internal(format!("a background computation failed: {e}"))
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(e: Error) -> Self {
+        use tonic::Status;
+        match e {
+            Error::Invalid { .. } => Status::invalid_argument(e.to_string()),
+            Error::JobNotFound(_) | Error::TaskNotFound(_) | Error::WorkerNotFound(_) => {
+                Status::not_found(e.to_string())
+            }
+            Error::NotHolder { .. } | Error::Precondition(_) => Status::failed_precondition(e.to_string()),
+            Error::DuplicateRecord => Status::already_exists(e.to_string()),
+            Error::Database(db) => {
+                tracing::error!(error = %db, "database error");
+                Status::internal("the tracker's database failed; see the tracker log")
+            }
+            Error::Internal(message) => {
+                tracing::error!(%message, "internal error");
+                Status::internal(message)
+            }
+        }
+    }
+}

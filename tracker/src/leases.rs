@@ -1,0 +1,109 @@
+//! Lease upkeep: the reaper that returns expired leases to the queue (or gives up on a task whose
+//! workers keep dying), and the resume step that picks up every unfinished job at start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::model::{JobState, Measurement, WorkloadState};
+use crate::progress::template_of;
+use crate::store::{self};
+use crate::tracker::{Tracker, millis};
+
+/// The shortest reaper period: a very short lease (tests) must not turn the reaper into a spin.
+const MIN_REAP_PERIOD: Duration = Duration::from_millis(10);
+
+/// Runs the reaper every quarter lease until `shutdown`.
+pub(crate) async fn reaper(tracker: Arc<Tracker>, shutdown: CancellationToken) {
+    // A quarter lease: an expired task waits at most that long beyond its lease to be re-leased.
+    let period = (tracker.config.lease / 4).max(MIN_REAP_PERIOD);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            _ = tick.tick() => {
+                if let Err(e) = tracker.reap().await {
+                    tracing::error!(error = %e, "lease reaper failed; retrying next period");
+                }
+            }
+        }
+    }
+    tracing::debug!("lease reaper stopped");
+}
+
+impl Tracker {
+    /// Returns expired leases to the queue; a task whose lease expired `max_attempts` times gets a
+    /// `device_lost` record instead. Marks workers not heard from for a lease offline.
+    pub(crate) async fn reap(&self) -> Result<()> {
+        let mut w = self.write().await?;
+        let now = w.now();
+        for task in store::tasks::expired(w.conn(), now).await? {
+            if task.attempts >= self.config.max_attempts {
+                let Some(job) = store::jobs::get(w.conn(), task.job_id).await? else { continue };
+                let why = format!("lease expired {} times; the worker holding it was lost", task.attempts);
+                let record =
+                    self.record_result(&mut w, &job, &task, task.worker_id, &Measurement::device_lost(why)).await?;
+                tracing::warn!(
+                    task = task.id,
+                    job = job.id,
+                    worker = task.worker_id,
+                    attempts = task.attempts,
+                    record,
+                    "task lost its worker too often; recorded as device_lost"
+                );
+            } else {
+                store::tasks::release(w.conn(), task.id, now).await?;
+                w.tasks_ready();
+                tracing::info!(
+                    task = task.id,
+                    job = task.job_id,
+                    worker = task.worker_id,
+                    attempts = task.attempts,
+                    "lease expired; task back in the queue"
+                );
+            }
+        }
+        let offline = store::workers::mark_offline(w.conn(), now.saturating_sub(millis(self.config.lease))).await?;
+        w.commit(&self.events).await?;
+        for worker in offline {
+            tracing::info!(worker, "worker offline: not heard from for a lease");
+        }
+        Ok(())
+    }
+
+    /// Picks up where a previous tracker on this database stopped: leased tasks get a fresh lease
+    /// (their workers may have survived and will report), and every unfinished job gets its
+    /// searches rebuilt and its batches topped up. A job whose template version this build no
+    /// longer has fails with the reason.
+    pub(crate) async fn resume(&self) -> Result<()> {
+        let mut w = self.write().await?;
+        let now = w.now();
+        let renewed = store::tasks::renew_all(w.conn(), self.lease_deadline(now)).await?;
+        let jobs = store::jobs::active(w.conn()).await?;
+        for job in &jobs {
+            if let Err(why) = template_of(job) {
+                store::tasks::cancel_unfinished(w.conn(), job.id, None, now).await?;
+                store::jobs::finish(w.conn(), job.id, JobState::Failed, &why.to_string(), now).await?;
+                w.job_changed(job.id);
+                tracing::warn!(job = job.id, error = %why, "job failed on resume");
+                continue;
+            }
+            for wl in store::workloads::list(w.conn(), job.id).await? {
+                if wl.state == WorkloadState::Running {
+                    // Enumerated now rather than at the first report, which would hold every
+                    // writer up while it walks the space.
+                    self.ensure_search(&mut w, job, &wl).await?;
+                    self.top_up(&mut w, job, wl.idx).await?;
+                }
+            }
+            self.finish_job_if_done(&mut w, job).await?;
+        }
+        w.commit(&self.events).await?;
+        tracing::info!(jobs = jobs.len(), leases = renewed, "resumed unfinished jobs");
+        Ok(())
+    }
+}

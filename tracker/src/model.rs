@@ -1,0 +1,250 @@
+//! Domain types of the tracker: what the store reads and writes and the services convert to and
+//! from the wire. Prost types never get past the service layer; these do.
+
+use serde::{Deserialize, Serialize};
+use tensortune_kernels::{Target, Template, Workload};
+
+use crate::tuner::TunerKind;
+
+/// Row id of a job.
+pub(crate) type JobId = i64;
+/// Row id of a task.
+pub(crate) type TaskId = i64;
+/// Row id of a worker.
+pub(crate) type WorkerId = i64;
+/// Row id of a record.
+pub(crate) type RecordId = i64;
+
+/// Milliseconds since the Unix epoch (the tracker's clock, as stored).
+pub(crate) fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Lifecycle of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
+#[sqlx(rename_all = "lowercase")]
+pub(crate) enum JobState {
+    /// Submitted; no task leased yet.
+    Queued,
+    /// At least one task was leased.
+    Running,
+    /// Every workload reached its target (or stopped early).
+    Done,
+    /// Cancelled by request.
+    Cancelled,
+    /// Cannot continue (e.g. its template left this build).
+    Failed,
+}
+
+impl JobState {
+    /// Whether the job will never change again.
+    pub(crate) fn is_terminal(self) -> bool {
+        matches!(self, JobState::Done | JobState::Cancelled | JobState::Failed)
+    }
+
+    /// Lowercase name, as stored.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Cancelled => "cancelled",
+            JobState::Failed => "failed",
+        }
+    }
+}
+
+/// Progress state of one workload of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
+#[sqlx(rename_all = "snake_case")]
+pub(crate) enum WorkloadState {
+    /// Still proposing or measuring.
+    Running,
+    /// Measured the trials it asked for.
+    Done,
+    /// Its best stopped improving.
+    EarlyStopped,
+    /// Measured every valid config, fewer than the trials asked for.
+    Exhausted,
+}
+
+impl WorkloadState {
+    /// Lowercase name, as stored and sent.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            WorkloadState::Running => "running",
+            WorkloadState::Done => "done",
+            WorkloadState::EarlyStopped => "early_stopped",
+            WorkloadState::Exhausted => "exhausted",
+        }
+    }
+}
+
+/// Lifecycle of a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
+#[sqlx(rename_all = "lowercase")]
+pub(crate) enum TaskState {
+    /// Waiting for a worker.
+    Pending,
+    /// Held by a worker until its lease expires.
+    Leased,
+    /// Has a record (measured, reused or lost).
+    Done,
+    /// Its job was cancelled or its workload stopped before it finished.
+    Cancelled,
+}
+
+/// Outcome of a measurement (the names are `convert::status_name`'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, sqlx::Type)]
+#[sqlx(rename_all = "snake_case")]
+pub(crate) enum Status {
+    /// Verified and timed.
+    Ok,
+    /// The config cannot run on the device.
+    InvalidConfig,
+    /// NVRTC rejected the source.
+    CompileError,
+    /// The kernel faulted or could not be launched.
+    LaunchError,
+    /// The output differed from the reference.
+    WrongResult,
+    /// The kernel ran past the deadline.
+    Timeout,
+    /// The worker or its GPU was lost.
+    DeviceLost,
+}
+
+/// Where and how a measurement was taken (stored as JSON).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Provenance {
+    pub(crate) worker_name: String,
+    pub(crate) gpu_name: String,
+    pub(crate) gpu_uuid: String,
+    pub(crate) driver_version: String,
+    pub(crate) cuda_version: String,
+    pub(crate) nvrtc_version: String,
+    pub(crate) sm_clock_mhz: u32,
+}
+
+/// What a worker measured for one task, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Measurement {
+    pub(crate) status: Status,
+    pub(crate) error: String,
+    pub(crate) compile_ms: f64,
+    pub(crate) measure_ms: f64,
+    pub(crate) samples_us: Vec<f64>,
+    pub(crate) median_us: f64,
+    pub(crate) spread: f64,
+    pub(crate) batch: u32,
+    pub(crate) baseline_us: Option<f64>,
+    pub(crate) baseline_kind: String,
+    pub(crate) max_abs_err: Option<f64>,
+    pub(crate) max_rel_err: Option<f64>,
+    pub(crate) provenance: Provenance,
+    pub(crate) cache_hit: bool,
+    pub(crate) registers: u32,
+    pub(crate) smem_bytes: u32,
+}
+
+impl Measurement {
+    /// The record the tracker writes itself when a task's worker was lost too often.
+    pub(crate) fn device_lost(error: String) -> Measurement {
+        Measurement {
+            status: Status::DeviceLost,
+            error,
+            compile_ms: 0.0,
+            measure_ms: 0.0,
+            samples_us: Vec::new(),
+            median_us: 0.0,
+            spread: 0.0,
+            batch: 0,
+            baseline_us: None,
+            baseline_kind: String::new(),
+            max_abs_err: None,
+            max_rel_err: None,
+            provenance: Provenance::default(),
+            cache_hit: false,
+            registers: 0,
+            smem_bytes: 0,
+        }
+    }
+}
+
+/// A worker's GPU: the limits validity rules use plus provenance (stored as JSON).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Device {
+    pub(crate) target: Target,
+    pub(crate) memory_bytes: u64,
+    pub(crate) uuid: String,
+    pub(crate) driver_version: String,
+    pub(crate) cuda_version: String,
+    pub(crate) nvrtc_version: String,
+    pub(crate) sm_clock_mhz: u32,
+    pub(crate) mem_clock_mhz: u32,
+}
+
+/// A template a worker implements, spelled `name@version` in the store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TemplateRef {
+    pub(crate) name: String,
+    pub(crate) version: u32,
+}
+
+impl TemplateRef {
+    /// `name@version`.
+    pub(crate) fn spelled(&self) -> String {
+        format!("{}@{}", self.name, self.version)
+    }
+
+    /// Parses `name@version`.
+    pub(crate) fn parse(s: &str) -> Option<TemplateRef> {
+        let (name, version) = s.rsplit_once('@')?;
+        Some(TemplateRef { name: name.to_owned(), version: version.parse().ok()? })
+    }
+}
+
+/// A validated registration.
+#[derive(Clone, Debug)]
+pub(crate) struct Registration {
+    pub(crate) name: String,
+    pub(crate) device: Device,
+    pub(crate) templates: Vec<TemplateRef>,
+    /// The id this worker had before it lost its connection, if any.
+    pub(crate) previous_id: Option<WorkerId>,
+}
+
+/// Early-stopping rule of a job.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct EarlyStop {
+    /// Finished trials without an improvement after which a workload stops.
+    pub(crate) trials: u32,
+    /// Relative improvement (0 ..= 1) that counts.
+    pub(crate) margin: f64,
+}
+
+/// A validated job submission (what does not depend on the tracker's state).
+pub(crate) struct JobRequest {
+    pub(crate) workloads: Vec<Workload>,
+    pub(crate) template: &'static dyn Template,
+    pub(crate) tuner: TunerKind,
+    pub(crate) trials: u32,
+    /// `None`: the only class among registered workers.
+    pub(crate) device_class: Option<String>,
+    pub(crate) batch_size: u32,
+    /// `None`: pick one.
+    pub(crate) seed: Option<u64>,
+    pub(crate) samples: u32,
+    pub(crate) label: String,
+    pub(crate) early_stop: Option<EarlyStop>,
+}
+
+/// Filters of a record export.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RecordFilter {
+    pub(crate) workload_key: Option<String>,
+    pub(crate) device_class: Option<String>,
+    pub(crate) job_id: Option<JobId>,
+    pub(crate) ok_only: bool,
+}

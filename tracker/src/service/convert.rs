@@ -1,0 +1,425 @@
+//! Wire messages to validated domain types and back. Every check a proto comment promises with
+//! "must" or a range is made here, and each failure names its field.
+
+use std::collections::HashMap;
+
+use tensortune_kernels::template::{by_name, default_for};
+use tensortune_kernels::{Template, Workload};
+use tensortune_proto::convert::{device_from_target, status_name, target_from_device};
+use tensortune_proto::pb;
+
+use crate::error::{Error, Result};
+use crate::jobs::{JobView, MAX_WORKLOADS};
+use crate::model::{
+    Device, EarlyStop, JobRequest, JobState, Measurement, Provenance, Registration, Status, TemplateRef,
+};
+use crate::store::records::Record;
+use crate::store::tasks::LeasedTask;
+use crate::store::workers::WorkerRow;
+use crate::tuner::TunerKind;
+
+/// Trials per workload a job may ask for.
+const MAX_TRIALS: u32 = 100_000;
+/// Outstanding tasks per workload a job may ask for, and the default.
+const MAX_BATCH: u32 = 4096;
+const DEFAULT_BATCH: u32 = 64;
+/// Timing samples per measurement a job may ask for, and the default.
+const MAX_SAMPLES: u32 = 1000;
+const DEFAULT_SAMPLES: u32 = 10;
+/// Longest worker name.
+const MAX_NAME_CHARS: usize = 128;
+
+/// A row id from the wire.
+pub(crate) fn id(field: &str, v: u64) -> Result<i64> {
+    i64::try_from(v).map_err(|_| Error::invalid(field, format!("{v} is out of range; ids are below 2^63")))
+}
+
+/// Checks that `v` lies in `lo ..= hi`.
+pub(crate) fn in_range(field: &str, v: u32, lo: u32, hi: u32) -> Result<u32> {
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(Error::invalid(field, format!("{v} is out of range; allowed {lo} ..= {hi}")))
+    }
+}
+
+/// A job submission, validated as far as it can be without the tracker's state.
+pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
+    if req.workloads.is_empty() {
+        return Err(Error::invalid("workloads", "must hold at least one workload"));
+    }
+    if req.workloads.len() > MAX_WORKLOADS {
+        return Err(Error::invalid(
+            "workloads",
+            format!("holds {} workloads; a job takes at most {MAX_WORKLOADS}, so split it", req.workloads.len()),
+        ));
+    }
+    let workloads = req
+        .workloads
+        .iter()
+        .enumerate()
+        .map(|(i, w)| Workload::try_from(w).map_err(|e| Error::from(e.within(&format!("workloads[{i}]")))))
+        .collect::<Result<Vec<_>>>()?;
+    let template: &'static dyn Template = if req.template.is_empty() {
+        default_for(workloads[0].op()).map_err(|e| template_error(&e))?
+    } else {
+        by_name(&req.template).map_err(|e| template_error(&e))?
+    };
+    let tuner = if req.tuner.is_empty() {
+        TunerKind::Random
+    } else {
+        req.tuner.parse().map_err(|message: String| Error::invalid("tuner", message))?
+    };
+    let trials = in_range("trials", req.trials, 1, MAX_TRIALS)?;
+    let batch_size =
+        if req.batch_size == 0 { DEFAULT_BATCH } else { in_range("batch_size", req.batch_size, 1, MAX_BATCH)? };
+    let samples = if req.samples == 0 { DEFAULT_SAMPLES } else { in_range("samples", req.samples, 1, MAX_SAMPLES)? };
+    let margin = req.early_stop_margin;
+    if !(0.0..=1.0).contains(&margin) {
+        return Err(Error::invalid(
+            "early_stop_margin",
+            format!("{margin} is out of range; it is a fraction, allowed 0 ..= 1 (0.01 means 1%)"),
+        ));
+    }
+    Ok(JobRequest {
+        workloads,
+        template,
+        tuner,
+        trials,
+        device_class: Some(req.device_class).filter(|c| !c.is_empty()),
+        batch_size,
+        seed: Some(req.seed).filter(|s| *s != 0),
+        samples,
+        label: req.label,
+        early_stop: (req.early_stop_trials > 0).then_some(EarlyStop { trials: req.early_stop_trials, margin }),
+    })
+}
+
+/// A template lookup's failure, as an error of the `template` field.
+pub(crate) fn template_error(e: &tensortune_kernels::Error) -> Error {
+    match e {
+        tensortune_kernels::Error::Invalid { message, .. } => Error::invalid("template", message.clone()),
+        other => Error::invalid("template", other.to_string()),
+    }
+}
+
+/// A worker's registration.
+pub(crate) fn registration(req: pb::RegisterRequest) -> Result<Registration> {
+    let chars = req.name.chars().count();
+    if chars == 0 || chars > MAX_NAME_CHARS || req.name.trim().is_empty() {
+        return Err(Error::invalid(
+            "name",
+            format!(
+                "{:?} has {chars} characters; name the worker in 1 ..= {MAX_NAME_CHARS}, e.g. \"gpu-box-3/cuda:0\"",
+                req.name
+            ),
+        ));
+    }
+    let device = req.device.ok_or_else(|| Error::invalid("device", "must be set: the worker's GPU and its limits"))?;
+    let target = target_from_device(&device)?;
+    if req.templates.is_empty() {
+        return Err(Error::invalid(
+            "templates",
+            "must list at least one template the worker implements, e.g. wmma_gemm v1",
+        ));
+    }
+    let templates = req
+        .templates
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if t.name.is_empty() || t.name.contains('@') {
+                return Err(Error::invalid(
+                    format!("templates[{i}].name"),
+                    format!("{:?} is not a template name", t.name),
+                ));
+            }
+            if t.version == 0 {
+                return Err(Error::invalid(format!("templates[{i}].version"), "must be 1 or more"));
+            }
+            Ok(TemplateRef { name: t.name.clone(), version: t.version })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Registration {
+        name: req.name,
+        device: Device {
+            target,
+            memory_bytes: device.memory_bytes,
+            uuid: device.uuid,
+            driver_version: device.driver_version,
+            cuda_version: device.cuda_version,
+            nvrtc_version: device.nvrtc_version,
+            sm_clock_mhz: device.sm_clock_mhz,
+            mem_clock_mhz: device.mem_clock_mhz,
+        },
+        templates,
+        // An id this tracker never handed out is simply a new worker.
+        previous_id: i64::try_from(req.previous_id).ok().filter(|id| *id != 0),
+    })
+}
+
+/// A measurement from a report (fields prefixed `measurement.`).
+pub(crate) fn measurement(m: Option<pb::Measurement>) -> Result<Measurement> {
+    let m = m.ok_or_else(|| Error::invalid("measurement", "must be set"))?;
+    let status = match pb::RecordStatus::try_from(m.status).map(status_from_pb) {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return Err(Error::invalid("measurement.status", "must be set (ok, compile_error, wrong_result, ...)"));
+        }
+        Err(_) => return Err(Error::invalid("measurement.status", format!("unknown status value {}", m.status))),
+    };
+    let time = |field: &str, v: f64| -> Result<f64> {
+        if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(Error::invalid(
+                format!("measurement.{field}"),
+                format!("{v} is not a time; it must be finite and >= 0"),
+            ))
+        }
+    };
+    time("compile_ms", m.compile_ms)?;
+    time("measure_ms", m.measure_ms)?;
+    time("median_us", m.median_us)?;
+    for (i, s) in m.samples_us.iter().enumerate() {
+        time(&format!("samples_us[{i}]"), *s)?;
+    }
+    if status == Status::Ok && m.median_us <= 0.0 {
+        return Err(Error::invalid(
+            "measurement.median_us",
+            format!("{} is not a valid time for an ok measurement; it must be > 0", m.median_us),
+        ));
+    }
+    if !m.spread.is_finite() || m.spread < 0.0 {
+        return Err(Error::invalid("measurement.spread", format!("{} must be finite and >= 0", m.spread)));
+    }
+    if let Some(b) = m.baseline_us
+        && !(b.is_finite() && b > 0.0)
+    {
+        return Err(Error::invalid("measurement.baseline_us", format!("{b} must be finite and > 0, or unset")));
+    }
+    for (field, v) in [("max_abs_err", m.max_abs_err), ("max_rel_err", m.max_rel_err)] {
+        // Infinite errors are real (an overflowed output); NaN would be stored as NULL.
+        if let Some(v) = v
+            && (v.is_nan() || v < 0.0)
+        {
+            return Err(Error::invalid(format!("measurement.{field}"), format!("{v} must be >= 0, or unset")));
+        }
+    }
+    let p = m.provenance.unwrap_or_default();
+    Ok(Measurement {
+        status,
+        error: m.error,
+        compile_ms: m.compile_ms,
+        measure_ms: m.measure_ms,
+        samples_us: m.samples_us,
+        median_us: m.median_us,
+        spread: m.spread,
+        batch: m.batch,
+        baseline_us: m.baseline_us,
+        baseline_kind: m.baseline_kind,
+        max_abs_err: m.max_abs_err,
+        max_rel_err: m.max_rel_err,
+        provenance: Provenance {
+            worker_name: p.worker_name,
+            gpu_name: p.gpu_name,
+            gpu_uuid: p.gpu_uuid,
+            driver_version: p.driver_version,
+            cuda_version: p.cuda_version,
+            nvrtc_version: p.nvrtc_version,
+            sm_clock_mhz: p.sm_clock_mhz,
+        },
+        cache_hit: m.cache_hit,
+        registers: m.registers,
+        smem_bytes: m.smem_bytes,
+    })
+}
+
+/// Job states from a listing filter.
+pub(crate) fn job_states(states: &[i32]) -> Result<Vec<JobState>> {
+    states
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match pb::JobState::try_from(*v) {
+            Ok(pb::JobState::Queued) => Ok(JobState::Queued),
+            Ok(pb::JobState::Running) => Ok(JobState::Running),
+            Ok(pb::JobState::Done) => Ok(JobState::Done),
+            Ok(pb::JobState::Cancelled) => Ok(JobState::Cancelled),
+            Ok(pb::JobState::Failed) => Ok(JobState::Failed),
+            Ok(pb::JobState::Unspecified) | Err(_) => Err(Error::invalid(
+                format!("states[{i}]"),
+                format!("{v} is not a job state; use queued, running, done, cancelled or failed"),
+            )),
+        })
+        .collect()
+}
+
+/// The domain status of a wire status; `None` for unspecified.
+fn status_from_pb(s: pb::RecordStatus) -> Option<Status> {
+    Some(match s {
+        pb::RecordStatus::Unspecified => return None,
+        pb::RecordStatus::Ok => Status::Ok,
+        pb::RecordStatus::InvalidConfig => Status::InvalidConfig,
+        pb::RecordStatus::CompileError => Status::CompileError,
+        pb::RecordStatus::LaunchError => Status::LaunchError,
+        pb::RecordStatus::WrongResult => Status::WrongResult,
+        pb::RecordStatus::Timeout => Status::Timeout,
+        pb::RecordStatus::DeviceLost => Status::DeviceLost,
+    })
+}
+
+fn status_to_pb(s: Status) -> pb::RecordStatus {
+    match s {
+        Status::Ok => pb::RecordStatus::Ok,
+        Status::InvalidConfig => pb::RecordStatus::InvalidConfig,
+        Status::CompileError => pb::RecordStatus::CompileError,
+        Status::LaunchError => pb::RecordStatus::LaunchError,
+        Status::WrongResult => pb::RecordStatus::WrongResult,
+        Status::Timeout => pb::RecordStatus::Timeout,
+        Status::DeviceLost => pb::RecordStatus::DeviceLost,
+    }
+}
+
+fn job_state_to_pb(s: JobState) -> pb::JobState {
+    match s {
+        JobState::Queued => pb::JobState::Queued,
+        JobState::Running => pb::JobState::Running,
+        JobState::Done => pb::JobState::Done,
+        JobState::Cancelled => pb::JobState::Cancelled,
+        JobState::Failed => pb::JobState::Failed,
+    }
+}
+
+/// A stored record on the wire.
+pub(crate) fn record(r: Record) -> pb::Record {
+    let p = r.provenance.0;
+    pb::Record {
+        id: r.id as u64,
+        task_id: r.task_id as u64,
+        job_id: r.job_id as u64,
+        workload_key: r.workload_key,
+        workload: Some(pb::Workload::from(&r.workload.0)),
+        template: r.template,
+        template_version: r.template_version,
+        config: r.config,
+        config_index: r.config_index as u64,
+        device_class: r.device_class,
+        worker_id: r.worker_id.unwrap_or_default() as u64,
+        measurement: Some(pb::Measurement {
+            status: status_to_pb(r.status) as i32,
+            error: r.error,
+            compile_ms: r.compile_ms,
+            measure_ms: r.measure_ms,
+            samples_us: r.samples.0,
+            median_us: r.median_us,
+            spread: r.spread,
+            batch: r.batch,
+            baseline_us: r.baseline_us,
+            baseline_kind: r.baseline_kind,
+            max_abs_err: r.max_abs_err,
+            max_rel_err: r.max_rel_err,
+            provenance: Some(pb::Provenance {
+                worker_name: p.worker_name,
+                gpu_name: p.gpu_name,
+                gpu_uuid: p.gpu_uuid,
+                driver_version: p.driver_version,
+                cuda_version: p.cuda_version,
+                nvrtc_version: p.nvrtc_version,
+                sm_clock_mhz: p.sm_clock_mhz,
+            }),
+            cache_hit: r.cache_hit,
+            registers: r.registers,
+            smem_bytes: r.smem_bytes,
+        }),
+        tflops: r.tflops,
+        speedup: r.speedup,
+        created_ms: r.created_ms,
+    }
+}
+
+/// A job snapshot on the wire.
+pub(crate) fn job(view: JobView) -> pb::Job {
+    let JobView { job, workloads } = view;
+    pb::Job {
+        id: job.id as u64,
+        state: job_state_to_pb(job.state) as i32,
+        template: job.template,
+        template_version: job.template_version,
+        tuner: job.tuner.name().to_owned(),
+        device_class: job.device_class,
+        trials: job.trials,
+        batch_size: job.batch_size,
+        seed: job.seed as u64,
+        samples: job.samples,
+        label: job.label,
+        workloads: workloads
+            .into_iter()
+            .map(|w| pb::WorkloadProgress {
+                workload: Some(pb::Workload::from(&w.row.workload.0)),
+                workload_key: w.row.workload_key,
+                trials_target: w.row.trials_target,
+                space_size: w.row.space_size as u64,
+                trials_done: w.row.done,
+                reused: w.row.reused,
+                status_counts: w
+                    .status_counts
+                    .into_iter()
+                    .map(|(s, n)| (status_name(status_to_pb(s)).to_owned(), n))
+                    .collect::<HashMap<_, _>>(),
+                best: w.best.map(record),
+                state: w.row.state.name().to_owned(),
+            })
+            .collect(),
+        error: job.error,
+        created_ms: job.created_ms,
+        updated_ms: job.updated_ms,
+        finished_ms: job.finished_ms.unwrap_or_default(),
+    }
+}
+
+/// A leased task on the wire.
+pub(crate) fn task(t: LeasedTask) -> pb::Task {
+    pb::Task {
+        task_id: t.id as u64,
+        job_id: t.job_id as u64,
+        workload: Some(pb::Workload::from(&t.workload.0)),
+        workload_key: t.workload_key,
+        template: t.template,
+        template_version: t.template_version,
+        config: t.config,
+        config_index: t.config_index as u64,
+        samples: t.samples,
+        lease_expires_ms: t.lease_expires_ms,
+    }
+}
+
+/// A worker on the wire.
+pub(crate) fn worker(w: WorkerRow) -> pb::Worker {
+    let d = w.device.0;
+    pb::Worker {
+        id: w.id as u64,
+        name: w.name,
+        device: Some(pb::DeviceInfo {
+            memory_bytes: d.memory_bytes,
+            uuid: d.uuid,
+            driver_version: d.driver_version,
+            cuda_version: d.cuda_version,
+            nvrtc_version: d.nvrtc_version,
+            sm_clock_mhz: d.sm_clock_mhz,
+            mem_clock_mhz: d.mem_clock_mhz,
+            ..device_from_target(&d.target)
+        }),
+        templates: w
+            .templates
+            .0
+            .iter()
+            .filter_map(|s| TemplateRef::parse(s))
+            .map(|t| pb::TemplateRef { name: t.name, version: t.version })
+            .collect(),
+        state: w.state,
+        registered_ms: w.registered_ms,
+        last_seen_ms: w.last_seen_ms,
+        leased: w.leased,
+        reported: w.reported as u64,
+    }
+}

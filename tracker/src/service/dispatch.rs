@@ -1,0 +1,85 @@
+//! The `Dispatch` service that worker daemons call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tensortune_proto::pb;
+use tensortune_proto::pb::dispatch_server::Dispatch;
+use tonic::{Request, Response, Status};
+
+use super::convert::{self, id, in_range};
+use crate::tracker::{Tracker, millis};
+
+/// Most tasks one `LeaseTasks` call may ask for.
+const MAX_LEASE: u32 = 1024;
+/// Longest a `LeaseTasks` call may wait for work, ms.
+const MAX_WAIT_MS: u32 = 30_000;
+
+/// Serves `Dispatch` from a tracker.
+pub(crate) struct DispatchService {
+    tracker: Arc<Tracker>,
+}
+
+impl DispatchService {
+    /// The service over `tracker`.
+    pub(crate) fn new(tracker: Arc<Tracker>) -> Self {
+        DispatchService { tracker }
+    }
+}
+
+#[tonic::async_trait]
+impl Dispatch for DispatchService {
+    async fn register(&self, request: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
+        let registration = convert::registration(request.into_inner())?;
+        let worker = self.tracker.register(&registration).await?;
+        let config = &self.tracker.config;
+        Ok(Response::new(pb::RegisterResponse {
+            worker_id: worker as u64,
+            lease_ms: u32::try_from(millis(config.lease)).unwrap_or(u32::MAX),
+            heartbeat_ms: u32::try_from(millis(config.heartbeat)).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let req = request.into_inner();
+        let worker = id("worker_id", req.worker_id)?;
+        let tasks = req
+            .task_ids
+            .iter()
+            .enumerate()
+            .map(|(i, t)| id(&format!("task_ids[{i}]"), *t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let drop = self.tracker.heartbeat(worker, &tasks).await?;
+        Ok(Response::new(pb::HeartbeatResponse { drop_task_ids: drop.into_iter().map(|t| t as u64).collect() }))
+    }
+
+    async fn lease_tasks(
+        &self,
+        request: Request<pb::LeaseTasksRequest>,
+    ) -> Result<Response<pb::LeaseTasksResponse>, Status> {
+        let req = request.into_inner();
+        let worker = id("worker_id", req.worker_id)?;
+        let max = in_range("max_tasks", req.max_tasks, 1, MAX_LEASE)?;
+        let wait = Duration::from_millis(u64::from(in_range("wait_ms", req.wait_ms, 0, MAX_WAIT_MS)?));
+        let tasks = self.tracker.lease(worker, max, wait).await?;
+        Ok(Response::new(pb::LeaseTasksResponse { tasks: tasks.into_iter().map(convert::task).collect() }))
+    }
+
+    async fn report_result(
+        &self,
+        request: Request<pb::ReportResultRequest>,
+    ) -> Result<Response<pb::ReportResultResponse>, Status> {
+        let req = request.into_inner();
+        let worker = id("worker_id", req.worker_id)?;
+        let task = id("task_id", req.task_id)?;
+        let measurement = convert::measurement(req.measurement)?;
+        let report = self.tracker.report(worker, task, &measurement).await?;
+        Ok(Response::new(pb::ReportResultResponse {
+            stored: report.stored,
+            record_id: report.record_id.unwrap_or_default() as u64,
+        }))
+    }
+}

@@ -1,0 +1,195 @@
+//! The `Tuning` service that people and scripts call.
+
+use std::sync::Arc;
+
+use tensortune_kernels::Workload;
+use tensortune_kernels::template::{by_name, default_for};
+use tensortune_proto::pb;
+use tensortune_proto::pb::tuning_server::Tuning;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::task::TaskTracker;
+use tonic::{Request, Response, Status};
+
+use super::convert::{self, id};
+use crate::error::Error;
+use crate::jobs::JobView;
+use crate::model::{JobId, RecordFilter};
+use crate::tracker::Tracker;
+
+/// Snapshots a watcher may have in flight: a slow client holds the producer back here, and the
+/// producer then coalesces the changes it missed into one snapshot.
+const WATCH_BUFFER: usize = 4;
+/// Records an export reads per query and may have in flight.
+const EXPORT_PAGE: u32 = 256;
+/// Jobs a listing returns when the request sets no limit.
+const DEFAULT_LIST_LIMIT: u32 = 100;
+
+/// Serves `Tuning` from a tracker.
+pub(crate) struct TuningService {
+    tracker: Arc<Tracker>,
+    /// Owns the stream producers, so that shutdown waits for them to stop.
+    tasks: TaskTracker,
+}
+
+impl TuningService {
+    /// The service over `tracker`; stream producers are spawned on `tasks`.
+    pub(crate) fn new(tracker: Arc<Tracker>, tasks: TaskTracker) -> Self {
+        TuningService { tracker, tasks }
+    }
+}
+
+#[tonic::async_trait]
+impl Tuning for TuningService {
+    async fn submit_job(
+        &self,
+        request: Request<pb::SubmitJobRequest>,
+    ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        let job = convert::job_request(request.into_inner())?;
+        let (id, device_class) = self.tracker.submit(job).await?;
+        Ok(Response::new(pb::SubmitJobResponse { job_id: id as u64, device_class }))
+    }
+
+    async fn get_job(&self, request: Request<pb::JobRef>) -> Result<Response<pb::Job>, Status> {
+        let id = id("job_id", request.into_inner().job_id)?;
+        Ok(Response::new(convert::job(self.tracker.job(id).await?)))
+    }
+
+    type WatchJobStream = ReceiverStream<Result<pb::Job, Status>>;
+
+    async fn watch_job(&self, request: Request<pb::JobRef>) -> Result<Response<Self::WatchJobStream>, Status> {
+        let id = id("job_id", request.into_inner().job_id)?;
+        // Subscribed before the first snapshot is read, so no change falls between the two.
+        let events = self.tracker.events.watch_jobs();
+        let first = self.tracker.job(id).await?;
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        self.tasks.spawn(watch(Arc::clone(&self.tracker), id, first, events, tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn cancel_job(&self, request: Request<pb::JobRef>) -> Result<Response<pb::Job>, Status> {
+        let id = id("job_id", request.into_inner().job_id)?;
+        Ok(Response::new(convert::job(self.tracker.cancel(id).await?)))
+    }
+
+    async fn list_jobs(&self, request: Request<pb::ListJobsRequest>) -> Result<Response<pb::ListJobsResponse>, Status> {
+        let req = request.into_inner();
+        let states = convert::job_states(&req.states)?;
+        let limit = if req.limit == 0 { DEFAULT_LIST_LIMIT } else { req.limit };
+        let jobs = self.tracker.jobs(&states, limit).await?;
+        Ok(Response::new(pb::ListJobsResponse { jobs: jobs.into_iter().map(convert::job).collect() }))
+    }
+
+    async fn query_best(
+        &self,
+        request: Request<pb::QueryBestRequest>,
+    ) -> Result<Response<pb::QueryBestResponse>, Status> {
+        let req = request.into_inner();
+        let workload = req.workload.as_ref().ok_or_else(|| Error::invalid("workload", "must be set"))?;
+        let workload = Workload::try_from(workload).map_err(|e| Error::from(e.within("workload")))?;
+        let template = if req.template.is_empty() { default_for(workload.op()) } else { by_name(&req.template) }
+            .map_err(|e| convert::template_error(&e))?;
+        let version = if req.template_version == 0 { template.version() } else { req.template_version };
+        let class = Some(req.device_class.as_str()).filter(|c| !c.is_empty());
+        let best = self.tracker.best(&workload, template, version, class).await?;
+        Ok(Response::new(pb::QueryBestResponse { best: best.into_iter().map(convert::record).collect() }))
+    }
+
+    async fn list_workers(
+        &self,
+        _request: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        let workers = self.tracker.workers().await?;
+        Ok(Response::new(pb::ListWorkersResponse { workers: workers.into_iter().map(convert::worker).collect() }))
+    }
+
+    type ExportRecordsStream = ReceiverStream<Result<pb::Record, Status>>;
+
+    async fn export_records(
+        &self,
+        request: Request<pb::ExportRecordsRequest>,
+    ) -> Result<Response<Self::ExportRecordsStream>, Status> {
+        let req = request.into_inner();
+        let filter = RecordFilter {
+            workload_key: Some(req.workload_key).filter(|k| !k.is_empty()),
+            device_class: Some(req.device_class).filter(|c| !c.is_empty()),
+            job_id: if req.job_id == 0 { None } else { Some(id("job_id", req.job_id)?) },
+            ok_only: req.ok_only,
+        };
+        let (tx, rx) = mpsc::channel(EXPORT_PAGE as usize);
+        self.tasks.spawn(export(Arc::clone(&self.tracker), filter, tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Sends the job now and after every change until it ends, the client goes away or the tracker
+/// shuts down.
+async fn watch(
+    tracker: Arc<Tracker>,
+    id: JobId,
+    first: JobView,
+    mut events: broadcast::Receiver<JobId>,
+    tx: mpsc::Sender<Result<pb::Job, Status>>,
+) {
+    let mut view = first;
+    let mut last: Option<pb::Job> = None;
+    loop {
+        let ended = view.job.state.is_terminal();
+        let job = convert::job(view);
+        // A change notice can come for a write that left the snapshot as it was.
+        if last.as_ref() != Some(&job) {
+            if tx.send(Ok(job.clone())).await.is_err() {
+                return;
+            }
+            last = Some(job);
+        }
+        if ended {
+            return;
+        }
+        loop {
+            tokio::select! {
+                () = tx.closed() => return,
+                () = tracker.shutdown.cancelled() => return,
+                event = events.recv() => match event {
+                    Ok(changed) if changed == id => break,
+                    Ok(_) => {}
+                    // Missed notices may have been about this job: look.
+                    Err(RecvError::Lagged(_)) => break,
+                    Err(RecvError::Closed) => return,
+                },
+            }
+        }
+        // Changes that piled up meanwhile are all covered by the snapshot about to be read.
+        while !matches!(events.try_recv(), Err(TryRecvError::Empty | TryRecvError::Closed)) {}
+        view = match tracker.job(id).await {
+            Ok(view) => view,
+            Err(e) => {
+                let _ = tx.send(Err(e.into())).await;
+                return;
+            }
+        };
+    }
+}
+
+/// Streams every record matching `filter`, oldest first, a page at a time.
+async fn export(tracker: Arc<Tracker>, filter: RecordFilter, tx: mpsc::Sender<Result<pb::Record, Status>>) {
+    let mut after = 0;
+    loop {
+        let page = match tracker.records(&filter, after, EXPORT_PAGE).await {
+            Ok(page) if page.is_empty() => return,
+            Ok(page) => page,
+            Err(e) => {
+                let _ = tx.send(Err(e.into())).await;
+                return;
+            }
+        };
+        for record in page {
+            after = record.id;
+            tokio::select! {
+                () = tracker.shutdown.cancelled() => return,
+                sent = tx.send(Ok(convert::record(record))) => if sent.is_err() { return },
+            }
+        }
+    }
+}

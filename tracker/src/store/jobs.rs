@@ -1,0 +1,145 @@
+//! Queries on `jobs`.
+
+use sqlx::SqliteExecutor;
+
+use super::json;
+use crate::error::Result;
+use crate::model::{JobId, JobState};
+use crate::tuner::TunerKind;
+
+/// A job as stored.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub(crate) struct JobRow {
+    pub(crate) id: JobId,
+    pub(crate) state: JobState,
+    pub(crate) template: String,
+    pub(crate) template_version: u32,
+    pub(crate) tuner: TunerKind,
+    pub(crate) device_class: String,
+    pub(crate) trials: u32,
+    pub(crate) batch_size: u32,
+    /// The u64 seed's bit pattern.
+    pub(crate) seed: i64,
+    pub(crate) samples: u32,
+    pub(crate) label: String,
+    pub(crate) early_stop_trials: u32,
+    pub(crate) early_stop_margin: f64,
+    pub(crate) error: String,
+    pub(crate) created_ms: i64,
+    pub(crate) updated_ms: i64,
+    pub(crate) finished_ms: Option<i64>,
+}
+
+impl JobRow {
+    /// The tuner's seed.
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed as u64
+    }
+
+    /// Whether tasks of this job may still be proposed and leased.
+    pub(crate) fn is_active(&self) -> bool {
+        !self.state.is_terminal()
+    }
+}
+
+/// A job to insert.
+pub(crate) struct NewJob<'a> {
+    pub(crate) template: &'a str,
+    pub(crate) template_version: u32,
+    pub(crate) tuner: TunerKind,
+    pub(crate) device_class: &'a str,
+    pub(crate) trials: u32,
+    pub(crate) batch_size: u32,
+    pub(crate) seed: u64,
+    pub(crate) samples: u32,
+    pub(crate) label: &'a str,
+    pub(crate) early_stop_trials: u32,
+    pub(crate) early_stop_margin: f64,
+}
+
+/// Inserts a queued job.
+pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i64) -> Result<JobId> {
+    let id = sqlx::query_scalar(
+        "INSERT INTO jobs (state, template, template_version, tuner, device_class, trials, batch_size, seed, samples,
+                           label, early_stop_trials, early_stop_margin, created_ms, updated_ms)
+         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)
+         RETURNING id",
+    )
+    .bind(job.template)
+    .bind(job.template_version)
+    .bind(job.tuner)
+    .bind(job.device_class)
+    .bind(job.trials)
+    .bind(job.batch_size)
+    .bind(job.seed as i64)
+    .bind(job.samples)
+    .bind(job.label)
+    .bind(job.early_stop_trials)
+    .bind(job.early_stop_margin)
+    .bind(now)
+    .fetch_one(e)
+    .await?;
+    Ok(id)
+}
+
+/// The job `id`.
+pub(crate) async fn get(e: impl SqliteExecutor<'_>, id: JobId) -> Result<Option<JobRow>> {
+    Ok(sqlx::query_as("SELECT * FROM jobs WHERE id = ?1").bind(id).fetch_optional(e).await?)
+}
+
+/// Jobs in `states` (all when empty), newest first, at most `limit`.
+pub(crate) async fn list(e: impl SqliteExecutor<'_>, states: &[JobState], limit: u32) -> Result<Vec<JobRow>> {
+    let names: Vec<&str> = states.iter().map(|s| s.name()).collect();
+    Ok(sqlx::query_as(
+        "SELECT * FROM jobs
+         WHERE ?1 = '[]' OR state IN (SELECT value FROM json_each(?1))
+         ORDER BY id DESC LIMIT ?2",
+    )
+    .bind(json(&names))
+    .bind(limit)
+    .fetch_all(e)
+    .await?)
+}
+
+/// Jobs that are queued or running, oldest first.
+pub(crate) async fn active(e: impl SqliteExecutor<'_>) -> Result<Vec<JobRow>> {
+    Ok(sqlx::query_as("SELECT * FROM jobs WHERE state IN ('queued', 'running') ORDER BY id").fetch_all(e).await?)
+}
+
+/// Marks the queued jobs among `ids` running; returns those that changed.
+pub(crate) async fn mark_running(e: impl SqliteExecutor<'_>, ids: &[JobId], now: i64) -> Result<Vec<JobId>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE jobs SET state = 'running', updated_ms = ?2
+         WHERE state = 'queued' AND id IN (SELECT value FROM json_each(?1))
+         RETURNING id",
+    )
+    .bind(json(ids))
+    .bind(now)
+    .fetch_all(e)
+    .await?)
+}
+
+/// Records that the job's progress changed.
+pub(crate) async fn touch(e: impl SqliteExecutor<'_>, id: JobId, now: i64) -> Result<()> {
+    sqlx::query("UPDATE jobs SET updated_ms = ?2 WHERE id = ?1").bind(id).bind(now).execute(e).await?;
+    Ok(())
+}
+
+/// Ends the job in a terminal `state`, with `error` saying why when it did not succeed.
+pub(crate) async fn finish(
+    e: impl SqliteExecutor<'_>,
+    id: JobId,
+    state: JobState,
+    error: &str,
+    now: i64,
+) -> Result<()> {
+    debug_assert!(state.is_terminal());
+    sqlx::query("UPDATE jobs SET state = ?2, error = ?3, updated_ms = ?4, finished_ms = ?4 WHERE id = ?1")
+        .bind(id)
+        .bind(state)
+        .bind(error)
+        .bind(now)
+        .execute(e)
+        .await?;
+    Ok(())
+}

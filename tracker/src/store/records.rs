@@ -1,0 +1,203 @@
+//! Queries on `records`.
+
+use sqlx::SqliteExecutor;
+use tensortune_kernels::Workload;
+
+use super::{Json, json};
+use crate::error::Result;
+use crate::model::{JobId, Provenance, RecordFilter, RecordId, Status, TaskId, WorkerId};
+
+/// A stored measurement record.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub(crate) struct Record {
+    pub(crate) id: RecordId,
+    pub(crate) task_id: TaskId,
+    pub(crate) job_id: JobId,
+    pub(crate) worker_id: Option<WorkerId>,
+    pub(crate) workload_key: String,
+    #[sqlx(try_from = "String")]
+    pub(crate) workload: Json<Workload>,
+    pub(crate) template: String,
+    pub(crate) template_version: u32,
+    pub(crate) config: String,
+    pub(crate) config_index: i64,
+    pub(crate) device_class: String,
+    pub(crate) status: Status,
+    pub(crate) error: String,
+    pub(crate) compile_ms: f64,
+    pub(crate) measure_ms: f64,
+    #[sqlx(try_from = "String")]
+    pub(crate) samples: Json<Vec<f64>>,
+    pub(crate) median_us: f64,
+    pub(crate) spread: f64,
+    pub(crate) batch: u32,
+    pub(crate) baseline_us: Option<f64>,
+    pub(crate) baseline_kind: String,
+    pub(crate) max_abs_err: Option<f64>,
+    pub(crate) max_rel_err: Option<f64>,
+    pub(crate) registers: u32,
+    pub(crate) smem_bytes: u32,
+    pub(crate) cache_hit: bool,
+    #[sqlx(try_from = "String")]
+    pub(crate) provenance: Json<Provenance>,
+    pub(crate) tflops: f64,
+    pub(crate) speedup: f64,
+    pub(crate) created_ms: i64,
+}
+
+/// The identity and outcome of a record, enough to update a job's progress.
+#[derive(Clone, Copy, Debug, PartialEq, sqlx::FromRow)]
+pub(crate) struct Outcome {
+    pub(crate) id: RecordId,
+    pub(crate) status: Status,
+    pub(crate) median_us: f64,
+}
+
+/// A record to insert: the task's identity plus what was measured.
+pub(crate) struct NewRecord<'a> {
+    pub(crate) task_id: TaskId,
+    pub(crate) job_id: JobId,
+    pub(crate) worker_id: Option<WorkerId>,
+    pub(crate) workload: &'a Workload,
+    pub(crate) template: &'a str,
+    pub(crate) template_version: u32,
+    pub(crate) config: &'a str,
+    pub(crate) config_index: i64,
+    pub(crate) device_class: &'a str,
+    pub(crate) measurement: &'a crate::model::Measurement,
+}
+
+/// Inserts a record, deriving TFLOP/s and the speedup over the vendor baseline.
+pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &NewRecord<'_>, now: i64) -> Result<RecordId> {
+    let m = r.measurement;
+    let ok = m.status == Status::Ok && m.median_us > 0.0;
+    let tflops = if ok { r.workload.flops() / m.median_us / 1e6 } else { 0.0 };
+    let speedup = match m.baseline_us {
+        Some(baseline) if ok && baseline > 0.0 => baseline / m.median_us,
+        _ => 0.0,
+    };
+    Ok(sqlx::query_scalar(
+        "INSERT INTO records (task_id, job_id, worker_id, workload_key, workload, template, template_version, config,
+                              config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
+                              spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers,
+                              smem_bytes, cache_hit, provenance, tflops, speedup, created_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
+                 ?23, ?24, ?25, ?26, ?27, ?28, ?29)
+         RETURNING id",
+    )
+    .bind(r.task_id)
+    .bind(r.job_id)
+    .bind(r.worker_id)
+    .bind(r.workload.key())
+    .bind(json(r.workload))
+    .bind(r.template)
+    .bind(r.template_version)
+    .bind(r.config)
+    .bind(r.config_index)
+    .bind(r.device_class)
+    .bind(m.status)
+    .bind(&m.error)
+    .bind(m.compile_ms)
+    .bind(m.measure_ms)
+    .bind(json(&m.samples_us))
+    .bind(m.median_us)
+    .bind(m.spread)
+    .bind(m.batch)
+    .bind(m.baseline_us)
+    .bind(&m.baseline_kind)
+    .bind(m.max_abs_err)
+    .bind(m.max_rel_err)
+    .bind(m.registers)
+    .bind(m.smem_bytes)
+    .bind(m.cache_hit)
+    .bind(json(&m.provenance))
+    .bind(tflops)
+    .bind(speedup)
+    .bind(now)
+    .fetch_one(e)
+    .await?)
+}
+
+/// The records `ids`.
+pub(crate) async fn get_many(e: impl SqliteExecutor<'_>, ids: &[RecordId]) -> Result<Vec<Record>> {
+    Ok(sqlx::query_as("SELECT * FROM records WHERE id IN (SELECT value FROM json_each(?1))")
+        .bind(json(ids))
+        .fetch_all(e)
+        .await?)
+}
+
+/// The content key of a measurement: records with equal keys measured the same kernel.
+pub(crate) struct ContentKey<'a> {
+    pub(crate) workload_key: &'a str,
+    pub(crate) template: &'a str,
+    pub(crate) template_version: u32,
+    pub(crate) device_class: &'a str,
+    pub(crate) config: &'a str,
+}
+
+/// The oldest record with this content whose status would repeat if measured again: every status
+/// but `timeout` and `device_lost`, which say more about the worker than about the kernel.
+pub(crate) async fn reusable(e: impl SqliteExecutor<'_>, key: &ContentKey<'_>) -> Result<Option<Outcome>> {
+    Ok(sqlx::query_as(
+        "SELECT id, status, median_us FROM records
+         WHERE workload_key = ?1 AND template = ?2 AND template_version = ?3 AND device_class = ?4 AND config = ?5
+           AND status NOT IN ('timeout', 'device_lost')
+         ORDER BY id LIMIT 1",
+    )
+    .bind(key.workload_key)
+    .bind(key.template)
+    .bind(key.template_version)
+    .bind(key.device_class)
+    .bind(key.config)
+    .fetch_optional(e)
+    .await?)
+}
+
+/// The fastest ok record of a workload per device class (only `device_class` when given),
+/// fastest first.
+pub(crate) async fn best(
+    e: impl SqliteExecutor<'_>,
+    workload_key: &str,
+    template: &str,
+    template_version: u32,
+    device_class: Option<&str>,
+) -> Result<Vec<Record>> {
+    Ok(sqlx::query_as(
+        "SELECT * FROM (
+             SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class ORDER BY median_us, id) AS rank
+             FROM records
+             WHERE workload_key = ?1 AND template = ?2 AND template_version = ?3 AND status = 'ok'
+               AND (?4 IS NULL OR device_class = ?4))
+         WHERE rank = 1
+         ORDER BY median_us, id",
+    )
+    .bind(workload_key)
+    .bind(template)
+    .bind(template_version)
+    .bind(device_class)
+    .fetch_all(e)
+    .await?)
+}
+
+/// Up to `limit` records matching `filter` with ids above `after`, oldest first.
+pub(crate) async fn page(
+    e: impl SqliteExecutor<'_>,
+    filter: &RecordFilter,
+    after: RecordId,
+    limit: u32,
+) -> Result<Vec<Record>> {
+    Ok(sqlx::query_as(
+        "SELECT * FROM records
+         WHERE id > ?1 AND (?2 IS NULL OR workload_key = ?2) AND (?3 IS NULL OR device_class = ?3)
+           AND (?4 IS NULL OR job_id = ?4) AND (NOT ?5 OR status = 'ok')
+         ORDER BY id LIMIT ?6",
+    )
+    .bind(after)
+    .bind(filter.workload_key.as_deref())
+    .bind(filter.device_class.as_deref())
+    .bind(filter.job_id)
+    .bind(filter.ok_only)
+    .bind(limit)
+    .fetch_all(e)
+    .await?)
+}

@@ -1,0 +1,222 @@
+//! Queries on `tasks`.
+
+use sqlx::SqliteExecutor;
+use tensortune_kernels::Workload;
+
+use super::{Json, json};
+use crate::error::Result;
+use crate::model::{JobId, RecordId, TaskId, TaskState, WorkerId};
+
+/// A task as stored.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub(crate) struct TaskRow {
+    pub(crate) id: TaskId,
+    pub(crate) job_id: JobId,
+    pub(crate) workload_idx: u32,
+    pub(crate) config_index: i64,
+    pub(crate) config: String,
+    pub(crate) state: TaskState,
+    pub(crate) worker_id: Option<WorkerId>,
+    pub(crate) attempts: u32,
+    pub(crate) record_id: Option<RecordId>,
+}
+
+/// A leased task with everything a worker needs to measure it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub(crate) struct LeasedTask {
+    pub(crate) id: TaskId,
+    pub(crate) job_id: JobId,
+    #[sqlx(try_from = "String")]
+    pub(crate) workload: Json<Workload>,
+    pub(crate) workload_key: String,
+    pub(crate) template: String,
+    pub(crate) template_version: u32,
+    pub(crate) config: String,
+    pub(crate) config_index: i64,
+    pub(crate) samples: u32,
+    pub(crate) lease_expires_ms: i64,
+}
+
+/// A task to insert: pending, or already done when an identical record exists.
+pub(crate) struct NewTask<'a> {
+    pub(crate) job_id: JobId,
+    pub(crate) workload_idx: u32,
+    pub(crate) config_index: u64,
+    pub(crate) config: &'a str,
+    /// The record this task reuses; the task is then done.
+    pub(crate) reuses: Option<RecordId>,
+}
+
+/// Inserts a task.
+pub(crate) async fn insert(e: impl SqliteExecutor<'_>, t: &NewTask<'_>, now: i64) -> Result<TaskId> {
+    let state = if t.reuses.is_some() { TaskState::Done } else { TaskState::Pending };
+    Ok(sqlx::query_scalar(
+        "INSERT INTO tasks (job_id, workload_idx, config_index, config, state, record_id, reused, created_ms, updated_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+         RETURNING id",
+    )
+    .bind(t.job_id)
+    .bind(t.workload_idx)
+    .bind(i64::try_from(t.config_index).unwrap_or(i64::MAX))
+    .bind(t.config)
+    .bind(state)
+    .bind(t.reuses)
+    .bind(t.reuses.is_some())
+    .bind(now)
+    .fetch_one(e)
+    .await?)
+}
+
+/// The task `id`.
+pub(crate) async fn get(e: impl SqliteExecutor<'_>, id: TaskId) -> Result<Option<TaskRow>> {
+    Ok(sqlx::query_as("SELECT * FROM tasks WHERE id = ?1").bind(id).fetch_optional(e).await?)
+}
+
+/// Tasks of a workload that are pending or leased.
+pub(crate) async fn outstanding(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<u32> {
+    Ok(sqlx::query_scalar(
+        "SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND workload_idx = ?2 AND state IN ('pending', 'leased')",
+    )
+    .bind(job)
+    .bind(idx)
+    .fetch_one(e)
+    .await?)
+}
+
+/// Config indices of a workload that already have a task (in any state).
+pub(crate) async fn taken(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<i64>> {
+    Ok(sqlx::query_scalar("SELECT config_index FROM tasks WHERE job_id = ?1 AND workload_idx = ?2")
+        .bind(job)
+        .bind(idx)
+        .fetch_all(e)
+        .await?)
+}
+
+/// Leases up to `limit` pending tasks to `worker`: tasks of queued or running jobs bound to
+/// `device_class` whose template (spelled `name@version`) is in `templates`, oldest job first.
+pub(crate) async fn lease(
+    e: impl SqliteExecutor<'_>,
+    worker: WorkerId,
+    device_class: &str,
+    templates: &[String],
+    limit: u32,
+    expires_ms: i64,
+    now: i64,
+) -> Result<Vec<TaskId>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE tasks SET state = 'leased', worker_id = ?1, lease_expires_ms = ?2, attempts = attempts + 1,
+                          updated_ms = ?3
+         WHERE id IN (
+             SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
+             WHERE t.state = 'pending' AND j.state IN ('queued', 'running') AND j.device_class = ?4
+               AND j.template || '@' || j.template_version IN (SELECT value FROM json_each(?5))
+             ORDER BY t.job_id, t.id
+             LIMIT ?6)
+         RETURNING id",
+    )
+    .bind(worker)
+    .bind(expires_ms)
+    .bind(now)
+    .bind(device_class)
+    .bind(json(templates))
+    .bind(limit)
+    .fetch_all(e)
+    .await?)
+}
+
+/// What a worker needs to measure each of the tasks `ids`, oldest job first.
+pub(crate) async fn leased_details(e: impl SqliteExecutor<'_>, ids: &[TaskId]) -> Result<Vec<LeasedTask>> {
+    Ok(sqlx::query_as(
+        "SELECT t.id, t.job_id, w.workload, w.workload_key, j.template, j.template_version, t.config, t.config_index,
+                j.samples, t.lease_expires_ms
+         FROM tasks t
+         JOIN jobs j ON j.id = t.job_id
+         JOIN job_workloads w ON w.job_id = t.job_id AND w.idx = t.workload_idx
+         WHERE t.id IN (SELECT value FROM json_each(?1))
+         ORDER BY t.job_id, t.id",
+    )
+    .bind(json(ids))
+    .fetch_all(e)
+    .await?)
+}
+
+/// Renews the leases `worker` holds among `ids`; returns the renewed ones.
+pub(crate) async fn renew(
+    e: impl SqliteExecutor<'_>,
+    worker: WorkerId,
+    ids: &[TaskId],
+    expires_ms: i64,
+) -> Result<Vec<TaskId>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE tasks SET lease_expires_ms = ?3
+         WHERE state = 'leased' AND worker_id = ?1 AND id IN (SELECT value FROM json_each(?2))
+         RETURNING id",
+    )
+    .bind(worker)
+    .bind(json(ids))
+    .bind(expires_ms)
+    .fetch_all(e)
+    .await?)
+}
+
+/// Gives every leased task a lease ending at `expires_ms` (at start: the holders may have survived
+/// the tracker). Returns how many.
+pub(crate) async fn renew_all(e: impl SqliteExecutor<'_>, expires_ms: i64) -> Result<u64> {
+    Ok(sqlx::query("UPDATE tasks SET lease_expires_ms = ?1 WHERE state = 'leased'")
+        .bind(expires_ms)
+        .execute(e)
+        .await?
+        .rows_affected())
+}
+
+/// Marks the task done with its record.
+pub(crate) async fn complete(e: impl SqliteExecutor<'_>, id: TaskId, record: RecordId, now: i64) -> Result<()> {
+    sqlx::query(
+        "UPDATE tasks SET state = 'done', record_id = ?2, lease_expires_ms = NULL, updated_ms = ?3 WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(record)
+    .bind(now)
+    .execute(e)
+    .await?;
+    Ok(())
+}
+
+/// Leased tasks whose lease ended before `now`.
+pub(crate) async fn expired(e: impl SqliteExecutor<'_>, now: i64) -> Result<Vec<TaskRow>> {
+    Ok(sqlx::query_as("SELECT * FROM tasks WHERE state = 'leased' AND lease_expires_ms < ?1 ORDER BY id")
+        .bind(now)
+        .fetch_all(e)
+        .await?)
+}
+
+/// Returns a task whose lease expired to the queue; `worker_id` keeps its last holder, whose late
+/// report is still accepted until someone else leases it.
+pub(crate) async fn release(e: impl SqliteExecutor<'_>, id: TaskId, now: i64) -> Result<()> {
+    sqlx::query("UPDATE tasks SET state = 'pending', lease_expires_ms = NULL, updated_ms = ?2 WHERE id = ?1")
+        .bind(id)
+        .bind(now)
+        .execute(e)
+        .await?;
+    Ok(())
+}
+
+/// Cancels the pending and leased tasks of `job` (of workload `idx` only, when given); returns how
+/// many. Holders learn it from their next heartbeat.
+pub(crate) async fn cancel_unfinished(
+    e: impl SqliteExecutor<'_>,
+    job: JobId,
+    idx: Option<u32>,
+    now: i64,
+) -> Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE tasks SET state = 'cancelled', lease_expires_ms = NULL, updated_ms = ?3
+         WHERE job_id = ?1 AND (?2 IS NULL OR workload_idx = ?2) AND state IN ('pending', 'leased')",
+    )
+    .bind(job)
+    .bind(idx)
+    .bind(now)
+    .execute(e)
+    .await?
+    .rows_affected())
+}

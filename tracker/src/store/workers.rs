@@ -1,0 +1,104 @@
+//! Queries on `workers`.
+
+use sqlx::SqliteExecutor;
+
+use super::{Json, json};
+use crate::error::Result;
+use crate::model::{Device, Registration, WorkerId};
+
+/// A registered worker with what it holds and has reported.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub(crate) struct WorkerRow {
+    pub(crate) id: WorkerId,
+    pub(crate) name: String,
+    pub(crate) device_class: String,
+    #[sqlx(try_from = "String")]
+    pub(crate) device: Json<Device>,
+    /// `name@version` of each template it implements.
+    #[sqlx(try_from = "String")]
+    pub(crate) templates: Json<Vec<String>>,
+    pub(crate) registered_ms: i64,
+    pub(crate) last_seen_ms: i64,
+    pub(crate) state: String,
+    /// Tasks it holds now.
+    pub(crate) leased: u32,
+    /// Records it reported (records the tracker wrote for it, `device_lost`, do not count).
+    pub(crate) reported: i64,
+}
+
+/// `SELECT` of [`WorkerRow`]s followed by `$tail`.
+macro_rules! select_workers {
+    ($tail:literal) => {
+        concat!(
+            "SELECT w.*,
+                (SELECT COUNT(*) FROM tasks t WHERE t.worker_id = w.id AND t.state = 'leased') AS leased,
+                (SELECT COUNT(*) FROM records r WHERE r.worker_id = w.id AND r.status != 'device_lost') AS reported
+             FROM workers w",
+            $tail
+        )
+    };
+}
+
+/// Registers a new worker; returns its id.
+pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &Registration, now: i64) -> Result<WorkerId> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO workers (name, device_class, device, templates, registered_ms, last_seen_ms, state)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'online')
+         RETURNING id",
+    )
+    .bind(&r.name)
+    .bind(&r.device.target.class_key)
+    .bind(json(&r.device))
+    .bind(json(&r.templates.iter().map(|t| t.spelled()).collect::<Vec<_>>()))
+    .bind(now)
+    .fetch_one(e)
+    .await?)
+}
+
+/// Refreshes worker `id` from a new registration (it keeps its id and leases); false when unknown.
+pub(crate) async fn reregister(e: impl SqliteExecutor<'_>, id: WorkerId, r: &Registration, now: i64) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE workers SET name = ?2, device_class = ?3, device = ?4, templates = ?5, last_seen_ms = ?6,
+                            state = 'online'
+         WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(&r.name)
+    .bind(&r.device.target.class_key)
+    .bind(json(&r.device))
+    .bind(json(&r.templates.iter().map(|t| t.spelled()).collect::<Vec<_>>()))
+    .bind(now)
+    .execute(e)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The worker `id`.
+pub(crate) async fn get(e: impl SqliteExecutor<'_>, id: WorkerId) -> Result<Option<WorkerRow>> {
+    Ok(sqlx::query_as(select_workers!(" WHERE w.id = ?1")).bind(id).fetch_optional(e).await?)
+}
+
+/// Every worker, by id.
+pub(crate) async fn list(e: impl SqliteExecutor<'_>) -> Result<Vec<WorkerRow>> {
+    Ok(sqlx::query_as(select_workers!(" ORDER BY w.id")).fetch_all(e).await?)
+}
+
+/// Records that the worker was heard from; false when unknown.
+pub(crate) async fn touch(e: impl SqliteExecutor<'_>, id: WorkerId, now: i64) -> Result<bool> {
+    let done = sqlx::query("UPDATE workers SET last_seen_ms = ?2, state = 'online' WHERE id = ?1")
+        .bind(id)
+        .bind(now)
+        .execute(e)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Marks online workers not heard from since `before` offline; returns them.
+pub(crate) async fn mark_offline(e: impl SqliteExecutor<'_>, before: i64) -> Result<Vec<WorkerId>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE workers SET state = 'offline' WHERE state = 'online' AND last_seen_ms < ?1 RETURNING id",
+    )
+    .bind(before)
+    .fetch_all(e)
+    .await?)
+}

@@ -1,0 +1,127 @@
+//! Queries on `job_workloads`.
+
+use sqlx::SqliteExecutor;
+use tensortune_kernels::Workload;
+
+use super::{Json, json};
+use crate::error::Result;
+use crate::model::{JobId, RecordId, Status, WorkloadState};
+
+/// One workload of a job and its progress, with the time of its best record.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub(crate) struct WorkloadRow {
+    pub(crate) job_id: JobId,
+    pub(crate) idx: u32,
+    pub(crate) workload_key: String,
+    #[sqlx(try_from = "String")]
+    pub(crate) workload: Json<Workload>,
+    pub(crate) trials_target: u32,
+    pub(crate) space_size: i64,
+    pub(crate) proposed: u32,
+    pub(crate) done: u32,
+    pub(crate) reused: u32,
+    pub(crate) state: WorkloadState,
+    pub(crate) best_record_id: Option<RecordId>,
+    pub(crate) best_us: Option<f64>,
+    pub(crate) stall_best_us: Option<f64>,
+    pub(crate) stall_since: u32,
+}
+
+/// A workload to insert.
+pub(crate) struct NewWorkload<'a> {
+    pub(crate) idx: u32,
+    pub(crate) workload: &'a Workload,
+    pub(crate) trials_target: u32,
+    pub(crate) space_size: u64,
+}
+
+/// Inserts workload `w.idx` of `job`, running.
+pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: JobId, w: &NewWorkload<'_>) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO job_workloads (job_id, idx, workload_key, workload, trials_target, space_size, state)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running')",
+    )
+    .bind(job)
+    .bind(w.idx)
+    .bind(w.workload.key())
+    .bind(json(w.workload))
+    .bind(w.trials_target)
+    .bind(i64::try_from(w.space_size).unwrap_or(i64::MAX))
+    .execute(e)
+    .await?;
+    Ok(())
+}
+
+/// Workload `idx` of `job`.
+pub(crate) async fn get(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Option<WorkloadRow>> {
+    Ok(sqlx::query_as(
+        "SELECT w.*, r.median_us AS best_us FROM job_workloads w LEFT JOIN records r ON r.id = w.best_record_id
+         WHERE w.job_id = ?1 AND w.idx = ?2",
+    )
+    .bind(job)
+    .bind(idx)
+    .fetch_optional(e)
+    .await?)
+}
+
+/// Every workload of `job`, in order.
+pub(crate) async fn list(e: impl SqliteExecutor<'_>, job: JobId) -> Result<Vec<WorkloadRow>> {
+    Ok(sqlx::query_as(
+        "SELECT w.*, r.median_us AS best_us FROM job_workloads w LEFT JOIN records r ON r.id = w.best_record_id
+         WHERE w.job_id = ?1 ORDER BY w.idx",
+    )
+    .bind(job)
+    .fetch_all(e)
+    .await?)
+}
+
+/// Counts `n` more proposed tasks.
+pub(crate) async fn add_proposed(e: impl SqliteExecutor<'_>, job: JobId, idx: u32, n: u32) -> Result<()> {
+    sqlx::query("UPDATE job_workloads SET proposed = proposed + ?3 WHERE job_id = ?1 AND idx = ?2")
+        .bind(job)
+        .bind(idx)
+        .bind(n)
+        .execute(e)
+        .await?;
+    Ok(())
+}
+
+/// Stores the progress fields of `w` (counts, best, early-stopping reference, state).
+pub(crate) async fn save_progress(e: impl SqliteExecutor<'_>, w: &WorkloadRow) -> Result<()> {
+    sqlx::query(
+        "UPDATE job_workloads SET done = ?3, reused = ?4, best_record_id = ?5, stall_best_us = ?6, stall_since = ?7,
+                                  state = ?8
+         WHERE job_id = ?1 AND idx = ?2",
+    )
+    .bind(w.job_id)
+    .bind(w.idx)
+    .bind(w.done)
+    .bind(w.reused)
+    .bind(w.best_record_id)
+    .bind(w.stall_best_us)
+    .bind(w.stall_since)
+    .bind(w.state)
+    .execute(e)
+    .await?;
+    Ok(())
+}
+
+/// Workloads of `job` still running.
+pub(crate) async fn running(e: impl SqliteExecutor<'_>, job: JobId) -> Result<u32> {
+    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM job_workloads WHERE job_id = ?1 AND state = 'running'")
+        .bind(job)
+        .fetch_one(e)
+        .await?)
+}
+
+/// Finished tasks of `job` per workload and record status: (workload index, status, count).
+pub(crate) async fn status_counts(e: impl SqliteExecutor<'_>, job: JobId) -> Result<Vec<(u32, Status, u32)>> {
+    Ok(sqlx::query_as(
+        "SELECT t.workload_idx, r.status, COUNT(*) FROM tasks t JOIN records r ON r.id = t.record_id
+         WHERE t.job_id = ?1 AND t.state = 'done'
+         GROUP BY t.workload_idx, r.status",
+    )
+    .bind(job)
+    .fetch_all(e)
+    .await?)
+}

@@ -1,0 +1,174 @@
+//! The tracker's shared state and its unit of change, [`Write`].
+//!
+//! Every change goes through one `Write`: the writer lock, a SQLite transaction, and the in-memory
+//! searches kept in step with the tasks table. What a write proposes is merged into the searches
+//! only once its transaction committed; a write that fails or is dropped half-way (its client went
+//! away) makes the searches it touched reload from the database instead, so memory never runs
+//! ahead of the source of truth.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
+use tokio::sync::{Mutex, MutexGuard};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::TrackerConfig;
+use crate::error::Result;
+use crate::events::Events;
+use crate::model::{JobId, now_ms};
+use crate::search::{Search, SearchKey, Searches};
+
+/// State shared by the services and the background tasks.
+pub(crate) struct Tracker {
+    pub(crate) pool: SqlitePool,
+    pub(crate) config: TrackerConfig,
+    pub(crate) events: Events,
+    /// Ends long polls and streams so that a graceful shutdown does not wait for them.
+    pub(crate) shutdown: CancellationToken,
+    /// The writer lock. SQLite admits one writer at a time anyway; taking it here first makes each
+    /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
+    /// guards, and spares writers SQLite's busy-wait.
+    searches: Mutex<Searches>,
+}
+
+impl Tracker {
+    /// A tracker over an opened, migrated database.
+    pub(crate) fn new(pool: SqlitePool, config: TrackerConfig, shutdown: CancellationToken) -> Arc<Tracker> {
+        Arc::new(Tracker { pool, config, events: Events::new(), shutdown, searches: Mutex::new(Searches::default()) })
+    }
+
+    /// Starts a write.
+    pub(crate) async fn write(&self) -> Result<Write<'_>> {
+        let searches = self.searches.lock().await;
+        // IMMEDIATE takes SQLite's write lock now rather than at the first write, so a transaction
+        // never has to upgrade a read lock (which fails instead of waiting).
+        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        Ok(Write {
+            tx: Some(tx),
+            searches,
+            now: now_ms(),
+            touched: HashSet::new(),
+            proposed: HashMap::new(),
+            stopped: Vec::new(),
+            changed: BTreeSet::new(),
+            tasks_ready: false,
+            finished: false,
+        })
+    }
+
+    /// When a lease handed out now ends.
+    pub(crate) fn lease_deadline(&self, now: i64) -> i64 {
+        now.saturating_add(millis(self.config.lease))
+    }
+}
+
+/// A duration in (saturated) milliseconds.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// One atomic change: commit it, or drop it to roll back.
+pub(crate) struct Write<'a> {
+    /// `None` once committing.
+    tx: Option<Transaction<'static, Sqlite>>,
+    searches: MutexGuard<'a, Searches>,
+    now: i64,
+    /// Searches loaded or created by this write; forgotten if it does not commit.
+    touched: HashSet<SearchKey>,
+    /// Configs that got a task in this write, per workload.
+    proposed: HashMap<SearchKey, HashSet<u64>>,
+    /// Workloads (or whole jobs, `None`) that stopped: their searches go after the commit.
+    stopped: Vec<(JobId, Option<u32>)>,
+    /// Jobs to announce to watchers after the commit.
+    changed: BTreeSet<JobId>,
+    /// Whether tasks became pending (long-polling workers are woken after the commit).
+    tasks_ready: bool,
+    finished: bool,
+}
+
+impl Write<'_> {
+    /// The transaction's connection.
+    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+        // `tx` is only taken by `commit`, which consumes the write.
+        self.tx.as_deref_mut().expect("a write keeps its transaction until it commits")
+    }
+
+    /// The time this write happens at (one clock reading for all its rows).
+    pub(crate) fn now(&self) -> i64 {
+        self.now
+    }
+
+    /// The search of a workload, if loaded.
+    pub(crate) fn search(&self, key: SearchKey) -> Option<&Search> {
+        self.searches.get(key)
+    }
+
+    /// Installs the search of a workload.
+    pub(crate) fn insert_search(&mut self, key: SearchKey, search: Search) {
+        self.touched.insert(key);
+        self.searches.insert(key, search);
+    }
+
+    /// Up to `n` configs the workload's search proposes next (empty when it is not loaded).
+    pub(crate) fn propose(&self, key: SearchKey, n: usize) -> Vec<u64> {
+        match self.searches.get(key) {
+            Some(search) => search.propose(self.proposed.get(&key), n),
+            None => Vec::new(),
+        }
+    }
+
+    /// Notes that `config` got a task.
+    pub(crate) fn proposed(&mut self, key: SearchKey, config: u64) {
+        self.proposed.entry(key).or_default().insert(config);
+    }
+
+    /// Notes that a workload (or a whole job, `idx` `None`) stopped: its search can go.
+    pub(crate) fn stop_search(&mut self, job: JobId, idx: Option<u32>) {
+        self.stopped.push((job, idx));
+    }
+
+    /// Notes that a job changed.
+    pub(crate) fn job_changed(&mut self, job: JobId) {
+        self.changed.insert(job);
+    }
+
+    /// Notes that tasks became pending.
+    pub(crate) fn tasks_ready(&mut self) {
+        self.tasks_ready = true;
+    }
+
+    /// Commits, brings the searches in step, then tells watchers and waiting workers.
+    pub(crate) async fn commit(mut self, events: &Events) -> Result<()> {
+        let tx = self.tx.take().expect("a write commits once");
+        tx.commit().await?;
+        for (key, configs) in std::mem::take(&mut self.proposed) {
+            if let Some(search) = self.searches.get_mut(key) {
+                search.take(configs);
+            }
+        }
+        for (job, idx) in std::mem::take(&mut self.stopped) {
+            self.searches.remove(job, idx);
+        }
+        self.finished = true;
+        for job in &self.changed {
+            events.job_changed(*job);
+        }
+        if self.tasks_ready {
+            events.tasks_ready();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Write<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Rolled back (or cancelled while committing, when nobody knows): whatever this write
+            // loaded or proposed is reloaded from the database when next needed.
+            let keys: Vec<SearchKey> = self.touched.drain().chain(self.proposed.keys().copied()).collect();
+            self.searches.remove_keys(keys);
+        }
+    }
+}

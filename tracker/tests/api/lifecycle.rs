@@ -1,0 +1,59 @@
+//! Submit, dispatch, report, finish, and what the tracker says about it afterwards.
+
+use tensortune_proto::pb;
+
+use crate::harness::*;
+
+#[tokio::test]
+async fn a_job_runs_to_done_and_query_best_returns_the_fastest() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+
+    let submitted = tuning.submit_job(job(vec![matmul(256, 128, 256)], 12, 4)).await.unwrap().into_inner();
+    assert_eq!(submitted.device_class, "sim");
+    let id = submitted.job_id;
+    let job0 = get_job(&mut tuning, id).await;
+    assert_eq!(job0.state, pb::JobState::Queued as i32);
+    assert_eq!(job0.workloads[0].trials_target, 12);
+    assert!(job0.workloads[0].space_size >= 12, "space {}", job0.workloads[0].space_size);
+
+    // Every fourth config fails to compile; the rest are ok.
+    let reported = drive_with(&mut worker, &mut tuning, id, |t| {
+        if t.config_index % 4 == 0 { failed(pb::RecordStatus::CompileError) } else { measure(t) }
+    })
+    .await;
+    assert_eq!(reported.len(), 12);
+    let configs: std::collections::HashSet<_> = reported.iter().map(|t| t.config_index).collect();
+    assert_eq!(configs.len(), 12, "a config was proposed twice");
+
+    let done = get_job(&mut tuning, id).await;
+    assert_eq!(done.state, pb::JobState::Done as i32);
+    assert!(done.finished_ms > 0);
+    let w = &done.workloads[0];
+    assert_eq!((w.trials_done, w.reused, w.state.as_str()), (12, 0, "done"));
+    let failures = reported.iter().filter(|t| t.config_index % 4 == 0).count() as u32;
+    assert_eq!(w.status_counts.get("compile_error").copied().unwrap_or(0), failures);
+    assert_eq!(w.status_counts.get("ok").copied().unwrap_or(0), 12 - failures);
+
+    let fastest =
+        reported.iter().filter(|t| t.config_index % 4 != 0).min_by(|a, b| fake_us(a).total_cmp(&fake_us(b))).unwrap();
+    let best = w.best.as_ref().unwrap();
+    assert_eq!(best.task_id, fastest.task_id);
+
+    let answer = tuning
+        .query_best(pb::QueryBestRequest { workload: Some(matmul(256, 128, 256)), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.best.len(), 1);
+    let top = &answer.best[0];
+    assert_eq!((top.task_id, top.device_class.as_str(), top.template.as_str()), (fastest.task_id, "sim", "wmma_gemm"));
+    let m = top.measurement.as_ref().unwrap();
+    assert_eq!(m.median_us, fake_us(fastest));
+    assert!(top.tflops > 0.0 && (top.speedup - 1.5).abs() < 1e-9, "{top:?}");
+    assert_eq!(top.workload_key, "matmul/m256n128k256/nn/f16,f32,f32/alpha=1,beta=0");
+
+    tracker.stop().await;
+}

@@ -1,0 +1,5 @@
+//! End-to-end tests of the tracker over gRPC: a real server on `127.0.0.1:0`, a temporary
+//! database, and a fake worker played by the test (no GPU needed).
+
+mod harness;
+mod lifecycle;
