@@ -1,0 +1,118 @@
+//! NVRTC compiles what the generator emits: every valid config of the first workload, a sample
+//! across every dtype and layout, and every support module. No GPU needed (NVRTC alone, from the
+//! PyPI wheels that scripts/setup-nvrtc.sh installs); cubins are built for sm_80 and sm_90.
+//!
+//! Kernels are compiled in batches: every generated source is a shared preamble plus one
+//! self-contained block in its own namespace (`kernels::cuda::PREAMBLE`), so a batch is the
+//! preamble followed by the blocks, byte for byte as the worker compiles them one at a time. A
+//! failing batch is recompiled kernel by kernel to name the culprit with its log.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use tensortune_kernels::template::valid_configs;
+use tensortune_kernels::{DType, KernelSpec, Layout, Matmul, Target, Template, Types, Workload, cuda, gemm, support};
+use tensortune_worker::nvrtc;
+
+const BATCH: usize = 16;
+
+fn include_dir() -> PathBuf {
+    assert!(
+        nvrtc::available(),
+        "libnvrtc.so.13 is not loadable: run the tests through scripts/test.sh (it installs NVRTC from PyPI and sets LD_LIBRARY_PATH)"
+    );
+    nvrtc::find_include_dir().expect("CUDA headers not found: run scripts/setup-nvrtc.sh or set TENSORTUNE_CUDA_INCLUDE")
+}
+
+/// Compiles every spec for `arch`, in batches on all cores; returns "name: log" per failure.
+fn compile_all(specs: &[KernelSpec], arch: &str) -> Vec<String> {
+    let inc = include_dir();
+    let batches: Vec<&[KernelSpec]> = specs.chunks(BATCH).collect();
+    let next = Mutex::new(0usize);
+    let failures = Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        *n += 1;
+                        *n - 1
+                    };
+                    let Some(batch) = batches.get(i) else { break };
+                    let mut source = String::from(cuda::PREAMBLE);
+                    for spec in *batch {
+                        source.push_str(spec.source.strip_prefix(cuda::PREAMBLE).expect("every source starts with the preamble"));
+                    }
+                    if nvrtc::compile(&source, "batch", arch, &inc).is_ok() {
+                        continue;
+                    }
+                    for spec in *batch {
+                        if let Err(e) = nvrtc::compile(&spec.source, &spec.name, arch, &inc) {
+                            failures.lock().unwrap().push(format!("{} ({arch}): {e}", spec.name));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
+fn matmul(m: u64, n: u64, k: u64, layout: Layout, types: Types) -> Workload {
+    Workload::Matmul(Matmul::new(m, n, k, layout, types).unwrap())
+}
+
+fn generate_all(w: &Workload, target: &Target) -> Vec<KernelSpec> {
+    valid_configs(&gemm::WmmaGemm, w, target)
+        .unwrap()
+        .iter()
+        .map(|(_, c)| gemm::WmmaGemm.generate(w, c, target).unwrap())
+        .collect()
+}
+
+#[test]
+fn every_config_of_512x64x512_compiles_for_sm80_and_sm90() {
+    let w = matmul(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap());
+    for target in [Target::sm80(), Target::sm90()] {
+        let specs = generate_all(&w, &target);
+        assert!(specs.len() >= 100, "only {} valid configs on {}", specs.len(), target.name);
+        let failures = compile_all(&specs, &target.nvrtc_arch());
+        assert!(failures.is_empty(), "{} of {} kernels failed:\n{}", failures.len(), specs.len(), failures.join("\n\n"));
+    }
+}
+
+#[test]
+fn support_modules_compile_for_every_type_combination() {
+    let mut specs = Vec::new();
+    for (input, acc, outs) in Types::SUPPORTED {
+        for out in *outs {
+            let types = Types::new(*input, *acc, Some(*out)).unwrap();
+            for layout in Layout::ALL {
+                let mut m = Matmul::new(64, 48, 32, layout, types).unwrap();
+                m.beta = 1.0;
+                let w = Workload::Matmul(m);
+                specs.push(KernelSpec {
+                    name: format!("support_{}", tensortune_kernels::short_digest(&w.key())),
+                    source: support::source(&w),
+                    entry: "tt_compare".into(),
+                    grid: [1, 1, 1],
+                    block: [1, 1, 1],
+                    smem_bytes: 0,
+                    workspace_bytes: 0,
+                    args: vec![],
+                });
+            }
+        }
+    }
+    // Support modules share one namespace name, so compile them one by one (batch of one).
+    let inc = include_dir();
+    for arch in ["sm_80", "sm_90"] {
+        for spec in &specs {
+            if let Err(e) = nvrtc::compile(&spec.source, &spec.name, arch, &inc) {
+                panic!("{} ({arch}): {e}", spec.name);
+            }
+        }
+    }
+}
