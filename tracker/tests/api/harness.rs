@@ -20,48 +20,47 @@ use tonic::transport::Channel;
 
 /// How long any wait in a test may take before the test fails (never a timing assertion: only a
 /// bound on a hang).
-pub const PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A running tracker.
-pub struct TestTracker {
-    pub addr: String,
-    pub config: TrackerConfig,
+pub(crate) struct TestTracker {
+    pub(crate) addr: String,
     shutdown: CancellationToken,
     handle: JoinHandle<anyhow::Result<()>>,
 }
 
 impl TestTracker {
     /// Starts a tracker with `config` on a free port.
-    pub async fn start(config: TrackerConfig) -> TestTracker {
+    pub(crate) async fn start(config: TrackerConfig) -> TestTracker {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();
-        let handle = tokio::spawn(tensortune_tracker::run(config.clone(), listener, shutdown.clone()));
-        TestTracker { addr, config, shutdown, handle }
+        let handle = tokio::spawn(tensortune_tracker::run(config, listener, shutdown.clone()));
+        TestTracker { addr, shutdown, handle }
     }
 
     /// Stops it through its token and waits for a clean exit.
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.shutdown.cancel();
         tokio::time::timeout(PATIENCE, self.handle).await.expect("tracker did not stop").unwrap().unwrap();
     }
 
-    pub async fn tuning(&self) -> TuningClient<Channel> {
+    pub(crate) async fn tuning(&self) -> TuningClient<Channel> {
         TuningClient::connect(self.addr.clone()).await.unwrap()
     }
 
-    pub async fn dispatch(&self) -> DispatchClient<Channel> {
+    pub(crate) async fn dispatch(&self) -> DispatchClient<Channel> {
         DispatchClient::connect(self.addr.clone()).await.unwrap()
     }
 }
 
 /// A configuration on a database in `dir`.
-pub fn config(dir: &TempDir) -> TrackerConfig {
+pub(crate) fn config(dir: &TempDir) -> TrackerConfig {
     TrackerConfig { db: dir.path().join("tracker.db"), ..TrackerConfig::default() }
 }
 
 /// A configuration with short leases, for expiry tests.
-pub fn short_leases(dir: &TempDir, max_attempts: u32) -> TrackerConfig {
+pub(crate) fn short_leases(dir: &TempDir, max_attempts: u32) -> TrackerConfig {
     TrackerConfig {
         lease: Duration::from_millis(400),
         heartbeat: Duration::from_millis(100),
@@ -71,12 +70,12 @@ pub fn short_leases(dir: &TempDir, max_attempts: u32) -> TrackerConfig {
 }
 
 /// A sim-class device.
-pub fn sim_device() -> pb::DeviceInfo {
+pub(crate) fn sim_device() -> pb::DeviceInfo {
     device_from_target(&Target::sim())
 }
 
 /// The registration of a worker named `name` with `device`.
-pub fn registration(name: &str, device: pb::DeviceInfo) -> pb::RegisterRequest {
+pub(crate) fn registration(name: &str, device: pb::DeviceInfo) -> pb::RegisterRequest {
     pb::RegisterRequest {
         name: name.to_owned(),
         device: Some(device),
@@ -86,30 +85,30 @@ pub fn registration(name: &str, device: pb::DeviceInfo) -> pb::RegisterRequest {
 }
 
 /// A worker played by the test.
-pub struct FakeWorker {
-    pub id: u64,
-    pub client: DispatchClient<Channel>,
+pub(crate) struct FakeWorker {
+    pub(crate) id: u64,
+    pub(crate) client: DispatchClient<Channel>,
 }
 
 impl FakeWorker {
     /// Registers a sim worker.
-    pub async fn register(tracker: &TestTracker, name: &str) -> FakeWorker {
+    pub(crate) async fn register(tracker: &TestTracker, name: &str) -> FakeWorker {
         Self::register_with(tracker, registration(name, sim_device())).await
     }
 
-    pub async fn register_with(tracker: &TestTracker, req: pb::RegisterRequest) -> FakeWorker {
+    pub(crate) async fn register_with(tracker: &TestTracker, req: pb::RegisterRequest) -> FakeWorker {
         let mut client = tracker.dispatch().await;
         let id = client.register(req).await.unwrap().into_inner().worker_id;
         FakeWorker { id, client }
     }
 
-    pub async fn lease(&mut self, max_tasks: u32, wait_ms: u32) -> Vec<pb::Task> {
+    pub(crate) async fn lease(&mut self, max_tasks: u32, wait_ms: u32) -> Vec<pb::Task> {
         let req = pb::LeaseTasksRequest { worker_id: self.id, max_tasks, wait_ms };
         self.client.lease_tasks(req).await.unwrap().into_inner().tasks
     }
 
     /// Leases until it gets at least one task.
-    pub async fn lease_some(&mut self, max_tasks: u32) -> Vec<pb::Task> {
+    pub(crate) async fn lease_some(&mut self, max_tasks: u32) -> Vec<pb::Task> {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let tasks = self.lease(max_tasks, 200).await;
@@ -120,7 +119,7 @@ impl FakeWorker {
         }
     }
 
-    pub async fn report(
+    pub(crate) async fn report(
         &mut self,
         task: &pb::Task,
         measurement: pb::Measurement,
@@ -129,19 +128,19 @@ impl FakeWorker {
         self.client.report_result(req).await.map(|r| r.into_inner())
     }
 
-    pub async fn heartbeat(&mut self, task_ids: &[u64]) -> Vec<u64> {
+    pub(crate) async fn heartbeat(&mut self, task_ids: &[u64]) -> Vec<u64> {
         let req = pb::HeartbeatRequest { worker_id: self.id, task_ids: task_ids.to_vec() };
         self.client.heartbeat(req).await.unwrap().into_inner().drop_task_ids
     }
 }
 
 /// The fake kernel time of a task's config: deterministic, different across configs.
-pub fn fake_us(task: &pb::Task) -> f64 {
+pub(crate) fn fake_us(task: &pb::Task) -> f64 {
     5.0 + ((task.config_index * 7919) % 1009) as f64 / 10.0
 }
 
 /// An ok measurement taking `median_us`.
-pub fn ok(median_us: f64) -> pb::Measurement {
+pub(crate) fn ok(median_us: f64) -> pb::Measurement {
     pb::Measurement {
         status: pb::RecordStatus::Ok as i32,
         compile_ms: 12.0,
@@ -160,17 +159,17 @@ pub fn ok(median_us: f64) -> pb::Measurement {
 }
 
 /// A failed measurement with `status`.
-pub fn failed(status: pb::RecordStatus) -> pb::Measurement {
+pub(crate) fn failed(status: pb::RecordStatus) -> pb::Measurement {
     pb::Measurement { status: status as i32, error: "it broke".into(), ..Default::default() }
 }
 
 /// What the fake worker measures for a task: ok with [`fake_us`].
-pub fn measure(task: &pb::Task) -> pb::Measurement {
+pub(crate) fn measure(task: &pb::Task) -> pb::Measurement {
     ok(fake_us(task))
 }
 
 /// An f16 NN matmul.
-pub fn matmul(m: u64, n: u64, k: u64) -> pb::Workload {
+pub(crate) fn matmul(m: u64, n: u64, k: u64) -> pb::Workload {
     pb::Workload {
         op: Some(pb::workload::Op::Matmul(pb::Matmul {
             m,
@@ -184,28 +183,28 @@ pub fn matmul(m: u64, n: u64, k: u64) -> pb::Workload {
 }
 
 /// A job over `workloads` with `trials` per workload and `batch_size` outstanding.
-pub fn job(workloads: Vec<pb::Workload>, trials: u32, batch_size: u32) -> pb::SubmitJobRequest {
+pub(crate) fn job(workloads: Vec<pb::Workload>, trials: u32, batch_size: u32) -> pb::SubmitJobRequest {
     pb::SubmitJobRequest { workloads, trials, batch_size, seed: 7, label: "test".into(), ..Default::default() }
 }
 
-pub async fn submit(tuning: &mut TuningClient<Channel>, req: pb::SubmitJobRequest) -> u64 {
+pub(crate) async fn submit(tuning: &mut TuningClient<Channel>, req: pb::SubmitJobRequest) -> u64 {
     tuning.submit_job(req).await.unwrap().into_inner().job_id
 }
 
-pub async fn get_job(tuning: &mut TuningClient<Channel>, id: u64) -> pb::Job {
+pub(crate) async fn get_job(tuning: &mut TuningClient<Channel>, id: u64) -> pb::Job {
     tuning.get_job(pb::JobRef { job_id: id }).await.unwrap().into_inner()
 }
 
-pub fn is_terminal(job: &pb::Job) -> bool {
+pub(crate) fn is_terminal(job: &pb::Job) -> bool {
     job.state != pb::JobState::Queued as i32 && job.state != pb::JobState::Running as i32
 }
 
 /// Leases and reports (with `measure_fn`) until the job ends; returns the reported tasks.
-pub async fn drive_with(
+pub(crate) async fn drive_with(
     worker: &mut FakeWorker,
     tuning: &mut TuningClient<Channel>,
     job_id: u64,
-    measure_fn: impl Fn(&pb::Task) -> pb::Measurement,
+    mut measure_fn: impl FnMut(&pb::Task) -> pb::Measurement,
 ) -> Vec<pb::Task> {
     let deadline = Instant::now() + PATIENCE;
     let mut reported = Vec::new();
@@ -223,12 +222,12 @@ pub async fn drive_with(
 }
 
 /// Drives the job to its end with [`measure`].
-pub async fn drive(worker: &mut FakeWorker, tuning: &mut TuningClient<Channel>, job_id: u64) -> Vec<pb::Task> {
+pub(crate) async fn drive(worker: &mut FakeWorker, tuning: &mut TuningClient<Channel>, job_id: u64) -> Vec<pb::Task> {
     drive_with(worker, tuning, job_id, measure).await
 }
 
 /// Every record matching `req`.
-pub async fn export(tuning: &mut TuningClient<Channel>, req: pb::ExportRecordsRequest) -> Vec<pb::Record> {
+pub(crate) async fn export(tuning: &mut TuningClient<Channel>, req: pb::ExportRecordsRequest) -> Vec<pb::Record> {
     let mut stream = tuning.export_records(req).await.unwrap().into_inner();
     let mut out = Vec::new();
     while let Some(r) = stream.message().await.unwrap() {
@@ -237,12 +236,12 @@ pub async fn export(tuning: &mut TuningClient<Channel>, req: pb::ExportRecordsRe
     out
 }
 
-pub async fn all_records(tuning: &mut TuningClient<Channel>) -> Vec<pb::Record> {
+pub(crate) async fn all_records(tuning: &mut TuningClient<Channel>) -> Vec<pb::Record> {
     export(tuning, pb::ExportRecordsRequest::default()).await
 }
 
 /// Polls `check` until it yields a value.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub(crate) async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -258,7 +257,7 @@ where
 }
 
 /// The status code and message of a failed call.
-pub fn code<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> (tonic::Code, String) {
+pub(crate) fn code<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> (tonic::Code, String) {
     let status = r.expect_err("the call should have failed");
     (status.code(), status.message().to_owned())
 }

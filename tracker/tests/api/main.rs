@@ -2,4 +2,9 @@
 //! database, and a fake worker played by the test (no GPU needed).
 
 mod harness;
+mod leases;
 mod lifecycle;
+mod restart;
+mod reuse;
+mod streams;
+mod validation;

@@ -1,0 +1,210 @@
+//! Leases, heartbeats, idempotent reports, lost workers and cancellation.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use tensortune_proto::pb;
+use tonic::Code;
+
+use crate::harness::*;
+
+#[tokio::test]
+async fn a_repeated_report_is_acknowledged_and_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    submit(&mut tuning, job(vec![matmul(64, 64, 64)], 3, 3)).await;
+
+    let task = worker.lease_some(1).await.remove(0);
+    let first = worker.report(&task, measure(&task)).await.unwrap();
+    assert!(first.stored && first.record_id > 0);
+    for _ in 0..3 {
+        let again = worker.report(&task, ok(1.0)).await.unwrap();
+        assert_eq!((again.stored, again.record_id), (false, first.record_id));
+    }
+    let records = all_records(&mut tuning).await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].measurement.as_ref().unwrap().median_us, fake_us(&task));
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn a_report_from_a_worker_without_the_lease_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut a = FakeWorker::register(&tracker, "box/0").await;
+    let mut b = FakeWorker::register(&tracker, "box/1").await;
+    submit(&mut tuning, job(vec![matmul(64, 64, 64)], 4, 2)).await;
+
+    let held = a.lease_some(1).await.remove(0);
+    let (c, message) = code(b.report(&held, measure(&held)).await);
+    assert_eq!(c, Code::FailedPrecondition);
+    assert!(message.contains(&format!("worker {} does not hold task {}", b.id, held.task_id)), "{message}");
+    assert!(message.contains(&format!("leased to worker {}", a.id)), "{message}");
+
+    // A task nobody leased yet cannot be reported either.
+    let pending = b.lease_some(1).await.remove(0);
+    let (c, _) = code(a.report(&pending, measure(&pending)).await);
+    assert_eq!(c, Code::FailedPrecondition);
+
+    assert!(a.report(&held, measure(&held)).await.unwrap().stored);
+    assert!(all_records(&mut tuning).await.len() == 1);
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn an_expired_lease_goes_to_another_worker_without_a_duplicate_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(short_leases(&dir, 3)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut a = FakeWorker::register(&tracker, "box/0").await;
+    let mut b = FakeWorker::register(&tracker, "box/1").await;
+    let id = submit(&mut tuning, job(vec![matmul(64, 64, 64)], 3, 1)).await;
+
+    // A takes the only outstanding task and goes silent; once its lease expires B gets it.
+    let lost = a.lease_some(1).await.remove(0);
+    let again = b.lease_some(1).await.remove(0);
+    assert_eq!(again.task_id, lost.task_id);
+    assert!(again.lease_expires_ms > lost.lease_expires_ms);
+    assert_eq!(a.heartbeat(&[lost.task_id]).await, vec![lost.task_id], "a must be told to drop the task");
+    let (c, message) = code(a.report(&lost, measure(&lost)).await);
+    assert_eq!(c, Code::FailedPrecondition, "{message}");
+
+    assert!(b.report(&again, measure(&again)).await.unwrap().stored);
+    let rest = drive(&mut b, &mut tuning, id).await;
+    assert_eq!(rest.len(), 2);
+    // A's late report of the finished task is acknowledged and dropped.
+    let late = a.report(&lost, measure(&lost)).await.unwrap();
+    assert!(!late.stored);
+
+    let records = all_records(&mut tuning).await;
+    assert_eq!(records.len(), 3);
+    assert_eq!(records.iter().map(|r| r.task_id).collect::<HashSet<_>>().len(), 3);
+    assert_eq!(get_job(&mut tuning, id).await.state, pb::JobState::Done as i32);
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn a_late_report_from_the_last_holder_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(short_leases(&dir, 3)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut a = FakeWorker::register(&tracker, "box/0").await;
+    let id = submit(&mut tuning, job(vec![matmul(64, 64, 64)], 1, 1)).await;
+
+    let task = a.lease_some(1).await.remove(0);
+    // Wait until the reaper returned the task to the queue (a heartbeat would renew the lease;
+    // the worker listing shows what A holds)...
+    eventually("the lease to expire", || {
+        let mut tuning = tuning.clone();
+        async move {
+            let workers = tuning.list_workers(pb::ListWorkersRequest {}).await.unwrap().into_inner().workers;
+            (workers[0].leased == 0).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(a.heartbeat(&[task.task_id]).await, vec![task.task_id], "a must be told to drop the task");
+    // ...yet A finished the measurement: nobody else took the task, so it is stored.
+    assert!(a.report(&task, measure(&task)).await.unwrap().stored);
+    assert_eq!(get_job(&mut tuning, id).await.state, pb::JobState::Done as i32);
+    assert_eq!(all_records(&mut tuning).await.len(), 1);
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn heartbeats_keep_a_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tensortune_tracker::TrackerConfig {
+        lease: Duration::from_secs(2),
+        heartbeat: Duration::from_millis(300),
+        ..config(&dir)
+    };
+    let tracker = TestTracker::start(config).await;
+    let mut tuning = tracker.tuning().await;
+    let mut a = FakeWorker::register(&tracker, "box/0").await;
+    let mut b = FakeWorker::register(&tracker, "box/1").await;
+    submit(&mut tuning, job(vec![matmul(64, 64, 64)], 2, 1)).await;
+
+    let task = a.lease_some(1).await.remove(0);
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(a.heartbeat(&[task.task_id]).await.is_empty());
+    }
+    assert!(b.lease(1, 0).await.is_empty(), "the task was re-leased while its holder heartbeats");
+    // Unknown ids are to be dropped.
+    assert_eq!(a.heartbeat(&[task.task_id, 999_999]).await, vec![999_999]);
+    assert!(a.report(&task, measure(&task)).await.unwrap().stored);
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn a_task_whose_workers_keep_dying_is_recorded_as_device_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(short_leases(&dir, 2)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut a = FakeWorker::register(&tracker, "box/0").await;
+    let id = submit(&mut tuning, job(vec![matmul(64, 64, 64)], 1, 1)).await;
+
+    let first = a.lease_some(1).await.remove(0);
+    let second = a.lease_some(1).await.remove(0);
+    assert_eq!(first.task_id, second.task_id);
+    let job = eventually("the job to end", || {
+        let mut tuning = tuning.clone();
+        async move { Some(get_job(&mut tuning, id).await).filter(is_terminal) }
+    })
+    .await;
+    assert_eq!(job.state, pb::JobState::Done as i32);
+    assert_eq!(job.workloads[0].status_counts.get("device_lost"), Some(&1));
+    assert!(job.workloads[0].best.is_none());
+
+    let records = all_records(&mut tuning).await;
+    assert_eq!(records.len(), 1);
+    let m = records[0].measurement.as_ref().unwrap();
+    assert_eq!(m.status, pb::RecordStatus::DeviceLost as i32);
+    assert!(m.error.contains("lease expired 2 times"), "{}", m.error);
+    assert_eq!(records[0].worker_id, a.id);
+    // A lost kernel is not reused: it may well run on another worker.
+    let again = submit(&mut tuning, crate::harness::job(vec![matmul(64, 64, 64)], 1, 1)).await;
+    assert_eq!(a.lease_some(1).await[0].job_id, again);
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn cancelling_stops_dispatch_but_keeps_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut a = FakeWorker::register(&tracker, "box/0").await;
+    let id = submit(&mut tuning, job(vec![matmul(64, 64, 64)], 10, 4)).await;
+
+    let held = a.lease(2, 1000).await;
+    assert_eq!(held.len(), 2);
+    let cancelled = tuning.cancel_job(pb::JobRef { job_id: id }).await.unwrap().into_inner();
+    assert_eq!(cancelled.state, pb::JobState::Cancelled as i32);
+    assert!(cancelled.finished_ms > 0 && cancelled.error.contains("cancelled"), "{cancelled:?}");
+
+    assert!(a.lease(4, 0).await.is_empty(), "a cancelled job's tasks were leased");
+    let ids: Vec<u64> = held.iter().map(|t| t.task_id).collect();
+    assert_eq!(a.heartbeat(&ids).await, ids);
+    // A measurement already under way is still recorded.
+    assert!(a.report(&held[0], measure(&held[0])).await.unwrap().stored);
+    let job = get_job(&mut tuning, id).await;
+    assert_eq!((job.state, job.workloads[0].trials_done), (pb::JobState::Cancelled as i32, 1));
+
+    // Cancelling again is a no-op; a finished job and an unknown one cannot be cancelled.
+    let again = tuning.cancel_job(pb::JobRef { job_id: id }).await.unwrap().into_inner();
+    assert_eq!(again.state, pb::JobState::Cancelled as i32);
+    let other = submit(&mut tuning, crate::harness::job(vec![matmul(64, 64, 64)], 1, 1)).await;
+    drive(&mut a, &mut tuning, other).await;
+    let (c, message) = code(tuning.cancel_job(pb::JobRef { job_id: other }).await);
+    assert_eq!(c, Code::FailedPrecondition);
+    assert!(message.contains("already ended (done)"), "{message}");
+    assert_eq!(code_of(tuning.cancel_job(pb::JobRef { job_id: 4242 }).await), Code::NotFound);
+    tracker.stop().await;
+}
+
+fn code_of<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> Code {
+    code(r).0
+}
