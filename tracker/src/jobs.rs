@@ -1,6 +1,7 @@
 //! Jobs: submission (validation against the tracker's device classes), cancellation, and the read
 //! side that the `Tuning` service serves (snapshots, listings, best records, exports).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rand::RngExt;
@@ -199,12 +200,13 @@ impl Tracker {
 async fn view(conn: &mut SqliteConnection, job: JobRow) -> Result<JobView> {
     let rows = store::workloads::list(&mut *conn, job.id).await?;
     let best_ids: Vec<RecordId> = rows.iter().filter_map(|w| w.best_record_id).collect();
-    let best = store::records::get_many(&mut *conn, &best_ids).await?;
+    let mut best: HashMap<RecordId, Record> =
+        store::records::get_many(&mut *conn, &best_ids).await?.into_iter().map(|r| (r.id, r)).collect();
     let counts = store::workloads::status_counts(&mut *conn, job.id).await?;
     let workloads = rows
         .into_iter()
         .map(|row| WorkloadView {
-            best: row.best_record_id.and_then(|id| best.iter().find(|r| r.id == id).cloned()),
+            best: row.best_record_id.and_then(|id| best.remove(&id)),
             status_counts: counts.iter().filter(|(i, ..)| *i == row.idx).map(|(_, s, n)| (*s, *n)).collect(),
             row,
         })

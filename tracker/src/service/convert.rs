@@ -105,15 +105,15 @@ pub(crate) fn template_error(e: &tensortune_kernels::Error) -> Error {
 
 /// A worker's registration.
 pub(crate) fn registration(req: pb::RegisterRequest) -> Result<Registration> {
-    let chars = req.name.chars().count();
-    if chars == 0 || chars > MAX_NAME_CHARS || req.name.trim().is_empty() {
+    if req.name.trim().is_empty() {
         return Err(Error::invalid(
             "name",
-            format!(
-                "{:?} has {chars} characters; name the worker in 1 ..= {MAX_NAME_CHARS}, e.g. \"gpu-box-3/cuda:0\"",
-                req.name
-            ),
+            format!("{:?} is blank; name the worker, e.g. \"gpu-box-3/cuda:0\"", req.name),
         ));
+    }
+    let chars = req.name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(Error::invalid("name", format!("has {chars} characters; shorten it to at most {MAX_NAME_CHARS}")));
     }
     let device = req.device.ok_or_else(|| Error::invalid("device", "must be set: the worker's GPU and its limits"))?;
     let target = target_from_device(&device)?;

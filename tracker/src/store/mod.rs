@@ -13,7 +13,6 @@ pub(crate) mod workers;
 pub(crate) mod workloads;
 
 use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -31,8 +30,7 @@ const MAX_CONNECTIONS: u32 = 8;
 
 /// Opens (creating if needed) the database at `path` and applies the migrations.
 pub(crate) async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
-    let options = SqliteConnectOptions::from_str("sqlite:")
-        .context("building sqlite options")?
+    let options = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
