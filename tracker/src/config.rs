@@ -3,6 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The longest lease: a lost worker's tasks wait this long, and deadlines must stay far from the
+/// clock's limits.
+const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Settings of a tracker.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrackerConfig {
@@ -32,8 +36,8 @@ impl Default for TrackerConfig {
 impl TrackerConfig {
     /// Checks that the settings make sense together.
     pub(crate) fn validate(&self) -> anyhow::Result<()> {
-        if self.lease < Duration::from_millis(10) {
-            anyhow::bail!("lease {:?} is too short; use at least 10 ms (30 s is the default)", self.lease);
+        if self.lease < Duration::from_millis(10) || self.lease > MAX_LEASE {
+            anyhow::bail!("lease {:?} is out of range; use 10 ms ..= 1 day (30 s is the default)", self.lease);
         }
         if self.heartbeat.is_zero() || self.heartbeat >= self.lease {
             anyhow::bail!(
@@ -46,5 +50,27 @@ impl TrackerConfig {
             anyhow::bail!("max_attempts 0 would record every task as lost; use 1 or more (3 is the default)");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_nonsense_is_refused() {
+        let ok = TrackerConfig::default();
+        ok.validate().unwrap();
+        assert_eq!((ok.lease.as_secs(), ok.heartbeat.as_secs(), ok.max_attempts), (30, 5, 3));
+        let bad = [
+            TrackerConfig { heartbeat: ok.lease, ..ok.clone() },
+            TrackerConfig { heartbeat: Duration::ZERO, ..ok.clone() },
+            TrackerConfig { lease: Duration::from_millis(1), ..ok.clone() },
+            TrackerConfig { lease: Duration::from_secs(u64::MAX), ..ok.clone() },
+            TrackerConfig { max_attempts: 0, ..ok.clone() },
+        ];
+        for config in bad {
+            assert!(config.validate().is_err(), "{config:?}");
+        }
     }
 }

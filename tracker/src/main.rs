@@ -21,13 +21,13 @@ struct Args {
     #[arg(long, default_value = "tensortune.db")]
     db: PathBuf,
     /// Seconds a worker holds a task without a heartbeat.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     lease_secs: u64,
-    /// Seconds between a worker's heartbeats.
-    #[arg(long, default_value_t = 5)]
+    /// Seconds between a worker's heartbeats; less than the lease.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     heartbeat_secs: u64,
     /// Expired leases after which a task is recorded as device_lost.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     max_attempts: u32,
 }
 

@@ -191,7 +191,7 @@ impl Tracker {
                 wl.state = if wl.trials_target < job.trials { WorkloadState::Exhausted } else { WorkloadState::Done };
             } else if job.early_stop_trials > 0
                 && wl.stall_best_us.is_some()
-                && wl.done - wl.stall_since >= job.early_stop_trials
+                && wl.done.saturating_sub(wl.stall_since) >= job.early_stop_trials
             {
                 wl.state = WorkloadState::EarlyStopped;
             }
