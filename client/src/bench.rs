@@ -1,0 +1,257 @@
+//! `tensortune bench`: tunes each workload of a suite, one job after another, and reports the best
+//! kernel against the vendor library, the achieved rate, and how fast the service measured.
+//!
+//! In embedded mode the bench uses a fresh database (next to its JSON output), so every number is
+//! a measurement of this run, never a record reused from an earlier one.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use tensortune_kernels::Workload;
+use tensortune_proto::pb;
+
+use crate::cli::BenchArgs;
+use crate::commands::{self, submit_and_watch, submit_request};
+use crate::report::{self, JobView};
+use crate::session::Session;
+
+/// The suite shipped with the binary (`suites/default.json`).
+pub const DEFAULT_SUITE: &str = include_str!("../../suites/default.json");
+
+/// A suite file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Suite {
+    /// Suite name.
+    pub name: String,
+    /// What it covers.
+    #[serde(default)]
+    pub description: String,
+    /// The workloads, in order.
+    pub workloads: Vec<SuiteEntry>,
+}
+
+/// One workload of a suite.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SuiteEntry {
+    /// Workload key (`tensortune_kernels::Workload::key`).
+    pub workload: String,
+    /// Trials for this workload; default: --trials.
+    #[serde(default)]
+    pub trials: Option<u32>,
+}
+
+impl Suite {
+    /// Parses and validates a suite: every key must be a valid workload.
+    pub fn parse(text: &str, origin: &str) -> anyhow::Result<(Suite, Vec<Workload>)> {
+        let suite: Suite = serde_json::from_str(text).with_context(|| format!("{origin} is not a suite file"))?;
+        if suite.workloads.is_empty() {
+            bail!("{origin}: the suite has no workloads");
+        }
+        let workloads = suite
+            .workloads
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                Workload::from_key(&e.workload).map_err(|err| anyhow::anyhow!("{origin}: workloads[{i}]: {err}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok((suite, workloads))
+    }
+}
+
+/// One row of the bench table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchRow {
+    /// Workload key.
+    pub workload: String,
+    /// Best kernel time.
+    pub best_us: Option<f64>,
+    /// Vendor time, same method, same run.
+    pub vendor_us: Option<f64>,
+    /// Vendor call.
+    pub vendor_kind: String,
+    /// vendor / best.
+    pub speedup: Option<f64>,
+    /// Achieved TFLOP/s of the best kernel.
+    pub tflops: Option<f64>,
+    /// Trials finished.
+    pub trials: u32,
+    /// Of which reused from the store.
+    pub reused: u32,
+    /// Trials per status.
+    pub status_counts: std::collections::BTreeMap<String, u32>,
+    /// Submission to end of the job, seconds.
+    pub wall_s: f64,
+    /// Measured (not reused) configs per second of wall time.
+    pub configs_per_s: f64,
+    /// The job.
+    pub job: JobView,
+}
+
+/// The JSON a bench writes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// Suite name.
+    pub suite: String,
+    /// Device class measured on.
+    pub device_class: String,
+    /// When (seconds since the epoch).
+    pub unix_time: u64,
+    /// The command line.
+    pub command: String,
+    /// One row per workload.
+    pub rows: Vec<BenchRow>,
+}
+
+fn row(workload: &Workload, job: &pb::Job, wall_s: f64) -> BenchRow {
+    let view = JobView::from(job);
+    let w = view.workloads.first().cloned();
+    let best = w.as_ref().and_then(|w| w.best.clone());
+    let trials = w.as_ref().map_or(0, |w| w.trials_done);
+    let reused = w.as_ref().map_or(0, |w| w.reused);
+    BenchRow {
+        workload: workload.key(),
+        best_us: best.as_ref().map(|b| b.median_us),
+        vendor_us: best.as_ref().and_then(|b| b.baseline_us),
+        vendor_kind: best.as_ref().map(|b| b.baseline_kind.clone()).unwrap_or_default(),
+        speedup: best.as_ref().filter(|b| b.speedup > 0.0).map(|b| b.speedup),
+        tflops: best.as_ref().map(|b| b.tflops),
+        trials,
+        reused,
+        status_counts: w.map(|w| w.status_counts).unwrap_or_default(),
+        wall_s,
+        configs_per_s: if wall_s > 0.0 { (trials - reused) as f64 / wall_s } else { 0.0 },
+        job: view,
+    }
+}
+
+/// The table printed at the end.
+pub fn table(rows: &[BenchRow]) -> String {
+    let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map(f).unwrap_or_else(|| "-".into());
+    let mut s = format!(
+        "{:<52} {:>11} {:>11} {:>8} {:>8} {:>7} {:>8} {:>7}\n",
+        "workload", "best", "vendor", "speedup", "TFLOP/s", "trials", "wall", "cfg/s"
+    );
+    for r in rows {
+        s.push_str(&format!(
+            "{:<52} {:>11} {:>11} {:>8} {:>8} {:>7} {:>7.1}s {:>7.1}\n",
+            r.workload,
+            opt(r.best_us, &report::fmt_us),
+            opt(r.vendor_us, &report::fmt_us),
+            opt(r.speedup, &|v| format!("{v:.2}x")),
+            opt(r.tflops, &|v| format!("{v:.1}")),
+            r.trials,
+            r.wall_s,
+            r.configs_per_s
+        ));
+    }
+    s
+}
+
+/// The database an embedded bench uses: next to the JSON output, recreated each run.
+fn fresh_db(json: &Path) -> anyhow::Result<PathBuf> {
+    let db = json.with_extension("db");
+    for suffix in ["", "-wal", "-shm"] {
+        let p = PathBuf::from(format!("{}{suffix}", db.display()));
+        if p.exists() {
+            std::fs::remove_file(&p)
+                .with_context(|| format!("cannot remove the old bench database {}", p.display()))?;
+        }
+    }
+    Ok(db)
+}
+
+/// `tensortune bench`.
+pub async fn run(tracker: Option<&str>, args: &BenchArgs) -> anyhow::Result<()> {
+    let (text, origin) = match &args.suite {
+        Some(p) => (
+            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?,
+            p.display().to_string(),
+        ),
+        None => (DEFAULT_SUITE.to_owned(), "the default suite".to_owned()),
+    };
+    let (suite, workloads) = Suite::parse(&text, &origin)?;
+    let selected: Vec<(usize, &Workload)> = workloads
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| args.filter.as_ref().is_none_or(|f| w.key().contains(f.as_str())))
+        .collect();
+    if selected.is_empty() {
+        bail!("--filter {:?} matches no workload of {origin}", args.filter.as_deref().unwrap_or(""));
+    }
+    let mut session = match tracker {
+        Some(url) => Session::remote(url).await?,
+        None => {
+            let db = fresh_db(&args.json)?;
+            eprintln!("bench database: {}", db.display());
+            Session::embedded(&db, Some(&args.local)).await?
+        }
+    };
+    let class = args.job.device_class.clone().or_else(|| session.local_class.clone());
+    let mut rows = Vec::new();
+    let mut outcome = Ok(());
+    for (i, w) in selected {
+        let mut job = args.job.clone();
+        if let Some(t) = suite.workloads[i].trials {
+            job.trials = t;
+        }
+        eprintln!("[{}/{}] {}", rows.len() + 1, suite.workloads.len(), w.key());
+        let start = Instant::now();
+        match submit_and_watch(
+            &mut session,
+            submit_request(&[*w], &job, class.clone(), &format!("bench {}", suite.name)),
+        )
+        .await
+        {
+            Ok(j) => rows.push(row(w, &j, start.elapsed().as_secs_f64())),
+            Err(e) => {
+                outcome = Err(e);
+                break;
+            }
+        }
+    }
+    let device_class = rows.first().map(|r| r.job.device_class.clone()).unwrap_or_default();
+    session.close().await?;
+    let report = BenchReport {
+        suite: suite.name.clone(),
+        device_class,
+        unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        rows,
+    };
+    commands::write_json(&args.json, &report)?;
+    println!("suite {} on {}", report.suite, report.device_class);
+    print!("{}", table(&report.rows));
+    println!("written to {}", args.json.display());
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_suite_is_valid_and_complete() {
+        let (suite, workloads) = Suite::parse(DEFAULT_SUITE, "default").unwrap();
+        assert_eq!(suite.workloads.len(), workloads.len());
+        let keys: Vec<String> = workloads.iter().map(|w| w.key()).collect();
+        for want in ["m512n64k512/nn/f16", "m4096n4096k4096/nn/bf16", "m512n16k512/tn/i8"] {
+            assert!(keys.iter().any(|k| k.contains(want)), "{want} missing");
+        }
+        assert!(workloads.iter().any(|w| matches!(w, Workload::Matmul(m) if m.m % 16 != 0 && m.n % 16 != 0)));
+    }
+
+    #[test]
+    fn bad_suites_are_explained() {
+        let e = Suite::parse(
+            r#"{"name":"x","workloads":[{"workload":"matmul/m0n1k8/nn/f16,f32,f32/alpha=1,beta=0"}]}"#,
+            "s.json",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("workloads[0]") && e.contains("invalid m"), "{e}");
+        assert!(Suite::parse("{}", "s.json").is_err());
+    }
+}

@@ -1,0 +1,450 @@
+//! Command-line flags. Parsing and validation happen here, first; everything else is derived from
+//! the validated values afterwards.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use tensortune_kernels::workload::{Conv2d, Layout, Matmul, Types};
+use tensortune_kernels::{DType, Error, Workload};
+
+/// tensortune: tune tensor-core kernels on one GPU or a cluster.
+///
+/// Without --tracker, `tune` and `bench` start an embedded tracker (SQLite file in the working
+/// directory) and a local worker on the first CUDA GPU, so one command tunes a shape.
+#[derive(Debug, Parser)]
+#[command(name = "tensortune", version, about, long_about = None)]
+pub struct Cli {
+    /// Tracker to talk to, e.g. http://tracker:7070. Without it, commands run against the local
+    /// database with an embedded tracker.
+    #[arg(long, global = true, env = "TENSORTUNE_TRACKER")]
+    pub tracker: Option<String>,
+
+    /// Database of the embedded tracker (ignored with --tracker).
+    #[arg(long, global = true, default_value = "tensortune.db", env = "TENSORTUNE_DB")]
+    pub db: PathBuf,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Tune one workload and print the best kernel next to the vendor library's time.
+    Tune(TuneArgs),
+    /// Tune every workload of a suite on the local GPU and print a table (also written as JSON).
+    Bench(BenchArgs),
+    /// The best measured kernel for a workload, per device class.
+    Best {
+        /// The workload.
+        #[command(subcommand)]
+        workload: WorkloadCmd,
+        /// Only this device class.
+        #[arg(long)]
+        device_class: Option<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List jobs, newest first.
+    Jobs {
+        /// Only jobs in this state (queued, running, done, cancelled, failed).
+        #[arg(long)]
+        state: Vec<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// Show one job.
+    Job {
+        /// Job id.
+        id: u64,
+    },
+    /// Follow a job until it ends.
+    Watch {
+        /// Job id.
+        id: u64,
+    },
+    /// Cancel a job.
+    Cancel {
+        /// Job id.
+        id: u64,
+    },
+    /// List the workers the tracker knows.
+    Workers,
+    /// Measurement records.
+    Records {
+        /// What to do with them.
+        #[command(subcommand)]
+        command: RecordsCmd,
+    },
+    /// Run a worker daemon (the same as `tensortune-worker`).
+    Worker(WorkerArgs),
+}
+
+/// `tensortune records ...`
+#[derive(Debug, Subcommand)]
+pub enum RecordsCmd {
+    /// Write records as JSON lines (stdout, or --output).
+    Export {
+        /// Only this workload key.
+        #[arg(long)]
+        workload: Option<String>,
+        /// Only this device class.
+        #[arg(long)]
+        device_class: Option<String>,
+        /// Only this job.
+        #[arg(long)]
+        job: Option<u64>,
+        /// Only records with status ok.
+        #[arg(long)]
+        ok_only: bool,
+        /// File to write instead of stdout.
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+/// Where the embedded worker measures.
+#[derive(Debug, Args, Clone)]
+pub struct LocalDevice {
+    /// Device of the embedded worker: cuda:N or sim (no GPU; analytic timings).
+    #[arg(long, default_value = "cuda:0")]
+    pub device: String,
+    /// NVRTC threads of the embedded worker (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub compile_threads: usize,
+    /// Keep compiled kernels in memory only (a cold cache, for throughput measurements).
+    #[arg(long)]
+    pub no_disk_cache: bool,
+}
+
+/// Job settings shared by `tune` and `bench`.
+#[derive(Debug, Args, Clone)]
+pub struct JobArgs {
+    /// Configs to measure per workload (1 ..= 100000), capped at the valid space.
+    #[arg(long, default_value_t = 100)]
+    pub trials: u32,
+    /// Search strategy: random or grid.
+    #[arg(long, default_value = "random")]
+    pub tuner: String,
+    /// Kernel template (default: the op's own, wmma_gemm for matmul).
+    #[arg(long)]
+    pub template: Option<String>,
+    /// Tasks kept outstanding per workload (0 = tracker default).
+    #[arg(long, default_value_t = 0)]
+    pub batch: u32,
+    /// Timing samples per measurement (0 = tracker default, 10).
+    #[arg(long, default_value_t = 0)]
+    pub samples: u32,
+    /// Seed of the tuner (0 = random).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Device class to tune for (with --tracker; default: the only one registered).
+    #[arg(long)]
+    pub device_class: Option<String>,
+    /// Stop a workload early after this many trials without improvement (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub early_stop: u32,
+    /// Improvement (fraction) that counts for --early-stop.
+    #[arg(long, default_value_t = 0.01)]
+    pub early_stop_margin: f64,
+}
+
+/// `tensortune tune`.
+#[derive(Debug, Args)]
+pub struct TuneArgs {
+    /// The workload.
+    #[command(subcommand)]
+    pub workload: WorkloadCmd,
+}
+
+/// The workload flags of `tune` and `best`.
+#[derive(Debug, Subcommand, Clone)]
+pub enum WorkloadCmd {
+    /// A matmul: D = alpha * op(A) op(B) + beta * C (BLAS layouts, C column-major).
+    Matmul {
+        /// Workload shape and types.
+        #[command(flatten)]
+        shape: MatmulArgs,
+        /// Job settings.
+        #[command(flatten)]
+        job: JobArgs,
+        /// Embedded worker.
+        #[command(flatten)]
+        local: LocalDevice,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// A 2-D convolution (NHWC input, KRSC filter).
+    Conv2d {
+        /// Workload shape and types.
+        #[command(flatten)]
+        shape: ConvArgs,
+        /// Job settings.
+        #[command(flatten)]
+        job: JobArgs,
+        /// Embedded worker.
+        #[command(flatten)]
+        local: LocalDevice,
+        /// Also write the result as JSON to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+/// Element types.
+#[derive(Debug, Args, Clone)]
+pub struct TypeArgs {
+    /// Input type: f16, bf16 or i8.
+    #[arg(long, default_value = "f16")]
+    pub dtype: String,
+    /// Accumulator: f32 or f16 (f16 input), f32 (bf16), i32 (i8). Default: f32, or i32 for i8.
+    #[arg(long)]
+    pub acc: Option<String>,
+    /// Output type (default: the accumulator's).
+    #[arg(long)]
+    pub out: Option<String>,
+}
+
+/// Matmul shape.
+#[derive(Debug, Args, Clone)]
+pub struct MatmulArgs {
+    /// Rows of op(A) and C.
+    #[arg(long)]
+    pub m: u64,
+    /// Columns of op(B) and C.
+    #[arg(long)]
+    pub n: u64,
+    /// Reduction length.
+    #[arg(long)]
+    pub k: u64,
+    /// Layout (BLAS): nn, nt, tn or tt.
+    #[arg(long, default_value = "nn")]
+    pub layout: String,
+    /// Types.
+    #[command(flatten)]
+    pub types: TypeArgs,
+    /// Epilogue scale of the product.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub alpha: f64,
+    /// Epilogue scale of C.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub beta: f64,
+}
+
+/// Convolution shape.
+#[derive(Debug, Args, Clone)]
+pub struct ConvArgs {
+    /// Batch.
+    #[arg(long)]
+    pub n: u64,
+    /// Input height.
+    #[arg(long)]
+    pub h: u64,
+    /// Input width.
+    #[arg(long)]
+    pub w: u64,
+    /// Input channels.
+    #[arg(long)]
+    pub c: u64,
+    /// Output channels.
+    #[arg(long)]
+    pub k: u64,
+    /// Filter height.
+    #[arg(long, default_value_t = 1)]
+    pub r: u64,
+    /// Filter width.
+    #[arg(long, default_value_t = 1)]
+    pub s: u64,
+    /// Padding (both sides, height and width).
+    #[arg(long, default_value_t = 0)]
+    pub pad: u64,
+    /// Stride (height and width).
+    #[arg(long, default_value_t = 1)]
+    pub stride: u64,
+    /// Dilation (height and width).
+    #[arg(long, default_value_t = 1)]
+    pub dilation: u64,
+    /// Types.
+    #[command(flatten)]
+    pub types: TypeArgs,
+}
+
+/// `tensortune bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Suite file (JSON); default: the shipped suite (benches/default.json).
+    #[arg(long)]
+    pub suite: Option<PathBuf>,
+    /// Job settings.
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Embedded worker.
+    #[command(flatten)]
+    pub local: LocalDevice,
+    /// Where to write the JSON results.
+    #[arg(long, default_value = "bench.json")]
+    pub json: PathBuf,
+    /// Only workloads whose key contains this text.
+    #[arg(long)]
+    pub filter: Option<String>,
+}
+
+/// `tensortune worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Device: cuda:N or sim.
+    #[arg(long, default_value = "cuda:0")]
+    pub device: String,
+    /// Name shown by the tracker (default: host/device).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// NVRTC threads (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub compile_threads: usize,
+    /// On-disk cache of compiled kernels.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// A flag name for a kernels-crate field name (`k` -> `--k`, `pad_h` -> `--pad`).
+fn flag(field: &str) -> String {
+    let f = match field {
+        "pad_h" | "pad_w" => "pad",
+        "stride_h" | "stride_w" => "stride",
+        "dilation_h" | "dilation_w" => "dilation",
+        "input" | "dtype" => "dtype",
+        "accumulator" => "acc",
+        "output" => "out",
+        other => other,
+    };
+    format!("--{f}")
+}
+
+/// The kernels error with the field replaced by the flag that sets it.
+fn flag_error(e: Error) -> anyhow::Error {
+    match e {
+        Error::Invalid { field, message } => anyhow::anyhow!("invalid {}: {message}", flag(field)),
+        other => anyhow::anyhow!("{other}"),
+    }
+}
+
+fn parse_types(t: &TypeArgs) -> anyhow::Result<Types> {
+    let input: DType = t.dtype.parse().map_err(flag_error)?;
+    let acc = match &t.acc {
+        Some(a) => a.parse::<DType>().map_err(|e| flag_error(rename(e, "accumulator")))?,
+        None => Types::default_for(input).map_err(flag_error)?.accumulator,
+    };
+    let out = t.out.as_deref().map(|o| o.parse::<DType>().map_err(|e| flag_error(rename(e, "output")))).transpose()?;
+    Types::new(input, acc, out).map_err(flag_error)
+}
+
+fn rename(e: Error, field: &'static str) -> Error {
+    match e {
+        Error::Invalid { message, .. } => Error::Invalid { field, message },
+        other => other,
+    }
+}
+
+impl WorkloadCmd {
+    /// The validated workload.
+    pub fn workload(&self) -> anyhow::Result<Workload> {
+        match self {
+            WorkloadCmd::Matmul { shape, .. } => {
+                let layout: Layout = shape.layout.parse().map_err(flag_error)?;
+                let m = Matmul {
+                    m: shape.m,
+                    n: shape.n,
+                    k: shape.k,
+                    layout,
+                    types: parse_types(&shape.types)?,
+                    alpha: shape.alpha,
+                    beta: shape.beta,
+                };
+                m.validate().map_err(flag_error)?;
+                Ok(Workload::Matmul(m))
+            }
+            WorkloadCmd::Conv2d { shape, .. } => {
+                let c = Conv2d {
+                    n: shape.n,
+                    h: shape.h,
+                    w: shape.w,
+                    c: shape.c,
+                    k: shape.k,
+                    r: shape.r,
+                    s: shape.s,
+                    pad: (shape.pad, shape.pad),
+                    stride: (shape.stride, shape.stride),
+                    dilation: (shape.dilation, shape.dilation),
+                    types: parse_types(&shape.types)?,
+                };
+                c.validate().map_err(flag_error)?;
+                Ok(Workload::Conv2d(c))
+            }
+        }
+    }
+
+    /// Job settings, embedded worker and JSON path.
+    pub fn parts(&self) -> (&JobArgs, &LocalDevice, Option<&PathBuf>) {
+        match self {
+            WorkloadCmd::Matmul { job, local, json, .. } | WorkloadCmd::Conv2d { job, local, json, .. } => {
+                (job, local, json.as_ref())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("tensortune").chain(args.iter().copied())).unwrap()
+    }
+
+    fn workload(args: &[&str]) -> anyhow::Result<Workload> {
+        match parse(args).command {
+            Command::Tune(t) => t.workload.workload(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn matmul_defaults() {
+        let w = workload(&["tune", "matmul", "--m", "512", "--n", "64", "--k", "512"]).unwrap();
+        assert_eq!(w.key(), "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0");
+        let w =
+            workload(&["tune", "matmul", "--m", "512", "--n", "32", "--k", "512", "--dtype", "i8", "--layout", "tn"])
+                .unwrap();
+        assert_eq!(w.key(), "matmul/m512n32k512/tn/i8,i32,i32/alpha=1,beta=0");
+    }
+
+    #[test]
+    fn bad_flags_name_the_flag() {
+        let e = workload(&["tune", "matmul", "--m", "0", "--n", "64", "--k", "512"]).unwrap_err().to_string();
+        assert!(e.starts_with("invalid --m:") && e.contains("1 ..= 1048576"), "{e}");
+        let e = workload(&["tune", "matmul", "--m", "8", "--n", "8", "--k", "8", "--dtype", "f64"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("invalid --dtype:"), "{e}");
+        let e = workload(&["tune", "matmul", "--m", "8", "--n", "8", "--k", "8", "--dtype", "i8", "--acc", "f32"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("invalid --acc:") && e.contains("i32"), "{e}");
+        let e = workload(&["tune", "matmul", "--m", "8", "--n", "8", "--k", "8", "--layout", "xx"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("invalid --layout:"), "{e}");
+        let e = workload(&[
+            "tune", "conv2d", "--n", "1", "--h", "7", "--w", "7", "--c", "16", "--k", "16", "--r", "3", "--s", "3",
+            "--pad", "3",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("invalid --pad:"), "{e}");
+        assert!(Cli::try_parse_from(["tensortune", "tune", "matmul", "--m", "-1", "--n", "1", "--k", "8"]).is_err());
+    }
+}

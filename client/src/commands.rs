@@ -1,0 +1,284 @@
+//! The commands: each takes validated flags and a session, and prints its result.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use tensortune_kernels::Workload;
+use tensortune_proto::pb;
+use tokio_stream::StreamExt;
+
+use crate::cli::{JobArgs, LocalDevice, RecordsCmd, WorkloadCmd};
+use crate::report::{self, JobView, RecordView};
+use crate::session::Session;
+
+/// The session a command needs: the remote tracker, or an embedded one (with a local worker when
+/// the command measures).
+pub async fn open(tracker: Option<&str>, db: &Path, local: Option<&LocalDevice>) -> anyhow::Result<Session> {
+    match tracker {
+        Some(url) => Session::remote(url).await,
+        None => Session::embedded(db, local).await,
+    }
+}
+
+/// The submit request for `workloads` with the job flags.
+pub fn submit_request(
+    workloads: &[Workload],
+    job: &JobArgs,
+    device_class: Option<String>,
+    label: &str,
+) -> pb::SubmitJobRequest {
+    pb::SubmitJobRequest {
+        workloads: workloads.iter().map(pb::Workload::from).collect(),
+        template: job.template.clone().unwrap_or_default(),
+        tuner: job.tuner.clone(),
+        trials: job.trials,
+        device_class: device_class.unwrap_or_default(),
+        batch_size: job.batch,
+        seed: job.seed,
+        samples: job.samples,
+        label: label.to_owned(),
+        early_stop_trials: job.early_stop,
+        early_stop_margin: job.early_stop_margin,
+    }
+}
+
+/// Submits a job and follows it to its end with a progress bar (on stderr); returns the final job.
+pub async fn submit_and_watch(session: &mut Session, request: pb::SubmitJobRequest) -> anyhow::Result<pb::Job> {
+    let submitted = session.client.submit_job(request).await.map_err(status_error)?.into_inner();
+    eprintln!("job {} submitted for {}", submitted.job_id, submitted.device_class);
+    watch(session, submitted.job_id).await
+}
+
+/// Follows a job until it ends.
+pub async fn watch(session: &mut Session, job_id: u64) -> anyhow::Result<pb::Job> {
+    let mut stream = session.client.watch_job(pb::JobRef { job_id }).await.map_err(status_error)?.into_inner();
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} trials {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    let mut last: Option<pb::Job> = None;
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            item = stream.next() => match item {
+                Some(Ok(job)) => {
+                    let total: u64 = job.workloads.iter().map(|w| w.trials_target as u64).sum();
+                    let done: u64 = job.workloads.iter().map(|w| w.trials_done as u64).sum();
+                    bar.set_length(total);
+                    bar.set_position(done);
+                    bar.set_message(report::progress_message(&job));
+                    last = Some(job);
+                }
+                Some(Err(status)) => {
+                    bar.abandon();
+                    return Err(status_error(status));
+                }
+                None => break,
+            },
+            _ = tick.tick() => {
+                if let Some(e) = session.worker_stopped().await {
+                    bar.abandon();
+                    return Err(e.context(format!("job {job_id} cannot finish here")));
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    match last {
+        Some(job) => Ok(job),
+        None => bail!("the tracker closed the stream of job {job_id} without sending it"),
+    }
+}
+
+/// `tensortune tune ...`
+pub async fn tune(tracker: Option<&str>, db: &Path, cmd: &WorkloadCmd) -> anyhow::Result<()> {
+    let workload = cmd.workload()?;
+    let (job, local, json) = cmd.parts();
+    let mut session = open(tracker, db, Some(local)).await?;
+    let class = job.device_class.clone().or_else(|| session.local_class.clone());
+    let result = submit_and_watch(&mut session, submit_request(&[workload], job, class, "tune")).await;
+    let closed = session.close().await;
+    let job = result?;
+    closed?;
+    let view = JobView::from(&job);
+    print!("{}", report::fmt_job(&view));
+    if tracker.is_none() {
+        println!("records are in {}", db.display());
+    }
+    if let Some(path) = json {
+        write_json(path, &view)?;
+    }
+    if view.state != "done" {
+        bail!("job {} ended {}: {}", view.id, view.state, view.error);
+    }
+    Ok(())
+}
+
+/// `tensortune best ...`
+pub async fn best(
+    tracker: Option<&str>,
+    db: &Path,
+    cmd: &WorkloadCmd,
+    device_class: Option<&str>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let workload = cmd.workload()?;
+    let (job, _, _) = cmd.parts();
+    let mut session = open(tracker, db, None).await?;
+    let answer = session
+        .client
+        .query_best(pb::QueryBestRequest {
+            workload: Some(pb::Workload::from(&workload)),
+            device_class: device_class.unwrap_or_default().to_owned(),
+            template: job.template.clone().unwrap_or_default(),
+            template_version: 0,
+        })
+        .await
+        .map_err(status_error);
+    session.close().await?;
+    let records: Vec<RecordView> = answer?.into_inner().best.iter().map(RecordView::from).collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&records)?);
+        return Ok(());
+    }
+    if records.is_empty() {
+        println!("nothing measured yet for {}", workload.key());
+        return Ok(());
+    }
+    println!("{}", workload.key());
+    for r in &records {
+        println!("{} ({} v{})", r.device_class, r.template, r.template_version);
+        print!("{}", report::fmt_best(r));
+    }
+    Ok(())
+}
+
+/// `tensortune jobs`
+pub async fn jobs(tracker: Option<&str>, db: &Path, states: &[String], limit: u32) -> anyhow::Result<()> {
+    let states = states
+        .iter()
+        .map(|s| {
+            pb::JobState::from_str_name(&format!("JOB_STATE_{}", s.to_ascii_uppercase()))
+                .filter(|s| *s != pb::JobState::Unspecified)
+                .map(|s| s as i32)
+                .ok_or_else(|| {
+                    anyhow::anyhow!("invalid --state {s:?}; expected queued, running, done, cancelled or failed")
+                })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut session = open(tracker, db, None).await?;
+    let answer = session.client.list_jobs(pb::ListJobsRequest { states, limit }).await.map_err(status_error);
+    session.close().await?;
+    let jobs = answer?.into_inner().jobs;
+    if jobs.is_empty() {
+        println!("no jobs");
+    }
+    println!("{:>5}  {:<9}  {:<28}  {:>11}  {:>10}  workload", "id", "state", "device class", "trials", "best");
+    for j in &jobs {
+        let v = JobView::from(j);
+        for w in &v.workloads {
+            println!(
+                "{:>5}  {:<9}  {:<28}  {:>11}  {:>10}  {}",
+                v.id,
+                v.state,
+                v.device_class,
+                format!("{}/{}", w.trials_done, w.trials_target),
+                w.best.as_ref().map(|b| report::fmt_us(b.median_us)).unwrap_or_else(|| "-".into()),
+                w.workload
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `tensortune job ID`, `watch ID`, `cancel ID`.
+pub async fn job(tracker: Option<&str>, db: &Path, id: u64, action: &str) -> anyhow::Result<()> {
+    let mut session = open(tracker, db, None).await?;
+    let result = match action {
+        "watch" => watch(&mut session, id).await,
+        "cancel" => {
+            session.client.cancel_job(pb::JobRef { job_id: id }).await.map(|r| r.into_inner()).map_err(status_error)
+        }
+        _ => session.client.get_job(pb::JobRef { job_id: id }).await.map(|r| r.into_inner()).map_err(status_error),
+    };
+    session.close().await?;
+    print!("{}", report::fmt_job(&JobView::from(&result?)));
+    Ok(())
+}
+
+/// `tensortune workers`
+pub async fn workers(tracker: Option<&str>, db: &Path) -> anyhow::Result<()> {
+    let mut session = open(tracker, db, None).await?;
+    let answer = session.client.list_workers(pb::ListWorkersRequest {}).await.map_err(status_error);
+    session.close().await?;
+    let workers = answer?.into_inner().workers;
+    if workers.is_empty() {
+        println!("no workers have registered");
+        return Ok(());
+    }
+    println!("{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}", "id", "state", "name", "device class", "leased", "reported");
+    for w in workers {
+        let class = w.device.as_ref().map(|d| d.class_key.as_str()).unwrap_or("");
+        println!("{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}", w.id, w.state, w.name, class, w.leased, w.reported);
+    }
+    Ok(())
+}
+
+/// `tensortune records export`
+pub async fn records(tracker: Option<&str>, db: &Path, cmd: &RecordsCmd) -> anyhow::Result<()> {
+    let RecordsCmd::Export { workload, device_class, job, ok_only, output } = cmd;
+    let mut session = open(tracker, db, None).await?;
+    let result = async {
+        let request = pb::ExportRecordsRequest {
+            workload_key: workload.clone().unwrap_or_default(),
+            device_class: device_class.clone().unwrap_or_default(),
+            job_id: job.unwrap_or(0),
+            ok_only: *ok_only,
+        };
+        let mut stream = session.client.export_records(request).await.map_err(status_error)?.into_inner();
+        let mut out: Box<dyn std::io::Write> = match output {
+            Some(path) => Box::new(std::io::BufWriter::new(
+                std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+            )),
+            None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+        };
+        let mut n = 0u64;
+        while let Some(record) = stream.next().await {
+            let record = record.map_err(status_error)?;
+            serde_json::to_writer(&mut out, &RecordView::from(&record))?;
+            out.write_all(b"\n")?;
+            n += 1;
+        }
+        out.flush()?;
+        anyhow::Ok(n)
+    }
+    .await;
+    session.close().await?;
+    let n = result?;
+    if let Some(path) = output {
+        eprintln!("{n} records written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Writes `value` as pretty JSON to `path`.
+pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// A tracker's answer as an error: its message names the field; the code says what kind.
+pub fn status_error(status: tonic::Status) -> anyhow::Error {
+    match status.code() {
+        tonic::Code::Unavailable => anyhow::anyhow!("the tracker is unavailable: {}", status.message()),
+        tonic::Code::NotFound | tonic::Code::InvalidArgument | tonic::Code::FailedPrecondition => {
+            anyhow::anyhow!("{}", status.message())
+        }
+        code => anyhow::anyhow!("the tracker answered {code:?}: {}", status.message()),
+    }
+}

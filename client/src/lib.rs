@@ -1,0 +1,56 @@
+//! The `tensortune` command line: tune a shape on the local GPU in one command, or drive a tracker
+//! of a cluster (submit, follow, query, export).
+//!
+//! # Layout
+//!
+//! - [`cli`]: flags, parsed and validated first.
+//! - [`session`]: a remote tracker, or an embedded tracker (and local worker) for one command.
+//! - [`commands`]: one function per command.
+//! - [`bench`]: `tensortune bench`, suites of workloads tuned one after another.
+//! - [`report`]: JSON views of jobs and records, and the tables printed.
+
+pub mod bench;
+pub mod cli;
+pub mod commands;
+pub mod report;
+pub mod session;
+
+use cli::{Cli, Command};
+
+/// Runs one parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let tracker = cli.tracker.as_deref();
+    let db = cli.db.as_path();
+    match &cli.command {
+        Command::Tune(t) => commands::tune(tracker, db, &t.workload).await,
+        Command::Bench(b) => bench::run(tracker, b).await,
+        Command::Best { workload, device_class, json } => {
+            commands::best(tracker, db, workload, device_class.as_deref(), *json).await
+        }
+        Command::Jobs { state, limit } => commands::jobs(tracker, db, state, *limit).await,
+        Command::Job { id } => commands::job(tracker, db, *id, "show").await,
+        Command::Watch { id } => commands::job(tracker, db, *id, "watch").await,
+        Command::Cancel { id } => commands::job(tracker, db, *id, "cancel").await,
+        Command::Workers => commands::workers(tracker, db).await,
+        Command::Records { command } => commands::records(tracker, db, command).await,
+        Command::Worker(w) => {
+            let Some(url) = tracker else {
+                anyhow::bail!("tensortune worker needs --tracker URL (the tracker it serves)");
+            };
+            let device: tensortune_worker::DeviceSpec = w.device.parse()?;
+            let mut config = tensortune_worker::WorkerConfig::new(url, device);
+            config.name = w.name.clone();
+            config.compile_threads = w.compile_threads;
+            if w.cache_dir.is_some() {
+                config.cache_dir = w.cache_dir.clone();
+            }
+            let token = tokio_util::sync::CancellationToken::new();
+            let stop = token.clone();
+            tokio::spawn(async move {
+                let _ = tokio::signal::ctrl_c().await;
+                stop.cancel();
+            });
+            tensortune_worker::run(config, token).await
+        }
+    }
+}

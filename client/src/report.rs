@@ -1,0 +1,332 @@
+//! What the CLI prints and writes: JSON views of jobs and records (also the `records export`
+//! format, one record per line) and the human-readable tables.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use tensortune_proto::convert::{job_state_name, status_name};
+use tensortune_proto::pb;
+
+/// Where and how a record was measured.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProvenanceView {
+    /// Worker name.
+    pub worker: String,
+    /// GPU name.
+    pub gpu: String,
+    /// GPU UUID.
+    pub gpu_uuid: String,
+    /// Driver version.
+    pub driver: String,
+    /// CUDA version.
+    pub cuda: String,
+    /// NVRTC version.
+    pub nvrtc: String,
+    /// SM clock at measurement, MHz (0 when unknown).
+    pub sm_clock_mhz: u32,
+}
+
+/// One measurement record, as exported.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RecordView {
+    /// Record id.
+    pub id: u64,
+    /// Task it answered.
+    pub task_id: u64,
+    /// Job of that task.
+    pub job_id: u64,
+    /// Workload key.
+    pub workload: String,
+    /// Template name.
+    pub template: String,
+    /// Template version.
+    pub template_version: u32,
+    /// The config.
+    pub config: serde_json::Value,
+    /// Its index in the template's space.
+    pub config_index: u64,
+    /// Device class.
+    pub device_class: String,
+    /// Worker id.
+    pub worker_id: u64,
+    /// Status name.
+    pub status: String,
+    /// Error text.
+    pub error: String,
+    /// NVRTC time.
+    pub compile_ms: f64,
+    /// GPU-side time.
+    pub measure_ms: f64,
+    /// Per-launch time of each sample.
+    pub samples_us: Vec<f64>,
+    /// Median of the samples.
+    pub median_us: f64,
+    /// (max - min) / median.
+    pub spread: f64,
+    /// Launches per sample.
+    pub batch: u32,
+    /// Vendor time.
+    pub baseline_us: Option<f64>,
+    /// Vendor call.
+    pub baseline_kind: String,
+    /// baseline / median.
+    pub speedup: f64,
+    /// Achieved TFLOP/s (TOP/s for integers).
+    pub tflops: f64,
+    /// Worst absolute error of the check.
+    pub max_abs_err: Option<f64>,
+    /// Worst relative error.
+    pub max_rel_err: Option<f64>,
+    /// Registers per thread.
+    pub registers: u32,
+    /// Shared memory per block.
+    pub smem_bytes: u32,
+    /// Whether the image came from the worker's cache.
+    pub cache_hit: bool,
+    /// Provenance.
+    pub provenance: ProvenanceView,
+    /// When it was stored (ms since the epoch).
+    pub created_ms: i64,
+}
+
+impl From<&pb::Record> for RecordView {
+    fn from(r: &pb::Record) -> Self {
+        let m = r.measurement.clone().unwrap_or_default();
+        let p = m.provenance.clone().unwrap_or_default();
+        RecordView {
+            id: r.id,
+            task_id: r.task_id,
+            job_id: r.job_id,
+            workload: r.workload_key.clone(),
+            template: r.template.clone(),
+            template_version: r.template_version,
+            config: serde_json::from_str(&r.config).unwrap_or(serde_json::Value::String(r.config.clone())),
+            config_index: r.config_index,
+            device_class: r.device_class.clone(),
+            worker_id: r.worker_id,
+            status: status_name(m.status()).to_owned(),
+            error: m.error.clone(),
+            compile_ms: m.compile_ms,
+            measure_ms: m.measure_ms,
+            samples_us: m.samples_us.clone(),
+            median_us: m.median_us,
+            spread: m.spread,
+            batch: m.batch,
+            baseline_us: m.baseline_us,
+            baseline_kind: m.baseline_kind.clone(),
+            speedup: r.speedup,
+            tflops: r.tflops,
+            max_abs_err: m.max_abs_err,
+            max_rel_err: m.max_rel_err,
+            registers: m.registers,
+            smem_bytes: m.smem_bytes,
+            cache_hit: m.cache_hit,
+            provenance: ProvenanceView {
+                worker: p.worker_name,
+                gpu: p.gpu_name,
+                gpu_uuid: p.gpu_uuid,
+                driver: p.driver_version,
+                cuda: p.cuda_version,
+                nvrtc: p.nvrtc_version,
+                sm_clock_mhz: p.sm_clock_mhz,
+            },
+            created_ms: r.created_ms,
+        }
+    }
+}
+
+/// One workload of a job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkloadView {
+    /// Workload key.
+    pub workload: String,
+    /// running, done, early_stopped, exhausted.
+    pub state: String,
+    /// Trials asked for (capped at the valid space).
+    pub trials_target: u32,
+    /// Trials finished.
+    pub trials_done: u32,
+    /// Of which answered from the store.
+    pub reused: u32,
+    /// Valid configs on the job's device class.
+    pub space_size: u64,
+    /// Finished trials per status.
+    pub status_counts: BTreeMap<String, u32>,
+    /// Fastest ok record.
+    pub best: Option<RecordView>,
+}
+
+/// A job, as `--json` writes it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobView {
+    /// Job id.
+    pub id: u64,
+    /// State name.
+    pub state: String,
+    /// Template.
+    pub template: String,
+    /// Template version.
+    pub template_version: u32,
+    /// Tuner.
+    pub tuner: String,
+    /// Device class.
+    pub device_class: String,
+    /// Trials per workload.
+    pub trials: u32,
+    /// Tuner seed.
+    pub seed: u64,
+    /// Workloads.
+    pub workloads: Vec<WorkloadView>,
+    /// Why it failed or was cancelled.
+    pub error: String,
+    /// Wall time from submission to the last change, seconds.
+    pub wall_s: f64,
+}
+
+impl From<&pb::Job> for JobView {
+    fn from(j: &pb::Job) -> Self {
+        JobView {
+            id: j.id,
+            state: job_state_name(j.state()).to_owned(),
+            template: j.template.clone(),
+            template_version: j.template_version,
+            tuner: j.tuner.clone(),
+            device_class: j.device_class.clone(),
+            trials: j.trials,
+            seed: j.seed,
+            workloads: j
+                .workloads
+                .iter()
+                .map(|w| WorkloadView {
+                    workload: w.workload_key.clone(),
+                    state: w.state.clone(),
+                    trials_target: w.trials_target,
+                    trials_done: w.trials_done,
+                    reused: w.reused,
+                    space_size: w.space_size,
+                    status_counts: w.status_counts.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                    best: w.best.as_ref().map(RecordView::from),
+                })
+                .collect(),
+            error: j.error.clone(),
+            wall_s: (j.finished_ms.max(j.updated_ms) - j.created_ms).max(0) as f64 / 1e3,
+        }
+    }
+}
+
+/// `4.31 us`, `1.234 ms`.
+pub fn fmt_us(us: f64) -> String {
+    if us >= 1000.0 { format!("{:.3} ms", us / 1000.0) } else { format!("{us:.2} us") }
+}
+
+/// `ok 97, compile_error 3`.
+pub fn fmt_counts(counts: &BTreeMap<String, u32>) -> String {
+    let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    if parts.is_empty() { "none".into() } else { parts.join(", ") }
+}
+
+/// Config JSON without quotes and braces: `block_m=64 block_n=32 ...`.
+pub fn fmt_config(config: &serde_json::Value) -> String {
+    match config {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}
+
+/// The best-record lines of a workload: time, rate, vendor time and speedup, config.
+pub fn fmt_best(best: &RecordView) -> String {
+    let mut s = format!(
+        "  best    {}  {:.1} TFLOP/s  (record {}, job {})\n",
+        fmt_us(best.median_us),
+        best.tflops,
+        best.id,
+        best.job_id
+    );
+    match best.baseline_us {
+        Some(b) => {
+            let _ = writeln!(s, "  vendor  {}  {}  speedup {:.2}x", fmt_us(b), best.baseline_kind, best.speedup);
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "  vendor  none ({})",
+                if best.baseline_kind.is_empty() { "not measured" } else { &best.baseline_kind }
+            );
+        }
+    }
+    let _ = writeln!(s, "  config  {}", fmt_config(&best.config));
+    if let Some(e) = best.max_abs_err {
+        let _ = writeln!(s, "  check   every output element verified (max abs error {e:.3e})");
+    }
+    s
+}
+
+/// A job as a short report.
+pub fn fmt_job(job: &JobView) -> String {
+    let mut s = format!(
+        "job {} {}: {} v{} on {}, tuner {} (seed {}), {:.1} s\n",
+        job.id, job.state, job.template, job.template_version, job.device_class, job.tuner, job.seed, job.wall_s
+    );
+    if !job.error.is_empty() {
+        let _ = writeln!(s, "  error: {}", job.error);
+    }
+    for w in &job.workloads {
+        let _ = writeln!(s, "{}", w.workload);
+        let _ = writeln!(
+            s,
+            "  trials  {}/{} of {} valid configs, {} ({}), {} reused",
+            w.trials_done,
+            w.trials_target,
+            w.space_size,
+            w.state,
+            fmt_counts(&w.status_counts),
+            w.reused
+        );
+        match &w.best {
+            Some(b) => s.push_str(&fmt_best(b)),
+            None => s.push_str("  best    none yet\n"),
+        }
+    }
+    s
+}
+
+/// One line for the progress bar: the best so far of each workload.
+pub fn progress_message(job: &pb::Job) -> String {
+    let parts: Vec<String> = job
+        .workloads
+        .iter()
+        .filter_map(|w| {
+            let b = w.best.as_ref()?;
+            let m = b.measurement.as_ref()?;
+            Some(match m.baseline_us {
+                Some(base) if m.median_us > 0.0 => {
+                    format!("best {} ({:.2}x vendor)", fmt_us(m.median_us), base / m.median_us)
+                }
+                _ => format!("best {}", fmt_us(m.median_us)),
+            })
+        })
+        .collect();
+    parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(fmt_us(4.314), "4.31 us");
+        assert_eq!(fmt_us(1234.5), "1.234 ms");
+        let c: serde_json::Value = serde_json::from_str(r#"{"block_m":64,"frag":"m16n16k16"}"#).unwrap();
+        assert_eq!(fmt_config(&c), "block_m=64 frag=m16n16k16");
+        let mut counts = BTreeMap::new();
+        assert_eq!(fmt_counts(&counts), "none");
+        counts.insert("ok".to_string(), 3);
+        assert_eq!(fmt_counts(&counts), "ok 3");
+    }
+}

@@ -1,0 +1,134 @@
+//! A connection to a tracker: a remote one (`--tracker URL`), or an embedded tracker on the local
+//! database, optionally with a local worker, started for the duration of one command.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tensortune_proto::pb;
+use tensortune_proto::pb::tuning_client::TuningClient;
+use tensortune_tracker::TrackerConfig;
+
+use crate::cli::LocalDevice;
+use tensortune_worker::{DeviceSpec, WorkerConfig};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+/// How long an embedded worker may take to come up (a CUDA context and cuBLAS handle take a few
+/// seconds on a cold GPU).
+const WORKER_START: Duration = Duration::from_secs(120);
+
+/// An open connection to a tracker.
+pub struct Session {
+    /// The Tuning service.
+    pub client: TuningClient<Channel>,
+    /// The device class of the embedded worker, when there is one.
+    pub local_class: Option<String>,
+    embedded: Option<Embedded>,
+}
+
+struct Embedded {
+    token: CancellationToken,
+    tracker: JoinHandle<anyhow::Result<()>>,
+    worker: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+async fn connect(url: &str) -> anyhow::Result<TuningClient<Channel>> {
+    let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
+        .with_context(|| format!("invalid --tracker {url:?}; expected a URL such as http://tracker:7070"))?
+        .connect_timeout(Duration::from_secs(10));
+    let channel = endpoint.connect().await.with_context(|| format!("cannot reach the tracker at {url}"))?;
+    Ok(TuningClient::new(channel).max_decoding_message_size(64 << 20))
+}
+
+impl Session {
+    /// Connects to a running tracker.
+    pub async fn remote(url: &str) -> anyhow::Result<Session> {
+        Ok(Session { client: connect(url).await?, local_class: None, embedded: None })
+    }
+
+    /// Starts a tracker on `db` (loopback, ephemeral port) and, with `local`, a worker on it; waits
+    /// until the worker has registered.
+    pub async fn embedded(db: &Path, local: Option<&LocalDevice>) -> anyhow::Result<Session> {
+        let token = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("binding a loopback port for the embedded tracker")?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let config = TrackerConfig { db: db.to_owned(), ..TrackerConfig::default() };
+        let tracker = tokio::spawn(tensortune_tracker::run(config, listener, token.clone()));
+        let mut session = Session {
+            client: connect(&url).await?,
+            local_class: None,
+            embedded: Some(Embedded { token: token.clone(), tracker, worker: None }),
+        };
+        if let Some(local) = local {
+            let device = local.device.as_str();
+            let spec: DeviceSpec = device.parse()?;
+            let mut wc = WorkerConfig::new(url.clone(), spec);
+            wc.compile_threads = local.compile_threads;
+            if local.no_disk_cache {
+                wc.cache_dir = None;
+            }
+            let worker = tokio::spawn(tensortune_worker::run(wc, token.child_token()));
+            if let Some(e) = session.embedded.as_mut() {
+                e.worker = Some(worker);
+            }
+            session.local_class = Some(session.wait_for_worker(device).await?);
+        }
+        Ok(session)
+    }
+
+    /// Waits until the embedded worker is registered and returns its device class; fails with the
+    /// worker's own error when it stops first.
+    async fn wait_for_worker(&mut self, device: &str) -> anyhow::Result<String> {
+        let deadline = tokio::time::Instant::now() + WORKER_START;
+        loop {
+            let workers = self.client.list_workers(pb::ListWorkersRequest {}).await?.into_inner().workers;
+            if let Some(w) = workers.iter().rev().find(|w| w.state == "online") {
+                return Ok(w.device.as_ref().map(|d| d.class_key.clone()).unwrap_or_default());
+            }
+            let finished = self.embedded.as_ref().and_then(|e| e.worker.as_ref()).is_some_and(|w| w.is_finished());
+            if finished {
+                let handle = self.embedded.as_mut().and_then(|e| e.worker.take()).expect("checked above");
+                let err = match handle.await {
+                    Ok(Ok(())) => anyhow::anyhow!("the local worker on {device} stopped before registering"),
+                    Ok(Err(e)) => e,
+                    Err(e) => anyhow::anyhow!("the local worker on {device} panicked: {e}"),
+                };
+                let hint = if device.starts_with("cuda") { " (use --device sim to run without a GPU)" } else { "" };
+                bail!("{err:#}{hint}");
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("the local worker on {device} did not register within {WORKER_START:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// When the embedded worker has stopped on its own: why. Its job would otherwise wait forever.
+    pub async fn worker_stopped(&mut self) -> Option<anyhow::Error> {
+        let e = self.embedded.as_mut()?;
+        if !e.worker.as_ref()?.is_finished() {
+            return None;
+        }
+        let handle = e.worker.take()?;
+        Some(match handle.await {
+            Ok(Ok(())) => anyhow::anyhow!("the local worker stopped"),
+            Ok(Err(e)) => e.context("the local worker failed"),
+            Err(e) => anyhow::anyhow!("the local worker panicked: {e}"),
+        })
+    }
+
+    /// Stops what this session started (worker first, then tracker) and reports their errors.
+    pub async fn close(self) -> anyhow::Result<()> {
+        let Some(e) = self.embedded else { return Ok(()) };
+        e.token.cancel();
+        if let Some(worker) = e.worker {
+            worker.await.context("the local worker panicked")?.context("the local worker failed")?;
+        }
+        e.tracker.await.context("the embedded tracker panicked")?.context("the embedded tracker failed")?;
+        Ok(())
+    }
+}
