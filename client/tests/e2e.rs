@@ -1,0 +1,219 @@
+//! End to end on the `sim` device: a real tracker on a loopback port with a temporary SQLite file,
+//! real worker daemons with real measuring child processes (this crate's `tensortune` binary),
+//! NVRTC compiling every generated kernel when libnvrtc is reachable (scripts/test.sh).
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tensortune_kernels::{DType, Layout, Matmul, Types, Workload};
+use tensortune_proto::pb;
+use tensortune_proto::pb::tuning_client::TuningClient;
+use tensortune_tracker::TrackerConfig;
+use tensortune_worker::{DeviceSpec, WorkerConfig};
+use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tensortune");
+
+struct Tracker {
+    url: String,
+    token: CancellationToken,
+    handle: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Tracker {
+    async fn start(db: &Path, lease: Duration) -> Tracker {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let token = CancellationToken::new();
+        let config = TrackerConfig { db: db.to_owned(), lease, heartbeat: lease / 4, max_attempts: 3 };
+        let handle = tokio::spawn(tensortune_tracker::run(config, listener, token.clone()));
+        Tracker { url, token, handle }
+    }
+
+    async fn client(&self) -> TuningClient<Channel> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match TuningClient::connect(self.url.clone()).await {
+                Ok(c) => return c,
+                Err(e) if tokio::time::Instant::now() > deadline => panic!("tracker at {} unreachable: {e}", self.url),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    async fn stop(self) {
+        self.token.cancel();
+        self.handle.await.unwrap().unwrap();
+    }
+}
+
+fn worker_config(url: &str, name: &str) -> WorkerConfig {
+    let mut c = WorkerConfig::new(url, DeviceSpec::Sim);
+    c.name = Some(name.into());
+    c.compile_threads = 1;
+    c.cache_dir = None;
+    c.child_command = vec![BIN.into(), tensortune_worker::CHILD_ARG.into()];
+    c
+}
+
+fn spawn_worker(url: &str, name: &str, token: &CancellationToken) -> JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(tensortune_worker::run(worker_config(url, name), token.child_token()))
+}
+
+fn workload() -> Workload {
+    Workload::Matmul(Matmul::new(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap())
+}
+
+fn submit(trials: u32, batch: u32) -> pb::SubmitJobRequest {
+    pb::SubmitJobRequest {
+        workloads: vec![pb::Workload::from(&workload())],
+        tuner: "random".into(),
+        trials,
+        batch_size: batch,
+        seed: 7,
+        samples: 5,
+        ..Default::default()
+    }
+}
+
+/// Waits for `n` online workers.
+async fn wait_workers(client: &mut TuningClient<Channel>, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let ws = client.list_workers(pb::ListWorkersRequest {}).await.unwrap().into_inner().workers;
+        if ws.iter().filter(|w| w.state == "online").count() >= n {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "workers did not register: {ws:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Follows the job to its end through WatchJob.
+async fn wait_done(client: &mut TuningClient<Channel>, job_id: u64) -> pb::Job {
+    let watch = async {
+        let mut stream = client.watch_job(pb::JobRef { job_id }).await.unwrap().into_inner();
+        let mut last = None;
+        while let Some(job) = stream.next().await {
+            last = Some(job.unwrap());
+        }
+        last.expect("the stream sent the job")
+    };
+    tokio::time::timeout(Duration::from_secs(240), watch).await.expect("the job finished in time")
+}
+
+async fn export(client: &mut TuningClient<Channel>, job_id: u64) -> Vec<pb::Record> {
+    let req = pb::ExportRecordsRequest { job_id, ..Default::default() };
+    let mut stream = client.export_records(req).await.unwrap().into_inner();
+    let mut out = Vec::new();
+    while let Some(r) = stream.next().await {
+        out.push(r.unwrap());
+    }
+    out
+}
+
+async fn best(client: &mut TuningClient<Channel>) -> Vec<pb::Record> {
+    let req = pb::QueryBestRequest { workload: Some(pb::Workload::from(&workload())), ..Default::default() };
+    client.query_best(req).await.unwrap().into_inner().best
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_sim_workers_tune_and_the_tracker_restarts_with_everything_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tt.db");
+    let tracker = Tracker::start(&db, Duration::from_secs(5)).await;
+    let mut client = tracker.client().await;
+    let workers = CancellationToken::new();
+    let w1 = spawn_worker(&tracker.url, "sim-a", &workers);
+    let w2 = spawn_worker(&tracker.url, "sim-b", &workers);
+    wait_workers(&mut client, 2).await;
+
+    let job_id = client.submit_job(submit(16, 4)).await.unwrap().into_inner().job_id;
+    let job = wait_done(&mut client, job_id).await;
+    assert_eq!(job.state(), pb::JobState::Done, "{job:?}");
+    let progress = &job.workloads[0];
+    assert_eq!((progress.trials_target, progress.trials_done), (16, 16));
+    let records = export(&mut client, job_id).await;
+    assert_eq!(records.len(), 16, "one record per trial");
+    let by_worker: HashSet<u64> = records.iter().map(|r| r.worker_id).collect();
+    assert_eq!(by_worker.len(), 2, "both workers measured");
+    let ok: Vec<&pb::Record> =
+        records.iter().filter(|r| r.measurement.as_ref().unwrap().status() == pb::RecordStatus::Ok).collect();
+    assert!(!ok.is_empty());
+    let fastest = ok.iter().map(|r| r.measurement.as_ref().unwrap().median_us).fold(f64::INFINITY, f64::min);
+    let best_before = best(&mut client).await;
+    assert_eq!(best_before.len(), 1);
+    assert_eq!(best_before[0].measurement.as_ref().unwrap().median_us, fastest);
+    assert_eq!(best_before[0].device_class, "sim");
+
+    workers.cancel();
+    w1.await.unwrap().unwrap();
+    w2.await.unwrap().unwrap();
+    tracker.stop().await;
+
+    let tracker = Tracker::start(&db, Duration::from_secs(5)).await;
+    let mut client = tracker.client().await;
+    let best_after = best(&mut client).await;
+    assert_eq!(best_after, best_before, "the best config survives a restart");
+    assert_eq!(export(&mut client, 0).await.len(), records.len(), "no record lost or added");
+    let job = client.get_job(pb::JobRef { job_id }).await.unwrap().into_inner();
+    assert_eq!(job.state(), pb::JobState::Done);
+    tracker.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_worker_loses_its_tasks_to_another_without_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tt.db");
+    let lease = Duration::from_millis(1500);
+    let tracker = Tracker::start(&db, lease).await;
+    let mut client = tracker.client().await;
+
+    // A worker in its own process, so it can be killed without a chance to clean up.
+    let mut victim = tokio::process::Command::new(BIN)
+        .args(["--tracker", &tracker.url, "worker", "--device", "sim", "--name", "victim", "--compile-threads", "1"])
+        .env("XDG_CACHE_HOME", dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_workers(&mut client, 1).await;
+    let job_id = client.submit_job(submit(12, 6)).await.unwrap().into_inner().job_id;
+
+    // Kill it while it holds leases.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let ws = client.list_workers(pb::ListWorkersRequest {}).await.unwrap().into_inner().workers;
+        let held = ws.iter().find(|w| w.name == "victim").map_or(0, |w| w.leased);
+        if held > 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the worker never leased a task");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    victim.start_kill().unwrap();
+    victim.wait().await.unwrap();
+
+    let workers = CancellationToken::new();
+    let rescuer = spawn_worker(&tracker.url, "rescuer", &workers);
+    let job = wait_done(&mut client, job_id).await;
+    assert_eq!(job.state(), pb::JobState::Done, "{job:?}");
+    assert_eq!(job.workloads[0].trials_done, 12);
+    let records = export(&mut client, job_id).await;
+    assert_eq!(records.len(), 12, "every trial has exactly one record");
+    let tasks: HashSet<u64> = records.iter().map(|r| r.task_id).collect();
+    assert_eq!(tasks.len(), 12, "no task was recorded twice");
+    let ws = client.list_workers(pb::ListWorkersRequest {}).await.unwrap().into_inner().workers;
+    let rescuer_id = ws.iter().find(|w| w.name == "rescuer").unwrap().id;
+    assert!(records.iter().any(|r| r.worker_id == rescuer_id), "the tasks went to the second worker");
+
+    workers.cancel();
+    rescuer.await.unwrap().unwrap();
+    tracker.stop().await;
+}
