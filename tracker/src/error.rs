@@ -35,6 +35,9 @@ pub(crate) enum Error {
     /// The request conflicts with the tracker's state (no such device class, job already ended).
     #[error("{0}")]
     Precondition(String),
+    /// A bound on concurrent work (open streams) is reached; retrying later helps.
+    #[error("{0}")]
+    Exhausted(String),
     /// A second record for a task reached the database (the `records_task_unique` constraint).
     #[error("the task already has a record")]
     DuplicateRecord,
@@ -92,6 +95,7 @@ impl From<Error> for tonic::Status {
             }
             Error::NotHolder { .. } | Error::Precondition(_) => Status::failed_precondition(e.to_string()),
             Error::DuplicateRecord => Status::already_exists(e.to_string()),
+            Error::Exhausted(_) => Status::resource_exhausted(e.to_string()),
             Error::Database(db) => {
                 tracing::error!(error = %db, "database error");
                 Status::internal("the tracker's database failed; see the tracker log")

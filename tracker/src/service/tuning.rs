@@ -7,7 +7,7 @@ use tensortune_kernels::template::{by_name, default_for};
 use tensortune_proto::pb;
 use tensortune_proto::pb::tuning_server::Tuning;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
@@ -25,18 +25,30 @@ const WATCH_BUFFER: usize = 4;
 const EXPORT_PAGE: u32 = 256;
 /// Jobs a listing returns when the request sets no limit.
 const DEFAULT_LIST_LIMIT: u32 = 100;
+/// Watch and export streams open at once. Each holds a producer task and, while it reads, a
+/// database connection; past this bound new streams are refused rather than piling up.
+const MAX_STREAMS: usize = 1024;
 
 /// Serves `Tuning` from a tracker.
 pub(crate) struct TuningService {
     tracker: Arc<Tracker>,
     /// Owns the stream producers, so that shutdown waits for them to stop.
     tasks: TaskTracker,
+    /// One permit per open stream, held by its producer.
+    streams: Arc<Semaphore>,
 }
 
 impl TuningService {
     /// The service over `tracker`; stream producers are spawned on `tasks`.
     pub(crate) fn new(tracker: Arc<Tracker>, tasks: TaskTracker) -> Self {
-        TuningService { tracker, tasks }
+        TuningService { tracker, tasks, streams: Arc::new(Semaphore::new(MAX_STREAMS)) }
+    }
+
+    /// A permit for one more open stream.
+    fn stream_permit(&self) -> Result<OwnedSemaphorePermit, Error> {
+        Arc::clone(&self.streams).try_acquire_owned().map_err(|_| {
+            Error::Exhausted(format!("{MAX_STREAMS} watch and export streams are open; close some and retry"))
+        })
     }
 }
 
@@ -60,11 +72,16 @@ impl Tuning for TuningService {
 
     async fn watch_job(&self, request: Request<pb::JobRef>) -> Result<Response<Self::WatchJobStream>, Status> {
         let id = id("job_id", request.into_inner().job_id)?;
+        let permit = self.stream_permit()?;
         // Subscribed before the first snapshot is read, so no change falls between the two.
         let events = self.tracker.events.watch_jobs();
         let first = self.tracker.job(id).await?;
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        self.tasks.spawn(watch(Arc::clone(&self.tracker), id, first, events, tx));
+        let tracker = Arc::clone(&self.tracker);
+        self.tasks.spawn(async move {
+            watch(tracker, id, first, events, tx).await;
+            drop(permit);
+        });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -117,8 +134,13 @@ impl Tuning for TuningService {
             job_id: if req.job_id == 0 { None } else { Some(id("job_id", req.job_id)?) },
             ok_only: req.ok_only,
         };
+        let permit = self.stream_permit()?;
         let (tx, rx) = mpsc::channel(EXPORT_PAGE as usize);
-        self.tasks.spawn(export(Arc::clone(&self.tracker), filter, tx));
+        let tracker = Arc::clone(&self.tracker);
+        self.tasks.spawn(async move {
+            export(tracker, filter, tx).await;
+            drop(permit);
+        });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
