@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Builds the release binaries here and copies them, stripped, into .gpu/ (ignored by git via
+# .git/info/exclude) for the `device` tool to carry to the GPU machine, where nothing is built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu/' >> .git/info/exclude; }
+cargo build --release --locked --bin tensortune --bin tensortune-tracker --bin tensortune-worker --example gpu_selftest
+mkdir -p .gpu
+for b in tensortune tensortune-tracker tensortune-worker; do strip -o ".gpu/$b" "target/release/$b"; done
+strip -o .gpu/gpu_selftest target/release/examples/gpu_selftest
+ls -la .gpu
