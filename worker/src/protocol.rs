@@ -188,8 +188,11 @@ pub enum Request {
 }
 
 /// Child -> daemon.
+///
+/// Adjacently tagged (`{"type": ..., "body": ...}`): serde cannot put an internal tag into
+/// `Fatal`'s bare string.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", content = "body", rename_all = "snake_case")]
 pub enum Response {
     /// Answer to `Hello`.
     Hello(DeviceFacts),
