@@ -3,9 +3,58 @@
 //!
 //! # Layout
 //!
+//! - `config`: [`WorkerConfig`] and [`DeviceSpec`] (`cuda:N` or `sim`).
+//! - `daemon`: [`run`]'s stages (lease, prepare, measure, report, heartbeat) and how they connect.
+//! - `link`: the tracker's `Dispatch` service, with retries and re-registration.
+//! - `held`: the tasks a worker holds (back-pressure permits, heartbeat list, drop tokens).
+//! - `compiler`: NVRTC on dedicated threads; the memory and disk cache of compiled images.
+//! - `supervisor`: the daemon's side of the measuring child (start, deadline, replacement).
+//! - `child`: the child's side, [`child_main`]; `frame`: the length-prefixed JSON frames between.
+//! - `record`: device info and measurement records as the tracker receives them.
 //! - [`protocol`]: the daemon <-> child contract and the `Executor` trait of device backends.
-//! - [`nvrtc`]: NVRTC compilation to cubins.
+//! - [`sim`]: the `sim` backend (analytic timings, fault injection for tests).
 //! - [`cuda`]: the `cuda` backend (cudarc) that runs in the child.
+//! - [`nvrtc`]: NVRTC compilation to cubins.
+//!
+//! Binaries embedding the worker call [`child_main`] when their first argument is [`CHILD_ARG`]
+//! (before parsing flags), so that the same executable can serve as the measuring child.
+
 pub mod cuda;
 pub mod nvrtc;
 pub mod protocol;
+pub mod sim;
+
+mod child;
+mod compiler;
+mod config;
+mod daemon;
+mod frame;
+mod held;
+mod link;
+mod record;
+mod supervisor;
+
+pub use child::child_main;
+pub use config::{
+    CHILD_ARG, DeviceSpec, DeviceSpecError, MEASURE_QUEUE, WorkerConfig, default_cache_dir, default_child_command,
+};
+pub use sim::{SimFault, SimFaultKind};
+
+use tensortune_proto::pb;
+use tokio_util::sync::CancellationToken;
+
+/// Runs the worker until `shutdown` is cancelled (then returns `Ok` after stopping its child) or
+/// it cannot go on: the device cannot be opened, NVRTC is missing on a `cuda` device, the tracker
+/// refuses the registration, or no fresh measuring child can be started.
+pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    daemon::run(config, shutdown).await
+}
+
+/// Starts a measuring child, asks it for its device, stops it, and returns the device as the
+/// tracker would see it (class key, limits, provenance, this process's NVRTC version).
+pub async fn probe(config: &WorkerConfig) -> anyhow::Result<pb::DeviceInfo> {
+    let supervisor = supervisor::Supervisor::start(config).await?;
+    let device = record::device_info(supervisor.facts(), nvrtc::version());
+    supervisor.shutdown().await;
+    Ok(device)
+}

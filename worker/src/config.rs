@@ -1,0 +1,168 @@
+//! What a worker is told to do: which tracker, which device, how many compile threads, where the
+//! cubin cache lives, and how to start its measuring child.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::sim::SimFault;
+
+/// The argument that makes a worker binary act as the measuring child (see [`crate::child_main`]).
+pub const CHILD_ARG: &str = "__measure-child";
+
+/// Tasks that may wait for the GPU (compiled, not yet measured) on top of what the compile pool
+/// holds: enough that the GPU never idles while the next image is handed over, few enough that a
+/// dropped job does not leave a long queue of stale work.
+pub const MEASURE_QUEUE: usize = 4;
+
+/// The device a worker drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceSpec {
+    /// GPU `n` through the CUDA driver.
+    Cuda(usize),
+    /// The simulator: real code generation and NVRTC, analytic timings.
+    Sim,
+}
+
+/// A `--device` value that is not `cuda`, `cuda:N` or `sim`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid --device {0:?}: expected cuda, cuda:N (N a GPU ordinal, e.g. cuda:0) or sim")]
+pub struct DeviceSpecError(String);
+
+impl FromStr for DeviceSpec {
+    type Err = DeviceSpecError;
+
+    fn from_str(s: &str) -> Result<DeviceSpec, DeviceSpecError> {
+        match s.trim() {
+            "sim" => Ok(DeviceSpec::Sim),
+            "cuda" => Ok(DeviceSpec::Cuda(0)),
+            other => other
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceSpec::Cuda)
+                .ok_or_else(|| DeviceSpecError(s.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for DeviceSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+            DeviceSpec::Sim => f.write_str("sim"),
+        }
+    }
+}
+
+/// Everything [`crate::run`] and [`crate::probe`] need.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    /// The tracker's address, e.g. `http://127.0.0.1:7070`.
+    pub tracker: String,
+    /// The device to measure on.
+    pub device: DeviceSpec,
+    /// Name shown by the tracker; `None` means `<hostname>/<device>`.
+    pub name: Option<String>,
+    /// NVRTC threads; 0 means one per core.
+    pub compile_threads: usize,
+    /// On-disk cubin cache; `None` keeps compiled images in memory only.
+    pub cache_dir: Option<PathBuf>,
+    /// How long one measurement may take on the GPU side before its child is killed.
+    pub measure_timeout: Duration,
+    /// Program and arguments that start a measuring child; the device spec is appended.
+    pub child_command: Vec<String>,
+    /// Faults the `sim` child injects (tests of the supervision); ignored on `cuda`.
+    pub sim_faults: Vec<SimFault>,
+}
+
+impl WorkerConfig {
+    /// A config with the defaults: generated name, all cores compiling, the user's cache
+    /// directory, a 60 s measurement deadline and this executable as the child.
+    pub fn new(tracker: impl Into<String>, device: DeviceSpec) -> WorkerConfig {
+        WorkerConfig {
+            tracker: tracker.into(),
+            device,
+            name: None,
+            compile_threads: 0,
+            cache_dir: default_cache_dir(),
+            measure_timeout: Duration::from_secs(60),
+            child_command: default_child_command(),
+            sim_faults: Vec::new(),
+        }
+    }
+
+    /// The name the worker registers with.
+    pub fn worker_name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| format!("{}/{}", hostname(), self.device))
+    }
+
+    /// Compile threads after resolving 0 to the number of cores.
+    pub fn compile_threads(&self) -> usize {
+        match self.compile_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
+    /// The most tasks the worker holds at once (leased and not yet reported): two per compile
+    /// thread, so the pool always has its next source ready, plus [`MEASURE_QUEUE`].
+    pub fn max_in_flight(&self) -> usize {
+        self.compile_threads() * 2 + MEASURE_QUEUE
+    }
+}
+
+/// `$XDG_CACHE_HOME/tensortune`, else `~/.cache/tensortune`; `None` when neither is known.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").filter(|v| !v.is_empty()).map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("tensortune"))
+}
+
+/// This executable with [`CHILD_ARG`]; empty when the executable cannot be found (the child's
+/// start then fails with a message saying to set `child_command`).
+pub fn default_child_command() -> Vec<String> {
+    match std::env::current_exe() {
+        Ok(exe) => vec![exe.to_string_lossy().into_owned(), CHILD_ARG.to_owned()],
+        Err(_) => Vec::new(),
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_specs_parse_and_print() {
+        assert_eq!("sim".parse::<DeviceSpec>().unwrap(), DeviceSpec::Sim);
+        assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(0));
+        assert_eq!("cuda:3".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(3));
+        assert_eq!(DeviceSpec::Cuda(3).to_string(), "cuda:3");
+        for bad in ["gpu", "cuda:", "cuda:x", "cuda:-1", ""] {
+            let e = bad.parse::<DeviceSpec>().unwrap_err().to_string();
+            assert!(e.contains("--device") && e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+
+    #[test]
+    fn defaults_derive_from_the_config() {
+        let mut c = WorkerConfig::new("http://127.0.0.1:7070", DeviceSpec::Sim);
+        assert!(c.worker_name().ends_with("/sim"));
+        assert_eq!(c.child_command.last().map(String::as_str), Some(CHILD_ARG));
+        c.compile_threads = 3;
+        assert_eq!(c.max_in_flight(), 3 * 2 + MEASURE_QUEUE);
+        c.name = Some("box/gpu".into());
+        assert_eq!(c.worker_name(), "box/gpu");
+    }
+}

@@ -1,0 +1,280 @@
+//! The `sim` device backend: for machines without a GPU (CI, demos).
+//!
+//! The daemon still generates and (when libnvrtc loads) really compiles every kernel; the sim child
+//! only checks that what it was sent looks like cubins and answers the template's analytic time
+//! (`MeasureRequest::model_us`) with a small deterministic jitter per sample. It runs no kernel, so
+//! its records carry no error figures (`max_abs_err`/`max_rel_err` are `None`), no registers and
+//! an SM clock of 0; the vendor baseline is the analytic vendor time, of kind `model`.
+//!
+//! Fault injection: [`SimFault`]s, passed to the child as JSON in the [`SIM_FAULTS_ENV`]
+//! environment variable, make it abort or hang when asked to measure a given kernel, so tests can
+//! exercise the daemon's supervision with real dying and hanging processes.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tensortune_kernels::Target;
+
+use crate::protocol::{DeviceFacts, Executor, MeasureOutcome, MeasureRequest, Status};
+
+/// Environment variable that carries the faults (a JSON array of [`SimFault`]) to a sim child.
+pub const SIM_FAULTS_ENV: &str = "TENSORTUNE_SIM_FAULTS";
+
+/// Half-width of the per-sample jitter, as a fraction of the modelled time.
+const JITTER: f64 = 0.005;
+
+/// What an injected fault does to the child.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimFaultKind {
+    /// `std::process::abort()`: the child dies with SIGABRT mid-measurement.
+    Crash,
+    /// Sleeps forever: the daemon's measurement deadline has to kill it.
+    Hang,
+}
+
+/// A fault the sim child injects when asked to measure the kernel called `kernel`.
+///
+/// Faults are keyed by kernel name (`KernelSpec::name`): it names the template, its version, the
+/// workload and every knob, so one fault hits exactly one config of one workload, and the child
+/// can match it without knowing the tracker's config indices.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimFault {
+    /// The kernel's name (`Launch::name`).
+    pub kernel: String,
+    /// What happens.
+    pub kind: SimFaultKind,
+}
+
+impl SimFault {
+    /// The child aborts when measuring `kernel`.
+    pub fn crash(kernel: impl Into<String>) -> SimFault {
+        SimFault { kernel: kernel.into(), kind: SimFaultKind::Crash }
+    }
+
+    /// The child hangs when measuring `kernel`.
+    pub fn hang(kernel: impl Into<String>) -> SimFault {
+        SimFault { kernel: kernel.into(), kind: SimFaultKind::Hang }
+    }
+}
+
+/// The simulator, driven by the child's request loop.
+pub struct SimExecutor {
+    target: Target,
+    faults: Vec<SimFault>,
+    /// Vendor time per workload key, "timed" once per child session like a real baseline.
+    baselines: HashMap<String, f64>,
+    /// Workload keys whose support module this child was given.
+    support: BTreeSet<String>,
+}
+
+impl SimExecutor {
+    /// A simulator that injects `faults`.
+    pub fn new(faults: Vec<SimFault>) -> SimExecutor {
+        SimExecutor { target: Target::sim(), faults, baselines: HashMap::new(), support: BTreeSet::new() }
+    }
+
+    /// A simulator with the faults named in [`SIM_FAULTS_ENV`] (none when it is unset).
+    pub fn from_env() -> anyhow::Result<SimExecutor> {
+        let faults = match std::env::var(SIM_FAULTS_ENV) {
+            Ok(text) if !text.trim().is_empty() => serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "invalid {SIM_FAULTS_ENV} {text:?}: {e}; expected [{{\"kernel\":\"...\",\"kind\":\"crash\"}}]"
+                )
+            })?,
+            _ => Vec::new(),
+        };
+        Ok(SimExecutor::new(faults))
+    }
+
+    fn inject(&self, request: &MeasureRequest) {
+        let Some(fault) = self.faults.iter().find(|f| f.kernel == request.launch.name) else { return };
+        tracing::warn!(task = request.task_id, kernel = %request.launch.name, "injecting a {:?} fault", fault.kind);
+        match fault.kind {
+            SimFaultKind::Crash => std::process::abort(),
+            SimFaultKind::Hang => loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            },
+        }
+    }
+}
+
+/// Whether `image` is empty (nothing compiled) or starts like an ELF file, as cubins do.
+fn plausible_cubin(image: &[u8]) -> bool {
+    image.is_empty() || image.starts_with(b"\x7fELF")
+}
+
+/// Per-sample factor in [1 - JITTER, 1 + JITTER], a pure function of the task and sample index so
+/// that a repeated measurement reads the same.
+fn jitter(task_id: u64, sample: u32) -> f64 {
+    // splitmix64's finaliser over the pair: cheap, well mixed, no dependency.
+    let mut z = task_id.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(sample).wrapping_add(0x632b_e59b_d9b4_e019);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    let unit = (z >> 11) as f64 / (1u64 << 53) as f64;
+    1.0 + JITTER * (2.0 * unit - 1.0)
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+impl Executor for SimExecutor {
+    fn facts(&self) -> DeviceFacts {
+        let t = &self.target;
+        DeviceFacts {
+            class_key: t.class_key.clone(),
+            name: t.name.clone(),
+            arch: t.arch,
+            sm_count: t.sm_count,
+            max_threads_per_block: t.max_threads_per_block,
+            max_smem_per_block: t.max_smem_per_block,
+            smem_per_sm: t.smem_per_sm,
+            regs_per_sm: t.regs_per_sm,
+            l2_bytes: t.l2_bytes,
+            memory_bytes: 80 << 30,
+            uuid: "sim-0".into(),
+            driver_version: "sim".into(),
+            cuda_version: "sim".into(),
+            sm_clock_mhz: 0,
+            mem_clock_mhz: 0,
+        }
+    }
+
+    fn measure(&mut self, request: &MeasureRequest) -> MeasureOutcome {
+        let start = Instant::now();
+        self.inject(request);
+        for (what, image) in [("kernel", &request.cubin), ("support module", &request.support_cubin)] {
+            if !plausible_cubin(image) {
+                return MeasureOutcome::failed(
+                    Status::LaunchError,
+                    format!("the {what} image of task {} is not a cubin (no ELF header)", request.task_id),
+                );
+            }
+        }
+        self.support.insert(request.workload_key.clone());
+        if request.baseline {
+            self.baselines.entry(request.workload_key.clone()).or_insert(request.vendor_model_us);
+        }
+        let baseline_us = self.baselines.get(&request.workload_key).copied();
+
+        let samples_us: Vec<f64> =
+            (0..request.samples.max(1)).map(|i| request.model_us * jitter(request.task_id, i)).collect();
+        let mut sorted = samples_us.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median_us = median(&sorted);
+        let spread = match (sorted.first(), sorted.last()) {
+            (Some(lo), Some(hi)) if median_us > 0.0 => (hi - lo) / median_us,
+            _ => 0.0,
+        };
+        MeasureOutcome {
+            status: Status::Ok,
+            error: String::new(),
+            samples_us,
+            median_us,
+            spread,
+            batch: request.min_batch.max(1),
+            baseline_us,
+            baseline_kind: if baseline_us.is_some() { "model".into() } else { String::new() },
+            max_abs_err: None,
+            max_rel_err: None,
+            registers: 0,
+            smem_bytes: request.launch.smem_bytes,
+            measure_ms: start.elapsed().as_secs_f64() * 1e3,
+            sm_clock_mhz: 0,
+        }
+    }
+
+    fn support_loaded(&self) -> Vec<String> {
+        self.support.iter().cloned().collect()
+    }
+
+    fn poisoned(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Launch;
+    use tensortune_kernels::support::Tolerance;
+    use tensortune_kernels::{DType, Layout, Matmul, Types, Workload};
+
+    fn request(task_id: u64, baseline: bool) -> MeasureRequest {
+        let workload =
+            Workload::Matmul(Matmul::new(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap());
+        MeasureRequest {
+            task_id,
+            workload_key: workload.key(),
+            tolerance: Tolerance::for_workload(&workload),
+            workload,
+            launch: Launch {
+                name: "k".into(),
+                entry: "k".into(),
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+                smem_bytes: 4096,
+                workspace_bytes: 0,
+                args: Vec::new(),
+            },
+            cubin: Vec::new(),
+            support_cubin: Vec::new(),
+            samples: 9,
+            min_sample_ms: 1.0,
+            min_batch: 50,
+            baseline,
+            model_us: 10.0,
+            vendor_model_us: 3.0,
+        }
+    }
+
+    #[test]
+    fn samples_jitter_around_the_model_deterministically() {
+        let mut sim = SimExecutor::new(Vec::new());
+        let a = sim.measure(&request(7, false));
+        assert_eq!(a.status, Status::Ok);
+        assert_eq!(a.samples_us.len(), 9);
+        assert!(a.samples_us.iter().all(|s| (9.95..=10.05).contains(s)), "{:?}", a.samples_us);
+        assert!(a.spread > 0.0 && a.spread <= 2.0 * JITTER + 1e-12);
+        assert_eq!((a.batch, a.smem_bytes, a.max_abs_err), (50, 4096, None));
+        assert_eq!(sim.measure(&request(7, false)).samples_us, a.samples_us);
+        assert_ne!(sim.measure(&request(8, false)).samples_us, a.samples_us);
+        assert_eq!(sim.support_loaded(), vec![request(7, false).workload_key]);
+    }
+
+    #[test]
+    fn the_baseline_is_the_vendor_model_once_asked_for() {
+        let mut sim = SimExecutor::new(Vec::new());
+        assert_eq!(sim.measure(&request(1, false)).baseline_us, None);
+        let b = sim.measure(&request(2, true));
+        assert_eq!((b.baseline_us, b.baseline_kind.as_str()), (Some(3.0), "model"));
+        assert_eq!(sim.measure(&request(3, false)).baseline_us, Some(3.0));
+    }
+
+    #[test]
+    fn images_that_are_not_cubins_are_refused() {
+        let mut sim = SimExecutor::new(Vec::new());
+        let mut r = request(1, false);
+        r.cubin = b"\x7fELF....".to_vec();
+        assert_eq!(sim.measure(&r).status, Status::Ok);
+        r.support_cubin = b"PTX".to_vec();
+        let o = sim.measure(&r);
+        assert_eq!(o.status, Status::LaunchError);
+        assert!(o.error.contains("support module"), "{}", o.error);
+    }
+
+    #[test]
+    fn faults_travel_as_json() {
+        let faults = vec![SimFault::crash("a"), SimFault::hang("b")];
+        let text = serde_json::to_string(&faults).unwrap();
+        assert_eq!(text, r#"[{"kernel":"a","kind":"crash"},{"kernel":"b","kind":"hang"}]"#);
+        assert_eq!(serde_json::from_str::<Vec<SimFault>>(&text).unwrap(), faults);
+    }
+}
