@@ -1,0 +1,453 @@
+//! The worker daemon against a fake tracker: real measuring children (this crate's binary) on the
+//! `sim` device, and real NVRTC compiles.
+//!
+//! The fake serves tasks in waves: the next wave is released once every task of the previous one
+//! was reported or dropped, which orders the tests' events without sleeping.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tensortune_kernels::gemm::WmmaGemm;
+use tensortune_kernels::{Config, DType, Layout, Matmul, Target, Template, Types, Workload, template};
+use tensortune_proto::pb;
+use tensortune_proto::pb::dispatch_server::{Dispatch, DispatchServer};
+use tensortune_worker::{DeviceSpec, SimFault, WorkerConfig, nvrtc};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+/// Heartbeat interval the fake asks for: short, so drops take effect while a task waits.
+const HEARTBEAT_MS: u32 = 100;
+/// Guard against a hung test (not a timing assertion).
+const TEST_DEADLINE: Duration = Duration::from_secs(240);
+
+fn require_nvrtc() {
+    assert!(
+        nvrtc::available() && nvrtc::find_include_dir().is_some(),
+        "NVRTC is not loadable, and these tests compile real kernels: run scripts/setup-nvrtc.sh, then \
+         export LD_LIBRARY_PATH=$PWD/.nvrtc/nvidia/cu13/lib"
+    );
+}
+
+fn workload() -> Workload {
+    Workload::Matmul(Matmul::new(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap())
+}
+
+/// Indices of valid configs of the test workload on the sim device, spread over the space.
+fn valid_indices(n: usize) -> Vec<u64> {
+    let valid = template::valid_configs(&WmmaGemm, &workload(), &Target::sim()).unwrap();
+    (0..n).map(|i| valid[i * (valid.len() - 1) / (n - 1).max(1)].0).collect()
+}
+
+fn config_at(index: u64) -> Config {
+    WmmaGemm.space().config(index).unwrap()
+}
+
+fn kernel_name(index: u64) -> String {
+    WmmaGemm.generate(&workload(), &config_at(index), &Target::sim()).unwrap().name
+}
+
+fn task(task_id: u64, index: u64) -> pb::Task {
+    let w = workload();
+    pb::Task {
+        task_id,
+        job_id: 1,
+        workload: Some((&w).into()),
+        workload_key: w.key(),
+        template: WmmaGemm.name().into(),
+        template_version: WmmaGemm.version(),
+        config: config_at(index).to_json(),
+        config_index: index,
+        samples: 5,
+        lease_expires_ms: 0,
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Tasks not yet released.
+    waves: VecDeque<Vec<pb::Task>>,
+    /// Released, not yet leased.
+    pending: VecDeque<pb::Task>,
+    /// Leased, neither reported nor dropped.
+    outstanding: HashSet<u64>,
+    max_outstanding: usize,
+    max_asked: u32,
+    registrations: Vec<pb::RegisterRequest>,
+    heartbeats: Vec<Vec<u64>>,
+    /// Accepted reports, in arrival order.
+    reports: Vec<pb::ReportResultRequest>,
+    report_attempts: usize,
+    /// Answer this many reports with Unavailable.
+    fail_reports: usize,
+    /// Answer the next heartbeat with NotFound, like a tracker that lost the worker.
+    forget_worker: bool,
+    /// Drop these tasks when a heartbeat lists them.
+    drop_when_held: HashSet<u64>,
+    /// Dropped task -> index of the heartbeat that dropped it.
+    dropped: HashMap<u64, usize>,
+}
+
+impl State {
+    fn release(&mut self) {
+        if self.pending.is_empty()
+            && self.outstanding.is_empty()
+            && let Some(wave) = self.waves.pop_front()
+        {
+            self.pending.extend(wave);
+        }
+    }
+
+    fn report(&self, task_id: u64) -> &pb::Measurement {
+        let r =
+            self.reports.iter().find(|r| r.task_id == task_id).unwrap_or_else(|| panic!("no report of task {task_id}"));
+        r.measurement.as_ref().expect("reports carry a measurement")
+    }
+}
+
+struct Fake {
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+impl Fake {
+    fn new(waves: Vec<Vec<pb::Task>>) -> Arc<Fake> {
+        Arc::new(Fake { state: Mutex::new(State { waves: waves.into(), ..State::default() }), changed: Notify::new() })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+}
+
+#[tonic::async_trait]
+impl Dispatch for Fake {
+    async fn register(&self, request: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
+        let request = request.into_inner();
+        let mut st = self.state();
+        let worker_id = if request.previous_id != 0 { request.previous_id } else { 40 + st.registrations.len() as u64 };
+        st.registrations.push(request);
+        self.changed.notify_waiters();
+        Ok(Response::new(pb::RegisterResponse { worker_id, lease_ms: 30_000, heartbeat_ms: HEARTBEAT_MS }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let request = request.into_inner();
+        let mut st = self.state();
+        if std::mem::take(&mut st.forget_worker) {
+            return Err(Status::not_found(format!("worker {} is not registered", request.worker_id)));
+        }
+        let index = st.heartbeats.len();
+        let drop_task_ids: Vec<u64> =
+            request.task_ids.iter().copied().filter(|id| st.drop_when_held.remove(id)).collect();
+        for id in &drop_task_ids {
+            st.outstanding.remove(id);
+            st.dropped.insert(*id, index);
+        }
+        st.heartbeats.push(request.task_ids);
+        st.release();
+        self.changed.notify_waiters();
+        Ok(Response::new(pb::HeartbeatResponse { drop_task_ids }))
+    }
+
+    async fn lease_tasks(
+        &self,
+        request: Request<pb::LeaseTasksRequest>,
+    ) -> Result<Response<pb::LeaseTasksResponse>, Status> {
+        let request = request.into_inner();
+        // A short long-poll keeps the worker's shutdown quick.
+        let deadline = Instant::now() + Duration::from_millis(u64::from(request.wait_ms.min(300)));
+        loop {
+            let changed = self.changed.notified();
+            {
+                let mut st = self.state();
+                st.max_asked = st.max_asked.max(request.max_tasks);
+                st.release();
+                if !st.pending.is_empty() {
+                    let n = st.pending.len().min(request.max_tasks as usize);
+                    let tasks: Vec<pb::Task> = st.pending.drain(..n).collect();
+                    st.outstanding.extend(tasks.iter().map(|t| t.task_id));
+                    st.max_outstanding = st.max_outstanding.max(st.outstanding.len());
+                    return Ok(Response::new(pb::LeaseTasksResponse { tasks }));
+                }
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Ok(Response::new(pb::LeaseTasksResponse { tasks: Vec::new() }));
+            }
+        }
+    }
+
+    async fn report_result(
+        &self,
+        request: Request<pb::ReportResultRequest>,
+    ) -> Result<Response<pb::ReportResultResponse>, Status> {
+        let request = request.into_inner();
+        let mut st = self.state();
+        st.report_attempts += 1;
+        if st.fail_reports > 0 {
+            st.fail_reports -= 1;
+            return Err(Status::unavailable("the tracker is restarting"));
+        }
+        if st.reports.iter().any(|r| r.task_id == request.task_id) {
+            return Ok(Response::new(pb::ReportResultResponse { stored: false, record_id: 0 }));
+        }
+        if !st.outstanding.remove(&request.task_id) {
+            return Err(Status::failed_precondition(format!("task {} is not leased to this worker", request.task_id)));
+        }
+        st.reports.push(request);
+        let record_id = st.reports.len() as u64;
+        st.release();
+        self.changed.notify_waiters();
+        Ok(Response::new(pb::ReportResultResponse { stored: true, record_id }))
+    }
+}
+
+/// Serves `fake` on a free port until the returned token is cancelled; returns its address.
+async fn serve(fake: Arc<Fake>) -> (String, CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let served = stop.clone();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(DispatchServer::from_arc(fake))
+            .serve_with_incoming_shutdown(TcpIncoming::from(listener), served.cancelled_owned())
+            .await
+            .unwrap();
+    });
+    (url, stop)
+}
+
+fn worker_config(url: &str, cache: &Path) -> WorkerConfig {
+    let mut c = WorkerConfig::new(url, DeviceSpec::Sim);
+    c.name = Some("test/sim".into());
+    c.compile_threads = 2;
+    c.cache_dir = Some(cache.to_owned());
+    c.child_command = vec![env!("CARGO_BIN_EXE_tensortune-worker").into(), "__measure-child".into()];
+    c
+}
+
+/// Runs a worker against `fake` until `done` holds, then shuts it down and checks it stopped
+/// cleanly.
+async fn run_until(fake: &Arc<Fake>, config: WorkerConfig, done: impl Fn(&State) -> bool) {
+    let (url, server) = serve(fake.clone()).await;
+    let config = WorkerConfig { tracker: url, ..config };
+    let shutdown = CancellationToken::new();
+    let worker = tokio::spawn(tensortune_worker::run(config, shutdown.clone()));
+    let deadline = Instant::now() + TEST_DEADLINE;
+    loop {
+        let changed = fake.changed.notified();
+        if done(&fake.state()) {
+            break;
+        }
+        if worker.is_finished() {
+            panic!("the worker stopped early: {:?}", worker.await);
+        }
+        assert!(Instant::now() < deadline, "the test ran out of time; fake tracker: {:#?}", fake.state());
+        let _ = tokio::time::timeout(Duration::from_millis(200), changed).await;
+    }
+    shutdown.cancel();
+    worker.await.unwrap().expect("the worker shuts down cleanly");
+    server.cancel();
+}
+
+fn status(m: &pb::Measurement) -> pb::RecordStatus {
+    m.status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_task_is_compiled_measured_and_then_served_from_the_cache() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let indices = valid_indices(3);
+    let fake = Fake::new(vec![indices.iter().enumerate().map(|(i, &c)| task(1 + i as u64, c)).collect()]);
+    run_until(&fake, worker_config("", cache.path()), |st| st.reports.len() == 3).await;
+    {
+        let st = fake.state();
+        let reg = &st.registrations[0];
+        let device = reg.device.as_ref().unwrap();
+        assert_eq!((reg.name.as_str(), device.class_key.as_str(), device.arch), ("test/sim", "sim", 90));
+        assert!(!device.nvrtc_version.is_empty());
+        assert!(reg.templates.iter().any(|t| t.name == "wmma_gemm" && t.version == WmmaGemm.version()));
+        for id in 1..=3 {
+            let m = st.report(id);
+            assert_eq!(status(m), pb::RecordStatus::Ok, "{}", m.error);
+            assert!(m.compile_ms > 0.0 && !m.cache_hit, "task {id} was compiled: {m:?}");
+            assert_eq!(m.samples_us.len(), 5);
+            assert!(m.median_us > 0.0 && m.batch >= 50 && m.smem_bytes > 0);
+            assert_eq!((m.baseline_us.is_some(), m.baseline_kind.as_str()), (true, "model"));
+            assert_eq!((m.max_abs_err, m.max_rel_err), (None, None), "sim runs no kernel");
+            let p = m.provenance.as_ref().unwrap();
+            assert_eq!((p.worker_name.as_str(), p.gpu_uuid.as_str()), ("test/sim", "sim-0"));
+            assert_eq!(p.nvrtc_version, device.nvrtc_version);
+        }
+    }
+
+    // A new worker on the same cache directory measures the same configs without compiling.
+    let again = Fake::new(vec![indices.iter().enumerate().map(|(i, &c)| task(11 + i as u64, c)).collect()]);
+    run_until(&again, worker_config("", cache.path()), |st| st.reports.len() == 3).await;
+    let st = again.state();
+    for id in 11..=13 {
+        let m = st.report(id);
+        assert_eq!(status(m), pb::RecordStatus::Ok, "{}", m.error);
+        assert!(m.cache_hit && m.compile_ms == 0.0, "task {id} came from the disk cache: {m:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_never_exceed_the_room_and_every_task_is_reported() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let mut config = worker_config("", cache.path());
+    config.compile_threads = 1;
+    let room = config.max_in_flight();
+    // One config for all tasks: one compile, then the pipeline is limited by leasing alone.
+    let index = valid_indices(1)[0];
+    let n = 3 * room as u64;
+    let fake = Fake::new(vec![(1..=n).map(|id| task(id, index)).collect()]);
+    run_until(&fake, config, |st| st.reports.len() == n as usize).await;
+    let st = fake.state();
+    assert!(st.max_outstanding <= room, "{} tasks held at once; the room is {room}", st.max_outstanding);
+    assert!(st.max_asked as usize <= room, "asked for {} tasks; the room is {room}", st.max_asked);
+    assert!(st.reports.iter().all(|r| status(r.measurement.as_ref().unwrap()) == pb::RecordStatus::Ok));
+    let compiled = st.reports.iter().filter(|r| !r.measurement.as_ref().unwrap().cache_hit).count();
+    assert_eq!(compiled, 1, "one image serves every task of the same config");
+    assert_eq!(st.report_attempts, n as usize, "each task is reported once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configs_that_cannot_run_are_invalid_without_compiling() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let w = workload();
+    let space = WmmaGemm.space();
+    let rejected = (0..space.len()).find(|&i| WmmaGemm.check(&w, &config_at(i), &Target::sim()).is_err()).unwrap();
+    let reason = WmmaGemm.check(&w, &config_at(rejected), &Target::sim()).unwrap_err().to_string();
+    let mut bad_json = task(2, rejected);
+    bad_json.config = r#"{"block_m": 7}"#.into();
+    let mut future_version = task(3, valid_indices(1)[0]);
+    future_version.template_version = WmmaGemm.version() + 1;
+    let fake = Fake::new(vec![vec![task(1, rejected), bad_json, future_version, task(4, valid_indices(1)[0])]]);
+    run_until(&fake, worker_config("", cache.path()), |st| st.reports.len() == 4).await;
+
+    let st = fake.state();
+    for (id, want) in [(1, reason.as_str()), (2, "block_m"), (3, "version")] {
+        let m = st.report(id);
+        assert_eq!(status(m), pb::RecordStatus::InvalidConfig);
+        assert!(m.error.contains(want), "task {id}: {:?} should mention {want:?}", m.error);
+        assert!(m.compile_ms == 0.0 && !m.cache_hit && m.samples_us.is_empty());
+    }
+    assert_eq!(status(st.report(4)), pb::RecordStatus::Ok);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashing_and_hanging_kernels_do_not_take_the_worker_down() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let [ok_a, crash, hang, ok_b]: [u64; 4] = valid_indices(4).try_into().unwrap();
+    let mut config = worker_config("", cache.path());
+    config.measure_timeout = Duration::from_secs(3);
+    config.sim_faults = vec![SimFault::crash(kernel_name(crash)), SimFault::hang(kernel_name(hang))];
+    // One task per wave: each ok task after a fault ran in a fresh child.
+    let fake = Fake::new(vec![vec![task(1, crash)], vec![task(2, ok_a)], vec![task(3, hang)], vec![task(4, ok_b)]]);
+    run_until(&fake, config, |st| st.reports.len() == 4).await;
+
+    let st = fake.state();
+    let crashed = st.report(1);
+    assert_eq!(status(crashed), pb::RecordStatus::LaunchError);
+    assert!(crashed.error.contains("SIGABRT"), "the record says how the child died: {}", crashed.error);
+    let hung = st.report(3);
+    assert_eq!(status(hung), pb::RecordStatus::Timeout);
+    assert!(hung.error.contains("deadline"), "{}", hung.error);
+    for id in [2, 4] {
+        let m = st.report(id);
+        assert_eq!(status(m), pb::RecordStatus::Ok, "task {id}: {}", m.error);
+        assert!(m.baseline_us.is_some(), "the baseline survives child restarts");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_the_tracker_drops_are_abandoned() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let [hang, queued, kept]: [u64; 3] = valid_indices(3).try_into().unwrap();
+    let mut config = worker_config("", cache.path());
+    config.measure_timeout = Duration::from_secs(5);
+    config.sim_faults = vec![SimFault::hang(kernel_name(hang))];
+    // Task 1 hangs in the child, so tasks 2 and 3 wait for the GPU behind it; the tracker drops
+    // 1 (mid-measurement) and 2 (queued) as soon as a heartbeat lists them.
+    let fake = Fake::new(vec![vec![task(1, hang)], vec![task(2, queued), task(3, kept)]]);
+    fake.state().drop_when_held = [1, 2].into();
+    run_until(&fake, config, |st| st.reports.len() == 1).await;
+
+    let st = fake.state();
+    assert_eq!(st.reports.len(), 1, "only the task that was kept is reported: {:?}", st.reports);
+    assert_eq!(status(st.report(3)), pb::RecordStatus::Ok);
+    assert_eq!(st.report_attempts, 1);
+    for id in [1, 2] {
+        let at = st.dropped[&id];
+        assert!(
+            st.heartbeats[at + 1..].iter().all(|ids| !ids.contains(&id)),
+            "task {id} is no longer held after its drop: {:?}",
+            st.heartbeats
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_are_retried_and_a_forgotten_worker_registers_again() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let index = valid_indices(1)[0];
+    let fake = Fake::new(vec![vec![task(1, index), task(2, index)]]);
+    {
+        let mut st = fake.state();
+        st.fail_reports = 2;
+        st.forget_worker = true;
+    }
+    run_until(&fake, worker_config("", cache.path()), |st| st.reports.len() == 2 && st.registrations.len() == 2).await;
+
+    let st = fake.state();
+    assert_eq!(st.report_attempts, 4, "two failed attempts, then one per task");
+    assert!(st.reports.iter().all(|r| status(r.measurement.as_ref().unwrap()) == pb::RecordStatus::Ok));
+    assert_eq!(st.registrations[0].previous_id, 0);
+    assert_eq!(st.registrations[1].previous_id, st.reports[0].worker_id, "registers again under its old id");
+    assert_eq!(st.registrations[1].name, st.registrations[0].name);
+}
+
+#[tokio::test]
+async fn probe_describes_the_sim_device() {
+    let config = worker_config("http://127.0.0.1:1", Path::new("/nonexistent"));
+    let device = tensortune_worker::probe(&config).await.unwrap();
+    assert_eq!((device.class_key.as_str(), device.uuid.as_str(), device.arch), ("sim", "sim-0", 90));
+    assert_eq!(device.nvrtc_version, nvrtc::version().unwrap_or_default());
+}
+
+#[tokio::test]
+async fn a_device_that_cannot_open_fails_probe_and_run_with_the_childs_reason() {
+    let mut config = worker_config("http://127.0.0.1:1", Path::new("/nonexistent"));
+    config.device = DeviceSpec::Cuda(99);
+    let e = tensortune_worker::probe(&config).await.unwrap_err();
+    assert!(format!("{e:#}").contains("cuda:99"), "{e:#}");
+    let e = tensortune_worker::run(config, CancellationToken::new()).await.unwrap_err();
+    assert!(format!("{e:#}").contains("cuda:99"), "{e:#}");
+}
+
+#[tokio::test]
+async fn children_that_do_not_speak_the_protocol_are_reported() {
+    let mut config = worker_config("http://127.0.0.1:1", Path::new("/nonexistent"));
+    config.child_command = vec!["sh".into(), "-c".into(), "echo 'not a frame'; exec sleep 30".into(), "sh".into()];
+    let e = format!("{:#}", tensortune_worker::probe(&config).await.unwrap_err());
+    assert!(e.contains("did not say hello") && e.contains("exceeds the limit"), "{e}");
+
+    config.child_command = vec!["/nonexistent/tensortune-worker".into()];
+    let e = format!("{:#}", tensortune_worker::probe(&config).await.unwrap_err());
+    assert!(e.contains("could not start the measuring child"), "{e}");
+}
