@@ -15,6 +15,34 @@ const BODY: &str = include_str!("cuda/wmma_gemm.cu");
 pub const FRAGS: &[(&str, u32, u32, u32)] =
     &[("m16n16k16", 16, 16, 16), ("m32n8k16", 32, 8, 16), ("m8n32k16", 8, 32, 16)];
 
+// The knob domains, in the order of the space (the last varies fastest in the index).
+const BLOCK_M: &[u32] = &[16, 32, 64, 128, 256];
+const BLOCK_N: &[u32] = &[16, 32, 64, 128, 256];
+const BLOCK_K: &[u32] = &[32, 64];
+const WARPS_M: &[u32] = &[1, 2, 4];
+const WARPS_N: &[u32] = &[1, 2, 4];
+const WARPS_K: &[u32] = &[1, 2, 4];
+const STAGES: &[u32] = &[1, 2, 3, 4];
+const SKEW: &[u32] = &[0, 1];
+const SPLIT_K: &[u32] = &[1, 2, 4, 8, 16];
+const SPLIT_REDUCE: &[&str] = &["workspace", "cluster"];
+const SWIZZLE: &[u32] = &[1, 8];
+const KNOBS: usize = 12;
+const DOMAIN_SIZES: [usize; KNOBS] = [
+    BLOCK_M.len(),
+    BLOCK_N.len(),
+    BLOCK_K.len(),
+    WARPS_M.len(),
+    WARPS_N.len(),
+    WARPS_K.len(),
+    FRAGS.len(),
+    STAGES.len(),
+    SKEW.len(),
+    SPLIT_K.len(),
+    SPLIT_REDUCE.len(),
+    SWIZZLE.len(),
+];
+
 /// Accumulator registers per thread above which a warp tile would spill.
 const MAX_ACC_REGS: u32 = 128;
 /// Warps per block: more would need warp tiles too small to reuse their fragments.
@@ -38,6 +66,8 @@ pub struct Plan {
     pub warps_m: u32,
     /// Warp grid.
     pub warps_n: u32,
+    /// Warps sharing each output sub-tile, taking alternate 16-deep K steps.
+    pub warps_k: u32,
     /// Fragment shape name and dims.
     pub frag: (&'static str, u32, u32, u32),
     /// Shared-memory ring depth.
@@ -46,6 +76,8 @@ pub struct Plan {
     pub skew: u32,
     /// K splits.
     pub split_k: u32,
+    /// Whether K splits meet in a thread-block cluster (sm_90) instead of the workspace.
+    pub cluster_reduce: bool,
     /// Row tiles per rasterisation group.
     pub swizzle: u32,
     /// Bytes per global load of A, B and per store of D.
@@ -61,47 +93,54 @@ pub struct Plan {
 impl Plan {
     /// Reads the knobs of `config` (domains are checked by the space).
     pub fn new(w: &Matmul, config: &Config, target: &Target) -> Result<Plan> {
-        let int = |name: &'static str| -> Result<u32> {
-            let v = config.int(name)?;
-            u32::try_from(v).map_err(|_| Error::invalid("config", format!("{name}={v} is out of range")))
-        };
-        let frag_name = config.name("frag")?;
-        let frag = *FRAGS.iter().find(|f| f.0 == frag_name).ok_or_else(|| {
-            Error::invalid(
-                "config",
-                format!("frag={frag_name} is not a WMMA shape; allowed: m16n16k16, m32n8k16, m8n32k16"),
-            )
-        })?;
+        let positions = WmmaGemm.space().positions(config)?;
+        Ok(Plan::from_positions(w, &positions, target))
+    }
+
+    /// The plan of the config at `index` of the space, without building the config.
+    pub fn at(w: &Matmul, index: u64, target: &Target) -> Plan {
+        let mut rest = index;
+        let mut positions = [0usize; KNOBS];
+        for (k, radix) in DOMAIN_SIZES.iter().enumerate().rev() {
+            positions[k] = (rest % *radix as u64) as usize;
+            rest /= *radix as u64;
+        }
+        Plan::from_positions(w, &positions, target)
+    }
+
+    /// The plan for each knob's position in its domain (knob order of [`WmmaGemm::space`]).
+    fn from_positions(w: &Matmul, pos: &[usize], target: &Target) -> Plan {
         let esize = w.types.input.bytes();
-        let (bm, bn, bk) = (int("block_m")?, int("block_n")?, int("block_k")?);
+        let (bm, bn, bk) = (BLOCK_M[pos[0]], BLOCK_N[pos[1]], BLOCK_K[pos[2]]);
         let a_cols = if w.layout.a_k_contiguous() { bk } else { bm };
         let a_extent = if w.layout.a_k_contiguous() { w.k } else { w.m };
         let b_cols = if w.layout.b_k_contiguous() { bk } else { bn };
         let b_extent = if w.layout.b_k_contiguous() { w.k } else { w.n };
-        let skew = if int("skew")? == 1 { 16 / esize } else { 0 };
         let out = w.types.output.bytes();
-        Ok(Plan {
+        Plan {
             w: *w,
             bm,
             bn,
             bk,
-            warps_m: int("warps_m")?,
-            warps_n: int("warps_n")?,
-            frag,
-            stages: int("stages")?,
-            skew,
-            split_k: int("split_k")?,
-            swizzle: int("swizzle")?,
+            warps_m: WARPS_M[pos[3]],
+            warps_n: WARPS_N[pos[4]],
+            warps_k: WARPS_K[pos[5]],
+            frag: FRAGS[pos[6]],
+            stages: STAGES[pos[7]],
+            skew: if SKEW[pos[8]] == 1 { 16 / esize } else { 0 },
+            split_k: SPLIT_K[pos[9]],
+            cluster_reduce: SPLIT_REDUCE[pos[10]] == "cluster",
+            swizzle: SWIZZLE[pos[11]],
             vec_a: widest_vec(esize, &[a_extent * esize as u64, (a_cols * esize) as u64]),
             vec_b: widest_vec(esize, &[b_extent * esize as u64, (b_cols * esize) as u64]),
             vec_d: widest_vec(out, &[w.m * out as u64, (bm * out) as u64]),
             cp_async: target.has_cp_async(),
-        })
+        }
     }
 
     /// Threads per block.
     pub fn threads(&self) -> u32 {
-        self.warps_m * self.warps_n * 32
+        self.warps_m * self.warps_n * self.warps_k * 32
     }
 
     /// Output tiles along M and N.
@@ -134,7 +173,7 @@ impl Plan {
         let (b_rows, b_cols) = if self.w.layout.b_k_contiguous() { (self.bn, self.bk) } else { (self.bk, self.bn) };
         let ring = self.stages * (a_rows * (a_cols + self.skew) + b_rows * (b_cols + self.skew)) * e;
         let acc = self.w.types.accumulator.bytes();
-        let staging = self.bn * (self.bm + 16 / acc) * acc;
+        let staging = self.warps_k * self.bn * (self.bm + 16 / acc) * acc;
         ring.max(staging)
     }
 
@@ -145,7 +184,8 @@ impl Plan {
         }
         let (tm, tn) = self.tiles();
         let counters = (tm * tn * 4).div_ceil(256) * 256;
-        counters + tm * tn * self.split_k as u64 * (self.bm * self.bn) as u64 * self.w.types.accumulator.bytes() as u64
+        // Partials are kept in the epilogue's type (f32 or i32), whatever the accumulator.
+        counters + tm * tn * self.split_k as u64 * (self.bm * self.bn) as u64 * 4
     }
 
     /// Blocks in the grid.
@@ -181,8 +221,13 @@ impl Plan {
                 self.bn, self.warps_n
             ));
         }
-        if !self.bk.is_multiple_of(fk) {
-            return reject(format!("block_k {} is not a multiple of the fragment k {fk}", self.bk));
+        if !self.bk.is_multiple_of(fk * self.warps_k) {
+            return reject(format!(
+                "block_k {} has {} sixteen-deep steps, too few to share among warps_k {}",
+                self.bk,
+                self.bk / fk,
+                self.warps_k
+            ));
         }
         for (name, tile, dim) in [("block_m", self.bm, w.m), ("block_n", self.bn, w.n)] {
             if tile > 16 && dim.div_ceil(tile as u64 / 2) == dim.div_ceil(tile as u64) {
@@ -193,10 +238,18 @@ impl Plan {
                 ));
             }
         }
-        let warps = self.warps_m * self.warps_n;
+        let warps = self.warps_m * self.warps_n * self.warps_k;
         if warps > MAX_WARPS {
             return reject(format!("{warps} warps per block; the template uses at most {MAX_WARPS}"));
         }
+        if self.warps_k > 1 && self.warps_m * self.warps_n >= 4 {
+            return reject(format!(
+                "warps_k {} with {} output warps: sliced K is for tiles too small to give 4 warps their own output",
+                self.warps_k,
+                self.warps_m * self.warps_n
+            ));
+        }
+        let warps = self.warps_m * self.warps_n;
         let (fmw, fnw) = self.frags_per_warp();
         if warps >= 4 && fmw * fnw < 2 {
             return reject(format!(
@@ -204,6 +257,11 @@ impl Plan {
             ));
         }
         let (wm, wn) = (self.bm / self.warps_m, self.bn / self.warps_n);
+        // m32n8k16 and m8n32k16 issue the same MMAs as m16n16k16 (the hardware's m16n8k16); they
+        // only pay where m16n16k16 cannot tile the warp (8-wide or 8-tall warp tiles).
+        if fname != "m16n16k16" && wm % 16 == 0 && wn % 16 == 0 {
+            return reject(format!("{fname} on a {wm}x{wn} warp tile: m16n16k16 tiles it with the same MMAs"));
+        }
         if wm > 2 * wn || wn > 2 * wm {
             return reject(format!(
                 "warp tile {wm}x{wn} is skinnier than 2:1: a squarer warp grid reuses fragments better"
@@ -258,9 +316,9 @@ impl Plan {
         if self.stages > 1 && self.stages as u64 > kt_split {
             return reject(format!("stages {} exceeds the {kt_split} k-tiles each split runs", self.stages));
         }
-        if self.stages > 2 && kt_split < 2 * self.stages as u64 {
+        if self.stages > 2 && self.stages as u64 != kt_split && kt_split < 2 * self.stages as u64 {
             return reject(format!(
-                "stages {} on {kt_split} k-tiles per split: a ring deeper than half the loop spends it filling and draining",
+                "stages {} on {kt_split} k-tiles per split: a ring deeper than half the loop spends it filling and draining (stages {kt_split} puts them all in flight)",
                 self.stages
             ));
         }
@@ -280,6 +338,23 @@ impl Plan {
                 tm * tn,
                 target.sm_count
             ));
+        }
+        if self.cluster_reduce {
+            if self.split_k == 1 {
+                return reject("split_reduce cluster without split-K is the same kernel as workspace".to_string());
+            }
+            if target.arch < 90 {
+                return reject(format!(
+                    "split_reduce cluster needs thread-block clusters (sm_90+); this GPU is sm_{}",
+                    target.arch
+                ));
+            }
+            if self.split_k > 8 {
+                return reject(format!(
+                    "split_reduce cluster takes at most 8 splits (a portable cluster); split_k is {}",
+                    self.split_k
+                ));
+            }
         }
         if self.split_k > 1 && tm * tn * self.split_k as u64 > 2 * target.sm_count as u64 {
             return reject(format!(
@@ -326,7 +401,7 @@ impl Plan {
         let t = &self.w.types;
         let key_digest = crate::short_digest(&Workload::Matmul(self.w).key());
         ident(&format!(
-            "tt_wmma_gemm_v{}_{}{}{}_{}_b{}x{}x{}_w{}x{}_{}_s{}_k{}_sw{}_p{}_{}",
+            "tt_wmma_gemm_v{}_{}{}{}_{}_b{}x{}x{}_w{}x{}x{}_{}_s{}_k{}{}_sw{}_p{}_{}",
             WmmaGemm.version(),
             t.input,
             t.accumulator,
@@ -337,9 +412,11 @@ impl Plan {
             self.bk,
             self.warps_m,
             self.warps_n,
+            self.warps_k,
             self.frag.0,
             self.stages,
             self.split_k,
+            if self.cluster_reduce { "c" } else { "" },
             self.swizzle,
             u32::from(self.skew > 0),
             key_digest
@@ -359,6 +436,10 @@ impl Plan {
         h.comment(format!("tensortune wmma_gemm v{}: {name}", WmmaGemm.version()))
             .comment(format!("workload: {}", Workload::Matmul(*w).key()))
             .define("KERNEL_NAME", &name)
+            .define(
+                "TT_CLUSTER_ATTR",
+                if self.cluster_reduce { format!("__cluster_dims__(1, 1, {})", self.split_k) } else { String::new() },
+            )
             .typedef("T_IN", t.input.cuda())
             .typedef("T_ACC", t.accumulator.cuda())
             .typedef("T_OUT", t.output.cuda())
@@ -375,12 +456,14 @@ impl Plan {
             .int("BK", self.bk as i64)
             .int("WARPS_M", self.warps_m as i64)
             .int("WARPS_N", self.warps_n as i64)
+            .int("WARPS_K", self.warps_k as i64)
             .int("FM", self.frag.1 as i64)
             .int("FN", self.frag.2 as i64)
             .int("FK", self.frag.3 as i64)
             .int("STAGES", self.stages as i64)
             .int("SKEW", self.skew as i64)
             .int("SPLIT_K", self.split_k as i64)
+            .flag("REDUCE_CLUSTER", self.cluster_reduce)
             .int("SWIZZLE", self.swizzle as i64)
             .int("VEC_A", self.vec_a as i64)
             .int("VEC_B", self.vec_b as i64)
@@ -411,7 +494,7 @@ impl Template for WmmaGemm {
     }
 
     fn version(&self) -> u32 {
-        1
+        2
     }
 
     fn op(&self) -> Op {
@@ -449,20 +532,30 @@ impl Template for WmmaGemm {
     }
 
     fn space(&self) -> Space {
+        let ints = |name, v: &[u32]| Knob::ints(name, &v.iter().map(|x| *x as i64).collect::<Vec<_>>());
         Space {
             knobs: vec![
-                Knob::ints("block_m", &[16, 32, 64, 128, 256]),
-                Knob::ints("block_n", &[16, 32, 64, 128, 256]),
-                Knob::ints("block_k", &[32, 64]),
-                Knob::ints("warps_m", &[1, 2, 4]),
-                Knob::ints("warps_n", &[1, 2, 4]),
-                Knob::names("frag", &["m16n16k16", "m32n8k16", "m8n32k16"]),
-                Knob::ints("stages", &[1, 2, 3, 4]),
-                Knob::ints("skew", &[0, 1]),
-                Knob::ints("split_k", &[1, 2, 4, 8, 16]),
-                Knob::ints("swizzle", &[1, 8]),
+                ints("block_m", BLOCK_M),
+                ints("block_n", BLOCK_N),
+                ints("block_k", BLOCK_K),
+                ints("warps_m", WARPS_M),
+                ints("warps_n", WARPS_N),
+                ints("warps_k", WARPS_K),
+                Knob::names("frag", &FRAGS.iter().map(|f| f.0).collect::<Vec<_>>()),
+                ints("stages", STAGES),
+                ints("skew", SKEW),
+                ints("split_k", SPLIT_K),
+                Knob::names("split_reduce", SPLIT_REDUCE),
+                ints("swizzle", SWIZZLE),
             ],
         }
+    }
+
+    fn valid_indices(&self, workload: &Workload, target: &Target) -> Result<Vec<u64>> {
+        self.supports(workload, target)?;
+        let w = matmul(workload)?;
+        let len: u64 = DOMAIN_SIZES.iter().map(|n| *n as u64).product();
+        Ok((0..len).filter(|i| Plan::at(w, *i, target).check(target).is_ok()).collect())
     }
 
     fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources> {
@@ -501,10 +594,12 @@ impl Template for WmmaGemm {
             ("log2_block_k", (p.bk as f64).log2()),
             ("warps_m", p.warps_m as f64),
             ("warps_n", p.warps_n as f64),
+            ("warps_k", p.warps_k as f64),
             ("frag", frag_index),
             ("stages", p.stages as f64),
             ("skew", (p.skew > 0) as u8 as f64),
             ("log2_split_k", (p.split_k as f64).log2()),
+            ("cluster_reduce", p.cluster_reduce as u8 as f64),
             ("log2_swizzle", (p.swizzle as f64).log2()),
             ("threads", p.threads() as f64),
             ("smem_kib", p.smem_bytes() as f64 / 1024.0),
@@ -546,12 +641,12 @@ fn model(p: &Plan, target: &Target) -> f64 {
         eff *= 0.8;
     }
     let occ = p.blocks_per_sm(target);
-    let warps_per_sm = (occ * p.warps_m * p.warps_n) as f64;
+    let warps_per_sm = (occ * p.warps_m * p.warps_n * p.warps_k) as f64;
     eff *= (warps_per_sm / 8.0).min(1.0).sqrt();
     // WMMA (HMMA) peak per SM, FLOP/us: ~650 TFLOP/s over 132 SMs for 16-bit, twice that for i8.
     let per_sm = 650e6 / 132.0 * if p.w.types.input == DType::I8 { 2.0 } else { 1.0 };
     let (_, kt_split) = p.ktiles();
-    let block_flops = 2.0 * (p.bm * p.bn * p.bk) as f64 * kt_split as f64;
+    let block_flops = 2.0 * (p.bm * p.bn * p.bk) as f64 * kt_split as f64 / p.warps_k as f64;
     let concurrent = (target.sm_count * occ) as f64;
     let waves = (p.blocks() as f64 / concurrent).ceil();
     let compute = waves * block_flops * occ as f64 / (per_sm * eff);
@@ -561,7 +656,11 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let bytes = (tn as f64 * (p.w.m * p.w.k) as f64 + tm as f64 * (p.w.k * p.w.n) as f64) * e / l2_reuse
         + (p.w.m * p.w.n) as f64 * p.w.types.output.bytes() as f64 * (1.0 + 2.0 * (p.split_k - 1) as f64);
     let memory = bytes / 3.0e6;
-    let split = if p.split_k > 1 { 0.6 } else { 0.0 };
+    let split = match (p.split_k, p.cluster_reduce) {
+        (1, _) => 0.0,
+        (_, true) => 0.25,
+        _ => 0.6,
+    };
     compute.max(memory) + 1.2 + split
 }
 
@@ -604,24 +703,36 @@ mod tests {
     }
 
     #[test]
+    fn fast_enumeration_matches_the_checked_walk() {
+        let w = mm(200, 48, 96, Layout::Tn, DType::I8);
+        let t = Target::sm90();
+        let space = WmmaGemm.space();
+        let slow: Vec<u64> =
+            (0..space.len()).filter(|i| WmmaGemm.check(&w, &space.config(*i).unwrap(), &t).is_ok()).collect();
+        assert!(!slow.is_empty());
+        assert_eq!(WmmaGemm.valid_indices(&w, &t).unwrap(), slow);
+    }
+
+    #[test]
     fn shared_memory_limit_is_enforced_with_the_reason() {
         let w = mm(4096, 4096, 4096, Layout::Nn, DType::F16);
         let c = cfg(
             &[
                 ("block_m", 256),
-                ("block_n", 256),
+                ("block_n", 128),
                 ("block_k", 64),
                 ("warps_m", 4),
-                ("warps_n", 4),
+                ("warps_n", 2),
                 ("stages", 4),
                 ("skew", 1),
             ],
             "m16n16k16",
         );
-        let e = WmmaGemm.check(&w, &c, &Target::sm90()).unwrap_err().to_string();
-        assert!(e.contains("shared memory") && e.contains("227 KiB"), "{e}");
+        // 4 stages of (64 x 264 + 128 x 72) halves: 204 KiB, within an H100's 227 KiB, not an A100's 163 KiB.
+        let r = WmmaGemm.check(&w, &c, &Target::sm90()).unwrap();
+        assert_eq!(r.smem_bytes, 4 * (64 * 264 + 128 * 72) * 2);
         let e = WmmaGemm.check(&w, &c, &Target::sm80()).unwrap_err().to_string();
-        assert!(e.contains("163 KiB"), "{e}");
+        assert!(e.contains("shared memory") && e.contains("163 KiB"), "{e}");
     }
 
     #[test]
@@ -630,11 +741,18 @@ mod tests {
         let c = cfg(&[("block_m", 256), ("block_n", 256), ("warps_m", 1), ("warps_n", 1)], "m16n16k16");
         let e = WmmaGemm.check(&w, &c, &Target::sm90()).unwrap_err().to_string();
         assert!(e.contains("accumulator registers"), "{e}");
-        let mut small = Target::sm90();
-        small.max_threads_per_block = 256;
         let c = cfg(&[("block_m", 128), ("block_n", 128), ("warps_m", 4), ("warps_n", 4)], "m16n16k16");
+        let e = WmmaGemm.check(&w, &c, &Target::sm90()).unwrap_err().to_string();
+        assert!(e.contains("16 warps per block"), "{e}");
+        let mut small = Target::sm90();
+        small.max_threads_per_block = 128;
+        let c = cfg(
+            &[("block_m", 128), ("block_n", 128), ("warps_m", 2), ("warps_n", 4), ("stages", 3), ("skew", 1)],
+            "m16n16k16",
+        );
+        WmmaGemm.check(&w, &c, &Target::sm90()).unwrap();
         let e = WmmaGemm.check(&w, &c, &small).unwrap_err().to_string();
-        assert!(e.contains("512 threads"), "{e}");
+        assert!(e.contains("256 threads"), "{e}");
     }
 
     #[test]
@@ -690,23 +808,15 @@ mod tests {
     fn model_prefers_sensible_configs() {
         let w = mm(4096, 4096, 4096, Layout::Nn, DType::F16);
         let t = Target::sim();
-        let big = cfg(
-            &[
-                ("block_m", 128),
-                ("block_n", 128),
-                ("block_k", 32),
-                ("warps_m", 2),
-                ("warps_n", 2),
-                ("stages", 3),
-                ("skew", 1),
-            ],
-            "m16n16k16",
-        );
-        let tiny = cfg(&[("block_m", 16), ("block_n", 16), ("block_k", 16), ("stages", 1)], "m16n16k16");
-        let fast = WmmaGemm.model_us(&w, &big, &t).unwrap();
-        let slow = WmmaGemm.model_us(&w, &tiny, &t).unwrap();
-        assert!(fast * 3.0 < slow, "{fast} vs {slow}");
-        let feats = WmmaGemm.features(&w, &big, &t).unwrap();
+        let valid = valid_configs(&WmmaGemm, &w, &t).unwrap();
+        let mut timed: Vec<(f64, &Config)> =
+            valid.iter().map(|(_, c)| (WmmaGemm.model_us(&w, c, &t).unwrap(), c)).collect();
+        timed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let (best, config) = timed[0];
+        let worst = timed[timed.len() - 1].0;
+        assert!(best * 2.0 < worst, "{best} vs {worst}");
+        assert!(config.int("block_m").unwrap() * config.int("block_n").unwrap() >= 128 * 128, "{config}");
+        let feats = WmmaGemm.features(&w, config, &t).unwrap();
         assert!(feats.iter().all(|(_, v)| v.is_finite()));
     }
 }

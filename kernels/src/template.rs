@@ -98,6 +98,20 @@ pub trait Template: Send + Sync {
     /// Generates the kernel for a config that passed `check`.
     fn generate(&self, workload: &Workload, config: &Config, target: &Target) -> Result<KernelSpec>;
 
+    /// Indices of every valid config of the space for `workload` on `target`, ascending. The
+    /// default walks the space through `check`; templates may enumerate faster.
+    fn valid_indices(&self, workload: &Workload, target: &Target) -> Result<Vec<u64>> {
+        self.supports(workload, target)?;
+        let space = self.space();
+        let mut out = Vec::new();
+        for index in 0..space.len() {
+            if self.check(workload, &space.config(index)?, target).is_ok() {
+                out.push(index);
+            }
+        }
+        Ok(out)
+    }
+
     /// Numeric features of (workload, config) for cost models, with names.
     fn features(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Vec<(&'static str, f64)>>;
 
@@ -128,14 +142,6 @@ pub fn default_for(op: Op) -> Result<&'static dyn Template> {
 
 /// Every valid config of the space for `workload` on `target`, with its index, in index order.
 pub fn valid_configs(template: &dyn Template, workload: &Workload, target: &Target) -> Result<Vec<(u64, Config)>> {
-    template.supports(workload, target)?;
     let space = template.space();
-    let mut out = Vec::new();
-    for index in 0..space.len() {
-        let config = space.config(index)?;
-        if template.check(workload, &config, target).is_ok() {
-            out.push((index, config));
-        }
-    }
-    Ok(out)
+    template.valid_indices(workload, target)?.into_iter().map(|i| Ok((i, space.config(i)?))).collect()
 }

@@ -1,13 +1,20 @@
 // tensortune wmma_gemm: D = alpha * op(A) * op(B) + beta * C, C and D column-major M x N.
 //
-// One block computes a BM x BN tile of D over one split of K; its WARPS_M x WARPS_N warps each own
-// a WM x WN sub-tile held in FRAGS_M x FRAGS_N WMMA accumulators. A and B stream through a ring
-// of STAGES shared-memory buffers filled by cp.async; the tiles in shared memory keep the global
-// contiguity (K-contiguous operands are stored [row][k], the others [k][row]) so every global load
-// is one vector, and the WMMA fragment layout follows from it. The epilogue stages accumulators
-// through shared memory so D is written in wide, coalesced vectors; with SPLIT_K > 1 each split
-// writes its partial tile to the workspace and the last split to arrive sums them in split order
-// (deterministic) and resets the tile's counter for the next launch.
+// One block computes a BM x BN tile of D over one split of K. Its warps form a
+// WARPS_M x WARPS_N x WARPS_K grid: each (m, n) warp owns a WM x WN sub-tile held in
+// FRAGS_M x FRAGS_N WMMA accumulators, and the WARPS_K warps that share it take alternate 16-deep
+// steps of every K tile ("sliced K", for tiles too small to keep every warp busy otherwise).
+// A and B stream through a ring of STAGES shared-memory buffers filled by cp.async; the tiles in
+// shared memory keep the global contiguity (K-contiguous operands are stored [row][k], the others
+// [k][row]) so every global load is one vector, and the WMMA fragment layout follows from it.
+//
+// The epilogue stages accumulators through shared memory (one slice per K-warp) so D is written
+// in wide, coalesced vectors. With SPLIT_K > 1 the K splits of a tile meet in one of two ways:
+//   REDUCE_CLUSTER (sm_90): the splits of a tile form a thread-block cluster; after a cluster
+//     barrier each block sums a share of the tile straight from its peers' shared memory.
+//   otherwise: each split writes its partial tile to the workspace and the last to arrive sums
+//     them, then resets the tile's counter for the next launch.
+// Both sum in split order, so results do not depend on scheduling.
 
 namespace tt {
 using namespace cfg;
@@ -16,7 +23,7 @@ constexpr int WM = BM / WARPS_M;
 constexpr int WN = BN / WARPS_N;
 constexpr int FRAGS_M = WM / FM;
 constexpr int FRAGS_N = WN / FN;
-constexpr int THREADS = WARPS_M * WARPS_N * 32;
+constexpr int THREADS = WARPS_M * WARPS_N * WARPS_K * 32;
 constexpr int TILES_M = (M + BM - 1) / BM;
 constexpr int TILES_N = (N + BN - 1) / BN;
 constexpr int KTILES = (K + BK - 1) / BK;
@@ -30,15 +37,19 @@ constexpr int B_COLS = B_K_CONTIG ? BK : BN;
 constexpr int B_LD = B_COLS + SKEW;
 constexpr int A_STAGE = A_ROWS * A_LD;
 constexpr int B_STAGE = B_ROWS * B_LD;
-// Accumulator staging: column-major BM x BN, each column padded by 16 bytes against bank conflicts.
+// Accumulator staging: per K-warp slice, column-major BM x BN, columns padded by 16 bytes.
 constexpr int C_LD = BM + 16 / (int)sizeof(T_ACC);
-// Split-K scratch: one counter per output tile, then SPLIT_K dense partial tiles per output tile.
+constexpr int C_SLICE = BN * C_LD;
+// Workspace split-K: one counter per output tile, then SPLIT_K dense partial tiles per tile.
 constexpr int COUNTERS_BYTES = ((TILES_M * TILES_N * 4 + 255) / 256) * 256;
 constexpr int VD = VEC_D / (int)sizeof(T_OUT);
+constexpr int PER_COL = BM / VD;
+constexpr int TILE_VECS = BN * PER_COL;
 
-static_assert(BM % (WARPS_M * FM) == 0 && BN % (WARPS_N * FN) == 0 && BK % FK == 0, "tile shape");
+static_assert(BM % (WARPS_M * FM) == 0 && BN % (WARPS_N * FN) == 0 && BK % (FK * WARPS_K) == 0, "tile shape");
 static_assert(STAGES >= 1 && (STAGES == 1 || CP_ASYNC), "multi-stage pipelines need cp.async");
 static_assert(BM % VD == 0 && M % VD == 0, "epilogue vectors");
+static_assert(!REDUCE_CLUSTER || (SPLIT_K > 1 && SPLIT_K <= 8), "cluster split-K takes 2 to 8 splits");
 
 __device__ __forceinline__ void load_stage(T_IN* As, T_IN* Bs, const T_IN* __restrict__ A, const T_IN* __restrict__ B,
                                            int stage, int kt, int m0, int n0) {
@@ -59,10 +70,12 @@ __device__ __forceinline__ void load_stage(T_IN* As, T_IN* Bs, const T_IN* __res
 
 typedef wmma::fragment<wmma::accumulator, FM, FN, FK, T_ACC> AccFrag;
 
-__device__ __forceinline__ void compute_stage(const T_IN* as, const T_IN* bs, int wm0, int wn0,
+// This warp's 16-deep steps of one K tile: wk, wk + WARPS_K, ...
+__device__ __forceinline__ void compute_stage(const T_IN* as, const T_IN* bs, int wm0, int wn0, int wk,
                                               AccFrag (&acc)[FRAGS_M][FRAGS_N]) {
 #pragma unroll
-  for (int kk = 0; kk < BK; kk += FK) {
+  for (int step = 0; step < BK / (FK * WARPS_K); ++step) {
+    const int kk = (step * WARPS_K + wk) * FK;
     wmma::fragment<wmma::matrix_a, FM, FN, FK, T_IN, A_FRAG_LAYOUT> af[FRAGS_M];
     wmma::fragment<wmma::matrix_b, FM, FN, FK, T_IN, B_FRAG_LAYOUT> bf[FRAGS_N];
 #pragma unroll
@@ -87,6 +100,17 @@ __device__ __forceinline__ void compute_stage(const T_IN* as, const T_IN* bs, in
   }
 }
 
+// Sum over the K-warp slices of VD staged accumulators at (m, n) of a block's staging area.
+__device__ __forceinline__ void gather(const T_ACC* Cs, int n, int m, T_EPI (&a)[VD]) {
+#pragma unroll
+  for (int e = 0; e < VD; ++e) a[e] = to_epi(Cs[n * C_LD + m + e]);
+#pragma unroll
+  for (int s = 1; s < WARPS_K; ++s) {
+#pragma unroll
+    for (int e = 0; e < VD; ++e) a[e] += to_epi(Cs[s * C_SLICE + n * C_LD + m + e]);
+  }
+}
+
 // Applies alpha/beta to VD accumulators and stores them at D(gm .. gm+VD, gn).
 __device__ __forceinline__ void store_out(const T_OUT* __restrict__ C, T_OUT* __restrict__ D, int gm, int gn,
                                           T_EPI (&a)[VD]) {
@@ -106,7 +130,7 @@ __device__ __forceinline__ void store_out(const T_OUT* __restrict__ C, T_OUT* __
 
 }  // namespace tt
 
-extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
+extern "C" __global__ void __launch_bounds__(tt::THREADS, 1) TT_CLUSTER_ATTR
     KERNEL_NAME(const T_IN* __restrict__ A, const T_IN* __restrict__ B, const T_OUT* __restrict__ C,
                 T_OUT* __restrict__ D, unsigned char* __restrict__ workspace) {
   using namespace tt;
@@ -137,8 +161,10 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
   const int nk = min(KTILES - kt0, KT_PER_SPLIT);
 
   const int warp = threadIdx.x / 32;
-  const int wm0 = (warp % WARPS_M) * WM;
-  const int wn0 = (warp / WARPS_M) * WN;
+  const int wk = warp / (WARPS_M * WARPS_N);
+  const int wmn = warp % (WARPS_M * WARPS_N);
+  const int wm0 = (wmn % WARPS_M) * WM;
+  const int wn0 = (wmn / WARPS_M) * WN;
 
   AccFrag acc[FRAGS_M][FRAGS_N];
 #pragma unroll
@@ -153,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
       cp_async_commit<CP_ASYNC>();
       cp_async_wait<0, CP_ASYNC>();
       __syncthreads();
-      compute_stage(As, Bs, wm0, wn0, acc);
+      compute_stage(As, Bs, wm0, wn0, wk, acc);
       __syncthreads();
     }
   } else {
@@ -172,7 +198,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
       if (next < nk) load_stage(As, Bs, A, B, next % STAGES, kt0 + next, m0, n0);
       cp_async_commit<CP_ASYNC>();
       const int stage = i % STAGES;
-      compute_stage(As + stage * A_STAGE, Bs + stage * B_STAGE, wm0, wn0, acc);
+      compute_stage(As + stage * A_STAGE, Bs + stage * B_STAGE, wm0, wn0, wk, acc);
     }
   }
   cp_async_wait<0, CP_ASYNC>();
@@ -184,15 +210,34 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
   for (int i = 0; i < FRAGS_M; ++i) {
 #pragma unroll
     for (int j = 0; j < FRAGS_N; ++j) {
-      wmma::store_matrix_sync(Cs + (wn0 + j * FN) * C_LD + (wm0 + i * FM), acc[i][j], C_LD, wmma::mem_col_major);
+      wmma::store_matrix_sync(Cs + wk * C_SLICE + (wn0 + j * FN) * C_LD + (wm0 + i * FM), acc[i][j], C_LD,
+                              wmma::mem_col_major);
     }
   }
-  __syncthreads();
 
-  constexpr int PER_COL = BM / VD;
-  constexpr int TOTAL = BN * PER_COL;
   if constexpr (SPLIT_K == 1) {
-    for (int v = threadIdx.x; v < TOTAL; v += THREADS) {
+    __syncthreads();
+    for (int v = threadIdx.x; v < TILE_VECS; v += THREADS) {
+      const int n = v / PER_COL;
+      const int m = (v % PER_COL) * VD;
+      const int gm = m0 + m;
+      const int gn = n0 + n;
+      if (gm < M && gn < N) {
+        T_EPI a[VD];
+        gather(Cs, n, m, a);
+        store_out(C, D, gm, gn, a);
+      }
+    }
+  } else if constexpr (REDUCE_CLUSTER) {
+#if __CUDA_ARCH__ >= 900
+    // Every block of the cluster has staged its tile once all have arrived; each then sums a
+    // share of the vectors from every peer's shared memory, in split order.
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    constexpr int SHARE = (TILE_VECS + SPLIT_K - 1) / SPLIT_K;
+    const int first = split * SHARE;
+    const int last = min(TILE_VECS, first + SHARE);
+    for (int v = first + (int)threadIdx.x; v < last; v += THREADS) {
       const int n = v / PER_COL;
       const int m = (v % PER_COL) * VD;
       const int gm = m0 + m;
@@ -200,19 +245,36 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
       if (gm < M && gn < N) {
         T_EPI a[VD];
 #pragma unroll
-        for (int e = 0; e < VD; ++e) a[e] = to_epi(Cs[n * C_LD + m + e]);
+        for (int e = 0; e < VD; ++e) a[e] = (T_EPI)0;
+#pragma unroll
+        for (int s = 0; s < SPLIT_K; ++s) {
+          const T_ACC* peer = static_cast<const T_ACC*>(__cluster_map_shared_rank(Cs, (unsigned)s));
+          T_EPI p[VD];
+          gather(peer, n, m, p);
+#pragma unroll
+          for (int e = 0; e < VD; ++e) a[e] += p[e];
+        }
         store_out(C, D, gm, gn, a);
       }
     }
+    // No block may leave (and release its shared memory) while a peer still reads it.
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+#else
+    static_assert(!REDUCE_CLUSTER, "cluster split-K needs sm_90");
+#endif
   } else {
+    __syncthreads();
     const int tile = tm + tn * TILES_M;
-    T_ACC* parts = reinterpret_cast<T_ACC*>(workspace + COUNTERS_BYTES);
-    T_ACC* mine = parts + ((size_t)tile * SPLIT_K + split) * (BM * BN);
-    constexpr int CH = 16 / (int)sizeof(T_ACC);
-    for (int v = threadIdx.x; v < BN * BM / CH; v += THREADS) {
-      const int n = v / (BM / CH);
-      const int m = (v % (BM / CH)) * CH;
-      *reinterpret_cast<uint4*>(mine + n * BM + m) = *reinterpret_cast<const uint4*>(Cs + n * C_LD + m);
+    T_EPI* parts = reinterpret_cast<T_EPI*>(workspace + COUNTERS_BYTES);
+    T_EPI* mine = parts + ((size_t)tile * SPLIT_K + split) * (BM * BN);
+    for (int v = threadIdx.x; v < TILE_VECS; v += THREADS) {
+      const int n = v / PER_COL;
+      const int m = (v % PER_COL) * VD;
+      T_EPI a[VD];
+      gather(Cs, n, m, a);
+#pragma unroll
+      for (int e = 0; e < VD; ++e) mine[n * BM + m + e] = a[e];
     }
     __threadfence();
     __syncthreads();
@@ -222,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    for (int v = threadIdx.x; v < TOTAL; v += THREADS) {
+    for (int v = threadIdx.x; v < TILE_VECS; v += THREADS) {
       const int n = v / PER_COL;
       const int m = (v % PER_COL) * VD;
       const int gm = m0 + m;
@@ -232,9 +294,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
 #pragma unroll
         for (int e = 0; e < VD; ++e) a[e] = (T_EPI)0;
         for (int s = 0; s < SPLIT_K; ++s) {
-          const T_ACC* p = parts + ((size_t)tile * SPLIT_K + s) * (BM * BN) + n * BM + m;
+          const T_EPI* p = parts + ((size_t)tile * SPLIT_K + s) * (BM * BN) + n * BM + m;
 #pragma unroll
-          for (int e = 0; e < VD; ++e) a[e] += to_epi(load_cg(p + e));
+          for (int e = 0; e < VD; ++e) a[e] += load_cg(p + e);
         }
         store_out(C, D, gm, gn, a);
       }
