@@ -1,28 +1,105 @@
 #!/usr/bin/env bash
 # GPU checks and benchmarks, run on the lent GPU machine by the `device` tool over a copy of the
-# working tree. Nothing is built there: release binaries built on the dev machine are copied into
-# .gpu/ (ignored by git, named in `carry`) by scripts/gpu-pack.sh. Full logs go to $OUT; a short
-# table is printed last.
+# working tree. Nothing is built there: scripts/gpu-pack.sh builds release binaries here and copies
+# them into .gpu/ (ignored by git; name it in `carry`). Logs go to $OUT/logs/ and are packed into
+# $OUT/logs.tar.gz at the end (the device tool brings back at most 8 files); JSON results go to
+# $OUT directly; a short summary is printed last.
 #
-#   scripts/gpu-check.sh selftest      cuda backend alone: every dtype/layout, a spread of configs
+#   scripts/gpu-check.sh STEP...
+#     selftest   cuda backend alone: every dtype and layout, a spread of configs, verified and timed
+#     tune       `tensortune tune` (embedded tracker + local worker) on 512x64x512 and 1024^3, 100 trials
+#     cluster    a tracker and two workers as separate processes on GPU 0, a 200-trial job
+#     bench      `tensortune bench` on the default suite (BENCH_TRIALS trials each, default 100)
+#     sass       instruction mix of a large and a small generated kernel (cuobjdump)
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
+export PATH=/usr/local/cuda/bin:$PATH
 OUT=${OUT:-$(mktemp -d)}
-BIN=.gpu
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$OUT/nvidia-smi.txt"
+LOGS="$OUT/logs"
+mkdir -p "$LOGS"
+BIN=$(pwd)/.gpu
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+say() { echo "$*" | tee -a "$SUMMARY"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >"$LOGS/nvidia-smi.txt" 2>&1
+say "$(date -u +%FT%TZ) $(tail -1 "$LOGS/nvidia-smi.txt")"
+
+step_selftest() {
+  timeout 600 "$BIN/gpu_selftest" "${SELFTEST_CONFIGS:-8}" "${SELFTEST_SAMPLES:-5}" >"$LOGS/selftest.log" 2>&1
+  say "selftest exit $?: $(grep SUMMARY "$LOGS/selftest.log")"
+  grep -v ": Ok " "$LOGS/selftest.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
+}
+
+step_tune() {
+  local db="$LOGS/tune.db"
+  for shape in "512 64 512" "1024 1024 1024"; do
+    set -- $shape
+    local name="tune_$1x$2x$3"
+    local start=$(date +%s.%N)
+    timeout 900 "$BIN/tensortune" --db "$db" tune matmul --m "$1" --n "$2" --k "$3" --trials "${TUNE_TRIALS:-100}" \
+      --json "$OUT/$name.json" >"$LOGS/$name.log" 2>&1
+    local rc=$?
+    say "$name exit $rc in $(echo "$(date +%s.%N) - $start" | bc) s"
+    grep -E "trials|best|vendor|check|config" "$LOGS/$name.log" | tee -a "$SUMMARY"
+  done
+  "$BIN/tensortune" --db "$db" records export --ok-only -o "$LOGS/tune-records.jsonl" >/dev/null 2>&1
+  say "tune records with a failed check: $(grep -c '"max_abs_err":null' "$LOGS/tune-records.jsonl" || true) of $(wc -l <"$LOGS/tune-records.jsonl") ok records lack a verification"
+  "$BIN/tensortune" --db "$db" records export -o "$LOGS/tune-all.jsonl" >/dev/null 2>&1
+  say "tune statuses: $(grep -o '"status":"[a-z_]*"' "$LOGS/tune-all.jsonl" | sort | uniq -c | tr '\n' ' ')"
+}
+
+step_cluster() {
+  local url=http://127.0.0.1:7171
+  "$BIN/tensortune-tracker" --listen 127.0.0.1:7171 --db "$LOGS/cluster.db" >"$LOGS/tracker.log" 2>&1 &
+  local tracker=$!
+  sleep 1
+  "$BIN/tensortune-worker" --tracker $url --device cuda:0 --name gpu0-a --compile-threads 8 >"$LOGS/worker-a.log" 2>&1 &
+  local wa=$!
+  "$BIN/tensortune-worker" --tracker $url --device cuda:0 --name gpu0-b --compile-threads 8 >"$LOGS/worker-b.log" 2>&1 &
+  local wb=$!
+  for _ in $(seq 1 60); do
+    [ "$("$BIN/tensortune" --tracker $url workers 2>/dev/null | grep -c online)" -ge 2 ] && break
+    sleep 1
+  done
+  local start=$(date +%s.%N)
+  timeout 900 "$BIN/tensortune" --tracker $url tune matmul --m 512 --n 32 --k 512 --trials 200 --json "$OUT/cluster.json" \
+    >"$LOGS/cluster.log" 2>&1
+  say "cluster job exit $? in $(echo "$(date +%s.%N) - $start" | bc) s"
+  grep -E "trials|best|vendor|check" "$LOGS/cluster.log" | tee -a "$SUMMARY"
+  "$BIN/tensortune" --tracker $url workers | tee -a "$SUMMARY"
+  kill $wa $wb; wait $wa $wb 2>/dev/null
+  kill $tracker; wait $tracker 2>/dev/null
+}
+
+step_bench() {
+  timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" --json "$OUT/bench.json" ${BENCH_ARGS:-} \
+    >"$LOGS/bench.log" 2>&1
+  say "bench exit $?"
+  sed -n '/^suite/,$p' "$LOGS/bench.log" | tee -a "$SUMMARY"
+}
+
+step_sass() {
+  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/tensortune/cubin
+  local n=0
+  for f in $(ls -S "$cache"/*.cubin 2>/dev/null | head -3); do
+    cuobjdump -sass "$f" >"$LOGS/sass-$n.txt" 2>&1
+    say "$(basename "$f"): $(grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9]+' "$LOGS/sass-$n.txt" | awk '{print $2}' | sort | uniq -c | sort -rn | head -8 | tr -s ' \n' ' ')"
+    n=$((n + 1))
+  done
+}
 
 for step in "$@"; do
   case "$step" in
-    selftest)
-      "$BIN/gpu_selftest" "${SELFTEST_CONFIGS:-8}" "${SELFTEST_SAMPLES:-5}" >"$OUT/selftest.log" 2>&1
-      echo "selftest exit $?"
-      grep -v ": Ok " "$OUT/selftest.log" | cut -c1-600 | head -60
-      grep -c ": Ok " "$OUT/selftest.log"
-      ;;
+    selftest | tune | cluster | bench | sass) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2
       ;;
   esac
 done
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
+cp "$SUMMARY" "$OUT/summary.txt" 2>/dev/null
+echo "=== summary"
+cat "$SUMMARY"

@@ -1,30 +1,21 @@
+//! Spot check: compile a spread of generated kernels for one workload key with NVRTC.
 use tensortune_kernels::*;
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let w = Workload::from_key(&args[1]).unwrap();
+    let arch = args.get(2).cloned().unwrap_or("sm_90".into());
+    let n: usize = args.get(3).map(|s| s.parse().unwrap()).unwrap_or(20);
+    let t = if arch == "sm_80" { Target::sm80() } else { Target::sm90() };
     let inc = tensortune_worker::nvrtc::find_include_dir().expect("include");
-    let w = Workload::Matmul(Matmul::new(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap());
-    let v = template::valid_configs(&gemm::WmmaGemm, &w, &Target::sm90()).unwrap();
-    let specs: Vec<_> = v
-        .iter()
-        .step_by(v.len() / 20)
-        .take(20)
-        .map(|(_, c)| gemm::WmmaGemm.generate(&w, c, &Target::sm90()).unwrap())
-        .collect();
-    let t = std::time::Instant::now();
-    for s in &specs {
-        let _ = tensortune_worker::nvrtc::compile(&s.source, &s.name, "sm_90", &inc);
+    let v = template::valid_configs(&gemm::WmmaGemm, &w, &t).unwrap();
+    let mut fails = 0;
+    for (_, c) in v.iter().step_by((v.len() / n).max(1)) {
+        let s = gemm::WmmaGemm.generate(&w, c, &t).unwrap();
+        let start = std::time::Instant::now();
+        match tensortune_worker::nvrtc::compile(&s.source, &s.name, &arch, &inc) {
+            Ok(_) => println!("ok {:.0} ms {}", start.elapsed().as_secs_f64() * 1e3, s.name),
+            Err(e) => { fails += 1; println!("FAIL {}: {}", s.name, e.to_string().chars().take(3000).collect::<String>()) }
+        }
     }
-    println!("one by one: {:.0} ms/kernel", t.elapsed().as_secs_f64() * 1e3 / specs.len() as f64);
-    let mut batch = String::from(cuda::PREAMBLE);
-    for s in &specs {
-        batch.push_str(s.source.strip_prefix(cuda::PREAMBLE).unwrap());
-    }
-    let t = std::time::Instant::now();
-    match tensortune_worker::nvrtc::compile(&batch, "batch", "sm_90", &inc) {
-        Ok(c) => println!(
-            "batched: {:.0} ms/kernel ({} bytes)",
-            t.elapsed().as_secs_f64() * 1e3 / specs.len() as f64,
-            c.cubin.len()
-        ),
-        Err(e) => println!("{e}"),
-    }
+    println!("{} valid, {fails} failures", v.len());
 }
