@@ -451,3 +451,53 @@ async fn children_that_do_not_speak_the_protocol_are_reported() {
     let e = format!("{:#}", tensortune_worker::probe(&config).await.unwrap_err());
     assert!(e.contains("could not start the measuring child"), "{e}");
 }
+
+/// The daemon driving the real `cuda` backend. On a GPU machine:
+/// `TENSORTUNE_WORKER_BIN=path/to/tensortune-worker <this test binary> --ignored --nocapture cuda_`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "needs a GPU"]
+async fn cuda_records_are_verified_timed_and_compared_with_the_vendor() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let mut config = worker_config("", cache.path());
+    config.device = DeviceSpec::Cuda(0);
+    config.compile_threads = 0;
+    if let Ok(bin) = std::env::var("TENSORTUNE_WORKER_BIN") {
+        config.child_command[0] = bin;
+    }
+    let device = tensortune_worker::probe(&config).await.unwrap();
+    let target = tensortune_proto::convert::target_from_device(&device).unwrap();
+    let valid = template::valid_configs(&WmmaGemm, &workload(), &target).unwrap();
+    let indices: Vec<u64> = (0..8).map(|i| valid[i * (valid.len() - 1) / 7].0).collect();
+    // The last wave repeats the first config: cached image, support module already in the child.
+    let first: Vec<pb::Task> = indices.iter().enumerate().map(|(i, &c)| task(1 + i as u64, c)).collect();
+    let fake = Fake::new(vec![first, vec![task(100, indices[0])]]);
+    run_until(&fake, config, |st| st.reports.len() == indices.len() + 1).await;
+
+    let st = fake.state();
+    eprintln!("device {} ({}), nvrtc {}", device.name, device.class_key, device.nvrtc_version);
+    eprintln!("task  status          median_us  baseline_us  compile_ms  hit  regs  max_abs_err  kernel");
+    for r in &st.reports {
+        let m = r.measurement.as_ref().unwrap();
+        eprintln!(
+            "{:>4}  {:<14}  {:>9.2}  {:>11.2}  {:>10.1}  {:<3}  {:>4}  {:>11.2e}  {}",
+            r.task_id,
+            tensortune_proto::convert::status_name(m.status()),
+            m.median_us,
+            m.baseline_us.unwrap_or(f64::NAN),
+            m.compile_ms,
+            m.cache_hit,
+            m.registers,
+            m.max_abs_err.unwrap_or(f64::NAN),
+            if m.error.is_empty() { String::new() } else { m.error.chars().take(300).collect() }
+        );
+    }
+    for r in &st.reports {
+        let m = r.measurement.as_ref().unwrap();
+        assert_eq!(status(m), pb::RecordStatus::Ok, "task {}: {}", r.task_id, m.error);
+        assert!(m.median_us > 0.0 && m.registers > 0 && m.max_abs_err.is_some());
+        assert!(m.baseline_us.is_some(), "task {} has the vendor baseline ({})", r.task_id, m.baseline_kind);
+        assert_eq!(m.provenance.as_ref().unwrap().gpu_uuid, device.uuid);
+    }
+    assert!(st.report(100).cache_hit);
+}
