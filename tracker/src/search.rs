@@ -82,7 +82,7 @@ impl Searches {
 }
 
 /// The valid config indices of each of `workloads` for `template` on `target`, enumerated on a
-/// blocking thread (a space has tens of thousands of points). Identical workloads are enumerated
+/// blocking thread (a space has hundreds of thousands of points). Identical workloads are enumerated
 /// once. On failure, returns the position of the workload and the template's error.
 pub(crate) async fn valid_configs(
     template: &'static dyn Template,
@@ -98,11 +98,7 @@ pub(crate) async fn valid_configs(
                 out.push(v.clone());
                 continue;
             }
-            let valid: Arc<[u64]> = tensortune_kernels::template::valid_configs(template, w, &target)
-                .map_err(|e| (i, e))?
-                .into_iter()
-                .map(|(index, _)| index)
-                .collect();
+            let valid: Arc<[u64]> = template.valid_indices(w, &target).map_err(|e| (i, e))?.into();
             by_key.insert(key, valid.clone());
             out.push(valid);
         }

@@ -120,7 +120,7 @@ pub(crate) fn registration(req: pb::RegisterRequest) -> Result<Registration> {
     if req.templates.is_empty() {
         return Err(Error::invalid(
             "templates",
-            "must list at least one template the worker implements, e.g. wmma_gemm v1",
+            "must list at least one template (name and version) the worker implements",
         ));
     }
     let templates = req

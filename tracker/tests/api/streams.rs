@@ -155,10 +155,13 @@ async fn listings_of_jobs_and_workers() {
     let tracker = TestTracker::start(config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    let first = submit(&mut tuning, job(vec![matmul(16, 16, 16)], 2, 2)).await;
-    drive(&mut worker, &mut tuning, first).await;
+    // The first job measures the whole (small) space, so the second, though its tuner walks the
+    // space in another order, is done from stored records at once.
+    let first = submit(&mut tuning, job(vec![matmul(16, 16, 16)], 100, 0)).await;
+    let measured = drive(&mut worker, &mut tuning, first).await.len() as u64;
     let second =
-        submit(&mut tuning, pb::SubmitJobRequest { tuner: "grid".into(), ..job(vec![matmul(16, 16, 16)], 2, 2) }).await;
+        submit(&mut tuning, pb::SubmitJobRequest { tuner: "grid".into(), ..job(vec![matmul(16, 16, 16)], 100, 0) })
+            .await;
     let third = submit(&mut tuning, pb::SubmitJobRequest { seed: 0, ..job(vec![matmul(64, 64, 64)], 3, 3) }).await;
     let held = worker.lease(1, 1000).await;
     assert_eq!(held.len(), 1);
@@ -181,7 +184,8 @@ async fn listings_of_jobs_and_workers() {
     let workers = tuning.list_workers(pb::ListWorkersRequest {}).await.unwrap().into_inner().workers;
     assert_eq!(workers.len(), 1);
     let w = &workers[0];
-    assert_eq!((w.id, w.name.as_str(), w.state.as_str(), w.leased, w.reported), (worker.id, "box/0", "online", 1, 2));
+    assert_eq!((w.id, w.name.as_str(), w.state.as_str()), (worker.id, "box/0", "online"));
+    assert_eq!((w.leased, w.reported), (1, measured));
     assert_eq!(w.device.as_ref().unwrap().class_key, "sim");
     assert_eq!(w.templates[0].name, "wmma_gemm");
     tracker.stop().await;

@@ -1,7 +1,8 @@
 //! Bad requests get the right status code and a message naming the field; the tracker keeps
 //! serving after each.
 
-use tensortune_kernels::Target;
+use tensortune_kernels::gemm::WmmaGemm;
+use tensortune_kernels::{Target, Template};
 use tensortune_proto::convert::device_from_target;
 use tensortune_proto::pb;
 use tonic::Code;
@@ -127,7 +128,8 @@ async fn bad_submissions_name_the_field() {
     // Still serving: a good job goes through, with its defaults filled in.
     let id = submit(&mut tuning, base()).await;
     let j = get_job(&mut tuning, id).await;
-    assert_eq!((j.template.as_str(), j.template_version, j.device_class.as_str()), ("wmma_gemm", 1, "sim"));
+    let built = (j.template.as_str(), j.template_version, j.device_class.as_str());
+    assert_eq!(built, ("wmma_gemm", WmmaGemm.version(), "sim"));
     tracker.stop().await;
 }
 
@@ -151,7 +153,8 @@ async fn the_device_class_is_resolved_or_refused() {
     let on_tiny = pb::SubmitJobRequest { device_class: "tiny/sm80/1sm".into(), ..job(vec![matmul(64, 64, 64)], 4, 0) };
     let (c, message) = code(tuning.submit_job(on_tiny).await);
     assert_eq!(c, Code::InvalidArgument);
-    assert!(message.starts_with("invalid workloads[0]: no config of wmma_gemm v1 is valid"), "{message}");
+    let expected = format!("invalid workloads[0]: no config of wmma_gemm v{} is valid", WmmaGemm.version());
+    assert!(message.starts_with(&expected), "{message}");
 
     let on_sim = pb::SubmitJobRequest { device_class: "sim".into(), ..job(vec![matmul(64, 64, 64)], 4, 0) };
     let response = tuning.submit_job(on_sim).await.unwrap().into_inner();
