@@ -1,6 +1,6 @@
 //! The in-memory side of each workload's search: its valid configs, its tuner and the configs that
 //! already have a task. All of it is derived from the database (and rebuilt after a restart); it
-//! lives in memory because enumerating a template's space against a device walks tens of
+//! lives in memory because enumerating a template's space against a device walks hundreds of
 //! thousands of points.
 
 use std::collections::{HashMap, HashSet};
