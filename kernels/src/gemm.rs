@@ -384,8 +384,11 @@ impl Plan {
         }
         if self.skew == 0 {
             let padded = Plan { skew: 16 / e, ..self.clone() };
+            // Padding can only hurt through occupancy, and occupancy only matters when the grid
+            // has more blocks than the GPU has SMs.
+            let occupancy_matters = self.blocks() > target.sm_count as u64;
             if padded.smem_bytes() <= target.max_smem_per_block
-                && padded.blocks_per_sm(target) >= self.blocks_per_sm(target)
+                && (!occupancy_matters || padded.blocks_per_sm(target) >= self.blocks_per_sm(target))
             {
                 return reject(
                     "skew 0 while padded rows fit with the same occupancy: padding only removes bank conflicts"
