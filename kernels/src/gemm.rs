@@ -710,10 +710,13 @@ mod tests {
         let w = mm(200, 48, 96, Layout::Tn, DType::I8);
         let t = Target::sm90();
         let space = WmmaGemm.space();
-        let slow: Vec<u64> =
-            (0..space.len()).filter(|i| WmmaGemm.check(&w, &space.config(*i).unwrap(), &t).is_ok()).collect();
-        assert!(!slow.is_empty());
-        assert_eq!(WmmaGemm.valid_indices(&w, &t).unwrap(), slow);
+        let fast: std::collections::HashSet<u64> = WmmaGemm.valid_indices(&w, &t).unwrap().into_iter().collect();
+        assert!(!fast.is_empty());
+        // Every 7th point (coprime with every domain size) through the checked path.
+        for i in (0..space.len()).step_by(7) {
+            let checked = WmmaGemm.check(&w, &space.config(i).unwrap(), &t).is_ok();
+            assert_eq!(checked, fast.contains(&i), "index {i}");
+        }
     }
 
     #[test]
