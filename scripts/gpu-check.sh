@@ -22,6 +22,7 @@ BIN=$(pwd)/.gpu
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >"$LOGS/nvidia-smi.txt" 2>&1
 say "$(date -u +%FT%TZ) $(tail -1 "$LOGS/nvidia-smi.txt")"
@@ -41,7 +42,7 @@ step_tune() {
     timeout 900 "$BIN/tensortune" --db "$db" tune matmul --m "$1" --n "$2" --k "$3" --trials "${TUNE_TRIALS:-100}" \
       --json "$OUT/$name.json" >"$LOGS/$name.log" 2>&1
     local rc=$?
-    say "$name exit $rc in $(echo "$(date +%s.%N) - $start" | bc) s"
+    say "$name exit $rc in $(since "$start") s"
     grep -E "trials|best|vendor|check|config" "$LOGS/$name.log" | tee -a "$SUMMARY"
   done
   "$BIN/tensortune" --db "$db" records export --ok-only -o "$LOGS/tune-records.jsonl" >/dev/null 2>&1
@@ -66,7 +67,7 @@ step_cluster() {
   local start=$(date +%s.%N)
   timeout 900 "$BIN/tensortune" --tracker $url tune matmul --m 512 --n 32 --k 512 --trials 200 --json "$OUT/cluster.json" \
     >"$LOGS/cluster.log" 2>&1
-  say "cluster job exit $? in $(echo "$(date +%s.%N) - $start" | bc) s"
+  say "cluster job exit $? in $(since "$start") s"
   grep -E "trials|best|vendor|check" "$LOGS/cluster.log" | tee -a "$SUMMARY"
   "$BIN/tensortune" --tracker $url workers | tee -a "$SUMMARY"
   kill $wa $wb; wait $wa $wb 2>/dev/null
