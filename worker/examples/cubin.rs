@@ -13,6 +13,12 @@ fn main() -> anyhow::Result<()> {
     let path = a.get(4).cloned().unwrap_or(format!("/tmp/{}.cubin", spec.name));
     std::fs::write(&path, &out.cubin)?;
     std::fs::write(format!("{path}.cu"), &spec.source)?;
-    println!("{path} ({} bytes, smem {}, threads {}, grid {:?})", out.cubin.len(), spec.smem_bytes, spec.threads(), spec.grid);
+    println!(
+        "{path} ({} bytes, smem {}, threads {}, grid {:?})",
+        out.cubin.len(),
+        spec.smem_bytes,
+        spec.threads(),
+        spec.grid
+    );
     Ok(())
 }

@@ -2,24 +2,17 @@
 //! every dtype and layout, generate a spread of configs, compile them with NVRTC for the GPU's
 //! arch, verify and time them in-process, and print one line per kernel plus a summary.
 //!
-//! `gpu_selftest [configs-per-workload] [samples]`; run on a GPU machine with libnvrtc and the
+//! `gpu_selftest [configs-per-workload] [samples] [extra workload keys...]`; run on a GPU machine with libnvrtc and the
 //! CUDA headers reachable (LD_LIBRARY_PATH, TENSORTUNE_CUDA_INCLUDE).
 
 use std::collections::BTreeMap;
 
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::template::valid_configs;
-use tensortune_kernels::{DType, Layout, Matmul, Target, Template, Types, Workload, gemm};
+use tensortune_kernels::{Target, Template, Workload, gemm};
 use tensortune_worker::cuda::CudaExecutor;
 use tensortune_worker::nvrtc;
 use tensortune_worker::protocol::{Executor, Launch, MeasureRequest, Status};
-
-fn mm(m: u64, n: u64, k: u64, layout: Layout, i: DType, a: DType, o: DType, alpha: f64, beta: f64) -> Workload {
-    let mut w = Matmul::new(m, n, k, layout, Types::new(i, a, Some(o)).unwrap()).unwrap();
-    w.alpha = alpha;
-    w.beta = beta;
-    Workload::Matmul(w)
-}
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -28,7 +21,16 @@ fn main() -> anyhow::Result<()> {
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
     let mut exec = CudaExecutor::new(0)?;
     let f = exec.facts();
-    println!("device: {} ({}), sm_{}, {} SMs, driver {}, cuda {}, nvrtc {:?}", f.name, f.class_key, f.arch, f.sm_count, f.driver_version, f.cuda_version, nvrtc::version());
+    println!(
+        "device: {} ({}), sm_{}, {} SMs, driver {}, cuda {}, nvrtc {:?}",
+        f.name,
+        f.class_key,
+        f.arch,
+        f.sm_count,
+        f.driver_version,
+        f.cuda_version,
+        nvrtc::version()
+    );
     let target = Target {
         class_key: f.class_key.clone(),
         name: f.name.clone(),
@@ -40,19 +42,24 @@ fn main() -> anyhow::Result<()> {
         regs_per_sm: f.regs_per_sm,
         l2_bytes: f.l2_bytes,
     };
-    use DType::*;
-    use Layout::*;
-    let workloads = vec![
-        mm(512, 64, 512, Nn, F16, F32, F32, 1.0, 0.0),
-        mm(512, 32, 512, Nt, F16, F32, F16, 1.0, 0.0),
-        mm(256, 256, 256, Tn, F16, F16, F16, 1.0, 0.0),
-        mm(200, 136, 264, Tt, F16, F32, F32, 0.5, -1.0),
-        mm(512, 32, 512, Tn, I8, I32, I32, 1.0, 0.0),
-        mm(96, 80, 128, Nn, I8, I32, I32, 2.0, 3.0),
-        mm(256, 128, 512, Nt, Bf16, F32, F32, 1.0, 0.0),
-        mm(1000, 1001, 1024, Tt, Bf16, F32, Bf16, 1.0, 0.0),
-        mm(1024, 1024, 1024, Nn, F16, F32, F32, 1.0, 0.0),
+    let keys = [
+        "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0",
+        "matmul/m512n32k512/nt/f16,f32,f16/alpha=1,beta=0",
+        "matmul/m256n256k256/tn/f16,f16,f16/alpha=1,beta=0",
+        "matmul/m200n136k264/tt/f16,f32,f32/alpha=0.5,beta=-1",
+        "matmul/m512n32k512/tn/i8,i32,i32/alpha=1,beta=0",
+        "matmul/m96n80k128/nn/i8,i32,i32/alpha=2,beta=3",
+        "matmul/m256n128k512/nt/bf16,f32,f32/alpha=1,beta=0",
+        "matmul/m1000n1001k1024/tt/bf16,f32,bf16/alpha=1,beta=0",
+        "matmul/m1024n1024k1024/nn/f16,f32,f32/alpha=1,beta=0",
     ];
+    let extra: Vec<String> = args.iter().skip(3).cloned().collect();
+    let workloads = keys
+        .iter()
+        .map(|k| k.to_string())
+        .chain(extra)
+        .map(|k| Workload::from_key(&k))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for w in &workloads {
         let key = w.key();

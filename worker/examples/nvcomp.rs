@@ -14,7 +14,10 @@ fn main() {
         let start = std::time::Instant::now();
         match tensortune_worker::nvrtc::compile(&s.source, &s.name, &arch, &inc) {
             Ok(_) => println!("ok {:.0} ms {}", start.elapsed().as_secs_f64() * 1e3, s.name),
-            Err(e) => { fails += 1; println!("FAIL {}: {}", s.name, e.to_string().chars().take(3000).collect::<String>()) }
+            Err(e) => {
+                fails += 1;
+                println!("FAIL {}: {}", s.name, e.to_string().chars().take(3000).collect::<String>())
+            }
         }
     }
     println!("{} valid, {fails} failures", v.len());

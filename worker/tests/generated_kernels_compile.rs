@@ -21,7 +21,8 @@ fn include_dir() -> PathBuf {
         nvrtc::available(),
         "libnvrtc.so.13 is not loadable: run the tests through scripts/test.sh (it installs NVRTC from PyPI and sets LD_LIBRARY_PATH)"
     );
-    nvrtc::find_include_dir().expect("CUDA headers not found: run scripts/setup-nvrtc.sh or set TENSORTUNE_CUDA_INCLUDE")
+    nvrtc::find_include_dir()
+        .expect("CUDA headers not found: run scripts/setup-nvrtc.sh or set TENSORTUNE_CUDA_INCLUDE")
 }
 
 /// Compiles every spec for `arch`, in batches on all cores; returns "name: log" per failure.
@@ -43,7 +44,9 @@ fn compile_all(specs: &[KernelSpec], arch: &str) -> Vec<String> {
                     let Some(batch) = batches.get(i) else { break };
                     let mut source = String::from(cuda::PREAMBLE);
                     for spec in *batch {
-                        source.push_str(spec.source.strip_prefix(cuda::PREAMBLE).expect("every source starts with the preamble"));
+                        source.push_str(
+                            spec.source.strip_prefix(cuda::PREAMBLE).expect("every source starts with the preamble"),
+                        );
                     }
                     if nvrtc::compile(&source, "batch", arch, &inc).is_ok() {
                         continue;
@@ -79,7 +82,13 @@ fn every_config_of_512x64x512_compiles_for_sm80_and_sm90() {
         let specs = generate_all(&w, &target);
         assert!(specs.len() >= 100, "only {} valid configs on {}", specs.len(), target.name);
         let failures = compile_all(&specs, &target.nvrtc_arch());
-        assert!(failures.is_empty(), "{} of {} kernels failed:\n{}", failures.len(), specs.len(), failures.join("\n\n"));
+        assert!(
+            failures.is_empty(),
+            "{} of {} kernels failed:\n{}",
+            failures.len(),
+            specs.len(),
+            failures.join("\n\n")
+        );
     }
 }
 

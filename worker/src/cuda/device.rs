@@ -53,7 +53,8 @@ impl CudaFailure {
 impl std::fmt::Display for CudaFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let err = DriverError(self.code);
-        let name = err.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", self.code));
+        let name =
+            err.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| format!("{:?}", self.code));
         let text = err.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         write!(f, "{name} ({text}) {}", self.context)
     }
@@ -92,7 +93,8 @@ impl DevBuf {
     pub(crate) fn zeroed(ctx: &Arc<CudaContext>, stream: &CudaStream, bytes: usize) -> Result<DevBuf, CudaFailure> {
         let buf = DevBuf::new(ctx, bytes)?;
         // SAFETY: ptr spans `bytes` bytes of this context's memory.
-        unsafe { result::memset_d8_async(buf.ptr, 0, buf.bytes, stream.cu_stream()) }.when(|| "zeroing a buffer".into())?;
+        unsafe { result::memset_d8_async(buf.ptr, 0, buf.bytes, stream.cu_stream()) }
+            .when(|| "zeroing a buffer".into())?;
         Ok(buf)
     }
 
@@ -214,5 +216,7 @@ fn format_uuid(bytes: &[std::ffi::c_char; 16]) -> String {
 /// The kernel driver's version (e.g. `580.159.04`), from `/proc/driver/nvidia/version`.
 fn driver_version() -> Option<String> {
     let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
-    text.split_whitespace().find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.matches('.').count() >= 1).map(str::to_owned)
+    text.split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()) && w.matches('.').count() >= 1)
+        .map(str::to_owned)
 }

@@ -4,6 +4,7 @@
 
 mod blas;
 mod device;
+mod nvml;
 mod timing;
 mod workload;
 
@@ -36,6 +37,8 @@ pub struct CudaExecutor {
     /// Vendor time (or why there is none) per workload key, for this session.
     baselines: HashMap<String, (Option<f64>, String)>,
     poisoned: bool,
+    /// SM clock reader (absent when NVML is not installed).
+    nvml: Option<nvml::Nvml>,
 }
 
 /// A failed measurement: the status to report and the text.
@@ -48,12 +51,14 @@ impl CudaExecutor {
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             anyhow::bail!("cuda:{ordinal}: the CUDA driver (libcuda.so) was not found; is this a GPU machine?");
         }
-        let ctx = CudaContext::new(ordinal).map_err(|e| anyhow::anyhow!("cuda:{ordinal}: cannot open the GPU: {e:?}"))?;
+        let ctx =
+            CudaContext::new(ordinal).map_err(|e| anyhow::anyhow!("cuda:{ordinal}: cannot open the GPU: {e:?}"))?;
         // SAFETY: this backend never hands cudarc-tracked slices to more than one stream: every
         // kernel argument is a raw pointer and all work goes to the one stream below.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(|e| anyhow::anyhow!("cuda:{ordinal}: cannot create a stream: {e:?}"))?;
         let facts = device::facts(&ctx).map_err(|e| anyhow::anyhow!("cuda:{ordinal}: {e}"))?;
+        let nvml = nvml::Nvml::open(&facts.uuid);
         Ok(CudaExecutor {
             ctx,
             stream,
@@ -62,6 +67,7 @@ impl CudaExecutor {
             workloads: VecDeque::new(),
             baselines: HashMap::new(),
             poisoned: false,
+            nvml,
         })
     }
 
@@ -91,7 +97,8 @@ impl CudaExecutor {
         while self.workloads.len() >= RESIDENT_WORKLOADS {
             self.workloads.pop_front();
         }
-        let state = WorkloadState::new(&self.ctx, &self.stream, &req.workload, &req.support_cubin).map_err(|f| self.fail(f))?;
+        let state =
+            WorkloadState::new(&self.ctx, &self.stream, &req.workload, &req.support_cubin).map_err(|f| self.fail(f))?;
         tracing::debug!(workload = %req.workload_key, mib = state.bytes() >> 20, "workload resident");
         self.workloads.push_back(state);
         Ok(self.workloads.len() - 1)
@@ -100,8 +107,13 @@ impl CudaExecutor {
     /// Loads the kernel and checks it can launch with the requested shape.
     fn load(&mut self, req: &MeasureRequest) -> Result<(CudaFunction, u32, u32), Fail> {
         let l = &req.launch;
-        let module = self.ctx.load_module(Ptx::from_binary(req.cubin.clone())).when(|| format!("when loading {}", l.name)).map_err(|f| self.fail(f))?;
-        let func = module.load_function(&l.entry).when(|| format!("when looking up {}", l.entry)).map_err(|f| self.fail(f))?;
+        let module = self
+            .ctx
+            .load_module(Ptx::from_binary(req.cubin.clone()))
+            .when(|| format!("when loading {}", l.name))
+            .map_err(|f| self.fail(f))?;
+        let func =
+            module.load_function(&l.entry).when(|| format!("when looking up {}", l.entry)).map_err(|f| self.fail(f))?;
         let attr = |a: FnAttr| func.get_attribute(a).map(|v| v.max(0) as u32);
         let regs = attr(FnAttr::CU_FUNC_ATTRIBUTE_NUM_REGS).unwrap_or(0);
         let static_smem = attr(FnAttr::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES).unwrap_or(0);
@@ -110,14 +122,20 @@ impl CudaExecutor {
         if threads > max_threads {
             return Err(Fail(
                 Status::InvalidConfig,
-                format!("{} uses {regs} registers per thread, so a block may have at most {max_threads} threads; the config launches {threads}", l.name),
+                format!(
+                    "{} uses {regs} registers per thread, so a block may have at most {max_threads} threads; the config launches {threads}",
+                    l.name
+                ),
             ));
         }
         let smem = static_smem + l.smem_bytes;
         if smem > self.facts.max_smem_per_block {
             return Err(Fail(
                 Status::InvalidConfig,
-                format!("{} needs {smem} bytes of shared memory; this GPU allows {} per block", l.name, self.facts.max_smem_per_block),
+                format!(
+                    "{} needs {smem} bytes of shared memory; this GPU allows {} per block",
+                    l.name, self.facts.max_smem_per_block
+                ),
             ));
         }
         // Static shared memory (the split-K flag) counts against the same 48 KiB default.
@@ -130,7 +148,13 @@ impl CudaExecutor {
     }
 
     /// One launch of the kernel under test on `set`, then a full check against the reference.
-    fn run_and_check(&mut self, wi: usize, func: &CudaFunction, req: &MeasureRequest, ws: Option<&DevBuf>) -> Result<(f64, f64), Fail> {
+    fn run_and_check(
+        &mut self,
+        wi: usize,
+        func: &CudaFunction,
+        req: &MeasureRequest,
+        ws: Option<&DevBuf>,
+    ) -> Result<(f64, f64), Fail> {
         let l = &req.launch;
         let cfg = launch_config(l);
         let w = &self.workloads[wi];
@@ -178,6 +202,8 @@ impl CudaExecutor {
         let cfg = launch_config(&req.launch);
         let args = self.workloads[wi].args(&req.launch.args, InputSet::Timing, ws.as_ref());
         let name = req.launch.name.clone();
+        // The clock while the GPU is busy with this kernel, read just before its timed replays.
+        let sm_clock_mhz = self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz());
         let timing = timing::time(&self.ctx, &self.stream, req.samples.max(1), req.min_sample_ms, |s| {
             launch(s, &func, cfg, &args).when(|| format!("when launching {name}"))
         })
@@ -186,14 +212,21 @@ impl CudaExecutor {
         // The same check after hundreds of launches: catches state a kernel leaves behind (split-K
         // counters) and races that only show on later runs.
         self.run_and_check(wi, &func, req, ws.as_ref()).map_err(|Fail(status, text)| {
-            Fail(status, format!("passed the first check, then failed after {} timed launches: {text}", timing.batch * (req.samples + 1)))
+            Fail(
+                status,
+                format!(
+                    "passed the first check, then failed after {} timed launches: {text}",
+                    timing.batch * (req.samples + 1)
+                ),
+            )
         })?;
 
         if req.baseline && !self.baselines.contains_key(&req.workload_key) {
             let b = self.baseline(wi, req);
             self.baselines.insert(req.workload_key.clone(), b);
         }
-        let (baseline_us, baseline_kind) = self.baselines.get(&req.workload_key).cloned().unwrap_or((None, String::new()));
+        let (baseline_us, baseline_kind) =
+            self.baselines.get(&req.workload_key).cloned().unwrap_or((None, String::new()));
         Ok(MeasureOutcome {
             status: Status::Ok,
             error: String::new(),
@@ -208,7 +241,7 @@ impl CudaExecutor {
             registers,
             smem_bytes,
             measure_ms: 0.0,
-            sm_clock_mhz: 0,
+            sm_clock_mhz,
         })
     }
 
@@ -238,7 +271,10 @@ impl CudaExecutor {
             Ok(c) if c.failures == 0 => {}
             Ok(c) => {
                 tracing::warn!(workload = %req.workload_key, failures = c.failures, max_abs = c.max_abs, "cuBLAS disagrees with the reference");
-                kind.push_str(&format!(" (its output failed our check: {} elements, max abs error {:.3e})", c.failures, c.max_abs));
+                kind.push_str(&format!(
+                    " (its output failed our check: {} elements, max abs error {:.3e})",
+                    c.failures, c.max_abs
+                ));
             }
             Err(f) => {
                 let text = f.to_string();
@@ -249,7 +285,8 @@ impl CudaExecutor {
             }
         }
         let (a, b) = w.inputs(InputSet::Timing);
-        match timing::time(&self.ctx, &self.stream, req.samples.max(1), req.min_sample_ms, |_| blas.gemm(&mm, a, b, d)) {
+        match timing::time(&self.ctx, &self.stream, req.samples.max(1), req.min_sample_ms, |_| blas.gemm(&mm, a, b, d))
+        {
             Ok(t) => (Some(t.median_us), kind),
             Err(f) => {
                 if f.is_sticky() {
@@ -277,7 +314,10 @@ impl Executor for CudaExecutor {
     fn measure(&mut self, request: &MeasureRequest) -> MeasureOutcome {
         let start = Instant::now();
         if self.poisoned {
-            return MeasureOutcome::failed(Status::DeviceLost, "this child's CUDA context was lost to an earlier fault");
+            return MeasureOutcome::failed(
+                Status::DeviceLost,
+                "this child's CUDA context was lost to an earlier fault",
+            );
         }
         let mut outcome = match self.measure_inner(request) {
             Ok(o) => o,

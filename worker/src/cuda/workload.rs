@@ -64,8 +64,11 @@ impl WorkloadState {
         support_cubin: &[u8],
     ) -> Result<WorkloadState, CudaFailure> {
         let key = workload.key();
-        let module = ctx.load_module(Ptx::from_binary(support_cubin.to_vec())).when(|| format!("when loading the support module of {key}"))?;
-        let func = |name: &str| module.load_function(name).when(|| format!("when looking up {name} in the support module"));
+        let module = ctx
+            .load_module(Ptx::from_binary(support_cubin.to_vec()))
+            .when(|| format!("when loading the support module of {key}"))?;
+        let func =
+            |name: &str| module.load_function(name).when(|| format!("when looking up {name} in the support module"));
         let f_fill_in = func("tt_fill_in")?;
         let f_fill_out = func("tt_fill_out")?;
         let f_poison = func("tt_poison")?;
@@ -94,8 +97,13 @@ impl WorkloadState {
             _module: module.clone(),
         };
         let fill = |f: &CudaFunction, buf: &DevBuf, n: u64, seed: u32, check: bool| {
-            launch(stream, f, grid_for(n), &[KArg::Ptr(buf.ptr), KArg::U64(n), KArg::U32(seed), KArg::I32(check as i32)])
-                .when(|| format!("when generating inputs for {key}"))
+            launch(
+                stream,
+                f,
+                grid_for(n),
+                &[KArg::Ptr(buf.ptr), KArg::U64(n), KArg::U32(seed), KArg::I32(check as i32)],
+            )
+            .when(|| format!("when generating inputs for {key}"))
         };
         fill(&f_fill_in, &state.a_check, a_elems, SEED_A_CHECK, true)?;
         fill(&f_fill_in, &state.b_check, b_elems, SEED_B_CHECK, true)?;
@@ -228,9 +236,19 @@ impl WorkloadState {
 
     /// Bytes of device memory this state holds.
     pub(crate) fn bytes(&self) -> usize {
-        [&self.a_check, &self.b_check, &self.a_time, &self.b_time, &self.c, &self.d, &self.reference, &self.sq, &self.mag]
-            .iter()
-            .map(|b| b.bytes)
-            .sum()
+        [
+            &self.a_check,
+            &self.b_check,
+            &self.a_time,
+            &self.b_time,
+            &self.c,
+            &self.d,
+            &self.reference,
+            &self.sq,
+            &self.mag,
+        ]
+        .iter()
+        .map(|b| b.bytes)
+        .sum()
     }
 }

@@ -1,0 +1,51 @@
+//! The SM clock at measurement time, through NVML (`libnvidia-ml.so.1`, loaded at run time; it
+//! ships with the driver). Records carry it as provenance: a GPU that throttles shows it here.
+//! When NVML is missing, clocks read as 0 ("unknown") and nothing else changes.
+
+use std::ffi::{CString, c_char, c_uint};
+
+type NvmlDevice = *mut std::ffi::c_void;
+/// NVML_CLOCK_SM.
+const CLOCK_SM: c_uint = 1;
+const SUCCESS: c_uint = 0;
+
+/// An NVML handle on one GPU.
+pub(crate) struct Nvml {
+    // The library must outlive the function pointers taken from it.
+    _lib: libloading::Library,
+    clock_info: unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint,
+    device: NvmlDevice,
+}
+
+impl Nvml {
+    /// Opens NVML and finds the GPU with `uuid` (as the driver prints it, `GPU-...`).
+    pub(crate) fn open(uuid: &str) -> Option<Nvml> {
+        // SAFETY: loading the driver's NVML library runs its initialisers, which have no
+        // preconditions; the symbols are looked up with their documented C signatures.
+        unsafe {
+            let lib = libloading::Library::new("libnvidia-ml.so.1").ok()?;
+            let init: libloading::Symbol<unsafe extern "C" fn() -> c_uint> = lib.get(b"nvmlInit_v2").ok()?;
+            let by_uuid: libloading::Symbol<unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> c_uint> =
+                lib.get(b"nvmlDeviceGetHandleByUUID").ok()?;
+            let clock: libloading::Symbol<unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint> =
+                lib.get(b"nvmlDeviceGetClockInfo").ok()?;
+            if init() != SUCCESS {
+                return None;
+            }
+            let id = CString::new(uuid).ok()?;
+            let mut device: NvmlDevice = std::ptr::null_mut();
+            if by_uuid(id.as_ptr(), &mut device) != SUCCESS {
+                return None;
+            }
+            let clock_info = *clock;
+            Some(Nvml { _lib: lib, clock_info, device })
+        }
+    }
+
+    /// The current SM clock in MHz, or 0 when NVML cannot say.
+    pub(crate) fn sm_clock_mhz(&self) -> u32 {
+        let mut mhz: c_uint = 0;
+        // SAFETY: the device handle came from this library, which is still loaded; mhz is valid.
+        if unsafe { (self.clock_info)(self.device, CLOCK_SM, &mut mhz) } == SUCCESS { mhz } else { 0 }
+    }
+}
