@@ -11,6 +11,8 @@
 #     cluster    a tracker and two workers as separate processes on GPU 0, a 200-trial job
 #     bench      `tensortune bench` on the default suite (BENCH_TRIALS trials each, default 100)
 #     sass       instruction mix of a large and a small generated kernel (cuobjdump)
+#     compile    NVRTC throughput: threads in one process, and several processes
+#     profile    ncu sections of one 4096^3 kernel (PROFILE_CONFIG) and the clock in a record
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
@@ -91,9 +93,32 @@ step_sass() {
   done
 }
 
+step_compile() {
+  local key="matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0"
+  for t in 1 4 8 16; do
+    "$BIN/compile_bench" "$key" 48 $t 2>&1 | tee -a "$SUMMARY"
+  done
+  local start=$(date +%s.%N)
+  for p in 0 1 2 3; do "$BIN/compile_bench" "$key" 24 4 $((100 + p * 24)) >"$LOGS/compile-proc-$p.log" 2>&1 & done
+  wait
+  say "4 processes x 4 threads: 96 kernels in $(since "$start") s"
+}
+
+step_profile() {
+  local key="matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"
+  local cfg=${PROFILE_CONFIG:-'{"block_k":64,"block_m":128,"block_n":256,"frag":"m16n16k16","skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":2,"warps_n":4}'}
+  "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | tee -a "$SUMMARY"
+  timeout 300 ncu --clock-control none --kernel-name regex:tt_wmma_gemm --launch-skip 1 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+    --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+    "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu.txt" 2>&1
+  say "ncu exit $?"
+  grep -E "Throughput|Duration|Pipe|Stall|Warp Cycles|Issued|Occupancy|Bank|L2 Hit|L1/TEX Hit|Registers|Eligible|Active Warps|SM Frequency|Memory \[%\]|Compute \(SM\)" "$LOGS/ncu.txt" | head -60 | tee -a "$SUMMARY"
+}
+
 for step in "$@"; do
   case "$step" in
-    selftest | tune | cluster | bench | sass) "step_$step" ;;
+    selftest | tune | cluster | bench | sass | compile | profile) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

@@ -4,8 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu/' >> .git/info/exclude; }
-cargo build --release --locked --bin tensortune --bin tensortune-tracker --bin tensortune-worker --example gpu_selftest
+examples=(gpu_selftest run_one compile_bench)
+cargo build --release --locked --bin tensortune --bin tensortune-tracker --bin tensortune-worker "${examples[@]/#/--example=}"
 mkdir -p .gpu
 for b in tensortune tensortune-tracker tensortune-worker; do strip -o ".gpu/$b" "target/release/$b"; done
-strip -o .gpu/gpu_selftest target/release/examples/gpu_selftest
+for e in "${examples[@]}"; do strip -o ".gpu/$e" "target/release/examples/$e"; done
 ls -la .gpu

@@ -568,6 +568,8 @@ impl Template for WmmaGemm {
 
     fn generate(&self, workload: &Workload, config: &Config, target: &Target) -> Result<KernelSpec> {
         self.supports(workload, target)?;
+        // The index check rejects unknown or missing knobs before anything is generated.
+        self.space().index_of(config)?;
         let plan = Plan::new(matmul(workload)?, config, target)?;
         let res = plan.check(target)?;
         let (tm, tn) = plan.tiles();

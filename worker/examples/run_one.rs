@@ -1,0 +1,62 @@
+//! Verifies and times one config on GPU 0, in-process: `run_one KEY CONFIG_JSON [samples] [repeat]`.
+//! For profilers (ncu) and repeatability checks.
+use tensortune_kernels::support::{self, Tolerance};
+use tensortune_kernels::*;
+use tensortune_worker::cuda::CudaExecutor;
+use tensortune_worker::nvrtc;
+use tensortune_worker::protocol::{Executor, Launch, MeasureRequest};
+fn main() -> anyhow::Result<()> {
+    let a: Vec<String> = std::env::args().collect();
+    let w = Workload::from_key(&a[1])?;
+    let config = Config::from_json(&a[2])?;
+    let samples: u32 = a.get(3).map(|s| s.parse()).transpose()?.unwrap_or(10);
+    let repeat: usize = a.get(4).map(|s| s.parse()).transpose()?.unwrap_or(1);
+    let mut exec = CudaExecutor::new(0)?;
+    let f = exec.facts();
+    let target = Target {
+        class_key: f.class_key.clone(),
+        name: f.name.clone(),
+        arch: f.arch,
+        sm_count: f.sm_count,
+        max_threads_per_block: f.max_threads_per_block,
+        max_smem_per_block: f.max_smem_per_block,
+        smem_per_sm: f.smem_per_sm,
+        regs_per_sm: f.regs_per_sm,
+        l2_bytes: f.l2_bytes,
+    };
+    let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
+    let spec = gemm::WmmaGemm.generate(&w, &config, &target)?;
+    let cubin = nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)?.cubin;
+    let support_cubin = nvrtc::compile(&support::source(&w), "support", &target.nvrtc_arch(), &inc)?.cubin;
+    for r in 0..repeat {
+        let req = MeasureRequest {
+            task_id: r as u64,
+            workload: w,
+            workload_key: w.key(),
+            launch: Launch {
+                name: spec.name.clone(),
+                entry: spec.entry.clone(),
+                grid: spec.grid,
+                block: spec.block,
+                smem_bytes: spec.smem_bytes,
+                workspace_bytes: spec.workspace_bytes,
+                args: spec.args.clone(),
+            },
+            cubin: cubin.clone(),
+            support_cubin: if r == 0 { support_cubin.clone() } else { Vec::new() },
+            tolerance: Tolerance::for_workload(&w),
+            samples,
+            min_sample_ms: 1.0,
+            min_batch: 50,
+            baseline: r == 0,
+            model_us: 0.0,
+            vendor_model_us: 0.0,
+        };
+        let o = exec.measure(&req);
+        println!(
+            "{} {:?} median {:.3} us spread {:.4} batch {} vendor {:?} clock {} MHz err {:?} {}",
+            spec.name, o.status, o.median_us, o.spread, o.batch, o.baseline_us, o.sm_clock_mhz, o.max_abs_err, o.error
+        );
+    }
+    Ok(())
+}
