@@ -11,7 +11,7 @@ use tensortune_proto::pb;
 use crate::error::{Error, Result};
 use crate::jobs::{JobView, MAX_WORKLOADS};
 use crate::model::{
-    Device, EarlyStop, JobRequest, JobState, Measurement, Provenance, Registration, Status, TemplateRef,
+    Device, EarlyStop, JobRequest, JobState, Measurement, Provenance, Registration, Status, TemplateRef, WorkloadState,
 };
 use crate::store::records::Record;
 use crate::store::tasks::LeasedTask;
@@ -367,13 +367,19 @@ pub(crate) fn job(view: JobView) -> pb::Job {
                     .map(|(s, n)| (status_name(status_to_pb(s)).to_owned(), n))
                     .collect::<HashMap<_, _>>(),
                 best: w.best.map(record),
-                state: w.row.state.name().to_owned(),
+                state: if job.state == JobState::Cancelled && w.row.state == WorkloadState::Running {
+                    "cancelled".to_owned()
+                } else {
+                    w.row.state.name().to_owned()
+                },
             })
             .collect(),
         error: job.error,
         created_ms: job.created_ms,
         updated_ms: job.updated_ms,
         finished_ms: job.finished_ms.unwrap_or_default(),
+        early_stop_trials: job.early_stop_trials,
+        early_stop_margin: job.early_stop_margin,
     }
 }
 

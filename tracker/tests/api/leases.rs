@@ -192,6 +192,7 @@ async fn cancelling_stops_dispatch_but_keeps_reports() {
     assert!(a.report(&held[0], measure(&held[0])).await.unwrap().stored);
     let job = get_job(&mut tuning, id).await;
     assert_eq!((job.state, job.workloads[0].trials_done), (pb::JobState::Cancelled as i32, 1));
+    assert_eq!(job.workloads[0].state, "cancelled", "an unfinished workload of a cancelled job says so");
 
     // Cancelling again is a no-op; a finished job and an unknown one cannot be cancelled.
     let again = tuning.cancel_job(pb::JobRef { job_id: id }).await.unwrap().into_inner();

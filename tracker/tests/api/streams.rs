@@ -124,6 +124,7 @@ async fn a_workload_stops_early_when_its_best_stops_improving() {
     assert_eq!(reported.len(), 4);
     let job = get_job(&mut tuning, id).await;
     assert_eq!(job.state, pb::JobState::Done as i32);
+    assert_eq!((job.early_stop_trials, job.early_stop_margin), (3, 0.1), "the job shows its rule");
     let w = &job.workloads[0];
     assert_eq!((w.state.as_str(), w.trials_done), ("early_stopped", 4));
     assert_eq!(w.best.as_ref().unwrap().measurement.as_ref().unwrap().median_us, 9.5);
