@@ -6,6 +6,15 @@ use tensortune::cli::Cli;
 fn main() -> std::process::ExitCode {
     // The worker re-executes this binary as its measuring child (fault isolation).
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(tensortune_worker::COMPILE_CHILD_ARG) {
+        return match tensortune_worker::compile_child_main() {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     if args.get(1).map(String::as_str) == Some(tensortune_worker::CHILD_ARG) {
         return child(args.get(2).map(String::as_str).unwrap_or("cuda:0"));
     }

@@ -22,10 +22,12 @@ fn main() -> anyhow::Result<()> {
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(spec) = specs.get(i) else { break };
-                tensortune_worker::nvrtc::compile(&spec.source, &spec.name, "sm_90", &inc).expect("compiles");
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(spec) = specs.get(i) else { break };
+                    tensortune_worker::nvrtc::compile(&spec.source, &spec.name, "sm_90", &inc).expect("compiles");
+                }
             });
         }
     });

@@ -15,6 +15,7 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
+use crate::compile_child::{COMPILE_CHILD_ARG, CompileProcess, CompileReply, CompileRequest};
 use crate::nvrtc;
 
 /// Images kept in memory. A cubin is tens of KiB, so this bounds the cache near 100 MiB; the
@@ -93,8 +94,15 @@ pub(crate) struct Compiler {
 
 impl Compiler {
     /// Starts `threads` compile threads for `arch` (e.g. `sm_90`), caching on disk under
-    /// `cache_dir` when given.
-    pub(crate) fn new(backend: Backend, arch: String, threads: usize, cache_dir: Option<&Path>) -> Compiler {
+    /// `cache_dir` when given. With `program` (a worker binary), each thread compiles in its own
+    /// compile process (`compile_child.rs` says why); without, in this process.
+    pub(crate) fn new(
+        backend: Backend,
+        arch: String,
+        threads: usize,
+        cache_dir: Option<&Path>,
+        program: Option<String>,
+    ) -> Compiler {
         let (flags, workers) = match &backend {
             Backend::Nvrtc { include_dir, .. } => (nvrtc::flags(&arch, include_dir).join(" "), threads.max(1)),
             Backend::Skip => (String::new(), 0),
@@ -104,14 +112,14 @@ impl Compiler {
         let rx = Arc::new(Mutex::new(rx));
         let handles = (0..workers)
             .map(|i| {
-                let (rx, arch) = (rx.clone(), arch.clone());
+                let (rx, arch, program) = (rx.clone(), arch.clone(), program.clone());
                 let include_dir = match &backend {
                     Backend::Nvrtc { include_dir, .. } => include_dir.clone(),
                     Backend::Skip => PathBuf::new(),
                 };
                 std::thread::Builder::new()
                     .name(format!("nvrtc-{i}"))
-                    .spawn(move || compile_thread(&rx, &arch, &include_dir))
+                    .spawn(move || compile_thread(&rx, &arch, &include_dir, program.as_deref()))
                     .expect("spawning a compile thread")
             })
             .collect();
@@ -223,18 +231,65 @@ fn cache_key(source: &str, arch: &str, version: &str, flags: &str) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn compile_thread(jobs: &Mutex<mpsc::Receiver<Job>>, arch: &str, include_dir: &Path) {
+fn compile_thread(jobs: &Mutex<mpsc::Receiver<Job>>, arch: &str, include_dir: &Path, program: Option<&str>) {
+    let mut compiler = ThreadCompiler { program, process: None, in_process: program.is_none() };
     loop {
         // One idle thread waits in `recv` holding the lock, the others wait for the lock: each
         // job goes to exactly one thread.
         let job = jobs.lock().expect("compile queue lock").blocking_recv();
         let Some(job) = job else { return };
-        let output = run_job(&job, arch, include_dir);
+        let output = run_job(&job, arch, include_dir, &mut compiler);
         let _ = job.reply.send(output);
     }
 }
 
-fn run_job(job: &Job, arch: &str, include_dir: &Path) -> Output {
+/// How one compile thread runs NVRTC: through its compile process, started on first use and
+/// again after it died, or in this process when no program was given or it cannot be started.
+struct ThreadCompiler<'a> {
+    program: Option<&'a str>,
+    process: Option<CompileProcess>,
+    in_process: bool,
+}
+
+impl ThreadCompiler<'_> {
+    fn compile(&mut self, job: &Job, arch: &str, include_dir: &Path) -> Result<Result<(Vec<u8>, f64), String>, String> {
+        if !self.in_process && self.process.is_none() {
+            let program = self.program.expect("set unless in_process");
+            match CompileProcess::spawn(program) {
+                Ok(p) => self.process = Some(p),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot start a compile process ({program} {COMPILE_CHILD_ARG}): {e}; compiling in-process"
+                    );
+                    self.in_process = true;
+                }
+            }
+        }
+        let Some(process) = self.process.as_mut() else {
+            return std::panic::catch_unwind(AssertUnwindSafe(|| {
+                nvrtc::compile(&job.source, &job.name, arch, include_dir)
+            }))
+            .map(|r| r.map(|c| (c.cubin, c.ms)).map_err(|e| e.to_string()))
+            .map_err(|_| format!("nvrtc panicked while compiling {}", job.name));
+        };
+        let request = CompileRequest {
+            source: job.source.clone(),
+            name: job.name.clone(),
+            arch: arch.to_owned(),
+            include_dir: include_dir.to_owned(),
+        };
+        match process.compile(&request) {
+            Ok(CompileReply::Ok { cubin, ms }) => Ok(Ok((cubin, ms))),
+            Ok(CompileReply::Err { message, .. }) => Ok(Err(message)),
+            Err(e) => {
+                self.process = None;
+                Err(format!("the compile process died while compiling {}: {e}", job.name))
+            }
+        }
+    }
+}
+
+fn run_job(job: &Job, arch: &str, include_dir: &Path, compiler: &mut ThreadCompiler<'_>) -> Output {
     if let Some(path) = &job.path {
         match std::fs::read(path) {
             Ok(cubin) if cubin.starts_with(b"\x7fELF") => return Output::FromDisk { cubin },
@@ -244,19 +299,18 @@ fn run_job(job: &Job, arch: &str, include_dir: &Path) -> Output {
         }
     }
     let start = Instant::now();
-    let compiled =
-        std::panic::catch_unwind(AssertUnwindSafe(|| nvrtc::compile(&job.source, &job.name, arch, include_dir)));
+    let compiled = compiler.compile(job, arch, include_dir);
     let ms = start.elapsed().as_secs_f64() * 1e3;
     match compiled {
-        Ok(Ok(c)) => {
+        Ok(Ok((cubin, nvrtc_ms))) => {
             if let Some(path) = &job.path {
-                store(path, &c.cubin);
+                store(path, &cubin);
             }
-            tracing::debug!(kernel = %job.name, ms = c.ms, bytes = c.cubin.len(), "compiled");
-            Output::Compiled { cubin: c.cubin, ms: c.ms }
+            tracing::debug!(kernel = %job.name, ms = nvrtc_ms, bytes = cubin.len(), "compiled");
+            Output::Compiled { cubin, ms: nvrtc_ms }
         }
-        Ok(Err(e)) => Output::Failed { message: e.to_string(), ms },
-        Err(_) => Output::Failed { message: format!("nvrtc panicked while compiling {}", job.name), ms },
+        Ok(Err(message)) => Output::Failed { message, ms },
+        Err(message) => Output::Failed { message, ms },
     }
 }
 
@@ -295,7 +349,7 @@ mod tests {
     #[tokio::test]
     async fn images_compile_once_then_come_from_memory_and_disk() {
         let dir = tempfile::tempdir().unwrap();
-        let compiler = Compiler::new(nvrtc_backend(), "sm_90".into(), 1, Some(dir.path()));
+        let compiler = Compiler::new(nvrtc_backend(), "sm_90".into(), 1, Some(dir.path()), None);
         let first = compiler.build("k", KERNEL).await;
         assert!(first.image.as_ref().unwrap().cubin.starts_with(b"\x7fELF"));
         assert!(!first.cache_hit && first.compile_ms > 0.0);
@@ -303,11 +357,11 @@ mod tests {
         assert!(again.cache_hit && again.compile_ms == 0.0);
         compiler.close().await;
 
-        let fresh = Compiler::new(nvrtc_backend(), "sm_90".into(), 1, Some(dir.path()));
+        let fresh = Compiler::new(nvrtc_backend(), "sm_90".into(), 1, Some(dir.path()), None);
         let from_disk = fresh.build("k", KERNEL).await;
         assert!(from_disk.cache_hit && from_disk.compile_ms == 0.0);
         assert_eq!(from_disk.image.unwrap().cubin, first.image.unwrap().cubin);
-        let other_arch = Compiler::new(nvrtc_backend(), "sm_80".into(), 1, Some(dir.path()));
+        let other_arch = Compiler::new(nvrtc_backend(), "sm_80".into(), 1, Some(dir.path()), None);
         assert!(!other_arch.build("k", KERNEL).await.cache_hit);
         fresh.close().await;
         other_arch.close().await;
@@ -315,7 +369,7 @@ mod tests {
 
     #[tokio::test]
     async fn failures_keep_the_log_and_are_cached() {
-        let compiler = Compiler::new(nvrtc_backend(), "sm_90".into(), 2, None);
+        let compiler = Compiler::new(nvrtc_backend(), "sm_90".into(), 2, None, None);
         let source = "extern \"C\" __global__ void broken() { undeclared_thing(); }\n";
         let (a, b) = tokio::join!(compiler.build("broken", source), compiler.build("broken", source));
         let message = a.image.clone().unwrap_err();
@@ -328,7 +382,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_skip_backend_compiles_nothing() {
-        let compiler = Compiler::new(Backend::Skip, "sm_90".into(), 4, None);
+        let compiler = Compiler::new(Backend::Skip, "sm_90".into(), 4, None, None);
         let b = compiler.build("k", "not even c++").await;
         assert!(b.image.unwrap().cubin.is_empty() && !b.cache_hit && b.compile_ms == 0.0);
         compiler.close().await;

@@ -136,7 +136,13 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
         "worker {name} is ready"
     );
     let shared = Arc::new(Shared {
-        compiler: Compiler::new(backend, target.nvrtc_arch(), config.compile_threads(), config.cache_dir.as_deref()),
+        compiler: Compiler::new(
+            backend,
+            target.nvrtc_arch(),
+            config.compile_threads(),
+            config.cache_dir.as_deref(),
+            config.child_command.first().cloned(),
+        ),
         target,
         provenance: record::provenance(&name, &device),
         gpu,

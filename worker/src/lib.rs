@@ -19,6 +19,7 @@
 //! Binaries embedding the worker call [`child_main`] when their first argument is [`CHILD_ARG`]
 //! (before parsing flags), so that the same executable can serve as the measuring child.
 
+mod compile_child;
 pub mod cuda;
 pub mod nvrtc;
 pub mod protocol;
@@ -35,6 +36,7 @@ mod record;
 mod supervisor;
 
 pub use child::child_main;
+pub use compile_child::{COMPILE_CHILD_ARG, compile_child_main};
 pub use config::{
     CHILD_ARG, DeviceSpec, DeviceSpecError, MEASURE_QUEUE, WorkerConfig, default_cache_dir, default_child_command,
 };

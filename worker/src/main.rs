@@ -37,6 +37,9 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some(tensortune_worker::COMPILE_CHILD_ARG) {
+        return tensortune_worker::compile_child_main();
+    }
     if std::env::args().nth(1).as_deref() == Some(CHILD_ARG) {
         let device = std::env::args().nth(2).unwrap_or_else(|| "cuda:0".to_owned());
         return tensortune_worker::child_main(device.parse()?);
