@@ -12,6 +12,11 @@
 #     bench      `tensortune bench` on the default suite (BENCH_TRIALS trials each, default 100)
 #     sass       instruction mix of a large and a small generated kernel (cuobjdump)
 #     compile    NVRTC throughput: threads in one process, and several processes
+#     matrix     cuda backend: every type combination x layout x 3 shapes (one ragged), MATRIX_CONFIGS each
+#     sweep      every valid config of 512x64x512 f16, 4096^3 f16 and 512x32x512 i8 (grid tuner);
+#                records exported to $OUT/sweep.jsonl.gz (replay data)
+#     throughput `tensortune bench --throughput` (cold cache), THROUGHPUT_TRIALS per workload
+#     gputests   the tests marked #[ignore = "needs a GPU"] (worker daemon on cuda:0)
 #     profile    ncu sections of one 4096^3 kernel (PROFILE_CONFIG) and the clock in a record
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -104,6 +109,41 @@ step_compile() {
   say "4 processes x 4 threads: 96 kernels in $(since "$start") s"
 }
 
+step_matrix() {
+  timeout 900 "$BIN/gpu_selftest" "${MATRIX_CONFIGS:-4}" 5 matrix >"$LOGS/matrix.log" 2>&1
+  say "matrix exit $?: $(grep SUMMARY "$LOGS/matrix.log")"
+  grep -v ": Ok " "$LOGS/matrix.log" | grep -v "^device\|^SUMMARY" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
+  say "workloads checked: $(grep ': Ok ' "$LOGS/matrix.log" | cut -d' ' -f1 | sort -u | wc -l)"
+}
+
+step_sweep() {
+  local db="$LOGS/sweep.db"
+  for w in "512 64 512 f16 nn" "4096 4096 4096 f16 nn" "512 32 512 i8 tn"; do
+    set -- $w
+    local start=$(date +%s.%N)
+    timeout 900 "$BIN/tensortune" --db "$db" tune matmul --m "$1" --n "$2" --k "$3" --dtype "$4" --layout "$5" \
+      --tuner grid --trials 100000 --samples "${SWEEP_SAMPLES:-5}" >"$LOGS/sweep-$1x$2x$3-$4.log" 2>&1
+    say "sweep $1x$2x$3 $4 $5 exit $? in $(since "$start") s"
+    grep -E "trials|best|vendor" "$LOGS/sweep-$1x$2x$3-$4.log" | tee -a "$SUMMARY"
+  done
+  "$BIN/tensortune" --db "$db" records export -o "$LOGS/sweep.jsonl" >/dev/null 2>&1
+  gzip -c "$LOGS/sweep.jsonl" >"$OUT/sweep.jsonl.gz"
+  say "sweep records: $(wc -l <"$LOGS/sweep.jsonl")"
+}
+
+step_throughput() {
+  timeout 900 "$BIN/tensortune" bench --throughput --trials "${THROUGHPUT_TRIALS:-200}" --json "$OUT/throughput.json" \
+    >"$LOGS/throughput.log" 2>&1
+  say "throughput exit $?"
+  sed -n '/^suite/,$p' "$LOGS/throughput.log" | tee -a "$SUMMARY"
+}
+
+step_gputests() {
+  TENSORTUNE_WORKER_BIN="$BIN/tensortune-worker" timeout 600 "$BIN/worker-gpu-tests" --ignored --nocapture --test-threads 1 \
+    >"$LOGS/gputests.log" 2>&1
+  say "gputests exit $?: $(grep 'test result' "$LOGS/gputests.log")"
+}
+
 step_profile() {
   local key="matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"
   local cfg=${PROFILE_CONFIG:-'{"block_k":64,"block_m":128,"block_n":256,"frag":"m16n16k16","skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":2,"warps_n":4}'}
@@ -111,14 +151,16 @@ step_profile() {
   timeout 300 ncu --clock-control none --kernel-name regex:tt_wmma_gemm --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+    --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
     "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu.txt" 2>&1
   say "ncu exit $?"
+  grep -E "stalled" "$LOGS/ncu.txt" | sort -k3 -n -r | head -12 | tee -a "$SUMMARY"
   grep -E "Throughput|Duration|Pipe|Stall|Warp Cycles|Issued|Occupancy|Bank|L2 Hit|L1/TEX Hit|Registers|Eligible|Active Warps|SM Frequency|Memory \[%\]|Compute \(SM\)" "$LOGS/ncu.txt" | head -60 | tee -a "$SUMMARY"
 }
 
 for step in "$@"; do
   case "$step" in
-    selftest | tune | cluster | bench | sass | compile | profile) "step_$step" ;;
+    selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

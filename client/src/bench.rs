@@ -19,6 +19,8 @@ use crate::session::Session;
 
 /// The suite shipped with the binary (`suites/default.json`).
 pub const DEFAULT_SUITE: &str = include_str!("../../suites/default.json");
+/// The suite of `bench --throughput` (`suites/throughput.json`).
+pub const THROUGHPUT_SUITE: &str = include_str!("../../suites/throughput.json");
 
 /// A suite file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -186,7 +188,10 @@ pub async fn run(tracker: Option<&str>, args: &BenchArgs) -> anyhow::Result<()> 
         None => {
             let db = fresh_db(&args.json)?;
             eprintln!("bench database: {}", db.display());
-            Session::embedded(&db, Some(&args.local)).await?
+            let mut local = args.local.clone();
+            // A throughput figure must include the compiles: no image may come from an earlier run.
+            local.no_disk_cache |= args.throughput;
+            Session::embedded(&db, Some(&local)).await?
         }
     };
     let class = args.job.device_class.clone().or_else(|| session.local_class.clone());
@@ -231,6 +236,12 @@ pub async fn run(tracker: Option<&str>, args: &BenchArgs) -> anyhow::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn throughput_suite_is_valid() {
+        let (_, workloads) = Suite::parse(THROUGHPUT_SUITE, "throughput").unwrap();
+        assert_eq!(workloads.len(), 2);
+    }
 
     #[test]
     fn default_suite_is_valid_and_complete() {

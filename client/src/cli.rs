@@ -276,9 +276,13 @@ pub struct ConvArgs {
 /// `tensortune bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Suite file (JSON); default: the shipped suite (benches/default.json).
-    #[arg(long)]
+    /// Suite file (JSON); default: the shipped suite (suites/default.json).
+    #[arg(long, conflicts_with = "throughput")]
     pub suite: Option<PathBuf>,
+    /// Measure measurement throughput instead: the shipped throughput suite (512x64x512 and 4096^3
+    /// f16) with a cold compile cache; the cfg/s column is the figure.
+    #[arg(long)]
+    pub throughput: bool,
     /// Job settings.
     #[command(flatten)]
     pub job: JobArgs,

@@ -2,8 +2,10 @@
 //! every dtype and layout, generate a spread of configs, compile them with NVRTC for the GPU's
 //! arch, verify and time them in-process, and print one line per kernel plus a summary.
 //!
-//! `gpu_selftest [configs-per-workload] [samples] [extra workload keys...]`; run on a GPU machine with libnvrtc and the
-//! CUDA headers reachable (LD_LIBRARY_PATH, TENSORTUNE_CUDA_INCLUDE).
+//! `gpu_selftest [configs-per-workload] [samples] [matrix | workload keys...]`; `matrix` replaces the
+//! default workloads with every type combination x every layout x three shapes (one ragged). Run on
+//! a GPU machine with libnvrtc and the CUDA headers reachable (LD_LIBRARY_PATH,
+//! TENSORTUNE_CUDA_INCLUDE).
 
 use std::collections::BTreeMap;
 
@@ -54,12 +56,12 @@ fn main() -> anyhow::Result<()> {
         "matmul/m1024n1024k1024/nn/f16,f32,f32/alpha=1,beta=0",
     ];
     let extra: Vec<String> = args.iter().skip(3).cloned().collect();
-    let workloads = keys
-        .iter()
-        .map(|k| k.to_string())
-        .chain(extra)
-        .map(|k| Workload::from_key(&k))
-        .collect::<Result<Vec<_>, _>>()?;
+    let keys: Vec<String> = if extra.first().map(String::as_str) == Some("matrix") {
+        matrix()
+    } else {
+        keys.iter().map(|k| k.to_string()).chain(extra).collect()
+    };
+    let workloads = keys.iter().map(|k| Workload::from_key(k)).collect::<Result<Vec<_>, _>>()?;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for w in &workloads {
         let key = w.key();
@@ -74,10 +76,19 @@ fn main() -> anyhow::Result<()> {
         };
         let valid = valid_configs(&gemm::WmmaGemm, w, &target)?;
         let step = (valid.len() / per).max(1);
+        let chosen: Vec<_> = valid.iter().step_by(step).take(per).collect();
+        let specs = chosen.iter().map(|(_, c)| gemm::WmmaGemm.generate(w, c, &target)).collect::<Result<Vec<_>, _>>()?;
+        // Compile them all at once on a few threads; measure one by one.
+        let compiled: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = specs
+                .iter()
+                .map(|spec| s.spawn(|| nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)))
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("compile thread")).collect()
+        });
         let mut first = true;
-        for (index, config) in valid.iter().step_by(step).take(per) {
-            let spec = gemm::WmmaGemm.generate(w, config, &target)?;
-            let compiled = match nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc) {
+        for (((index, config), spec), compiled) in chosen.into_iter().zip(&specs).zip(compiled) {
+            let compiled = match compiled {
                 Ok(c) => c,
                 Err(e) => {
                     println!("{key} #{index}: compile error: {e}");
@@ -135,4 +146,20 @@ fn main() -> anyhow::Result<()> {
     }
     println!("SUMMARY {counts:?}");
     Ok(())
+}
+
+/// Every type combination x every layout x three shapes: a square one, a skinny one, and one whose
+/// M and N are not multiples of 16 (K stays a multiple of 16 for i8).
+fn matrix() -> Vec<String> {
+    let types = ["f16,f32,f32", "f16,f32,f16", "f16,f16,f16", "bf16,f32,f32", "bf16,f32,bf16", "i8,i32,i32"];
+    let shapes = [(256, 256, 256), (512, 32, 512), (1000, 1001, 1024)];
+    let mut keys = Vec::new();
+    for t in types {
+        for layout in ["nn", "nt", "tn", "tt"] {
+            for (m, n, k) in shapes {
+                keys.push(format!("matmul/m{m}n{n}k{k}/{layout}/{t}/alpha=1,beta=0"));
+            }
+        }
+    }
+    keys
 }
