@@ -172,6 +172,7 @@ pub async fn run(tracker: Option<&str>, args: &BenchArgs) -> anyhow::Result<()> 
             std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?,
             p.display().to_string(),
         ),
+        None if args.throughput => (THROUGHPUT_SUITE.to_owned(), "the throughput suite".to_owned()),
         None => (DEFAULT_SUITE.to_owned(), "the default suite".to_owned()),
     };
     let (suite, workloads) = Suite::parse(&text, &origin)?;
