@@ -15,6 +15,8 @@
 #     matrix     cuda backend: every type combination x layout x 3 shapes (one ragged), MATRIX_CONFIGS each
 #     sweep      every valid config of 512x64x512 f16, 4096^3 f16 and 512x32x512 i8 (grid tuner);
 #                records exported to $OUT/sweep.jsonl.gz (replay data)
+#                (SWEEP="m,n,k,dtype,layout ..." overrides the list)
+#     sanitize   compute-sanitizer (memcheck, racecheck, synccheck) on SANITIZE_KEY/SANITIZE_CONFIG
 #     throughput `tensortune bench --throughput` (cold cache), THROUGHPUT_TRIALS per workload
 #     gputests   the tests marked #[ignore = "needs a GPU"] (worker daemon on cuda:0)
 #     profile    ncu sections of one 4096^3 kernel (PROFILE_CONFIG) and the clock in a record
@@ -118,7 +120,9 @@ step_matrix() {
 
 step_sweep() {
   local db="$LOGS/sweep.db"
-  for w in "512 64 512 f16 nn" "4096 4096 4096 f16 nn" "512 32 512 i8 tn"; do
+  local list=${SWEEP:-"512,64,512,f16,nn 4096,4096,4096,f16,nn 512,32,512,i8,tn"}
+  for w in $list; do
+    w=${w//,/ }
     set -- $w
     local start=$(date +%s.%N)
     timeout 900 "$BIN/tensortune" --db "$db" tune matmul --m "$1" --n "$2" --k "$3" --dtype "$4" --layout "$5" \
@@ -136,6 +140,18 @@ step_throughput() {
     >"$LOGS/throughput.log" 2>&1
   say "throughput exit $?"
   sed -n '/^suite/,$p' "$LOGS/throughput.log" | tee -a "$SUMMARY"
+}
+
+step_sanitize() {
+  local key=${SANITIZE_KEY:-"matmul/m512n32k512/tn/f16,f16,f16/alpha=1,beta=0"}
+  local cfg=${SANITIZE_CONFIG:-'{"block_k":64,"block_m":32,"block_n":32,"frag":"m16n16k16","skew":1,"split_k":8,"split_reduce":"workspace","stages":1,"swizzle":1,"warps_k":4,"warps_m":1,"warps_n":2}'}
+  say "sanitize $key $cfg"
+  for i in 1 2 3; do "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | cut -c1-300 | tee -a "$SUMMARY"; done
+  for tool in memcheck racecheck synccheck; do
+    timeout 300 compute-sanitizer --tool $tool --print-limit 20 "$BIN/run_one" "$key" "$cfg" 1 1 >"$LOGS/sanitize-$tool.log" 2>&1
+    say "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitize-$tool.log" | tr '\n' ' ')"
+    grep -E "Error|Race|Invalid|hazard" "$LOGS/sanitize-$tool.log" | head -6 | tee -a "$SUMMARY"
+  done
 }
 
 step_gputests() {
@@ -160,7 +176,7 @@ step_profile() {
 
 for step in "$@"; do
   case "$step" in
-    selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput) "step_$step" ;;
+    selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

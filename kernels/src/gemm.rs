@@ -22,7 +22,7 @@ const BLOCK_K: &[u32] = &[32, 64];
 const WARPS_M: &[u32] = &[1, 2, 4];
 const WARPS_N: &[u32] = &[1, 2, 4];
 const WARPS_K: &[u32] = &[1, 2, 4];
-const STAGES: &[u32] = &[1, 2, 3, 4];
+const STAGES: &[u32] = &[1, 2, 3, 4, 8];
 const SKEW: &[u32] = &[0, 1];
 const SPLIT_K: &[u32] = &[1, 2, 4, 8, 16];
 const SPLIT_REDUCE: &[&str] = &["workspace", "cluster"];
@@ -316,6 +316,12 @@ impl Plan {
         if self.stages > 1 && self.stages as u64 > kt_split {
             return reject(format!("stages {} exceeds the {kt_split} k-tiles each split runs", self.stages));
         }
+        if self.stages > 4 && self.stages as u64 != kt_split {
+            return reject(format!(
+                "stages {} is only for putting a whole split in flight at once; each split here runs {kt_split} k-tiles",
+                self.stages
+            ));
+        }
         if self.stages > 2 && self.stages as u64 != kt_split && kt_split < 2 * self.stages as u64 {
             return reject(format!(
                 "stages {} on {kt_split} k-tiles per split: a ring deeper than half the loop spends it filling and draining (stages {kt_split} puts them all in flight)",
@@ -497,7 +503,7 @@ impl Template for WmmaGemm {
     }
 
     fn version(&self) -> u32 {
-        2
+        3
     }
 
     fn op(&self) -> Op {
