@@ -503,7 +503,7 @@ impl Template for WmmaGemm {
     }
 
     fn version(&self) -> u32 {
-        3
+        4
     }
 
     fn op(&self) -> Op {

@@ -78,6 +78,28 @@ __device__ __forceinline__ void load_tile(T* smem, const T* __restrict__ g, int 
   }
 }
 
+// A zero the compiler cannot see through, one register per call. Accumulators start from these
+// rather than from fill_fragment(0): NVRTC 13.0 gives fill_fragment's single zero register to every
+// C element of the first wmma.mma and also to D[0]; ptxas then splits an f16 m16n16k16 MMA into two
+// HMMAs and the second reads C[2..3] = D[0] after the first has written it (seen on sm_90: a
+// config whose warps run a single MMA step got half its outputs wrong).
+template <typename T> __device__ __forceinline__ T opaque_zero();
+template <> __device__ __forceinline__ float opaque_zero<float>() {
+  float z;
+  asm volatile("mov.b32 %0, 0;" : "=f"(z));
+  return z;
+}
+template <> __device__ __forceinline__ int opaque_zero<int>() {
+  int z;
+  asm volatile("mov.b32 %0, 0;" : "=r"(z));
+  return z;
+}
+template <> __device__ __forceinline__ half opaque_zero<half>() {
+  unsigned short z;
+  asm volatile("mov.b16 %0, 0;" : "=h"(z));
+  return __ushort_as_half(z);
+}
+
 // Conversions to and from the epilogue's arithmetic type.
 __device__ __forceinline__ T_EPI to_epi(float x) { return (T_EPI)x; }
 __device__ __forceinline__ T_EPI to_epi(int x) { return (T_EPI)x; }

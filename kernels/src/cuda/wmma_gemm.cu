@@ -170,7 +170,10 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1) TT_CLUSTER_ATTR
 #pragma unroll
   for (int i = 0; i < FRAGS_M; ++i) {
 #pragma unroll
-    for (int j = 0; j < FRAGS_N; ++j) wmma::fill_fragment(acc[i][j], static_cast<T_ACC>(0.0f));
+    for (int j = 0; j < FRAGS_N; ++j) {
+#pragma unroll
+      for (int t = 0; t < acc[i][j].num_elements; ++t) acc[i][j].x[t] = opaque_zero<T_ACC>();
+    }
   }
 
   if constexpr (STAGES == 1) {
