@@ -27,7 +27,8 @@ const SKEW: &[u32] = &[0, 1];
 const SPLIT_K: &[u32] = &[1, 2, 4, 8, 16];
 const SPLIT_REDUCE: &[&str] = &["workspace", "cluster"];
 const SWIZZLE: &[u32] = &[1, 8];
-const KNOBS: usize = 12;
+const MIN_BLOCKS: &[u32] = &[1, 2];
+const KNOBS: usize = 13;
 const DOMAIN_SIZES: [usize; KNOBS] = [
     BLOCK_M.len(),
     BLOCK_N.len(),
@@ -41,6 +42,7 @@ const DOMAIN_SIZES: [usize; KNOBS] = [
     SPLIT_K.len(),
     SPLIT_REDUCE.len(),
     SWIZZLE.len(),
+    MIN_BLOCKS.len(),
 ];
 
 /// Accumulator registers per thread above which a warp tile would spill.
@@ -80,6 +82,8 @@ pub struct Plan {
     pub cluster_reduce: bool,
     /// Row tiles per rasterisation group.
     pub swizzle: u32,
+    /// Blocks per SM the register allocation must allow (`__launch_bounds__`'s second argument).
+    pub min_blocks: u32,
     /// Bytes per global load of A, B and per store of D.
     pub vec_a: u32,
     /// Bytes per global load of B.
@@ -131,6 +135,7 @@ impl Plan {
             split_k: SPLIT_K[pos[9]],
             cluster_reduce: SPLIT_REDUCE[pos[10]] == "cluster",
             swizzle: SWIZZLE[pos[11]],
+            min_blocks: MIN_BLOCKS[pos[12]],
             vec_a: widest_vec(esize, &[a_extent * esize as u64, (a_cols * esize) as u64]),
             vec_b: widest_vec(esize, &[b_extent * esize as u64, (b_cols * esize) as u64]),
             vec_d: widest_vec(out, &[w.m * out as u64, (bm * out) as u64]),
@@ -197,11 +202,16 @@ impl Plan {
     /// Blocks one SM holds at once, limited by threads, shared memory and (estimated) registers.
     pub fn blocks_per_sm(&self, target: &Target) -> u32 {
         let threads = self.threads();
-        let regs = (self.acc_regs() + 48).min(255) * threads;
+        let regs = (self.acc_regs() + 48).min(255).min(self.register_cap(target)) * threads;
         let by_threads = 2048 / threads;
         let by_smem = target.smem_per_sm / self.smem_bytes().max(1);
         let by_regs = target.regs_per_sm / regs.max(1);
         by_threads.min(by_smem).min(by_regs).clamp(1, 32)
+    }
+
+    /// Registers per thread the compiler may use so that `min_blocks` blocks fit on an SM.
+    pub fn register_cap(&self, target: &Target) -> u32 {
+        (target.regs_per_sm / (self.threads() * self.min_blocks) / 8 * 8).min(255)
     }
 
     /// The validity rules, in the order a user would want to hear them.
@@ -242,11 +252,12 @@ impl Plan {
         if warps > MAX_WARPS {
             return reject(format!("{warps} warps per block; the template uses at most {MAX_WARPS}"));
         }
-        if self.warps_k > 1 && self.warps_m * self.warps_n >= 4 {
+        if self.warps_k > 1 && self.blocks() >= 2 * target.sm_count as u64 {
             return reject(format!(
-                "warps_k {} with {} output warps: sliced K is for tiles too small to give 4 warps their own output",
+                "warps_k {} on a grid of {} blocks: sliced K is for grids too small to fill the {} SMs twice",
                 self.warps_k,
-                self.warps_m * self.warps_n
+                self.blocks(),
+                target.sm_count
             ));
         }
         let warps = self.warps_m * self.warps_n;
@@ -293,6 +304,33 @@ impl Plan {
             ));
         }
         let smem = self.smem_bytes();
+        if self.min_blocks > 1 {
+            let cap = self.register_cap(target);
+            if cap < acc_regs + 40 {
+                return reject(format!(
+                    "min_blocks {}: {} threads per block leave {cap} registers per thread; the warp tile needs about {}",
+                    self.min_blocks,
+                    threads,
+                    acc_regs + 40
+                ));
+            }
+            // The driver reserves 1 KiB of shared memory per block.
+            if self.min_blocks * (smem + 1024) > target.smem_per_sm || self.min_blocks * threads > 2048 {
+                return reject(format!(
+                    "min_blocks {}: {} blocks of {} KiB shared memory and {threads} threads do not fit on one SM",
+                    self.min_blocks,
+                    self.min_blocks,
+                    smem.div_ceil(1024)
+                ));
+            }
+            if self.blocks() <= target.sm_count as u64 {
+                return reject(format!(
+                    "min_blocks {} on a grid of {} blocks: a second block per SM only pays when the grid has more blocks than SMs",
+                    self.min_blocks,
+                    self.blocks()
+                ));
+            }
+        }
         if smem > target.max_smem_per_block {
             return reject(format!(
                 "block tile {}x{}x{} with {} stages needs {} KiB of shared memory; this GPU allows {} KiB per block",
@@ -410,7 +448,7 @@ impl Plan {
         let t = &self.w.types;
         let key_digest = crate::short_digest(&Workload::Matmul(self.w).key());
         ident(&format!(
-            "tt_wmma_gemm_v{}_{}{}{}_{}_b{}x{}x{}_w{}x{}x{}_{}_s{}_k{}{}_sw{}_p{}_{}",
+            "tt_wmma_gemm_v{}_{}{}{}_{}_b{}x{}x{}_w{}x{}x{}_{}_s{}_k{}{}_sw{}_p{}_o{}_{}",
             WmmaGemm.version(),
             t.input,
             t.accumulator,
@@ -428,6 +466,7 @@ impl Plan {
             if self.cluster_reduce { "c" } else { "" },
             self.swizzle,
             u32::from(self.skew > 0),
+            self.min_blocks,
             key_digest
         ))
     }
@@ -474,6 +513,7 @@ impl Plan {
             .int("SPLIT_K", self.split_k as i64)
             .flag("REDUCE_CLUSTER", self.cluster_reduce)
             .int("SWIZZLE", self.swizzle as i64)
+            .int("MIN_BLOCKS", self.min_blocks as i64)
             .int("VEC_A", self.vec_a as i64)
             .int("VEC_B", self.vec_b as i64)
             .int("VEC_D", self.vec_d as i64)
@@ -503,7 +543,7 @@ impl Template for WmmaGemm {
     }
 
     fn version(&self) -> u32 {
-        4
+        5
     }
 
     fn op(&self) -> Op {
@@ -556,6 +596,7 @@ impl Template for WmmaGemm {
                 ints("split_k", SPLIT_K),
                 Knob::names("split_reduce", SPLIT_REDUCE),
                 ints("swizzle", SWIZZLE),
+                ints("min_blocks", MIN_BLOCKS),
             ],
         }
     }
@@ -612,6 +653,7 @@ impl Template for WmmaGemm {
             ("log2_split_k", (p.split_k as f64).log2()),
             ("cluster_reduce", p.cluster_reduce as u8 as f64),
             ("log2_swizzle", (p.swizzle as f64).log2()),
+            ("min_blocks", p.min_blocks as f64),
             ("threads", p.threads() as f64),
             ("smem_kib", p.smem_bytes() as f64 / 1024.0),
             ("acc_regs", p.acc_regs() as f64),

@@ -130,7 +130,7 @@ __device__ __forceinline__ void store_out(const T_OUT* __restrict__ C, T_OUT* __
 
 }  // namespace tt
 
-extern "C" __global__ void __launch_bounds__(tt::THREADS, 1) TT_CLUSTER_ATTR
+extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::MIN_BLOCKS) TT_CLUSTER_ATTR
     KERNEL_NAME(const T_IN* __restrict__ A, const T_IN* __restrict__ B, const T_OUT* __restrict__ C,
                 T_OUT* __restrict__ D, unsigned char* __restrict__ workspace) {
   using namespace tt;
