@@ -543,7 +543,7 @@ impl Template for WmmaGemm {
     }
 
     fn version(&self) -> u32 {
-        5
+        6
     }
 
     fn op(&self) -> Op {

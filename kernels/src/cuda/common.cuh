@@ -56,7 +56,10 @@ __device__ __forceinline__ void cp_async_wait() {
 // whose top-left element is (row0, col0) of a matrix with leading dimension g_ld. Elements outside
 // (row_lim, col_lim) read as zero. VEC_BYTES divides col_lim * sizeof(T), so a vector never
 // straddles the edge.
-template <typename T, int ROWS, int COLS, int LD, int VEC_BYTES, int NTHREADS, bool ASYNC>
+// EVEN_ROWS / EVEN_COLS say the tiles divide the matrix along that axis (the shape is compiled in),
+// so no element of any tile is out of bounds and the bounds checks and clamps compile away.
+template <typename T, int ROWS, int COLS, int LD, int VEC_BYTES, int NTHREADS, bool ASYNC, bool EVEN_ROWS,
+          bool EVEN_COLS>
 __device__ __forceinline__ void load_tile(T* smem, const T* __restrict__ g, int g_ld, int row0, int col0, int row_lim,
                                           int col_lim) {
   constexpr int VE = VEC_BYTES / (int)sizeof(T);
@@ -71,9 +74,13 @@ __device__ __forceinline__ void load_tile(T* smem, const T* __restrict__ g, int 
       const int c = (v % PER_ROW) * VE;
       const int gr = row0 + r;
       const int gc = col0 + c;
-      const bool pred = gr < row_lim && gc < col_lim;
-      const T* src = pred ? g + (size_t)gr * g_ld + gc : g;
-      copy_vec<VEC_BYTES, ASYNC>(smem + r * LD + c, src, pred);
+      const bool pred = (EVEN_ROWS || gr < row_lim) && (EVEN_COLS || gc < col_lim);
+      // Clamped rather than selected: the address stays valid whatever `pred` says (with pred
+      // false nothing is read), and no branch-free select of a kernel parameter is needed, which
+      // made the compiler reload the base pointer from the constant bank for every vector.
+      // 32-bit offsets suffice: no operand exceeds 2^31 elements (kernels::workload::MAX_ELEMENTS).
+      const int off = (EVEN_ROWS ? gr : min(gr, row_lim - 1)) * g_ld + (EVEN_COLS ? gc : min(gc, col_lim - VE));
+      copy_vec<VEC_BYTES, ASYNC>(smem + r * LD + c, g + off, pred);
     }
   }
 }

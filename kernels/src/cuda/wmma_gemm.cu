@@ -28,6 +28,10 @@ constexpr int TILES_M = (M + BM - 1) / BM;
 constexpr int TILES_N = (N + BN - 1) / BN;
 constexpr int KTILES = (K + BK - 1) / BK;
 constexpr int KT_PER_SPLIT = (KTILES + SPLIT_K - 1) / SPLIT_K;
+// Tiles that divide the matrix need no bounds checks on loads.
+constexpr bool EVEN_M = M % BM == 0;
+constexpr bool EVEN_N = N % BN == 0;
+constexpr bool EVEN_K = K % BK == 0;
 
 constexpr int A_ROWS = A_K_CONTIG ? BM : BK;
 constexpr int A_COLS = A_K_CONTIG ? BK : BM;
@@ -57,14 +61,14 @@ __device__ __forceinline__ void load_stage(T_IN* As, T_IN* Bs, const T_IN* __res
   T_IN* as = As + stage * A_STAGE;
   T_IN* bs = Bs + stage * B_STAGE;
   if constexpr (A_K_CONTIG) {
-    load_tile<T_IN, A_ROWS, A_COLS, A_LD, VEC_A, THREADS, CP_ASYNC>(as, A, K, m0, k0, M, K);
+    load_tile<T_IN, A_ROWS, A_COLS, A_LD, VEC_A, THREADS, CP_ASYNC, EVEN_M, EVEN_K>(as, A, K, m0, k0, M, K);
   } else {
-    load_tile<T_IN, A_ROWS, A_COLS, A_LD, VEC_A, THREADS, CP_ASYNC>(as, A, M, k0, m0, K, M);
+    load_tile<T_IN, A_ROWS, A_COLS, A_LD, VEC_A, THREADS, CP_ASYNC, EVEN_K, EVEN_M>(as, A, M, k0, m0, K, M);
   }
   if constexpr (B_K_CONTIG) {
-    load_tile<T_IN, B_ROWS, B_COLS, B_LD, VEC_B, THREADS, CP_ASYNC>(bs, B, K, n0, k0, N, K);
+    load_tile<T_IN, B_ROWS, B_COLS, B_LD, VEC_B, THREADS, CP_ASYNC, EVEN_N, EVEN_K>(bs, B, K, n0, k0, N, K);
   } else {
-    load_tile<T_IN, B_ROWS, B_COLS, B_LD, VEC_B, THREADS, CP_ASYNC>(bs, B, N, k0, n0, K, N);
+    load_tile<T_IN, B_ROWS, B_COLS, B_LD, VEC_B, THREADS, CP_ASYNC, EVEN_K, EVEN_N>(bs, B, N, k0, n0, K, N);
   }
 }
 
