@@ -150,6 +150,16 @@ pub struct JobArgs {
     /// Improvement (fraction) that counts for --early-stop.
     #[arg(long, default_value_t = 0.01)]
     pub early_stop_margin: f64,
+    /// Re-measure the fastest N configs of each workload, interleaved on one worker, before naming
+    /// the winner (0 = tracker default, 3; 1 = off).
+    #[arg(long, default_value_t = 0)]
+    pub finalists: u32,
+    /// Rounds of that re-measurement (0 = tracker default, 3).
+    #[arg(long, default_value_t = 0)]
+    pub finalist_rounds: u32,
+    /// Flush the L2 cache between timing samples (each sample is then one cold launch).
+    #[arg(long)]
+    pub flush_l2: bool,
 }
 
 /// `tensortune tune`.

@@ -42,6 +42,9 @@ pub fn submit_request(
         label: label.to_owned(),
         early_stop_trials: job.early_stop,
         early_stop_margin: job.early_stop_margin,
+        finalists: job.finalists,
+        finalist_rounds: job.finalist_rounds,
+        flush_l2: job.flush_l2,
     }
 }
 

@@ -84,6 +84,9 @@ pub struct RecordView {
     pub smem_bytes: u32,
     /// Whether the image came from the worker's cache.
     pub cache_hit: bool,
+    /// Whether it re-measured a finalist.
+    #[serde(default)]
+    pub remeasure: bool,
     /// Provenance.
     pub provenance: ProvenanceView,
     /// When it was stored (ms since the epoch).
@@ -122,6 +125,7 @@ impl From<&pb::Record> for RecordView {
             registers: m.registers,
             smem_bytes: m.smem_bytes,
             cache_hit: m.cache_hit,
+            remeasure: r.remeasure,
             provenance: ProvenanceView {
                 worker: p.worker_name,
                 gpu: p.gpu_name,
@@ -153,8 +157,25 @@ pub struct WorkloadView {
     pub space_size: u64,
     /// Finished trials per status.
     pub status_counts: BTreeMap<String, u32>,
-    /// Fastest ok record.
+    /// Fastest ok record (the re-measured winner once finalists are re-measured).
     pub best: Option<RecordView>,
+    /// Finalists, fastest re-measurement first.
+    #[serde(default)]
+    pub finalists: Vec<FinalistView>,
+    /// (runner-up - winner) / winner on re-measurement.
+    #[serde(default)]
+    pub finalist_gap: f64,
+}
+
+/// A finalist of a workload.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FinalistView {
+    /// The config.
+    pub config: serde_json::Value,
+    /// Median of its tuning record.
+    pub tuned_us: f64,
+    /// Median over the re-measurement rounds.
+    pub remeasured_us: f64,
 }
 
 /// A job, as `--json` writes it.
@@ -207,6 +228,17 @@ impl From<&pb::Job> for JobView {
                     space_size: w.space_size,
                     status_counts: w.status_counts.iter().map(|(k, v)| (k.clone(), *v)).collect(),
                     best: w.best.as_ref().map(RecordView::from),
+                    finalists: w
+                        .finalists
+                        .iter()
+                        .map(|f| FinalistView {
+                            config: serde_json::from_str(&f.config)
+                                .unwrap_or(serde_json::Value::String(f.config.clone())),
+                            tuned_us: f.tuned_us,
+                            remeasured_us: f.remeasured_us,
+                        })
+                        .collect(),
+                    finalist_gap: w.finalist_gap,
                 })
                 .collect(),
             error: j.error.clone(),
@@ -290,6 +322,20 @@ pub fn fmt_job(job: &JobView) -> String {
         match &w.best {
             Some(b) => s.push_str(&fmt_best(b)),
             None => s.push_str("  best    none yet\n"),
+        }
+        if w.finalists.len() > 1 {
+            let times: Vec<String> = w
+                .finalists
+                .iter()
+                .map(|f| format!("{} (tuned {})", fmt_us(f.remeasured_us), fmt_us(f.tuned_us)))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  final   {} finalists re-measured: {}; winner ahead by {:.1}%",
+                w.finalists.len(),
+                times.join(", "),
+                w.finalist_gap * 100.0
+            );
         }
     }
     s

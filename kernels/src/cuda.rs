@@ -9,8 +9,9 @@ pub const COMMON: &str = include_str!("cuda/common.cuh");
 /// What every generated source starts with. The rest of a source is one self-contained block in
 /// its own namespace, so the blocks of several kernels can share one translation unit (the compile
 /// tests batch them to parse the headers once).
-pub const PREAMBLE: &str =
-    "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\nusing namespace nvcuda;\n\n";
+pub const PREAMBLE: &str = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\nusing namespace nvcuda;\n\n\
+// Fault injection (worker tests only): a statement run first in every generated kernel.\n\
+#ifndef TT_FAULT_HOOK\n#define TT_FAULT_HOOK\n#endif\n\n";
 
 /// A C++ identifier made from arbitrary text (non-alphanumerics become `_`).
 pub fn ident(text: &str) -> String {

@@ -756,6 +756,14 @@ mod tests {
     }
 
     #[test]
+    fn the_drift_reference_is_valid_everywhere() {
+        let (w, c) = crate::template::drift_reference();
+        for t in [Target::sm80(), Target::sm90(), Target::sim()] {
+            WmmaGemm.check(&w, &c, &t).unwrap();
+        }
+    }
+
+    #[test]
     fn fast_enumeration_matches_the_checked_walk() {
         let w = mm(200, 48, 96, Layout::Tn, DType::I8);
         let t = Target::sm90();

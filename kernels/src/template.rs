@@ -140,6 +140,20 @@ pub fn default_for(op: Op) -> Result<&'static dyn Template> {
         .ok_or_else(|| Error::invalid("template", format!("no template implements {} yet", op.name())))
 }
 
+/// The shared reference kernel: every worker times it now and then, so the tracker can flag a
+/// worker whose timings drift from its peers' (a throttled or misconfigured GPU). f16 1024^3 NN
+/// with a mid-size config that is valid on sm_80 and sm_90.
+pub fn drift_reference() -> (Workload, Config) {
+    use crate::workload::{Layout, Matmul, Types};
+    let w = Matmul::new(1024, 1024, 1024, Layout::Nn, Types::default_for(crate::DType::F16).expect("f16 types"))
+        .expect("a valid shape");
+    let config = Config::from_json(
+        r#"{"block_k":64,"block_m":64,"block_n":128,"frag":"m16n16k16","min_blocks":1,"skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":1,"warps_n":4}"#,
+    )
+    .expect("valid JSON");
+    (Workload::Matmul(w), config)
+}
+
 /// Every valid config of the space for `workload` on `target`, with its index, in index order.
 pub fn valid_configs(template: &dyn Template, workload: &Workload, target: &Target) -> Result<Vec<(u64, Config)>> {
     let space = template.space();

@@ -109,7 +109,7 @@ impl Link {
     pub(crate) async fn heartbeat(&self, task_ids: Vec<u64>) -> Result<Vec<u64>, LinkError> {
         let response = self
             .call("Heartbeat", CALL_DEADLINE, |mut client, worker_id| {
-                let request = pb::HeartbeatRequest { worker_id, task_ids: task_ids.clone() };
+                let request = pb::HeartbeatRequest { worker_id, task_ids: task_ids.clone(), reference_us: 0.0 };
                 async move { client.heartbeat(request).await }
             })
             .await?;
@@ -132,7 +132,12 @@ impl Link {
     pub(crate) async fn report(&self, task_id: u64, measurement: &pb::Measurement) -> Result<bool, LinkError> {
         let response = self
             .call("ReportResult", CALL_DEADLINE, |mut client, worker_id| {
-                let request = pb::ReportResultRequest { worker_id, task_id, measurement: Some(measurement.clone()) };
+                let request = pb::ReportResultRequest {
+                    worker_id,
+                    task_id,
+                    measurement: Some(measurement.clone()),
+                    finalist_measurements: Vec::new(),
+                };
                 async move { client.report_result(request).await }
             })
             .await?;

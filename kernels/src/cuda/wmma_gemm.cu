@@ -138,6 +138,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::MIN_BLOCKS) TT_CL
     KERNEL_NAME(const T_IN* __restrict__ A, const T_IN* __restrict__ B, const T_OUT* __restrict__ C,
                 T_OUT* __restrict__ D, unsigned char* __restrict__ workspace) {
   using namespace tt;
+  TT_FAULT_HOOK;
   extern __shared__ __align__(128) unsigned char smem[];
   T_IN* As = reinterpret_cast<T_IN*>(smem);
   T_IN* Bs = As + STAGES * A_STAGE;

@@ -334,6 +334,7 @@ pub(crate) fn record(r: Record) -> pb::Record {
         tflops: r.tflops,
         speedup: r.speedup,
         created_ms: r.created_ms,
+        ..Default::default()
     }
 }
 
@@ -372,6 +373,7 @@ pub(crate) fn job(view: JobView) -> pb::Job {
                 } else {
                     w.row.state.name().to_owned()
                 },
+                ..Default::default()
             })
             .collect(),
         error: job.error,
@@ -380,6 +382,7 @@ pub(crate) fn job(view: JobView) -> pb::Job {
         finished_ms: job.finished_ms.unwrap_or_default(),
         early_stop_trials: job.early_stop_trials,
         early_stop_margin: job.early_stop_margin,
+        ..Default::default()
     }
 }
 
@@ -396,6 +399,7 @@ pub(crate) fn task(t: LeasedTask) -> pb::Task {
         config_index: t.config_index as u64,
         samples: t.samples,
         lease_expires_ms: t.lease_expires_ms,
+        ..Default::default()
     }
 }
 
@@ -427,5 +431,6 @@ pub(crate) fn worker(w: WorkerRow) -> pb::Worker {
         last_seen_ms: w.last_seen_ms,
         leased: w.leased,
         reported: w.reported as u64,
+        ..Default::default()
     }
 }
