@@ -124,12 +124,17 @@ impl FakeWorker {
         task: &pb::Task,
         measurement: pb::Measurement,
     ) -> Result<pb::ReportResultResponse, tonic::Status> {
-        let req = pb::ReportResultRequest { worker_id: self.id, task_id: task.task_id, measurement: Some(measurement) };
+        let req = pb::ReportResultRequest {
+            worker_id: self.id,
+            task_id: task.task_id,
+            measurement: Some(measurement),
+            ..Default::default()
+        };
         self.client.report_result(req).await.map(|r| r.into_inner())
     }
 
     pub(crate) async fn heartbeat(&mut self, task_ids: &[u64]) -> Vec<u64> {
-        let req = pb::HeartbeatRequest { worker_id: self.id, task_ids: task_ids.to_vec() };
+        let req = pb::HeartbeatRequest { worker_id: self.id, task_ids: task_ids.to_vec(), ..Default::default() };
         self.client.heartbeat(req).await.unwrap().into_inner().drop_task_ids
     }
 }

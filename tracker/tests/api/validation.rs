@@ -203,7 +203,7 @@ async fn bad_dispatch_requests_name_the_field() {
     assert_eq!(c, Code::NotFound);
     assert!(message.contains("worker 99 is not registered"), "{message}");
     assert_eq!(
-        code(client.heartbeat(pb::HeartbeatRequest { worker_id: 99, task_ids: vec![] }).await).0,
+        code(client.heartbeat(pb::HeartbeatRequest { worker_id: 99, task_ids: vec![], ..Default::default() }).await).0,
         Code::NotFound
     );
 
@@ -226,6 +226,7 @@ async fn bad_dispatch_requests_name_the_field() {
         worker_id: worker.id,
         task_id: task.task_id,
         measurement: m,
+        ..Default::default()
     };
     let bad: Vec<(&str, Option<pb::Measurement>, &str)> = vec![
         ("no measurement", None, "invalid measurement: must be set"),
