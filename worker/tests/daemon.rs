@@ -64,6 +64,7 @@ fn task(task_id: u64, index: u64) -> pb::Task {
         config_index: index,
         samples: 5,
         lease_expires_ms: 0,
+        ..Default::default()
     }
 }
 
