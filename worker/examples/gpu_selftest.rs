@@ -77,7 +77,8 @@ fn main() -> anyhow::Result<()> {
         let valid = valid_configs(&gemm::WmmaGemm, w, &target)?;
         let step = (valid.len() / per).max(1);
         let chosen: Vec<_> = valid.iter().step_by(step).take(per).collect();
-        let specs = chosen.iter().map(|(_, c)| gemm::WmmaGemm.generate(w, c, &target)).collect::<Result<Vec<_>, _>>()?;
+        let specs =
+            chosen.iter().map(|(_, c)| gemm::WmmaGemm.generate(w, c, &target)).collect::<Result<Vec<_>, _>>()?;
         // Compile them all at once on a few threads; measure one by one.
         let compiled: Vec<_> = std::thread::scope(|s| {
             let handles: Vec<_> = specs

@@ -21,9 +21,12 @@ pub fn child_main(device: DeviceSpec) -> anyhow::Result<()> {
     let mut input = BufReader::new(std::io::stdin().lock());
     let mut output = BufWriter::new(std::io::stdout().lock());
 
-    let opened: anyhow::Result<Box<dyn Executor>> = match device {
+    let opened: anyhow::Result<Box<dyn Executor>> = match &device {
         DeviceSpec::Sim => SimExecutor::from_env().map(|e| Box::new(e) as Box<dyn Executor>),
-        DeviceSpec::Cuda(n) => crate::cuda::CudaExecutor::new(n).map(|e| Box::new(e) as Box<dyn Executor>),
+        DeviceSpec::Cuda(n) => crate::cuda::CudaExecutor::new(*n).map(|e| Box::new(e) as Box<dyn Executor>),
+        DeviceSpec::CudaSet(_) | DeviceSpec::CudaAll => {
+            Err(anyhow::anyhow!("a measuring child drives one device; start one per GPU (e.g. cuda:0)"))
+        }
     };
     let mut executor = match opened {
         Ok(e) => e,

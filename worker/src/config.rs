@@ -16,32 +16,62 @@ pub const CHILD_ARG: &str = "__measure-child";
 /// dropped job does not leave a long queue of stale work.
 pub const MEASURE_QUEUE: usize = 4;
 
-/// The device a worker drives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// The device a worker drives, or the GPUs a process drives with one worker each.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum DeviceSpec {
     /// GPU `n` through the CUDA driver.
     Cuda(usize),
+    /// Several GPUs, one worker each (`cuda:0,1`): ascending, no repeats, at least two.
+    CudaSet(Vec<usize>),
+    /// Every GPU the driver sees, one worker each (`cuda:all`).
+    CudaAll,
     /// The simulator: real code generation and NVRTC, analytic timings.
     Sim,
 }
 
-/// A `--device` value that is not `cuda`, `cuda:N` or `sim`.
+/// A `--device` value that is not `cuda`, `cuda:N`, `cuda:N,M,...`, `cuda:all` or `sim`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid --device {0:?}: expected cuda, cuda:N (N a GPU ordinal, e.g. cuda:0) or sim")]
+#[error(
+    "invalid --device {0:?}: expected cuda, cuda:N (N a GPU ordinal, e.g. cuda:0), cuda:0,1 (several GPUs), cuda:all or sim"
+)]
 pub struct DeviceSpecError(String);
+
+impl DeviceSpec {
+    /// Whether the spec names a single device (one worker, one measuring child).
+    pub fn is_single(&self) -> bool {
+        matches!(self, DeviceSpec::Cuda(_) | DeviceSpec::Sim)
+    }
+
+    /// The first device the spec names (what [`crate::probe`] describes): GPU 0 for `cuda:all`.
+    pub fn first(&self) -> DeviceSpec {
+        match self {
+            DeviceSpec::CudaSet(ordinals) => DeviceSpec::Cuda(ordinals.first().copied().unwrap_or(0)),
+            DeviceSpec::CudaAll => DeviceSpec::Cuda(0),
+            single => single.clone(),
+        }
+    }
+}
 
 impl FromStr for DeviceSpec {
     type Err = DeviceSpecError;
 
     fn from_str(s: &str) -> Result<DeviceSpec, DeviceSpecError> {
-        match s.trim() {
-            "sim" => Ok(DeviceSpec::Sim),
-            "cuda" => Ok(DeviceSpec::Cuda(0)),
-            other => other
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(DeviceSpec::Cuda)
-                .ok_or_else(|| DeviceSpecError(s.to_owned())),
+        let invalid = || DeviceSpecError(s.to_owned());
+        let gpus = match s.trim() {
+            "sim" => return Ok(DeviceSpec::Sim),
+            "cuda" => return Ok(DeviceSpec::Cuda(0)),
+            "cuda:all" => return Ok(DeviceSpec::CudaAll),
+            other => other.strip_prefix("cuda:").ok_or_else(invalid)?,
+        };
+        let mut ordinals =
+            gpus.split(',').map(|n| n.trim().parse::<usize>()).collect::<Result<Vec<_>, _>>().map_err(|_| invalid())?;
+        let given = ordinals.len();
+        ordinals.sort_unstable();
+        ordinals.dedup();
+        match ordinals.as_slice() {
+            _ if ordinals.len() != given => Err(invalid()),
+            [one] => Ok(DeviceSpec::Cuda(*one)),
+            _ => Ok(DeviceSpec::CudaSet(ordinals)),
         }
     }
 }
@@ -50,6 +80,11 @@ impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DeviceSpec::Cuda(n) => write!(f, "cuda:{n}"),
+            DeviceSpec::CudaSet(ordinals) => {
+                let list: Vec<String> = ordinals.iter().map(usize::to_string).collect();
+                write!(f, "cuda:{}", list.join(","))
+            }
+            DeviceSpec::CudaAll => f.write_str("cuda:all"),
             DeviceSpec::Sim => f.write_str("sim"),
         }
     }
@@ -105,11 +140,29 @@ impl WorkerConfig {
         }
     }
 
+    /// The config of the worker that drives GPU `ordinal` in a process driving `gpus` GPUs: it
+    /// registers as `<name>/cuda:N` (`<host>/cuda:N` without a name) and gets its share of the
+    /// compile threads, at least one (each worker has its own pool, so they add up to the total).
+    pub fn for_gpu(&self, ordinal: usize, gpus: usize) -> WorkerConfig {
+        let device = DeviceSpec::Cuda(ordinal);
+        WorkerConfig {
+            name: self.name.as_ref().map(|name| format!("{name}/{device}")),
+            compile_threads: share(self.compile_threads(), gpus),
+            device,
+            ..self.clone()
+        }
+    }
+
     /// The most tasks the worker holds at once (leased and not yet reported): two per compile
     /// thread, so the pool always has its next source ready, plus [`MEASURE_QUEUE`].
     pub fn max_in_flight(&self) -> usize {
         self.compile_threads() * 2 + MEASURE_QUEUE
     }
+}
+
+/// Threads each of `gpus` workers gets out of `total`: an even share, at least one.
+fn share(total: usize, gpus: usize) -> usize {
+    (total / gpus.max(1)).max(1)
 }
 
 /// `$XDG_CACHE_HOME/tensortune`, else `~/.cache/tensortune`; `None` when neither is known.
@@ -149,7 +202,16 @@ mod tests {
         assert_eq!("cuda".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(0));
         assert_eq!("cuda:3".parse::<DeviceSpec>().unwrap(), DeviceSpec::Cuda(3));
         assert_eq!(DeviceSpec::Cuda(3).to_string(), "cuda:3");
-        for bad in ["gpu", "cuda:", "cuda:x", "cuda:-1", ""] {
+        assert_eq!("cuda:all".parse::<DeviceSpec>().unwrap(), DeviceSpec::CudaAll);
+        assert_eq!("cuda:2,0".parse::<DeviceSpec>().unwrap(), DeviceSpec::CudaSet(vec![0, 2]));
+        assert_eq!("cuda:1, 3".parse::<DeviceSpec>().unwrap(), DeviceSpec::CudaSet(vec![1, 3]));
+        assert_eq!("cuda:4,".parse::<DeviceSpec>().ok(), None);
+        assert_eq!(DeviceSpec::CudaSet(vec![0, 2]).to_string(), "cuda:0,2");
+        assert_eq!(DeviceSpec::CudaAll.to_string(), "cuda:all");
+        for spec in ["cuda:all", "cuda:0,2", "cuda:5", "sim"] {
+            assert_eq!(spec.parse::<DeviceSpec>().unwrap().to_string(), spec);
+        }
+        for bad in ["gpu", "cuda:", "cuda:x", "cuda:-1", "", "cuda:1,1", "cuda:0,,1", "cuda:0,x", "cuda:all,1"] {
             let e = bad.parse::<DeviceSpec>().unwrap_err().to_string();
             assert!(e.contains("--device") && e.contains(&format!("{bad:?}")), "{e}");
         }
@@ -164,5 +226,30 @@ mod tests {
         assert_eq!(c.max_in_flight(), 3 * 2 + MEASURE_QUEUE);
         c.name = Some("box/gpu".into());
         assert_eq!(c.worker_name(), "box/gpu");
+    }
+
+    #[test]
+    fn single_and_multi_gpu_specs() {
+        assert!(DeviceSpec::Cuda(1).is_single() && DeviceSpec::Sim.is_single());
+        assert!(!DeviceSpec::CudaAll.is_single() && !DeviceSpec::CudaSet(vec![0, 1]).is_single());
+        assert_eq!(DeviceSpec::CudaAll.first(), DeviceSpec::Cuda(0));
+        assert_eq!(DeviceSpec::CudaSet(vec![2, 3]).first(), DeviceSpec::Cuda(2));
+        assert_eq!(DeviceSpec::Sim.first(), DeviceSpec::Sim);
+    }
+
+    #[test]
+    fn each_gpu_gets_its_own_name_and_a_share_of_the_compile_threads() {
+        let mut c = WorkerConfig::new("http://127.0.0.1:7070", DeviceSpec::CudaAll);
+        c.compile_threads = 16;
+        let gpu3 = c.for_gpu(3, 4);
+        assert_eq!((gpu3.device.clone(), gpu3.compile_threads), (DeviceSpec::Cuda(3), 4));
+        assert!(gpu3.worker_name().ends_with("/cuda:3"), "{}", gpu3.worker_name());
+        assert_eq!(gpu3.tracker, c.tracker);
+        c.name = Some("box".into());
+        assert_eq!(c.for_gpu(1, 2).worker_name(), "box/cuda:1");
+        assert_eq!((share(16, 4), share(16, 3), share(2, 8), share(0, 2), share(5, 0)), (4, 5, 1, 1, 5));
+        c.compile_threads = 0;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(c.for_gpu(0, 2).compile_threads, (cores / 2).max(1));
     }
 }

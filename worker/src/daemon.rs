@@ -226,7 +226,7 @@ fn prepare_run(config: &WorkerConfig, device: &pb::DeviceInfo) -> anyhow::Result
                     tracing::warn!("{why}; the sim device compiles nothing and reports compile_ms 0");
                     Backend::Skip
                 }
-                DeviceSpec::Cuda(_) => anyhow::bail!("{} cannot compile kernels: {why}", config.device),
+                _ => anyhow::bail!("{} cannot compile kernels: {why}", config.device),
             }
         }
     };

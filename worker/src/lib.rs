@@ -3,8 +3,9 @@
 //!
 //! # Layout
 //!
-//! - `config`: [`WorkerConfig`] and [`DeviceSpec`] (`cuda:N` or `sim`).
+//! - `config`: [`WorkerConfig`] and [`DeviceSpec`] (`cuda:N`, `cuda:0,1`, `cuda:all` or `sim`).
 //! - `daemon`: [`run`]'s stages (lease, prepare, measure, report, heartbeat) and how they connect.
+//! - `fleet`: one worker per GPU in one process (`cuda:all`, `cuda:0,1`).
 //! - `link`: the tracker's `Dispatch` service, with retries and re-registration.
 //! - `held`: the tasks a worker holds (back-pressure permits, heartbeat list, drop tokens).
 //! - `compiler`: NVRTC on dedicated threads; the memory and disk cache of compiled images.
@@ -29,6 +30,7 @@ mod child;
 mod compiler;
 mod config;
 mod daemon;
+mod fleet;
 mod frame;
 mod held;
 mod link;
@@ -48,14 +50,19 @@ use tokio_util::sync::CancellationToken;
 /// Runs the worker until `shutdown` is cancelled (then returns `Ok` after stopping its child) or
 /// it cannot go on: the device cannot be opened, NVRTC is missing on a `cuda` device, the tracker
 /// refuses the registration, or no fresh measuring child can be started.
+///
+/// With several GPUs (`cuda:all`, `cuda:0,1`) it runs one worker per GPU until `shutdown`; one
+/// that cannot go on stops alone, and the error lists every GPU whose worker failed.
 pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    daemon::run(config, shutdown).await
+    if config.device.is_single() { daemon::run(config, shutdown).await } else { fleet::run(config, shutdown).await }
 }
 
 /// Starts a measuring child, asks it for its device, stops it, and returns the device as the
-/// tracker would see it (class key, limits, provenance, this process's NVRTC version).
+/// tracker would see it (class key, limits, provenance, this process's NVRTC version). For
+/// several GPUs, the first one's.
 pub async fn probe(config: &WorkerConfig) -> anyhow::Result<pb::DeviceInfo> {
-    let supervisor = supervisor::Supervisor::start(config).await?;
+    let config = WorkerConfig { device: config.device.first(), ..config.clone() };
+    let supervisor = supervisor::Supervisor::start(&config).await?;
     let device = record::device_info(supervisor.facts(), nvrtc::version());
     supervisor.shutdown().await;
     Ok(device)

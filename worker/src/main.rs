@@ -1,4 +1,4 @@
-//! `tensortune-worker`: the worker daemon for one GPU (or the `sim` device).
+//! `tensortune-worker`: the worker daemon for one GPU, every GPU of the machine, or the `sim` device.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,13 +16,15 @@ struct Args {
     /// The tracker's address.
     #[arg(long, env = "TENSORTUNE_TRACKER", default_value = "http://127.0.0.1:7070")]
     tracker: String,
-    /// The device to measure on: cuda, cuda:N or sim.
+    /// The device to measure on: cuda, cuda:N, sim, or several GPUs with one worker each:
+    /// cuda:0,1 or cuda:all.
     #[arg(long, default_value = "cuda:0")]
     device: DeviceSpec,
-    /// Name shown by the tracker [default: <hostname>/<device>].
+    /// Name shown by the tracker [default: <hostname>/<device>]; with several GPUs each worker
+    /// is <name>/cuda:N.
     #[arg(long)]
     name: Option<String>,
-    /// NVRTC threads; 0 uses every core.
+    /// NVRTC threads; 0 uses every core. With several GPUs, each worker gets an even share.
     #[arg(long, default_value_t = 0)]
     compile_threads: usize,
     /// Directory of the on-disk cubin cache [default: $XDG_CACHE_HOME/tensortune or ~/.cache/tensortune].

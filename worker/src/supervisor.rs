@@ -207,7 +207,7 @@ impl Supervisor {
             DeviceSpec::Sim if !config.sim_faults.is_empty() => Some(serde_json::to_string(&config.sim_faults)?),
             _ => None,
         };
-        let launcher = Launcher { command: config.child_command.clone(), device: config.device, faults };
+        let launcher = Launcher { command: config.child_command.clone(), device: config.device.clone(), faults };
         let (child, facts) = launcher.spawn().await?;
         tracing::info!(gpu = %config.device, child = child.pid, device = %facts.name, class = %facts.class_key, "measuring child started");
         Ok(Supervisor {
@@ -228,7 +228,7 @@ impl Supervisor {
     /// A child that dies, hangs past the deadline or answers garbage is retired and the task gets
     /// a `launch_error` or `timeout` outcome; `Err` only means no child can be started any more.
     pub(crate) async fn measure(&mut self, mut request: MeasureRequest) -> anyhow::Result<MeasureOutcome> {
-        let device = self.launcher.device;
+        let device = self.launcher.device.clone();
         let timeout = self.timeout;
         let skip_support = self.support_loaded.contains(&request.workload_key);
         let child = self.ensure_child().await?;
@@ -295,7 +295,7 @@ impl Supervisor {
 
     async fn ensure_child(&mut self) -> anyhow::Result<&mut Child> {
         if self.child.is_none() {
-            let device = self.launcher.device;
+            let device = self.launcher.device.clone();
             let mut attempt = 0;
             let child = loop {
                 attempt += 1;

@@ -442,6 +442,16 @@ async fn a_device_that_cannot_open_fails_probe_and_run_with_the_childs_reason() 
 }
 
 #[tokio::test]
+async fn every_gpu_of_a_set_runs_its_own_worker_and_reports_its_own_failure() {
+    let mut config = worker_config("http://127.0.0.1:1", Path::new("/nonexistent"));
+    config.device = "cuda:98,99".parse().unwrap();
+    let e = format!("{:#}", tensortune_worker::run(config.clone(), CancellationToken::new()).await.unwrap_err());
+    assert!(e.contains("2 of 2 GPU workers failed") && e.contains("cuda:98") && e.contains("cuda:99"), "{e}");
+    let e = format!("{:#}", tensortune_worker::probe(&config).await.unwrap_err());
+    assert!(e.contains("cuda:98") && !e.contains("cuda:99"), "probe describes the first GPU: {e}");
+}
+
+#[tokio::test]
 async fn children_that_do_not_speak_the_protocol_are_reported() {
     let mut config = worker_config("http://127.0.0.1:1", Path::new("/nonexistent"));
     config.child_command = vec!["sh".into(), "-c".into(), "echo 'not a frame'; exec sleep 30".into(), "sh".into()];

@@ -44,6 +44,18 @@ pub struct CudaExecutor {
 /// A failed measurement: the status to report and the text.
 struct Fail(Status, String);
 
+/// GPUs the CUDA driver sees (after `CUDA_VISIBLE_DEVICES`), for `cuda:all`. Blocking: call it
+/// on a blocking thread. It initialises the driver in the calling process (children started later
+/// are new programs, so this does not leak into them).
+pub(crate) fn device_count() -> anyhow::Result<usize> {
+    // SAFETY: only tries to dlopen libcuda by its candidate names.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        anyhow::bail!("the CUDA driver (libcuda.so) was not found; is this a GPU machine?");
+    }
+    let count = CudaContext::device_count().map_err(|e| anyhow::anyhow!("cannot count the GPUs: {e:?}"))?;
+    Ok(count.max(0) as usize)
+}
+
 impl CudaExecutor {
     /// Opens GPU `ordinal`. Fails with a plain message when there is no driver or no such GPU.
     pub fn new(ordinal: usize) -> anyhow::Result<CudaExecutor> {
