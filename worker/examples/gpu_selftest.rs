@@ -116,6 +116,7 @@ fn main() -> anyhow::Result<()> {
                 samples,
                 min_sample_ms: 1.0,
                 min_batch: 50,
+                flush_l2: false,
                 baseline: first,
                 model_us: 0.0,
                 vendor_model_us: 0.0,

@@ -1,5 +1,6 @@
-//! Verifies and times one config on GPU 0, in-process: `run_one KEY CONFIG_JSON [samples] [repeat]`.
-//! For profilers (ncu) and repeatability checks.
+//! Verifies and times one config on GPU 0, in-process:
+//! `run_one KEY CONFIG_JSON [samples] [repeat] [warm|flush]` (`flush`: one launch per sample from a
+//! cold L2). For profilers (ncu) and repeatability checks.
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::*;
 use tensortune_worker::cuda::CudaExecutor;
@@ -11,6 +12,11 @@ fn main() -> anyhow::Result<()> {
     let config = Config::from_json(&a[2])?;
     let samples: u32 = a.get(3).map(|s| s.parse()).transpose()?.unwrap_or(10);
     let repeat: usize = a.get(4).map(|s| s.parse()).transpose()?.unwrap_or(1);
+    let flush_l2 = match a.get(5).map(String::as_str) {
+        None | Some("warm") => false,
+        Some("flush") => true,
+        Some(other) => anyhow::bail!("unknown timing mode {other:?}; expected warm or flush"),
+    };
     let mut exec = CudaExecutor::new(0)?;
     let f = exec.facts();
     let target = Target {
@@ -48,6 +54,7 @@ fn main() -> anyhow::Result<()> {
             samples,
             min_sample_ms: 1.0,
             min_batch: 50,
+            flush_l2,
             baseline: r == 0,
             model_us: 0.0,
             vendor_model_us: 0.0,

@@ -74,6 +74,7 @@ struct Plan {
     samples: u32,
     model_us: f64,
     vendor_model_us: f64,
+    flush_l2: bool,
 }
 
 /// A task ready for the GPU.
@@ -427,7 +428,15 @@ fn plan(task: &pb::Task, target: &Target) -> Result<Plan, String> {
     template.check(&workload, &config, target).map_err(|e| e.to_string())?;
     let spec = template.generate(&workload, &config, target).map_err(|e| e.to_string())?;
     let model_us = template.model_us(&workload, &config, target).map_err(|e| e.to_string())?;
-    Ok(Plan { vendor_model_us: vendor_time(&workload), workload, workload_key, spec, samples: task.samples, model_us })
+    Ok(Plan {
+        vendor_model_us: vendor_time(&workload),
+        workload,
+        workload_key,
+        spec,
+        samples: task.samples,
+        model_us,
+        flush_l2: task.flush_l2,
+    })
 }
 
 /// The analytic vendor time (what `sim` reports as its baseline).
@@ -442,33 +451,37 @@ fn vendor_time(workload: &Workload) -> f64 {
     }
 }
 
-/// Vendor baselines of this worker run, per workload key. The daemon keeps them because a child
-/// restart loses the child's: every record of a workload carries the same baseline.
+/// Vendor baselines of this worker run, per workload key and L2 flush (a baseline is timed the
+/// way its records are). The daemon keeps them because a child restart loses the child's: every
+/// record of a workload carries the same baseline.
 #[derive(Default)]
 struct Baselines {
-    known: HashMap<String, (f64, String)>,
-    asked: HashMap<String, u32>,
+    known: HashMap<(String, bool), (f64, String)>,
+    asked: HashMap<(String, bool), u32>,
 }
 
 impl Baselines {
-    /// Whether the next measurement of `key` should time the vendor library.
-    fn wanted(&mut self, key: &str) -> bool {
-        if self.known.contains_key(key) {
+    /// Whether the next measurement of workload `key` (flushing the L2 or not) should time the
+    /// vendor library.
+    fn wanted(&mut self, key: &str, flush_l2: bool) -> bool {
+        let key = (key.to_owned(), flush_l2);
+        if self.known.contains_key(&key) {
             return false;
         }
-        let asked = self.asked.entry(key.to_owned()).or_insert(0);
+        let asked = self.asked.entry(key).or_insert(0);
         *asked += 1;
         *asked <= BASELINE_ASKS
     }
 
     /// Remembers the outcome's baseline, or gives the outcome the one remembered.
-    fn settle(&mut self, key: &str, outcome: &mut MeasureOutcome) {
+    fn settle(&mut self, key: &str, flush_l2: bool, outcome: &mut MeasureOutcome) {
+        let key = (key.to_owned(), flush_l2);
         match outcome.baseline_us {
             Some(us) => {
-                self.known.entry(key.to_owned()).or_insert_with(|| (us, outcome.baseline_kind.clone()));
+                self.known.entry(key).or_insert_with(|| (us, outcome.baseline_kind.clone()));
             }
             None => {
-                if let Some((us, kind)) = self.known.get(key) {
+                if let Some((us, kind)) = self.known.get(&key) {
                     outcome.baseline_us = Some(*us);
                     outcome.baseline_kind = kind.clone();
                 }
@@ -499,7 +512,7 @@ async fn measure_stage(
                 tracing::info_span!("measure", task = lease.task_id, kernel = %plan.spec.name, gpu = %shared.gpu);
             let request = MeasureRequest {
                 task_id: lease.task_id,
-                baseline: baselines.wanted(&plan.workload_key),
+                baseline: baselines.wanted(&plan.workload_key, plan.flush_l2),
                 workload: plan.workload,
                 tolerance: Tolerance::for_workload(&plan.workload),
                 launch: Launch {
@@ -519,13 +532,14 @@ async fn measure_stage(
                 min_batch: MIN_BATCH,
                 model_us: plan.model_us,
                 vendor_model_us: plan.vendor_model_us,
+                flush_l2: plan.flush_l2,
             };
             let measured = tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
                 outcome = supervisor.measure(request).instrument(span) => outcome,
             };
             let mut outcome = measured?;
-            baselines.settle(&plan.workload_key, &mut outcome);
+            baselines.settle(&plan.workload_key, plan.flush_l2, &mut outcome);
             let measurement = record::measurement(outcome, compile, &shared.provenance);
             if report.send(Report { lease, measurement }).await.is_err() {
                 return Ok(());
@@ -579,19 +593,37 @@ mod tests {
     #[test]
     fn baselines_are_asked_for_until_known_then_copied() {
         let mut b = Baselines::default();
-        assert!(b.wanted("w"));
+        assert!(b.wanted("w", false));
         let mut crashed = MeasureOutcome::failed(Status::LaunchError, "boom");
-        b.settle("w", &mut crashed);
+        b.settle("w", false, &mut crashed);
         assert_eq!(crashed.baseline_us, None);
-        assert!(b.wanted("w"), "a baseline lost with a crashed child is asked for again");
+        assert!(b.wanted("w", false), "a baseline lost with a crashed child is asked for again");
         let mut first = MeasureOutcome::failed(Status::Ok, "");
         first.baseline_us = Some(2.5);
         first.baseline_kind = "cublasGemmEx".into();
-        b.settle("w", &mut first);
-        assert!(!b.wanted("w"));
+        b.settle("w", false, &mut first);
+        assert!(!b.wanted("w", false));
         let mut later = MeasureOutcome::failed(Status::Ok, "");
-        b.settle("w", &mut later);
+        b.settle("w", false, &mut later);
         assert_eq!((later.baseline_us, later.baseline_kind.as_str()), (Some(2.5), "cublasGemmEx"));
-        assert!(b.wanted("other") && b.wanted("other") && b.wanted("other") && !b.wanted("other"));
+        assert!(b.wanted("other", false) && b.wanted("other", false) && b.wanted("other", false));
+        assert!(!b.wanted("other", false));
+    }
+
+    #[test]
+    fn a_cold_l2_baseline_is_its_own() {
+        let mut b = Baselines::default();
+        let mut warm = MeasureOutcome::failed(Status::Ok, "");
+        warm.baseline_us = Some(2.5);
+        b.settle("w", false, &mut warm);
+        assert!(b.wanted("w", true), "the warm baseline does not serve cold records");
+        let mut cold = MeasureOutcome::failed(Status::Ok, "");
+        b.settle("w", true, &mut cold);
+        assert_eq!(cold.baseline_us, None);
+        cold.baseline_us = Some(4.0);
+        b.settle("w", true, &mut cold);
+        let mut later = MeasureOutcome::failed(Status::Ok, "");
+        b.settle("w", true, &mut later);
+        assert_eq!(later.baseline_us, Some(4.0));
     }
 }

@@ -77,6 +77,10 @@ pub struct MeasureRequest {
     pub min_sample_ms: f64,
     /// Fewest launches per sample.
     pub min_batch: u32,
+    /// Flush the L2 cache before every sample: each sample is then one launch from a cold L2
+    /// (batch 1; `min_sample_ms` and `min_batch` do not apply), and so is the vendor baseline's.
+    #[serde(default)]
+    pub flush_l2: bool,
     /// Whether to time the vendor library if this child has no baseline for the workload yet.
     pub baseline: bool,
     /// The analytic model's time, microseconds (what `sim` reports).
@@ -239,5 +243,43 @@ pub(crate) mod b64 {
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let text = String::deserialize(d)?;
         STANDARD.decode(text.as_bytes()).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_without_a_flush_field_do_not_flush() {
+        let w = tensortune_kernels::template::drift_reference().0;
+        let request = MeasureRequest {
+            task_id: 1,
+            workload: w,
+            workload_key: w.key(),
+            launch: Launch {
+                name: "k".into(),
+                entry: "k".into(),
+                grid: [1, 1, 1],
+                block: [32, 1, 1],
+                smem_bytes: 0,
+                workspace_bytes: 0,
+                args: Vec::new(),
+            },
+            cubin: Vec::new(),
+            support_cubin: Vec::new(),
+            tolerance: Tolerance::for_workload(&w),
+            samples: 1,
+            min_sample_ms: 1.0,
+            min_batch: 1,
+            flush_l2: true,
+            baseline: false,
+            model_us: 1.0,
+            vendor_model_us: 1.0,
+        };
+        let mut json = serde_json::to_value(&request).unwrap();
+        assert_eq!(json["flush_l2"], true);
+        json.as_object_mut().unwrap().remove("flush_l2");
+        assert!(!serde_json::from_value::<MeasureRequest>(json).unwrap().flush_l2);
     }
 }

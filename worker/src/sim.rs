@@ -4,7 +4,8 @@
 //! only checks that what it was sent looks like cubins and answers the template's analytic time
 //! (`MeasureRequest::model_us`) with a small deterministic jitter per sample. It runs no kernel, so
 //! its records carry no error figures (`max_abs_err`/`max_rel_err` are `None`), no registers and
-//! an SM clock of 0; the vendor baseline is the analytic vendor time, of kind `model`.
+//! an SM clock of 0; the vendor baseline is the analytic vendor time, of kind `model`. An L2 flush
+//! changes no time (the model has no cache); it only shows as a batch of 1, as on a GPU.
 //!
 //! Fault injection: [`SimFault`]s, passed to the child as JSON in the [`SIM_FAULTS_ENV`]
 //! environment variable, make it abort or hang when asked to measure a given kernel, so tests can
@@ -179,7 +180,8 @@ impl Executor for SimExecutor {
             samples_us,
             median_us,
             spread,
-            batch: request.min_batch.max(1),
+            // A flushing GPU times one launch per sample.
+            batch: if request.flush_l2 { 1 } else { request.min_batch.max(1) },
             baseline_us,
             baseline_kind: if baseline_us.is_some() { "model".into() } else { String::new() },
             max_abs_err: None,
@@ -229,6 +231,7 @@ mod tests {
             samples: 9,
             min_sample_ms: 1.0,
             min_batch: 50,
+            flush_l2: false,
             baseline,
             model_us: 10.0,
             vendor_model_us: 3.0,
@@ -247,6 +250,15 @@ mod tests {
         assert_eq!(sim.measure(&request(7, false)).samples_us, a.samples_us);
         assert_ne!(sim.measure(&request(8, false)).samples_us, a.samples_us);
         assert_eq!(sim.support_loaded(), vec![request(7, false).workload_key]);
+    }
+
+    #[test]
+    fn a_flush_changes_no_time_and_shows_as_single_launch_samples() {
+        let mut sim = SimExecutor::new(Vec::new());
+        let warm = sim.measure(&request(7, true));
+        let cold = sim.measure(&MeasureRequest { flush_l2: true, ..request(7, true) });
+        assert_eq!((warm.batch, cold.batch), (50, 1));
+        assert_eq!((cold.samples_us, cold.baseline_us), (warm.samples_us, warm.baseline_us));
     }
 
     #[test]

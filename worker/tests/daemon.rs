@@ -375,6 +375,22 @@ async fn crashing_and_hanging_kernels_do_not_take_the_worker_down() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushing_tasks_reach_the_child_and_get_their_own_baseline() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let index = valid_indices(1)[0];
+    let flushed = pb::Task { flush_l2: true, ..task(2, index) };
+    let fake = Fake::new(vec![vec![task(1, index)], vec![flushed]]);
+    run_until(&fake, worker_config("", cache.path()), |st| st.reports.len() == 2).await;
+    let st = fake.state();
+    let (warm, cold) = (st.report(1), st.report(2));
+    assert_eq!((status(warm), status(cold)), (pb::RecordStatus::Ok, pb::RecordStatus::Ok));
+    assert!(warm.batch >= 50, "warm samples replay a batch: {warm:?}");
+    assert_eq!(cold.batch, 1, "each flushed sample is one launch: {cold:?}");
+    assert!(cold.baseline_us.is_some(), "the baseline was timed again for flushed records");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_the_tracker_drops_are_abandoned() {
     require_nvrtc();
     let cache = tempfile::tempdir().unwrap();
@@ -480,10 +496,12 @@ async fn cuda_records_are_verified_timed_and_compared_with_the_vendor() {
     let target = tensortune_proto::convert::target_from_device(&device).unwrap();
     let valid = template::valid_configs(&WmmaGemm, &workload(), &target).unwrap();
     let indices: Vec<u64> = (0..8).map(|i| valid[i * (valid.len() - 1) / 7].0).collect();
-    // The last wave repeats the first config: cached image, support module already in the child.
+    // The last wave repeats the first config: cached image, support module already in the child;
+    // then once more from a cold L2.
     let first: Vec<pb::Task> = indices.iter().enumerate().map(|(i, &c)| task(1 + i as u64, c)).collect();
-    let fake = Fake::new(vec![first, vec![task(100, indices[0])]]);
-    run_until(&fake, config, |st| st.reports.len() == indices.len() + 1).await;
+    let cold = pb::Task { flush_l2: true, ..task(101, indices[0]) };
+    let fake = Fake::new(vec![first, vec![task(100, indices[0])], vec![cold]]);
+    run_until(&fake, config, |st| st.reports.len() == indices.len() + 2).await;
 
     let st = fake.state();
     eprintln!("device {} ({}), nvrtc {}", device.name, device.class_key, device.nvrtc_version);
@@ -511,4 +529,5 @@ async fn cuda_records_are_verified_timed_and_compared_with_the_vendor() {
         assert_eq!(m.provenance.as_ref().unwrap().gpu_uuid, device.uuid);
     }
     assert!(st.report(100).cache_hit);
+    assert_eq!(st.report(101).batch, 1, "a flushed sample is one launch");
 }

@@ -92,10 +92,14 @@ impl DevBuf {
     /// Allocates and zero-fills.
     pub(crate) fn zeroed(ctx: &Arc<CudaContext>, stream: &CudaStream, bytes: usize) -> Result<DevBuf, CudaFailure> {
         let buf = DevBuf::new(ctx, bytes)?;
-        // SAFETY: ptr spans `bytes` bytes of this context's memory.
-        unsafe { result::memset_d8_async(buf.ptr, 0, buf.bytes, stream.cu_stream()) }
-            .when(|| "zeroing a buffer".into())?;
+        buf.fill_async(stream, 0).when(|| "zeroing a buffer".into())?;
         Ok(buf)
+    }
+
+    /// Enqueues a write of `value` to every byte on `stream`.
+    pub(crate) fn fill_async(&self, stream: &CudaStream, value: u8) -> Result<(), DriverError> {
+        // SAFETY: ptr spans `bytes` bytes of this context's memory.
+        unsafe { result::memset_d8_async(self.ptr, value, self.bytes, stream.cu_stream()) }
     }
 
     /// Copies the first `N` u64 words to the host (synchronises the stream first).

@@ -1,5 +1,6 @@
 //! The `cuda` device backend (cudarc): loads cubins, verifies every output element against the
-//! float64 reference, times by CUDA-graph replay, and times the vendor baseline the same way, on the
+//! float64 reference, times by CUDA-graph replay (warm, or one launch per sample from a cold L2
+//! when the request flushes; see `timing`), and times the vendor baseline the same way, on the
 //! same buffers. Runs inside the measuring child process, one request at a time.
 
 mod blas;
@@ -34,8 +35,10 @@ pub struct CudaExecutor {
     facts: DeviceFacts,
     blas: Option<Result<blas::Blas, String>>,
     workloads: VecDeque<WorkloadState>,
-    /// Vendor time (or why there is none) per workload key, for this session.
-    baselines: HashMap<String, (Option<f64>, String)>,
+    /// Vendor time (or why there is none) per workload key and L2 flush, for this session.
+    baselines: HashMap<(String, bool), (Option<f64>, String)>,
+    /// What [`timing::Mode::ColdL2`] overwrites; allocated by the first request that flushes.
+    flush_scratch: Option<DevBuf>,
     poisoned: bool,
     /// SM clock reader (absent when NVML is not installed).
     nvml: Option<nvml::Nvml>,
@@ -78,6 +81,7 @@ impl CudaExecutor {
             blas: None,
             workloads: VecDeque::new(),
             baselines: HashMap::new(),
+            flush_scratch: None,
             poisoned: false,
             nvml,
         })
@@ -216,10 +220,10 @@ impl CudaExecutor {
         let name = req.launch.name.clone();
         // The clock while the GPU is busy with this kernel, read just before its timed replays.
         let sm_clock_mhz = self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz());
-        let timing = timing::time(&self.ctx, &self.stream, req.samples.max(1), req.min_sample_ms, |s| {
+        let timed = time_as_asked(&self.ctx, &self.stream, self.facts.l2_bytes, &mut self.flush_scratch, req, |s| {
             launch(s, &func, cfg, &args).when(|| format!("when launching {name}"))
-        })
-        .map_err(|f| self.fail(f))?;
+        });
+        let timing = timed.map_err(|f| self.fail(f))?;
 
         // The same check after hundreds of launches: catches state a kernel leaves behind (split-K
         // counters) and races that only show on later runs.
@@ -233,12 +237,12 @@ impl CudaExecutor {
             )
         })?;
 
-        if req.baseline && !self.baselines.contains_key(&req.workload_key) {
+        let key = baseline_key(req);
+        if req.baseline && !self.baselines.contains_key(&key) {
             let b = self.baseline(wi, req);
-            self.baselines.insert(req.workload_key.clone(), b);
+            self.baselines.insert(key.clone(), b);
         }
-        let (baseline_us, baseline_kind) =
-            self.baselines.get(&req.workload_key).cloned().unwrap_or((None, String::new()));
+        let (baseline_us, baseline_kind) = self.baselines.get(&key).cloned().unwrap_or((None, String::new()));
         Ok(MeasureOutcome {
             status: Status::Ok,
             error: String::new(),
@@ -297,8 +301,10 @@ impl CudaExecutor {
             }
         }
         let (a, b) = w.inputs(InputSet::Timing);
-        match timing::time(&self.ctx, &self.stream, req.samples.max(1), req.min_sample_ms, |_| blas.gemm(&mm, a, b, d))
-        {
+        let timed = time_as_asked(&self.ctx, &self.stream, self.facts.l2_bytes, &mut self.flush_scratch, req, |_| {
+            blas.gemm(&mm, a, b, d)
+        });
+        match timed {
             Ok(t) => (Some(t.median_us), kind),
             Err(f) => {
                 if f.is_sticky() {
@@ -308,6 +314,38 @@ impl CudaExecutor {
             }
         }
     }
+}
+
+/// Times `enqueue` as `req` asks (see `timing`'s modes), allocating the L2 flush scratch into
+/// `scratch` the first time a request flushes.
+fn time_as_asked<F>(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    l2_bytes: u64,
+    scratch: &mut Option<DevBuf>,
+    req: &MeasureRequest,
+    enqueue: F,
+) -> Result<timing::Timing, CudaFailure>
+where
+    F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
+{
+    let mode = if req.flush_l2 {
+        if scratch.is_none() {
+            let bytes = timing::flush_bytes(l2_bytes);
+            *scratch = Some(DevBuf::new(ctx, bytes)?);
+            tracing::debug!(mib = bytes >> 20, "allocated the L2 flush scratch");
+        }
+        timing::Mode::ColdL2 { scratch: scratch.as_ref().expect("allocated above") }
+    } else {
+        timing::Mode::Batched { min_sample_ms: req.min_sample_ms }
+    };
+    timing::time(ctx, stream, req.samples.max(1), mode, enqueue)
+}
+
+/// Baselines are per workload and timing mode: a cold-L2 vendor time next to a warm kernel time
+/// (or the reverse) would misstate the speedup.
+fn baseline_key(req: &MeasureRequest) -> (String, bool) {
+    (req.workload_key.clone(), req.flush_l2)
 }
 
 fn launch_config(l: &crate::protocol::Launch) -> LaunchConfig {
@@ -335,7 +373,7 @@ impl Executor for CudaExecutor {
             Ok(o) => o,
             Err(Fail(status, text)) => {
                 let mut o = MeasureOutcome::failed(status, text);
-                if let Some((us, kind)) = self.baselines.get(&request.workload_key) {
+                if let Some((us, kind)) = self.baselines.get(&baseline_key(request)) {
                     o.baseline_us = *us;
                     o.baseline_kind = kind.clone();
                 }

@@ -1,21 +1,60 @@
-//! GPU-side timing: a CUDA graph holding a batch of launches, replayed between CUDA events.
+//! GPU-side timing: CUDA graphs replayed between CUDA events, in one of two modes.
 //!
 //! A host loop of launches measures the host, not the kernel (on an H200 an empty kernel reads
-//! 4.7 us per launch from a host loop and 0.5 us inside a graph), so every sample is the replay of
-//! one graph whose batch grows until a sample lasts at least `min_sample_ms`. Our kernels and the
-//! vendor's are timed by this one function.
+//! 4.7 us per launch from a host loop and 0.5 us inside a graph), so launches are always replayed
+//! from a graph. Our kernels and the vendor's are timed by this one function, in the same mode.
+//!
+//! - [`Mode::Batched`] (the default): every sample is the replay of one graph whose batch of
+//!   launches grows until a sample lasts at least `min_sample_ms`; samples run back to back, so
+//!   the inputs stay in L2 from one launch to the next (the steady state of a kernel called in a
+//!   loop).
+//! - [`Mode::ColdL2`] (a job's `flush_l2`): every sample is one launch, the replay of a graph of
+//!   batch 1 between two events. Before each sample, outside the events, a memset overwrites a
+//!   scratch buffer of twice the L2 size ([`flush_bytes`]), which evicts the kernel's inputs and
+//!   output: each sample starts from a cold L2, as a kernel does after unrelated work. Such a
+//!   sample includes the graph launch's own GPU-side cost (about half a microsecond) and the
+//!   write-back of the dirty scratch lines the kernel evicts, the price every cold-cache benchmark
+//!   pays; the vendor baseline pays it too. The scratch buffer is allocated once per child.
 
 use std::sync::Arc;
 
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaContext, CudaGraph, CudaStream};
+use cudarc::driver::{CudaContext, CudaEvent, CudaGraph, CudaStream};
 
-use super::device::{Context, CudaFailure};
+use super::device::{Context, CudaFailure, DevBuf};
 
 /// Launches in the graph that estimates one launch's time.
 const PROBE_BATCH: u32 = 8;
 /// The most launches one graph may hold.
 const MAX_BATCH: u32 = 20_000;
+/// Scratch used to flush an L2 whose size the driver does not report: larger than any L2 so far
+/// (H100 50 MiB, B200 126 MiB).
+const UNKNOWN_L2_FLUSH_BYTES: u64 = 256 << 20;
+
+/// How samples are taken.
+#[derive(Clone, Copy)]
+pub(crate) enum Mode<'a> {
+    /// Back-to-back replays of a graph of as many launches as make a sample last
+    /// `min_sample_ms` (warm L2).
+    Batched {
+        /// Minimum GPU time of one sample, milliseconds.
+        min_sample_ms: f64,
+    },
+    /// One launch per sample, after overwriting `scratch` (cold L2).
+    ColdL2 {
+        /// At least [`flush_bytes`] of the device's L2.
+        scratch: &'a DevBuf,
+    },
+}
+
+/// Bytes to overwrite so that nothing a kernel touched before survives in an L2 of `l2_bytes`:
+/// twice its size (the L2 is not a perfect LRU; one pass may leave lines behind).
+pub(crate) fn flush_bytes(l2_bytes: u64) -> usize {
+    match l2_bytes {
+        0 => UNKNOWN_L2_FLUSH_BYTES as usize,
+        n => (2 * n) as usize,
+    }
+}
 
 /// Samples of one timed workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,13 +107,12 @@ fn replay_ms(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, graph: &CudaGraph
 }
 
 /// Times `enqueue` (which must enqueue exactly one launch, or one vendor call, on the stream it is
-/// given): warm-up, a probe graph to estimate one launch, then `samples` replays of a graph of
-/// `batch` launches where `batch * launch >= min_sample_ms`.
+/// given): a warm-up launch, then `samples` samples taken as `mode` says.
 pub(crate) fn time<F>(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
     samples: u32,
-    min_sample_ms: f64,
+    mode: Mode<'_>,
     mut enqueue: F,
 ) -> Result<Timing, CudaFailure>
 where
@@ -83,19 +121,33 @@ where
     // Warm-up outside any graph: module load, instruction cache, vendor heuristics.
     enqueue(stream)?;
     stream.synchronize().when(|| "when running the warm-up launch".into())?;
+    match mode {
+        Mode::Batched { min_sample_ms } => batched(ctx, stream, samples, min_sample_ms, &mut enqueue),
+        Mode::ColdL2 { scratch } => cold(ctx, stream, samples, scratch, &mut enqueue),
+    }
+}
 
-    let probe = capture(stream, PROBE_BATCH, &mut enqueue)?;
+/// A probe graph estimates one launch, then `samples` replays of a graph of `batch` launches where
+/// `batch * launch >= min_sample_ms`.
+fn batched<F>(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    samples: u32,
+    min_sample_ms: f64,
+    enqueue: &mut F,
+) -> Result<Timing, CudaFailure>
+where
+    F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
+{
+    let probe = capture(stream, PROBE_BATCH, enqueue)?;
     replay_ms(ctx, stream, &probe)?;
     let per_launch_ms = (replay_ms(ctx, stream, &probe)? / PROBE_BATCH as f64).max(1e-6);
     drop(probe);
     let batch = ((min_sample_ms / per_launch_ms).ceil() as u32).clamp(1, MAX_BATCH);
 
-    let graph = capture(stream, batch, &mut enqueue)?;
+    let graph = capture(stream, batch, enqueue)?;
     replay_ms(ctx, stream, &graph)?;
-    let mut events = Vec::with_capacity(samples as usize + 1);
-    for _ in 0..=samples {
-        events.push(ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).when(|| "when creating an event".into())?);
-    }
+    let events = new_events(ctx, samples as usize + 1)?;
     // Back-to-back replays, one event between consecutive samples: the GPU never idles.
     events[0].record(stream).when(|| "when recording an event".into())?;
     for i in 0..samples as usize {
@@ -109,6 +161,47 @@ where
         samples_us.push(ms * 1e3 / batch as f64);
     }
     Ok(summarise(samples_us, batch))
+}
+
+/// `samples` replays of a graph of one launch, each between its own pair of events and each
+/// after a memset of `scratch` that the events leave out.
+fn cold<F>(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    samples: u32,
+    scratch: &DevBuf,
+    enqueue: &mut F,
+) -> Result<Timing, CudaFailure>
+where
+    F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
+{
+    let graph = capture(stream, 1, enqueue)?;
+    // One untimed replay: the graph's first launch pays for its upload to the device.
+    scratch.fill_async(stream, 0).when(|| "when flushing the L2".into())?;
+    replay_ms(ctx, stream, &graph)?;
+    let starts = new_events(ctx, samples as usize)?;
+    let ends = new_events(ctx, samples as usize)?;
+    // Everything is enqueued before the first sample ends: the host never delays the GPU.
+    for (i, (start, end)) in starts.iter().zip(&ends).enumerate() {
+        scratch.fill_async(stream, i as u8).when(|| "when flushing the L2".into())?;
+        start.record(stream).when(|| "when recording an event".into())?;
+        graph.launch().when(|| "when replaying the graph".into())?;
+        end.record(stream).when(|| "when recording an event".into())?;
+    }
+    if let Some(last) = ends.last() {
+        last.synchronize().when(|| "when running the timed replays".into())?;
+    }
+    let mut samples_us = Vec::with_capacity(samples as usize);
+    for (start, end) in starts.iter().zip(&ends) {
+        samples_us.push(start.elapsed_ms(end).when(|| "when reading an event".into())? as f64 * 1e3);
+    }
+    Ok(summarise(samples_us, 1))
+}
+
+fn new_events(ctx: &Arc<CudaContext>, n: usize) -> Result<Vec<CudaEvent>, CudaFailure> {
+    (0..n)
+        .map(|_| ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).when(|| "when creating an event".into()))
+        .collect()
 }
 
 /// Median and spread of a set of samples.
@@ -138,5 +231,11 @@ mod tests {
         assert!((t.spread - 1.0).abs() < 1e-12);
         assert_eq!(summarise(vec![4.0, 1.0, 2.0, 3.0], 1).median_us, 2.5);
         assert_eq!(summarise(vec![], 1).median_us, 0.0);
+    }
+
+    #[test]
+    fn the_flush_overwrites_twice_the_l2() {
+        assert_eq!(flush_bytes(50 << 20), 100 << 20);
+        assert_eq!(flush_bytes(0), UNKNOWN_L2_FLUSH_BYTES as usize);
     }
 }
