@@ -6,7 +6,8 @@
 //! heartbeat: renews the held leases, cancels the tasks the tracker drops
 //! ```
 //!
-//! Each stage is a task owned by [`run`]'s `JoinSet`, connected by bounded channels. Back-pressure
+//! The prepare stage lives in `prepare`, the measure stage in `measure`; what follows from a task
+//! alone in `plan`. Each stage is a task owned by [`run`]'s `JoinSet`, connected by bounded channels. Back-pressure
 //! comes from one semaphore: a task holds a permit from lease to report and leases ask only for
 //! free permits, so at most `max_in_flight` tasks are held, and compiled tasks queue for the GPU
 //! while the pool works ahead on the next ones.
@@ -16,80 +17,49 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow};
-use tensortune_kernels::gemm::vendor_model_us;
-use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Workload, short_digest, template};
+use tensortune_kernels::{Target, template};
 use tensortune_proto::convert::{status_name, target_from_device};
 use tensortune_proto::pb;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::Instrument as _;
 
-use crate::compiler::{Backend, Compiler, Image};
+use crate::compiler::{Backend, Compiler};
 use crate::config::{DeviceSpec, MEASURE_QUEUE, WorkerConfig};
 use crate::held::{Held, Lease};
 use crate::link::{Link, LinkError};
+use crate::measure::measure_stage;
 use crate::nvrtc;
-use crate::protocol::{Launch, MeasureOutcome, MeasureRequest, Status};
-use crate::record::{self, Compile};
+use crate::prepare::prepare_stage;
+use crate::record;
 use crate::supervisor::Supervisor;
 
-/// Minimum GPU time of one timing sample, milliseconds (the child grows the batch to reach it).
-const MIN_SAMPLE_MS: f64 = 1.0;
-/// Fewest launches per timing sample.
-const MIN_BATCH: u32 = 50;
-/// Timing samples of a task that names none (the tracker's default for jobs).
-const DEFAULT_SAMPLES: u32 = 10;
 /// Most tasks asked for in one lease call (the tracker's limit).
 const MAX_LEASE: usize = 1024;
 /// A tracker that answers an empty lease at once (no long poll) is asked again after this long.
 const EMPTY_LEASE_PAUSE: Duration = Duration::from_millis(250);
 /// Pause before leasing again after the tracker refused a lease.
 const REFUSED_LEASE_PAUSE: Duration = Duration::from_secs(5);
-/// Times the vendor baseline of a workload is asked for before records go without one (a child
-/// that crashed on the first task of a workload took its baseline with it).
-const BASELINE_ASKS: u32 = 3;
 
 /// What every stage needs to know about the run.
-struct Shared {
-    target: Target,
-    compiler: Compiler,
-    provenance: pb::Provenance,
-    gpu: String,
+pub(crate) struct Shared {
+    pub(crate) target: Target,
+    pub(crate) compiler: Compiler,
+    pub(crate) provenance: pb::Provenance,
+    /// The device, for logs.
+    pub(crate) gpu: String,
 }
 
 /// A task between lease and prepare.
-struct Leased {
-    task: pb::Task,
-    lease: Lease,
-}
-
-/// Everything about a task that follows from the task alone.
-struct Plan {
-    workload: Workload,
-    workload_key: String,
-    spec: KernelSpec,
-    samples: u32,
-    model_us: f64,
-    vendor_model_us: f64,
-    flush_l2: bool,
-}
-
-/// A task ready for the GPU.
-struct Prepared {
-    lease: Lease,
-    plan: Plan,
-    kernel: Arc<Image>,
-    support: Arc<Image>,
-    compile: Compile,
+pub(crate) struct Leased {
+    pub(crate) task: pb::Task,
+    pub(crate) lease: Lease,
 }
 
 /// A finished record on its way to the tracker.
-struct Report {
-    lease: Lease,
-    measurement: pb::Measurement,
+pub(crate) struct Report {
+    pub(crate) lease: Lease,
+    pub(crate) measurement: pb::Measurement,
 }
 
 /// Runs the worker until `shutdown` fires (then returns `Ok`) or it cannot go on.
@@ -326,231 +296,6 @@ async fn lease_stage(
     }
 }
 
-async fn prepare_stage(
-    shared: Arc<Shared>,
-    mut leased: mpsc::Receiver<Leased>,
-    measure: mpsc::Sender<Prepared>,
-    report: mpsc::Sender<Report>,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    // One task per leased task, so compiles of different tasks overlap; the lease room bounds
-    // how many there are.
-    let tasks = TaskTracker::new();
-    loop {
-        let next = tokio::select! {
-            _ = stop.cancelled() => break,
-            next = leased.recv() => next,
-        };
-        let Some(Leased { task, lease }) = next else { break };
-        let span = tracing::info_span!("task", task = task.task_id, kernel = tracing::field::Empty, gpu = %shared.gpu);
-        let (shared, measure, report, stop) = (shared.clone(), measure.clone(), report.clone(), stop.clone());
-        tasks.spawn(async move { prepare_one(task, lease, &shared, &measure, &report, &stop).await }.instrument(span));
-    }
-    tasks.close();
-    tasks.wait().await;
-    Ok(())
-}
-
-/// Generates and compiles one task; hands it to the measure stage, or reports why it cannot run.
-async fn prepare_one(
-    task: pb::Task,
-    lease: Lease,
-    shared: &Shared,
-    measure: &mpsc::Sender<Prepared>,
-    report: &mpsc::Sender<Report>,
-    stop: &CancellationToken,
-) {
-    let failed = |lease: Lease, status: Status, error: String, compile: Compile| Report {
-        lease,
-        measurement: record::measurement(MeasureOutcome::failed(status, error), compile, &shared.provenance),
-    };
-    let plan = match plan(&task, &shared.target) {
-        Ok(plan) => plan,
-        Err(reason) => {
-            tracing::info!("invalid config: {reason}");
-            let _ = report.send(failed(lease, Status::InvalidConfig, reason, Compile::default())).await;
-            return;
-        }
-    };
-    tracing::Span::current().record("kernel", plan.spec.name.as_str());
-    let support_name = format!("tt_support_{}", short_digest(&plan.workload_key));
-    let support_source = support::source(&plan.workload);
-    let (kernel, support) = tokio::select! {
-        _ = stop.cancelled() => return,
-        _ = lease.dropped.cancelled() => return,
-        built = async {
-            tokio::join!(
-                shared.compiler.build(&plan.spec.name, &plan.spec.source),
-                shared.compiler.build(&support_name, &support_source),
-            )
-        } => built,
-    };
-    let compile = Compile { ms: kernel.compile_ms, cache_hit: kernel.cache_hit };
-    let (kernel, support) = match (kernel.image, support.image) {
-        (Ok(kernel), Ok(support)) => (kernel, support),
-        (Err(log), _) => {
-            tracing::info!("compile error");
-            let _ = report.send(failed(lease, Status::CompileError, log.to_string(), compile)).await;
-            return;
-        }
-        (_, Err(log)) => {
-            let error = format!("the support module of workload {} did not compile: {log}", plan.workload_key);
-            tracing::error!("{error}");
-            let _ = report.send(failed(lease, Status::CompileError, error, compile)).await;
-            return;
-        }
-    };
-    tracing::debug!(compile_ms = compile.ms, cache_hit = compile.cache_hit, "compiled");
-    tokio::select! {
-        _ = stop.cancelled() => {}
-        _ = measure.send(Prepared { lease, plan, kernel, support, compile }) => {}
-    }
-}
-
-/// Everything that follows from the task alone; `Err` is the reason for an `invalid_config`.
-fn plan(task: &pb::Task, target: &Target) -> Result<Plan, String> {
-    let workload = task.workload.as_ref().ok_or_else(|| "the task has no workload".to_owned())?;
-    let workload = Workload::try_from(workload).map_err(|e| format!("the task's workload is invalid: {e}"))?;
-    let workload_key = workload.key();
-    if task.workload_key != workload_key {
-        tracing::warn!("the task's workload key {:?} differs from this worker's {workload_key:?}", task.workload_key);
-    }
-    let template = template::by_name(&task.template).map_err(|e| e.to_string())?;
-    if task.template_version != template.version() {
-        return Err(format!(
-            "the task asks for {} version {}; this worker generates version {}",
-            task.template,
-            task.template_version,
-            template.version()
-        ));
-    }
-    let config = Config::from_json(&task.config).map_err(|e| e.to_string())?;
-    template.check(&workload, &config, target).map_err(|e| e.to_string())?;
-    let spec = template.generate(&workload, &config, target).map_err(|e| e.to_string())?;
-    let model_us = template.model_us(&workload, &config, target).map_err(|e| e.to_string())?;
-    Ok(Plan {
-        vendor_model_us: vendor_time(&workload),
-        workload,
-        workload_key,
-        spec,
-        samples: task.samples,
-        model_us,
-        flush_l2: task.flush_l2,
-    })
-}
-
-/// The analytic vendor time (what `sim` reports as its baseline).
-fn vendor_time(workload: &Workload) -> f64 {
-    match workload {
-        Workload::Matmul(m) => vendor_model_us(m),
-        Workload::Conv2d(c) => {
-            // cuDNN's implicit GEMM: NHWC activations are K-contiguous (T), KRSC filters too (N).
-            let (m, n, k) = c.gemm_dims();
-            vendor_model_us(&Matmul { m, n, k, layout: Layout::Tn, types: c.types, alpha: 1.0, beta: 0.0 })
-        }
-    }
-}
-
-/// Vendor baselines of this worker run, per workload key and L2 flush (a baseline is timed the
-/// way its records are). The daemon keeps them because a child restart loses the child's: every
-/// record of a workload carries the same baseline.
-#[derive(Default)]
-struct Baselines {
-    known: HashMap<(String, bool), (f64, String)>,
-    asked: HashMap<(String, bool), u32>,
-}
-
-impl Baselines {
-    /// Whether the next measurement of workload `key` (flushing the L2 or not) should time the
-    /// vendor library.
-    fn wanted(&mut self, key: &str, flush_l2: bool) -> bool {
-        let key = (key.to_owned(), flush_l2);
-        if self.known.contains_key(&key) {
-            return false;
-        }
-        let asked = self.asked.entry(key).or_insert(0);
-        *asked += 1;
-        *asked <= BASELINE_ASKS
-    }
-
-    /// Remembers the outcome's baseline, or gives the outcome the one remembered.
-    fn settle(&mut self, key: &str, flush_l2: bool, outcome: &mut MeasureOutcome) {
-        let key = (key.to_owned(), flush_l2);
-        match outcome.baseline_us {
-            Some(us) => {
-                self.known.entry(key).or_insert_with(|| (us, outcome.baseline_kind.clone()));
-            }
-            None => {
-                if let Some((us, kind)) = self.known.get(&key) {
-                    outcome.baseline_us = Some(*us);
-                    outcome.baseline_kind = kind.clone();
-                }
-            }
-        }
-    }
-}
-
-async fn measure_stage(
-    mut supervisor: Supervisor,
-    shared: &Shared,
-    mut prepared: mpsc::Receiver<Prepared>,
-    report: mpsc::Sender<Report>,
-    stop: &CancellationToken,
-) -> anyhow::Result<()> {
-    let mut baselines = Baselines::default();
-    let result = async {
-        loop {
-            let next = tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
-                next = prepared.recv() => next,
-            };
-            let Some(Prepared { lease, plan, kernel, support, compile }) = next else { return Ok(()) };
-            if lease.dropped.is_cancelled() {
-                continue;
-            }
-            let span =
-                tracing::info_span!("measure", task = lease.task_id, kernel = %plan.spec.name, gpu = %shared.gpu);
-            let request = MeasureRequest {
-                task_id: lease.task_id,
-                baseline: baselines.wanted(&plan.workload_key, plan.flush_l2),
-                workload: plan.workload,
-                tolerance: Tolerance::for_workload(&plan.workload),
-                launch: Launch {
-                    name: plan.spec.name,
-                    entry: plan.spec.entry,
-                    grid: plan.spec.grid,
-                    block: plan.spec.block,
-                    smem_bytes: plan.spec.smem_bytes,
-                    workspace_bytes: plan.spec.workspace_bytes,
-                    args: plan.spec.args,
-                },
-                workload_key: plan.workload_key.clone(),
-                cubin: kernel.cubin.clone(),
-                support_cubin: support.cubin.clone(),
-                samples: if plan.samples == 0 { DEFAULT_SAMPLES } else { plan.samples },
-                min_sample_ms: MIN_SAMPLE_MS,
-                min_batch: MIN_BATCH,
-                model_us: plan.model_us,
-                vendor_model_us: plan.vendor_model_us,
-                flush_l2: plan.flush_l2,
-            };
-            let measured = tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
-                outcome = supervisor.measure(request).instrument(span) => outcome,
-            };
-            let mut outcome = measured?;
-            baselines.settle(&plan.workload_key, plan.flush_l2, &mut outcome);
-            let measurement = record::measurement(outcome, compile, &shared.provenance);
-            if report.send(Report { lease, measurement }).await.is_err() {
-                return Ok(());
-            }
-        }
-    }
-    .await;
-    supervisor.shutdown().await;
-    result
-}
-
 async fn report_stage(link: &Link, mut reports: mpsc::Receiver<Report>) -> anyhow::Result<()> {
     // Set once a report was abandoned at shutdown: the tracker is unreachable, so the rest are
     // abandoned without another attempt (their leases expire and the tasks are measured again).
@@ -584,46 +329,4 @@ async fn report_stage(link: &Link, mut reports: mpsc::Receiver<Report>) -> anyho
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn baselines_are_asked_for_until_known_then_copied() {
-        let mut b = Baselines::default();
-        assert!(b.wanted("w", false));
-        let mut crashed = MeasureOutcome::failed(Status::LaunchError, "boom");
-        b.settle("w", false, &mut crashed);
-        assert_eq!(crashed.baseline_us, None);
-        assert!(b.wanted("w", false), "a baseline lost with a crashed child is asked for again");
-        let mut first = MeasureOutcome::failed(Status::Ok, "");
-        first.baseline_us = Some(2.5);
-        first.baseline_kind = "cublasGemmEx".into();
-        b.settle("w", false, &mut first);
-        assert!(!b.wanted("w", false));
-        let mut later = MeasureOutcome::failed(Status::Ok, "");
-        b.settle("w", false, &mut later);
-        assert_eq!((later.baseline_us, later.baseline_kind.as_str()), (Some(2.5), "cublasGemmEx"));
-        assert!(b.wanted("other", false) && b.wanted("other", false) && b.wanted("other", false));
-        assert!(!b.wanted("other", false));
-    }
-
-    #[test]
-    fn a_cold_l2_baseline_is_its_own() {
-        let mut b = Baselines::default();
-        let mut warm = MeasureOutcome::failed(Status::Ok, "");
-        warm.baseline_us = Some(2.5);
-        b.settle("w", false, &mut warm);
-        assert!(b.wanted("w", true), "the warm baseline does not serve cold records");
-        let mut cold = MeasureOutcome::failed(Status::Ok, "");
-        b.settle("w", true, &mut cold);
-        assert_eq!(cold.baseline_us, None);
-        cold.baseline_us = Some(4.0);
-        b.settle("w", true, &mut cold);
-        let mut later = MeasureOutcome::failed(Status::Ok, "");
-        b.settle("w", true, &mut later);
-        assert_eq!(later.baseline_us, Some(4.0));
-    }
 }

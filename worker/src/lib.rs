@@ -4,7 +4,9 @@
 //! # Layout
 //!
 //! - `config`: [`WorkerConfig`] and [`DeviceSpec`] (`cuda:N`, `cuda:0,1`, `cuda:all` or `sim`).
-//! - `daemon`: [`run`]'s stages (lease, prepare, measure, report, heartbeat) and how they connect.
+//! - `daemon`: [`run`]'s stages (lease, prepare, measure, report, heartbeat) and how they connect;
+//!   `plan`: what follows from a task alone; `prepare`: generation and compilation of a task;
+//!   `measure`: the stage that drives the measuring child.
 //! - `fleet`: one worker per GPU in one process (`cuda:all`, `cuda:0,1`).
 //! - `link`: the tracker's `Dispatch` service, with retries and re-registration.
 //! - `held`: the tasks a worker holds (back-pressure permits, heartbeat list, drop tokens).
@@ -34,6 +36,9 @@ mod fleet;
 mod frame;
 mod held;
 mod link;
+mod measure;
+mod plan;
+mod prepare;
 mod record;
 mod supervisor;
 

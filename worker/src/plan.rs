@@ -1,0 +1,146 @@
+//! What follows from a task alone: its workload and template (the [`Subject`]), and for each of
+//! its configs the generated kernel, the analytic times and the child's [`MeasureRequest`].
+
+use tensortune_kernels::gemm::vendor_model_us;
+use tensortune_kernels::support::Tolerance;
+use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Workload, short_digest, template};
+use tensortune_proto::pb;
+
+use crate::compiler::Image;
+use crate::protocol::{Launch, MeasureRequest};
+
+/// Minimum GPU time of one timing sample, milliseconds (the child grows the batch to reach it).
+const MIN_SAMPLE_MS: f64 = 1.0;
+/// Fewest launches per timing sample.
+const MIN_BATCH: u32 = 50;
+/// Timing samples of a task that names none (the tracker's default for jobs).
+const DEFAULT_SAMPLES: u32 = 10;
+
+/// How a task's measurements are sampled (the job's settings).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Sampling {
+    /// Timing samples per measurement; 0 means [`DEFAULT_SAMPLES`].
+    pub(crate) samples: u32,
+    /// One launch per sample from a cold L2.
+    pub(crate) flush_l2: bool,
+}
+
+impl Sampling {
+    /// The sampling a task asks for.
+    pub(crate) fn of_task(task: &pb::Task) -> Sampling {
+        Sampling { samples: task.samples, flush_l2: task.flush_l2 }
+    }
+}
+
+/// What a task measures apart from its configs.
+pub(crate) struct Subject {
+    pub(crate) workload: Workload,
+    pub(crate) workload_key: String,
+    pub(crate) template: &'static dyn Template,
+}
+
+impl Subject {
+    /// The task's workload and template; `Err` is the reason for an `invalid_config`.
+    pub(crate) fn of_task(task: &pb::Task) -> Result<Subject, String> {
+        let workload = task.workload.as_ref().ok_or_else(|| "the task has no workload".to_owned())?;
+        let workload = Workload::try_from(workload).map_err(|e| format!("the task's workload is invalid: {e}"))?;
+        let workload_key = workload.key();
+        if task.workload_key != workload_key {
+            tracing::warn!(
+                "the task's workload key {:?} differs from this worker's {workload_key:?}",
+                task.workload_key
+            );
+        }
+        let template = template::by_name(&task.template).map_err(|e| e.to_string())?;
+        if task.template_version != template.version() {
+            return Err(format!(
+                "the task asks for {} version {}; this worker generates version {}",
+                task.template,
+                task.template_version,
+                template.version()
+            ));
+        }
+        Ok(Subject { workload, workload_key, template })
+    }
+
+    /// The plan of one config given as JSON; `Err` is the reason for an `invalid_config`.
+    pub(crate) fn plan_json(&self, config: &str, sampling: Sampling, target: &Target) -> Result<Plan, String> {
+        let config = Config::from_json(config).map_err(|e| e.to_string())?;
+        self.plan(&config, sampling, target)
+    }
+
+    /// The plan of one config; `Err` is the reason for an `invalid_config`.
+    pub(crate) fn plan(&self, config: &Config, sampling: Sampling, target: &Target) -> Result<Plan, String> {
+        let (template, workload) = (self.template, &self.workload);
+        template.check(workload, config, target).map_err(|e| e.to_string())?;
+        let spec = template.generate(workload, config, target).map_err(|e| e.to_string())?;
+        let model_us = template.model_us(workload, config, target).map_err(|e| e.to_string())?;
+        Ok(Plan {
+            workload: *workload,
+            workload_key: self.workload_key.clone(),
+            spec,
+            sampling,
+            model_us,
+            vendor_model_us: vendor_time(workload),
+        })
+    }
+}
+
+/// One config of a task, ready to compile.
+pub(crate) struct Plan {
+    pub(crate) workload: Workload,
+    pub(crate) workload_key: String,
+    pub(crate) spec: KernelSpec,
+    pub(crate) sampling: Sampling,
+    pub(crate) model_us: f64,
+    pub(crate) vendor_model_us: f64,
+}
+
+impl Plan {
+    /// The name the workload's support module is compiled under.
+    pub(crate) fn support_name(&self) -> String {
+        format!("tt_support_{}", short_digest(&self.workload_key))
+    }
+
+    /// The child's request to measure this plan's kernel from `kernel`, with the workload's
+    /// `support` module; `baseline` asks for the vendor library's time too.
+    pub(crate) fn request(&self, task_id: u64, kernel: &Image, support: &Image, baseline: bool) -> MeasureRequest {
+        let spec = &self.spec;
+        MeasureRequest {
+            task_id,
+            workload: self.workload,
+            workload_key: self.workload_key.clone(),
+            launch: Launch {
+                name: spec.name.clone(),
+                entry: spec.entry.clone(),
+                grid: spec.grid,
+                block: spec.block,
+                smem_bytes: spec.smem_bytes,
+                workspace_bytes: spec.workspace_bytes,
+                args: spec.args.clone(),
+            },
+            cubin: kernel.cubin.clone(),
+            support_cubin: support.cubin.clone(),
+            tolerance: Tolerance::for_workload(&self.workload),
+            samples: if self.sampling.samples == 0 { DEFAULT_SAMPLES } else { self.sampling.samples },
+            min_sample_ms: MIN_SAMPLE_MS,
+            min_batch: MIN_BATCH,
+            flush_l2: self.sampling.flush_l2,
+            baseline,
+            model_us: self.model_us,
+            vendor_model_us: self.vendor_model_us,
+        }
+    }
+}
+
+/// The analytic vendor time (what `sim` reports as its baseline).
+fn vendor_time(workload: &Workload) -> f64 {
+    match workload {
+        Workload::Matmul(m) => vendor_model_us(m),
+        Workload::Conv2d(c) => {
+            // cuDNN's implicit GEMM: NHWC activations are K-contiguous (T), KRSC filters too (N).
+            let (m, n, k) = c.gemm_dims();
+            vendor_model_us(&Matmul { m, n, k, layout: Layout::Tn, types: c.types, alpha: 1.0, beta: 0.0 })
+        }
+    }
+}
