@@ -187,9 +187,18 @@ pub(crate) fn matmul(m: u64, n: u64, k: u64) -> pb::Workload {
     }
 }
 
-/// A job over `workloads` with `trials` per workload and `batch_size` outstanding.
+/// A job over `workloads` with `trials` per workload and `batch_size` outstanding, without
+/// finalists (tests of tuning count its records and tasks; finalist tests ask for them).
 pub(crate) fn job(workloads: Vec<pb::Workload>, trials: u32, batch_size: u32) -> pb::SubmitJobRequest {
-    pb::SubmitJobRequest { workloads, trials, batch_size, seed: 7, label: "test".into(), ..Default::default() }
+    pb::SubmitJobRequest {
+        workloads,
+        trials,
+        batch_size,
+        seed: 7,
+        label: "test".into(),
+        finalists: 1,
+        ..Default::default()
+    }
 }
 
 pub(crate) async fn submit(tuning: &mut TuningClient<Channel>, req: pb::SubmitJobRequest) -> u64 {
