@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::drift::{self, Drift};
 use crate::error::{Error, Result};
-use crate::model::{JobId, Measurement, RecordId, Registration, TaskId, TaskState, WorkerId};
-use crate::store::tasks::LeasedTask;
+use crate::model::{JobId, RecordId, Registration, Reported, TaskId, TaskKind, TaskState, WorkerId};
+use crate::store::tasks::{LeasedTask, TaskRow};
 use crate::store::workers::WorkerRow;
 use crate::store::{self};
 use crate::tracker::Tracker;
@@ -89,14 +90,24 @@ impl Tracker {
         Ok(tasks)
     }
 
-    /// Renews the leases `worker` holds among `tasks`; returns those it should drop (leased to
-    /// another worker, done, cancelled or unknown), in the order given.
-    pub(crate) async fn heartbeat(&self, worker: WorkerId, tasks: &[TaskId]) -> Result<Vec<TaskId>> {
+    /// Renews the leases `worker` holds among `tasks` and stores its latest reference time (when it
+    /// has one); returns the tasks it should drop (leased to another worker, done, cancelled or
+    /// unknown), in the order given.
+    pub(crate) async fn heartbeat(
+        &self,
+        worker: WorkerId,
+        tasks: &[TaskId],
+        reference_us: Option<f64>,
+    ) -> Result<Vec<TaskId>> {
         let mut w = self.write().await?;
         let now = w.now();
         if !store::workers::touch(w.conn(), worker, now).await? {
             return Err(Error::WorkerNotFound(worker));
         }
+        let flag = match reference_us {
+            Some(r) => drift::note_reference(&mut w, worker, r).await?,
+            None => None,
+        };
         let renewed: HashSet<TaskId> = if tasks.is_empty() {
             HashSet::new()
         } else {
@@ -104,6 +115,9 @@ impl Tracker {
             store::tasks::renew(w.conn(), worker, tasks, expires).await?.into_iter().collect()
         };
         w.commit(&self.events).await?;
+        if let Some(change) = flag {
+            change.log();
+        }
         let mut seen = HashSet::new();
         let drop: Vec<TaskId> = tasks.iter().copied().filter(|t| !renewed.contains(t) && seen.insert(*t)).collect();
         if !drop.is_empty() {
@@ -112,13 +126,17 @@ impl Tracker {
         Ok(drop)
     }
 
-    /// Stores a worker's measurement of a task. A task that already has a record acknowledges and
-    /// drops the report. Accepted from the worker holding the lease, or from the last holder of a
-    /// task whose lease expired (and nobody else took it) or whose job was cancelled, so that a
-    /// late report loses nothing.
-    pub(crate) async fn report(&self, worker: WorkerId, task_id: TaskId, m: &Measurement) -> Result<Report> {
+    /// Stores what a worker measured for a task: a tuning task's measurement, or a finalist task's
+    /// re-measurements. A task that already has its records acknowledges and drops the report.
+    /// Accepted from the worker holding the lease, or from the last holder of a task whose lease
+    /// expired (and nobody else took it) or whose job was cancelled, so that a late report loses
+    /// nothing.
+    pub(crate) async fn report(&self, worker: WorkerId, task_id: TaskId, reported: &Reported) -> Result<Report> {
         let mut w = self.write().await?;
         let task = store::tasks::get(w.conn(), task_id).await?.ok_or(Error::TaskNotFound(task_id))?;
+        // A report that does not fit its task is refused even when repeated: it is malformed,
+        // whatever became of the task.
+        check_fits(&task, reported)?;
         let now = w.now();
         if !store::workers::touch(w.conn(), worker, now).await? {
             return Err(Error::WorkerNotFound(worker));
@@ -133,14 +151,68 @@ impl Tracker {
             return Err(Error::NotHolder { worker, task: task_id, holder });
         }
         let job = store::jobs::get(w.conn(), task.job_id).await?.ok_or(Error::JobNotFound(task.job_id))?;
-        let record = self.record_result(&mut w, &job, &task, Some(worker), m).await?;
+        let record = match reported {
+            Reported::Tuning(m) => self.record_result(&mut w, &job, &task, Some(worker), m).await?,
+            Reported::Finalists(ms) => self.record_finalists(&mut w, &job, &task, Some(worker), ms).await?,
+        };
         w.commit(&self.events).await?;
-        tracing::debug!(worker, task = task_id, job = job.id, record, status = ?m.status, median_us = m.median_us, "result stored");
+        match reported {
+            Reported::Tuning(m) => {
+                tracing::debug!(worker, task = task_id, job = job.id, record, status = ?m.status, median_us = m.median_us, "result stored");
+            }
+            Reported::Finalists(ms) => {
+                tracing::debug!(
+                    worker,
+                    task = task_id,
+                    job = job.id,
+                    record,
+                    finalists = ms.len(),
+                    "finalist results stored"
+                );
+            }
+        }
         Ok(Report { stored: true, record_id: Some(record) })
     }
 
-    /// Every registered worker.
-    pub(crate) async fn workers(&self) -> Result<Vec<WorkerRow>> {
-        store::workers::list(&self.pool).await
+    /// Every registered worker, with its drift from the online workers of its class.
+    pub(crate) async fn workers(&self) -> Result<Vec<(WorkerRow, Drift)>> {
+        let rows = store::workers::list(&self.pool).await?;
+        let drifts = drift::assess_all(&rows);
+        Ok(rows.into_iter().zip(drifts).collect())
+    }
+}
+
+/// Checks that a report has the shape its task asks for: one measurement for a tuning task, one
+/// per finalist, in the task's order, for a finalist task.
+fn check_fits(task: &TaskRow, reported: &Reported) -> Result<()> {
+    let finalists = task.finalists.0.len();
+    match (task.kind, reported) {
+        (TaskKind::Tuning, Reported::Tuning(_)) => Ok(()),
+        (TaskKind::Tuning, Reported::Finalists(_)) => Err(Error::invalid(
+            "finalist_measurements",
+            format!(
+                "task {} is a tuning task; report its one measurement in measurement and leave \
+                 finalist_measurements empty",
+                task.id
+            ),
+        )),
+        (TaskKind::Finalist, Reported::Tuning(_)) => Err(Error::invalid(
+            "finalist_measurements",
+            format!(
+                "task {} is a finalist task; report one measurement per finalist ({finalists}) in \
+                 finalist_measurements, in the task's order, and leave measurement unset",
+                task.id
+            ),
+        )),
+        (TaskKind::Finalist, Reported::Finalists(ms)) if ms.len() != finalists => Err(Error::invalid(
+            "finalist_measurements",
+            format!(
+                "holds {} measurements but task {} has {finalists} finalists; report one per finalist, in \
+                 the task's order",
+                ms.len(),
+                task.id
+            ),
+        )),
+        (TaskKind::Finalist, Reported::Finalists(_)) => Ok(()),
     }
 }

@@ -38,7 +38,8 @@ pub(crate) enum Error {
     /// A bound on concurrent work (open streams) is reached; retrying later helps.
     #[error("{0}")]
     Exhausted(String),
-    /// A second record for a task reached the database (the `records_task_unique` constraint).
+    /// A second record for a task (or for one finalist of a finalist task) reached the database
+    /// (the `records_task_unique` constraint).
     #[error("the task already has a record")]
     DuplicateRecord,
     /// The database failed; the detail is logged, never sent to callers.
@@ -68,7 +69,8 @@ impl From<FieldError> for Error {
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
         // SQLite does not report constraint names, but its message names the columns of the
-        // violated UNIQUE constraint; the one on records.task_id is what makes reports idempotent.
+        // violated UNIQUE constraint; the one on records (task_id, finalist_pos) is what makes
+        // reports idempotent.
         if let sqlx::Error::Database(db) = &e
             && db.is_unique_violation()
             && db.message().contains("records.task_id")

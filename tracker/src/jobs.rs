@@ -9,6 +9,7 @@ use sqlx::SqliteConnection;
 use tensortune_kernels::{Template, Workload};
 
 use crate::error::{Error, Result};
+use crate::finalists::{self, FinalistView};
 use crate::model::{JobId, JobRequest, JobState, RecordFilter, RecordId, Status};
 use crate::search::{self, Search};
 use crate::store::jobs::{JobRow, NewJob};
@@ -32,8 +33,10 @@ pub(crate) struct JobView {
 pub(crate) struct WorkloadView {
     pub(crate) row: WorkloadRow,
     pub(crate) best: Option<Record>,
-    /// Finished tasks per record status.
+    /// Finished tuning tasks per record status.
     pub(crate) status_counts: Vec<(Status, u32)>,
+    /// Its finalists, fastest re-measurement first, once re-measured.
+    pub(crate) finalists: Vec<FinalistView>,
 }
 
 impl Tracker {
@@ -78,6 +81,9 @@ impl Tracker {
             label: &req.label,
             early_stop_trials: early.trials,
             early_stop_margin: early.margin,
+            finalists: req.finalists,
+            finalist_rounds: req.finalist_rounds,
+            flush_l2: req.flush_l2,
         };
 
         let mut w = self.write().await?;
@@ -105,6 +111,8 @@ impl Tracker {
             workloads = req.workloads.len(),
             trials = req.trials,
             seed,
+            finalists = req.finalists,
+            flush_l2 = req.flush_l2,
             "job submitted"
         );
         Ok((id, class))
@@ -203,11 +211,20 @@ async fn view(conn: &mut SqliteConnection, job: JobRow) -> Result<JobView> {
     let mut best: HashMap<RecordId, Record> =
         store::records::get_many(&mut *conn, &best_ids).await?.into_iter().map(|r| (r.id, r)).collect();
     let counts = store::workloads::status_counts(&mut *conn, job.id).await?;
+    let decided: Vec<u32> = rows.iter().filter(|w| w.finalist_gap.is_some()).map(|w| w.idx).collect();
+    let mut finalists: HashMap<u32, Vec<FinalistView>> = if decided.is_empty() {
+        HashMap::new()
+    } else {
+        let tasks = store::tasks::finalist_tasks(&mut *conn, job.id).await?;
+        let remeasured = store::records::remeasured(&mut *conn, job.id).await?;
+        finalists::views(&tasks, &remeasured, &decided).into_iter().collect()
+    };
     let workloads = rows
         .into_iter()
         .map(|row| WorkloadView {
             best: row.best_record_id.and_then(|id| best.remove(&id)),
             status_counts: counts.iter().filter(|(i, ..)| *i == row.idx).map(|(_, s, n)| (*s, *n)).collect(),
+            finalists: finalists.remove(&row.idx).unwrap_or_default(),
             row,
         })
         .collect();

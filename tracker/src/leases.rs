@@ -8,7 +8,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
-use crate::model::{JobState, Measurement, WorkloadState};
+use crate::model::{JobState, Measurement, TaskKind, WorkloadState};
 use crate::progress::template_of;
 use crate::store::{self};
 use crate::tracker::{Tracker, millis};
@@ -36,14 +36,19 @@ pub(crate) async fn reaper(tracker: Arc<Tracker>, shutdown: CancellationToken) {
 }
 
 impl Tracker {
-    /// Returns expired leases to the queue; a task whose lease expired `max_attempts` times gets a
-    /// `device_lost` record instead. Marks workers not heard from for a lease offline.
+    /// Returns expired leases to the queue; a tuning task whose lease expired `max_attempts` times
+    /// gets a `device_lost` record instead, and a finalist task is given up on. Marks workers not heard from for a lease offline.
     pub(crate) async fn reap(&self) -> Result<()> {
         let mut w = self.write().await?;
         let now = w.now();
         for task in store::tasks::expired(w.conn(), now).await? {
             if task.attempts >= self.config.max_attempts {
                 let Some(job) = store::jobs::get(w.conn(), task.job_id).await? else { continue };
+                if task.kind == TaskKind::Finalist {
+                    // Re-measuring is a refinement: its workload finishes on its tuning records.
+                    self.give_up_finalists(&mut w, &job, &task).await?;
+                    continue;
+                }
                 let why = format!("lease expired {} times; the worker holding it was lost", task.attempts);
                 let record =
                     self.record_result(&mut w, &job, &task, task.worker_id, &Measurement::device_lost(why)).await?;
@@ -77,7 +82,8 @@ impl Tracker {
 
     /// Picks up where a previous tracker on this database stopped: leased tasks get a fresh lease
     /// (their workers may have survived and will report), and every unfinished job gets its
-    /// searches rebuilt and its batches topped up. A job whose template version this build no
+    /// searches rebuilt and its batches topped up. Finalizing workloads need nothing: their
+    /// finalist task is in the tasks table, pending or leased. A job whose template version this build no
     /// longer has fails with the reason.
     pub(crate) async fn resume(&self) -> Result<()> {
         let mut w = self.write().await?;

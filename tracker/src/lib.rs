@@ -11,7 +11,11 @@
 //! - `jobs.rs`: submission and cancellation, job snapshots, best records and exports.
 //! - `progress.rs`: proposing tasks (with reuse of identical records), counting finished trials,
 //!   early stopping, finishing workloads and jobs.
+//! - `finalists.rs`: noise-aware winners: a workload whose tuning ended re-measures its fastest
+//!   configs in one finalist task, and the fastest re-measurement wins.
 //! - `dispatch.rs`: worker registration, leasing with long polls, heartbeats, reports.
+//! - `drift.rs`: workers' times of the shared reference kernel against their class's median;
+//!   drifting workers are flagged (and logged), never stopped.
 //! - `leases.rs`: the lease reaper and the resume step at start.
 //! - `tuner.rs`: the `Tuner` trait and the `random` and `grid` tuners.
 //! - `search.rs`: per-workload valid configs and tuner state, enumerated on blocking threads.
@@ -25,8 +29,10 @@
 
 mod config;
 mod dispatch;
+mod drift;
 mod error;
 mod events;
+mod finalists;
 mod jobs;
 mod leases;
 mod model;

@@ -61,6 +61,8 @@ impl JobState {
 pub(crate) enum WorkloadState {
     /// Still proposing or measuring.
     Running,
+    /// Tuning ended; its finalists are being re-measured before it names its winner.
+    Finalizing,
     /// Measured the trials it asked for.
     Done,
     /// Its best stopped improving.
@@ -74,6 +76,7 @@ impl WorkloadState {
     pub(crate) fn name(self) -> &'static str {
         match self {
             WorkloadState::Running => "running",
+            WorkloadState::Finalizing => "finalizing",
             WorkloadState::Done => "done",
             WorkloadState::EarlyStopped => "early_stopped",
             WorkloadState::Exhausted => "exhausted",
@@ -93,6 +96,37 @@ pub(crate) enum TaskState {
     Done,
     /// Its job was cancelled or its workload stopped before it finished.
     Cancelled,
+}
+
+/// What a task asks a worker to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
+#[sqlx(rename_all = "lowercase")]
+pub(crate) enum TaskKind {
+    /// Measure one config: a trial of the tuner.
+    Tuning,
+    /// Measure a workload's finalists again, interleaved, in one session.
+    Finalist,
+}
+
+/// One config of a finalist task, with the tuning record it got in (stored as JSON in the task).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Finalist {
+    pub(crate) config_index: u64,
+    pub(crate) config: String,
+    /// The tuning record that made it a finalist (possibly reused from an earlier job).
+    pub(crate) record_id: RecordId,
+    /// That record's median; records never change, so it is kept here rather than joined.
+    pub(crate) tuned_us: f64,
+}
+
+/// What a worker reported for a task, each measurement validated; which kind of task it fits is
+/// checked against the task.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Reported {
+    /// The measurement of a tuning task (boxed: it is most of the enum's size otherwise).
+    Tuning(Box<Measurement>),
+    /// A finalist task's measurements, one per finalist in the task's order.
+    Finalists(Vec<Measurement>),
 }
 
 /// Outcome of a measurement (the names are `convert::status_name`'s).
@@ -238,6 +272,12 @@ pub(crate) struct JobRequest {
     pub(crate) samples: u32,
     pub(crate) label: String,
     pub(crate) early_stop: Option<EarlyStop>,
+    /// Finalists to re-measure per workload; 1 disables it.
+    pub(crate) finalists: u32,
+    /// Rounds of the interleaved re-measurement.
+    pub(crate) finalist_rounds: u32,
+    /// Flush L2 between timing samples.
+    pub(crate) flush_l2: bool,
 }
 
 /// Filters of a record export.

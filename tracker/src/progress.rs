@@ -1,6 +1,7 @@
 //! How a job advances inside a write: the tuner proposes tasks (reusing identical records), each
-//! finished task updates its workload's progress, best and early-stopping state, and a job whose
-//! workloads all stopped is done.
+//! finished task updates its workload's progress, best and early-stopping state, a workload whose
+//! tuning ended re-measures its finalists (`finalists.rs`), and a job whose workloads all finished
+//! is done.
 
 use tensortune_kernels::Template;
 
@@ -150,6 +151,7 @@ impl Tracker {
             config_index: task.config_index,
             device_class: &job.device_class,
             measurement,
+            finalist: None,
         };
         let now = w.now();
         let id = store::records::insert(w.conn(), &record, now).await?;
@@ -161,7 +163,8 @@ impl Tracker {
     }
 
     /// Counts a finished task of workload `idx`: progress, best record, early stopping, and the end
-    /// of the workload (and of the job) when it reached its target. Returns the workload's state.
+    /// of its tuning when it reached its target (then its finalists, or the end of the workload and
+    /// perhaps of the job). Returns the workload's state.
     async fn finish_trial(
         &self,
         w: &mut Write<'_>,
@@ -171,12 +174,13 @@ impl Tracker {
         reused: bool,
     ) -> Result<WorkloadState> {
         let mut wl = self.workload(w, job, idx).await?;
-        let was = wl.state;
         wl.done += 1;
         wl.reused += u32::from(reused);
         if outcome.status == Status::Ok {
             let t = outcome.median_us;
-            if wl.best_us.is_none_or(|best| t < best) {
+            // A winner chosen by re-measurement stands: a late trial (a cancelled task reported
+            // after the workload ended) is counted but does not replace it.
+            if wl.finalist_gap.is_none() && wl.best_us.is_none_or(|best| t < best) {
                 wl.best_record_id = Some(outcome.id);
                 wl.best_us = Some(t);
             }
@@ -185,49 +189,54 @@ impl Tracker {
                 wl.stall_since = wl.done;
             }
         }
+        let mut ended = None;
         if wl.state == WorkloadState::Running {
             if wl.done >= wl.trials_target {
                 // A target below the trials asked for means the valid space ran out first.
-                wl.state = if wl.trials_target < job.trials { WorkloadState::Exhausted } else { WorkloadState::Done };
+                ended =
+                    Some(if wl.trials_target < job.trials { WorkloadState::Exhausted } else { WorkloadState::Done });
             } else if job.early_stop_trials > 0
                 && wl.stall_best_us.is_some()
                 && wl.done.saturating_sub(wl.stall_since) >= job.early_stop_trials
             {
-                wl.state = WorkloadState::EarlyStopped;
+                ended = Some(WorkloadState::EarlyStopped);
             }
         }
-        store::workloads::save_progress(w.conn(), &wl).await?;
         let now = w.now();
-        store::jobs::touch(w.conn(), job.id, now).await?;
-        w.job_changed(job.id);
-        if was == WorkloadState::Running && wl.state != WorkloadState::Running {
+        if let Some(end) = ended {
             let cancelled = store::tasks::cancel_unfinished(w.conn(), job.id, Some(idx), now).await?;
             w.stop_search(job.id, Some(idx));
+            wl.state = end;
+            let finalizing = self.start_finalists(w, job, &mut wl, end).await?;
             tracing::info!(
                 job = job.id,
                 workload = idx,
-                state = wl.state.name(),
+                state = end.name(),
+                finalizing,
                 trials = wl.done,
                 best_us = wl.best_us,
                 cancelled,
-                "workload finished"
+                "workload tuning finished"
             );
+        }
+        store::workloads::save_progress(w.conn(), &wl).await?;
+        store::jobs::touch(w.conn(), job.id, now).await?;
+        w.job_changed(job.id);
+        if ended.is_some() {
             self.finish_job_if_done(w, job).await?;
         }
         Ok(wl.state)
     }
 
-    /// Marks the job done when none of its workloads is running any more.
+    /// Marks the job done when none of its workloads is tuning or finalizing any more. Notes on
+    /// the way (workloads that finished without finalists) stay in its error text.
     pub(crate) async fn finish_job_if_done(&self, w: &mut Write<'_>, job: &JobRow) -> Result<()> {
-        let state = match store::jobs::get(w.conn(), job.id).await? {
-            Some(current) => current.state,
-            None => return Err(Error::JobNotFound(job.id)),
-        };
-        if state.is_terminal() || store::workloads::running(w.conn(), job.id).await? > 0 {
+        let current = store::jobs::get(w.conn(), job.id).await?.ok_or(Error::JobNotFound(job.id))?;
+        if current.state.is_terminal() || store::workloads::unfinished(w.conn(), job.id).await? > 0 {
             return Ok(());
         }
         let now = w.now();
-        store::jobs::finish(w.conn(), job.id, JobState::Done, "", now).await?;
+        store::jobs::finish(w.conn(), job.id, JobState::Done, &current.error, now).await?;
         w.stop_search(job.id, None);
         w.job_changed(job.id);
         tracing::info!(job = job.id, "job done");

@@ -8,10 +8,13 @@ use tensortune_kernels::{Template, Workload};
 use tensortune_proto::convert::{device_from_target, status_name, target_from_device};
 use tensortune_proto::pb;
 
+use crate::drift::Drift;
 use crate::error::{Error, Result};
+use crate::finalists::FinalistView;
 use crate::jobs::{JobView, MAX_WORKLOADS};
 use crate::model::{
-    Device, EarlyStop, JobRequest, JobState, Measurement, Provenance, Registration, Status, TemplateRef, WorkloadState,
+    Device, EarlyStop, JobRequest, JobState, Measurement, Provenance, Registration, Reported, Status, TaskKind,
+    TemplateRef, WorkloadState,
 };
 use crate::store::records::Record;
 use crate::store::tasks::LeasedTask;
@@ -26,6 +29,13 @@ const DEFAULT_BATCH: u32 = 64;
 /// Timing samples per measurement a job may ask for, and the default.
 const MAX_SAMPLES: u32 = 1000;
 const DEFAULT_SAMPLES: u32 = 10;
+/// Finalists per workload a job may ask for, and the default. More would make the interleaved
+/// session long enough for the GPU's conditions to change within it, which is what it avoids.
+const MAX_FINALISTS: u32 = 16;
+const DEFAULT_FINALISTS: u32 = 3;
+/// Rounds of the interleaved re-measurement a job may ask for, and the default.
+const MAX_FINALIST_ROUNDS: u32 = 20;
+const DEFAULT_FINALIST_ROUNDS: u32 = 3;
 /// Longest worker name.
 const MAX_NAME_CHARS: usize = 128;
 
@@ -81,6 +91,14 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
             format!("{margin} is out of range; it is a fraction, allowed 0 ..= 1 (0.01 means 1%)"),
         ));
     }
+    // 0 is "the default" on the wire, as for batch_size and samples; 1 disables finalists.
+    let finalists =
+        if req.finalists == 0 { DEFAULT_FINALISTS } else { in_range("finalists", req.finalists, 1, MAX_FINALISTS)? };
+    let finalist_rounds = if req.finalist_rounds == 0 {
+        DEFAULT_FINALIST_ROUNDS
+    } else {
+        in_range("finalist_rounds", req.finalist_rounds, 1, MAX_FINALIST_ROUNDS)?
+    };
     Ok(JobRequest {
         workloads,
         template,
@@ -92,6 +110,9 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
         samples,
         label: req.label,
         early_stop: (req.early_stop_trials > 0).then_some(EarlyStop { trials: req.early_stop_trials, margin }),
+        finalists,
+        finalist_rounds,
+        flush_l2: req.flush_l2,
     })
 }
 
@@ -158,24 +179,45 @@ pub(crate) fn registration(req: pb::RegisterRequest) -> Result<Registration> {
     })
 }
 
-/// A measurement from a report (fields prefixed `measurement.`).
-pub(crate) fn measurement(m: Option<pb::Measurement>) -> Result<Measurement> {
-    let m = m.ok_or_else(|| Error::invalid("measurement", "must be set"))?;
+/// What a report holds: a tuning task's `measurement`, or a finalist task's
+/// `finalist_measurements` (which kind of task it is, the tracker checks against the task).
+pub(crate) fn reported(measurement: Option<pb::Measurement>, finalists: Vec<pb::Measurement>) -> Result<Reported> {
+    match (measurement, finalists.len()) {
+        (Some(_), 1..) => Err(Error::invalid(
+            "measurement",
+            "must be unset when finalist_measurements is set; a report holds either a tuning task's \
+             measurement or a finalist task's finalist_measurements",
+        )),
+        (None, 0) => Err(Error::invalid("measurement", "must be set (or finalist_measurements, for a finalist task)")),
+        (Some(m), _) => Ok(Reported::Tuning(Box::new(measurement_at("measurement", m)?))),
+        (None, n) if n > MAX_FINALISTS as usize => Err(Error::invalid(
+            "finalist_measurements",
+            format!("holds {n} measurements; a finalist task has at most {MAX_FINALISTS} finalists"),
+        )),
+        (None, _) => finalists
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| measurement_at(&format!("finalist_measurements[{i}]"), m))
+            .collect::<Result<Vec<_>>>()
+            .map(Reported::Finalists),
+    }
+}
+
+/// A measurement from a report, its fields named under `at` (`measurement.median_us`,
+/// `finalist_measurements[2].status`).
+fn measurement_at(at: &str, m: pb::Measurement) -> Result<Measurement> {
     let status = match pb::RecordStatus::try_from(m.status).map(status_from_pb) {
         Ok(Some(s)) => s,
         Ok(None) => {
-            return Err(Error::invalid("measurement.status", "must be set (ok, compile_error, wrong_result, ...)"));
+            return Err(Error::invalid(format!("{at}.status"), "must be set (ok, compile_error, wrong_result, ...)"));
         }
-        Err(_) => return Err(Error::invalid("measurement.status", format!("unknown status value {}", m.status))),
+        Err(_) => return Err(Error::invalid(format!("{at}.status"), format!("unknown status value {}", m.status))),
     };
     let time = |field: &str, v: f64| -> Result<f64> {
         if v.is_finite() && v >= 0.0 {
             Ok(v)
         } else {
-            Err(Error::invalid(
-                format!("measurement.{field}"),
-                format!("{v} is not a time; it must be finite and >= 0"),
-            ))
+            Err(Error::invalid(format!("{at}.{field}"), format!("{v} is not a time; it must be finite and >= 0")))
         }
     };
     time("compile_ms", m.compile_ms)?;
@@ -186,24 +228,24 @@ pub(crate) fn measurement(m: Option<pb::Measurement>) -> Result<Measurement> {
     }
     if status == Status::Ok && m.median_us <= 0.0 {
         return Err(Error::invalid(
-            "measurement.median_us",
+            format!("{at}.median_us"),
             format!("{} is not a valid time for an ok measurement; it must be > 0", m.median_us),
         ));
     }
     if !m.spread.is_finite() || m.spread < 0.0 {
-        return Err(Error::invalid("measurement.spread", format!("{} must be finite and >= 0", m.spread)));
+        return Err(Error::invalid(format!("{at}.spread"), format!("{} must be finite and >= 0", m.spread)));
     }
     if let Some(b) = m.baseline_us
         && !(b.is_finite() && b > 0.0)
     {
-        return Err(Error::invalid("measurement.baseline_us", format!("{b} must be finite and > 0, or unset")));
+        return Err(Error::invalid(format!("{at}.baseline_us"), format!("{b} must be finite and > 0, or unset")));
     }
     for (field, v) in [("max_abs_err", m.max_abs_err), ("max_rel_err", m.max_rel_err)] {
         // Infinite errors are real (an overflowed output); NaN would be stored as NULL.
         if let Some(v) = v
             && (v.is_nan() || v < 0.0)
         {
-            return Err(Error::invalid(format!("measurement.{field}"), format!("{v} must be >= 0, or unset")));
+            return Err(Error::invalid(format!("{at}.{field}"), format!("{v} must be >= 0, or unset")));
         }
     }
     let p = m.provenance.unwrap_or_default();
@@ -233,6 +275,17 @@ pub(crate) fn measurement(m: Option<pb::Measurement>) -> Result<Measurement> {
         registers: m.registers,
         smem_bytes: m.smem_bytes,
     })
+}
+
+/// A heartbeat's reference time: `None` for 0 (the worker has none yet).
+pub(crate) fn reference_us(v: f64) -> Result<Option<f64>> {
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(Error::invalid(
+            "reference_us",
+            format!("{v} is not a time; it must be finite and >= 0 (0 until the worker timed the reference kernel)"),
+        ));
+    }
+    Ok((v > 0.0).then_some(v))
 }
 
 /// Job states from a listing filter.
@@ -334,7 +387,18 @@ pub(crate) fn record(r: Record) -> pb::Record {
         tflops: r.tflops,
         speedup: r.speedup,
         created_ms: r.created_ms,
-        ..Default::default()
+        remeasure: r.remeasure,
+    }
+}
+
+/// A finalist of a workload on the wire.
+fn finalist(f: FinalistView) -> pb::Finalist {
+    pb::Finalist {
+        config: f.finalist.config,
+        config_index: f.finalist.config_index,
+        tuned_us: f.finalist.tuned_us,
+        remeasured_us: f.remeasured_us,
+        record_id: f.record_id as u64,
     }
 }
 
@@ -368,12 +432,15 @@ pub(crate) fn job(view: JobView) -> pb::Job {
                     .map(|(s, n)| (status_name(status_to_pb(s)).to_owned(), n))
                     .collect::<HashMap<_, _>>(),
                 best: w.best.map(record),
-                state: if job.state == JobState::Cancelled && w.row.state == WorkloadState::Running {
+                state: if job.state == JobState::Cancelled
+                    && matches!(w.row.state, WorkloadState::Running | WorkloadState::Finalizing)
+                {
                     "cancelled".to_owned()
                 } else {
                     w.row.state.name().to_owned()
                 },
-                ..Default::default()
+                finalists: w.finalists.into_iter().map(finalist).collect(),
+                finalist_gap: w.row.finalist_gap.unwrap_or_default(),
             })
             .collect(),
         error: job.error,
@@ -382,12 +449,16 @@ pub(crate) fn job(view: JobView) -> pb::Job {
         finished_ms: job.finished_ms.unwrap_or_default(),
         early_stop_trials: job.early_stop_trials,
         early_stop_margin: job.early_stop_margin,
-        ..Default::default()
+        finalists: job.finalists,
+        finalist_rounds: job.finalist_rounds,
+        flush_l2: job.flush_l2,
     }
 }
 
-/// A leased task on the wire.
+/// A leased task on the wire: a tuning task names its config; a finalist task lists its
+/// finalists and rounds, with an empty config.
 pub(crate) fn task(t: LeasedTask) -> pb::Task {
+    let finalist = t.kind == TaskKind::Finalist;
     pb::Task {
         task_id: t.id as u64,
         job_id: t.job_id as u64,
@@ -395,16 +466,19 @@ pub(crate) fn task(t: LeasedTask) -> pb::Task {
         workload_key: t.workload_key,
         template: t.template,
         template_version: t.template_version,
-        config: t.config,
-        config_index: t.config_index as u64,
+        config: if finalist { String::new() } else { t.config },
+        config_index: if finalist { 0 } else { u64::try_from(t.config_index).unwrap_or_default() },
         samples: t.samples,
         lease_expires_ms: t.lease_expires_ms,
-        ..Default::default()
+        flush_l2: t.flush_l2,
+        finalist_indices: t.finalists.0.iter().map(|f| f.config_index).collect(),
+        finalist_configs: t.finalists.0.into_iter().map(|f| f.config).collect(),
+        rounds: if finalist { t.finalist_rounds } else { 0 },
     }
 }
 
-/// A worker on the wire.
-pub(crate) fn worker(w: WorkerRow) -> pb::Worker {
+/// A worker on the wire, with its drift from its class.
+pub(crate) fn worker(w: WorkerRow, drift: Drift) -> pb::Worker {
     let d = w.device.0;
     pb::Worker {
         id: w.id as u64,
@@ -431,6 +505,8 @@ pub(crate) fn worker(w: WorkerRow) -> pb::Worker {
         last_seen_ms: w.last_seen_ms,
         leased: w.leased,
         reported: w.reported as u64,
-        ..Default::default()
+        reference_us: w.reference_us.unwrap_or_default(),
+        drift: drift.drift,
+        flagged: drift.flagged,
     }
 }

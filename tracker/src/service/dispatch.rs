@@ -52,7 +52,8 @@ impl Dispatch for DispatchService {
             .enumerate()
             .map(|(i, t)| id(&format!("task_ids[{i}]"), *t))
             .collect::<Result<Vec<_>, _>>()?;
-        let drop = self.tracker.heartbeat(worker, &tasks).await?;
+        let reference = convert::reference_us(req.reference_us)?;
+        let drop = self.tracker.heartbeat(worker, &tasks, reference).await?;
         Ok(Response::new(pb::HeartbeatResponse { drop_task_ids: drop.into_iter().map(|t| t as u64).collect() }))
     }
 
@@ -75,8 +76,8 @@ impl Dispatch for DispatchService {
         let req = request.into_inner();
         let worker = id("worker_id", req.worker_id)?;
         let task = id("task_id", req.task_id)?;
-        let measurement = convert::measurement(req.measurement)?;
-        let report = self.tracker.report(worker, task, &measurement).await?;
+        let reported = convert::reported(req.measurement, req.finalist_measurements)?;
+        let report = self.tracker.report(worker, task, &reported).await?;
         Ok(Response::new(pb::ReportResultResponse {
             stored: report.stored,
             record_id: report.record_id.unwrap_or_default() as u64,

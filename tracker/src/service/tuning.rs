@@ -118,7 +118,9 @@ impl Tuning for TuningService {
         _request: Request<pb::ListWorkersRequest>,
     ) -> Result<Response<pb::ListWorkersResponse>, Status> {
         let workers = self.tracker.workers().await?;
-        Ok(Response::new(pb::ListWorkersResponse { workers: workers.into_iter().map(convert::worker).collect() }))
+        Ok(Response::new(pb::ListWorkersResponse {
+            workers: workers.into_iter().map(|(w, drift)| convert::worker(w, drift)).collect(),
+        }))
     }
 
     type ExportRecordsStream = ReceiverStream<Result<pb::Record, Status>>;

@@ -24,6 +24,12 @@ pub(crate) struct JobRow {
     pub(crate) label: String,
     pub(crate) early_stop_trials: u32,
     pub(crate) early_stop_margin: f64,
+    /// Finalists re-measured per workload (1: none).
+    pub(crate) finalists: u32,
+    pub(crate) finalist_rounds: u32,
+    pub(crate) flush_l2: bool,
+    /// Why the job failed or was cancelled, or what went wrong on the way to done (workloads that
+    /// finished without their finalists).
     pub(crate) error: String,
     pub(crate) created_ms: i64,
     pub(crate) updated_ms: i64,
@@ -55,14 +61,18 @@ pub(crate) struct NewJob<'a> {
     pub(crate) label: &'a str,
     pub(crate) early_stop_trials: u32,
     pub(crate) early_stop_margin: f64,
+    pub(crate) finalists: u32,
+    pub(crate) finalist_rounds: u32,
+    pub(crate) flush_l2: bool,
 }
 
 /// Inserts a queued job.
 pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i64) -> Result<JobId> {
     let id = sqlx::query_scalar(
         "INSERT INTO jobs (state, template, template_version, tuner, device_class, trials, batch_size, seed, samples,
-                           label, early_stop_trials, early_stop_margin, created_ms, updated_ms)
-         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?12)
+                           label, early_stop_trials, early_stop_margin, finalists, finalist_rounds, flush_l2,
+                           created_ms, updated_ms)
+         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)
          RETURNING id",
     )
     .bind(job.template)
@@ -76,6 +86,9 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i6
     .bind(job.label)
     .bind(job.early_stop_trials)
     .bind(job.early_stop_margin)
+    .bind(job.finalists)
+    .bind(job.finalist_rounds)
+    .bind(job.flush_l2)
     .bind(now)
     .fetch_one(e)
     .await?;
@@ -141,5 +154,19 @@ pub(crate) async fn finish(
         .bind(now)
         .execute(e)
         .await?;
+    Ok(())
+}
+
+/// Adds `note` to the job's error text (joined with "; "), for what went wrong without failing it.
+pub(crate) async fn add_note(e: impl SqliteExecutor<'_>, id: JobId, note: &str, now: i64) -> Result<()> {
+    sqlx::query(
+        "UPDATE jobs SET error = CASE WHEN error = '' THEN ?2 ELSE error || '; ' || ?2 END, updated_ms = ?3
+         WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(note)
+    .bind(now)
+    .execute(e)
+    .await?;
     Ok(())
 }

@@ -43,6 +43,8 @@ pub(crate) struct Record {
     pub(crate) tflops: f64,
     pub(crate) speedup: f64,
     pub(crate) created_ms: i64,
+    /// A re-measurement of a finalist, not a tuning trial.
+    pub(crate) remeasure: bool,
 }
 
 /// The identity and outcome of a record, enough to update a job's progress.
@@ -65,6 +67,8 @@ pub(crate) struct NewRecord<'a> {
     pub(crate) config_index: i64,
     pub(crate) device_class: &'a str,
     pub(crate) measurement: &'a crate::model::Measurement,
+    /// `Some(position)` for the re-measurement of a finalist task's finalist.
+    pub(crate) finalist: Option<u32>,
 }
 
 /// Inserts a record, deriving TFLOP/s and the speedup over the vendor baseline.
@@ -80,9 +84,9 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &NewRecord<'_>, now: i
         "INSERT INTO records (task_id, job_id, worker_id, workload_key, workload, template, template_version, config,
                               config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
                               spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers,
-                              smem_bytes, cache_hit, provenance, tflops, speedup, created_ms)
+                              smem_bytes, cache_hit, provenance, tflops, speedup, created_ms, remeasure, finalist_pos)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
-                 ?23, ?24, ?25, ?26, ?27, ?28, ?29)
+                 ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)
          RETURNING id",
     )
     .bind(r.task_id)
@@ -114,6 +118,8 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &NewRecord<'_>, now: i
     .bind(tflops)
     .bind(speedup)
     .bind(now)
+    .bind(r.finalist.is_some())
+    .bind(r.finalist.unwrap_or(0))
     .fetch_one(e)
     .await?)
 }
@@ -135,13 +141,14 @@ pub(crate) struct ContentKey<'a> {
     pub(crate) config: &'a str,
 }
 
-/// The oldest record with this content whose status would repeat if measured again: every status
-/// but `timeout` and `device_lost`, which say more about the worker than about the kernel.
+/// The oldest tuning record with this content whose status would repeat if measured again: every
+/// status but `timeout` and `device_lost`, which say more about the worker than about the kernel.
+/// Re-measurements are left out so that a trial always points at a tuning record.
 pub(crate) async fn reusable(e: impl SqliteExecutor<'_>, key: &ContentKey<'_>) -> Result<Option<Outcome>> {
     Ok(sqlx::query_as(
         "SELECT id, status, median_us FROM records
          WHERE workload_key = ?1 AND template = ?2 AND template_version = ?3 AND device_class = ?4 AND config = ?5
-           AND status NOT IN ('timeout', 'device_lost')
+           AND status NOT IN ('timeout', 'device_lost') AND remeasure = 0
          ORDER BY id LIMIT 1",
     )
     .bind(key.workload_key)
@@ -150,6 +157,55 @@ pub(crate) async fn reusable(e: impl SqliteExecutor<'_>, key: &ContentKey<'_>) -
     .bind(key.device_class)
     .bind(key.config)
     .fetch_optional(e)
+    .await?)
+}
+
+/// An ok trial of a workload: its config and the record its task points at.
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
+pub(crate) struct Trial {
+    pub(crate) config_index: i64,
+    pub(crate) config: String,
+    pub(crate) record_id: RecordId,
+    pub(crate) median_us: f64,
+}
+
+/// The `limit` fastest ok trials of workload `idx` of `job` (by the median of the record each
+/// trial points at, reused records included), fastest first. Each trial has its own config.
+pub(crate) async fn fastest_trials(e: impl SqliteExecutor<'_>, job: JobId, idx: u32, limit: u32) -> Result<Vec<Trial>> {
+    Ok(sqlx::query_as(
+        "SELECT t.config_index, t.config, r.id AS record_id, r.median_us
+         FROM tasks t JOIN records r ON r.id = t.record_id
+         WHERE t.job_id = ?1 AND t.workload_idx = ?2 AND t.kind = 'tuning' AND t.state = 'done' AND r.status = 'ok'
+         ORDER BY r.median_us, r.id
+         LIMIT ?3",
+    )
+    .bind(job)
+    .bind(idx)
+    .bind(limit)
+    .fetch_all(e)
+    .await?)
+}
+
+/// A re-measurement record of a finalist.
+#[derive(Clone, Copy, Debug, PartialEq, sqlx::FromRow)]
+pub(crate) struct Remeasure {
+    pub(crate) workload_idx: u32,
+    pub(crate) finalist_pos: u32,
+    pub(crate) id: RecordId,
+    pub(crate) status: Status,
+    pub(crate) median_us: f64,
+}
+
+/// The re-measurement records of every finalist task of `job`, by workload and position.
+pub(crate) async fn remeasured(e: impl SqliteExecutor<'_>, job: JobId) -> Result<Vec<Remeasure>> {
+    Ok(sqlx::query_as(
+        "SELECT t.workload_idx, r.finalist_pos, r.id, r.status, r.median_us
+         FROM tasks t JOIN records r ON r.task_id = t.id
+         WHERE t.job_id = ?1 AND t.kind = 'finalist' AND r.remeasure = 1
+         ORDER BY t.workload_idx, r.finalist_pos",
+    )
+    .bind(job)
+    .fetch_all(e)
     .await?)
 }
 

@@ -5,7 +5,11 @@ use tensortune_kernels::Workload;
 
 use super::{Json, json};
 use crate::error::Result;
-use crate::model::{JobId, RecordId, TaskId, TaskState, WorkerId};
+use crate::model::{Finalist, JobId, RecordId, TaskId, TaskKind, TaskState, WorkerId};
+
+/// The `config_index` of a finalist task, which has no config of its own. No config has it, so
+/// `tasks_config_unique` also keeps a workload to one finalist task.
+const FINALIST_CONFIG_INDEX: i64 = -1;
 
 /// A task as stored.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -13,11 +17,18 @@ pub(crate) struct TaskRow {
     pub(crate) id: TaskId,
     pub(crate) job_id: JobId,
     pub(crate) workload_idx: u32,
+    pub(crate) kind: TaskKind,
+    /// The config of a tuning task (-1 and empty for a finalist task).
     pub(crate) config_index: i64,
     pub(crate) config: String,
+    /// The finalists of a finalist task, in the order the worker reports them.
+    #[sqlx(try_from = "String")]
+    pub(crate) finalists: Json<Vec<Finalist>>,
     pub(crate) state: TaskState,
     pub(crate) worker_id: Option<WorkerId>,
     pub(crate) attempts: u32,
+    /// A tuning task's record; a finalist task's winning re-measurement (the first one when none
+    /// was ok).
     pub(crate) record_id: Option<RecordId>,
 }
 
@@ -35,6 +46,11 @@ pub(crate) struct LeasedTask {
     pub(crate) config_index: i64,
     pub(crate) samples: u32,
     pub(crate) lease_expires_ms: i64,
+    pub(crate) flush_l2: bool,
+    pub(crate) kind: TaskKind,
+    #[sqlx(try_from = "String")]
+    pub(crate) finalists: Json<Vec<Finalist>>,
+    pub(crate) finalist_rounds: u32,
 }
 
 /// A task to insert: pending, or already done when an identical record exists.
@@ -67,15 +83,38 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, t: &NewTask<'_>, now: i64
     .await?)
 }
 
+/// Inserts the pending finalist task of workload `idx` of `job`.
+pub(crate) async fn insert_finalist(
+    e: impl SqliteExecutor<'_>,
+    job: JobId,
+    idx: u32,
+    finalists: &[Finalist],
+    now: i64,
+) -> Result<TaskId> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO tasks (job_id, workload_idx, kind, config_index, config, finalists, state, created_ms, updated_ms)
+         VALUES (?1, ?2, 'finalist', ?3, '', ?4, 'pending', ?5, ?5)
+         RETURNING id",
+    )
+    .bind(job)
+    .bind(idx)
+    .bind(FINALIST_CONFIG_INDEX)
+    .bind(json(finalists))
+    .bind(now)
+    .fetch_one(e)
+    .await?)
+}
+
 /// The task `id`.
 pub(crate) async fn get(e: impl SqliteExecutor<'_>, id: TaskId) -> Result<Option<TaskRow>> {
     Ok(sqlx::query_as("SELECT * FROM tasks WHERE id = ?1").bind(id).fetch_optional(e).await?)
 }
 
-/// Tasks of a workload that are pending or leased.
+/// Tuning tasks of a workload that are pending or leased.
 pub(crate) async fn outstanding(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<u32> {
     Ok(sqlx::query_scalar(
-        "SELECT COUNT(*) FROM tasks WHERE job_id = ?1 AND workload_idx = ?2 AND state IN ('pending', 'leased')",
+        "SELECT COUNT(*) FROM tasks
+         WHERE job_id = ?1 AND workload_idx = ?2 AND kind = 'tuning' AND state IN ('pending', 'leased')",
     )
     .bind(job)
     .bind(idx)
@@ -83,9 +122,9 @@ pub(crate) async fn outstanding(e: impl SqliteExecutor<'_>, job: JobId, idx: u32
     .await?)
 }
 
-/// Config indices of a workload that already have a task (in any state).
+/// Config indices of a workload that already have a tuning task (in any state).
 pub(crate) async fn taken(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<i64>> {
-    Ok(sqlx::query_scalar("SELECT config_index FROM tasks WHERE job_id = ?1 AND workload_idx = ?2")
+    Ok(sqlx::query_scalar("SELECT config_index FROM tasks WHERE job_id = ?1 AND workload_idx = ?2 AND kind = 'tuning'")
         .bind(job)
         .bind(idx)
         .fetch_all(e)
@@ -128,7 +167,7 @@ pub(crate) async fn lease(
 pub(crate) async fn leased_details(e: impl SqliteExecutor<'_>, ids: &[TaskId]) -> Result<Vec<LeasedTask>> {
     Ok(sqlx::query_as(
         "SELECT t.id, t.job_id, w.workload, w.workload_key, j.template, j.template_version, t.config, t.config_index,
-                j.samples, t.lease_expires_ms
+                j.samples, t.lease_expires_ms, j.flush_l2, t.kind, t.finalists, j.finalist_rounds
          FROM tasks t
          JOIN jobs j ON j.id = t.job_id
          JOIN job_workloads w ON w.job_id = t.job_id AND w.idx = t.workload_idx
@@ -199,6 +238,24 @@ pub(crate) async fn release(e: impl SqliteExecutor<'_>, id: TaskId, now: i64) ->
         .execute(e)
         .await?;
     Ok(())
+}
+
+/// Cancels task `id` (a finalist task given up on); its holder learns it from its next heartbeat.
+pub(crate) async fn cancel(e: impl SqliteExecutor<'_>, id: TaskId, now: i64) -> Result<()> {
+    sqlx::query("UPDATE tasks SET state = 'cancelled', lease_expires_ms = NULL, updated_ms = ?2 WHERE id = ?1")
+        .bind(id)
+        .bind(now)
+        .execute(e)
+        .await?;
+    Ok(())
+}
+
+/// The finalist tasks of `job`, by workload.
+pub(crate) async fn finalist_tasks(e: impl SqliteExecutor<'_>, job: JobId) -> Result<Vec<TaskRow>> {
+    Ok(sqlx::query_as("SELECT * FROM tasks WHERE job_id = ?1 AND kind = 'finalist' ORDER BY workload_idx")
+        .bind(job)
+        .fetch_all(e)
+        .await?)
 }
 
 /// Cancels the pending and leased tasks of `job` (of workload `idx` only, when given); returns how

@@ -24,6 +24,11 @@ pub(crate) struct WorkerRow {
     pub(crate) leased: u32,
     /// Records it reported (records the tracker wrote for it, `device_lost`, do not count).
     pub(crate) reported: i64,
+    /// Its latest timing of the shared reference kernel, microseconds; `None` until it sent one.
+    pub(crate) reference_us: Option<f64>,
+    /// Whether its last heartbeat found it drifting from its peers (so that the warning is logged
+    /// when it becomes flagged, not at every heartbeat).
+    pub(crate) drift_flagged: bool,
 }
 
 /// `SELECT` of [`WorkerRow`]s followed by `$tail`.
@@ -56,10 +61,12 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &Registration, now: i6
 }
 
 /// Refreshes worker `id` from a new registration (it keeps its id and leases); false when unknown.
+/// Its reference timing is forgotten: the new session (possibly on another GPU, or after a reset)
+/// has not timed the reference kernel yet.
 pub(crate) async fn reregister(e: impl SqliteExecutor<'_>, id: WorkerId, r: &Registration, now: i64) -> Result<bool> {
     let done = sqlx::query(
         "UPDATE workers SET name = ?2, device_class = ?3, device = ?4, templates = ?5, last_seen_ms = ?6,
-                            state = 'online'
+                            state = 'online', reference_us = NULL, drift_flagged = 0
          WHERE id = ?1",
     )
     .bind(id)
@@ -99,6 +106,29 @@ pub(crate) async fn mark_offline(e: impl SqliteExecutor<'_>, before: i64) -> Res
         "UPDATE workers SET state = 'offline' WHERE state = 'online' AND last_seen_ms < ?1 RETURNING id",
     )
     .bind(before)
+    .fetch_all(e)
+    .await?)
+}
+
+/// Stores the worker's latest timing of the reference kernel.
+pub(crate) async fn set_reference(e: impl SqliteExecutor<'_>, id: WorkerId, reference_us: f64) -> Result<()> {
+    sqlx::query("UPDATE workers SET reference_us = ?2 WHERE id = ?1").bind(id).bind(reference_us).execute(e).await?;
+    Ok(())
+}
+
+/// Stores whether the worker was last found drifting.
+pub(crate) async fn set_drift_flagged(e: impl SqliteExecutor<'_>, id: WorkerId, flagged: bool) -> Result<()> {
+    sqlx::query("UPDATE workers SET drift_flagged = ?2 WHERE id = ?1").bind(id).bind(flagged).execute(e).await?;
+    Ok(())
+}
+
+/// Reference timings of the online workers of `device_class` that have one.
+pub(crate) async fn class_references(e: impl SqliteExecutor<'_>, device_class: &str) -> Result<Vec<f64>> {
+    Ok(sqlx::query_scalar(
+        "SELECT reference_us FROM workers
+         WHERE device_class = ?1 AND state = 'online' AND reference_us IS NOT NULL",
+    )
+    .bind(device_class)
     .fetch_all(e)
     .await?)
 }

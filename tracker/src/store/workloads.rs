@@ -25,6 +25,11 @@ pub(crate) struct WorkloadRow {
     pub(crate) best_us: Option<f64>,
     pub(crate) stall_best_us: Option<f64>,
     pub(crate) stall_since: u32,
+    /// While finalizing: the state the workload takes once its finalists are done.
+    pub(crate) end_state: Option<WorkloadState>,
+    /// Set once a re-measurement of its finalists chose the winner (then `best_record_id` is the
+    /// winner's re-measurement and stays so).
+    pub(crate) finalist_gap: Option<f64>,
 }
 
 /// A workload to insert.
@@ -86,11 +91,11 @@ pub(crate) async fn add_proposed(e: impl SqliteExecutor<'_>, job: JobId, idx: u3
     Ok(())
 }
 
-/// Stores the progress fields of `w` (counts, best, early-stopping reference, state).
+/// Stores the progress fields of `w` (counts, best, early-stopping reference, state, finalists).
 pub(crate) async fn save_progress(e: impl SqliteExecutor<'_>, w: &WorkloadRow) -> Result<()> {
     sqlx::query(
         "UPDATE job_workloads SET done = ?3, reused = ?4, best_record_id = ?5, stall_best_us = ?6, stall_since = ?7,
-                                  state = ?8
+                                  state = ?8, end_state = ?9, finalist_gap = ?10
          WHERE job_id = ?1 AND idx = ?2",
     )
     .bind(w.job_id)
@@ -101,24 +106,29 @@ pub(crate) async fn save_progress(e: impl SqliteExecutor<'_>, w: &WorkloadRow) -
     .bind(w.stall_best_us)
     .bind(w.stall_since)
     .bind(w.state)
+    .bind(w.end_state)
+    .bind(w.finalist_gap)
     .execute(e)
     .await?;
     Ok(())
 }
 
-/// Workloads of `job` still running.
-pub(crate) async fn running(e: impl SqliteExecutor<'_>, job: JobId) -> Result<u32> {
-    Ok(sqlx::query_scalar("SELECT COUNT(*) FROM job_workloads WHERE job_id = ?1 AND state = 'running'")
-        .bind(job)
-        .fetch_one(e)
-        .await?)
+/// Workloads of `job` still tuning or re-measuring their finalists.
+pub(crate) async fn unfinished(e: impl SqliteExecutor<'_>, job: JobId) -> Result<u32> {
+    Ok(sqlx::query_scalar(
+        "SELECT COUNT(*) FROM job_workloads WHERE job_id = ?1 AND state IN ('running', 'finalizing')",
+    )
+    .bind(job)
+    .fetch_one(e)
+    .await?)
 }
 
-/// Finished tasks of `job` per workload and record status: (workload index, status, count).
+/// Finished tuning tasks of `job` per workload and record status: (workload index, status, count).
+/// Finalist re-measurements are not trials and are not counted.
 pub(crate) async fn status_counts(e: impl SqliteExecutor<'_>, job: JobId) -> Result<Vec<(u32, Status, u32)>> {
     Ok(sqlx::query_as(
         "SELECT t.workload_idx, r.status, COUNT(*) FROM tasks t JOIN records r ON r.id = t.record_id
-         WHERE t.job_id = ?1 AND t.state = 'done'
+         WHERE t.job_id = ?1 AND t.kind = 'tuning' AND t.state = 'done'
          GROUP BY t.workload_idx, r.status",
     )
     .bind(job)
