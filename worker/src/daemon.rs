@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::compiler::{Backend, Compiler};
 use crate::config::{DeviceSpec, MEASURE_QUEUE, WorkerConfig};
 use crate::held::{Held, Lease};
-use crate::link::{Link, LinkError};
+use crate::link::{Link, LinkError, TaskResult};
 use crate::measure::measure_stage;
 use crate::nvrtc;
 use crate::prepare::prepare_stage;
@@ -56,10 +56,10 @@ pub(crate) struct Leased {
     pub(crate) lease: Lease,
 }
 
-/// A finished record on its way to the tracker.
+/// A finished task on its way to the tracker.
 pub(crate) struct Report {
     pub(crate) lease: Lease,
-    pub(crate) measurement: pb::Measurement,
+    pub(crate) result: TaskResult,
 }
 
 /// Runs the worker until `shutdown` fires (then returns `Ok`) or it cannot go on.
@@ -288,7 +288,7 @@ async fn lease_stage(
                 tracing::warn!(task = task.task_id, "the tracker leased a task this worker already holds; ignoring it");
                 continue;
             };
-            tracing::debug!(task = task.task_id, config = %task.config, "leased");
+            tracing::debug!(task = task.task_id, config = %task.config, finalists = task.finalist_configs.len(), "leased");
             if out.send(Leased { task, lease }).await.is_err() {
                 return Ok(());
             }
@@ -300,26 +300,37 @@ async fn report_stage(link: &Link, mut reports: mpsc::Receiver<Report>) -> anyho
     // Set once a report was abandoned at shutdown: the tracker is unreachable, so the rest are
     // abandoned without another attempt (their leases expire and the tasks are measured again).
     let mut abandoning = false;
-    while let Some(Report { lease, measurement }) = reports.recv().await {
+    while let Some(Report { lease, result }) = reports.recv().await {
         let task = lease.task_id;
         if lease.dropped.is_cancelled() || abandoning {
             continue;
         }
-        let status = status_name(measurement.status());
         let delivered = tokio::select! {
             _ = lease.dropped.cancelled() => continue,
-            r = link.report(task, &measurement) => r,
+            r = link.report(task, &result) => r,
         };
         match delivered {
-            Ok(stored) => tracing::info!(
-                task,
-                status,
-                median_us = measurement.median_us,
-                compile_ms = measurement.compile_ms,
-                cache_hit = measurement.cache_hit,
-                stored,
-                "reported"
-            ),
+            Ok(stored) => match &result {
+                TaskResult::Tuning(m) => tracing::info!(
+                    task,
+                    status = status_name(m.status()),
+                    median_us = m.median_us,
+                    compile_ms = m.compile_ms,
+                    cache_hit = m.cache_hit,
+                    stored,
+                    "reported"
+                ),
+                TaskResult::Finalists(ms) => {
+                    let outcomes: Vec<String> = ms
+                        .iter()
+                        .map(|m| match m.status() {
+                            pb::RecordStatus::Ok => format!("{:.3} us", m.median_us),
+                            other => status_name(other).to_owned(),
+                        })
+                        .collect();
+                    tracing::info!(task, finalists = %outcomes.join(", "), stored, "reported the finalists");
+                }
+            },
             Err(LinkError::Cancelled) => {
                 tracing::info!(task, "shutting down with the tracker unreachable; abandoning unreported results");
                 abandoning = true;

@@ -6,7 +6,8 @@
 //! - `config`: [`WorkerConfig`] and [`DeviceSpec`] (`cuda:N`, `cuda:0,1`, `cuda:all` or `sim`).
 //! - `daemon`: [`run`]'s stages (lease, prepare, measure, report, heartbeat) and how they connect;
 //!   `plan`: what follows from a task alone; `prepare`: generation and compilation of a task;
-//!   `measure`: the stage that drives the measuring child.
+//!   `measure`: the stage that drives the measuring child; `finalist`: how the interleaved rounds of
+//!   a finalist task combine into its records.
 //! - `fleet`: one worker per GPU in one process (`cuda:all`, `cuda:0,1`).
 //! - `link`: the tracker's `Dispatch` service, with retries and re-registration.
 //! - `held`: the tasks a worker holds (back-pressure permits, heartbeat list, drop tokens).
@@ -32,6 +33,7 @@ mod child;
 mod compiler;
 mod config;
 mod daemon;
+mod finalist;
 mod fleet;
 mod frame;
 mod held;

@@ -24,6 +24,15 @@ const BACKOFF_CAP: Duration = Duration::from_secs(5);
 /// Heartbeat interval used when the tracker suggests none.
 const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 
+/// What a task's report carries.
+#[derive(Clone, Debug)]
+pub(crate) enum TaskResult {
+    /// The record of a tuning task.
+    Tuning(Box<pb::Measurement>),
+    /// The records of a finalist task, one per config in the task's order.
+    Finalists(Vec<pb::Measurement>),
+}
+
 /// Why a call gave up.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LinkError {
@@ -127,17 +136,16 @@ impl Link {
         Ok(response.tasks)
     }
 
-    /// Reports one result; `Ok(false)` when the tracker already had one (the report was dropped).
-    /// Retried until delivered, refused, or shutdown (after at least one attempt).
-    pub(crate) async fn report(&self, task_id: u64, measurement: &pb::Measurement) -> Result<bool, LinkError> {
+    /// Reports one task's result; `Ok(false)` when the tracker already had one (the report was
+    /// dropped). Retried until delivered, refused, or shutdown (after at least one attempt).
+    pub(crate) async fn report(&self, task_id: u64, result: &TaskResult) -> Result<bool, LinkError> {
         let response = self
             .call("ReportResult", CALL_DEADLINE, |mut client, worker_id| {
-                let request = pb::ReportResultRequest {
-                    worker_id,
-                    task_id,
-                    measurement: Some(measurement.clone()),
-                    finalist_measurements: Vec::new(),
+                let (measurement, finalist_measurements) = match result {
+                    TaskResult::Tuning(m) => (Some(pb::Measurement::clone(m)), Vec::new()),
+                    TaskResult::Finalists(ms) => (None, ms.clone()),
                 };
+                let request = pb::ReportResultRequest { worker_id, task_id, measurement, finalist_measurements };
                 async move { client.report_result(request).await }
             })
             .await?;

@@ -1,15 +1,22 @@
 //! The measure stage: the only user of the measuring child. It measures one prepared task at a
-//! time and keeps what must outlive a child, the vendor baselines.
+//! time (a tuning task once; a finalist task's configs in interleaved rounds, see `finalist`) and
+//! keeps what must outlive a child, the vendor baselines.
 
 use std::collections::HashMap;
 
+use tensortune_proto::pb;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use crate::compiler::Image;
 use crate::daemon::{Report, Shared};
-use crate::prepare::Prepared;
-use crate::protocol::MeasureOutcome;
+use crate::finalist;
+use crate::held::Lease;
+use crate::link::TaskResult;
+use crate::plan::Plan;
+use crate::prepare::{Candidate, Prepared, Work};
+use crate::protocol::{MeasureOutcome, Status};
 use crate::record;
 use crate::supervisor::Supervisor;
 
@@ -56,49 +63,130 @@ impl Baselines {
     }
 }
 
+/// The measure stage: measures prepared tasks one at a time until `stop` fires or the prepare
+/// stage is done, then stops the child. `Err` only when no measuring child can be started.
 pub(crate) async fn measure_stage(
-    mut supervisor: Supervisor,
+    supervisor: Supervisor,
     shared: &Shared,
     mut prepared: mpsc::Receiver<Prepared>,
     report: mpsc::Sender<Report>,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut baselines = Baselines::default();
+    let mut measurer = Measurer { supervisor, shared, baselines: Baselines::default() };
     let result = async {
         loop {
             let next = tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
                 next = prepared.recv() => next,
             };
-            let Some(Prepared { lease, plan, kernel, support, compile }) = next else { return Ok(()) };
+            let Some(Prepared { lease, support, work }) = next else { return Ok(()) };
             if lease.dropped.is_cancelled() {
                 continue;
             }
-            let span =
-                tracing::info_span!("measure", task = lease.task_id, kernel = %plan.spec.name, gpu = %shared.gpu);
-            let baseline = baselines.wanted(&plan.workload_key, plan.sampling.flush_l2);
-            let request = plan.request(lease.task_id, &kernel, &support, baseline);
-            let measured = tokio::select! {
-                _ = stop.cancelled() => return Ok(()),
-                outcome = supervisor.measure(request).instrument(span) => outcome,
+            let result = match work {
+                Work::Tuning(kernel) => {
+                    let measured = tokio::select! {
+                        _ = stop.cancelled() => return Ok(()),
+                        outcome = measurer.measure(lease.task_id, &kernel.plan, &kernel.image, &support) => outcome,
+                    };
+                    TaskResult::Tuning(Box::new(record::measurement(measured?, kernel.compile, &shared.provenance)))
+                }
+                Work::Finalists { finalists, rounds } => {
+                    match measurer.finalists(&lease, &support, finalists, rounds, stop).await? {
+                        Some(measurements) => TaskResult::Finalists(measurements),
+                        None => continue,
+                    }
+                }
             };
-            let mut outcome = measured?;
-            baselines.settle(&plan.workload_key, plan.sampling.flush_l2, &mut outcome);
-            let measurement = record::measurement(outcome, compile, &shared.provenance);
-            if report.send(Report { lease, measurement }).await.is_err() {
+            if report.send(Report { lease, result }).await.is_err() {
                 return Ok(());
             }
         }
     }
     .await;
-    supervisor.shutdown().await;
+    measurer.supervisor.shutdown().await;
     result
+}
+
+/// The measure stage's state: the child and what must outlive it.
+struct Measurer<'a> {
+    supervisor: Supervisor,
+    shared: &'a Shared,
+    baselines: Baselines,
+}
+
+impl Measurer<'_> {
+    /// Measures `plan`'s kernel once in the child, asking for the vendor baseline while the
+    /// worker has none for the workload. `Err` only when no measuring child can be started.
+    async fn measure(
+        &mut self,
+        task_id: u64,
+        plan: &Plan,
+        kernel: &Image,
+        support: &Image,
+    ) -> anyhow::Result<MeasureOutcome> {
+        let (key, flush_l2) = (&plan.workload_key, plan.sampling.flush_l2);
+        let request = plan.request(task_id, kernel, support, self.baselines.wanted(key, flush_l2));
+        let span = tracing::info_span!("measure", task = task_id, kernel = %plan.spec.name, gpu = %self.shared.gpu);
+        let mut outcome = self.supervisor.measure(request).instrument(span).await?;
+        self.baselines.settle(key, flush_l2, &mut outcome);
+        Ok(outcome)
+    }
+
+    /// Measures a finalist task's configs `rounds` times, interleaved (see `finalist`), and
+    /// returns their records in task order; `None` when the task was dropped or the worker is
+    /// stopping (nothing is reported).
+    async fn finalists(
+        &mut self,
+        lease: &Lease,
+        support: &Image,
+        finalists: Vec<Candidate>,
+        rounds: u32,
+        stop: &CancellationToken,
+    ) -> anyhow::Result<Option<Vec<pb::Measurement>>> {
+        let mut measured: Vec<Vec<MeasureOutcome>> = finalists.iter().map(|_| Vec::new()).collect();
+        for round in 1..=rounds {
+            for (finalist, outcomes) in finalists.iter().zip(&mut measured) {
+                let Candidate::Ready(kernel) = finalist else { continue };
+                if outcomes.last().is_some_and(|o| o.status != Status::Ok) {
+                    continue;
+                }
+                if lease.dropped.is_cancelled() {
+                    return Ok(None);
+                }
+                let outcome = tokio::select! {
+                    _ = stop.cancelled() => return Ok(None),
+                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support) => outcome?,
+                };
+                tracing::debug!(
+                    task = lease.task_id,
+                    kernel = %kernel.plan.spec.name,
+                    round,
+                    status = ?outcome.status,
+                    median_us = outcome.median_us,
+                    "finalist measured"
+                );
+                outcomes.push(outcome);
+            }
+        }
+        let provenance = &self.shared.provenance;
+        let records = finalists
+            .into_iter()
+            .zip(measured)
+            .map(|(finalist, outcomes)| match finalist {
+                Candidate::Ready(kernel) => {
+                    record::measurement(finalist::combine(outcomes, rounds), kernel.compile, provenance)
+                }
+                Candidate::Settled(settled) => record::measurement(settled.outcome, settled.compile, provenance),
+            })
+            .collect();
+        Ok(Some(records))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Status;
 
     #[test]
     fn baselines_are_asked_for_until_known_then_copied() {

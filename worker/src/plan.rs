@@ -2,7 +2,7 @@
 //! its configs the generated kernel, the analytic times and the child's [`MeasureRequest`].
 
 use tensortune_kernels::gemm::vendor_model_us;
-use tensortune_kernels::support::Tolerance;
+use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Workload, short_digest, template};
 use tensortune_proto::pb;
 
@@ -97,11 +97,6 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// The name the workload's support module is compiled under.
-    pub(crate) fn support_name(&self) -> String {
-        format!("tt_support_{}", short_digest(&self.workload_key))
-    }
-
     /// The child's request to measure this plan's kernel from `kernel`, with the workload's
     /// `support` module; `baseline` asks for the vendor library's time too.
     pub(crate) fn request(&self, task_id: u64, kernel: &Image, support: &Image, baseline: bool) -> MeasureRequest {
@@ -131,6 +126,11 @@ impl Plan {
             vendor_model_us: self.vendor_model_us,
         }
     }
+}
+
+/// The name and source of the support module of `workload` (whose key is `key`).
+pub(crate) fn support_module(workload: &Workload, key: &str) -> (String, String) {
+    (format!("tt_support_{}", short_digest(key)), support::source(workload))
 }
 
 /// The analytic vendor time (what `sim` reports as its baseline).

@@ -68,6 +68,23 @@ fn task(task_id: u64, index: u64) -> pb::Task {
     }
 }
 
+/// A finalist task: re-measure `indices` for `rounds` rounds.
+fn finalist_task(task_id: u64, indices: &[u64], rounds: u32) -> pb::Task {
+    pb::Task {
+        config: String::new(),
+        config_index: 0,
+        finalist_configs: indices.iter().map(|&i| config_at(i).to_json()).collect(),
+        finalist_indices: indices.to_vec(),
+        rounds,
+        ..task(task_id, 0)
+    }
+}
+
+/// The sim's time for config `index`: what a sim measurement of it reads, within its jitter.
+fn model_us(index: u64) -> f64 {
+    WmmaGemm.model_us(&workload(), &config_at(index), &Target::sim()).unwrap()
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// Tasks not yet released.
@@ -106,7 +123,15 @@ impl State {
     fn report(&self, task_id: u64) -> &pb::Measurement {
         let r =
             self.reports.iter().find(|r| r.task_id == task_id).unwrap_or_else(|| panic!("no report of task {task_id}"));
+        assert!(r.finalist_measurements.is_empty(), "a tuning task's report has no finalists: {r:?}");
         r.measurement.as_ref().expect("reports carry a measurement")
+    }
+
+    fn finalists(&self, task_id: u64) -> &[pb::Measurement] {
+        let r =
+            self.reports.iter().find(|r| r.task_id == task_id).unwrap_or_else(|| panic!("no report of task {task_id}"));
+        assert!(r.measurement.is_none(), "a finalist task's report has no single measurement: {r:?}");
+        &r.finalist_measurements
     }
 }
 
@@ -391,6 +416,76 @@ async fn flushing_tasks_reach_the_child_and_get_their_own_baseline() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalists_are_measured_in_rounds_and_reported_in_task_order() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let indices = valid_indices(3);
+    // A tuning task first, so that the finalists' images come from the cache as they would.
+    let fake = Fake::new(vec![vec![task(1, indices[0])], vec![finalist_task(2, &indices, 2)]]);
+    run_until(&fake, worker_config("", cache.path()), |st| st.reports.len() == 2).await;
+
+    let st = fake.state();
+    let finalists = st.finalists(2);
+    assert_eq!(finalists.len(), 3, "one measurement per config: {finalists:?}");
+    for (m, &index) in finalists.iter().zip(&indices) {
+        assert_eq!(status(m), pb::RecordStatus::Ok, "config {index}: {}", m.error);
+        assert_eq!(m.samples_us.len(), 2 * 5, "config {index}: the samples of both rounds");
+        let spec = WmmaGemm.generate(&workload(), &config_at(index), &Target::sim()).unwrap();
+        let model = model_us(index);
+        assert_eq!(m.smem_bytes, spec.smem_bytes, "config {index} is in its place");
+        assert!((m.median_us / model - 1.0).abs() < 0.01, "config {index}: {} us, model {model} us", m.median_us);
+        assert!(m.baseline_us.is_some() && m.provenance.is_some());
+    }
+    assert!(finalists[0].cache_hit, "the tuned config's image is reused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalist_that_crashes_its_child_does_not_lose_the_others() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let indices = valid_indices(3);
+    let mut config = worker_config("", cache.path());
+    config.sim_faults = vec![SimFault::crash(kernel_name(indices[1]))];
+    let fake = Fake::new(vec![vec![finalist_task(1, &indices, 2)], vec![task(2, indices[2])]]);
+    run_until(&fake, config, |st| st.reports.len() == 2).await;
+
+    let st = fake.state();
+    let finalists = st.finalists(1);
+    assert_eq!(finalists.len(), 3);
+    let crashed = &finalists[1];
+    assert_eq!(status(crashed), pb::RecordStatus::LaunchError);
+    assert!(crashed.error.starts_with("round 1 of 2: ") && crashed.error.contains("SIGABRT"), "{}", crashed.error);
+    assert!(crashed.samples_us.is_empty());
+    for i in [0, 2] {
+        let m = &finalists[i];
+        assert_eq!(status(m), pb::RecordStatus::Ok, "finalist {i}: {}", m.error);
+        assert_eq!(m.samples_us.len(), 10, "finalist {i} was measured in both rounds, before and after the crash");
+    }
+    assert_eq!(status(st.report(2)), pb::RecordStatus::Ok, "the worker goes on after the finalist task");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalists_that_cannot_run_are_settled_without_the_gpu() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    let w = workload();
+    let rejected = (0..WmmaGemm.space().len()).find(|&i| WmmaGemm.check(&w, &config_at(i), &Target::sim()).is_err());
+    let (rejected, ok) = (rejected.unwrap(), valid_indices(1)[0]);
+    let mut future_version = finalist_task(2, &[ok, ok], 3);
+    future_version.template_version = WmmaGemm.version() + 1;
+    let fake = Fake::new(vec![vec![finalist_task(1, &[rejected, ok], 3), future_version]]);
+    run_until(&fake, worker_config("", cache.path()), |st| st.reports.len() == 2).await;
+
+    let st = fake.state();
+    let mixed = st.finalists(1);
+    assert_eq!((status(&mixed[0]), status(&mixed[1])), (pb::RecordStatus::InvalidConfig, pb::RecordStatus::Ok));
+    assert_eq!(mixed[1].samples_us.len(), 3 * 5);
+    let refused = st.finalists(2);
+    assert_eq!(refused.len(), 2);
+    assert!(refused.iter().all(|m| status(m) == pb::RecordStatus::InvalidConfig && m.error.contains("version")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tasks_the_tracker_drops_are_abandoned() {
     require_nvrtc();
     let cache = tempfile::tempdir().unwrap();
@@ -496,18 +591,20 @@ async fn cuda_records_are_verified_timed_and_compared_with_the_vendor() {
     let target = tensortune_proto::convert::target_from_device(&device).unwrap();
     let valid = template::valid_configs(&WmmaGemm, &workload(), &target).unwrap();
     let indices: Vec<u64> = (0..8).map(|i| valid[i * (valid.len() - 1) / 7].0).collect();
-    // The last wave repeats the first config: cached image, support module already in the child;
-    // then once more from a cold L2.
+    // The last waves repeat the first config: cached image, support module already in the child;
+    // then once more from a cold L2; then three configs as finalists, two rounds.
     let first: Vec<pb::Task> = indices.iter().enumerate().map(|(i, &c)| task(1 + i as u64, c)).collect();
     let cold = pb::Task { flush_l2: true, ..task(101, indices[0]) };
-    let fake = Fake::new(vec![first, vec![task(100, indices[0])], vec![cold]]);
-    run_until(&fake, config, |st| st.reports.len() == indices.len() + 2).await;
+    let finalists = finalist_task(102, &indices[..3], 2);
+    let fake = Fake::new(vec![first, vec![task(100, indices[0])], vec![cold], vec![finalists]]);
+    run_until(&fake, config, |st| st.reports.len() == indices.len() + 3).await;
 
     let st = fake.state();
     eprintln!("device {} ({}), nvrtc {}", device.name, device.class_key, device.nvrtc_version);
     eprintln!("task  status          median_us  baseline_us  compile_ms  hit  regs  max_abs_err  kernel");
-    for r in &st.reports {
-        let m = r.measurement.as_ref().unwrap();
+    for (r, m) in
+        st.reports.iter().flat_map(|r| r.measurement.iter().chain(&r.finalist_measurements).map(move |m| (r, m)))
+    {
         eprintln!(
             "{:>4}  {:<14}  {:>9.2}  {:>11.2}  {:>10.1}  {:<3}  {:>4}  {:>11.2e}  {}",
             r.task_id,
@@ -521,8 +618,9 @@ async fn cuda_records_are_verified_timed_and_compared_with_the_vendor() {
             if m.error.is_empty() { String::new() } else { m.error.chars().take(300).collect() }
         );
     }
-    for r in &st.reports {
-        let m = r.measurement.as_ref().unwrap();
+    for (r, m) in
+        st.reports.iter().flat_map(|r| r.measurement.iter().chain(&r.finalist_measurements).map(move |m| (r, m)))
+    {
         assert_eq!(status(m), pb::RecordStatus::Ok, "task {}: {}", r.task_id, m.error);
         assert!(m.median_us > 0.0 && m.registers > 0 && m.max_abs_err.is_some());
         assert!(m.baseline_us.is_some(), "task {} has the vendor baseline ({})", r.task_id, m.baseline_kind);
@@ -530,4 +628,7 @@ async fn cuda_records_are_verified_timed_and_compared_with_the_vendor() {
     }
     assert!(st.report(100).cache_hit);
     assert_eq!(st.report(101).batch, 1, "a flushed sample is one launch");
+    let finalists = st.finalists(102);
+    assert_eq!(finalists.len(), 3);
+    assert!(finalists.iter().all(|m| m.samples_us.len() == 2 * 5), "both rounds' samples");
 }

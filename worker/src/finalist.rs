@@ -1,0 +1,117 @@
+//! Finalist tasks: a workload's fastest configs measured again, interleaved, in one session of one
+//! worker, so that a winner is not chosen on the noise of one measurement.
+//!
+//! The measure stage runs `rounds` rounds; each round measures every config once, in task order,
+//! with the task's samples (round 1: A B C, round 2: A B C, ...). Interleaving spreads slow drift
+//! (clocks, temperature, a neighbour's load) over all configs instead of charging it to whichever
+//! config ran while it happened. A config whose round is not ok (it crashed, hung, or computed a
+//! wrong result) is not measured again: a kernel that killed its child would only do it again,
+//! and a hang costs a whole deadline each time. The child restarts as usual and the other configs
+//! go on. [`combine`] turns a config's rounds into its record.
+
+use crate::protocol::{MeasureOutcome, Status};
+
+/// One config's record from its rounds, in round order, out of `rounds` planned.
+///
+/// When every round is ok: `median_us` is the median of the per-round medians, `samples_us` holds
+/// every sample of every round (in round order), `spread` is (max - min) / `median_us` over those
+/// samples, `batch` is the fewest launches per sample of any round, the error figures are the
+/// worst of any round, the SM clock is the lowest nonzero reading (a throttled round shows), and
+/// `measure_ms` is the total. Otherwise the record is the first non-ok round's outcome (status and
+/// error, the error prefixed with the round), with the total `measure_ms`; it carries no timing,
+/// like any record that is not ok.
+pub(crate) fn combine(measured: Vec<MeasureOutcome>, rounds: u32) -> MeasureOutcome {
+    let measure_ms = measured.iter().map(|o| o.measure_ms).sum();
+    if let Some((round, failed)) = measured.iter().enumerate().find(|(_, o)| o.status != Status::Ok) {
+        let mut outcome = failed.clone();
+        outcome.error = format!("round {} of {rounds}: {}", round + 1, failed.error);
+        outcome.measure_ms = measure_ms;
+        return outcome;
+    }
+    let Some(first) = measured.first() else {
+        return MeasureOutcome::failed(Status::LaunchError, "the finalist was never measured");
+    };
+    let medians: Vec<f64> = measured.iter().map(|o| o.median_us).collect();
+    let median_us = median(&medians);
+    let samples_us: Vec<f64> = measured.iter().flat_map(|o| o.samples_us.iter().copied()).collect();
+    let (lo, hi) = samples_us.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+    let spread = if median_us > 0.0 && lo <= hi { (hi - lo) / median_us } else { 0.0 };
+    let worst = |err: fn(&MeasureOutcome) -> Option<f64>| measured.iter().filter_map(err).reduce(f64::max);
+    let last = measured.last().unwrap_or(first);
+    MeasureOutcome {
+        status: Status::Ok,
+        error: String::new(),
+        samples_us,
+        median_us,
+        spread,
+        batch: measured.iter().map(|o| o.batch).min().unwrap_or(0),
+        baseline_us: last.baseline_us,
+        baseline_kind: last.baseline_kind.clone(),
+        max_abs_err: worst(|o| o.max_abs_err),
+        max_rel_err: worst(|o| o.max_rel_err),
+        registers: first.registers,
+        smem_bytes: first.smem_bytes,
+        measure_ms,
+        sm_clock_mhz: measured.iter().map(|o| o.sm_clock_mhz).filter(|&mhz| mhz > 0).min().unwrap_or(0),
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count; 0 when empty).
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(samples_us: &[f64], batch: u32, clock: u32) -> MeasureOutcome {
+        let mut o = MeasureOutcome::failed(Status::Ok, "");
+        o.samples_us = samples_us.to_vec();
+        o.median_us = median(samples_us);
+        o.batch = batch;
+        o.sm_clock_mhz = clock;
+        o.max_abs_err = Some(1e-3 * samples_us[0]);
+        o.registers = 96;
+        o.smem_bytes = 4096;
+        o.measure_ms = 10.0;
+        o.baseline_us = Some(2.0);
+        o.baseline_kind = "cublasGemmEx".into();
+        o
+    }
+
+    #[test]
+    fn ok_rounds_give_the_median_of_their_medians_and_all_their_samples() {
+        let rounds = vec![
+            round(&[1.0, 2.0, 3.0], 60, 1980),
+            round(&[10.0, 11.0, 12.0], 50, 0),
+            round(&[4.0, 5.0, 6.0], 70, 1900),
+        ];
+        let c = combine(rounds, 3);
+        assert_eq!((c.status, c.median_us), (Status::Ok, 5.0), "median of 2, 11 and 5");
+        assert_eq!(c.samples_us, vec![1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 4.0, 5.0, 6.0]);
+        assert!((c.spread - (12.0 - 1.0) / 5.0).abs() < 1e-12);
+        assert_eq!((c.batch, c.sm_clock_mhz, c.registers, c.smem_bytes), (50, 1900, 96, 4096));
+        assert_eq!((c.max_abs_err, c.max_rel_err), (Some(1e-2), None));
+        assert_eq!((c.baseline_us, c.baseline_kind.as_str(), c.measure_ms), (Some(2.0), "cublasGemmEx", 30.0));
+        assert_eq!(combine(vec![round(&[1.0, 2.0], 50, 0), round(&[3.0, 4.0], 50, 0)], 2).median_us, 2.5);
+    }
+
+    #[test]
+    fn a_round_that_is_not_ok_makes_the_finalist_not_ok() {
+        let mut hung = MeasureOutcome::failed(Status::Timeout, "the measurement ran past the deadline");
+        hung.measure_ms = 5000.0;
+        let c = combine(vec![round(&[1.0, 2.0, 3.0], 60, 1980), hung], 3);
+        assert_eq!(c.status, Status::Timeout);
+        assert_eq!(c.error, "round 2 of 3: the measurement ran past the deadline");
+        assert!(c.samples_us.is_empty() && c.median_us == 0.0);
+        assert_eq!(c.measure_ms, 5010.0);
+        assert_eq!(combine(Vec::new(), 3).status, Status::LaunchError);
+    }
+}
