@@ -3,7 +3,8 @@
 //! ```text
 //! lease ──► prepare (a task per lease; NVRTC pool) ──► measure (the child) ──► report
 //!               └──── invalid_config / compile_error ─────────────────────────────┘
-//! heartbeat: renews the held leases, cancels the tasks the tracker drops
+//! heartbeat: renews the held leases, cancels the tasks the tracker drops, carries the drift
+//!            reference's latest time (measured by the measure stage)
 //! ```
 //!
 //! The prepare stage lives in `prepare`, the measure stage in `measure`; what follows from a task
@@ -32,6 +33,7 @@ use crate::measure::measure_stage;
 use crate::nvrtc;
 use crate::prepare::prepare_stage;
 use crate::record;
+use crate::reference::{Reference, ReferenceTime};
 use crate::supervisor::Supervisor;
 
 /// Most tasks asked for in one lease call (the tracker's limit).
@@ -126,9 +128,11 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
     let (report_tx, report_rx) = mpsc::channel(config.max_in_flight());
 
     let mut stages = Stages::default();
+    let reference_time = Arc::new(ReferenceTime::default());
+    let reference = Reference::new(&shared.target, reference_time.clone(), &shared.gpu);
     stages.spawn("heartbeat", {
         let (link, held, stop) = (link.clone(), held.clone(), stop.clone());
-        async move { heartbeat_stage(&link, &held, &stop).await }
+        async move { heartbeat_stage(&link, &held, &reference_time, &stop).await }
     });
     stages.spawn("lease", {
         let (link, stop) = (link.clone(), stop.clone());
@@ -140,7 +144,7 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
     });
     stages.spawn("measure", {
         let (shared, stop) = (shared.clone(), stop.clone());
-        async move { measure_stage(supervisor, &shared, measure_rx, report_tx, &stop).await }
+        async move { measure_stage(supervisor, &shared, measure_rx, report_tx, reference, &stop).await }
     });
     stages.spawn("report", async move { report_stage(&link, report_rx).await });
 
@@ -204,7 +208,12 @@ fn prepare_run(config: &WorkerConfig, device: &pb::DeviceInfo) -> anyhow::Result
     Ok((target, backend))
 }
 
-async fn heartbeat_stage(link: &Link, held: &Held, stop: &CancellationToken) -> anyhow::Result<()> {
+async fn heartbeat_stage(
+    link: &Link,
+    held: &Held,
+    reference: &ReferenceTime,
+    stop: &CancellationToken,
+) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return Ok(()),
@@ -212,7 +221,7 @@ async fn heartbeat_stage(link: &Link, held: &Held, stop: &CancellationToken) -> 
         }
         let answered = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
-            r = link.heartbeat(held.ids()) => r,
+            r = link.heartbeat(held.ids(), reference.get()) => r,
         };
         match answered {
             Ok(drop_ids) => {

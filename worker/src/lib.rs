@@ -7,7 +7,8 @@
 //! - `daemon`: [`run`]'s stages (lease, prepare, measure, report, heartbeat) and how they connect;
 //!   `plan`: what follows from a task alone; `prepare`: generation and compilation of a task;
 //!   `measure`: the stage that drives the measuring child; `finalist`: how the interleaved rounds of
-//!   a finalist task combine into its records.
+//!   a finalist task combine into its records; `reference`: the drift reference kernel and its
+//!   cadence.
 //! - `fleet`: one worker per GPU in one process (`cuda:all`, `cuda:0,1`).
 //! - `link`: the tracker's `Dispatch` service, with retries and re-registration.
 //! - `held`: the tasks a worker holds (back-pressure permits, heartbeat list, drop tokens).
@@ -42,6 +43,7 @@ mod measure;
 mod plan;
 mod prepare;
 mod record;
+mod reference;
 mod supervisor;
 
 pub use child::child_main;

@@ -114,11 +114,12 @@ impl Link {
         Duration::from_millis(self.heartbeat_ms.load(Ordering::Relaxed))
     }
 
-    /// Renews the leases of `task_ids`; returns the tasks the tracker wants dropped.
-    pub(crate) async fn heartbeat(&self, task_ids: Vec<u64>) -> Result<Vec<u64>, LinkError> {
+    /// Renews the leases of `task_ids` and tells the drift reference's latest time (0 when none);
+    /// returns the tasks the tracker wants dropped.
+    pub(crate) async fn heartbeat(&self, task_ids: Vec<u64>, reference_us: f64) -> Result<Vec<u64>, LinkError> {
         let response = self
             .call("Heartbeat", CALL_DEADLINE, |mut client, worker_id| {
-                let request = pb::HeartbeatRequest { worker_id, task_ids: task_ids.clone(), reference_us: 0.0 };
+                let request = pb::HeartbeatRequest { worker_id, task_ids: task_ids.clone(), reference_us };
                 async move { client.heartbeat(request).await }
             })
             .await?;

@@ -1,11 +1,13 @@
 //! The measure stage: the only user of the measuring child. It measures one prepared task at a
-//! time (a tuning task once; a finalist task's configs in interleaved rounds, see `finalist`) and
-//! keeps what must outlive a child, the vendor baselines.
+//! time (a tuning task once; a finalist task's configs in interleaved rounds, see `finalist`),
+//! the drift reference when it is due (see `reference`), and keeps what must outlive a child, the
+//! vendor baselines.
 
 use std::collections::HashMap;
 
 use tensortune_proto::pb;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
@@ -18,6 +20,7 @@ use crate::plan::Plan;
 use crate::prepare::{Candidate, Prepared, Work};
 use crate::protocol::{MeasureOutcome, Status};
 use crate::record;
+use crate::reference::Reference;
 use crate::supervisor::Supervisor;
 
 /// Times the vendor baseline of a workload is asked for before records go without one (a child
@@ -63,20 +66,30 @@ impl Baselines {
     }
 }
 
-/// The measure stage: measures prepared tasks one at a time until `stop` fires or the prepare
-/// stage is done, then stops the child. `Err` only when no measuring child can be started.
+/// The measure stage: measures prepared tasks one at a time, and the drift reference when it is
+/// due, until `stop` fires or the prepare stage is done, then stops the child. `Err` only when no
+/// measuring child can be started.
 pub(crate) async fn measure_stage(
     supervisor: Supervisor,
     shared: &Shared,
     mut prepared: mpsc::Receiver<Prepared>,
     report: mpsc::Sender<Report>,
+    reference: Reference,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut measurer = Measurer { supervisor, shared, baselines: Baselines::default() };
+    let mut measurer = Measurer { supervisor, shared, baselines: Baselines::default(), reference };
     let result = async {
         loop {
+            if measurer.reference.due(Instant::now()) {
+                let measured = tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    r = measurer.reference.measure(&mut measurer.supervisor, &shared.compiler, &shared.gpu) => r,
+                };
+                measured?;
+            }
             let next = tokio::select! {
                 _ = stop.cancelled() => return Ok(()),
+                _ = until(measurer.reference.next()) => continue,
                 next = prepared.recv() => next,
             };
             let Some(Prepared { lease, support, work }) = next else { return Ok(()) };
@@ -98,6 +111,7 @@ pub(crate) async fn measure_stage(
                     }
                 }
             };
+            measurer.reference.task_measured();
             if report.send(Report { lease, result }).await.is_err() {
                 return Ok(());
             }
@@ -108,11 +122,20 @@ pub(crate) async fn measure_stage(
     result
 }
 
+/// Resolves at `deadline`, or never.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The measure stage's state: the child and what must outlive it.
 struct Measurer<'a> {
     supervisor: Supervisor,
     shared: &'a Shared,
     baselines: Baselines,
+    reference: Reference,
 }
 
 impl Measurer<'_> {

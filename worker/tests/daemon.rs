@@ -97,6 +97,8 @@ struct State {
     max_asked: u32,
     registrations: Vec<pb::RegisterRequest>,
     heartbeats: Vec<Vec<u64>>,
+    /// The reference time of each heartbeat.
+    references: Vec<f64>,
     /// Accepted reports, in arrival order.
     reports: Vec<pb::ReportResultRequest>,
     report_attempts: usize,
@@ -178,6 +180,7 @@ impl Dispatch for Fake {
             st.dropped.insert(*id, index);
         }
         st.heartbeats.push(request.task_ids);
+        st.references.push(request.reference_us);
         st.release();
         self.changed.notify_waiters();
         Ok(Response::new(pb::HeartbeatResponse { drop_task_ids }))
@@ -534,6 +537,26 @@ async fn reports_are_retried_and_a_forgotten_worker_registers_again() {
     assert_eq!(st.registrations[1].name, st.registrations[0].name);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_carry_the_drift_reference_time_from_the_start() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    // No task at all: the reference is measured at start regardless.
+    let fake = Fake::new(Vec::new());
+    let timed = |st: &State| st.references.iter().filter(|&&us| us > 0.0).count();
+    run_until(&fake, worker_config("", cache.path()), |st| timed(st) >= 3).await;
+    let (workload, config) = template::drift_reference();
+    let model = WmmaGemm.model_us(&workload, &config, &Target::sim()).unwrap();
+    let st = fake.state();
+    let reference = st.references.iter().copied().find(|&us| us > 0.0).unwrap();
+    assert!(
+        (reference / model - 1.0).abs() < 0.01,
+        "the sim's reference is its model: {reference} us, model {model} us"
+    );
+    let first = st.references.iter().position(|&us| us > 0.0).unwrap();
+    assert!(st.references[first..].iter().all(|&us| us == reference), "later heartbeats keep it: {:?}", st.references);
+}
+
 #[tokio::test]
 async fn probe_describes_the_sim_device() {
     let config = worker_config("http://127.0.0.1:1", Path::new("/nonexistent"));
@@ -601,6 +624,9 @@ async fn cuda_records_are_verified_timed_and_compared_with_the_vendor() {
 
     let st = fake.state();
     eprintln!("device {} ({}), nvrtc {}", device.name, device.class_key, device.nvrtc_version);
+    let reference = st.references.iter().copied().fold(0.0, f64::max);
+    eprintln!("drift reference: {reference:.2} us");
+    assert!(reference > 0.0, "heartbeats carry the drift reference: {:?}", st.references);
     eprintln!("task  status          median_us  baseline_us  compile_ms  hit  regs  max_abs_err  kernel");
     for (r, m) in
         st.reports.iter().flat_map(|r| r.measurement.iter().chain(&r.finalist_measurements).map(move |m| (r, m)))
