@@ -133,6 +133,27 @@ impl FakeWorker {
         self.client.report_result(req).await.map(|r| r.into_inner())
     }
 
+    /// Reports a finalist task's re-measurements, one per finalist in the task's order.
+    pub(crate) async fn report_finalists(
+        &mut self,
+        task: &pb::Task,
+        measurements: Vec<pb::Measurement>,
+    ) -> Result<pb::ReportResultResponse, tonic::Status> {
+        let req = pb::ReportResultRequest {
+            worker_id: self.id,
+            task_id: task.task_id,
+            finalist_measurements: measurements,
+            ..Default::default()
+        };
+        self.client.report_result(req).await.map(|r| r.into_inner())
+    }
+
+    /// Heartbeats with a reference time (0: none yet).
+    pub(crate) async fn heartbeat_reference(&mut self, reference_us: f64) -> Result<Vec<u64>, tonic::Status> {
+        let req = pb::HeartbeatRequest { worker_id: self.id, task_ids: vec![], reference_us };
+        self.client.heartbeat(req).await.map(|r| r.into_inner().drop_task_ids)
+    }
+
     pub(crate) async fn heartbeat(&mut self, task_ids: &[u64]) -> Vec<u64> {
         let req = pb::HeartbeatRequest { worker_id: self.id, task_ids: task_ids.to_vec(), ..Default::default() };
         self.client.heartbeat(req).await.unwrap().into_inner().drop_task_ids
@@ -173,6 +194,31 @@ pub(crate) fn measure(task: &pb::Task) -> pb::Measurement {
     ok(fake_us(task))
 }
 
+/// Whether a leased task is a finalist task.
+pub(crate) fn is_finalist(task: &pb::Task) -> bool {
+    !task.finalist_configs.is_empty()
+}
+
+/// The tuning task a finalist of `task` was, for measuring it with a per-task function.
+pub(crate) fn finalist_as_task(task: &pb::Task, pos: usize) -> pb::Task {
+    pb::Task {
+        config: task.finalist_configs[pos].clone(),
+        config_index: task.finalist_indices[pos],
+        finalist_configs: vec![],
+        finalist_indices: vec![],
+        rounds: 0,
+        ..task.clone()
+    }
+}
+
+/// A finalist task's re-measurements with `measure_fn` applied to each finalist as a task.
+pub(crate) fn measure_finalists(
+    task: &pb::Task,
+    mut measure_fn: impl FnMut(&pb::Task) -> pb::Measurement,
+) -> Vec<pb::Measurement> {
+    (0..task.finalist_configs.len()).map(|pos| measure_fn(&finalist_as_task(task, pos))).collect()
+}
+
 /// An f16 NN matmul.
 pub(crate) fn matmul(m: u64, n: u64, k: u64) -> pb::Workload {
     pb::Workload {
@@ -201,6 +247,16 @@ pub(crate) fn job(workloads: Vec<pb::Workload>, trials: u32, batch_size: u32) ->
     }
 }
 
+/// A job like [`job`] that re-measures `finalists` finalists per workload (0: the default).
+pub(crate) fn job_with_finalists(
+    workloads: Vec<pb::Workload>,
+    trials: u32,
+    batch_size: u32,
+    finalists: u32,
+) -> pb::SubmitJobRequest {
+    pb::SubmitJobRequest { finalists, ..job(workloads, trials, batch_size) }
+}
+
 pub(crate) async fn submit(tuning: &mut TuningClient<Channel>, req: pb::SubmitJobRequest) -> u64 {
     tuning.submit_job(req).await.unwrap().into_inner().job_id
 }
@@ -213,7 +269,8 @@ pub(crate) fn is_terminal(job: &pb::Job) -> bool {
     job.state != pb::JobState::Queued as i32 && job.state != pb::JobState::Running as i32
 }
 
-/// Leases and reports (with `measure_fn`) until the job ends; returns the reported tasks.
+/// Leases and reports (with `measure_fn`; a finalist task with it applied to each finalist) until
+/// the job ends; returns the reported tasks.
 pub(crate) async fn drive_with(
     worker: &mut FakeWorker,
     tuning: &mut TuningClient<Channel>,
@@ -228,8 +285,33 @@ pub(crate) async fn drive_with(
         }
         assert!(Instant::now() < deadline, "job {job_id} did not finish");
         for task in worker.lease(16, 100).await {
-            let r = worker.report(&task, measure_fn(&task)).await.unwrap();
+            let r = if is_finalist(&task) {
+                let measurements = measure_finalists(&task, &mut measure_fn);
+                worker.report_finalists(&task, measurements).await.unwrap()
+            } else {
+                worker.report(&task, measure_fn(&task)).await.unwrap()
+            };
             assert!(r.stored, "task {} was not stored", task.task_id);
+            reported.push(task);
+        }
+    }
+}
+
+/// Leases and reports tuning tasks (with `measure_fn`) until a finalist task is leased; returns
+/// the reported tuning tasks and the leased finalist task.
+pub(crate) async fn tune_until_finalist(
+    worker: &mut FakeWorker,
+    mut measure_fn: impl FnMut(&pb::Task) -> pb::Measurement,
+) -> (Vec<pb::Task>, pb::Task) {
+    let deadline = Instant::now() + PATIENCE;
+    let mut reported = Vec::new();
+    loop {
+        assert!(Instant::now() < deadline, "no finalist task after {} tuning tasks", reported.len());
+        for task in worker.lease(1, 100).await {
+            if is_finalist(&task) {
+                return (reported, task);
+            }
+            assert!(worker.report(&task, measure_fn(&task)).await.unwrap().stored);
             reported.push(task);
         }
     }

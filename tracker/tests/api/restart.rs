@@ -2,6 +2,11 @@
 
 use std::collections::HashSet;
 
+use sqlx::SqlitePool;
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::SqliteConnectOptions;
+use tensortune_kernels::gemm::WmmaGemm;
+use tensortune_kernels::{Target, Template, Workload};
 use tensortune_proto::pb;
 
 use crate::harness::*;
@@ -104,4 +109,203 @@ async fn the_random_tuner_continues_its_order_after_a_restart() {
     seen.sort();
     assert_eq!(seen, expected);
     tracker.stop().await;
+}
+
+#[tokio::test]
+async fn a_tracker_restarted_while_finalizing_resumes_the_finalists() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    let req = job_with_finalists(vec![matmul(64, 64, 64), matmul(128, 64, 64)], 3, 3, 0);
+    let id = submit(&mut tuning, req).await;
+    // Both workloads finish tuning; the first finalist task is leased, the second still pending.
+    let (tuned, held) = tune_until_finalist(&mut worker, measure).await;
+    assert_eq!(tuned.len(), 6);
+    let before = get_job(&mut tuning, id).await;
+    assert_eq!(before.workloads.iter().map(|w| w.state.as_str()).collect::<Vec<_>>(), ["finalizing", "finalizing"]);
+    tracker.stop().await;
+
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let after = get_job(&mut tuning, id).await;
+    assert_eq!(after.state, pb::JobState::Running as i32);
+    assert_eq!(after.workloads, before.workloads);
+    let mut req = registration("box/0", sim_device());
+    req.previous_id = worker.id;
+    let mut again = FakeWorker::register_with(&tracker, req).await;
+    assert!(again.report_finalists(&held, measure_finalists(&held, measure)).await.unwrap().stored);
+    let pending = again.lease_some(4).await;
+    assert_eq!(pending.len(), 1);
+    assert!(is_finalist(&pending[0]) && pending[0].task_id != held.task_id && pending[0].rounds == 3);
+    assert!(again.report_finalists(&pending[0], measure_finalists(&pending[0], measure)).await.unwrap().stored);
+
+    let done = get_job(&mut tuning, id).await;
+    assert_eq!(done.state, pb::JobState::Done as i32);
+    for w in &done.workloads {
+        assert_eq!((w.state.as_str(), w.trials_done, w.finalists.len()), ("done", 3, 3));
+        assert!(w.best.as_ref().unwrap().remeasure);
+    }
+    assert_eq!(all_records(&mut tuning).await.len(), 12);
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tracker.db");
+    let pool = old_database(&db).await;
+    let workload = Workload::try_from(&matmul(64, 64, 64)).unwrap();
+    let target = Target::sim();
+    let version = WmmaGemm.version();
+    let valid = WmmaGemm.valid_indices(&workload, &target).unwrap();
+    let configs: Vec<(u64, String)> =
+        valid.iter().take(3).map(|&i| (i, WmmaGemm.space().config(i).unwrap().to_json())).collect();
+
+    // What a previous tracker left mid-job: a grid job of 3 trials, 2 measured, 1 leased.
+    let device = serde_json::json!({
+        "target": target, "memory_bytes": 0, "uuid": "", "driver_version": "", "cuda_version": "",
+        "nvrtc_version": "", "sm_clock_mhz": 0, "mem_clock_mhz": 0,
+    });
+    let provenance = serde_json::json!({
+        "worker_name": "box/0", "gpu_name": "sim", "gpu_uuid": "", "driver_version": "", "cuda_version": "",
+        "nvrtc_version": "", "sm_clock_mhz": 0,
+    });
+    let far = i64::MAX / 4;
+    let statements: Vec<sqlx::query::Query<'_, sqlx::Sqlite, _>> = vec![
+        sqlx::query("INSERT INTO device_classes VALUES ('sim', ?1, ?2, ?3, ?4, 1, 1)")
+            .bind(&target.name)
+            .bind(target.arch)
+            .bind(target.sm_count)
+            .bind(serde_json::to_string(&target).unwrap()),
+        sqlx::query("INSERT INTO workers VALUES (1, 'box/0', 'sim', ?1, ?2, 1, 1, 'online')")
+            .bind(device.to_string())
+            .bind(format!("[\"wmma_gemm@{version}\"]")),
+        sqlx::query(
+            "INSERT INTO jobs VALUES (1, 'running', 'wmma_gemm', ?1, 'grid', 'sim', 3, 3, 7, 10, 'old', 0, 0.0, '', 1, 1,
+                                      NULL)",
+        )
+        .bind(version),
+        sqlx::query(
+            "INSERT INTO job_workloads VALUES (1, 0, ?1, ?2, 3, ?3, 3, 2, 0, 'running', NULL, 5.0, 1)",
+        )
+        .bind(workload.key())
+        .bind(serde_json::to_string(&workload).unwrap())
+        .bind(valid.len() as i64),
+    ];
+    for s in statements {
+        s.execute(&pool).await.unwrap();
+    }
+    for (task, (index, config)) in configs.iter().enumerate() {
+        let task = task as i64 + 1;
+        let state = if task == 3 { "leased" } else { "pending" };
+        sqlx::query(
+            "INSERT INTO tasks (id, job_id, workload_idx, config_index, config, state, worker_id, lease_expires_ms,
+                                attempts, created_ms, updated_ms)
+             VALUES (?1, 1, 0, ?2, ?3, ?4, 1, ?5, 1, 1, 1)",
+        )
+        .bind(task)
+        .bind(*index as i64)
+        .bind(config)
+        .bind(state)
+        .bind(far)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    for (task, median) in [(1i64, 5.0f64), (2, 6.0)] {
+        let (index, config) = &configs[task as usize - 1];
+        sqlx::query(
+            "INSERT INTO records (id, task_id, job_id, worker_id, workload_key, workload, template, template_version,
+                                  config, config_index, device_class, status, error, compile_ms, measure_ms, samples,
+                                  median_us, spread, batch, baseline_kind, registers, smem_bytes, cache_hit,
+                                  provenance, tflops, speedup, created_ms)
+             VALUES (?1, ?1, 1, 1, ?2, ?3, 'wmma_gemm', ?4, ?5, ?6, 'sim', 'ok', '', 1.0, 1.0, '[]', ?7, 0.0, 1, '',
+                     0, 0, 0, ?8, 1.0, 0.0, 1)",
+        )
+        .bind(task)
+        .bind(workload.key())
+        .bind(serde_json::to_string(&workload).unwrap())
+        .bind(version)
+        .bind(config)
+        .bind(*index as i64)
+        .bind(median)
+        .bind(provenance.to_string())
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query("UPDATE tasks SET state = 'done', record_id = ?1, lease_expires_ms = NULL WHERE id = ?1")
+            .bind(task)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query("UPDATE job_workloads SET best_record_id = 1").execute(&pool).await.unwrap();
+    pool.close().await;
+
+    // The new tracker migrates the file and resumes the job; the old job did not ask for finalists.
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let job = get_job(&mut tuning, 1).await;
+    assert_eq!(job.state, pb::JobState::Running as i32);
+    assert_eq!((job.finalists, job.finalist_rounds, job.flush_l2), (1, 3, false));
+    let w = &job.workloads[0];
+    assert_eq!(
+        (w.state.as_str(), w.trials_done, w.best.as_ref().map(|r| (r.id, r.remeasure))),
+        ("running", 2, Some((1, false)))
+    );
+    let records = all_records(&mut tuning).await;
+    assert_eq!(
+        records.iter().map(|r| (r.id, r.task_id, r.remeasure)).collect::<Vec<_>>(),
+        [(1, 1, false), (2, 2, false)]
+    );
+    let listed = tuning.list_workers(pb::ListWorkersRequest {}).await.unwrap().into_inner().workers;
+    assert_eq!((listed[0].id, listed[0].reported, listed[0].reference_us, listed[0].flagged), (1, 2, 0.0, false));
+
+    // Its worker survived: it registers again and reports the task it held.
+    let mut req = registration("box/0", sim_device());
+    req.previous_id = 1;
+    let mut worker = FakeWorker::register_with(&tracker, req).await;
+    assert_eq!(worker.id, 1);
+    let held = pb::Task { task_id: 3, config_index: configs[2].0, ..Default::default() };
+    assert!(worker.report(&held, ok(7.0)).await.unwrap().stored);
+    let job = get_job(&mut tuning, 1).await;
+    assert_eq!((job.state, job.workloads[0].trials_done), (pb::JobState::Done as i32, 3));
+    assert!(job.workloads[0].finalists.is_empty());
+
+    // New jobs on the upgraded file get everything: the same trials come from the store and the
+    // finalists are re-measured.
+    let req = pb::SubmitJobRequest { tuner: "grid".into(), ..job_with_finalists(vec![matmul(64, 64, 64)], 3, 3, 0) };
+    let id = submit(&mut tuning, req).await;
+    assert_eq!(get_job(&mut tuning, id).await.workloads[0].reused, 3);
+    let task = worker.lease_some(1).await.remove(0);
+    assert_eq!(task.finalist_indices, [0, 1, 2].map(|i| configs[i].0));
+    let reply = worker.report_finalists(&task, vec![ok(6.0), ok(5.5), ok(9.0)]).await.unwrap();
+    assert!(reply.stored);
+    assert!(!worker.report_finalists(&task, vec![ok(6.0), ok(5.5), ok(9.0)]).await.unwrap().stored);
+    let job = get_job(&mut tuning, id).await;
+    assert_eq!(job.workloads[0].best.as_ref().unwrap().id, reply.record_id);
+    tracker.stop().await;
+
+    // And a restart on the migrated file changes nothing.
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    assert_eq!(get_job(&mut tuning, id).await, job);
+    assert_eq!(all_records(&mut tuning).await.len(), 6);
+    tracker.stop().await;
+}
+
+/// A database at `path` as the previous tracker left it: only the first migration applied.
+async fn old_database(path: &std::path::Path) -> SqlitePool {
+    let migrations = tempfile::tempdir().unwrap();
+    let init = "20261122000000_init.sql";
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations/20261122000000_init.sql"),
+        migrations.path().join(init),
+    )
+    .unwrap();
+    let options = SqliteConnectOptions::new().filename(path).create_if_missing(true).foreign_keys(true);
+    let pool = SqlitePool::connect_with(options).await.unwrap();
+    Migrator::new(migrations.path()).await.unwrap().run(&pool).await.unwrap();
+    pool
 }

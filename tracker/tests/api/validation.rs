@@ -97,6 +97,16 @@ async fn bad_submissions_name_the_field() {
         ("margin above 1", pb::SubmitJobRequest { early_stop_margin: 1.5, ..base() }, "invalid early_stop_margin: 1.5"),
         ("margin NaN", pb::SubmitJobRequest { early_stop_margin: f64::NAN, ..base() }, "invalid early_stop_margin:"),
         (
+            "too many finalists",
+            pb::SubmitJobRequest { finalists: 17, ..base() },
+            "invalid finalists: 17 is out of range; allowed 1 ..= 16",
+        ),
+        (
+            "too many finalist rounds",
+            pb::SubmitJobRequest { finalist_rounds: 21, ..base() },
+            "invalid finalist_rounds: 21 is out of range; allowed 1 ..= 20",
+        ),
+        (
             "margin negative",
             pb::SubmitJobRequest { early_stop_margin: -0.1, early_stop_trials: 5, ..base() },
             "invalid early_stop_margin:",
@@ -130,6 +140,15 @@ async fn bad_submissions_name_the_field() {
     let j = get_job(&mut tuning, id).await;
     let built = (j.template.as_str(), j.template_version, j.device_class.as_str());
     assert_eq!(built, ("wmma_gemm", WmmaGemm.version(), "sim"));
+    assert_eq!((j.finalists, j.finalist_rounds, j.flush_l2), (1, 3, false));
+    // 0 finalists and rounds are the defaults, 3 and 3; the bounds themselves are accepted.
+    let defaults = submit(&mut tuning, pb::SubmitJobRequest { finalists: 0, ..base() }).await;
+    let j = get_job(&mut tuning, defaults).await;
+    assert_eq!((j.finalists, j.finalist_rounds), (3, 3));
+    let bounds = pb::SubmitJobRequest { finalists: 16, finalist_rounds: 20, ..base() };
+    let bounds = submit(&mut tuning, bounds).await;
+    let j = get_job(&mut tuning, bounds).await;
+    assert_eq!((j.finalists, j.finalist_rounds), (16, 20));
     tracker.stop().await;
 }
 
