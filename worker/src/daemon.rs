@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::compiler::{Backend, Compiler};
 use crate::config::{DeviceSpec, MEASURE_QUEUE, WorkerConfig};
 use crate::held::{Held, Lease};
+use crate::inject::{self, Fault, INJECT_FAULTS_ENV, Injector};
 use crate::link::{Link, LinkError, TaskResult};
 use crate::measure::measure_stage;
 use crate::nvrtc;
@@ -66,6 +67,7 @@ pub(crate) struct Report {
 
 /// Runs the worker until `shutdown` fires (then returns `Ok`) or it cannot go on.
 pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let faults = gpu_faults(&config)?;
     // Cancelled on shutdown, and by a stage that fails, to stop the others.
     let stop = shutdown.child_token();
     let supervisor = tokio::select! {
@@ -144,7 +146,8 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
     });
     stages.spawn("measure", {
         let (shared, stop) = (shared.clone(), stop.clone());
-        async move { measure_stage(supervisor, &shared, measure_rx, report_tx, reference, &stop).await }
+        let injector = Injector::new(faults);
+        async move { measure_stage(supervisor, &shared, measure_rx, report_tx, reference, injector, &stop).await }
     });
     stages.spawn("report", async move { report_stage(&link, report_rx).await });
 
@@ -182,6 +185,26 @@ impl Stages {
         };
         Some((self.names.get(&id).copied().unwrap_or("unknown"), result))
     }
+}
+
+/// The GPU faults to inject (see `inject`), announced loudly; none on `sim`.
+fn gpu_faults(config: &WorkerConfig) -> anyhow::Result<Vec<Fault>> {
+    let faults = inject::from_env().map_err(|e| anyhow!(e))?;
+    if faults.is_empty() {
+        return Ok(faults);
+    }
+    let list: Vec<String> = faults.iter().map(Fault::to_string).collect();
+    let list = list.join(",");
+    if config.device == DeviceSpec::Sim {
+        tracing::warn!("{INJECT_FAULTS_ENV}={list} is ignored on sim, which runs no kernel (sim faults are SimFaults)");
+        return Ok(Vec::new());
+    }
+    tracing::warn!(
+        gpu = %config.device,
+        "{INJECT_FAULTS_ENV}={list}: INJECTING FAULTS into this worker's tuning tasks (counted from 1 as they are \
+         sent to the child); their records will say launch_error or timeout by design"
+    );
+    Ok(faults)
 }
 
 /// The target kernels are generated for, and how they are compiled, on this device.

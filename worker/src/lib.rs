@@ -18,6 +18,7 @@
 //! - `record`: device info and measurement records as the tracker receives them.
 //! - [`protocol`]: the daemon <-> child contract and the `Executor` trait of device backends.
 //! - [`sim`]: the `sim` backend (analytic timings, fault injection for tests).
+//! - `inject`: fault injection on a real GPU (`TENSORTUNE_INJECT_FAULTS`), for tests of isolation.
 //! - [`cuda`]: the `cuda` backend (cudarc) that runs in the child.
 //! - [`nvrtc`]: NVRTC compilation to cubins.
 //!
@@ -38,6 +39,7 @@ mod finalist;
 mod fleet;
 mod frame;
 mod held;
+mod inject;
 mod link;
 mod measure;
 mod plan;

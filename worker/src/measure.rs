@@ -4,6 +4,7 @@
 //! vendor baselines.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tensortune_proto::pb;
 use tokio::sync::mpsc;
@@ -15,6 +16,7 @@ use crate::compiler::Image;
 use crate::daemon::{Report, Shared};
 use crate::finalist;
 use crate::held::Lease;
+use crate::inject::{Fault, INJECT_FAULTS_ENV, Injector};
 use crate::link::TaskResult;
 use crate::plan::Plan;
 use crate::prepare::{Candidate, Prepared, Work};
@@ -75,9 +77,10 @@ pub(crate) async fn measure_stage(
     mut prepared: mpsc::Receiver<Prepared>,
     report: mpsc::Sender<Report>,
     reference: Reference,
+    injector: Injector,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut measurer = Measurer { supervisor, shared, baselines: Baselines::default(), reference };
+    let mut measurer = Measurer { supervisor, shared, baselines: Baselines::default(), reference, injector };
     let result = async {
         loop {
             if measurer.reference.due(Instant::now()) {
@@ -98,11 +101,21 @@ pub(crate) async fn measure_stage(
             }
             let result = match work {
                 Work::Tuning(kernel) => {
-                    let measured = tokio::select! {
-                        _ = stop.cancelled() => return Ok(()),
-                        outcome = measurer.measure(lease.task_id, &kernel.plan, &kernel.image, &support) => outcome,
+                    let image = match measurer.injector.next_task() {
+                        None => Ok(kernel.image.clone()),
+                        Some(fault) => tokio::select! {
+                            _ = stop.cancelled() => return Ok(()),
+                            image = measurer.faulty(fault, &kernel.plan, lease.task_id) => image,
+                        },
                     };
-                    TaskResult::Tuning(Box::new(record::measurement(measured?, kernel.compile, &shared.provenance)))
+                    let outcome = match image {
+                        Ok(image) => tokio::select! {
+                            _ = stop.cancelled() => return Ok(()),
+                            outcome = measurer.measure(lease.task_id, &kernel.plan, &image, &support) => outcome?,
+                        },
+                        Err(failed) => failed,
+                    };
+                    TaskResult::Tuning(Box::new(record::measurement(outcome, kernel.compile, &shared.provenance)))
                 }
                 Work::Finalists { finalists, rounds } => {
                     match measurer.finalists(&lease, &support, finalists, rounds, stop).await? {
@@ -136,6 +149,8 @@ struct Measurer<'a> {
     shared: &'a Shared,
     baselines: Baselines,
     reference: Reference,
+    /// Which tuning tasks get an injected fault (`inject`; none unless asked for).
+    injector: Injector,
 }
 
 impl Measurer<'_> {
@@ -154,6 +169,23 @@ impl Measurer<'_> {
         let mut outcome = self.supervisor.measure(request).instrument(span).await?;
         self.baselines.settle(key, flush_l2, &mut outcome);
         Ok(outcome)
+    }
+
+    /// The image of `plan`'s kernel with `fault` injected, compiled on the pool; a compile error
+    /// is the task's `compile_error`.
+    async fn faulty(&self, fault: Fault, plan: &Plan, task_id: u64) -> Result<Arc<Image>, MeasureOutcome> {
+        tracing::warn!(
+            task = task_id,
+            kernel = %plan.spec.name,
+            gpu = %self.shared.gpu,
+            "injecting fault {fault} ({INJECT_FAULTS_ENV})"
+        );
+        let source = fault.kind.inject(&plan.spec.source);
+        self.shared.compiler.build(&plan.spec.name, &source).await.image.map_err(|log| {
+            let error = format!("the kernel with the injected fault {fault} did not compile: {log}");
+            tracing::error!(task = task_id, "{error}");
+            MeasureOutcome::failed(Status::CompileError, error)
+        })
     }
 
     /// Measures a finalist task's configs `rounds` times, interleaved (see `finalist`), and
