@@ -20,6 +20,12 @@
 #     throughput `tensortune bench --throughput` (cold cache), THROUGHPUT_TRIALS per workload
 #     gputests   the tests marked #[ignore = "needs a GPU"] (worker daemon on cuda:0)
 #     profile    ncu sections of one 4096^3 kernel (PROFILE_CONFIG) and the clock in a record
+#     faults     a 50-trial job on cuda:0 whose worker injects an out-of-bounds write and a hang
+#                (FAULTS, default oob:5,hang:12): expects 1 launch_error, 1 timeout, the rest ok
+#     repeat     a small and a large config, each timed in two separate run_one processes, warm and
+#                with the L2 flushed: relative difference of the medians (and flushed vs warm)
+#     multigpu   `tensortune-worker --device cuda:all`: one worker per GPU, a 100-trial job, the
+#                drift reference each one timed
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
@@ -174,9 +180,91 @@ step_profile() {
   grep -E "Throughput|Duration|Pipe|Stall|Warp Cycles|Issued|Occupancy|Bank|L2 Hit|L1/TEX Hit|Registers|Eligible|Active Warps|SM Frequency|Memory \[%\]|Compute \(SM\)" "$LOGS/ncu.txt" | head -60 | tee -a "$SUMMARY"
 }
 
+# Waits until the tracker at $1 lists at least $2 online workers (60 s at most).
+wait_workers() {
+  for _ in $(seq 1 60); do
+    [ "$("$BIN/tensortune" --tracker "$1" workers 2>/dev/null | grep -c online)" -ge "$2" ] && return 0
+    sleep 1
+  done
+  return 1
+}
+
+step_faults() {
+  local url=http://127.0.0.1:7172 faults=${FAULTS:-oob:5,hang:12}
+  "$BIN/tensortune-tracker" --listen 127.0.0.1:7172 --db "$LOGS/faults.db" >"$LOGS/faults-tracker.log" 2>&1 &
+  local tracker=$!
+  sleep 1
+  NO_COLOR=1 TENSORTUNE_INJECT_FAULTS=$faults "$BIN/tensortune-worker" --tracker $url --device cuda:0 --name faults \
+    --compile-threads 8 --measure-timeout-secs 10 >"$LOGS/faults-worker.log" 2>&1 &
+  local worker=$!
+  wait_workers $url 1 || say "faults: the worker did not come online"
+  local start=$(date +%s.%N)
+  timeout 600 "$BIN/tensortune" --tracker $url tune matmul --m 512 --n 64 --k 512 --trials 50 --finalists 1 \
+    --json "$OUT/faults.json" >"$LOGS/faults.log" 2>&1
+  say "faults job ($faults) exit $? in $(since "$start") s"
+  "$BIN/tensortune" --tracker $url records export -o "$LOGS/faults-records.jsonl" >/dev/null 2>&1
+  local statuses=$(grep -o '"status":"[a-z_]*"' "$LOGS/faults-records.jsonl" | cut -d'"' -f4 | sort | uniq -c | tr -s ' \n' ' ')
+  local launch=$(grep -c '"status":"launch_error"' "$LOGS/faults-records.jsonl")
+  local hung=$(grep -c '"status":"timeout"' "$LOGS/faults-records.jsonl")
+  local other=$(grep -v '"status":"ok"' "$LOGS/faults-records.jsonl" | grep -vc '"status":"launch_error"\|"status":"timeout"')
+  local verdict=FAIL
+  [ "$launch" = 1 ] && [ "$hung" = 1 ] && [ "$other" = 0 ] && verdict=PASS
+  say "faults $verdict: statuses$statuses(expected 1 launch_error, 1 timeout, the rest ok)"
+  say "faults: worker log: $(grep -c 'injecting fault' "$LOGS/faults-worker.log") injections, $(grep -c 'started a fresh measuring child' "$LOGS/faults-worker.log") child restarts"
+  grep -h -o '"error":"[^"]\{0,200\}' "$LOGS/faults-records.jsonl" | grep -v '"error":"$' | head -4 | tee -a "$SUMMARY"
+  kill $worker; wait $worker 2>/dev/null
+  kill $tracker; wait $tracker 2>/dev/null
+}
+
+step_repeat() {
+  local small_key="matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0"
+  local small_cfg='{"block_k":64,"block_m":32,"block_n":32,"frag":"m16n16k16","min_blocks":1,"skew":1,"split_k":8,"split_reduce":"workspace","stages":1,"swizzle":1,"warps_k":4,"warps_m":1,"warps_n":2}'
+  local large_key="matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"
+  local large_cfg='{"block_k":64,"block_m":128,"block_n":256,"frag":"m16n16k16","min_blocks":1,"skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":2,"warps_n":4}'
+  # Prints "MEDIAN VENDOR" of one run_one process.
+  once() {
+    "$BIN/run_one" "$1" "$2" "${REPEAT_SAMPLES:-10}" 1 "$3" 2>&1 | tee -a "$LOGS/repeat.log" \
+      | sed -n 's/.* median \([0-9.]*\) us .* vendor Some(\([0-9.]*\)).*/\1 \2/p' | tail -1
+  }
+  for which in small large; do
+    local key cfg
+    if [ $which = small ]; then key=$small_key cfg=$small_cfg; else key=$large_key cfg=$large_cfg; fi
+    local warm=""
+    for mode in warm flush; do
+      local a b
+      read -r a va <<<"$(once "$key" "$cfg" $mode)"
+      read -r b vb <<<"$(once "$key" "$cfg" $mode)"
+      say "repeat $which $mode: $a us then $b us: $(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) printf "%+.2f%%", 100 * (b - a) / a; else print "n/a" }'); vendor $va then $vb us"
+      [ $mode = warm ] && warm=$a
+      [ $mode = flush ] && say "repeat $which flushed / warm: $(awk -v w="$warm" -v f="$a" 'BEGIN { if (w > 0) printf "%.2fx", f / w; else print "n/a" }')"
+    done
+  done
+}
+
+step_multigpu() {
+  local url=http://127.0.0.1:7173 gpus
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  "$BIN/tensortune-tracker" --listen 127.0.0.1:7173 --db "$LOGS/multigpu.db" >"$LOGS/multigpu-tracker.log" 2>&1 &
+  local tracker=$!
+  sleep 1
+  NO_COLOR=1 "$BIN/tensortune-worker" --tracker $url --device cuda:all --compile-threads 16 >"$LOGS/multigpu-worker.log" 2>&1 &
+  local worker=$!
+  wait_workers $url "$gpus" || say "multigpu: fewer than $gpus workers came online"
+  local start=$(date +%s.%N)
+  timeout 600 "$BIN/tensortune" --tracker $url tune matmul --m 1024 --n 1024 --k 1024 --trials 100 \
+    --json "$OUT/multigpu.json" >"$LOGS/multigpu.log" 2>&1
+  say "multigpu job on $gpus GPUs exit $? in $(since "$start") s"
+  grep -E "trials|best" "$LOGS/multigpu.log" | tee -a "$SUMMARY"
+  "$BIN/tensortune" --tracker $url workers | tee -a "$SUMMARY"
+  say "multigpu drift references: $(grep -o 'gpu=[^ ]* reference_us=[0-9.]*' "$LOGS/multigpu-worker.log" | sort -u | tr '\n' ' ')"
+  kill $worker; wait $worker 2>/dev/null
+  kill $tracker; wait $tracker 2>/dev/null
+}
+
 for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
+    faults | repeat | multigpu) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

@@ -56,7 +56,7 @@ impl Reference {
         let plan = plan(target)
             .inspect_err(|e| {
                 tracing::warn!(
-                    gpu,
+                    gpu = %gpu,
                     "the drift reference cannot run on this device ({e}); heartbeats carry no reference time"
                 )
             })
@@ -103,7 +103,7 @@ impl Reference {
                     (Ok(kernel), Ok(support)) => self.images.insert((kernel, support)).clone(),
                     (Err(log), _) | (_, Err(log)) => {
                         tracing::warn!(
-                            gpu,
+                            gpu = %gpu,
                             previous,
                             "the drift reference did not compile; keeping the last time: {log}"
                         );
@@ -113,14 +113,14 @@ impl Reference {
             }
         };
         let request = plan.request(TASK_ID, &kernel, &support, false);
-        let span = tracing::info_span!("reference", kernel = %plan.spec.name, gpu);
+        let span = tracing::info_span!("reference", kernel = %plan.spec.name, gpu = %gpu);
         let outcome = supervisor.measure(request).instrument(span).await?;
         if outcome.status == Status::Ok && outcome.median_us > 0.0 {
             self.time.set(outcome.median_us);
-            tracing::info!(gpu, reference_us = outcome.median_us, previous, "timed the drift reference");
+            tracing::info!(gpu = %gpu, reference_us = outcome.median_us, previous, "timed the drift reference");
         } else {
             tracing::warn!(
-                gpu,
+                gpu = %gpu,
                 status = ?outcome.status,
                 previous,
                 "the drift reference did not time; keeping the last time: {}",
