@@ -81,6 +81,38 @@ pub enum Command {
     },
     /// Run a worker daemon (the same as `tensortune-worker`).
     Worker(WorkerArgs),
+    /// Run tuners against recorded measurements instead of a GPU and compare them.
+    Replay(ReplayArgs),
+}
+
+/// `tensortune replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Records to replay: `tensortune records export` output, plain or .gz. Exhaustive
+    /// measurements (every valid config of a workload) are the ground truth.
+    #[arg(long)]
+    pub records: PathBuf,
+    /// Tuners to compare, comma-separated (random, grid, model).
+    #[arg(long, default_value = "random,model", value_delimiter = ',')]
+    pub tuner: Vec<String>,
+    /// Seeds per tuner; the table shows medians.
+    #[arg(long, default_value_t = 20)]
+    pub seeds: u64,
+    /// Trials per run at most.
+    #[arg(long, default_value_t = 1000)]
+    pub budget: usize,
+    /// Configs proposed at once.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Also run the model tuner with the other workloads' records as its prior (transfer).
+    #[arg(long)]
+    pub transfer: bool,
+    /// Only workloads whose key contains this text.
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// Write the table as JSON here too.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 /// `tensortune records ...`

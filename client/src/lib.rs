@@ -7,11 +7,13 @@
 //! - [`session`]: a remote tracker, or an embedded tracker (and local worker) for one command.
 //! - [`commands`]: one function per command.
 //! - [`bench`]: `tensortune bench`, suites of workloads tuned one after another.
+//! - [`replay`]: `tensortune replay`, tuners against recorded measurements.
 //! - [`report`]: JSON views of jobs and records, and the tables printed.
 
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod replay;
 pub mod report;
 pub mod session;
 
@@ -33,6 +35,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel { id } => commands::job(tracker, db, *id, "cancel").await,
         Command::Workers => commands::workers(tracker, db).await,
         Command::Records { command } => commands::records(tracker, db, command).await,
+        Command::Replay(r) => replay::run(r),
         Command::Worker(w) => {
             let Some(url) = tracker else {
                 anyhow::bail!("tensortune worker needs --tracker URL (the tracker it serves)");

@@ -1,0 +1,24 @@
+//! Replay comparison without the CLI: `replay FILE [seeds] [budget] [batch] [tuners] [filter]`.
+use std::sync::Arc;
+use tensortune_search::replay::{Dataset, summarise};
+fn main() -> anyhow::Result<()> {
+    let a: Vec<String> = std::env::args().collect();
+    let seeds: u64 = a.get(2).map(|s| s.parse()).transpose()?.unwrap_or(20);
+    let budget: usize = a.get(3).map(|s| s.parse()).transpose()?.unwrap_or(1000);
+    let batch: usize = a.get(4).map(|s| s.parse()).transpose()?.unwrap_or(16);
+    let tuners = a.get(5).cloned().unwrap_or("random,model,transfer".into());
+    let filter = a.get(6).cloned().unwrap_or_default();
+    let data = Dataset::load(std::path::Path::new(&a[1]))?;
+    for w in data.workloads.iter().filter(|w| w.key.contains(&filter)) {
+        let prior = Arc::new(data.prior_for(w));
+        for t in tuners.split(',') {
+            let (name, p) = if t == "transfer" { ("model", Some(prior.clone())) } else { (t, None) };
+            let s = summarise(w, name, p, seeds, budget, batch)?;
+            println!(
+                "{:<50} {:<7} transfer={:<5} space={:<5} to5={:<5} to2={:<5} final={:.3}",
+                s.workload, s.tuner, s.transfer, s.space, s.to_5, s.to_2, s.final_ratio
+            );
+        }
+    }
+    Ok(())
+}

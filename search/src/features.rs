@@ -1,0 +1,81 @@
+//! Feature rows for cost models: what the template says about a config (tile sizes, occupancy,
+//! shared memory, intensity, waves, its analytic time) plus what describes the workload (shape,
+//! types, layout), so one model can learn across workloads (transfer).
+
+use tensortune_kernels::workload::Workload;
+use tensortune_kernels::{Config, Target, Template};
+
+use crate::Error;
+
+/// Names of the workload columns appended to the template's own features.
+pub const WORKLOAD_FEATURES: [&str; 7] =
+    ["log2_m", "log2_n", "log2_k", "input_bytes", "accumulator_bytes", "a_k_contiguous", "b_k_contiguous"];
+
+/// The shape/type/layout columns of a workload (implicit-GEMM view for conv2d).
+pub fn workload_row(w: &Workload) -> [f64; 7] {
+    let (m, n, k, a_k, b_k) = match w {
+        Workload::Matmul(m) => (m.m, m.n, m.k, m.layout.a_k_contiguous(), m.layout.b_k_contiguous()),
+        Workload::Conv2d(c) => {
+            let (m, n, k) = c.gemm_dims();
+            (m, n, k, true, true)
+        }
+    };
+    let t = w.types();
+    [
+        (m as f64).log2(),
+        (n as f64).log2(),
+        (k as f64).log2(),
+        t.input.bytes() as f64,
+        t.accumulator.bytes() as f64,
+        a_k as u8 as f64,
+        b_k as u8 as f64,
+    ]
+}
+
+/// A full feature row and the template's analytic estimate of the kernel's time (the cold-start
+/// prior of model-guided search).
+pub fn row(template: &dyn Template, w: &Workload, config: &Config, target: &Target) -> Result<(Vec<f64>, f64), Error> {
+    let mut out: Vec<f64> = template.features(w, config, target)?.into_iter().map(|(_, v)| v).collect();
+    out.extend(workload_row(w));
+    let analytic = template.model_us(w, config, target).unwrap_or(f64::INFINITY);
+    Ok((out, analytic))
+}
+
+/// The target a device class was measured on, for features: the class's compute capability with
+/// the limits of that generation's data-center part (`sim` for the simulator).
+pub fn target_for_class(class_key: &str) -> Target {
+    if class_key == "sim" {
+        return Target::sim();
+    }
+    let mut t = if class_key.contains("/sm80/") || class_key.contains("/sm86/") || class_key.contains("/sm89/") {
+        Target::sm80()
+    } else {
+        Target::sm90()
+    };
+    t.class_key = class_key.to_owned();
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensortune_kernels::template::valid_configs;
+    use tensortune_kernels::{DType, Layout, Matmul, Types, gemm};
+
+    #[test]
+    fn rows_have_a_fixed_width_and_finite_values() {
+        let w =
+            Workload::Matmul(Matmul::new(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap());
+        let t = Target::sm90();
+        let configs = valid_configs(&gemm::WmmaGemm, &w, &t).unwrap();
+        let width = row(&gemm::WmmaGemm, &w, &configs[0].1, &t).unwrap().0.len();
+        for (_, c) in configs.iter().step_by(97) {
+            let (r, analytic) = row(&gemm::WmmaGemm, &w, c, &t).unwrap();
+            assert_eq!(r.len(), width);
+            assert!(r.iter().all(|v| v.is_finite()) && analytic.is_finite() && analytic > 0.0);
+        }
+        assert_eq!(target_for_class("nvidia-a100-sxm4-80gb/sm80/108sm").arch, 80);
+        assert_eq!(target_for_class("nvidia-h200/sm90/132sm").arch, 90);
+        assert_eq!(target_for_class("sim").class_key, "sim");
+    }
+}

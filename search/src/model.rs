@@ -1,0 +1,106 @@
+//! The learned cost model: gradient-boosted trees (the `forust-ml` crate) regressing a config's
+//! normalised log-time on its feature row. Targets are normalised per workload (log time minus the
+//! median log time of that workload's measurements), so rows of different workloads share one
+//! scale and a model trained on some workloads ranks configs of another (transfer).
+
+use forust_ml::GradientBooster;
+use forust_ml::data::Matrix;
+use forust_ml::objective::ObjectiveType;
+
+use crate::Error;
+
+/// Boosting rounds, step and depth: small trees on hundreds of rows, refitted every batch.
+const ROUNDS: usize = 80;
+const LEARNING_RATE: f32 = 0.15;
+const MAX_DEPTH: usize = 5;
+
+/// A fitted model.
+pub struct CostModel {
+    booster: GradientBooster,
+    width: usize,
+}
+
+fn matrix(rows: &[Vec<f64>], width: usize) -> Vec<f64> {
+    // forust takes columns one after another.
+    let mut flat = Vec::with_capacity(rows.len() * width);
+    for col in 0..width {
+        flat.extend(rows.iter().map(|r| r[col]));
+    }
+    flat
+}
+
+impl CostModel {
+    /// Fits rows -> targets with per-row weights.
+    pub fn fit(rows: &[Vec<f64>], y: &[f64], weights: &[f64], seed: u64) -> Result<CostModel, Error> {
+        let width = rows.first().map_or(0, Vec::len);
+        if rows.is_empty()
+            || rows.len() != y.len()
+            || rows.len() != weights.len()
+            || rows.iter().any(|r| r.len() != width)
+        {
+            return Err(Error::Model(format!(
+                "{} rows, {} targets and {} weights of mixed widths",
+                rows.len(),
+                y.len(),
+                weights.len()
+            )));
+        }
+        let flat = matrix(rows, width);
+        let data = Matrix::new(&flat, rows.len(), width);
+        let mut booster = GradientBooster::default()
+            .set_objective_type(ObjectiveType::SquaredLoss)
+            .set_iterations(ROUNDS)
+            .set_learning_rate(LEARNING_RATE)
+            .set_max_depth(MAX_DEPTH)
+            .set_min_leaf_weight(1.0)
+            .set_parallel(false)
+            .set_seed(seed);
+        booster.fit(&data, y, weights, None).map_err(|e| Error::Model(e.to_string()))?;
+        Ok(CostModel { booster, width })
+    }
+
+    /// Predicted normalised log-times (lower is faster).
+    pub fn predict(&self, rows: &[Vec<f64>]) -> Vec<f64> {
+        if rows.is_empty() {
+            return Vec::new();
+        }
+        let flat = matrix(rows, self.width);
+        self.booster.predict(&Matrix::new(&flat, rows.len(), self.width), false)
+    }
+}
+
+/// Normalised targets of one workload's measurements: ln(t) - median ln(t) over its ok ones;
+/// failures get the worst ok value plus one (e-fold slower), so the model learns to avoid them.
+pub fn normalise(times: &[Option<f64>]) -> Vec<f64> {
+    let mut logs: Vec<f64> = times.iter().flatten().map(|t| t.ln()).collect();
+    if logs.is_empty() {
+        return vec![0.0; times.len()];
+    }
+    logs.sort_by(f64::total_cmp);
+    let median = logs[logs.len() / 2];
+    let worst = logs[logs.len() - 1] - median;
+    times.iter().map(|t| t.map_or(worst + 1.0, |t| t.ln() - median)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learns_a_simple_function() {
+        let rows: Vec<Vec<f64>> = (0..200).map(|i| vec![(i % 20) as f64, (i / 20) as f64]).collect();
+        let y: Vec<f64> = rows.iter().map(|r| (r[0] - 7.0).abs() + 0.1 * r[1]).collect();
+        let m = CostModel::fit(&rows, &y, &vec![1.0; rows.len()], 1).unwrap();
+        let p = m.predict(&[vec![7.0, 0.0], vec![19.0, 9.0]]);
+        assert!(p[0] < p[1], "{p:?}");
+        assert!(CostModel::fit(&[], &[], &[], 1).is_err());
+    }
+
+    #[test]
+    fn normalisation_centres_and_penalises_failures() {
+        let n = normalise(&[Some(1.0), Some(std::f64::consts::E), None]);
+        assert!(n[0] <= 0.0 && n[1] >= 0.0);
+        assert!(n[2] > n[1], "{n:?}");
+        assert_eq!(normalise(&[None, None]), vec![0.0, 0.0]);
+    }
+}

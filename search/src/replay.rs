@@ -1,0 +1,308 @@
+//! Replay: run a tuner against recorded measurements instead of a GPU. The records of an
+//! exhaustive measurement (every valid config of a workload, measured on one GPU) are the ground
+//! truth: a tuner proposes, the record set answers, and we count how many trials it needs to come
+//! within 5% and 2% of the true best. Configs that were not recorded are not candidates.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tensortune_kernels::{Config, Workload, template};
+
+use crate::Error;
+use crate::features::{row, target_for_class};
+use crate::tuner::{Candidate, Observation, Prior, by_name};
+
+/// The fields of an exported record (`tensortune records export`) that replay reads.
+#[derive(Debug, Deserialize)]
+struct Line {
+    workload: String,
+    template: String,
+    template_version: u32,
+    config: serde_json::Value,
+    device_class: String,
+    status: String,
+    median_us: f64,
+}
+
+/// One workload's recorded space.
+pub struct Recorded {
+    /// Workload key.
+    pub key: String,
+    /// The workload.
+    pub workload: Workload,
+    /// Device class it was measured on.
+    pub device_class: String,
+    /// Template and version.
+    pub template: String,
+    /// Template version.
+    pub template_version: u32,
+    /// The recorded configs.
+    pub candidates: Vec<Candidate>,
+    /// Their outcome: fastest ok median, or `None` when every record of the config failed.
+    pub truth: Vec<Option<f64>>,
+    /// The fastest recorded time.
+    pub best_us: f64,
+}
+
+/// Every workload of a record file.
+pub struct Dataset {
+    /// Workloads, by key order.
+    pub workloads: Vec<Recorded>,
+}
+
+impl Dataset {
+    /// Reads JSON-lines records, plain or gzip-compressed (`.gz`).
+    pub fn load(path: &Path) -> Result<Dataset, Error> {
+        let file =
+            std::fs::File::open(path).map_err(|e| Error::Data(format!("cannot open {}: {e}", path.display())))?;
+        let reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+            Box::new(flate2::read::GzDecoder::new(file))
+        } else {
+            Box::new(file)
+        };
+        Dataset::read(BufReader::new(reader), &path.display().to_string())
+    }
+
+    /// Reads JSON-lines records from `reader` (`origin` names it in errors).
+    pub fn read(reader: impl BufRead, origin: &str) -> Result<Dataset, Error> {
+        // (workload, class, template, version) -> config JSON -> best outcome.
+        type Key = (String, String, String, u32);
+        let mut groups: BTreeMap<Key, HashMap<String, (Config, Option<f64>)>> = BTreeMap::new();
+        for (n, line) in reader.lines().enumerate() {
+            let line = line.map_err(|e| Error::Data(format!("{origin}: {e}")))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let l: Line = serde_json::from_str(&line)
+                .map_err(|e| Error::Data(format!("{origin}:{}: not a record: {e}", n + 1)))?;
+            let config = Config::from_json(&l.config.to_string())
+                .map_err(|e| Error::Data(format!("{origin}:{}: {e}", n + 1)))?;
+            let outcome = (l.status == "ok" && l.median_us > 0.0).then_some(l.median_us);
+            let slot = groups
+                .entry((l.workload, l.device_class, l.template, l.template_version))
+                .or_default()
+                .entry(config.to_json())
+                .or_insert((config, None));
+            slot.1 = match (slot.1, outcome) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        let mut workloads = Vec::new();
+        for ((key, class, template_name, version), configs) in groups {
+            let workload = Workload::from_key(&key).map_err(|e| Error::Data(format!("{origin}: {e}")))?;
+            let template = template::by_name(&template_name)?;
+            let target = target_for_class(&class);
+            let space = template.space();
+            let mut configs: Vec<(Config, Option<f64>)> = configs.into_values().collect();
+            configs.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut candidates = Vec::with_capacity(configs.len());
+            let mut truth = Vec::with_capacity(configs.len());
+            for (config, outcome) in configs {
+                // Records of another template version may carry knobs this build no longer has.
+                let (Ok(index), Ok(knobs), Ok((features, analytic_us))) =
+                    (space.index_of(&config), space.positions(&config), row(template, &workload, &config, &target))
+                else {
+                    continue;
+                };
+                candidates.push(Candidate { index, features, knobs, analytic_us });
+                truth.push(outcome);
+            }
+            let best_us = truth.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+            if candidates.is_empty() || !best_us.is_finite() {
+                continue;
+            }
+            workloads.push(Recorded {
+                key,
+                workload,
+                device_class: class,
+                template: template_name,
+                template_version: version,
+                candidates,
+                truth,
+                best_us,
+            });
+        }
+        if workloads.is_empty() {
+            return Err(Error::Data(format!("{origin}: no workload with an ok record of a config this build knows")));
+        }
+        Ok(Dataset { workloads })
+    }
+
+    /// Transfer data for `target`: every other workload of the same device class and template
+    /// version.
+    pub fn prior_for(&self, target: &Recorded) -> Prior {
+        let mut prior = Prior::default();
+        for w in &self.workloads {
+            if w.key != target.key
+                && w.device_class == target.device_class
+                && w.template_version == target.template_version
+            {
+                prior.extend(
+                    crate::features::workload_row(&w.workload),
+                    w.candidates.iter().map(|c| c.features.clone()).collect(),
+                    &w.truth,
+                );
+            }
+        }
+        prior
+    }
+}
+
+/// How one tuning run went.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// Trials until the best found was within 5% of the true best (`None`: never).
+    pub to_5: Option<usize>,
+    /// Trials until within 2%.
+    pub to_2: Option<usize>,
+    /// Best found over the true best when the run ended (after the budget, or as soon as it was
+    /// within 2%).
+    pub final_ratio: f64,
+}
+
+/// Runs `tuner_name` (seeded) on `data` for `budget` trials in batches of `batch`.
+pub fn run(
+    data: &Recorded,
+    tuner_name: &str,
+    seed: u64,
+    prior: Option<Arc<Prior>>,
+    budget: usize,
+    batch: usize,
+) -> Result<Run, Error> {
+    let mut tuner = by_name(tuner_name, seed, prior)?;
+    let budget = budget.min(data.candidates.len());
+    let mut observed: Vec<Observation> = Vec::with_capacity(budget);
+    let mut best = f64::INFINITY;
+    let (mut to_5, mut to_2) = (None, None);
+    while observed.len() < budget {
+        let proposals = tuner.propose(&data.candidates, &observed, batch.min(budget - observed.len()));
+        if proposals.is_empty() {
+            break;
+        }
+        for pos in proposals {
+            let time_us = data.truth[pos];
+            observed.push(Observation { pos, time_us });
+            if let Some(t) = time_us {
+                best = best.min(t);
+            }
+            if to_5.is_none() && best <= data.best_us * 1.05 {
+                to_5 = Some(observed.len());
+            }
+            if to_2.is_none() && best <= data.best_us * 1.02 {
+                to_2 = Some(observed.len());
+            }
+        }
+        // Both thresholds reached: the rest of the budget would measure nothing the table shows.
+        if to_2.is_some() && to_5.is_some() {
+            break;
+        }
+    }
+    Ok(Run { to_5, to_2, final_ratio: best / data.best_us })
+}
+
+/// Medians over seeds of one tuner on one workload.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    /// Workload key.
+    pub workload: String,
+    /// Tuner name.
+    pub tuner: String,
+    /// Whether other workloads' records trained its model.
+    pub transfer: bool,
+    /// Median trials to 5% (runs that never got there count as budget + 1).
+    pub to_5: usize,
+    /// Median trials to 2%.
+    pub to_2: usize,
+    /// Median best found / true best.
+    pub final_ratio: f64,
+    /// Seeds run.
+    pub seeds: u64,
+    /// Configs in the recorded space.
+    pub space: usize,
+}
+
+fn median(mut v: Vec<usize>) -> usize {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// Runs seeds 0..`seeds` on threads and takes medians.
+pub fn summarise(
+    data: &Recorded,
+    tuner: &str,
+    prior: Option<Arc<Prior>>,
+    seeds: u64,
+    budget: usize,
+    batch: usize,
+) -> Result<Summary, Error> {
+    let runs: Vec<Result<Run, Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..seeds)
+            .map(|seed| {
+                let prior = prior.clone();
+                s.spawn(move || run(data, tuner, seed, prior, budget, batch))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Model("a replay thread panicked".into()))))
+            .collect()
+    });
+    let runs = runs.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let cap = budget.min(data.candidates.len()) + 1;
+    let mut ratios: Vec<f64> = runs.iter().map(|r| r.final_ratio).collect();
+    ratios.sort_by(f64::total_cmp);
+    Ok(Summary {
+        workload: data.key.clone(),
+        tuner: tuner.to_owned(),
+        transfer: prior.is_some(),
+        to_5: median(runs.iter().map(|r| r.to_5.unwrap_or(cap)).collect()),
+        to_2: median(runs.iter().map(|r| r.to_2.unwrap_or(cap)).collect()),
+        final_ratio: ratios[ratios.len() / 2],
+        seeds,
+        space: data.candidates.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines() -> String {
+        let w = "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0";
+        let valid = tensortune_kernels::template::valid_configs(
+            &tensortune_kernels::gemm::WmmaGemm,
+            &Workload::from_key(w).unwrap(),
+            &tensortune_kernels::Target::sm90(),
+        )
+        .unwrap();
+        let mut out = String::new();
+        for (i, (_, c)) in valid.iter().take(60).enumerate() {
+            let status = if i % 10 == 3 { "compile_error" } else { "ok" };
+            let t = 2.0 + ((i * 37) % 60) as f64 / 10.0;
+            out.push_str(&format!(
+                "{{\"workload\":\"{w}\",\"template\":\"wmma_gemm\",\"template_version\":1,\"config\":{},\"device_class\":\"nvidia-h200/sm90/132sm\",\"status\":\"{status}\",\"median_us\":{t}}}\n",
+                c.to_json()
+            ));
+        }
+        out
+    }
+
+    #[test]
+    fn reads_records_and_replays() {
+        let data = Dataset::read(lines().as_bytes(), "test").unwrap();
+        assert_eq!(data.workloads.len(), 1);
+        let w = &data.workloads[0];
+        assert_eq!(w.candidates.len(), 60);
+        assert_eq!(w.truth.iter().filter(|t| t.is_none()).count(), 6);
+        let exhaustive = run(w, "grid", 0, None, 1000, 8).unwrap();
+        assert_eq!(exhaustive.final_ratio, 1.0);
+        assert!(exhaustive.to_2.unwrap() <= 60);
+        let s = summarise(w, "random", None, 5, 1000, 8).unwrap();
+        assert!(s.to_5 <= 60 && s.final_ratio == 1.0);
+        assert!(Dataset::read("{\"x\":1}\n".as_bytes(), "bad").is_err());
+    }
+}
