@@ -2,7 +2,6 @@
 //! side that the `Tuning` service serves (snapshots, listings, best records, exports).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use rand::RngExt;
 use sqlx::SqliteConnection;
@@ -11,7 +10,7 @@ use tensortune_kernels::{Template, Workload};
 use crate::error::{Error, Result};
 use crate::finalists::{self, FinalistView};
 use crate::model::{JobId, JobRequest, JobState, RecordFilter, RecordId, Status};
-use crate::search::{self, Search};
+use crate::search::{self, Search, SpaceError};
 use crate::store::jobs::{JobRow, NewJob};
 use crate::store::records::Record;
 use crate::store::workloads::{NewWorkload, WorkloadRow};
@@ -50,11 +49,15 @@ impl Tracker {
         for (i, workload) in req.workloads.iter().enumerate() {
             req.template.supports(workload, &target).map_err(|e| workload_error(i, workload, e))?;
         }
-        let valid = search::valid_configs(req.template, req.workloads.clone(), target)
-            .await?
-            .map_err(|(i, e)| workload_error(i, &req.workloads[i], e))?;
-        for (i, v) in valid.iter().enumerate() {
-            if v.is_empty() {
+        let features = req.tuner.needs_features();
+        let spaces = search::spaces(req.template, req.workloads.clone(), target.clone(), features).await?.map_err(
+            |e| match e {
+                SpaceError::Workload(i, e) => workload_error(i, &req.workloads[i], e),
+                SpaceError::Internal(e) => e,
+            },
+        )?;
+        for (i, space) in spaces.iter().enumerate() {
+            if space.valid.is_empty() {
                 return Err(Error::invalid(
                     format!("workloads[{i}]"),
                     format!(
@@ -84,23 +87,28 @@ impl Tracker {
             finalists: req.finalists,
             finalist_rounds: req.finalist_rounds,
             flush_l2: req.flush_l2,
+            transfer: req.transfer,
+            total_trials: req.total_trials,
         };
 
         let mut w = self.write().await?;
         let now = w.now();
         let id = store::jobs::insert(w.conn(), &new, now).await?;
-        for (i, (workload, valid)) in req.workloads.iter().zip(&valid).enumerate() {
+        for (i, (workload, space)) in req.workloads.iter().zip(&spaces).enumerate() {
             let idx = i as u32;
-            let space_size = valid.len() as u64;
+            let space_size = space.valid.len() as u64;
             let trials_target = u32::try_from(space_size).unwrap_or(u32::MAX).min(req.trials);
             let row = NewWorkload { idx, workload, trials_target, space_size };
             store::workloads::insert(w.conn(), id, &row).await?;
-            w.insert_search((id, idx), Search::new(req.tuner, seed, idx, Arc::clone(valid), []));
         }
         let job = store::jobs::get(w.conn(), id).await?.ok_or(Error::JobNotFound(id))?;
-        for idx in 0..req.workloads.len() as u32 {
-            self.top_up(&mut w, &job, idx).await?;
+        let prior = self.job_prior(&mut w, &job, req.template, &target).await?;
+        for (i, space) in spaces.iter().enumerate() {
+            let idx = i as u32;
+            let tuner = req.tuner.build(space, seed, idx, prior.clone())?;
+            w.insert_search((id, idx), Search::new(tuner, [], Vec::new()));
         }
+        self.top_up_all(&mut w, &job).await?;
         w.job_changed(id);
         w.commit(&self.events).await?;
         tracing::info!(
@@ -113,6 +121,9 @@ impl Tracker {
             seed,
             finalists = req.finalists,
             flush_l2 = req.flush_l2,
+            transfer = req.transfer,
+            prior_rows = prior.as_ref().map(|p| p.rows.len()),
+            total_trials = req.total_trials,
             "job submitted"
         );
         Ok((id, class))

@@ -103,9 +103,9 @@ impl Tracker {
                     // Enumerated now rather than at the first report, which would hold every
                     // writer up while it walks the space.
                     self.ensure_search(&mut w, job, &wl).await?;
-                    self.top_up(&mut w, job, wl.idx).await?;
                 }
             }
+            self.top_up_all(&mut w, job).await?;
             self.finish_job_if_done(&mut w, job).await?;
         }
         w.commit(&self.events).await?;

@@ -9,16 +9,19 @@
 //! - `tracker.rs`: the shared state and `Write`, the unit of change (writer lock + transaction +
 //!   the in-memory searches it keeps in step).
 //! - `jobs.rs`: submission and cancellation, job snapshots, best records and exports.
-//! - `progress.rs`: proposing tasks (with reuse of identical records), counting finished trials,
-//!   early stopping, finishing workloads and jobs.
+//! - `progress.rs`: proposing tasks (with reuse of identical records), counting finished trials and
+//!   feeding their outcomes to the search, a job-wide trial budget shared by expected gain
+//!   (`tensortune_search::schedule`), early stopping, finishing workloads and jobs.
 //! - `finalists.rs`: noise-aware winners: a workload whose tuning ended re-measures its fastest
 //!   configs in one finalist task, and the fastest re-measurement wins.
 //! - `dispatch.rs`: worker registration, leasing with long polls, heartbeats, reports.
 //! - `drift.rs`: workers' times of the shared reference kernel against their class's median;
 //!   drifting workers are flagged (and logged), never stopped.
 //! - `leases.rs`: the lease reaper and the resume step at start.
-//! - `tuner.rs`: the `Tuner` trait and the `random` and `grid` tuners.
-//! - `search.rs`: per-workload valid configs and tuner state, enumerated on blocking threads.
+//! - `tuner.rs`: the `Tuner` trait and the `random`, `grid` and `model` tuners (the last is
+//!   `tensortune_search`'s model-guided tuner).
+//! - `search.rs`: per-workload valid configs (with feature rows for a model), tuner state and
+//!   finished trials' outcomes, and transfer priors, computed on blocking threads.
 //! - `events.rs`: change notifications for job watchers and waiting workers.
 //! - `store/`: the SQLite queries, one function each, per table.
 //! - `service/`: the tonic services and the wire <-> domain conversions.

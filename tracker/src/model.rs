@@ -278,6 +278,10 @@ pub(crate) struct JobRequest {
     pub(crate) finalist_rounds: u32,
     /// Flush L2 between timing samples.
     pub(crate) flush_l2: bool,
+    /// Start a model search from other workloads' records.
+    pub(crate) transfer: bool,
+    /// Trials the whole job may measure, shared by expected gain; 0: none.
+    pub(crate) total_trials: u32,
 }
 
 /// Filters of a record export.

@@ -1,19 +1,77 @@
 //! How a job advances inside a write: the tuner proposes tasks (reusing identical records), each
-//! finished task updates its workload's progress, best and early-stopping state, a workload whose
-//! tuning ended re-measures its finalists (`finalists.rs`), and a job whose workloads all finished
-//! is done.
+//! finished task updates its workload's progress, best and early-stopping state and feeds its
+//! outcome to the search, a job with a trial budget shares it across its workloads by expected
+//! gain, a workload whose tuning ended re-measures its finalists (`finalists.rs`), and a job whose
+//! workloads all finished is done.
 
-use tensortune_kernels::Template;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use tensortune_kernels::{Target, Template};
+use tensortune_search::schedule::{self, TaskProgress};
+use tensortune_search::tuner::Prior;
 
 use crate::error::{Error, Result};
-use crate::model::{JobState, Measurement, RecordId, Status, WorkerId, WorkloadState};
-use crate::search::{self, Search};
+use crate::model::{JobState, Measurement, RecordId, Status, TaskId, WorkerId, WorkloadState};
+use crate::search::{self, Search, SpaceError};
 use crate::store::jobs::JobRow;
-use crate::store::records::{ContentKey, NewRecord, Outcome};
+use crate::store::records::{ContentKey, NewRecord, Outcome, PriorScope, TrialOutcome};
 use crate::store::tasks::{NewTask, TaskRow};
 use crate::store::workloads::WorkloadRow;
 use crate::store::{self};
 use crate::tracker::{Tracker, Write};
+use crate::tuner::{Observed, TunerKind};
+
+/// Most records a transfer prior is built from: enough for a model to learn the space's shape,
+/// few enough that building it (a feature row each) and fitting on it stay quick.
+pub(crate) const PRIOR_RECORDS: u32 = 4000;
+
+/// A finished tuning task, as counted.
+struct Trial {
+    task: TaskId,
+    config: u64,
+    outcome: Outcome,
+    /// Answered from an earlier identical record instead of measured.
+    reused: bool,
+}
+
+/// A stored trial outcome as the search sees it.
+fn as_observed(t: TrialOutcome) -> Observed {
+    let ok = t.status == Status::Ok && t.median_us > 0.0;
+    Observed { config: u64::try_from(t.config_index).unwrap_or_default(), time_us: ok.then_some(t.median_us) }
+}
+
+/// The best time after each finished trial (infinite before the first ok one), then held for each
+/// proposed trial not finished yet: `proposed` entries in all. Counting trials in flight as no
+/// improvement keeps the scheduler's warm-up from handing one workload more than its share while
+/// its results are pending, and tempers its gain by the work it already has.
+fn best_after(observed: &[Observed], proposed: u32) -> Vec<f64> {
+    let mut best = f64::INFINITY;
+    let mut out: Vec<f64> = observed
+        .iter()
+        .map(|o| {
+            best = o.time_us.map_or(best, |t| best.min(t));
+            best
+        })
+        .collect();
+    out.resize((proposed as usize).max(out.len()), best);
+    out
+}
+
+/// How many of `want` trials each of `running` gets, one at a time to the workload
+/// `schedule::next` picks, each pick counted as a trial in flight.
+fn allocate(mut progress: Vec<TaskProgress>, running: &[WorkloadRow], want: u32) -> Vec<u32> {
+    let mut shares = vec![0u32; running.len()];
+    for _ in 0..want {
+        let Some(i) = schedule::next(&progress) else { break };
+        shares[i] += 1;
+        let t = &mut progress[i];
+        let last = t.best_after.last().copied().unwrap_or(f64::INFINITY);
+        t.best_after.push(last);
+        t.open = running[i].proposed + shares[i] < running[i].trials_target;
+    }
+    shares
+}
 
 /// The template a stored job names, as built into this tracker.
 pub(crate) fn template_of(job: &JobRow) -> Result<&'static dyn Template> {
@@ -40,7 +98,9 @@ impl Tracker {
             .ok_or_else(|| Error::Internal(format!("workload {idx} of job {} is missing from the store", job.id)))
     }
 
-    /// Loads the search of a workload if it is not in memory (after a restart, or a failed write).
+    /// Loads the search of a workload if it is not in memory (after a restart, or a failed write):
+    /// its space (with feature rows for a model), the configs that have a task, the outcomes of its
+    /// finished trials in the order they finished, and for a model with transfer the job's prior.
     pub(crate) async fn ensure_search(&self, w: &mut Write<'_>, job: &JobRow, wl: &WorkloadRow) -> Result<()> {
         let key = (job.id, wl.idx);
         if w.search(key).is_some() {
@@ -50,24 +110,85 @@ impl Tracker {
         let target = store::classes::target(w.conn(), &job.device_class).await?.ok_or_else(|| {
             Error::Internal(format!("device class {:?} of job {} is missing from the store", job.device_class, job.id))
         })?;
-        let valid = search::valid_configs(template, vec![wl.workload.0], target).await?.map_err(|(_, e)| {
-            Error::Internal(format!("the space of workload {} of job {} cannot be enumerated: {e}", wl.idx, job.id))
+        let features = job.tuner.needs_features();
+        let space = search::spaces(template, vec![wl.workload.0], target.clone(), features).await?.map_err(|e| {
+            let why = match e {
+                SpaceError::Workload(_, e) => e.to_string(),
+                SpaceError::Internal(e) => e.to_string(),
+            };
+            Error::Internal(format!("the space of workload {} of job {} cannot be enumerated: {why}", wl.idx, job.id))
         })?;
+        let prior = self.job_prior(w, job, template, &target).await?;
         let taken = store::tasks::taken(w.conn(), job.id, wl.idx).await?;
-        let search = Search::new(job.tuner, job.seed(), wl.idx, valid[0].clone(), taken.into_iter().map(|c| c as u64));
-        w.insert_search(key, search);
+        let observed =
+            store::records::trial_outcomes(w.conn(), job.id, wl.idx).await?.into_iter().map(as_observed).collect();
+        let tuner = job.tuner.build(&space[0], job.seed(), wl.idx, prior)?;
+        w.insert_search(key, Search::new(tuner, taken.into_iter().map(|c| c as u64), observed));
         Ok(())
     }
 
+    /// The transfer prior of a model job with transfer on (`None` otherwise): built once per job
+    /// from the stored tuning records of workloads outside the job on its device class, template
+    /// and version, recorded before the job was submitted (so that a restarted tracker builds the
+    /// same), the most recent [`PRIOR_RECORDS`].
+    pub(crate) async fn job_prior(
+        &self,
+        w: &mut Write<'_>,
+        job: &JobRow,
+        template: &'static dyn Template,
+        target: &Target,
+    ) -> Result<Option<Arc<Prior>>> {
+        if job.tuner != TunerKind::Model || !job.transfer {
+            return Ok(None);
+        }
+        if let Some(prior) = w.prior(job.id) {
+            return Ok(Some(prior));
+        }
+        let exclude: Vec<String> =
+            store::workloads::list(w.conn(), job.id).await?.into_iter().map(|r| r.workload_key).collect();
+        let scope = PriorScope {
+            device_class: &job.device_class,
+            template: &job.template,
+            template_version: job.template_version,
+            exclude: &exclude,
+            before_ms: job.created_ms,
+            limit: PRIOR_RECORDS,
+        };
+        let records = store::records::prior_records(w.conn(), &scope).await?;
+        let read = records.len();
+        let workloads = records.iter().map(|r| r.workload_key.as_str()).collect::<HashSet<_>>().len();
+        let prior = Arc::new(search::prior(template, target.clone(), records).await?);
+        tracing::info!(job = job.id, records = read, rows = prior.rows.len(), workloads, "transfer prior built");
+        w.insert_prior(job.id, Arc::clone(&prior));
+        Ok(Some(prior))
+    }
+
+    /// Proposes the first tasks of a job, or its next ones after a restart: per workload, or with
+    /// a job-wide budget across them.
+    pub(crate) async fn top_up_all(&self, w: &mut Write<'_>, job: &JobRow) -> Result<()> {
+        if job.total_trials > 0 {
+            return self.top_up_job(w, job).await;
+        }
+        for wl in store::workloads::list(w.conn(), job.id).await? {
+            if wl.state == WorkloadState::Running {
+                self.top_up(w, job, wl.idx).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Proposes what follows a finished trial of workload `idx`: its own top-up, or with a
+    /// job-wide budget, the job's.
+    async fn advance(&self, w: &mut Write<'_>, job: &JobRow, idx: u32) -> Result<()> {
+        if job.total_trials > 0 { self.top_up_job(w, job).await } else { self.top_up(w, job, idx).await }
+    }
+
     /// Proposes tasks for workload `idx` until `batch_size` are outstanding or its whole target has
-    /// been proposed. A config with an earlier deterministic record gets a task that is done at
-    /// once, pointing at that record, so it counts as a trial without being measured again.
+    /// been proposed.
     pub(crate) async fn top_up(&self, w: &mut Write<'_>, job: &JobRow, idx: u32) -> Result<()> {
         if !job.is_active() {
             return Ok(());
         }
-        let template = template_of(job)?;
-        let space = template.space();
         loop {
             let wl = self.workload(w, job, idx).await?;
             if wl.state != WorkloadState::Running {
@@ -78,56 +199,127 @@ impl Tracker {
             if want == 0 {
                 return Ok(());
             }
-            self.ensure_search(w, job, &wl).await?;
-            let configs = w.propose((job.id, idx), want as usize);
-            if configs.is_empty() {
-                return Err(Error::Internal(format!(
-                    "workload {idx} of job {} ran out of configs after {} of {}",
-                    job.id, wl.proposed, wl.trials_target
-                )));
+            self.propose_tasks(w, job, &wl, want).await?;
+        }
+    }
+
+    /// Proposes tasks across the workloads of a job with a budget (`total_trials`) until
+    /// `batch_size` are outstanding in the job or the budget is spent: each next trial goes to the
+    /// workload with the largest expected gain (`schedule::next`). Once the budget is spent, every
+    /// running workload with nothing outstanding ends.
+    async fn top_up_job(&self, w: &mut Write<'_>, job: &JobRow) -> Result<()> {
+        if !job.is_active() {
+            return Ok(());
+        }
+        loop {
+            let rows = store::workloads::list(w.conn(), job.id).await?;
+            let outstanding = store::tasks::outstanding_by_workload(w.conn(), job.id).await?;
+            let outstanding_of = |idx: u32| outstanding.iter().find(|(i, _)| *i == idx).map_or(0, |(_, n)| *n);
+            let used: u32 = rows.iter().map(|r| r.proposed).sum();
+            let left = job.total_trials.saturating_sub(used);
+            let running: Vec<WorkloadRow> = rows.into_iter().filter(|r| r.state == WorkloadState::Running).collect();
+            if left == 0 {
+                let mut ended = false;
+                for mut wl in running.into_iter().filter(|r| outstanding_of(r.idx) == 0) {
+                    self.end_tuning(w, job, &mut wl, WorkloadState::Done, "the job's trial budget is spent").await?;
+                    store::workloads::save_progress(w.conn(), &wl).await?;
+                    ended = true;
+                }
+                if ended {
+                    let now = w.now();
+                    store::jobs::touch(w.conn(), job.id, now).await?;
+                    w.job_changed(job.id);
+                    self.finish_job_if_done(w, job).await?;
+                }
+                return Ok(());
             }
-            let mut inserted = 0;
-            let mut pending = 0;
-            for index in configs {
-                let config = space
-                    .config(index)
-                    .map_err(|e| Error::Internal(format!("config {index} of {}: {e}", job.template)))?
-                    .to_json();
-                let key = ContentKey {
-                    workload_key: &wl.workload_key,
-                    template: &job.template,
-                    template_version: job.template_version,
-                    device_class: &job.device_class,
-                    config: &config,
-                };
-                let reuse = store::records::reusable(w.conn(), &key).await?;
-                let task = NewTask {
-                    job_id: job.id,
-                    workload_idx: idx,
-                    config_index: index,
-                    config: &config,
-                    reuses: reuse.map(|r| r.id),
-                };
-                let now = w.now();
-                store::tasks::insert(w.conn(), &task, now).await?;
-                w.proposed((job.id, idx), index);
-                inserted += 1;
-                match reuse {
-                    None => pending += 1,
-                    Some(outcome) => {
-                        if self.finish_trial(w, job, idx, outcome, true).await? != WorkloadState::Running {
-                            break;
-                        }
+            let in_flight: u32 = outstanding.iter().map(|(_, n)| n).sum();
+            let want = job.batch_size.saturating_sub(in_flight).min(left);
+            if want == 0 || running.is_empty() {
+                return Ok(());
+            }
+            let mut progress = Vec::with_capacity(running.len());
+            for wl in &running {
+                self.ensure_search(w, job, wl).await?;
+                let observed = w.observations((job.id, wl.idx));
+                progress.push(TaskProgress {
+                    weight: 1.0,
+                    best_after: best_after(&observed, wl.proposed),
+                    open: wl.proposed < wl.trials_target,
+                });
+            }
+            let shares = allocate(progress, &running, want);
+            if shares.iter().all(|n| *n == 0) {
+                // Every running workload has proposed its whole target; each ends when its
+                // outstanding trials are in.
+                return Ok(());
+            }
+            for (wl, n) in running.iter().zip(shares) {
+                if n > 0 {
+                    self.propose_tasks(w, job, wl, n).await?;
+                }
+            }
+        }
+    }
+
+    /// Proposes up to `n` tasks of running workload `wl` (`n` at most what it may still propose). A
+    /// config with an earlier deterministic record gets a task that is done at once, pointing at
+    /// that record, so it counts as a trial without being measured again; proposing stops early
+    /// when such a trial ends the workload.
+    async fn propose_tasks(&self, w: &mut Write<'_>, job: &JobRow, wl: &WorkloadRow, n: u32) -> Result<()> {
+        let idx = wl.idx;
+        let space = template_of(job)?.space();
+        self.ensure_search(w, job, wl).await?;
+        let configs = w.propose((job.id, idx), n as usize).await?;
+        if configs.is_empty() {
+            return Err(Error::Internal(format!(
+                "workload {idx} of job {} ran out of configs after {} of {}",
+                job.id, wl.proposed, wl.trials_target
+            )));
+        }
+        let mut inserted = 0;
+        let mut pending = 0;
+        for index in configs {
+            let config = space
+                .config(index)
+                .map_err(|e| Error::Internal(format!("config {index} of {}: {e}", job.template)))?
+                .to_json();
+            let key = ContentKey {
+                workload_key: &wl.workload_key,
+                template: &job.template,
+                template_version: job.template_version,
+                device_class: &job.device_class,
+                config: &config,
+            };
+            let reuse = store::records::reusable(w.conn(), &key).await?;
+            let task = NewTask {
+                job_id: job.id,
+                workload_idx: idx,
+                config_index: index,
+                config: &config,
+                reuses: reuse.map(|r| r.id),
+            };
+            let now = w.now();
+            let task = store::tasks::insert(w.conn(), &task, now).await?;
+            w.proposed((job.id, idx), index);
+            inserted += 1;
+            match reuse {
+                None => pending += 1,
+                Some(outcome) => {
+                    let trial = Trial { task, config: index, outcome, reused: true };
+                    if self.finish_trial(w, job, idx, trial).await? != WorkloadState::Running {
+                        break;
                     }
                 }
             }
-            store::workloads::add_proposed(w.conn(), job.id, idx, inserted).await?;
-            if pending > 0 {
-                w.tasks_ready();
-            }
-            w.job_changed(job.id);
-            tracing::debug!(job = job.id, workload = idx, proposed = inserted, pending, "proposed tasks");
         }
+        store::workloads::add_proposed(w.conn(), job.id, idx, inserted).await?;
+        if pending > 0 {
+            w.tasks_ready();
+        }
+        w.job_changed(job.id);
+        tracing::debug!(job = job.id, workload = idx, proposed = inserted, pending, "proposed tasks");
+        Ok(())
     }
 
     /// Stores the record of a finished task, counts it, and proposes what comes next.
@@ -157,26 +349,26 @@ impl Tracker {
         let id = store::records::insert(w.conn(), &record, now).await?;
         store::tasks::complete(w.conn(), task.id, id, now).await?;
         let outcome = Outcome { id, status: measurement.status, median_us: measurement.median_us };
-        self.finish_trial(w, job, task.workload_idx, outcome, false).await?;
-        self.top_up(w, job, task.workload_idx).await?;
+        let config = u64::try_from(task.config_index).unwrap_or_default();
+        let trial = Trial { task: task.id, config, outcome, reused: false };
+        self.finish_trial(w, job, task.workload_idx, trial).await?;
+        self.advance(w, job, task.workload_idx).await?;
         Ok(id)
     }
 
-    /// Counts a finished task of workload `idx`: progress, best record, early stopping, and the end
-    /// of its tuning when it reached its target (then its finalists, or the end of the workload and
-    /// perhaps of the job). Returns the workload's state.
-    async fn finish_trial(
-        &self,
-        w: &mut Write<'_>,
-        job: &JobRow,
-        idx: u32,
-        outcome: Outcome,
-        reused: bool,
-    ) -> Result<WorkloadState> {
+    /// Counts a finished task of workload `idx`: its place among the finished trials, its outcome
+    /// for the search, progress, best record, early stopping, and the end of its tuning when it
+    /// reached its target (then its finalists, or the end of the workload and perhaps of the job).
+    /// Returns the workload's state.
+    async fn finish_trial(&self, w: &mut Write<'_>, job: &JobRow, idx: u32, trial: Trial) -> Result<WorkloadState> {
+        let Trial { task, config, outcome, reused } = trial;
         let mut wl = self.workload(w, job, idx).await?;
         wl.done += 1;
         wl.reused += u32::from(reused);
-        if outcome.status == Status::Ok {
+        store::tasks::set_trial(w.conn(), task, wl.done).await?;
+        let ok = outcome.status == Status::Ok;
+        w.observed((job.id, idx), Observed { config, time_us: ok.then_some(outcome.median_us) });
+        if ok {
             let t = outcome.median_us;
             // A winner chosen by re-measurement stands: a late trial (a cancelled task reported
             // after the workload ended) is counted but does not replace it.
@@ -202,23 +394,10 @@ impl Tracker {
                 ended = Some(WorkloadState::EarlyStopped);
             }
         }
-        let now = w.now();
         if let Some(end) = ended {
-            let cancelled = store::tasks::cancel_unfinished(w.conn(), job.id, Some(idx), now).await?;
-            w.stop_search(job.id, Some(idx));
-            wl.state = end;
-            let finalizing = self.start_finalists(w, job, &mut wl, end).await?;
-            tracing::info!(
-                job = job.id,
-                workload = idx,
-                state = end.name(),
-                finalizing,
-                trials = wl.done,
-                best_us = wl.best_us,
-                cancelled,
-                "workload tuning finished"
-            );
+            self.end_tuning(w, job, &mut wl, end, "").await?;
         }
+        let now = w.now();
         store::workloads::save_progress(w.conn(), &wl).await?;
         store::jobs::touch(w.conn(), job.id, now).await?;
         w.job_changed(job.id);
@@ -226,6 +405,37 @@ impl Tracker {
             self.finish_job_if_done(w, job).await?;
         }
         Ok(wl.state)
+    }
+
+    /// Ends the tuning of running workload `wl` in `end`: its unfinished tasks are cancelled, its
+    /// search goes, and it starts re-measuring its finalists (or takes `end`). The caller saves
+    /// the row and then checks whether the job is done. `why` is for the log (empty: `end` says
+    /// it).
+    async fn end_tuning(
+        &self,
+        w: &mut Write<'_>,
+        job: &JobRow,
+        wl: &mut WorkloadRow,
+        end: WorkloadState,
+        why: &str,
+    ) -> Result<()> {
+        let now = w.now();
+        let cancelled = store::tasks::cancel_unfinished(w.conn(), job.id, Some(wl.idx), now).await?;
+        w.stop_search(job.id, Some(wl.idx));
+        wl.state = end;
+        let finalizing = self.start_finalists(w, job, wl, end).await?;
+        tracing::info!(
+            job = job.id,
+            workload = wl.idx,
+            state = end.name(),
+            why,
+            finalizing,
+            trials = wl.done,
+            best_us = wl.best_us,
+            cancelled,
+            "workload tuning finished"
+        );
+        Ok(())
     }
 
     /// Marks the job done when none of its workloads is tuning or finalizing any more. Notes on

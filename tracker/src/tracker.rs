@@ -1,8 +1,9 @@
 //! The tracker's shared state and its unit of change, [`Write`].
 //!
 //! Every change goes through one `Write`: the writer lock, a SQLite transaction, and the in-memory
-//! searches kept in step with the tasks table. What a write proposes is merged into the searches
-//! only once its transaction committed; a write that fails or is dropped half-way (its client went
+//! searches kept in step with the tasks table. What a write proposes, and the outcomes of the trials
+//! it finishes, are merged into the searches only once its transaction committed (its own
+//! proposals see them before); a write that fails or is dropped half-way (its client went
 //! away) makes the searches it touched reload from the database instead, so memory never runs
 //! ahead of the source of truth.
 
@@ -19,6 +20,8 @@ use crate::error::Result;
 use crate::events::Events;
 use crate::model::{JobId, now_ms};
 use crate::search::{Search, SearchKey, Searches};
+use crate::tuner::Observed;
+use tensortune_search::tuner::Prior;
 
 /// State shared by the services and the background tasks.
 pub(crate) struct Tracker {
@@ -51,6 +54,8 @@ impl Tracker {
             now: now_ms(),
             touched: HashSet::new(),
             proposed: HashMap::new(),
+            observed: HashMap::new(),
+            priors: Vec::new(),
             stopped: Vec::new(),
             changed: BTreeSet::new(),
             tasks_ready: false,
@@ -79,6 +84,11 @@ pub(crate) struct Write<'a> {
     touched: HashSet<SearchKey>,
     /// Configs that got a task in this write, per workload.
     proposed: HashMap<SearchKey, HashSet<u64>>,
+    /// Outcomes of the trials this write finished, per workload, in order.
+    observed: HashMap<SearchKey, Vec<Observed>>,
+    /// Jobs whose transfer prior this write built; forgotten if it does not commit (a job id of a
+    /// rolled-back submission is handed out again).
+    priors: Vec<JobId>,
     /// Workloads (or whole jobs, `None`) that stopped: their searches go after the commit.
     stopped: Vec<(JobId, Option<u32>)>,
     /// Jobs to announce to watchers after the commit.
@@ -105,23 +115,52 @@ impl Write<'_> {
         self.searches.get(key)
     }
 
-    /// Installs the search of a workload.
+    /// Installs the search of a workload. It was read through this write's transaction, so it
+    /// already holds the outcomes this write finished for it.
     pub(crate) fn insert_search(&mut self, key: SearchKey, search: Search) {
         self.touched.insert(key);
+        self.observed.remove(&key);
         self.searches.insert(key, search);
     }
 
-    /// Up to `n` configs the workload's search proposes next (empty when it is not loaded).
-    pub(crate) fn propose(&self, key: SearchKey, n: usize) -> Vec<u64> {
+    /// The transfer prior of a job, if built.
+    pub(crate) fn prior(&self, job: JobId) -> Option<Arc<Prior>> {
+        self.searches.prior(job)
+    }
+
+    /// Keeps the transfer prior of a job for its workloads' searches.
+    pub(crate) fn insert_prior(&mut self, job: JobId, prior: Arc<Prior>) {
+        self.priors.push(job);
+        self.searches.insert_prior(job, prior);
+    }
+
+    /// Up to `n` configs the workload's search proposes next (empty when it is not loaded). A
+    /// model's proposal is fitted on a blocking thread, awaited here.
+    pub(crate) async fn propose(&self, key: SearchKey, n: usize) -> Result<Vec<u64>> {
         match self.searches.get(key) {
-            Some(search) => search.propose(self.proposed.get(&key), n),
-            None => Vec::new(),
+            Some(search) => {
+                let fresh = self.observed.get(&key).map_or(&[][..], Vec::as_slice);
+                search.propose(self.proposed.get(&key), fresh, n).await
+            }
+            None => Ok(Vec::new()),
         }
+    }
+
+    /// The outcomes of a workload's finished trials in the order they finished, this write's
+    /// included (empty when its search is not loaded).
+    pub(crate) fn observations(&self, key: SearchKey) -> Vec<Observed> {
+        let fresh = self.observed.get(&key).map_or(&[][..], Vec::as_slice);
+        self.searches.get(key).map(|s| s.observations(fresh).collect()).unwrap_or_default()
     }
 
     /// Notes that `config` got a task.
     pub(crate) fn proposed(&mut self, key: SearchKey, config: u64) {
         self.proposed.entry(key).or_default().insert(config);
+    }
+
+    /// Notes that a trial of the workload finished with `outcome`.
+    pub(crate) fn observed(&mut self, key: SearchKey, outcome: Observed) {
+        self.observed.entry(key).or_default().push(outcome);
     }
 
     /// Notes that a workload (or a whole job, `idx` `None`) stopped: its search can go.
@@ -148,6 +187,11 @@ impl Write<'_> {
                 search.take(configs);
             }
         }
+        for (key, outcomes) in std::mem::take(&mut self.observed) {
+            if let Some(search) = self.searches.get_mut(key) {
+                search.observe(outcomes);
+            }
+        }
         for (job, idx) in std::mem::take(&mut self.stopped) {
             self.searches.remove(job, idx);
         }
@@ -167,8 +211,13 @@ impl Drop for Write<'_> {
         if !self.finished {
             // Rolled back (or cancelled while committing, when nobody knows): whatever this write
             // loaded or proposed is reloaded from the database when next needed.
-            let keys: Vec<SearchKey> = self.touched.drain().chain(self.proposed.keys().copied()).collect();
-            self.searches.remove_keys(keys);
+            let keys: Vec<SearchKey> = self
+                .touched
+                .drain()
+                .chain(self.proposed.keys().copied())
+                .chain(self.observed.keys().copied())
+                .collect();
+            self.searches.remove_keys(keys, &self.priors);
         }
     }
 }

@@ -1,18 +1,25 @@
 //! Tuners: which configs of a workload's valid space to measure next.
 //!
 //! A tuner is rebuilt from the job's seed and the valid configs whenever the tracker needs it (at
-//! submit, and after a restart), and it is told which configs already have a task: everything it
-//! proposes follows from the database, so a restarted tracker continues exactly where it stopped.
-//! Model-guided tuners (issue #5) implement the same trait; they would additionally read the
-//! workload's records to rank what is left.
+//! submit, and after a restart), and it is told which configs already have a task and what the
+//! finished ones measured, in the order they finished: everything it proposes follows from the
+//! database, so a restarted tracker continues exactly where it stopped.
+//!
+//! `random` and `grid` ignore the outcomes. `model` is the search crate's model-guided tuner: it
+//! proposes positions into a list of candidates (each valid config with its feature row), refits
+//! its cost model on every proposal, and may start from a prior of other workloads' records.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::seq::SliceRandom;
+use tensortune_search::tuner::{Candidate, ModelGuided, Observation, Prior, Tuner as _};
+
+use crate::error::{Error, Result};
 
 /// The search strategies a job can name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
@@ -22,27 +29,47 @@ pub(crate) enum TunerKind {
     Random,
     /// The valid configs in index order.
     Grid,
+    /// A cost model over feature rows, refitted on every outcome (optionally with transfer).
+    Model,
 }
 
 impl TunerKind {
     /// Every kind, for error messages.
-    pub(crate) const ALL: [TunerKind; 2] = [TunerKind::Random, TunerKind::Grid];
+    pub(crate) const ALL: [TunerKind; 3] = [TunerKind::Random, TunerKind::Grid, TunerKind::Model];
 
     /// Lowercase name, as requested and stored.
     pub(crate) fn name(self) -> &'static str {
         match self {
             TunerKind::Random => "random",
             TunerKind::Grid => "grid",
+            TunerKind::Model => "model",
         }
     }
 
-    /// A tuner over `valid` (config indices in index order) for workload `workload_idx` of a job
-    /// seeded with `seed`.
-    pub(crate) fn build(self, valid: Arc<[u64]>, seed: u64, workload_idx: u32) -> Box<dyn Tuner> {
-        match self {
-            TunerKind::Random => Box::new(Random::new(&valid, seed, workload_idx)),
-            TunerKind::Grid => Box::new(Grid { valid }),
-        }
+    /// Whether the tuner needs each valid config's feature row (its [`Candidate`]).
+    pub(crate) fn needs_features(self) -> bool {
+        self == TunerKind::Model
+    }
+
+    /// A tuner over `space` for workload `workload_idx` of a job seeded with `seed`; `prior` is
+    /// the model's transfer data (only `model` reads it).
+    pub(crate) fn build(
+        self,
+        space: &WorkloadSpace,
+        seed: u64,
+        workload_idx: u32,
+        prior: Option<Arc<Prior>>,
+    ) -> Result<Arc<dyn Tuner>> {
+        Ok(match self {
+            TunerKind::Random => Arc::new(Random::new(&space.valid, seed, workload_idx)),
+            TunerKind::Grid => Arc::new(Grid { valid: Arc::clone(&space.valid) }),
+            TunerKind::Model => {
+                let candidates = space.candidates.clone().ok_or_else(|| {
+                    Error::Internal("a model search was built without its candidates' features".to_owned())
+                })?;
+                Arc::new(Model { candidates, inner: Mutex::new(ModelGuided::new(stream(seed, workload_idx), prior)) })
+            }
+        })
     }
 }
 
@@ -63,11 +90,58 @@ impl FromStr for TunerKind {
     }
 }
 
+/// A workload's valid configs (ascending) and, for tuners that need features, their candidates in
+/// the same order.
+#[derive(Clone)]
+pub(crate) struct WorkloadSpace {
+    pub(crate) valid: Arc<[u64]>,
+    pub(crate) candidates: Option<Arc<[Candidate]>>,
+}
+
+/// One finished trial of a workload: its config and its median time (`None`: it failed).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Observed {
+    pub(crate) config: u64,
+    pub(crate) time_us: Option<f64>,
+}
+
+/// The configs of a workload that have a task: those committed, and those proposed by the write
+/// under way (never both: proposals skip what is taken).
+#[derive(Clone, Copy)]
+pub(crate) struct Taken<'a> {
+    pub(crate) committed: &'a HashSet<u64>,
+    pub(crate) pending: Option<&'a HashSet<u64>>,
+}
+
+impl Taken<'_> {
+    /// Whether `config` has a task.
+    pub(crate) fn contains(&self, config: u64) -> bool {
+        self.committed.contains(&config) || self.pending.is_some_and(|p| p.contains(&config))
+    }
+
+    /// How many configs have a task.
+    pub(crate) fn len(&self) -> usize {
+        self.committed.len() + self.pending.map_or(0, HashSet::len)
+    }
+}
+
 /// A search strategy over one workload's valid configs.
 pub(crate) trait Tuner: Send + Sync {
-    /// Up to `n` config indices to measure next, none of which `taken` holds. Fewer than `n` only
+    /// Up to `n` config indices to measure next, none of which `taken` holds, given the outcomes
+    /// so far in the order they finished (each of them a config in `taken`). Fewer than `n` only
     /// when the space has no more.
-    fn propose(&self, taken: &dyn Fn(u64) -> bool, n: usize) -> Vec<u64>;
+    fn propose(&self, observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<u64>;
+
+    /// Whether proposing is CPU work (a model fit) that belongs on a blocking thread.
+    fn blocking(&self) -> bool {
+        false
+    }
+}
+
+/// The random stream of workload `workload_idx` of a job seeded with `seed`: each workload of a
+/// job gets its own order; mixing the index in keeps them apart.
+fn stream(seed: u64, workload_idx: u32) -> u64 {
+    seed ^ u64::from(workload_idx).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// Measures configs in index order.
@@ -76,8 +150,8 @@ struct Grid {
 }
 
 impl Tuner for Grid {
-    fn propose(&self, taken: &dyn Fn(u64) -> bool, n: usize) -> Vec<u64> {
-        self.valid.iter().copied().filter(|c| !taken(*c)).take(n).collect()
+    fn propose(&self, _observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<u64> {
+        self.valid.iter().copied().filter(|c| !taken.contains(*c)).take(n).collect()
     }
 }
 
@@ -91,9 +165,7 @@ struct Random {
 
 impl Random {
     fn new(valid: &[u64], seed: u64, workload_idx: u32) -> Random {
-        // Each workload of a job gets its own order; mixing the index in keeps them apart.
-        let stream = seed ^ u64::from(workload_idx).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream(seed, workload_idx));
         let mut order = valid.to_vec();
         order.shuffle(&mut rng);
         Random { order }
@@ -101,62 +173,161 @@ impl Random {
 }
 
 impl Tuner for Random {
-    fn propose(&self, taken: &dyn Fn(u64) -> bool, n: usize) -> Vec<u64> {
-        self.order.iter().copied().filter(|c| !taken(*c)).take(n).collect()
+    fn propose(&self, _observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<u64> {
+        self.order.iter().copied().filter(|c| !taken.contains(*c)).take(n).collect()
+    }
+}
+
+/// The search crate's model-guided tuner over a workload's candidates.
+struct Model {
+    /// Every valid config with its features, in ascending index order (so a config's position is
+    /// a binary search away).
+    candidates: Arc<[Candidate]>,
+    /// Behind a lock because proposing mutates it (it caches the prior's own model, fitted once);
+    /// proposals of one workload are serialised by the tracker's writer lock anyway.
+    inner: Mutex<ModelGuided>,
+}
+
+impl Model {
+    fn position(&self, config: u64) -> Option<usize> {
+        self.candidates.binary_search_by_key(&config, |c| c.index).ok()
+    }
+}
+
+impl Tuner for Model {
+    fn propose(&self, observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<u64> {
+        let observations: Vec<Observation> = observed
+            .iter()
+            .filter_map(|o| Some(Observation { pos: self.position(o.config)?, time_us: o.time_us }))
+            .collect();
+        // The model skips only what it observed. The configs in flight (taken, no outcome yet) are
+        // asked for on top: at most that many of its picks are taken, so at least `n` are new
+        // whenever the space still has `n`.
+        let in_flight = taken.len().saturating_sub(observations.len());
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner
+            .propose(&self.candidates, &observations, n.saturating_add(in_flight))
+            .into_iter()
+            .map(|pos| self.candidates[pos].index)
+            .filter(|c| !taken.contains(*c))
+            .take(n)
+            .collect()
+    }
+
+    fn blocking(&self) -> bool {
+        true
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
-
     use super::*;
 
-    fn taken_in(set: &HashSet<u64>) -> impl Fn(u64) -> bool + '_ {
-        move |c| set.contains(&c)
+    fn space() -> WorkloadSpace {
+        WorkloadSpace { valid: (0..200u64).map(|i| i * 3).collect(), candidates: None }
     }
 
-    fn valid() -> Arc<[u64]> {
-        (0..200u64).map(|i| i * 3).collect()
+    fn propose(tuner: &dyn Tuner, taken: &HashSet<u64>, n: usize) -> Vec<u64> {
+        tuner.propose(&[], &Taken { committed: taken, pending: None }, n)
     }
 
     #[test]
     fn grid_walks_in_index_order_skipping_taken() {
-        let tuner = TunerKind::Grid.build(valid(), 1, 0);
-        let taken: HashSet<u64> = [0, 6].into();
-        assert_eq!(tuner.propose(&taken_in(&taken), 3), vec![3, 9, 12]);
+        let tuner = TunerKind::Grid.build(&space(), 1, 0, None).unwrap();
+        let committed: HashSet<u64> = [0].into();
+        let pending: HashSet<u64> = [6].into();
+        let taken = Taken { committed: &committed, pending: Some(&pending) };
+        assert_eq!(taken.len(), 2);
+        assert_eq!(tuner.propose(&[], &taken, 3), vec![3, 9, 12]);
     }
 
     #[test]
     fn random_is_a_seeded_permutation() {
-        let a = TunerKind::Random.build(valid(), 42, 0);
-        let b = TunerKind::Random.build(valid(), 42, 0);
+        let build = |seed, idx| TunerKind::Random.build(&space(), seed, idx, None).unwrap();
         let none = HashSet::new();
-        let all = a.propose(&taken_in(&none), 1000);
-        assert_eq!(all, b.propose(&taken_in(&none), 1000));
+        let all = propose(build(42, 0).as_ref(), &none, 1000);
+        assert_eq!(all, propose(build(42, 0).as_ref(), &none, 1000));
         let mut sorted = all.clone();
         sorted.sort();
-        assert_eq!(sorted, valid().to_vec());
-        assert_ne!(all, valid().to_vec(), "a shuffle of 200 items left them in order");
-        assert_ne!(all, TunerKind::Random.build(valid(), 42, 1).propose(&taken_in(&none), 1000));
-        assert_ne!(all, TunerKind::Random.build(valid(), 43, 0).propose(&taken_in(&none), 1000));
+        assert_eq!(sorted, space().valid.to_vec());
+        assert_ne!(all, space().valid.to_vec(), "a shuffle of 200 items left them in order");
+        assert_ne!(all, propose(build(42, 1).as_ref(), &none, 1000));
+        assert_ne!(all, propose(build(43, 0).as_ref(), &none, 1000));
     }
 
     #[test]
     fn proposals_continue_from_what_is_taken() {
-        let tuner = TunerKind::Random.build(valid(), 7, 2);
+        let tuner = TunerKind::Random.build(&space(), 7, 2, None).unwrap();
         let mut taken = HashSet::new();
         let mut seen = Vec::new();
         while taken.len() < 200 {
-            let next = tuner.propose(&taken_in(&taken), 17);
+            let next = propose(tuner.as_ref(), &taken, 17);
             assert!(!next.is_empty());
             taken.extend(next.iter().copied());
             seen.extend(next);
         }
         // Proposing in batches gives the same order as proposing everything at once.
-        assert_eq!(seen, tuner.propose(&taken_in(&HashSet::new()), 1000));
-        assert!(tuner.propose(&taken_in(&taken), 5).is_empty());
+        assert_eq!(seen, propose(tuner.as_ref(), &HashSet::new(), 1000));
+        assert!(propose(tuner.as_ref(), &taken, 5).is_empty());
         assert_eq!("grid".parse::<TunerKind>(), Ok(TunerKind::Grid));
-        assert!("bayes".parse::<TunerKind>().unwrap_err().contains("known: random, grid"));
+        assert_eq!("model".parse::<TunerKind>(), Ok(TunerKind::Model));
+        assert!("bayes".parse::<TunerKind>().unwrap_err().contains("known: random, grid, model"));
+    }
+
+    /// 512 candidates on three knobs of 8 values; the time is a bowl around (5, 2, 6).
+    fn model_space() -> WorkloadSpace {
+        let mut candidates = Vec::new();
+        for a in 0..8usize {
+            for b in 0..8usize {
+                for c in 0..8usize {
+                    candidates.push(Candidate {
+                        index: (a * 64 + b * 8 + c) as u64 * 5,
+                        features: vec![a as f64, b as f64, c as f64],
+                        knobs: vec![a, b, c],
+                        analytic_us: 1.0 + (a as f64 - 4.0).abs(),
+                    });
+                }
+            }
+        }
+        let valid: Arc<[u64]> = candidates.iter().map(|c| c.index).collect();
+        WorkloadSpace { valid, candidates: Some(candidates.into()) }
+    }
+
+    fn bowl(config: u64) -> f64 {
+        let i = config / 5;
+        let (a, b, c) = ((i / 64) as f64, ((i / 8) % 8) as f64, (i % 8) as f64);
+        1.0 + ((a - 5.0).powi(2) + (b - 2.0).powi(2) + (c - 6.0).powi(2)) / 10.0
+    }
+
+    #[test]
+    fn the_model_skips_configs_in_flight_and_is_deterministic() {
+        assert!(TunerKind::Model.build(&space(), 1, 0, None).is_err(), "a model needs candidates");
+        let run = || {
+            let tuner = TunerKind::Model.build(&model_space(), 3, 1, None).unwrap();
+            assert!(tuner.blocking());
+            let mut committed = HashSet::new();
+            let mut observed = Vec::new();
+            // 4 in flight all along: each round proposes 4, and the 4 of the round before finish.
+            let mut in_flight: Vec<u64> = Vec::new();
+            let mut order = Vec::new();
+            while observed.len() < 120 {
+                let next = tuner.propose(&observed, &Taken { committed: &committed, pending: None }, 4);
+                assert_eq!(next.len(), 4);
+                for c in &next {
+                    assert!(committed.insert(*c), "config {c} proposed twice");
+                }
+                for c in std::mem::replace(&mut in_flight, next.clone()) {
+                    observed.push(Observed { config: c, time_us: Some(bowl(c)) });
+                }
+                order.extend(next);
+            }
+            order
+        };
+        let order = run();
+        assert_eq!(order, run(), "same seed and outcomes, different proposals");
+        // It learns the bowl: the second half of its trials is much closer to the bottom.
+        let mean = |s: &[u64]| s.iter().map(|c| bowl(*c)).sum::<f64>() / s.len() as f64;
+        let (early, late) = order.split_at(order.len() / 2);
+        assert!(mean(late) < mean(early), "{} vs {}", mean(late), mean(early));
     }
 }

@@ -36,6 +36,8 @@ const DEFAULT_FINALISTS: u32 = 3;
 /// Rounds of the interleaved re-measurement a job may ask for, and the default.
 const MAX_FINALIST_ROUNDS: u32 = 20;
 const DEFAULT_FINALIST_ROUNDS: u32 = 3;
+/// Trials a job may share across its workloads.
+const MAX_TOTAL_TRIALS: u32 = 1_000_000;
 /// Longest worker name.
 const MAX_NAME_CHARS: usize = 128;
 
@@ -99,6 +101,27 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
     } else {
         in_range("finalist_rounds", req.finalist_rounds, 1, MAX_FINALIST_ROUNDS)?
     };
+    let total_trials = match req.total_trials {
+        0 => 0,
+        n if n > MAX_TOTAL_TRIALS => {
+            return Err(Error::invalid(
+                "total_trials",
+                format!("{n} is out of range; allowed 1 ..= {MAX_TOTAL_TRIALS}, or 0 for no job-wide budget"),
+            ));
+        }
+        n if (n as usize) < workloads.len() => {
+            return Err(Error::invalid(
+                "total_trials",
+                format!(
+                    "{n} is fewer than the job's {} workloads; each workload needs at least one trial, so \
+                     allow at least {} (or 0 for no job-wide budget)",
+                    workloads.len(),
+                    workloads.len()
+                ),
+            ));
+        }
+        n => n,
+    };
     Ok(JobRequest {
         workloads,
         template,
@@ -113,6 +136,8 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
         finalists,
         finalist_rounds,
         flush_l2: req.flush_l2,
+        transfer: req.transfer.unwrap_or(true),
+        total_trials,
     })
 }
 
@@ -452,6 +477,8 @@ pub(crate) fn job(view: JobView) -> pb::Job {
         finalists: job.finalists,
         finalist_rounds: job.finalist_rounds,
         flush_l2: job.flush_l2,
+        transfer: job.transfer,
+        total_trials: job.total_trials,
     }
 }
 

@@ -28,6 +28,10 @@ pub(crate) struct JobRow {
     pub(crate) finalists: u32,
     pub(crate) finalist_rounds: u32,
     pub(crate) flush_l2: bool,
+    /// Whether a model search starts from other workloads' records.
+    pub(crate) transfer: bool,
+    /// Trials the whole job may measure, shared by expected gain; 0: none.
+    pub(crate) total_trials: u32,
     /// Why the job failed or was cancelled, or what went wrong on the way to done (workloads that
     /// finished without their finalists).
     pub(crate) error: String,
@@ -64,6 +68,8 @@ pub(crate) struct NewJob<'a> {
     pub(crate) finalists: u32,
     pub(crate) finalist_rounds: u32,
     pub(crate) flush_l2: bool,
+    pub(crate) transfer: bool,
+    pub(crate) total_trials: u32,
 }
 
 /// Inserts a queued job.
@@ -71,8 +77,8 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i6
     let id = sqlx::query_scalar(
         "INSERT INTO jobs (state, template, template_version, tuner, device_class, trials, batch_size, seed, samples,
                            label, early_stop_trials, early_stop_margin, finalists, finalist_rounds, flush_l2,
-                           created_ms, updated_ms)
-         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)
+                           transfer, total_trials, created_ms, updated_ms)
+         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?17)
          RETURNING id",
     )
     .bind(job.template)
@@ -89,6 +95,8 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i6
     .bind(job.finalists)
     .bind(job.finalist_rounds)
     .bind(job.flush_l2)
+    .bind(job.transfer)
+    .bind(job.total_trials)
     .bind(now)
     .fetch_one(e)
     .await?;

@@ -186,6 +186,74 @@ pub(crate) async fn fastest_trials(e: impl SqliteExecutor<'_>, job: JobId, idx: 
     .await?)
 }
 
+/// The outcome of one finished tuning trial of a workload, as a model search reads it.
+#[derive(Clone, Copy, Debug, PartialEq, sqlx::FromRow)]
+pub(crate) struct TrialOutcome {
+    pub(crate) config_index: i64,
+    pub(crate) status: Status,
+    pub(crate) median_us: f64,
+}
+
+/// The outcomes of the finished tuning trials of workload `idx` of `job` (the record each points
+/// at, reused records included), in the order they finished. Trials finished before the `trial`
+/// column existed come first, in the order their tasks were last updated.
+pub(crate) async fn trial_outcomes(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<TrialOutcome>> {
+    Ok(sqlx::query_as(
+        "SELECT t.config_index, r.status, r.median_us
+         FROM tasks t JOIN records r ON r.id = t.record_id
+         WHERE t.job_id = ?1 AND t.workload_idx = ?2 AND t.kind = 'tuning' AND t.state = 'done'
+         ORDER BY t.trial, t.updated_ms, t.id",
+    )
+    .bind(job)
+    .bind(idx)
+    .fetch_all(e)
+    .await?)
+}
+
+/// A stored tuning record as transfer reads it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub(crate) struct PriorRecord {
+    pub(crate) workload_key: String,
+    #[sqlx(try_from = "String")]
+    pub(crate) workload: Json<Workload>,
+    pub(crate) config: String,
+    pub(crate) status: Status,
+    pub(crate) median_us: f64,
+}
+
+/// What a transfer prior is built from.
+pub(crate) struct PriorScope<'a> {
+    pub(crate) device_class: &'a str,
+    pub(crate) template: &'a str,
+    pub(crate) template_version: u32,
+    /// Workload keys left out (the job's own).
+    pub(crate) exclude: &'a [String],
+    /// Only records created before this time (the job's submission), so that a restarted tracker
+    /// builds the same prior.
+    pub(crate) before_ms: i64,
+    pub(crate) limit: u32,
+}
+
+/// The `limit` most recent tuning records in `scope`, newest first, whose status would repeat if
+/// measured again (as for reuse: not `timeout` or `device_lost`).
+pub(crate) async fn prior_records(e: impl SqliteExecutor<'_>, scope: &PriorScope<'_>) -> Result<Vec<PriorRecord>> {
+    Ok(sqlx::query_as(
+        "SELECT workload_key, workload, config, status, median_us FROM records
+         WHERE device_class = ?1 AND template = ?2 AND template_version = ?3
+           AND workload_key NOT IN (SELECT value FROM json_each(?4)) AND created_ms < ?5
+           AND remeasure = 0 AND status NOT IN ('timeout', 'device_lost')
+         ORDER BY id DESC LIMIT ?6",
+    )
+    .bind(scope.device_class)
+    .bind(scope.template)
+    .bind(scope.template_version)
+    .bind(json(scope.exclude))
+    .bind(scope.before_ms)
+    .bind(scope.limit)
+    .fetch_all(e)
+    .await?)
+}
+
 /// A re-measurement record of a finalist.
 #[derive(Clone, Copy, Debug, PartialEq, sqlx::FromRow)]
 pub(crate) struct Remeasure {

@@ -122,6 +122,19 @@ pub(crate) async fn outstanding(e: impl SqliteExecutor<'_>, job: JobId, idx: u32
     .await?)
 }
 
+/// Tuning tasks of `job` that are pending or leased, per workload: (workload index, count), only
+/// workloads that have some.
+pub(crate) async fn outstanding_by_workload(e: impl SqliteExecutor<'_>, job: JobId) -> Result<Vec<(u32, u32)>> {
+    Ok(sqlx::query_as(
+        "SELECT workload_idx, COUNT(*) FROM tasks
+         WHERE job_id = ?1 AND kind = 'tuning' AND state IN ('pending', 'leased')
+         GROUP BY workload_idx ORDER BY workload_idx",
+    )
+    .bind(job)
+    .fetch_all(e)
+    .await?)
+}
+
 /// Config indices of a workload that already have a tuning task (in any state).
 pub(crate) async fn taken(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<i64>> {
     Ok(sqlx::query_scalar("SELECT config_index FROM tasks WHERE job_id = ?1 AND workload_idx = ?2 AND kind = 'tuning'")
@@ -218,6 +231,12 @@ pub(crate) async fn complete(e: impl SqliteExecutor<'_>, id: TaskId, record: Rec
     .bind(now)
     .execute(e)
     .await?;
+    Ok(())
+}
+
+/// Numbers a finished tuning task among its workload's finished trials (1, 2, ...).
+pub(crate) async fn set_trial(e: impl SqliteExecutor<'_>, id: TaskId, trial: u32) -> Result<()> {
+    sqlx::query("UPDATE tasks SET trial = ?2 WHERE id = ?1").bind(id).bind(trial).execute(e).await?;
     Ok(())
 }
 
