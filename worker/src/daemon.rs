@@ -1,17 +1,20 @@
-//! The daemon: lease tasks, prepare them (generate, compile), measure them in the child, report.
+//! The daemon of one device: lease tasks, prepare them (generate, compile), measure them in the
+//! child, report.
 //!
 //! ```text
 //! lease ──► prepare (a task per lease; NVRTC pool) ──► measure (the child) ──► report
 //!               └──── invalid_config / compile_error ─────────────────────────────┘
 //! heartbeat: renews the held leases, cancels the tasks the tracker drops, carries the drift
-//!            reference's latest time (measured by the measure stage)
+//!            reference's latest time (timed by the measure stage between tasks)
 //! ```
 //!
-//! The prepare stage lives in `prepare`, the measure stage in `measure`; what follows from a task
-//! alone in `plan`. Each stage is a task owned by [`run`]'s `JoinSet`, connected by bounded channels. Back-pressure
-//! comes from one semaphore: a task holds a permit from lease to report and leases ask only for
-//! free permits, so at most `max_in_flight` tasks are held, and compiled tasks queue for the GPU
-//! while the pool works ahead on the next ones.
+//! A task is a tuning task (one config, one measurement) or a finalist task (several configs,
+//! measured in interleaved rounds; see `finalist`). The prepare stage lives in `prepare`, the
+//! measure stage in `measure`, what follows from a task alone in `plan`. Each stage is a task owned
+//! by [`run`]'s `JoinSet`, connected by bounded channels. Back-pressure comes from one semaphore: a
+//! task holds a permit from lease to report and leases ask only for free permits, so at most
+//! `max_in_flight` tasks are held, and compiled tasks queue for the GPU while the pool works ahead
+//! on the next ones.
 
 use std::collections::HashMap;
 use std::sync::Arc;
