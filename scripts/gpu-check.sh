@@ -18,6 +18,7 @@
 #                (SWEEP="m,n,k,dtype,layout ..." overrides the list)
 #     sanitize   compute-sanitizer (memcheck, racecheck, synccheck) on SANITIZE_KEY/SANITIZE_CONFIG
 #     throughput `tensortune bench --throughput` (cold cache), THROUGHPUT_TRIALS per workload
+#     scaling    bench --throughput on cuda:0, then on cuda:all (run on a machine with several GPUs)
 #     gputests   the tests marked #[ignore = "needs a GPU"] (worker daemon on cuda:0)
 #     profile    ncu sections of one 4096^3 kernel (PROFILE_CONFIG) and the clock in a record
 #     faults     a 50-trial job on cuda:0 whose worker injects an out-of-bounds write and a hang
@@ -150,7 +151,7 @@ step_throughput() {
 
 step_sanitize() {
   local key=${SANITIZE_KEY:-"matmul/m512n32k512/tn/f16,f16,f16/alpha=1,beta=0"}
-  local cfg=${SANITIZE_CONFIG:-'{"block_k":64,"block_m":32,"block_n":32,"frag":"m16n16k16","skew":1,"split_k":8,"split_reduce":"workspace","stages":1,"swizzle":1,"warps_k":4,"warps_m":1,"warps_n":2}'}
+  local cfg=${SANITIZE_CONFIG:-'{"block_k":64,"block_m":32,"block_n":32,"frag":"m16n16k16","skew":1,"split_k":8,"split_reduce":"workspace","stages":1,"swizzle":1,"warps_k":4,"warps_m":1,"warps_n":2,"min_blocks":1}'}
   say "sanitize $key $cfg"
   for i in 1 2 3; do "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | cut -c1-300 | tee -a "$SUMMARY"; done
   for tool in memcheck racecheck synccheck; do
@@ -168,7 +169,7 @@ step_gputests() {
 
 step_profile() {
   local key="matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"
-  local cfg=${PROFILE_CONFIG:-'{"block_k":64,"block_m":128,"block_n":256,"frag":"m16n16k16","skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":2,"warps_n":4}'}
+  local cfg=${PROFILE_CONFIG:-'{"block_k":64,"block_m":128,"block_n":256,"frag":"m16n16k16","skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":2,"warps_n":4,"min_blocks":1}'}
   "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | tee -a "$SUMMARY"
   timeout 300 ncu --clock-control none --kernel-name regex:tt_wmma_gemm --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
@@ -241,6 +242,17 @@ step_repeat() {
   done
 }
 
+# Measurement throughput on one GPU, then on every GPU of the machine (cuda:all), same suite and
+# trials, cold cache, finalists off so the wall time is tuning alone.
+step_scaling() {
+  for dev in cuda:0 cuda:all; do
+    timeout 900 "$BIN/tensortune" bench --throughput --trials "${SCALING_TRIALS:-400}" --finalists 1 --device "$dev" \
+      --json "$OUT/scaling-${dev/:/-}.json" >"$LOGS/scaling-${dev/:/-}.log" 2>&1
+    say "scaling $dev exit $?"
+    sed -n '/^suite/,$p' "$LOGS/scaling-${dev/:/-}.log" | tee -a "$SUMMARY"
+  done
+}
+
 step_multigpu() {
   local url=http://127.0.0.1:7173 gpus
   gpus=$(nvidia-smi -L | grep -c '^GPU')
@@ -264,7 +276,7 @@ step_multigpu() {
 for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu) "step_$step" ;;
+    faults | repeat | multigpu | scaling) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2
