@@ -192,6 +192,13 @@ pub struct JobArgs {
     /// Flush the L2 cache between timing samples (each sample is then one cold launch).
     #[arg(long)]
     pub flush_l2: bool,
+    /// Trials of the whole job, shared by its workloads by expected gain (0 = each workload gets
+    /// --trials).
+    #[arg(long, default_value_t = 0)]
+    pub total_trials: u32,
+    /// Do not start the model tuner from other workloads' records.
+    #[arg(long)]
+    pub no_transfer: bool,
 }
 
 /// `tensortune tune`.

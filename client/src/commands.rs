@@ -45,6 +45,8 @@ pub fn submit_request(
         finalists: job.finalists,
         finalist_rounds: job.finalist_rounds,
         flush_l2: job.flush_l2,
+        total_trials: job.total_trials,
+        transfer: Some(!job.no_transfer),
     }
 }
 
