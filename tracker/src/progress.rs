@@ -58,17 +58,22 @@ fn best_after(observed: &[Observed], proposed: u32) -> Vec<f64> {
     out
 }
 
-/// How many of `want` trials each of `running` gets, one at a time to the workload
-/// `schedule::next` picks, each pick counted as a trial in flight.
-fn allocate(mut progress: Vec<TaskProgress>, running: &[WorkloadRow], want: u32) -> Vec<u32> {
+/// How many of `want` trials each of `running` gets: the next trial, or with `batches` the next
+/// batch (the rest of `want`), goes to the workload `schedule::next` picks, and counts as in
+/// flight. `progress[i].open` says whether workload `i` may take more.
+fn allocate(mut progress: Vec<TaskProgress>, running: &[WorkloadRow], want: u32, batches: bool) -> Vec<u32> {
     let mut shares = vec![0u32; running.len()];
-    for _ in 0..want {
+    let mut given = 0;
+    while given < want {
         let Some(i) = schedule::next(&progress) else { break };
-        shares[i] += 1;
+        let room = running[i].trials_target.saturating_sub(running[i].proposed + shares[i]);
+        let n = if batches { (want - given).min(room) } else { 1 };
+        shares[i] += n;
+        given += n;
         let t = &mut progress[i];
         let last = t.best_after.last().copied().unwrap_or(f64::INFINITY);
-        t.best_after.push(last);
-        t.open = running[i].proposed + shares[i] < running[i].trials_target;
+        t.best_after.resize(t.best_after.len() + n as usize, last);
+        t.open = !batches && running[i].proposed + shares[i] < running[i].trials_target;
     }
     shares
 }
@@ -184,7 +189,7 @@ impl Tracker {
     }
 
     /// Proposes tasks for workload `idx` until `batch_size` are outstanding or its whole target has
-    /// been proposed.
+    /// been proposed; for a tuner that proposes batches, the next batch once none is outstanding.
     pub(crate) async fn top_up(&self, w: &mut Write<'_>, job: &JobRow, idx: u32) -> Result<()> {
         if !job.is_active() {
             return Ok(());
@@ -195,6 +200,9 @@ impl Tracker {
                 return Ok(());
             }
             let outstanding = store::tasks::outstanding(w.conn(), job.id, idx).await?;
+            if job.tuner.proposes_batches() && outstanding > 0 {
+                return Ok(());
+            }
             let want = job.batch_size.saturating_sub(outstanding).min(wl.trials_target.saturating_sub(wl.proposed));
             if want == 0 {
                 return Ok(());
@@ -205,8 +213,9 @@ impl Tracker {
 
     /// Proposes tasks across the workloads of a job with a budget (`total_trials`) until
     /// `batch_size` are outstanding in the job or the budget is spent: each next trial goes to the
-    /// workload with the largest expected gain (`schedule::next`). Once the budget is spent, every
-    /// running workload with nothing outstanding ends.
+    /// workload with the largest expected gain (`schedule::next`); for a tuner that proposes
+    /// batches, each next batch, once none is outstanding in the job. Once the budget is spent,
+    /// every running workload with nothing outstanding ends.
     async fn top_up_job(&self, w: &mut Write<'_>, job: &JobRow) -> Result<()> {
         if !job.is_active() {
             return Ok(());
@@ -234,7 +243,10 @@ impl Tracker {
                 return Ok(());
             }
             let in_flight: u32 = outstanding.iter().map(|(_, n)| n).sum();
-            let want = job.batch_size.saturating_sub(in_flight).min(left);
+            let batches = job.tuner.proposes_batches();
+            // A batch is proposed whole: freed slots wait for the rest of the one in flight rather
+            // than go, one by one, to another workload as batches too small to explore.
+            let want = if batches && in_flight > 0 { 0 } else { job.batch_size.saturating_sub(in_flight).min(left) };
             if want == 0 || running.is_empty() {
                 return Ok(());
             }
@@ -248,10 +260,10 @@ impl Tracker {
                     open: wl.proposed < wl.trials_target,
                 });
             }
-            let shares = allocate(progress, &running, want);
+            let shares = allocate(progress, &running, want, batches);
             if shares.iter().all(|n| *n == 0) {
-                // Every running workload has proposed its whole target; each ends when its
-                // outstanding trials are in.
+                // Every running workload has proposed its whole target (each ends when its
+                // outstanding trials are in), or has a batch in flight.
                 return Ok(());
             }
             for (wl, n) in running.iter().zip(shares) {
@@ -451,5 +463,67 @@ impl Tracker {
         w.job_changed(job.id);
         tracing::info!(job = job.id, "job done");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(idx: u32, proposed: u32, target: u32) -> WorkloadRow {
+        WorkloadRow {
+            job_id: 1,
+            idx,
+            workload_key: String::new(),
+            workload: store::Json(tensortune_kernels::template::drift_reference().0),
+            trials_target: target,
+            space_size: i64::from(target),
+            proposed,
+            done: 0,
+            reused: 0,
+            state: WorkloadState::Running,
+            best_record_id: None,
+            best_us: None,
+            stall_best_us: None,
+            stall_since: 0,
+            end_state: None,
+            finalist_gap: None,
+        }
+    }
+
+    fn progress(rows: &[WorkloadRow], observed: &[&[Observed]]) -> Vec<TaskProgress> {
+        rows.iter()
+            .zip(observed)
+            .map(|(r, o)| TaskProgress {
+                weight: 1.0,
+                best_after: best_after(o, r.proposed),
+                open: r.proposed < r.trials_target,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn trials_in_flight_hold_the_best_so_far() {
+        let o = |config, time_us| Observed { config, time_us };
+        let observed = [o(1, None), o(2, Some(5.0)), o(3, Some(7.0)), o(4, Some(4.0))];
+        assert_eq!(best_after(&observed, 6), [f64::INFINITY, 5.0, 5.0, 4.0, 4.0, 4.0]);
+        assert_eq!(best_after(&[], 2), [f64::INFINITY; 2]);
+    }
+
+    #[test]
+    fn warm_up_is_shared_by_what_was_proposed_then_batches_go_whole() {
+        // Workload 0 has 6 proposed, 2 of them finished; workload 1 has none: the next 8 trials
+        // even them out (7 each), counting workload 0's 4 in flight.
+        let rows = [row(0, 6, 100), row(1, 0, 100)];
+        let done = [Observed { config: 1, time_us: Some(3.0) }, Observed { config: 2, time_us: Some(2.0) }];
+        let p = progress(&rows, &[&done, &[]]);
+        assert_eq!(allocate(p.clone(), &rows, 8, false), [1, 7]);
+        // A whole batch goes to the one workload picked (here the one with fewest trials).
+        assert_eq!(allocate(p, &rows, 8, true), [0, 8]);
+        // Nobody takes more than its target.
+        let rows = [row(0, 0, 2), row(1, 0, 3)];
+        let p = progress(&rows, &[&[], &[]]);
+        assert_eq!(allocate(p.clone(), &rows, 10, false), [2, 3]);
+        assert_eq!(allocate(p, &rows, 10, true), [2, 3]);
     }
 }

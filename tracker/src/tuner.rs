@@ -51,6 +51,15 @@ impl TunerKind {
         self == TunerKind::Model
     }
 
+    /// Whether a workload asks the tuner for its next batch only once the last one is in, rather
+    /// than topping up as results come. The model-guided tuner chooses a batch as a whole (the
+    /// best predictions, spread out, plus an exploration share of the batch) and knows nothing of
+    /// configs in flight: asked for one config at a time it never explores, and asked for more
+    /// than needed its exploration picks, which come last, are the ones filtered away.
+    pub(crate) fn proposes_batches(self) -> bool {
+        self == TunerKind::Model
+    }
+
     /// A tuner over `space` for workload `workload_idx` of a job seeded with `seed`; `prior` is
     /// the model's transfer data (only `model` reads it).
     pub(crate) fn build(
