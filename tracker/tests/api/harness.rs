@@ -165,6 +165,12 @@ pub(crate) fn fake_us(task: &pb::Task) -> f64 {
     5.0 + ((task.config_index * 7919) % 1009) as f64 / 10.0
 }
 
+/// The integer value of knob `name` in a tuning task's config.
+pub(crate) fn knob(task: &pb::Task, name: &str) -> i64 {
+    let config: serde_json::Value = serde_json::from_str(&task.config).unwrap();
+    config[name].as_i64().unwrap_or_else(|| panic!("config {} has no integer knob {name}", task.config))
+}
+
 /// An ok measurement taking `median_us`.
 pub(crate) fn ok(median_us: f64) -> pb::Measurement {
     pb::Measurement {

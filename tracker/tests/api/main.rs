@@ -1,11 +1,13 @@
 //! End-to-end tests of the tracker over gRPC: a real server on `127.0.0.1:0`, a temporary
 //! database, and a fake worker played by the test (no GPU needed).
 
+mod budget;
 mod drift;
 mod finalists;
 mod harness;
 mod leases;
 mod lifecycle;
+mod model;
 mod restart;
 mod reuse;
 mod streams;

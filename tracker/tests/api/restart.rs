@@ -154,7 +154,7 @@ async fn a_tracker_restarted_while_finalizing_resumes_the_finalists() {
 async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("tracker.db");
-    let pool = old_database(&db).await;
+    let pool = old_database(&db, INIT).await;
     let workload = Workload::try_from(&matmul(64, 64, 64)).unwrap();
     let target = Target::sim();
     let version = WmmaGemm.version();
@@ -249,6 +249,7 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
     let job = get_job(&mut tuning, 1).await;
     assert_eq!(job.state, pb::JobState::Running as i32);
     assert_eq!((job.finalists, job.finalist_rounds, job.flush_l2), (1, 3, false));
+    assert_eq!((job.tuner.as_str(), job.transfer, job.total_trials), ("grid", true, 0));
     let w = &job.workloads[0];
     assert_eq!(
         (w.state.as_str(), w.trials_done, w.best.as_ref().map(|r| (r.id, r.remeasure))),
@@ -295,17 +296,169 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
     tracker.stop().await;
 }
 
-/// A database at `path` as the previous tracker left it: only the first migration applied.
-async fn old_database(path: &std::path::Path) -> SqlitePool {
-    let migrations = tempfile::tempdir().unwrap();
-    let init = "20261122000000_init.sql";
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../migrations/20261122000000_init.sql"),
-        migrations.path().join(init),
-    )
-    .unwrap();
+/// The first migration: the schema of the first tracker.
+const INIT: &[&str] = &["20261122000000_init.sql"];
+/// The migrations up to finalists, drift and L2 flushing: the schema before model-guided search.
+const FINALISTS: &[&str] = &["20261122000000_init.sql", "20261123000000_finalists_drift_flush.sql"];
+
+/// A database at `path` as an earlier tracker left it: only `migrations` applied.
+async fn old_database(path: &std::path::Path, migrations: &[&str]) -> SqlitePool {
+    let dir = tempfile::tempdir().unwrap();
+    for name in migrations {
+        let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations").join(name);
+        std::fs::copy(from, dir.path().join(name)).unwrap();
+    }
     let options = SqliteConnectOptions::new().filename(path).create_if_missing(true).foreign_keys(true);
     let pool = SqlitePool::connect_with(options).await.unwrap();
-    Migrator::new(migrations.path()).await.unwrap().run(&pool).await.unwrap();
+    Migrator::new(dir.path()).await.unwrap().run(&pool).await.unwrap();
     pool
+}
+
+#[tokio::test]
+async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tracker.db");
+    let pool = old_database(&db, FINALISTS).await;
+    let workload = Workload::try_from(&matmul(64, 64, 64)).unwrap();
+    let target = Target::sim();
+    let version = WmmaGemm.version();
+    let valid = WmmaGemm.valid_indices(&workload, &target).unwrap();
+    let configs: Vec<(u64, String)> =
+        valid.iter().take(4).map(|&i| (i, WmmaGemm.space().config(i).unwrap().to_json())).collect();
+
+    // What the previous tracker left mid-job: a random job of 4 trials with 3 finalists, 3
+    // measured (one of them failed), 1 leased.
+    let device = serde_json::json!({
+        "target": target, "memory_bytes": 0, "uuid": "", "driver_version": "", "cuda_version": "",
+        "nvrtc_version": "", "sm_clock_mhz": 0, "mem_clock_mhz": 0,
+    });
+    let provenance = serde_json::json!({
+        "worker_name": "box/0", "gpu_name": "sim", "gpu_uuid": "", "driver_version": "", "cuda_version": "",
+        "nvrtc_version": "", "sm_clock_mhz": 0,
+    });
+    let statements: Vec<sqlx::query::Query<'_, sqlx::Sqlite, _>> = vec![
+        sqlx::query("INSERT INTO device_classes VALUES ('sim', ?1, ?2, ?3, ?4, 1, 1)")
+            .bind(&target.name)
+            .bind(target.arch)
+            .bind(target.sm_count)
+            .bind(serde_json::to_string(&target).unwrap()),
+        sqlx::query(
+            "INSERT INTO workers (id, name, device_class, device, templates, registered_ms, last_seen_ms, state)
+             VALUES (1, 'box/0', 'sim', ?1, ?2, 1, 1, 'online')",
+        )
+        .bind(device.to_string())
+        .bind(format!("[\"wmma_gemm@{version}\"]")),
+        sqlx::query(
+            "INSERT INTO jobs (id, state, template, template_version, tuner, device_class, trials, batch_size, seed,
+                               samples, label, early_stop_trials, early_stop_margin, created_ms, updated_ms,
+                               finalists, finalist_rounds, flush_l2)
+             VALUES (1, 'running', 'wmma_gemm', ?1, 'random', 'sim', 4, 4, 7, 10, 'old', 0, 0.0, 1, 1, 3, 2, 1)",
+        )
+        .bind(version),
+        sqlx::query(
+            "INSERT INTO job_workloads (job_id, idx, workload_key, workload, trials_target, space_size, proposed,
+                                        done, state, stall_best_us, stall_since)
+             VALUES (1, 0, ?1, ?2, 4, ?3, 4, 3, 'running', 5.0, 1)",
+        )
+        .bind(workload.key())
+        .bind(serde_json::to_string(&workload).unwrap())
+        .bind(valid.len() as i64),
+    ];
+    for s in statements {
+        s.execute(&pool).await.unwrap();
+    }
+    let far = i64::MAX / 4;
+    for (task, (index, config)) in configs.iter().enumerate() {
+        let task = task as i64 + 1;
+        sqlx::query(
+            "INSERT INTO tasks (id, job_id, workload_idx, config_index, config, state, worker_id, lease_expires_ms,
+                                attempts, created_ms, updated_ms)
+             VALUES (?1, 1, 0, ?2, ?3, 'leased', 1, ?4, 1, 1, ?1)",
+        )
+        .bind(task)
+        .bind(*index as i64)
+        .bind(config)
+        .bind(far)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    for (task, status, median) in [(1i64, "ok", 5.0f64), (2, "compile_error", 0.0), (3, "ok", 6.0)] {
+        let (index, config) = &configs[task as usize - 1];
+        sqlx::query(
+            "INSERT INTO records (id, task_id, job_id, worker_id, workload_key, workload, template, template_version,
+                                  config, config_index, device_class, status, error, compile_ms, measure_ms, samples,
+                                  median_us, spread, batch, baseline_kind, registers, smem_bytes, cache_hit,
+                                  provenance, tflops, speedup, created_ms)
+             VALUES (?1, ?1, 1, 1, ?2, ?3, 'wmma_gemm', ?4, ?5, ?6, 'sim', ?7, '', 1.0, 1.0, '[]', ?8, 0.0, 1, '',
+                     0, 0, 0, ?9, 1.0, 0.0, 1)",
+        )
+        .bind(task)
+        .bind(workload.key())
+        .bind(serde_json::to_string(&workload).unwrap())
+        .bind(version)
+        .bind(config)
+        .bind(*index as i64)
+        .bind(status)
+        .bind(median)
+        .bind(provenance.to_string())
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query("UPDATE tasks SET state = 'done', record_id = ?1, lease_expires_ms = NULL WHERE id = ?1")
+            .bind(task)
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    sqlx::query("UPDATE job_workloads SET best_record_id = 1").execute(&pool).await.unwrap();
+    pool.close().await;
+
+    // The new tracker migrates the file and resumes the job, with the settings it had and the new
+    // ones at their defaults (transfer on, which a random job ignores; no job-wide budget).
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let job = get_job(&mut tuning, 1).await;
+    assert_eq!((job.state, job.tuner.as_str()), (pb::JobState::Running as i32, "random"));
+    assert_eq!((job.finalists, job.finalist_rounds, job.flush_l2), (3, 2, true));
+    assert_eq!((job.transfer, job.total_trials), (true, 0));
+    let w = &job.workloads[0];
+    assert_eq!((w.state.as_str(), w.trials_done, w.best.as_ref().map(|r| r.id)), ("running", 3, Some(1)));
+
+    // Its worker survived: it reports the task it held, and the finalists are re-measured.
+    let mut req = registration("box/0", sim_device());
+    req.previous_id = 1;
+    let mut worker = FakeWorker::register_with(&tracker, req).await;
+    let held = pb::Task { task_id: 4, config_index: configs[3].0, ..Default::default() };
+    assert!(worker.report(&held, ok(7.0)).await.unwrap().stored);
+    let finalist = worker.lease_some(1).await.remove(0);
+    assert_eq!(finalist.finalist_indices, [0, 2, 3].map(|i| configs[i].0));
+    assert!(worker.report_finalists(&finalist, vec![ok(5.0), ok(6.0), ok(7.0)]).await.unwrap().stored);
+    let job = get_job(&mut tuning, 1).await;
+    assert_eq!((job.state, job.workloads[0].trials_done), (pb::JobState::Done as i32, 4));
+
+    // The upgraded file takes model jobs with a budget; this one's prior holds the old records.
+    let req = pb::SubmitJobRequest {
+        tuner: "model".into(),
+        total_trials: 12,
+        ..job_with_finalists(vec![matmul(128, 64, 64), matmul(64, 64, 128)], 8, 4, 0)
+    };
+    let id = submit(&mut tuning, req).await;
+    let tasks = drive(&mut worker, &mut tuning, id).await;
+    let job = get_job(&mut tuning, id).await;
+    assert_eq!(
+        (job.state, job.tuner.as_str(), job.transfer, job.total_trials),
+        (pb::JobState::Done as i32, "model", true, 12)
+    );
+    assert_eq!(job.workloads.iter().map(|w| w.trials_done).sum::<u32>(), 12);
+    let tuning_tasks: HashSet<_> =
+        tasks.iter().filter(|t| !is_finalist(t)).map(|t| (t.workload_key.clone(), t.config_index)).collect();
+    assert_eq!(tuning_tasks.len(), 12);
+    tracker.stop().await;
+
+    // And a restart on the migrated file changes nothing.
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    assert_eq!(get_job(&mut tuning, id).await, job);
+    tracker.stop().await;
 }

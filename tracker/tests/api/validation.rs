@@ -84,7 +84,7 @@ async fn bad_submissions_name_the_field() {
         (
             "unknown tuner",
             pb::SubmitJobRequest { tuner: "bayes".into(), ..base() },
-            "invalid tuner: unknown tuner \"bayes\"; known: random, grid",
+            "invalid tuner: unknown tuner \"bayes\"; known: random, grid, model",
         ),
         (
             "no trials",
@@ -105,6 +105,19 @@ async fn bad_submissions_name_the_field() {
             "too many finalist rounds",
             pb::SubmitJobRequest { finalist_rounds: 21, ..base() },
             "invalid finalist_rounds: 21 is out of range; allowed 1 ..= 20",
+        ),
+        (
+            "a budget above the limit",
+            pb::SubmitJobRequest { total_trials: 1_000_001, ..base() },
+            "invalid total_trials: 1000001 is out of range; allowed 1 ..= 1000000",
+        ),
+        (
+            "a budget below the workloads",
+            pb::SubmitJobRequest {
+                total_trials: 2,
+                ..job(vec![matmul(64, 64, 64), matmul(128, 64, 64), matmul(64, 64, 128)], 4, 0)
+            },
+            "invalid total_trials: 2 is fewer than the job's 3 workloads",
         ),
         (
             "margin negative",
@@ -149,6 +162,16 @@ async fn bad_submissions_name_the_field() {
     let bounds = submit(&mut tuning, bounds).await;
     let j = get_job(&mut tuning, bounds).await;
     assert_eq!((j.finalists, j.finalist_rounds), (16, 20));
+    // Transfer is on unless turned off; no job-wide budget unless asked; the budget's bounds (at
+    // least one trial per workload) are accepted.
+    let j = get_job(&mut tuning, id).await;
+    assert_eq!((j.tuner.as_str(), j.transfer, j.total_trials), ("random", true, 0));
+    let model = pb::SubmitJobRequest { tuner: "model".into(), transfer: Some(false), total_trials: 1, ..base() };
+    let model = submit(&mut tuning, model).await;
+    let j = get_job(&mut tuning, model).await;
+    assert_eq!((j.tuner.as_str(), j.transfer, j.total_trials), ("model", false, 1));
+    let most = submit(&mut tuning, pb::SubmitJobRequest { total_trials: 1_000_000, ..base() }).await;
+    assert_eq!(get_job(&mut tuning, most).await.total_trials, 1_000_000);
     tracker.stop().await;
 }
 

@@ -1,0 +1,158 @@
+//! A job-wide trial budget (`total_trials`): trials go to the workload expected to gain the most,
+//! after a warm-up for each, and the job ends when the budget is spent.
+
+use std::collections::{HashMap, HashSet};
+
+use tensortune_kernels::Workload;
+use tensortune_proto::pb;
+use tensortune_search::schedule::WARMUP;
+
+use crate::harness::*;
+
+#[tokio::test]
+async fn a_job_budget_goes_to_the_workload_that_keeps_improving() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    let workloads = vec![matmul(128, 128, 128), matmul(256, 128, 256), matmul(256, 64, 256)];
+    let improving = Workload::try_from(&workloads[1]).unwrap().key();
+    let req = pb::SubmitJobRequest { total_trials: 60, ..job(workloads, 100, 4) };
+    let id = submit(&mut tuning, req).await;
+    let submitted = get_job(&mut tuning, id).await;
+    assert_eq!((submitted.total_trials, submitted.batch_size), (60, 4));
+    // The job keeps 4 tasks outstanding in all, not 4 per workload.
+    assert_eq!(submitted.workloads.iter().map(|w| w.trials_target).collect::<Vec<_>>(), [100, 100, 100]);
+
+    // One workload gets faster with every trial it is given; the other two are flat.
+    let mut given = 0u32;
+    let tasks = drive_with(&mut worker, &mut tuning, id, |t| {
+        if t.workload_key == improving {
+            given += 1;
+            ok(100.0 / f64::from(given))
+        } else {
+            ok(50.0)
+        }
+    })
+    .await;
+
+    let job = get_job(&mut tuning, id).await;
+    assert_eq!(job.state, pb::JobState::Done as i32);
+    let done: Vec<u32> = job.workloads.iter().map(|w| w.trials_done).collect();
+    assert_eq!(done.iter().sum::<u32>(), 60, "{done:?}");
+    assert_eq!(tasks.len(), 60);
+    for w in &job.workloads {
+        assert_eq!(w.state, "done");
+        assert!(w.trials_done as usize >= WARMUP, "{done:?}");
+    }
+    assert!(done[1] >= done[0] + 8 && done[1] >= done[2] + 8, "the improving workload got {done:?}");
+    let mut per_workload: HashMap<String, HashSet<u64>> = HashMap::new();
+    for t in &tasks {
+        assert!(
+            per_workload.entry(t.workload_key.clone()).or_default().insert(t.config_index),
+            "config proposed twice"
+        );
+    }
+    assert_eq!(all_records(&mut tuning).await.len(), 60);
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn a_small_budget_is_shared_evenly_and_ends_every_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    // Smaller than the warm-up of even one workload: each gets its share, fewest trials first.
+    let workloads = vec![matmul(64, 64, 64), matmul(128, 64, 64), matmul(64, 64, 128)];
+    let req = pb::SubmitJobRequest { total_trials: 7, ..job_with_finalists(workloads, 50, 64, 0) };
+    let id = submit(&mut tuning, req).await;
+    // All 7 are proposed at once (the batch is larger than the budget).
+    let first = worker.lease(64, 1000).await;
+    assert_eq!(first.len(), 7);
+    let mut by_workload: HashMap<String, usize> = HashMap::new();
+    for t in &first {
+        *by_workload.entry(t.workload_key.clone()).or_default() += 1;
+    }
+    let mut shares: Vec<usize> = by_workload.values().copied().collect();
+    shares.sort();
+    assert_eq!(shares, [2, 2, 3]);
+    // Reported: each workload re-measures its finalists once its last trial is in, then the job is
+    // done.
+    for t in &first {
+        assert!(worker.report(t, measure(t)).await.unwrap().stored);
+    }
+    drive(&mut worker, &mut tuning, id).await;
+    let job = get_job(&mut tuning, id).await;
+    assert_eq!(job.state, pb::JobState::Done as i32);
+    for w in &job.workloads {
+        assert_eq!(w.state, "done");
+        assert_eq!(w.finalists.len(), w.trials_done as usize, "{w:?}");
+    }
+    assert_eq!(job.workloads.iter().map(|w| w.trials_done).sum::<u32>(), 7);
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn a_budget_job_resumes_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    let req = pb::SubmitJobRequest { total_trials: 40, ..job(vec![matmul(64, 64, 64), matmul(128, 64, 64)], 30, 3) };
+    let id = submit(&mut tuning, req).await;
+    for t in worker.lease(2, 1000).await {
+        assert!(worker.report(&t, measure(&t)).await.unwrap().stored);
+    }
+    tracker.stop().await;
+
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/1").await;
+    let rest = drive(&mut worker, &mut tuning, id).await;
+    assert_eq!(rest.len(), 38);
+    let job = get_job(&mut tuning, id).await;
+    assert_eq!(job.state, pb::JobState::Done as i32);
+    assert_eq!(job.workloads.iter().map(|w| w.trials_done).sum::<u32>(), 40);
+    let records = all_records(&mut tuning).await;
+    let configs: HashSet<_> = records.iter().map(|r| (r.workload_key.clone(), r.config_index)).collect();
+    assert_eq!(configs.len(), 40, "a config was proposed twice across the restart");
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn a_model_job_spends_its_budget_in_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    let workloads = vec![matmul(64, 64, 64), matmul(128, 64, 64)];
+    let req = pb::SubmitJobRequest { tuner: "model".into(), total_trials: 40, ..job(workloads, 30, 8) };
+    let id = submit(&mut tuning, req).await;
+    // A batch goes to one workload at a time, and the next once it is in.
+    let mut batches = Vec::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !is_terminal(&get_job(&mut tuning, id).await) {
+        assert!(tokio::time::Instant::now() < deadline, "job {id} did not finish");
+        let batch = worker.lease(64, 100).await;
+        if batch.is_empty() {
+            continue;
+        }
+        assert!(batch.len() <= 8);
+        assert!(batch.iter().all(|t| t.workload_key == batch[0].workload_key), "a batch spans workloads");
+        for t in &batch {
+            assert!(worker.report(t, measure(t)).await.unwrap().stored);
+        }
+        batches.push((batch[0].workload_key.clone(), batch.len()));
+    }
+    let job = get_job(&mut tuning, id).await;
+    assert_eq!(job.state, pb::JobState::Done as i32);
+    let done: Vec<u32> = job.workloads.iter().map(|w| w.trials_done).collect();
+    assert_eq!(done.iter().sum::<u32>(), 40, "{done:?}");
+    assert!(done.iter().all(|d| *d as usize >= WARMUP), "{done:?}");
+    assert_eq!(batches.iter().map(|(_, n)| n).sum::<usize>(), 40, "{batches:?}");
+    let records = all_records(&mut tuning).await;
+    let configs: HashSet<_> = records.iter().map(|r| (r.workload_key.clone(), r.config_index)).collect();
+    assert_eq!(configs.len(), 40);
+    tracker.stop().await;
+}
