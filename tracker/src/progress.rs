@@ -262,8 +262,8 @@ impl Tracker {
             }
             let shares = allocate(progress, &running, want, batches);
             if shares.iter().all(|n| *n == 0) {
-                // Every running workload has proposed its whole target (each ends when its
-                // outstanding trials are in), or has a batch in flight.
+                // Every running workload has proposed its whole target; each ends when its
+                // outstanding trials are in.
                 return Ok(());
             }
             for (wl, n) in running.iter().zip(shares) {

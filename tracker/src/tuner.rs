@@ -7,7 +7,8 @@
 //!
 //! `random` and `grid` ignore the outcomes. `model` is the search crate's model-guided tuner: it
 //! proposes positions into a list of candidates (each valid config with its feature row), refits
-//! its cost model on every proposal, and may start from a prior of other workloads' records.
+//! its cost model on every proposal (one per batch), and may start from a prior of other
+//! workloads' records.
 
 use std::collections::HashSet;
 use std::fmt;
