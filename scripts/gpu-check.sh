@@ -246,7 +246,7 @@ step_repeat() {
 # trials, cold cache, finalists off so the wall time is tuning alone.
 step_scaling() {
   for dev in cuda:0 cuda:all; do
-    timeout 900 "$BIN/tensortune" bench --throughput --trials "${SCALING_TRIALS:-400}" --finalists 1 --device "$dev" \
+    timeout 900 "$BIN/tensortune" bench --throughput --trials "${SCALING_TRIALS:-400}" --finalists 1 --device "$dev" ${SCALING_ARGS:-} \
       --json "$OUT/scaling-${dev/:/-}.json" >"$LOGS/scaling-${dev/:/-}.log" 2>&1
     say "scaling $dev exit $?"
     sed -n '/^suite/,$p' "$LOGS/scaling-${dev/:/-}.log" | tee -a "$SUMMARY"
