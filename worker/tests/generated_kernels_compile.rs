@@ -125,3 +125,46 @@ fn support_modules_compile_for_every_type_combination() {
         }
     }
 }
+
+/// Every type combination x layout x three shapes (one ragged in M and N, one with beta = 1 so the
+/// epilogue reads C), seven configs spread over each workload's valid space: 504 kernels per arch.
+#[test]
+fn a_sample_of_every_dtype_and_layout_compiles_for_sm80_and_sm90() {
+    const PER_WORKLOAD: usize = 7;
+    let shapes: [(u64, u64, u64, f64); 3] = [(512, 64, 512, 0.0), (1024, 1024, 1024, 1.0), (200, 72, 272, 0.0)];
+    for target in [Target::sm80(), Target::sm90()] {
+        let mut specs = Vec::new();
+        let mut workloads = 0;
+        for (input, acc, outs) in Types::SUPPORTED {
+            for out in *outs {
+                let types = Types::new(*input, *acc, Some(*out)).unwrap();
+                for layout in Layout::ALL {
+                    for (i, (m, n, k, beta)) in shapes.iter().enumerate() {
+                        let mut mm = Matmul::new(*m, *n, *k, layout, types).unwrap();
+                        mm.beta = *beta;
+                        let w = Workload::Matmul(mm);
+                        let valid = valid_configs(&gemm::WmmaGemm, &w, &target).unwrap();
+                        assert!(valid.len() >= PER_WORKLOAD, "{}: {} valid configs", w.key(), valid.len());
+                        // Evenly spaced, with an offset per workload so the samples differ.
+                        let step = valid.len() / PER_WORKLOAD;
+                        for j in 0..PER_WORKLOAD {
+                            let (_, config) = &valid[j * step + (workloads * 7 + i) % step.max(1)];
+                            specs.push(gemm::WmmaGemm.generate(&w, config, &target).unwrap());
+                        }
+                        workloads += 1;
+                    }
+                }
+            }
+        }
+        assert!(specs.len() >= 500, "only {} sampled kernels", specs.len());
+        let failures = compile_all(&specs, &target.nvrtc_arch());
+        assert!(
+            failures.is_empty(),
+            "{} of {} kernels failed on {}:\n{}",
+            failures.len(),
+            specs.len(),
+            target.name,
+            failures.join("\n\n")
+        );
+    }
+}
