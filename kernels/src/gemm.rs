@@ -714,8 +714,15 @@ fn model(p: &Plan, target: &Target) -> f64 {
         (_, true) => 0.25,
         _ => 0.6,
     };
-    compute.max(memory) + 1.2 + split
+    // A block's k-loop is a chain of dependent global loads: each k-tile waits for its data, with
+    // `stages` tiles in flight, so a block needs at least one load latency per `stages` k-tiles.
+    let in_flight = p.stages.min(kt_split as u32).max(1) as f64;
+    let latency = waves * LOAD_LATENCY_US * (1.0 + kt_split as f64 / in_flight);
+    compute.max(memory).max(latency) + 1.2 + split
 }
+
+/// Latency of a global load that misses L1, in microseconds (DRAM or a busy L2 on H100/H200).
+const LOAD_LATENCY_US: f64 = 0.5;
 
 /// Analytic time of the vendor library (the `sim` device's cuBLAS): 80% of the tensor-core peak
 /// or of memory bandwidth, whichever binds, plus launch cost.
