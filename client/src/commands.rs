@@ -23,6 +23,9 @@ pub async fn open(tracker: Option<&str>, db: &Path, local: Option<&LocalDevice>)
     }
 }
 
+/// The tuner of a job that names none.
+pub const DEFAULT_TUNER: &str = "model";
+
 /// The submit request for `workloads` with the job flags.
 pub fn submit_request(
     workloads: &[Workload],
@@ -33,7 +36,7 @@ pub fn submit_request(
     pb::SubmitJobRequest {
         workloads: workloads.iter().map(pb::Workload::from).collect(),
         template: job.template.clone().unwrap_or_default(),
-        tuner: job.tuner.clone(),
+        tuner: job.tuner.clone().unwrap_or_else(|| DEFAULT_TUNER.to_owned()),
         trials: job.trials,
         device_class: device_class.unwrap_or_default(),
         batch_size: job.batch,
