@@ -229,10 +229,19 @@ pub async fn workers(tracker: Option<&str>, db: &Path) -> anyhow::Result<()> {
         println!("no workers have registered");
         return Ok(());
     }
-    println!("{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}", "id", "state", "name", "device class", "leased", "reported");
+    println!(
+        "{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}  {:>12}  {:>7}",
+        "id", "state", "name", "device class", "leased", "reported", "reference", "drift"
+    );
     for w in workers {
         let class = w.device.as_ref().map(|d| d.class_key.as_str()).unwrap_or("");
-        println!("{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}", w.id, w.state, w.name, class, w.leased, w.reported);
+        let reference = if w.reference_us > 0.0 { format!("{:.2} us", w.reference_us) } else { "-".into() };
+        let drift = if w.reference_us > 0.0 { format!("{:+.1}%", 100.0 * w.drift) } else { "-".into() };
+        let flag = if w.flagged { "  FLAGGED: its timings disagree with its peers'" } else { "" };
+        println!(
+            "{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}  {:>12}  {:>7}{flag}",
+            w.id, w.state, w.name, class, w.leased, w.reported, reference, drift
+        );
     }
     Ok(())
 }
