@@ -316,6 +316,14 @@ impl CudaExecutor {
     }
 }
 
+impl Drop for CudaExecutor {
+    fn drop(&mut self) {
+        // The vendor handle goes first: it is bound to `stream`, which the fields' own drop order
+        // would destroy before it.
+        self.blas = None;
+    }
+}
+
 /// Times `enqueue` as `req` asks (see `timing`'s modes), allocating the L2 flush scratch into
 /// `scratch` the first time a request flushes.
 fn time_as_asked<F>(
