@@ -320,6 +320,21 @@ impl CudaExecutor {
             }
         }
     }
+
+    /// Times the vendor library alone on `req`'s workload, with no kernel of ours: loads the
+    /// workload as a measurement would (`req.support_cubin` is needed the first time), then times
+    /// and cross-checks the baseline as [`Executor::measure`] does, afresh on every call. Returns
+    /// the time in microseconds and the baseline's kind (`none: why` when there is none). For
+    /// checks of the vendor path (the `cudnn_check` example).
+    pub fn vendor_baseline(&mut self, req: &MeasureRequest) -> (Option<f64>, String) {
+        if self.poisoned {
+            return (None, "none: this child's CUDA context was lost to an earlier fault".into());
+        }
+        match self.workload_index(req) {
+            Ok(wi) => self.baseline(wi, req),
+            Err(Fail(_, text)) => (None, format!("none: {text}")),
+        }
+    }
 }
 
 impl Drop for CudaExecutor {
