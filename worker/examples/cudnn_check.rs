@@ -6,6 +6,8 @@
 //! `cudnn_check [samples] [warm|flush] [conv2d workload keys...]`; without keys, seven ResNet-like
 //! shapes, each with f16 inputs (f16 and f32 output) and i8 inputs. Needs libnvrtc, the CUDA
 //! headers (TENSORTUNE_CUDA_INCLUDE) and cuDNN 9 (on the loader's path, or TENSORTUNE_CUDNN_LIB).
+//! Logs go to stderr; `RUST_LOG=tensortune_worker=debug` adds every algorithm cuDNN offered, with
+//! cuDNN's own time and ours.
 
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::{Conv2d, DType, Target, Types, Workload};
@@ -57,6 +59,10 @@ const SHAPES: [Shape; 7] = [
 const REFERENCE_US: [(&str, f64); 1] = [("conv2d/n1h56w56c64/k128r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16", 5.09)];
 
 fn main() -> anyhow::Result<()> {
+    // RUST_LOG=tensortune_worker=debug lists every algorithm cuDNN offered and its graph time.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
     let args: Vec<String> = std::env::args().collect();
     let samples: u32 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(10);
     let flush_l2 = match args.get(2).map(String::as_str) {
