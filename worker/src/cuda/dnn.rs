@@ -32,8 +32,8 @@
 //! type cuDNN reported for it, is then timed the way our kernels are (captured in a CUDA graph,
 //! replayed between events) and the fastest is the baseline. cuDNN's own ranking times single
 //! calls outside any graph, which for a 5 us convolution includes the launch overhead. An
-//! algorithm whose calls cannot be captured is left out (and counted in the kind); when none can
-//! be, there is no baseline.
+//! algorithm whose calls fail, or cannot be captured, is left out (and counted in the kind); when
+//! none can be timed, there is no baseline.
 //!
 //! # Finding the library
 //!
@@ -809,7 +809,7 @@ where
     }
 
     let mut best: Option<(f64, AlgoPerf)> = None;
-    let mut uncapturable = Vec::new();
+    let mut untimed = Vec::new();
     for p in &usable {
         descs.set_math(p.math_type).map_err(Why::Cudnn)?;
         // SAFETY: as for `find`; the workspace covers `p.memory`.
@@ -824,12 +824,12 @@ where
             Err(f) if f.is_sticky() => return Err(Why::Cuda(f)),
             Err(f) => {
                 tracing::warn!(workload = %req.workload_key, algo = %algo_name(p.algo), "cuDNN algorithm not timed: {f}");
-                uncapturable.push(format!("{}: {f}", algo_name(p.algo)));
+                untimed.push(format!("{}: {f}", algo_name(p.algo)));
             }
         }
     }
     let Some((us, chosen)) = best else {
-        return Err(Why::Cudnn(format!("no algorithm could be timed in a CUDA graph ({})", uncapturable.join("; "))));
+        return Err(Why::Cudnn(format!("no algorithm could be timed in a CUDA graph ({})", untimed.join("; "))));
     };
 
     // Cross-check the chosen algorithm on the check set, as the matmul baseline does.
@@ -851,14 +851,14 @@ where
     };
     let c = w.compare(stream, &tolerance)?;
     let mut kind = format!(
-        "cudnnConvolutionForward {} ({}), {}, fastest of {} algos",
+        "cudnnConvolutionForward {} ({}), {}, fastest of {} candidates",
         algo_name(chosen.algo),
         math_name(chosen.math_type),
         plan.describe(),
-        usable.len() - uncapturable.len()
+        usable.len() - untimed.len()
     );
-    if !uncapturable.is_empty() {
-        kind.push_str(&format!(" ({} not capturable)", uncapturable.len()));
+    if !untimed.is_empty() {
+        kind.push_str(&format!(" ({} more failed to run or to be captured)", untimed.len()));
     }
     kind.push_str(&format!(", cuDNN {}", dnn.version));
     if c.failures > 0 {
