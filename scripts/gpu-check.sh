@@ -27,6 +27,11 @@
 #                with the L2 flushed: relative difference of the medians (and flushed vs warm)
 #     multigpu   `tensortune-worker --device cuda:all`: one worker per GPU, a 100-trial job, the
 #                drift reference each one timed
+#     cudnn      the cuDNN baseline alone (cudnn_check): the conv suite's shapes x f16->f16,
+#                f16->f32, i8->i32, with its algorithm and cross-check; and a run without cuDNN
+#     conv       conv2d correctness: every dtype x shapes with padding, stride 2, dilation 2,
+#                ragged edges, both paths, every output element checked (conv_check)
+#     convbench  `tensortune bench --suite suites/conv.json` (CONV_TRIALS per workload, default 300)
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
@@ -273,10 +278,32 @@ step_multigpu() {
   kill $tracker; wait $tracker 2>/dev/null
 }
 
+step_cudnn() {
+  RUST_LOG=tensortune_worker=debug timeout 600 "$BIN/cudnn_check" "${CUDNN_SAMPLES:-10}" warm \
+    >"$LOGS/cudnn.txt" 2>"$LOGS/cudnn.log"
+  say "cudnn exit $?"
+  tail -25 "$LOGS/cudnn.txt" | tee -a "$SUMMARY"
+  TENSORTUNE_CUDNN_LIB=/nonexistent timeout 120 "$BIN/cudnn_check" 3 warm 2>/dev/null | tail -1 | tee -a "$SUMMARY"
+}
+
+step_conv() {
+  timeout 600 "$BIN/conv_check" ${CONV_CHECK_ARGS:-} >"$LOGS/conv-check.log" 2>&1
+  say "conv check exit $?: $(grep SUMMARY "$LOGS/conv-check.log")"
+  grep -v ": Ok " "$LOGS/conv-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -30 | tee -a "$SUMMARY"
+}
+
+step_convbench() {
+  local start=$(date +%s.%N)
+  timeout 900 "$BIN/tensortune" bench --suite suites/conv.json --trials "${CONV_TRIALS:-300}" ${CONV_ARGS:-} \
+    --json "$OUT/conv-bench.json" >"$LOGS/conv-bench.log" 2>&1
+  say "convbench exit $? in $(since "$start") s"
+  sed -n '/^suite/,$p' "$LOGS/conv-bench.log" | tee -a "$SUMMARY"
+}
+
 for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling) "step_$step" ;;
+    faults | repeat | multigpu | scaling | cudnn | conv | convbench) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2
