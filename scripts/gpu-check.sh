@@ -30,7 +30,8 @@
 #     cudnn      the cuDNN baseline alone (cudnn_check): the conv suite's shapes x f16->f16,
 #                f16->f32, i8->i32, with its algorithm and cross-check; and a run without cuDNN
 #     conv       conv2d correctness: every dtype x shapes with padding, stride 2, dilation 2,
-#                ragged edges, both paths, every output element checked (conv_check)
+#                ragged edges, both paths, every output element checked (gpu_selftest conv,
+#                CONV_CONFIGS per workload)
 #     convbench  `tensortune bench --suite suites/conv.json` (CONV_TRIALS per workload, default 300)
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -287,7 +288,7 @@ step_cudnn() {
 }
 
 step_conv() {
-  timeout 600 "$BIN/conv_check" ${CONV_CHECK_ARGS:-} >"$LOGS/conv-check.log" 2>&1
+  timeout 600 "$BIN/gpu_selftest" "${CONV_CONFIGS:-6}" 3 conv >"$LOGS/conv-check.log" 2>&1
   say "conv check exit $?: $(grep SUMMARY "$LOGS/conv-check.log")"
   grep -v ": Ok " "$LOGS/conv-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -30 | tee -a "$SUMMARY"
 }

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu/' >> .git/info/exclude; }
-examples=(gpu_selftest run_one compile_bench cudnn_check conv_check)
+examples=(gpu_selftest run_one compile_bench cudnn_check)
 cargo build --release --locked --bin tensortune --bin tensortune-tracker --bin tensortune-worker "${examples[@]/#/--example=}"
 mkdir -p .gpu
 for b in tensortune tensortune-tracker tensortune-worker; do strip -o ".gpu/$b" "target/release/$b"; done
