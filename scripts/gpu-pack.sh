@@ -3,7 +3,8 @@
 # .git/info/exclude) for the `device` tool to carry to the GPU machine, where nothing is built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; echo '/.gpu/' >> .git/info/exclude; }
+exclude=$(git rev-parse --git-path info/exclude)
+grep -qx '/.gpu/' "$exclude" 2>/dev/null || { mkdir -p "$(dirname "$exclude")"; echo '/.gpu/' >> "$exclude"; }
 examples=(gpu_selftest run_one compile_bench cudnn_check)
 cargo build --release --locked --bin tensortune --bin tensortune-tracker --bin tensortune-worker "${examples[@]/#/--example=}"
 mkdir -p .gpu
