@@ -6,6 +6,14 @@ use std::fmt::{self, Write as _};
 /// Device helpers every generated kernel includes.
 pub const COMMON: &str = include_str!("cuda/common.cuh");
 
+/// The block-level WMMA GEMM (pipeline, warps, epilogue, split-K) that `wmma_gemm` and
+/// `wmma_conv2d` share; follows [`COMMON`].
+pub const WMMA_CORE: &str = include_str!("cuda/wmma_core.cuh");
+
+/// The kernel entry point of the WMMA templates; follows the template's body, which defines
+/// `tt::kernel_body`.
+pub const WMMA_ENTRY: &str = include_str!("cuda/wmma_entry.cuh");
+
 /// What every generated source starts with. The rest of a source is one self-contained block in
 /// its own namespace, so the blocks of several kernels can share one translation unit (the compile
 /// tests batch them to parse the headers once).
