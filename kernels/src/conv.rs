@@ -9,7 +9,10 @@
 //!   i8), so a vector never straddles two taps. A K tile may straddle taps (C need not be a multiple
 //!   of block_k): every thread decomposes its own column into (r, s, c) each stage.
 //! - B (filter) is the dense K-contiguous matrix filter[n * R*S*C + kk].
-//! - D(m, n) lives at m * K + n (NPQK): the epilogue stages and stores rows of output channels.
+//! - D(m, n) lives at m * K + n (NPQK). The kernel (`cuda/wmma_core.cu`, whose epilogue writes a
+//!   column-major D) computes the transposed GEMM D^T = B^T A^T: its M is the output channels, its
+//!   N the pixels, its A the filter. The knobs keep this module's view (block_m tiles pixels);
+//!   [`Tiling::header`] swaps the sides.
 //! - Knob `path`: `implicit` (the gather, any conv) or `pointwise` (1x1, stride 1, no padding only:
 //!   A is the dense [N*H*W][C] matrix and loads like wmma_gemm's, with no geometry at all).
 //! - Knob `gather` (implicit path): where each A row's receptive-field origin lives once the block
@@ -23,10 +26,17 @@ use crate::error::{Error, Result};
 use crate::space::{Config, Knob, KnobValue, Space};
 use crate::target::Target;
 use crate::template::{KernelSpec, Resources, Template};
-use crate::tiling::{FRAGS, GemmView, LAUNCH_US, Tiling, check_tensor_cores, widest_vec};
+use crate::tiling::{Core, FRAGS, GemmView, LAUNCH_US, Tiling, check_tensor_cores, widest_vec};
 use crate::workload::{Conv2d, Op, Workload};
 
-const BODY: &str = include_str!("cuda/wmma_conv2d.cu");
+/// wmma_conv2d's fills of `wmma_core.cu`'s holes: its title, its loaders, the gather's setup.
+const FILLS: &str = include_str!("cuda/wmma_conv2d.cu");
+
+/// The kernel body: `wmma_core.cu` with wmma_conv2d's fills, once.
+fn body() -> &'static str {
+    static BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BODY.get_or_init(|| crate::cuda::fill_holes(crate::cuda::WMMA_CORE, FILLS))
+}
 
 /// A knob's domain.
 enum Domain {
@@ -101,7 +111,7 @@ pub struct Plan {
     pub gather_smem: bool,
     /// Bytes per store of D.
     pub vec_d: u32,
-    /// Bytes per global load of A and B (16 when the channels allow it).
+    /// Bytes per global load of the activations and the filter (16: the channels rule allows it).
     pub vec_in: u32,
 }
 
@@ -141,7 +151,7 @@ impl Plan {
                     types: w.types,
                     a_k_contig: true,
                     b_k_contig: true,
-                    d_row_major: true,
+                    transposed: true,
                     axes: ["N*P*Q", "K", "C*R*S"],
                 },
                 bm,
@@ -263,21 +273,25 @@ impl Plan {
         let name = self.name();
         let (one, zero) =
             if t.output.is_int() { (Scalar::Int(1), Scalar::Int(0)) } else { (Scalar::Float(1.0), Scalar::Float(0.0)) };
+        // The kernel's view (transposed): its A is the filter, its B the activations.
+        let core = Core {
+            swizzle: 1,
+            vec_a: self.vec_in,
+            vec_b: self.vec_in,
+            vec_d: self.vec_d,
+            read_c: false,
+            alpha: one,
+            beta: zero,
+        };
         let title = format!("wmma_conv2d v{}", WmmaConv2d.version());
-        let mut h = self.t.header(&title, &Workload::Conv2d(*w).key(), &name);
-        h.int("VEC_A", self.vec_in as i64)
-            .int("VEC_B", self.vec_in as i64)
-            .int("VEC_D", self.vec_d as i64)
-            .flag("READ_C", false)
-            .value("T_EPI", "ALPHA", one)
-            .value("T_EPI", "BETA", zero);
+        let mut h = self.t.header(&title, &Workload::Conv2d(*w).key(), &name, &core);
         for (name, v) in crate::support::conv_geometry(w) {
             h.int(name, v as i64);
         }
         h.flag("PATH_POINTWISE", self.pointwise)
             .flag("GATHER_SMEM", self.gather_smem)
             .int("SMEM_BYTES", self.smem_bytes() as i64);
-        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, crate::cuda::WMMA_CORE, BODY, crate::cuda::WMMA_ENTRY])
+        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, body()])
     }
 }
 
@@ -425,7 +439,7 @@ fn model(p: &Plan, target: &Target) -> f64 {
 mod tests {
     use super::*;
     use crate::dtype::DType;
-    use crate::template::valid_configs;
+    use crate::template::{Arg, valid_configs};
     use crate::workload::Types;
     use std::collections::HashSet;
 
@@ -637,7 +651,7 @@ mod tests {
                 assert!(names.insert(spec.name.clone()), "duplicate name {}", spec.name);
                 assert_eq!(spec.entry, spec.name);
                 assert_eq!(spec.grid[2] as i64, c.int("split_k").unwrap());
-                assert!(spec.source.contains("constexpr bool D_ROW_MAJOR = true;"));
+                assert_eq!(spec.args, [Arg::B, Arg::A, Arg::C, Arg::D, Arg::Workspace]);
             }
         }
         assert!(names.len() > 500, "{}", names.len());
@@ -645,8 +659,9 @@ mod tests {
         let (_, c) = &valid_configs(&WmmaConv2d, &w, &t).unwrap()[0];
         let src = WmmaConv2d.generate(&w, c, &t).unwrap().source;
         for want in [
-            "constexpr int M = 50;",
-            "constexpr int N = 40;",
+            // The kernel's view: M = output channels, N = output pixels.
+            "constexpr int M = 40;",
+            "constexpr int N = 50;",
             "constexpr int K = 216;",
             "constexpr int P = 5;",
             "constexpr int STRIDE_H = 2;",
@@ -718,13 +733,17 @@ mod tests {
     }
 
     /// What a generated kernel computes, replayed on the CPU with the index arithmetic of
-    /// wmma_conv2d.cu (row_origin, GatherLoader), common.cuh (load_tile) and wmma_core.cuh (the
-    /// raster, the split-K ranges, the epilogue's vectors into NPQK); WMMA is replaced by a plain
-    /// product of the staged tiles. Returns the output, `None` where nothing was written.
+    /// wmma_conv2d.cu (row_origin, ConvLoader), common.cuh (load_tile) and wmma_core.cu (the
+    /// raster, the split-K ranges, the epilogue's vectors into a column-major D), in the kernel's
+    /// transposed view (M = output channels, N = pixels, A = filter, B = activations); WMMA is
+    /// replaced by a plain product of the staged tiles. Returns the output, `None` where nothing
+    /// was written.
     fn emulate(p: &Plan, x: &[i64], f: &[i64]) -> Vec<Option<i64>> {
         let w = &p.w;
-        let (m, n, k) = (p.g.m as i64, p.g.n as i64, p.g.k as i64);
-        let (bm, bn, bk) = (p.bm as i64, p.bn as i64, p.bk as i64);
+        // The kernel's GEMM: M x N = (K out channels) x (N*P*Q pixels); its tiles are the plan's
+        // swapped.
+        let (m, n, k) = (p.g.n as i64, p.g.m as i64, p.g.k as i64);
+        let (bm, bn, bk) = (p.bn as i64, p.bm as i64, p.bk as i64);
         let threads = p.threads() as i64;
         let ve = (p.vec_in / w.types.input.bytes()) as i64;
         let (tiles_m, tiles_n) = ((m + bm - 1) / bm, (n + bn - 1) / bn);
@@ -737,16 +756,16 @@ mod tests {
         let pq = w.p() as i64 * oq;
         let hwc = (ih * iw * ic) as u32;
         let (ph, pw) = (w.pad.0 as i64, w.pad.1 as i64);
-        let check_h = ph > 0 || !even_m;
-        let check_w = pw > 0 || !even_m;
+        let check_h = ph > 0 || !even_n;
+        let check_w = pw > 0 || !even_n;
         let outside = -(1i64 << 24);
         // row_origin: (offset of in[b][h0][w0][0] as the kernel's wrapping unsigned, h0, w0).
-        let row_origin = |gm: i64| -> (u32, i64, i64) {
-            if !even_m && gm >= m {
+        let row_origin = |gn: i64| -> (u32, i64, i64) {
+            if !even_n && gn >= n {
                 return (0, outside, outside);
             }
-            let b = gm / pq;
-            let rest = gm - b * pq;
+            let b = gn / pq;
+            let rest = gn - b * pq;
             let pp = rest / oq;
             let q = rest - pp * oq;
             let h0 = pp * w.stride.0 as i64 - ph;
@@ -755,15 +774,16 @@ mod tests {
                 (b as u32).wrapping_mul(hwc).wrapping_add(((h0 * iw + w0) as i32 as u32).wrapping_mul(ic as u32));
             (base, h0, w0)
         };
-        let a_per_row = bk / ve;
-        assert_eq!(threads % a_per_row, 0);
-        let row_step = threads / a_per_row;
-        let a_iters = (bm + row_step - 1) / row_step;
+        let b_per_row = bk / ve;
+        assert_eq!(threads % b_per_row, 0);
+        let row_step = threads / b_per_row;
+        let b_iters = (bn + row_step - 1) / row_step;
         let vd = (p.vec_d / w.types.output.bytes()) as i64;
-        let per_line = bn / vd;
+        let per_col = bm / vd;
         let mut out = vec![None; (m * n) as usize];
         for pid in 0..tiles_m * tiles_n {
-            let (tm, tn) = (pid / tiles_n, pid % tiles_n);
+            // SWIZZLE 1: down the kernel's M (output channels) first.
+            let (tm, tn) = (pid % tiles_m, pid / tiles_m);
             let (m0, n0) = (tm * bm, tn * bn);
             let mut acc = vec![0i64; (bm * bn) as usize];
             for split in 0..split_k {
@@ -774,12 +794,13 @@ mod tests {
                     let k0 = kt * bk;
                     let mut a = vec![None; (bm * bk) as usize];
                     let mut b = vec![None; (bn * bk) as usize];
+                    load_tile(&mut a, (bm, bk), f, k, (m0, k0), (m, k), (ve, threads), (even_m, even_k));
                     if p.pointwise {
-                        load_tile(&mut a, (bm, bk), x, k, (m0, k0), (m, k), (ve, threads), (even_m, even_k));
+                        load_tile(&mut b, (bn, bk), x, k, (n0, k0), (n, k), (ve, threads), (even_n, even_k));
                     } else {
                         for tid in 0..threads {
-                            let row0 = tid / a_per_row;
-                            let col = (tid % a_per_row) * ve;
+                            let row0 = tid / b_per_row;
+                            let col = (tid % b_per_row) * ve;
                             let kk = k0 + col;
                             let rs = kk / ic;
                             let c = kk - rs * ic;
@@ -789,10 +810,10 @@ mod tests {
                             let dw = s * w.dilation.1 as i64;
                             let tap = ((dh * iw + dw) as u32).wrapping_mul(ic as u32).wrapping_add(c as u32);
                             let k_inside = even_k || kk < k;
-                            for it in 0..a_iters {
+                            for it in 0..b_iters {
                                 let row = row0 + it * row_step;
-                                if bm % row_step == 0 || row < bm {
-                                    let (base, h0, w0) = row_origin(m0 + row);
+                                if bn % row_step == 0 || row < bn {
+                                    let (base, h0, w0) = row_origin(n0 + row);
                                     let (h, ww) = (h0 + dh, w0 + dw);
                                     let pred = k_inside
                                         && (!check_h || (h as i32 as u32) < ih as u32)
@@ -800,33 +821,33 @@ mod tests {
                                     let off = if pred { base.wrapping_add(tap) as i64 } else { 0 };
                                     assert!(off + ve <= x.len() as i64, "gathered address {off} outside the input");
                                     for e in 0..ve {
-                                        put(&mut a, row * bk + col + e, if pred { x[(off + e) as usize] } else { 0 });
+                                        put(&mut b, row * bk + col + e, if pred { x[(off + e) as usize] } else { 0 });
                                     }
                                 }
                             }
                         }
                     }
-                    load_tile(&mut b, (bn, bk), f, k, (n0, k0), (n, k), (ve, threads), (even_n, even_k));
                     let a: Vec<i64> = a.into_iter().map(|v| v.expect("every A element staged")).collect();
                     let b: Vec<i64> = b.into_iter().map(|v| v.expect("every B element staged")).collect();
                     for r in 0..bm {
                         for c in 0..bn {
                             let dot: i64 =
                                 (0..bk).map(|kk| a[(r * bk + kk) as usize] * b[(c * bk + kk) as usize]).sum();
-                            acc[(r * bn + c) as usize] += dot;
+                            acc[(c * bm + r) as usize] += dot;
                         }
                     }
                 }
             }
-            for v in 0..bm * per_line {
-                let (line, pos) = (v / per_line, (v % per_line) * vd);
-                let (gm, gn) = (m0 + line, n0 + pos);
+            // The epilogue: vectors of VD output channels down each staged column (one pixel).
+            for v in 0..bn * per_col {
+                let (col, pos) = (v / per_col, (v % per_col) * vd);
+                let (gm, gn) = (m0 + pos, n0 + col);
                 if gm < m && gn < n {
                     for e in 0..vd {
-                        assert!(gn + e < n, "vector past the last output channel");
-                        let slot = &mut out[(gm * n + gn + e) as usize];
+                        assert!(gm + e < m, "vector past the last output channel");
+                        let slot = &mut out[(gn * m + gm + e) as usize];
                         assert!(slot.is_none(), "output written twice");
-                        *slot = Some(acc[(line * bn + pos + e) as usize]);
+                        *slot = Some(acc[(col * bm + pos + e) as usize]);
                     }
                 }
             }

@@ -7,10 +7,17 @@ use crate::error::{Error, Result};
 use crate::space::{Config, Knob, Space};
 use crate::target::Target;
 use crate::template::{KernelSpec, Resources, Template};
-use crate::tiling::{GemmView, LAUNCH_US, Tiling, check_tensor_cores, widest_vec};
+use crate::tiling::{Core, GemmView, LAUNCH_US, Tiling, check_tensor_cores, widest_vec};
 use crate::workload::{Matmul, Op, Workload};
 
-const BODY: &str = include_str!("cuda/wmma_gemm.cu");
+/// wmma_gemm's fills of `wmma_core.cu`'s holes: its title and its loads of plain matrices.
+const FILLS: &str = include_str!("cuda/wmma_gemm.cu");
+
+/// The kernel body: `wmma_core.cu` with wmma_gemm's fills, once.
+fn body() -> &'static str {
+    static BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BODY.get_or_init(|| crate::cuda::fill_holes(crate::cuda::WMMA_CORE, FILLS))
+}
 
 pub use crate::tiling::FRAGS;
 
@@ -110,7 +117,7 @@ impl Plan {
                     types: w.types,
                     a_k_contig: w.layout.a_k_contiguous(),
                     b_k_contig: w.layout.b_k_contiguous(),
-                    d_row_major: false,
+                    transposed: false,
                     axes: ["M", "N", "K"],
                 },
                 bm,
@@ -179,16 +186,18 @@ impl Plan {
         let scalar = |v: f64| {
             if t.output.is_int() { Scalar::Int(v as i64) } else { Scalar::Float(v) }
         };
+        let core = Core {
+            swizzle: self.swizzle,
+            vec_a: self.vec_a,
+            vec_b: self.vec_b,
+            vec_d: self.vec_d,
+            read_c: w.reads_c(),
+            alpha: scalar(w.alpha),
+            beta: scalar(w.beta),
+        };
         let title = format!("wmma_gemm v{}", WmmaGemm.version());
-        let mut h = self.t.header(&title, &Workload::Matmul(*w).key(), &name);
-        h.int("SWIZZLE", self.swizzle as i64)
-            .int("VEC_A", self.vec_a as i64)
-            .int("VEC_B", self.vec_b as i64)
-            .int("VEC_D", self.vec_d as i64)
-            .flag("READ_C", w.reads_c())
-            .value("T_EPI", "ALPHA", scalar(w.alpha))
-            .value("T_EPI", "BETA", scalar(w.beta));
-        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, crate::cuda::WMMA_CORE, BODY, crate::cuda::WMMA_ENTRY])
+        let h = self.t.header(&title, &Workload::Matmul(*w).key(), &name, &core);
+        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, body()])
     }
 }
 

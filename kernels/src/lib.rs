@@ -13,8 +13,8 @@
 //! - [`gemm`]: the `wmma_gemm` template (its CUDA body is `src/cuda/wmma_gemm.cu`).
 //! - [`conv`]: the `wmma_conv2d` template, an implicit GEMM (`src/cuda/wmma_conv2d.cu`).
 //! - [`support`]: input generation, the float64 reference and the comparison kernels.
-//! - [`cuda`]: the typed emitter for generated headers; `src/cuda/wmma_core.cuh` is the block-level
-//!   WMMA GEMM both templates' kernels share.
+//! - [`cuda`]: the typed emitter for generated headers and the filler of template holes;
+//!   `src/cuda/wmma_core.cu` is the block-level WMMA GEMM both templates' kernels share.
 
 pub mod conv;
 pub mod cuda;

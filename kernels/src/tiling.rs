@@ -1,10 +1,10 @@
 //! The block tiling the WMMA templates share (`wmma_gemm`, `wmma_conv2d`): a GEMM view of the
 //! workload, the tile, warp, pipeline and split-K knobs, what they cost on a device, the validity
 //! rules that follow, and the tensor-core part of the analytic model. Each template wraps a
-//! [`Tiling`] in its own plan with its own knobs and rules (`cuda/wmma_core.cuh` is the CUDA side of
-//! the same split).
+//! [`Tiling`] in its own plan with its own knobs and rules; `cuda/wmma_core.cu` is the CUDA side
+//! of the same split, with holes for what a template loads and how.
 
-use crate::cuda::Header;
+use crate::cuda::{Header, Scalar};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::target::Target;
@@ -38,9 +38,11 @@ pub struct GemmView {
     pub a_k_contig: bool,
     /// Whether B is stored with K contiguous (its tiles are then staged [n][k]).
     pub b_k_contig: bool,
-    /// Whether D(m, n) lives at m * N + n (conv's NPQK output) rather than n * M + m: the
-    /// epilogue stages and stores along the contiguous dimension.
-    pub d_row_major: bool,
+    /// Whether D(m, n) lives at m * N + n (conv's NPQK output) rather than at n * M + m
+    /// (column-major, wmma_gemm's). The kernel always writes a column-major D, so a row-major one
+    /// is computed transposed: D^T = B^T A^T, a GEMM of N x M whose A is this view's B. The knobs
+    /// stay in this view's terms; only the generated header swaps the two sides.
+    pub transposed: bool,
     /// How messages name M, N and K, e.g. `["M", "N", "K"]`.
     pub axes: [&'static str; 3],
 }
@@ -117,18 +119,19 @@ impl Tiling {
         (a_rows * (a_cols + self.skew) + b_rows * (b_cols + self.skew)) * e
     }
 
-    /// Bytes of the epilogue's accumulator staging: a slice per K-warp, lines along D's
+    /// Bytes of the epilogue's accumulator staging: a slice per K-warp, columns along D's
     /// contiguous dimension padded by 16 bytes.
     pub fn staging_bytes(&self) -> u32 {
         let acc = self.g.types.accumulator.bytes();
-        let (lines, line) = if self.g.d_row_major { (self.bm, self.bn) } else { (self.bn, self.bm) };
+        let (lines, line) = if self.g.transposed { (self.bm, self.bn) } else { (self.bn, self.bm) };
         self.warps_k * lines * (line + 16 / acc) * acc
     }
 
-    /// Dynamic shared memory: the pipeline ring or the epilogue staging, whichever is larger,
-    /// then the template's extra.
+    /// Dynamic shared memory: the pipeline ring (with the template's extra after it, which the K
+    /// loop uses) or the epilogue staging, which reuses both once the loop is done, whichever is
+    /// larger.
     pub fn smem_bytes(&self) -> u32 {
-        (self.stages * self.stage_bytes()).max(self.staging_bytes()) + self.extra_smem
+        (self.stages * self.stage_bytes() + self.extra_smem).max(self.staging_bytes())
     }
 
     /// Split-K scratch: a counter per output tile (256-byte aligned), then the partial tiles.
@@ -523,55 +526,73 @@ impl Tiling {
         format!("p{}_o{}", u32::from(self.skew > 0), self.min_blocks)
     }
 
-    /// The generated header's shared part: what the kernel is (`title`, e.g. `wmma_gemm v6`, and
-    /// the workload `key`), `KERNEL_NAME`, the element types (T_EPI is the epilogue's arithmetic:
-    /// int or float) and the named constants `wmma_core.cuh` reads: the GEMM view, the knobs and
-    /// `CP_ASYNC`. The template adds its vectors, its epilogue and its own knobs.
-    pub fn header(&self, title: &str, key: &str, name: &str) -> Header {
+    /// The generated header that `wmma_core.cu` reads: what the kernel is (`title`, e.g.
+    /// `wmma_gemm v6`, and the workload `key`), `KERNEL_NAME`, the element types (T_EPI is the
+    /// epilogue's arithmetic: int or float), the GEMM as the kernel computes it (transposed for a
+    /// row-major D), the knobs, the template's [`Core`] settings and `CP_ASYNC`. Templates add
+    /// their own constants after these. The order of the lines is wmma_gemm v6's.
+    pub fn header(&self, title: &str, key: &str, name: &str, core: &Core) -> Header {
         let g = &self.g;
         let t = &g.types;
+        // The kernel's view: with a transposed GEMM its A is this view's B and M and N swap.
+        let (m, n, a_k_contig, b_k_contig) =
+            if g.transposed { (g.n, g.m, g.b_k_contig, g.a_k_contig) } else { (g.m, g.n, g.a_k_contig, g.b_k_contig) };
+        let (bm, bn, warps_m, warps_n, fm, fn_) = if g.transposed {
+            (self.bn, self.bm, self.warps_n, self.warps_m, self.frag.2, self.frag.1)
+        } else {
+            (self.bm, self.bn, self.warps_m, self.warps_n, self.frag.1, self.frag.2)
+        };
         let mut h = Header::default();
         h.comment(format!("tensortune {title}: {name}"))
             .comment(format!("workload: {key}"))
             .define("KERNEL_NAME", name)
+            .define(
+                "TT_CLUSTER_ATTR",
+                if self.cluster_reduce { format!("__cluster_dims__(1, 1, {})", self.split_k) } else { String::new() },
+            )
             .typedef("T_IN", t.input.cuda())
             .typedef("T_ACC", t.accumulator.cuda())
             .typedef("T_OUT", t.output.cuda())
             .typedef("T_EPI", if t.output.is_int() { "int" } else { "float" });
-        h.int("M", g.m as i64)
-            .int("N", g.n as i64)
+        h.int("M", m as i64)
+            .int("N", n as i64)
             .int("K", g.k as i64)
-            .flag("A_K_CONTIG", g.a_k_contig)
-            .flag("B_K_CONTIG", g.b_k_contig)
-            .flag("D_ROW_MAJOR", g.d_row_major)
-            .cfg_type("A_FRAG_LAYOUT", if g.a_k_contig { "wmma::row_major" } else { "wmma::col_major" })
-            .cfg_type("B_FRAG_LAYOUT", if g.b_k_contig { "wmma::col_major" } else { "wmma::row_major" })
-            .int("BM", self.bm as i64)
-            .int("BN", self.bn as i64)
+            .flag("A_K_CONTIG", a_k_contig)
+            .flag("B_K_CONTIG", b_k_contig)
+            .cfg_type("A_FRAG_LAYOUT", if a_k_contig { "wmma::row_major" } else { "wmma::col_major" })
+            .cfg_type("B_FRAG_LAYOUT", if b_k_contig { "wmma::col_major" } else { "wmma::row_major" })
+            .int("BM", bm as i64)
+            .int("BN", bn as i64)
             .int("BK", self.bk as i64)
-            .int("WARPS_M", self.warps_m as i64)
-            .int("WARPS_N", self.warps_n as i64)
+            .int("WARPS_M", warps_m as i64)
+            .int("WARPS_N", warps_n as i64)
             .int("WARPS_K", self.warps_k as i64)
-            .int("FM", self.frag.1 as i64)
-            .int("FN", self.frag.2 as i64)
+            .int("FM", fm as i64)
+            .int("FN", fn_ as i64)
             .int("FK", self.frag.3 as i64)
             .int("STAGES", self.stages as i64)
             .int("SKEW", self.skew as i64)
             .int("SPLIT_K", self.split_k as i64)
             .flag("REDUCE_CLUSTER", self.cluster_reduce)
+            .int("SWIZZLE", core.swizzle as i64)
             .int("MIN_BLOCKS", self.min_blocks as i64)
+            .int("VEC_A", core.vec_a as i64)
+            .int("VEC_B", core.vec_b as i64)
+            .int("VEC_D", core.vec_d as i64)
             .flag("CP_ASYNC", self.cp_async)
-            .define(
-                "TT_CLUSTER_ATTR",
-                if self.cluster_reduce { format!("__cluster_dims__(1, 1, {})", self.split_k) } else { String::new() },
-            );
+            .flag("READ_C", core.read_c)
+            .value("T_EPI", "ALPHA", core.alpha)
+            .value("T_EPI", "BETA", core.beta);
         h
     }
 
     /// The launch of a checked config: one block per output tile along x, the K splits along z
-    /// (a cluster's ranks with cluster reduction), and the five buffers of `block_tile`'s kernels.
+    /// (a cluster's ranks with cluster reduction), and the five buffers of `wmma_core.cu`'s
+    /// kernel: A, B, C, D, workspace in the kernel's view (a transposed GEMM takes this view's B
+    /// as its A).
     pub fn spec(&self, name: String, source: String, res: &Resources) -> KernelSpec {
         let (tm, tn) = self.tiles();
+        let (a, b) = if self.g.transposed { (Arg::B, Arg::A) } else { (Arg::A, Arg::B) };
         KernelSpec {
             entry: name.clone(),
             name,
@@ -580,9 +601,28 @@ impl Tiling {
             block: [res.threads, 1, 1],
             smem_bytes: res.smem_bytes,
             workspace_bytes: res.workspace_bytes,
-            args: vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace],
+            args: vec![a, b, Arg::C, Arg::D, Arg::Workspace],
         }
     }
+}
+
+/// What the generated header of `wmma_core.cu` needs beyond the tiling, in the kernel's view.
+#[derive(Clone, Copy, Debug)]
+pub struct Core {
+    /// Row tiles per rasterisation group (1: blocks run down the kernel's M first).
+    pub swizzle: u32,
+    /// Bytes per global load of the kernel's A.
+    pub vec_a: u32,
+    /// Bytes per global load of the kernel's B.
+    pub vec_b: u32,
+    /// Bytes per store of D (and load of C).
+    pub vec_d: u32,
+    /// Whether the epilogue reads C (beta != 0).
+    pub read_c: bool,
+    /// The epilogue's alpha, in T_EPI.
+    pub alpha: Scalar,
+    /// The epilogue's beta, in T_EPI.
+    pub beta: Scalar,
 }
 
 /// Whether `target` has tensor cores for `input` through WMMA; the error names the input type.

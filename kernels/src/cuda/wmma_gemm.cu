@@ -1,30 +1,21 @@
+//@ wmma_gemm's fills of wmma_core.cu's holes (see that file).
+// @fill(title)
 // tensortune wmma_gemm: D = alpha * op(A) * op(B) + beta * C, C and D column-major M x N.
-//
-// The block-level work (pipeline, warps, epilogue, split-K) is wmma_core.cuh's; this kernel maps
-// blocks to output tiles and loads A and B as the plain matrices they are.
-
-namespace tt {
-
-__device__ __forceinline__ void kernel_body(unsigned char* smem, const T_IN* __restrict__ A,
-                                            const T_IN* __restrict__ B, const T_OUT* __restrict__ C,
-                                            T_OUT* __restrict__ D, unsigned char* __restrict__ workspace) {
-  // Block -> output tile. With SWIZZLE > 1, groups of SWIZZLE row tiles sweep the columns together,
-  // so the A panels they share stay in L2.
-  int tm, tn;
-  {
-    const int pid = blockIdx.x;
-    if constexpr (SWIZZLE > 1) {
-      const int per_group = SWIZZLE * TILES_N;
-      const int first_m = (pid / per_group) * SWIZZLE;
-      const int rows = min(TILES_M - first_m, SWIZZLE);
-      tm = first_m + (pid % per_group) % rows;
-      tn = (pid % per_group) / rows;
-    } else {
-      tm = pid % TILES_M;
-      tn = pid / TILES_M;
-    }
+// @fill(load_stage)
+__device__ __forceinline__ void load_stage(T_IN* As, T_IN* Bs, const T_IN* __restrict__ A, const T_IN* __restrict__ B,
+                                           int stage, int kt, int m0, int n0) {
+  const int k0 = kt * BK;
+  T_IN* as = As + stage * A_STAGE;
+  T_IN* bs = Bs + stage * B_STAGE;
+  if constexpr (A_K_CONTIG) {
+    load_tile<T_IN, A_ROWS, A_COLS, A_LD, VEC_A, THREADS, CP_ASYNC, EVEN_M, EVEN_K>(as, A, K, m0, k0, M, K);
+  } else {
+    load_tile<T_IN, A_ROWS, A_COLS, A_LD, VEC_A, THREADS, CP_ASYNC, EVEN_K, EVEN_M>(as, A, M, k0, m0, K, M);
   }
-  block_tile(smem, DenseLoader(), A, B, C, D, workspace, tm, tn);
+  if constexpr (B_K_CONTIG) {
+    load_tile<T_IN, B_ROWS, B_COLS, B_LD, VEC_B, THREADS, CP_ASYNC, EVEN_N, EVEN_K>(bs, B, K, n0, k0, N, K);
+  } else {
+    load_tile<T_IN, B_ROWS, B_COLS, B_LD, VEC_B, THREADS, CP_ASYNC, EVEN_K, EVEN_N>(bs, B, N, k0, n0, K, N);
+  }
 }
-
-}  // namespace tt
+// @fill(block_setup)

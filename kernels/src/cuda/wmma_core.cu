@@ -1,7 +1,21 @@
-// tensortune WMMA core: the block-level GEMM that wmma_gemm and wmma_conv2d share. A template
-// supplies the GEMM view in `cfg` (M, N, K; A_K_CONTIG, B_K_CONTIG and their fragment layouts;
-// D_ROW_MAJOR: whether D(m, n) lives at m * N + n, as conv's NPQK output does, rather than at
-// n * M + m, column-major) and a loader that fills one pipeline stage; this file does the rest.
+//@ tensortune WMMA core: the block-level GEMM of the WMMA templates (wmma_gemm, wmma_conv2d), a
+//@ template with named holes that kernels::cuda::fill_holes fills from a template's fills file
+//@ (wmma_gemm.cu, wmma_conv2d.cu). Lines starting with //@ are notes on the template and never reach
+//@ a generated source; a `// @hole(name)` line is replaced by the fill of that name (possibly no lines).
+//@
+//@ This text is wmma_gemm v6's kernel as verified on the GPU: with wmma_gemm's fills it must stay
+//@ byte-identical (kernels/tests/gemm_unchanged.rs checks it). Changing it changes every wmma_gemm
+//@ kernel: bump wmma_gemm's version and re-verify on a GPU.
+//@
+//@ Holes:
+//@ - title: the first comment line(s): what the kernel computes.
+//@ - load_stage: namespace-scope code in tt, after the tile constants, that provides what the K loop
+//@   calls as load_stage(As, Bs, A, B, stage, kt, m0, n0): fill ring slot `stage` with A's and B's
+//@   tiles of K tile `kt` for the output tile at (m0, n0), with cp.async where CP_ASYNC.
+//@ - block_setup: statements in the kernel once the block's tile (m0, n0), split and warp roles are
+//@   known, before the K loop; `smem` is the dynamic shared memory. A loader that keeps per-block
+//@   state declares it here as a local object named load_stage, which the K loop's calls then find.
+// @hole(title)
 //
 // One block computes a BM x BN tile of D over one split of K. Its warps form a
 // WARPS_M x WARPS_N x WARPS_K grid: each (m, n) warp owns a WM x WN sub-tile held in
@@ -11,9 +25,8 @@
 // shared memory keep the global contiguity (K-contiguous operands are stored [row][k], the others
 // [k][row]) so every global load is one vector, and the WMMA fragment layout follows from it.
 //
-// The epilogue stages accumulators through shared memory (one slice per K-warp), in lines along
-// D's contiguous dimension, so D is written in wide, coalesced vectors. With SPLIT_K > 1 the K
-// splits of a tile meet in one of two ways:
+// The epilogue stages accumulators through shared memory (one slice per K-warp) so D is written
+// in wide, coalesced vectors. With SPLIT_K > 1 the K splits of a tile meet in one of two ways:
 //   REDUCE_CLUSTER (sm_90): the splits of a tile form a thread-block cluster; after a cluster
 //     barrier each block sums a share of the tile straight from its peers' shared memory.
 //   otherwise: each split writes its partial tile to the workspace and the last to arrive sums
@@ -45,50 +58,21 @@ constexpr int B_COLS = B_K_CONTIG ? BK : BN;
 constexpr int B_LD = B_COLS + SKEW;
 constexpr int A_STAGE = A_ROWS * A_LD;
 constexpr int B_STAGE = B_ROWS * B_LD;
-// Accumulator staging: per K-warp slice, LINES lines of LINE elements along D's contiguous
-// dimension (m for column-major D, n for row-major D), each padded by 16 bytes.
-constexpr int LINES = D_ROW_MAJOR ? BM : BN;
-constexpr int LINE = D_ROW_MAJOR ? BN : BM;
-constexpr int C_LD = LINE + 16 / (int)sizeof(T_ACC);
-constexpr int C_SLICE = LINES * C_LD;
+// Accumulator staging: per K-warp slice, column-major BM x BN, columns padded by 16 bytes.
+constexpr int C_LD = BM + 16 / (int)sizeof(T_ACC);
+constexpr int C_SLICE = BN * C_LD;
 // Workspace split-K: one counter per output tile, then SPLIT_K dense partial tiles per tile.
 constexpr int COUNTERS_BYTES = ((TILES_M * TILES_N * 4 + 255) / 256) * 256;
 constexpr int VD = VEC_D / (int)sizeof(T_OUT);
-constexpr int PER_LINE = LINE / VD;
-constexpr int TILE_VECS = LINES * PER_LINE;
+constexpr int PER_COL = BM / VD;
+constexpr int TILE_VECS = BN * PER_COL;
 
 static_assert(BM % (WARPS_M * FM) == 0 && BN % (WARPS_N * FN) == 0 && BK % (FK * WARPS_K) == 0, "tile shape");
 static_assert(STAGES >= 1 && (STAGES == 1 || CP_ASYNC), "multi-stage pipelines need cp.async");
-static_assert(LINE % VD == 0 && (D_ROW_MAJOR ? N : M) % VD == 0, "epilogue vectors");
+static_assert(BM % VD == 0 && M % VD == 0, "epilogue vectors");
 static_assert(!REDUCE_CLUSTER || (SPLIT_K > 1 && SPLIT_K <= 8), "cluster split-K takes 2 to 8 splits");
 
-// The dense loads of one stage: A's and B's tiles at K tile `kt` straight from their matrices.
-__device__ __forceinline__ void load_a_dense(T_IN* as, const T_IN* __restrict__ A, int k0, int m0) {
-  if constexpr (A_K_CONTIG) {
-    load_tile<T_IN, A_ROWS, A_COLS, A_LD, VEC_A, THREADS, CP_ASYNC, EVEN_M, EVEN_K>(as, A, K, m0, k0, M, K);
-  } else {
-    load_tile<T_IN, A_ROWS, A_COLS, A_LD, VEC_A, THREADS, CP_ASYNC, EVEN_K, EVEN_M>(as, A, M, k0, m0, K, M);
-  }
-}
-
-__device__ __forceinline__ void load_b_dense(T_IN* bs, const T_IN* __restrict__ B, int k0, int n0) {
-  if constexpr (B_K_CONTIG) {
-    load_tile<T_IN, B_ROWS, B_COLS, B_LD, VEC_B, THREADS, CP_ASYNC, EVEN_N, EVEN_K>(bs, B, K, n0, k0, N, K);
-  } else {
-    load_tile<T_IN, B_ROWS, B_COLS, B_LD, VEC_B, THREADS, CP_ASYNC, EVEN_K, EVEN_N>(bs, B, N, k0, n0, K, N);
-  }
-}
-
-// The loader of plain matrices (wmma_gemm, and conv's pointwise path).
-struct DenseLoader {
-  __device__ __forceinline__ void load_stage(T_IN* As, T_IN* Bs, const T_IN* __restrict__ A,
-                                             const T_IN* __restrict__ B, int stage, int kt, int m0,
-                                             int n0) const {
-    const int k0 = kt * BK;
-    load_a_dense(As + stage * A_STAGE, A, k0, m0);
-    load_b_dense(Bs + stage * B_STAGE, B, k0, n0);
-  }
-};
+// @hole(load_stage)
 
 typedef wmma::fragment<wmma::accumulator, FM, FN, FK, T_ACC> AccFrag;
 
@@ -122,22 +106,21 @@ __device__ __forceinline__ void compute_stage(const T_IN* as, const T_IN* bs, in
   }
 }
 
-// Sum over the K-warp slices of VD staged accumulators at (line, pos) of a block's staging area.
-__device__ __forceinline__ void gather(const T_ACC* Cs, int line, int pos, T_EPI (&a)[VD]) {
+// Sum over the K-warp slices of VD staged accumulators at (m, n) of a block's staging area.
+__device__ __forceinline__ void gather(const T_ACC* Cs, int n, int m, T_EPI (&a)[VD]) {
 #pragma unroll
-  for (int e = 0; e < VD; ++e) a[e] = to_epi(Cs[line * C_LD + pos + e]);
+  for (int e = 0; e < VD; ++e) a[e] = to_epi(Cs[n * C_LD + m + e]);
 #pragma unroll
   for (int s = 1; s < WARPS_K; ++s) {
 #pragma unroll
-    for (int e = 0; e < VD; ++e) a[e] += to_epi(Cs[s * C_SLICE + line * C_LD + pos + e]);
+    for (int e = 0; e < VD; ++e) a[e] += to_epi(Cs[s * C_SLICE + n * C_LD + m + e]);
   }
 }
 
-// Applies alpha/beta to VD accumulators and stores them at D(gm, gn) and the next VD - 1
-// elements along D's contiguous dimension.
+// Applies alpha/beta to VD accumulators and stores them at D(gm .. gm+VD, gn).
 __device__ __forceinline__ void store_out(const T_OUT* __restrict__ C, T_OUT* __restrict__ D, int gm, int gn,
                                           T_EPI (&a)[VD]) {
-  const size_t off = D_ROW_MAJOR ? (size_t)gm * N + gn : (size_t)gn * M + gm;
+  const size_t off = (size_t)gn * M + gm;
   OutVec<T_OUT, VD> o;
   if constexpr (READ_C) {
     OutVec<T_OUT, VD> c;
@@ -151,27 +134,33 @@ __device__ __forceinline__ void store_out(const T_OUT* __restrict__ C, T_OUT* __
   *reinterpret_cast<decltype(o.v)*>(D + off) = o.v;
 }
 
-// Vector v of a staged tile: its line and position there, and the output element (gm, gn) it
-// starts at.
-struct TileVec {
-  int line, pos, gm, gn;
-};
-__device__ __forceinline__ TileVec tile_vec(int v, int m0, int n0) {
-  const int line = v / PER_LINE;
-  const int pos = (v % PER_LINE) * VD;
-  return TileVec{line, pos, m0 + (D_ROW_MAJOR ? line : pos), n0 + (D_ROW_MAJOR ? pos : line)};
-}
+}  // namespace tt
 
-// Everything a block does once its output tile (tm, tn) is known: the K loop over its split
-// (blockIdx.z) with `loader` filling the stages, then the epilogue. `smem` is the dynamic shared
-// memory, the pipeline ring at its start.
-template <typename Loader>
-__device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& loader, const T_IN* __restrict__ A,
-                                           const T_IN* __restrict__ B, const T_OUT* __restrict__ C,
-                                           T_OUT* __restrict__ D, unsigned char* __restrict__ workspace, int tm,
-                                           int tn) {
+extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::MIN_BLOCKS) TT_CLUSTER_ATTR
+    KERNEL_NAME(const T_IN* __restrict__ A, const T_IN* __restrict__ B, const T_OUT* __restrict__ C,
+                T_OUT* __restrict__ D, unsigned char* __restrict__ workspace) {
+  using namespace tt;
+  TT_FAULT_HOOK;
+  extern __shared__ __align__(128) unsigned char smem[];
   T_IN* As = reinterpret_cast<T_IN*>(smem);
   T_IN* Bs = As + STAGES * A_STAGE;
+
+  // Block -> output tile. With SWIZZLE > 1, groups of SWIZZLE row tiles sweep the columns together,
+  // so the A panels they share stay in L2.
+  int tm, tn;
+  {
+    const int pid = blockIdx.x;
+    if constexpr (SWIZZLE > 1) {
+      const int per_group = SWIZZLE * TILES_N;
+      const int first_m = (pid / per_group) * SWIZZLE;
+      const int rows = min(TILES_M - first_m, SWIZZLE);
+      tm = first_m + (pid % per_group) % rows;
+      tn = (pid % per_group) / rows;
+    } else {
+      tm = pid % TILES_M;
+      tn = pid / TILES_M;
+    }
+  }
   const int m0 = tm * BM;
   const int n0 = tn * BN;
   const int split = blockIdx.z;
@@ -183,6 +172,7 @@ __device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& lo
   const int wmn = warp % (WARPS_M * WARPS_N);
   const int wm0 = (wmn % WARPS_M) * WM;
   const int wn0 = (wmn / WARPS_M) * WN;
+// @hole(block_setup)
 
   AccFrag acc[FRAGS_M][FRAGS_N];
 #pragma unroll
@@ -196,7 +186,7 @@ __device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& lo
 
   if constexpr (STAGES == 1) {
     for (int i = 0; i < nk; ++i) {
-      loader.load_stage(As, Bs, A, B, 0, kt0 + i, m0, n0);
+      load_stage(As, Bs, A, B, 0, kt0 + i, m0, n0);
       cp_async_commit<CP_ASYNC>();
       cp_async_wait<0, CP_ASYNC>();
       __syncthreads();
@@ -207,7 +197,7 @@ __device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& lo
     // Prologue: STAGES - 1 tiles in flight before the first compute.
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < nk) loader.load_stage(As, Bs, A, B, s, kt0 + s, m0, n0);
+      if (s < nk) load_stage(As, Bs, A, B, s, kt0 + s, m0, n0);
       cp_async_commit<CP_ASYNC>();
     }
     for (int i = 0; i < nk; ++i) {
@@ -216,7 +206,7 @@ __device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& lo
       cp_async_wait<STAGES - 2, CP_ASYNC>();
       __syncthreads();
       const int next = i + STAGES - 1;
-      if (next < nk) loader.load_stage(As, Bs, A, B, next % STAGES, kt0 + next, m0, n0);
+      if (next < nk) load_stage(As, Bs, A, B, next % STAGES, kt0 + next, m0, n0);
       cp_async_commit<CP_ASYNC>();
       const int stage = i % STAGES;
       compute_stage(As + stage * A_STAGE, Bs + stage * B_STAGE, wm0, wn0, wk, acc);
@@ -231,24 +221,22 @@ __device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& lo
   for (int i = 0; i < FRAGS_M; ++i) {
 #pragma unroll
     for (int j = 0; j < FRAGS_N; ++j) {
-      if constexpr (D_ROW_MAJOR) {
-        wmma::store_matrix_sync(Cs + wk * C_SLICE + (wm0 + i * FM) * C_LD + (wn0 + j * FN), acc[i][j], C_LD,
-                                wmma::mem_row_major);
-      } else {
-        wmma::store_matrix_sync(Cs + wk * C_SLICE + (wn0 + j * FN) * C_LD + (wm0 + i * FM), acc[i][j], C_LD,
-                                wmma::mem_col_major);
-      }
+      wmma::store_matrix_sync(Cs + wk * C_SLICE + (wn0 + j * FN) * C_LD + (wm0 + i * FM), acc[i][j], C_LD,
+                              wmma::mem_col_major);
     }
   }
 
   if constexpr (SPLIT_K == 1) {
     __syncthreads();
     for (int v = threadIdx.x; v < TILE_VECS; v += THREADS) {
-      const TileVec t = tile_vec(v, m0, n0);
-      if (t.gm < M && t.gn < N) {
+      const int n = v / PER_COL;
+      const int m = (v % PER_COL) * VD;
+      const int gm = m0 + m;
+      const int gn = n0 + n;
+      if (gm < M && gn < N) {
         T_EPI a[VD];
-        gather(Cs, t.line, t.pos, a);
-        store_out(C, D, t.gm, t.gn, a);
+        gather(Cs, n, m, a);
+        store_out(C, D, gm, gn, a);
       }
     }
   } else if constexpr (REDUCE_CLUSTER) {
@@ -261,8 +249,11 @@ __device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& lo
     const int first = split * SHARE;
     const int last = min(TILE_VECS, first + SHARE);
     for (int v = first + (int)threadIdx.x; v < last; v += THREADS) {
-      const TileVec t = tile_vec(v, m0, n0);
-      if (t.gm < M && t.gn < N) {
+      const int n = v / PER_COL;
+      const int m = (v % PER_COL) * VD;
+      const int gm = m0 + m;
+      const int gn = n0 + n;
+      if (gm < M && gn < N) {
         T_EPI a[VD];
 #pragma unroll
         for (int e = 0; e < VD; ++e) a[e] = (T_EPI)0;
@@ -270,11 +261,11 @@ __device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& lo
         for (int s = 0; s < SPLIT_K; ++s) {
           const T_ACC* peer = static_cast<const T_ACC*>(__cluster_map_shared_rank(Cs, (unsigned)s));
           T_EPI p[VD];
-          gather(peer, t.line, t.pos, p);
+          gather(peer, n, m, p);
 #pragma unroll
           for (int e = 0; e < VD; ++e) a[e] += p[e];
         }
-        store_out(C, D, t.gm, t.gn, a);
+        store_out(C, D, gm, gn, a);
       }
     }
     // No block may leave (and release its shared memory) while a peer still reads it.
@@ -289,11 +280,12 @@ __device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& lo
     T_EPI* parts = reinterpret_cast<T_EPI*>(workspace + COUNTERS_BYTES);
     T_EPI* mine = parts + ((size_t)tile * SPLIT_K + split) * (BM * BN);
     for (int v = threadIdx.x; v < TILE_VECS; v += THREADS) {
-      const TileVec t = tile_vec(v, m0, n0);
+      const int n = v / PER_COL;
+      const int m = (v % PER_COL) * VD;
       T_EPI a[VD];
-      gather(Cs, t.line, t.pos, a);
+      gather(Cs, n, m, a);
 #pragma unroll
-      for (int e = 0; e < VD; ++e) mine[t.line * LINE + t.pos + e] = a[e];
+      for (int e = 0; e < VD; ++e) mine[n * BM + m + e] = a[e];
     }
     __threadfence();
     __syncthreads();
@@ -304,21 +296,22 @@ __device__ __forceinline__ void block_tile(unsigned char* smem, const Loader& lo
     if (!s_last) return;
     __threadfence();
     for (int v = threadIdx.x; v < TILE_VECS; v += THREADS) {
-      const TileVec t = tile_vec(v, m0, n0);
-      if (t.gm < M && t.gn < N) {
+      const int n = v / PER_COL;
+      const int m = (v % PER_COL) * VD;
+      const int gm = m0 + m;
+      const int gn = n0 + n;
+      if (gm < M && gn < N) {
         T_EPI a[VD];
 #pragma unroll
         for (int e = 0; e < VD; ++e) a[e] = (T_EPI)0;
         for (int s = 0; s < SPLIT_K; ++s) {
-          const T_EPI* p = parts + ((size_t)tile * SPLIT_K + s) * (BM * BN) + t.line * LINE + t.pos;
+          const T_EPI* p = parts + ((size_t)tile * SPLIT_K + s) * (BM * BN) + n * BM + m;
 #pragma unroll
           for (int e = 0; e < VD; ++e) a[e] += load_cg(p + e);
         }
-        store_out(C, D, t.gm, t.gn, a);
+        store_out(C, D, gm, gn, a);
       }
     }
     if (threadIdx.x == 0) counters[tile] = 0;
   }
 }
-
-}  // namespace tt
