@@ -161,7 +161,7 @@ pub struct JobArgs {
     /// Search strategy: random or grid.
     #[arg(long, default_value = "random")]
     pub tuner: String,
-    /// Kernel template (default: the op's own, wmma_gemm for matmul).
+    /// Kernel template (default: the op's own: wmma_gemm for matmul, wmma_conv2d for conv2d).
     #[arg(long)]
     pub template: Option<String>,
     /// Tasks kept outstanding per workload (0 = tracker default).
