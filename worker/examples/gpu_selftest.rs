@@ -170,7 +170,7 @@ fn main() -> anyhow::Result<()> {
 fn spread(valid: &[(u64, Config)], per: usize) -> Vec<&(u64, Config)> {
     let kind = |c: &Config| {
         let name = |k| c.name(k).unwrap_or("").to_owned();
-        let split = c.int("split_k").map_or(false, |s| s > 1);
+        let split = c.int("split_k").is_ok_and(|s| s > 1);
         (name("path"), name("gather"), if split { name("split_reduce") } else { String::new() })
     };
     let mut kinds: BTreeMap<_, Vec<&(u64, Config)>> = BTreeMap::new();
@@ -189,10 +189,10 @@ fn spread(valid: &[(u64, Config)], per: usize) -> Vec<&(u64, Config)> {
     let mut round = 0;
     while out.len() < per && queues.iter().any(|q| round < q.len()) {
         for q in &mut queues {
-            if let Some(v) = q.get(round) {
-                if out.len() < per {
-                    out.push(*v);
-                }
+            if let Some(v) = q.get(round)
+                && out.len() < per
+            {
+                out.push(*v);
             }
         }
         round += 1;
