@@ -6,8 +6,9 @@
 //!
 //! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | workload keys...]`; `matrix`
 //! replaces the default workloads with every type combination x every layout x three shapes (one
-//! ragged); `conv` with every conv type combination x the conv shapes of [`conv_matrix`] (padding,
-//! stride 2, dilation 2, ragged tiles, 1x3 and 3x1 filters, pointwise layers, the tuning bars).
+//! ragged); `conv` with every conv type combination x the 15 conv shapes of [`conv_matrix`]
+//! (padding, stride 2, dilation 2, ragged tiles, 1x3, 3x1 and 7x7 filters, pointwise layers, the
+//! seven tuning layers).
 //! Configs are spread over the valid space and, for convs, over the kinds of config (path, gather,
 //! split-K and its reduction). The exit status is non-zero when any kernel is not `Ok`.
 //! Run on a GPU machine with libnvrtc and the CUDA headers reachable (LD_LIBRARY_PATH,
@@ -177,18 +178,20 @@ fn spread(valid: &[(u64, Config)], per: usize) -> Vec<&(u64, Config)> {
     for v in valid {
         kinds.entry(kind(&v.1)).or_default().push(v);
     }
-    // Each kind's configs evenly spaced, then taken in turns.
-    let mut queues: Vec<Vec<&(u64, Config)>> = kinds
+    // Each kind's share of the picks, evenly spaced over its configs (from the middle of each
+    // stretch, so small and large tiles both come up), then taken in turns.
+    let share = per.div_ceil(kinds.len().max(1));
+    let queues: Vec<Vec<&(u64, Config)>> = kinds
         .into_values()
         .map(|g| {
-            let step = (g.len() / per).max(1);
-            g.into_iter().step_by(step).collect()
+            let step = (g.len() / share).max(1);
+            g.into_iter().skip(step / 2).step_by(step).collect()
         })
         .collect();
     let mut out = Vec::new();
     let mut round = 0;
     while out.len() < per && queues.iter().any(|q| round < q.len()) {
-        for q in &mut queues {
+        for q in &queues {
             if let Some(v) = q.get(round)
                 && out.len() < per
             {
@@ -219,7 +222,7 @@ fn matrix() -> Vec<String> {
 
 /// Conv workloads for a correctness run: every type combination x shapes with padding, stride 2,
 /// dilation 2, ragged output tiles (N*P*Q and K not multiples of the tiles), 1x3 / 3x1 / 7x7
-/// filters, the fewest channels each input type allows, pointwise layers, and the tuning bars.
+/// filters, pointwise layers, and the seven tuning layers.
 fn conv_matrix() -> Vec<String> {
     let types = ["f16,f32,f32", "f16,f32,f16", "f16,f16,f16", "bf16,f32,f32", "i8,i32,i32"];
     // (n, h, w, c, k, r, s, pad, stride, dilation), pad/stride/dilation as "HxW".
@@ -232,7 +235,12 @@ fn conv_matrix() -> Vec<String> {
         (1, 30, 30, 16, 64, 7, 7, "3x3", "2x2", "1x1"),
         (3, 5, 7, 32, 48, 1, 1, "0x0", "1x1", "1x1"),
         (4, 14, 14, 64, 96, 1, 1, "0x0", "2x2", "1x1"),
+        // The tuning layers: MobileNet pointwise, ResNet 3x3, a stride-2 3x3.
+        (1, 56, 56, 64, 128, 1, 1, "0x0", "1x1", "1x1"),
         (1, 28, 28, 128, 256, 1, 1, "0x0", "1x1", "1x1"),
+        (1, 28, 28, 256, 256, 1, 1, "0x0", "1x1", "1x1"),
+        (32, 56, 56, 64, 128, 1, 1, "0x0", "1x1", "1x1"),
+        (32, 56, 56, 64, 64, 3, 3, "1x1", "1x1", "1x1"),
         (1, 14, 14, 256, 256, 3, 3, "1x1", "1x1", "1x1"),
         (1, 56, 56, 64, 128, 3, 3, "1x1", "2x2", "1x1"),
     ];
