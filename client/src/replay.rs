@@ -88,7 +88,12 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
             rows.push(Row::from(s));
         }
     }
-    anyhow::ensure!(!rows.is_empty(), "--workload {:?} matches no workload of {}", args.workload.as_deref().unwrap_or(""), args.records.display());
+    anyhow::ensure!(
+        !rows.is_empty(),
+        "--workload {:?} matches no workload of {}",
+        args.workload.as_deref().unwrap_or(""),
+        args.records.display()
+    );
     if let Some(path) = &args.json {
         crate::commands::write_json(path, &rows)?;
     }
