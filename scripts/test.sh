@@ -8,4 +8,4 @@ cuda=$(scripts/setup-nvrtc.sh)
 export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
 export TENSORTUNE_REQUIRE_NVRTC=1
-cargo test --workspace --locked "$@"
+cargo test --workspace --locked --no-fail-fast "$@"

@@ -200,6 +200,11 @@ pub async fn run(tracker: Option<&str>, args: &BenchArgs) -> anyhow::Result<()> 
     let mut outcome = Ok(());
     for (i, w) in selected {
         let mut job = args.job.clone();
+        if args.throughput && job.tuner.is_none() {
+            // Configs per second is a property of the measuring pipeline; random proposals keep
+            // it full, where a model waits for each batch before the next.
+            job.tuner = Some("random".into());
+        }
         if let Some(t) = suite.workloads[i].trials {
             job.trials = t;
         }

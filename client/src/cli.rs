@@ -158,9 +158,11 @@ pub struct JobArgs {
     /// Configs to measure per workload (1 ..= 100000), capped at the valid space.
     #[arg(long, default_value_t = 100)]
     pub trials: u32,
-    /// Search strategy: random or grid.
-    #[arg(long, default_value = "random")]
-    pub tuner: String,
+    /// Search strategy: model (gradient-boosted trees refitted on every batch of results, started
+    /// from other workloads' records), random or grid. Default: model; random for
+    /// `bench --throughput`, which measures the measuring, not the search.
+    #[arg(long)]
+    pub tuner: Option<String>,
     /// Kernel template (default: the op's own: wmma_gemm for matmul, wmma_conv2d for conv2d).
     #[arg(long)]
     pub template: Option<String>,

@@ -23,6 +23,9 @@ pub async fn open(tracker: Option<&str>, db: &Path, local: Option<&LocalDevice>)
     }
 }
 
+/// The tuner of a job that names none.
+pub const DEFAULT_TUNER: &str = "model";
+
 /// The submit request for `workloads` with the job flags.
 pub fn submit_request(
     workloads: &[Workload],
@@ -33,7 +36,7 @@ pub fn submit_request(
     pb::SubmitJobRequest {
         workloads: workloads.iter().map(pb::Workload::from).collect(),
         template: job.template.clone().unwrap_or_default(),
-        tuner: job.tuner.clone(),
+        tuner: job.tuner.clone().unwrap_or_else(|| DEFAULT_TUNER.to_owned()),
         trials: job.trials,
         device_class: device_class.unwrap_or_default(),
         batch_size: job.batch,
@@ -226,10 +229,19 @@ pub async fn workers(tracker: Option<&str>, db: &Path) -> anyhow::Result<()> {
         println!("no workers have registered");
         return Ok(());
     }
-    println!("{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}", "id", "state", "name", "device class", "leased", "reported");
+    println!(
+        "{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}  {:>12}  {:>7}",
+        "id", "state", "name", "device class", "leased", "reported", "reference", "drift"
+    );
     for w in workers {
         let class = w.device.as_ref().map(|d| d.class_key.as_str()).unwrap_or("");
-        println!("{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}", w.id, w.state, w.name, class, w.leased, w.reported);
+        let reference = if w.reference_us > 0.0 { format!("{:.2} us", w.reference_us) } else { "-".into() };
+        let drift = if w.reference_us > 0.0 { format!("{:+.1}%", 100.0 * w.drift) } else { "-".into() };
+        let flag = if w.flagged { "  FLAGGED: its timings disagree with its peers'" } else { "" };
+        println!(
+            "{:>4}  {:<8}  {:<32}  {:<28}  {:>6}  {:>8}  {:>12}  {:>7}{flag}",
+            w.id, w.state, w.name, class, w.leased, w.reported, reference, drift
+        );
     }
     Ok(())
 }

@@ -139,8 +139,11 @@ async fn two_sim_workers_tune_and_the_tracker_restarts_with_everything_kept() {
     let progress = &job.workloads[0];
     assert_eq!((progress.trials_target, progress.trials_done), (16, 16));
     let records = export(&mut client, job_id).await;
-    assert_eq!(records.len(), 16, "one record per trial");
-    let by_worker: HashSet<u64> = records.iter().map(|r| r.worker_id).collect();
+    let (remeasured, tuning): (Vec<&pb::Record>, Vec<&pb::Record>) = records.iter().partition(|r| r.remeasure);
+    assert_eq!(tuning.len(), 16, "one tuning record per trial");
+    assert_eq!(remeasured.len(), progress.finalists.len(), "one re-measurement per finalist");
+    assert!((2..=3).contains(&remeasured.len()), "the default is 3 finalists: {}", remeasured.len());
+    let by_worker: HashSet<u64> = tuning.iter().map(|r| r.worker_id).collect();
     assert_eq!(by_worker.len(), 2, "both workers measured");
     let ok: Vec<&pb::Record> =
         records.iter().filter(|r| r.measurement.as_ref().unwrap().status() == pb::RecordStatus::Ok).collect();
@@ -206,9 +209,12 @@ async fn a_killed_worker_loses_its_tasks_to_another_without_duplicates() {
     assert_eq!(job.state(), pb::JobState::Done, "{job:?}");
     assert_eq!(job.workloads[0].trials_done, 12);
     let records = export(&mut client, job_id).await;
-    assert_eq!(records.len(), 12, "every trial has exactly one record");
-    let tasks: HashSet<u64> = records.iter().map(|r| r.task_id).collect();
+    let tuning: Vec<&pb::Record> = records.iter().filter(|r| !r.remeasure).collect();
+    assert_eq!(tuning.len(), 12, "every trial has exactly one record");
+    let tasks: HashSet<u64> = tuning.iter().map(|r| r.task_id).collect();
     assert_eq!(tasks.len(), 12, "no task was recorded twice");
+    let finalists = &job.workloads[0].finalists;
+    assert_eq!(records.len() - tuning.len(), finalists.len(), "one re-measurement per finalist");
     let ws = client.list_workers(pb::ListWorkersRequest {}).await.unwrap().into_inner().workers;
     let rescuer_id = ws.iter().find(|w| w.name == "rescuer").unwrap().id;
     assert!(records.iter().any(|r| r.worker_id == rescuer_id), "the tasks went to the second worker");

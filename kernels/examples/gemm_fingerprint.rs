@@ -6,7 +6,8 @@
 //! (`summary` prints the short form of the `ci` scope that `tests/gemm_unchanged.rs` compares with
 //! `tests/data/wmma_gemm_v6.fingerprint`.)
 //!
-//! To compare this tree with another commit (wmma_gemm v6 was verified on the GPU at 1a86e09):
+//! To compare this tree with another commit (wmma_gemm v6 was verified on the GPU at 1a86e09; the
+//! analytic model, hence features and model_us, changed at e13ecd3, so compare those with 2e4387f):
 //!
 //! ```text
 //! git worktree add /tmp/base 1a86e09 --detach

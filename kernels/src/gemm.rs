@@ -308,7 +308,7 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let bytes =
         (tn as f64 * (p.w.m * p.w.k) as f64 + tm as f64 * (p.w.k * p.w.n) as f64) * e / l2_reuse + p.t.output_traffic();
     let memory = bytes / 3.0e6;
-    compute.max(memory) + LAUNCH_US + p.t.split_us()
+    compute.max(memory).max(p.t.latency_us(target)) + LAUNCH_US + p.t.split_us()
 }
 
 /// Analytic time of the vendor library (the `sim` device's cuBLAS): 80% of the tensor-core peak

@@ -18,6 +18,9 @@ pub const FRAGS: &[(&str, u32, u32, u32)] =
 /// A launch's fixed cost in the analytic model, microseconds.
 pub const LAUNCH_US: f64 = 1.2;
 
+/// Latency of a global load that misses L1, in microseconds (DRAM or a busy L2 on H100/H200).
+const LOAD_LATENCY_US: f64 = 0.5;
+
 /// Accumulator registers per thread above which a warp tile would spill.
 const MAX_ACC_REGS: u32 = 128;
 /// Warps per block: more would need warp tiles too small to reuse their fragments.
@@ -453,6 +456,18 @@ impl Tiling {
         let concurrent = (target.sm_count * occ) as f64;
         let waves = (self.blocks() as f64 / concurrent).ceil();
         waves * block_flops * occ as f64 / (per_sm * eff)
+    }
+
+    /// The load-latency floor in microseconds: a block's k-loop is a chain of dependent global
+    /// loads; each k-tile waits for its data, with `stages` tiles in flight, so a block needs at
+    /// least one load latency per `stages` k-tiles (small shapes are latency-bound).
+    pub fn latency_us(&self, target: &Target) -> f64 {
+        let occ = self.blocks_per_sm(target);
+        let concurrent = (target.sm_count * occ) as f64;
+        let waves = (self.blocks() as f64 / concurrent).ceil();
+        let (_, kt_split) = self.ktiles();
+        let in_flight = self.stages.min(kt_split as u32).max(1) as f64;
+        waves * LOAD_LATENCY_US * (1.0 + kt_split as f64 / in_flight)
     }
 
     /// Bytes of D written, with split-K's partial tiles written and read once more each.

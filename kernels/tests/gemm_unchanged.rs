@@ -1,7 +1,9 @@
 //! wmma_gemm v6 was verified on a GPU (every type combination and layout correct, timings recorded
 //! and shipped as replay data): what it generates, which configs are valid, and the features and
 //! analytic times the tuners see must not change without a version bump and a new GPU check. The
-//! golden file is the summary of the fingerprint (see `fingerprint/mod.rs`) made at 1a86e09.
+//! golden file is the summary of the fingerprint (see `fingerprint/mod.rs`) made at 2e4387f: its
+//! kernel sources are those of 1a86e09, where v6 was verified; its features and analytic times
+//! include the load-latency floor of e13ecd3.
 //!
 //! On a mismatch, diff the full fingerprints and sources of the two trees with
 //! `examples/gemm_fingerprint.rs` (its doc has the commands).

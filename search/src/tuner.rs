@@ -259,10 +259,19 @@ impl ModelGuided {
         if rows.is_empty() {
             return positions.iter().map(|p| candidates[*p].analytic_us.ln()).collect();
         }
-        match CostModel::fit(&rows, &y, &weights, seed) {
-            Ok(model) => model.predict(&positions.iter().map(|p| candidates[*p].features.clone()).collect::<Vec<_>>()),
-            Err(_) => positions.iter().map(|p| candidates[*p].analytic_us.ln()).collect(),
+        let analytic: Vec<f64> = positions.iter().map(|p| candidates[*p].analytic_us.ln()).collect();
+        let Ok(model) = CostModel::fit(&rows, &y, &weights, seed) else { return analytic };
+        let learned = model.predict(&positions.iter().map(|p| candidates[*p].features.clone()).collect::<Vec<_>>());
+        if own {
+            return learned;
         }
+        // Before this workload has data of its own, nothing says whether the prior (other shapes)
+        // or the analytic model (this shape, crudely) ranks it better: take turns between them,
+        // scoring each config by its better rank of the two (in the learned model's units, which
+        // the diversity penalty is scaled to).
+        let mut sorted = learned.clone();
+        sorted.sort_by(f64::total_cmp);
+        ranks(&analytic).iter().zip(&learned).map(|(rank, own)| own.min(sorted[*rank])).collect()
     }
 
     /// The pool a batch is chosen from: every unmeasured candidate, or for very large lists the
@@ -294,6 +303,17 @@ impl ModelGuided {
         pool.sort_unstable();
         pool
     }
+}
+
+/// The rank of each value (0 for the lowest; ties in index order).
+fn ranks(values: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|a, b| values[*a].total_cmp(&values[*b]).then(a.cmp(b)));
+    let mut out = vec![0; values.len()];
+    for (rank, i) in order.into_iter().enumerate() {
+        out[i] = rank;
+    }
+    out
 }
 
 /// Knob positions differing in at most one knob.

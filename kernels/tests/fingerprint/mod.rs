@@ -4,10 +4,11 @@
 //! time, all exactly (floats by their bits). Two trees that print the same fingerprint generate the
 //! same kernels and feed the tuners the same numbers.
 //!
-//! Shared by `tests/gemm_unchanged.rs` (the CI scope against a golden file made at 1a86e09, where
-//! wmma_gemm v6 was verified on the GPU) and `examples/gemm_fingerprint.rs` (the wide scope, and a
-//! dump of the sources, to diff a tree against a checkout of any other commit). It uses only the
-//! `Template` trait and the workload types, which 1a86e09 has too, so the same file runs there.
+//! Shared by `tests/gemm_unchanged.rs` (the CI scope against a golden file made at 2e4387f, whose
+//! wmma_gemm v6 sources are those verified on the GPU at 1a86e09) and
+//! `examples/gemm_fingerprint.rs` (the wide scope, and a dump of the sources, to diff a tree
+//! against a checkout of any other commit). It uses only the `Template` trait and the workload
+//! types, which 1a86e09 has too, so the same file runs there.
 
 #![allow(dead_code, unreachable_pub)]
 

@@ -26,6 +26,8 @@ const MAX_TRIALS: u32 = 100_000;
 /// Outstanding tasks per workload a job may ask for, and the default.
 const MAX_BATCH: u32 = 4096;
 const DEFAULT_BATCH: u32 = 64;
+/// Batch of the model tuner when a job names none (the size the replay bars are measured at).
+const DEFAULT_MODEL_BATCH: u32 = 16;
 /// Timing samples per measurement a job may ask for, and the default.
 const MAX_SAMPLES: u32 = 1000;
 const DEFAULT_SAMPLES: u32 = 10;
@@ -83,8 +85,12 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
         req.tuner.parse().map_err(|message: String| Error::invalid("tuner", message))?
     };
     let trials = in_range("trials", req.trials, 1, MAX_TRIALS)?;
-    let batch_size =
-        if req.batch_size == 0 { DEFAULT_BATCH } else { in_range("batch_size", req.batch_size, 1, MAX_BATCH)? };
+    let batch_size = match (req.batch_size, tuner) {
+        // The model learns between batches: smaller ones let it learn sooner.
+        (0, TunerKind::Model) => DEFAULT_MODEL_BATCH,
+        (0, _) => DEFAULT_BATCH,
+        (n, _) => in_range("batch_size", n, 1, MAX_BATCH)?,
+    };
     let samples = if req.samples == 0 { DEFAULT_SAMPLES } else { in_range("samples", req.samples, 1, MAX_SAMPLES)? };
     let margin = req.early_stop_margin;
     if !(0.0..=1.0).contains(&margin) {

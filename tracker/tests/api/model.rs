@@ -136,9 +136,10 @@ async fn transfer_starts_a_model_from_other_workloads_records() {
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
 
-    // Records of another workload of the class, where block_m 16 is fast.
+    // Records of another workload of the class, where a single-stage pipeline is fast (which the
+    // analytic model would never guess).
     let first = submit(&mut tuning, job_of(vec![matmul(256, 64, 256)], 80, 16)).await;
-    drive_with(&mut worker, &mut tuning, first, fast_when("block_m", 16)).await;
+    drive_with(&mut worker, &mut tuning, first, fast_when("stages", 1)).await;
 
     // The same model job on a new workload, with transfer (the default) and without.
     let with = submit(&mut tuning, model_job(vec![big()], 16, 8)).await;
@@ -156,9 +157,10 @@ async fn transfer_starts_a_model_from_other_workloads_records() {
     assert_eq!((a.len(), b.len()), (8, 8));
     let configs = |ts: &[pb::Task]| ts.iter().map(|t| t.config_index).collect::<HashSet<_>>();
     assert_ne!(configs(a), configs(b), "the prior changed nothing");
-    // Without data of its own, the model with transfer follows what the other workload taught it.
-    let fast = |ts: &[pb::Task]| ts.iter().filter(|t| knob(t, "block_m") == 16).count();
-    assert!(fast(a) > fast(b) + 3, "with transfer {} of 8 fast, without {}", fast(a), fast(b));
+    // Without data of its own, the model with transfer takes turns between what the other
+    // workload taught it and the analytic ranking: about half its first batch follows the prior.
+    let fast = |ts: &[pb::Task]| ts.iter().filter(|t| knob(t, "stages") == 1).count();
+    assert!(fast(a) >= 3 && fast(a) > fast(b) + 1, "with transfer {} of 8 fast, without {}", fast(a), fast(b));
 
     // Without records of other workloads, transfer changes nothing.
     let (_, alone_with) = run_alone(model_job(vec![big()], 8, 8), fast_when("block_m", 16)).await;

@@ -1,10 +1,12 @@
 //! The `cuda` device backend (cudarc): loads cubins, verifies every output element against the
 //! float64 reference, times by CUDA-graph replay (warm, or one launch per sample from a cold L2
 //! when the request flushes; see `timing`), and times the vendor baseline the same way, on the
-//! same buffers. Runs inside the measuring child process, one request at a time.
+//! same buffers: cuBLAS for matmul (`blas`), cuDNN for conv2d (`dnn`). Runs inside the measuring
+//! child process, one request at a time.
 
 mod blas;
 mod device;
+mod dnn;
 mod nvml;
 mod timing;
 mod workload;
@@ -34,6 +36,8 @@ pub struct CudaExecutor {
     stream: Arc<CudaStream>,
     facts: DeviceFacts,
     blas: Option<Result<blas::Blas, String>>,
+    /// cuDNN, loaded by the first conv baseline of this child (or why it could not be).
+    dnn: Option<Result<dnn::Dnn, String>>,
     workloads: VecDeque<WorkloadState>,
     /// Vendor time (or why there is none) per workload key and L2 flush, for this session.
     baselines: HashMap<(String, bool), (Option<f64>, String)>,
@@ -79,6 +83,7 @@ impl CudaExecutor {
             stream,
             facts,
             blas: None,
+            dnn: None,
             workloads: VecDeque::new(),
             baselines: HashMap::new(),
             flush_scratch: None,
@@ -264,8 +269,9 @@ impl CudaExecutor {
     /// Times the vendor library on the workload's timing set; cross-checks its output on the
     /// check set against our reference, so a broken reference cannot pass unnoticed.
     fn baseline(&mut self, wi: usize, req: &MeasureRequest) -> (Option<f64>, String) {
-        let Workload::Matmul(mm) = self.workloads[wi].workload else {
-            return (None, "none: the cuDNN baseline for conv2d is not wired yet".into());
+        let mm = match self.workloads[wi].workload {
+            Workload::Matmul(mm) => mm,
+            Workload::Conv2d(conv) => return self.conv_baseline(wi, &conv, req),
         };
         if self.blas.is_none() {
             self.blas = Some(blas::Blas::new(&self.stream));
@@ -313,6 +319,30 @@ impl CudaExecutor {
                 (None, format!("none: {f}"))
             }
         }
+    }
+
+    /// Times the vendor library alone on `req`'s workload, with no kernel of ours: loads the
+    /// workload as a measurement would (`req.support_cubin` is needed the first time), then times
+    /// and cross-checks the baseline as [`Executor::measure`] does, afresh on every call. Returns
+    /// the time in microseconds and the baseline's kind (`none: why` when there is none). For
+    /// checks of the vendor path (the `cudnn_check` example).
+    pub fn vendor_baseline(&mut self, req: &MeasureRequest) -> (Option<f64>, String) {
+        if self.poisoned {
+            return (None, "none: this child's CUDA context was lost to an earlier fault".into());
+        }
+        match self.workload_index(req) {
+            Ok(wi) => self.baseline(wi, req),
+            Err(Fail(_, text)) => (None, format!("none: {text}")),
+        }
+    }
+}
+
+impl Drop for CudaExecutor {
+    fn drop(&mut self) {
+        // The vendor handles go first: they are bound to `stream`, which the fields' own drop
+        // order would destroy before them.
+        self.dnn = None;
+        self.blas = None;
     }
 }
 
