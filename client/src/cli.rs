@@ -163,7 +163,7 @@ pub struct JobArgs {
     /// `bench --throughput`, which measures the measuring, not the search.
     #[arg(long)]
     pub tuner: Option<String>,
-    /// Kernel template (default: the op's own, wmma_gemm for matmul).
+    /// Kernel template (default: the op's own: wmma_gemm for matmul, wmma_conv2d for conv2d).
     #[arg(long)]
     pub template: Option<String>,
     /// Tasks kept outstanding per workload (0 = tracker default).

@@ -223,3 +223,24 @@ async fn a_killed_worker_loses_its_tasks_to_another_without_duplicates() {
     rescuer.await.unwrap().unwrap();
     tracker.stop().await;
 }
+
+/// The CLI end to end for a conv: `tune conv2d` with the embedded tracker and a `sim` worker, as a
+/// user runs it; wmma_conv2d is the op's default template and every trial is measured.
+#[test]
+fn the_cli_tunes_a_conv_on_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["--db", dir.path().join("tt.db").to_str().unwrap()])
+        .args(["tune", "conv2d", "--n", "1", "--h", "14", "--w", "14", "--c", "64", "--k", "64"])
+        .args(["--r", "3", "--s", "3", "--pad", "1", "--stride", "1", "--trials", "12", "--seed", "5"])
+        .args(["--device", "sim", "--compile-threads", "1"])
+        .env("XDG_CACHE_HOME", dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tune conv2d failed:\n{stdout}\n{stderr}");
+    for want in ["wmma_conv2d v1 on sim", "trials  12/12", "(ok 12)", "best ", "config  block_k="] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}\n{stderr}");
+    }
+}

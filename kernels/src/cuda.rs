@@ -6,12 +6,58 @@ use std::fmt::{self, Write as _};
 /// Device helpers every generated kernel includes.
 pub const COMMON: &str = include_str!("cuda/common.cuh");
 
+/// The block-level WMMA GEMM (pipeline, warps, epilogue, split-K) that `wmma_gemm` and
+/// `wmma_conv2d` share: a template with named holes (see [`fill_holes`]) that each fills from its
+/// own fills file. Follows [`COMMON`].
+pub const WMMA_CORE: &str = include_str!("cuda/wmma_core.cu");
+
 /// What every generated source starts with. The rest of a source is one self-contained block in
 /// its own namespace, so the blocks of several kernels can share one translation unit (the compile
 /// tests batch them to parse the headers once).
 pub const PREAMBLE: &str = "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <mma.h>\nusing namespace nvcuda;\n\n\
 // Fault injection (worker tests only): a statement run first in every generated kernel.\n\
 #ifndef TT_FAULT_HOOK\n#define TT_FAULT_HOOK\n#endif\n\n";
+
+/// Fills the holes of `template` from `fills`. In `template`, a line `// @hole(name)` (after
+/// indentation) is replaced by the lines of fill `name`, and lines starting with `//@` are notes
+/// that are dropped. `fills` is a sequence of `// @fill(name)` lines, each followed by its lines up
+/// to the next one (text before the first is a note). A template file and its fills are fixed
+/// text compiled into the crate, so a hole without a fill, or a fill without a hole, is a bug:
+/// it panics (the tests of every template catch it).
+pub fn fill_holes(template: &str, fills: &str) -> String {
+    let mut named: Vec<(&str, String, bool)> = Vec::new();
+    for line in fills.split_inclusive('\n') {
+        if let Some(name) = marker(line, "// @fill(") {
+            named.push((name, String::new(), false));
+        } else if let Some((_, text, _)) = named.last_mut() {
+            text.push_str(line);
+        }
+    }
+    let mut out = String::with_capacity(template.len() + fills.len());
+    for line in template.split_inclusive('\n') {
+        if line.starts_with("//@") {
+            continue;
+        }
+        match marker(line, "// @hole(") {
+            Some(name) => {
+                let fill = named.iter_mut().find(|(n, _, _)| *n == name);
+                let (_, text, used) = fill.unwrap_or_else(|| panic!("hole {name:?} has no fill"));
+                out.push_str(text);
+                *used = true;
+            }
+            None => out.push_str(line),
+        }
+    }
+    if let Some((name, _, _)) = named.iter().find(|(_, _, used)| !used) {
+        panic!("fill {name:?} has no hole");
+    }
+    out
+}
+
+/// The name in a marker line `{prefix}name)`, indentation allowed.
+fn marker<'a>(line: &'a str, prefix: &str) -> Option<&'a str> {
+    line.trim().strip_prefix(prefix)?.strip_suffix(')')
+}
 
 /// A C++ identifier made from arbitrary text (non-alphanumerics become `_`).
 pub fn ident(text: &str) -> String {
@@ -153,5 +199,24 @@ mod tests {
         }
         assert_eq!(ident("a.b-1"), "a_b_1");
         assert_eq!(Scalar::Float(-0.5).to_string(), "-0.5f");
+    }
+
+    #[test]
+    fn holes_take_their_fills() {
+        let template = "//@ a note\nfirst\n  // @hole(a)\nmiddle\n// @hole(empty)\nlast\n";
+        let fills = "//@ about these fills\n// @fill(a)\n  one\n  two\n// @fill(empty)\n";
+        assert_eq!(fill_holes(template, fills), "first\n  one\n  two\nmiddle\nlast\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "hole \"b\" has no fill")]
+    fn a_hole_without_a_fill_is_a_bug() {
+        fill_holes("// @hole(b)\n", "// @fill(a)\nx\n");
+    }
+
+    #[test]
+    #[should_panic(expected = "fill \"c\" has no hole")]
+    fn a_fill_without_a_hole_is_a_bug() {
+        fill_holes("x\n", "// @fill(c)\nx\n");
     }
 }

@@ -9,10 +9,14 @@
 //! - [`target`]: device limits for validity rules; device-class keys.
 //! - [`space`]: knobs, spaces, configs and their indices.
 //! - [`template`]: the `Template` trait, generated `KernelSpec`s and the template registry.
+//! - [`tiling`]: the block tiling the WMMA templates share: GEMM view, knobs, rules, model.
 //! - [`gemm`]: the `wmma_gemm` template (its CUDA body is `src/cuda/wmma_gemm.cu`).
+//! - [`conv`]: the `wmma_conv2d` template, an implicit GEMM (`src/cuda/wmma_conv2d.cu`).
 //! - [`support`]: input generation, the float64 reference and the comparison kernels.
-//! - [`cuda`]: the typed emitter for generated headers.
+//! - [`cuda`]: the typed emitter for generated headers and the filler of template holes;
+//!   `src/cuda/wmma_core.cu` is the block-level WMMA GEMM both templates' kernels share.
 
+pub mod conv;
 pub mod cuda;
 pub mod dtype;
 pub mod error;
@@ -21,6 +25,7 @@ pub mod space;
 pub mod support;
 pub mod target;
 pub mod template;
+pub mod tiling;
 pub mod workload;
 
 pub use dtype::DType;

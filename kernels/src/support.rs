@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cuda::Header;
 use crate::dtype::DType;
-use crate::workload::Workload;
+use crate::workload::{Conv2d, Workload};
 
 const BODY: &str = include_str!("cuda/support.cu");
 
@@ -59,6 +59,28 @@ pub fn operand_elements(w: &Workload) -> (u64, u64, u64) {
     }
 }
 
+/// The named constants of a conv's geometry, as generated headers spell them (the support module
+/// and `wmma_conv2d`): input H, W, CI; output channels KO; filter R, S; output P, Q; padding,
+/// stride and dilation per axis.
+pub fn conv_geometry(c: &Conv2d) -> [(&'static str, u64); 14] {
+    [
+        ("H", c.h),
+        ("W", c.w),
+        ("CI", c.c),
+        ("KO", c.k),
+        ("R", c.r),
+        ("S", c.s),
+        ("P", c.p()),
+        ("Q", c.q()),
+        ("PAD_H", c.pad.0),
+        ("PAD_W", c.pad.1),
+        ("STRIDE_H", c.stride.0),
+        ("STRIDE_W", c.stride.1),
+        ("DIL_H", c.dilation.0),
+        ("DIL_W", c.dilation.1),
+    ]
+}
+
 /// The support module's CUDA source for `w`.
 pub fn source(w: &Workload) -> String {
     let t = w.types();
@@ -82,22 +104,7 @@ pub fn source(w: &Workload) -> String {
         }
         Workload::Conv2d(c) => {
             h.define("TT_OP_CONV2D", 1);
-            for (name, v) in [
-                ("H", c.h),
-                ("W", c.w),
-                ("CI", c.c),
-                ("KO", c.k),
-                ("R", c.r),
-                ("S", c.s),
-                ("P", c.p()),
-                ("Q", c.q()),
-                ("PAD_H", c.pad.0),
-                ("PAD_W", c.pad.1),
-                ("STRIDE_H", c.stride.0),
-                ("STRIDE_W", c.stride.1),
-                ("DIL_H", c.dilation.0),
-                ("DIL_W", c.dilation.1),
-            ] {
+            for (name, v) in conv_geometry(c) {
                 h.int(name, v as i64);
             }
         }

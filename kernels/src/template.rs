@@ -121,7 +121,7 @@ pub trait Template: Send + Sync {
 
 /// Every template this build knows.
 pub fn all() -> Vec<&'static dyn Template> {
-    vec![&crate::gemm::WmmaGemm]
+    vec![&crate::gemm::WmmaGemm, &crate::conv::WmmaConv2d]
 }
 
 /// The template called `name`.

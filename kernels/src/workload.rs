@@ -625,4 +625,60 @@ mod tests {
         assert_eq!(e.field(), Some("stride_h"));
         assert!(Workload::from_key("matmul/m1n2/nn").is_err());
     }
+
+    #[test]
+    fn conv_validation_names_the_field_and_the_allowed_values() {
+        let ok = Conv2d {
+            n: 2,
+            h: 9,
+            w: 7,
+            c: 16,
+            k: 24,
+            r: 3,
+            s: 1,
+            pad: (1, 0),
+            stride: (2, 1),
+            dilation: (1, 2),
+            types: f16(),
+        };
+        ok.validate().unwrap();
+        assert_eq!((ok.p(), ok.q()), (5, 7));
+        let err = |c: Conv2d| c.validate().unwrap_err();
+        // Padding as large as the (dilated) filter only adds output that sees no input.
+        let e = err(Conv2d { pad: (1, 1), ..ok });
+        assert_eq!(e.field(), Some("pad_w"));
+        assert!(e.to_string().contains("smaller than the dilated filter width 1"), "{e}");
+        let e = err(Conv2d { r: 2, pad: (2, 0), ..ok });
+        assert_eq!(e.field(), Some("pad_h"));
+        // Dilation widens the filter, so it widens the padding allowed too.
+        Conv2d { s: 3, pad: (1, 4), dilation: (1, 2), ..ok }.validate().unwrap();
+        // Output size 0: the (dilated) filter is larger than the padded input.
+        let e = err(Conv2d { w: 2, s: 2, dilation: (1, 2), pad: (1, 0), ..ok });
+        assert_eq!(e.field(), Some("w"));
+        assert!(e.to_string().contains("the output would be empty"), "{e}");
+        let e = err(Conv2d { h: 1, r: 5, pad: (1, 0), ..ok });
+        assert_eq!(e.field(), Some("h"));
+        // Zero or out-of-range sizes name their field and the range.
+        for (field, c) in [
+            ("n", Conv2d { n: 0, ..ok }),
+            ("c", Conv2d { c: 0, ..ok }),
+            ("k", Conv2d { k: 0, ..ok }),
+            ("h", Conv2d { h: 0, ..ok }),
+            ("r", Conv2d { r: 32, ..ok }),
+            ("s", Conv2d { s: 0, ..ok }),
+            ("stride_w", Conv2d { stride: (1, 17), ..ok }),
+            ("dilation_h", Conv2d { dilation: (0, 1), ..ok }),
+        ] {
+            let e = err(c);
+            assert_eq!(e.field(), Some(field), "{e}");
+            assert!(e.to_string().contains("out of range; allowed"), "{e}");
+        }
+        // Tensors past 32-bit indexing.
+        let e = err(Conv2d { n: 4096, h: 512, w: 512, c: 16, pad: (0, 0), ..ok });
+        assert_eq!(e.field(), Some("n"));
+        assert!(e.to_string().contains("exceeds the limit"), "{e}");
+        // Types: i8 accumulates in i32 only.
+        let bad_types = Types { input: DType::I8, accumulator: DType::F32, output: DType::F32 };
+        assert_eq!(err(Conv2d { types: bad_types, ..ok }).field(), Some("accumulator"));
+    }
 }

@@ -1,17 +1,24 @@
 //! GPU self-test of the cuda backend without tracker or daemon: for a set of workloads covering
 //! every dtype and layout, generate a spread of configs, compile them with NVRTC for the GPU's
-//! arch, verify and time them in-process, and print one line per kernel plus a summary.
+//! arch, verify (every output element against the float64 reference, before and after the timed
+//! launches) and time them in-process, and print one line per kernel plus a summary. Each workload
+//! gets its op's template (wmma_gemm, wmma_conv2d).
 //!
-//! `gpu_selftest [configs-per-workload] [samples] [matrix | workload keys...]`; `matrix` replaces the
-//! default workloads with every type combination x every layout x three shapes (one ragged). Run on
-//! a GPU machine with libnvrtc and the CUDA headers reachable (LD_LIBRARY_PATH,
+//! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | workload keys...]`; `matrix`
+//! replaces the default workloads with every type combination x every layout x three shapes (one
+//! ragged); `conv` with every conv type combination x the 15 conv shapes of [`conv_matrix`]
+//! (padding, stride 2, dilation 2, ragged tiles, 1x3, 3x1 and 7x7 filters, pointwise layers, the
+//! seven tuning layers).
+//! Configs are spread over the valid space and, for convs, over the kinds of config (path, gather,
+//! split-K and its reduction). The exit status is non-zero when any kernel is not `Ok`.
+//! Run on a GPU machine with libnvrtc and the CUDA headers reachable (LD_LIBRARY_PATH,
 //! TENSORTUNE_CUDA_INCLUDE).
 
 use std::collections::BTreeMap;
 
 use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::template::valid_configs;
-use tensortune_kernels::{Target, Template, Workload, gemm};
+use tensortune_kernels::template::{self, valid_configs};
+use tensortune_kernels::{Config, Target, Workload};
 use tensortune_worker::cuda::CudaExecutor;
 use tensortune_worker::nvrtc;
 use tensortune_worker::protocol::{Executor, Launch, MeasureRequest, Status};
@@ -56,10 +63,10 @@ fn main() -> anyhow::Result<()> {
         "matmul/m1024n1024k1024/nn/f16,f32,f32/alpha=1,beta=0",
     ];
     let extra: Vec<String> = args.iter().skip(3).cloned().collect();
-    let keys: Vec<String> = if extra.first().map(String::as_str) == Some("matrix") {
-        matrix()
-    } else {
-        keys.iter().map(|k| k.to_string()).chain(extra).collect()
+    let keys: Vec<String> = match extra.first().map(String::as_str) {
+        Some("matrix") => matrix(),
+        Some("conv") => conv_matrix(),
+        _ => keys.iter().map(|k| k.to_string()).chain(extra).collect(),
     };
     let workloads = keys.iter().map(|k| Workload::from_key(k)).collect::<Result<Vec<_>, _>>()?;
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
@@ -74,11 +81,17 @@ fn main() -> anyhow::Result<()> {
                 continue;
             }
         };
-        let valid = valid_configs(&gemm::WmmaGemm, w, &target)?;
-        let step = (valid.len() / per).max(1);
-        let chosen: Vec<_> = valid.iter().step_by(step).take(per).collect();
-        let specs =
-            chosen.iter().map(|(_, c)| gemm::WmmaGemm.generate(w, c, &target)).collect::<Result<Vec<_>, _>>()?;
+        let template = template::default_for(w.op())?;
+        let valid = match valid_configs(template, w, &target) {
+            Ok(v) => v,
+            Err(e) => {
+                println!("{key}: not supported by {}: {e}", template.name());
+                *counts.entry("unsupported".into()).or_default() += 1;
+                continue;
+            }
+        };
+        let chosen = spread(&valid, per);
+        let specs = chosen.iter().map(|(_, c)| template.generate(w, c, &target)).collect::<Result<Vec<_>, _>>()?;
         // Compile them all at once on a few threads; measure one by one.
         let compiled: Vec<_> = std::thread::scope(|s| {
             let handles: Vec<_> = specs
@@ -147,7 +160,48 @@ fn main() -> anyhow::Result<()> {
         }
     }
     println!("SUMMARY {counts:?}");
+    let bad: usize = counts.iter().filter(|(status, _)| status.as_str() != "Ok").map(|(_, n)| n).sum();
+    anyhow::ensure!(bad == 0, "{bad} kernels or workloads were not Ok");
     Ok(())
+}
+
+/// `per` configs of `valid`: evenly spaced over the space, and round-robin over the kinds of
+/// config that run different code (path, gather, split-K and its reduction; gemm configs are all
+/// one kind), so that every kind a workload allows is checked.
+fn spread(valid: &[(u64, Config)], per: usize) -> Vec<&(u64, Config)> {
+    let kind = |c: &Config| {
+        let name = |k| c.name(k).unwrap_or("").to_owned();
+        let split = c.int("split_k").is_ok_and(|s| s > 1);
+        (name("path"), name("gather"), if split { name("split_reduce") } else { String::new() })
+    };
+    let mut kinds: BTreeMap<_, Vec<&(u64, Config)>> = BTreeMap::new();
+    for v in valid {
+        kinds.entry(kind(&v.1)).or_default().push(v);
+    }
+    // Each kind's share of the picks, evenly spaced over its configs (from the middle of each
+    // stretch, so small and large tiles both come up), then taken in turns.
+    let share = per.div_ceil(kinds.len().max(1));
+    let queues: Vec<Vec<&(u64, Config)>> = kinds
+        .into_values()
+        .map(|g| {
+            let step = (g.len() / share).max(1);
+            g.into_iter().skip(step / 2).step_by(step).collect()
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut round = 0;
+    while out.len() < per && queues.iter().any(|q| round < q.len()) {
+        for q in &queues {
+            if let Some(v) = q.get(round)
+                && out.len() < per
+            {
+                out.push(*v);
+            }
+        }
+        round += 1;
+    }
+    out.sort_by_key(|(i, _)| *i);
+    out
 }
 
 /// Every type combination x every layout x three shapes: a square one, a skinny one, and one whose
@@ -161,6 +215,39 @@ fn matrix() -> Vec<String> {
             for (m, n, k) in shapes {
                 keys.push(format!("matmul/m{m}n{n}k{k}/{layout}/{t}/alpha=1,beta=0"));
             }
+        }
+    }
+    keys
+}
+
+/// Conv workloads for a correctness run: every type combination x shapes with padding, stride 2,
+/// dilation 2, ragged output tiles (N*P*Q and K not multiples of the tiles), 1x3 / 3x1 / 7x7
+/// filters, pointwise layers, and the seven tuning layers.
+fn conv_matrix() -> Vec<String> {
+    let types = ["f16,f32,f32", "f16,f32,f16", "f16,f16,f16", "bf16,f32,f32", "i8,i32,i32"];
+    // (n, h, w, c, k, r, s, pad, stride, dilation), pad/stride/dilation as "HxW".
+    let shapes = [
+        (2, 7, 5, 16, 24, 3, 3, "1x1", "1x1", "1x1"),
+        (3, 9, 9, 16, 40, 3, 3, "1x1", "2x2", "1x1"),
+        (1, 10, 11, 16, 40, 3, 3, "2x2", "1x1", "2x2"),
+        (1, 13, 17, 32, 48, 1, 3, "0x1", "1x1", "1x1"),
+        (2, 12, 9, 32, 32, 3, 1, "1x0", "1x2", "1x1"),
+        (1, 30, 30, 16, 64, 7, 7, "3x3", "2x2", "1x1"),
+        (3, 5, 7, 32, 48, 1, 1, "0x0", "1x1", "1x1"),
+        (4, 14, 14, 64, 96, 1, 1, "0x0", "2x2", "1x1"),
+        // The tuning layers: MobileNet pointwise, ResNet 3x3, a stride-2 3x3.
+        (1, 56, 56, 64, 128, 1, 1, "0x0", "1x1", "1x1"),
+        (1, 28, 28, 128, 256, 1, 1, "0x0", "1x1", "1x1"),
+        (1, 28, 28, 256, 256, 1, 1, "0x0", "1x1", "1x1"),
+        (32, 56, 56, 64, 128, 1, 1, "0x0", "1x1", "1x1"),
+        (32, 56, 56, 64, 64, 3, 3, "1x1", "1x1", "1x1"),
+        (1, 14, 14, 256, 256, 3, 3, "1x1", "1x1", "1x1"),
+        (1, 56, 56, 64, 128, 3, 3, "1x1", "2x2", "1x1"),
+    ];
+    let mut keys = Vec::new();
+    for t in types {
+        for (n, h, w, c, k, r, s, pad, stride, dil) in shapes {
+            keys.push(format!("conv2d/n{n}h{h}w{w}c{c}/k{k}r{r}s{s}/pad{pad},stride{stride},dil{dil}/nhwc/{t}"));
         }
     }
     keys

@@ -1,4 +1,5 @@
-//! Verifies and times one config on GPU 0, in-process:
+//! Verifies and times one config on GPU 0, in-process, with the template of the workload's op
+//! (wmma_gemm, wmma_conv2d):
 //! `run_one KEY CONFIG_JSON [samples] [repeat] [warm|flush]` (`flush`: one launch per sample from a
 //! cold L2). For profilers (ncu) and repeatability checks.
 use tensortune_kernels::support::{self, Tolerance};
@@ -31,7 +32,7 @@ fn main() -> anyhow::Result<()> {
         l2_bytes: f.l2_bytes,
     };
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
-    let spec = gemm::WmmaGemm.generate(&w, &config, &target)?;
+    let spec = template::default_for(w.op())?.generate(&w, &config, &target)?;
     let cubin = nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)?.cubin;
     let support_cubin = nvrtc::compile(&support::source(&w), "support", &target.nvrtc_arch(), &inc)?.cubin;
     for r in 0..repeat {

@@ -73,7 +73,20 @@ async fn bad_submissions_name_the_field() {
             "invalid workloads[0].matmul.accumulator:",
         ),
         ("no op", job(vec![pb::Workload { op: None }], 4, 0), "invalid workloads[0].op:"),
-        ("conv without a template", job(vec![conv()], 4, 0), "invalid template: no template implements conv2d"),
+        (
+            "conv whose channels wmma_conv2d cannot load",
+            job(
+                vec![pb::Workload {
+                    op: match conv().op {
+                        Some(pb::workload::Op::Conv2d(c)) => Some(pb::workload::Op::Conv2d(pb::Conv2d { c: 12, ..c })),
+                        other => other,
+                    },
+                }],
+                4,
+                0,
+            ),
+            "invalid workloads[0].conv2d.c: 12 must be a multiple of 8 for f16 inputs",
+        ),
         (
             "conv with wmma_gemm",
             pb::SubmitJobRequest { template: "wmma_gemm".into(), ..job(vec![conv()], 4, 0) },

@@ -1,0 +1,198 @@
+//! NVRTC compiles what `wmma_conv2d` generates, for sm_80 and sm_90: a fixed sample of configs
+//! over the layers the template is tuned for (MobileNet pointwise layers, ResNet 3x3 layers, a
+//! stride-2 3x3) and shapes that exercise the gather (padding, stride 2, dilation 2, ragged output
+//! tiles, 1x3 and 3x1 filters, a 7x7 stride-2 stem, the fewest channels each input type allows),
+//! in every type combination, on both paths. No GPU needed.
+//!
+//! As in `generated_kernels_compile.rs`, kernels are compiled in batches (the shared preamble,
+//! then each kernel's self-contained block), on every core; a failing batch is recompiled kernel
+//! by kernel to name the culprit with its log.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tensortune_kernels::conv::WmmaConv2d;
+use tensortune_kernels::template::valid_configs;
+use tensortune_kernels::{Config, Conv2d, DType, KernelSpec, Target, Template, Types, Workload, cuda};
+use tensortune_worker::nvrtc;
+
+const BATCH: usize = 16;
+/// Configs per workload and target.
+const PER_WORKLOAD: usize = 4;
+
+fn include_dir() -> PathBuf {
+    assert!(
+        nvrtc::available(),
+        "libnvrtc.so.13 is not loadable: run the tests through scripts/test.sh (it installs NVRTC from PyPI and sets LD_LIBRARY_PATH)"
+    );
+    nvrtc::find_include_dir()
+        .expect("CUDA headers not found: run scripts/setup-nvrtc.sh or set TENSORTUNE_CUDA_INCLUDE")
+}
+
+/// Compiles every spec for `arch`, in batches on all cores; returns "name: log" per failure.
+fn compile_all(specs: &[KernelSpec], arch: &str) -> Vec<String> {
+    let inc = include_dir();
+    let batches: Vec<&[KernelSpec]> = specs.chunks(BATCH).collect();
+    let next = Mutex::new(0usize);
+    let failures = Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        *n += 1;
+                        *n - 1
+                    };
+                    let Some(batch) = batches.get(i) else { break };
+                    let mut source = String::from(cuda::PREAMBLE);
+                    for spec in *batch {
+                        source.push_str(
+                            spec.source.strip_prefix(cuda::PREAMBLE).expect("every source starts with the preamble"),
+                        );
+                    }
+                    if nvrtc::compile(&source, "batch", arch, &inc).is_ok() {
+                        continue;
+                    }
+                    for spec in *batch {
+                        if let Err(e) = nvrtc::compile(&spec.source, &spec.name, arch, &inc) {
+                            failures.lock().unwrap().push(format!("{} ({arch}): {e}", spec.name));
+                        }
+                    }
+                }
+            });
+        }
+    });
+    failures.into_inner().unwrap()
+}
+
+/// A conv: batch, (h, w), c -> k, filter (r, s), pad, stride, dilation.
+#[allow(clippy::too_many_arguments)]
+fn conv(
+    n: u64,
+    (h, w): (u64, u64),
+    c: u64,
+    k: u64,
+    (r, s): (u64, u64),
+    pad: (u64, u64),
+    stride: (u64, u64),
+    dilation: (u64, u64),
+) -> Conv2d {
+    let types = Types::default_for(DType::F16).unwrap();
+    Conv2d { n, h, w, c, k, r, s, pad, stride, dilation, types }
+}
+
+/// The shapes: the seven tuning bars first, then the gather's corner cases.
+fn shapes() -> Vec<(&'static str, Conv2d)> {
+    let one = (1, 1);
+    vec![
+        ("1x1 n1 56x56 64->128", conv(1, (56, 56), 64, 128, one, (0, 0), one, one)),
+        ("1x1 n1 28x28 128->256", conv(1, (28, 28), 128, 256, one, (0, 0), one, one)),
+        ("1x1 n1 28x28 256->256", conv(1, (28, 28), 256, 256, one, (0, 0), one, one)),
+        ("1x1 n32 56x56 64->128", conv(32, (56, 56), 64, 128, one, (0, 0), one, one)),
+        ("3x3 n32 56x56 64->64", conv(32, (56, 56), 64, 64, (3, 3), (1, 1), one, one)),
+        ("3x3 n1 14x14 256->256", conv(1, (14, 14), 256, 256, (3, 3), (1, 1), one, one)),
+        ("3x3 s2 n1 56x56 64->128", conv(1, (56, 56), 64, 128, (3, 3), (1, 1), (2, 2), one)),
+        ("3x3 pad 1, ragged", conv(2, (7, 5), 16, 24, (3, 3), (1, 1), one, one)),
+        ("3x3 s2 c16 ragged", conv(3, (9, 9), 16, 40, (3, 3), (1, 1), (2, 2), one)),
+        ("3x3 dilation 2", conv(1, (10, 11), 16, 40, (3, 3), (2, 2), one, (2, 2))),
+        ("1x3 pad 0x1", conv(1, (13, 17), 32, 48, (1, 3), (0, 1), one, one)),
+        ("3x1 pad 1x0 stride 1x2", conv(2, (12, 9), 32, 32, (3, 1), (1, 0), (1, 2), one)),
+        ("7x7 s2 pad 3, c8", conv(1, (30, 30), 8, 64, (7, 7), (3, 3), (2, 2), one)),
+        ("3x3 c8 (f16 minimum)", conv(1, (9, 9), 8, 16, (3, 3), (1, 1), one, one)),
+        ("3x3 c16 (i8 minimum)", conv(1, (10, 10), 16, 32, (3, 3), (1, 1), one, one)),
+        ("1x1 stride 2 (implicit only)", conv(4, (14, 14), 64, 96, one, (0, 0), (2, 2), one)),
+        ("1x1 ragged pointwise", conv(3, (5, 7), 32, 48, one, (0, 0), one, one)),
+    ]
+}
+
+/// The type combinations: f16 -> f32, f16 -> f16 (both accumulators), bf16 -> f32, i8 -> i32.
+fn types() -> Vec<Types> {
+    vec![
+        Types::new(DType::F16, DType::F32, Some(DType::F32)).unwrap(),
+        Types::new(DType::F16, DType::F32, Some(DType::F16)).unwrap(),
+        Types::new(DType::F16, DType::F16, Some(DType::F16)).unwrap(),
+        Types::new(DType::Bf16, DType::F32, Some(DType::F32)).unwrap(),
+        Types::new(DType::I8, DType::I32, Some(DType::I32)).unwrap(),
+    ]
+}
+
+/// The kind of a config, for spreading a sample over them: path, gather, split-K and its reduction.
+fn kind(c: &Config) -> String {
+    let split = c.int("split_k").unwrap() > 1;
+    format!(
+        "{}/{}/{}",
+        c.name("path").unwrap(),
+        c.name("gather").unwrap(),
+        if split { c.name("split_reduce").unwrap() } else { "none" }
+    )
+}
+
+/// `per` configs of `valid`, round-robin over its kinds, each kind's picks drawn with a fixed LCG.
+fn sample(valid: &[(u64, Config)], per: usize, seed: &mut u64) -> Vec<Config> {
+    let mut kinds: BTreeMap<String, Vec<&Config>> = BTreeMap::new();
+    for (_, c) in valid {
+        kinds.entry(kind(c)).or_default().push(c);
+    }
+    let mut groups: Vec<Vec<&Config>> = kinds.into_values().collect();
+    let mut out = Vec::new();
+    while out.len() < per && groups.iter().any(|g| !g.is_empty()) {
+        for g in groups.iter_mut().filter(|g| !g.is_empty()) {
+            if out.len() == per {
+                break;
+            }
+            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let at = (*seed >> 33) as usize % g.len();
+            out.push(g.swap_remove(at).clone());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_sample_of_conv_configs_compiles_for_sm80_and_sm90() {
+    let started = Instant::now();
+    let mut seed = 0x7e57_c0de_u64;
+    let mut total = 0;
+    let mut seen_kinds = BTreeMap::new();
+    for target in [Target::sm80(), Target::sm90()] {
+        let mut specs = Vec::new();
+        for (label, shape) in shapes() {
+            for types in types() {
+                let w = Workload::Conv2d(Conv2d { types, ..shape });
+                if types.input == DType::I8 && shape.c % 16 != 0 {
+                    // i8 vectors are 16 channels: such a conv is rejected, with the field named.
+                    let e = WmmaConv2d.supports(&w, &target).unwrap_err();
+                    assert_eq!(e.field(), Some("c"), "{label}: {e}");
+                    continue;
+                }
+                let valid = valid_configs(&WmmaConv2d, &w, &target).unwrap();
+                assert!(valid.len() >= PER_WORKLOAD, "{label} {}: {} valid configs", w.key(), valid.len());
+                for c in sample(&valid, PER_WORKLOAD, &mut seed) {
+                    *seen_kinds.entry(kind(&c)).or_insert(0) += 1;
+                    specs.push(WmmaConv2d.generate(&w, &c, &target).unwrap());
+                }
+            }
+        }
+        assert!(specs.len() >= 300, "only {} sampled kernels for {}", specs.len(), target.name);
+        total += specs.len();
+        let failures = compile_all(&specs, &target.nvrtc_arch());
+        assert!(
+            failures.is_empty(),
+            "{} of {} kernels failed on {}:\n{}",
+            failures.len(),
+            specs.len(),
+            target.name,
+            failures.join("\n\n")
+        );
+    }
+    // Both paths, both gathers, and split-K through the workspace and through clusters (sm_90).
+    for want in ["pointwise/regs/none", "implicit/regs/none", "implicit/smem/none", "implicit/regs/workspace"] {
+        assert!(seen_kinds.contains_key(want), "no {want} config in the sample: {seen_kinds:?}");
+    }
+    assert!(seen_kinds.keys().any(|k| k.ends_with("/cluster")), "no cluster split-K in the sample: {seen_kinds:?}");
+    eprintln!("{total} conv kernels compiled in {:.1} s; kinds {seen_kinds:?}", started.elapsed().as_secs_f64());
+}
