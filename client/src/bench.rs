@@ -261,6 +261,18 @@ mod tests {
     }
 
     #[test]
+    fn conv_suite_holds_the_conv_bars_layers_with_a_valid_space() {
+        let (_, workloads) = Suite::parse(include_str!("../../suites/conv.json"), "conv").unwrap();
+        assert_eq!(workloads.len(), 7);
+        for w in &workloads {
+            assert!(matches!(w, Workload::Conv2d(_)), "{}", w.key());
+            let template = tensortune_kernels::template::default_for(w.op()).unwrap();
+            let valid = template.valid_indices(w, &tensortune_kernels::Target::sm90()).unwrap();
+            assert!(valid.len() >= 100, "{}: {} valid configs", w.key(), valid.len());
+        }
+    }
+
+    #[test]
     fn bad_suites_are_explained() {
         let e = Suite::parse(
             r#"{"name":"x","workloads":[{"workload":"matmul/m0n1k8/nn/f16,f32,f32/alpha=1,beta=0"}]}"#,
