@@ -9,65 +9,17 @@
 //! by kernel to name the culprit with its log.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Instant;
 
 use tensortune_kernels::conv::WmmaConv2d;
 use tensortune_kernels::template::valid_configs;
-use tensortune_kernels::{Config, Conv2d, DType, KernelSpec, Target, Template, Types, Workload, cuda};
-use tensortune_worker::nvrtc;
+use tensortune_kernels::{Config, Conv2d, DType, Target, Template, Types, Workload};
 
-const BATCH: usize = 16;
+mod common;
+use common::compile_all;
+
 /// Configs per workload and target.
 const PER_WORKLOAD: usize = 4;
-
-fn include_dir() -> PathBuf {
-    assert!(
-        nvrtc::available(),
-        "libnvrtc.so.13 is not loadable: run the tests through scripts/test.sh (it installs NVRTC from PyPI and sets LD_LIBRARY_PATH)"
-    );
-    nvrtc::find_include_dir()
-        .expect("CUDA headers not found: run scripts/setup-nvrtc.sh or set TENSORTUNE_CUDA_INCLUDE")
-}
-
-/// Compiles every spec for `arch`, in batches on all cores; returns "name: log" per failure.
-fn compile_all(specs: &[KernelSpec], arch: &str) -> Vec<String> {
-    let inc = include_dir();
-    let batches: Vec<&[KernelSpec]> = specs.chunks(BATCH).collect();
-    let next = Mutex::new(0usize);
-    let failures = Mutex::new(Vec::new());
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let i = {
-                        let mut n = next.lock().unwrap();
-                        *n += 1;
-                        *n - 1
-                    };
-                    let Some(batch) = batches.get(i) else { break };
-                    let mut source = String::from(cuda::PREAMBLE);
-                    for spec in *batch {
-                        source.push_str(
-                            spec.source.strip_prefix(cuda::PREAMBLE).expect("every source starts with the preamble"),
-                        );
-                    }
-                    if nvrtc::compile(&source, "batch", arch, &inc).is_ok() {
-                        continue;
-                    }
-                    for spec in *batch {
-                        if let Err(e) = nvrtc::compile(&spec.source, &spec.name, arch, &inc) {
-                            failures.lock().unwrap().push(format!("{} ({arch}): {e}", spec.name));
-                        }
-                    }
-                }
-            });
-        }
-    });
-    failures.into_inner().unwrap()
-}
 
 /// A conv: batch, (h, w), c -> k, filter (r, s), pad, stride, dilation.
 #[allow(clippy::too_many_arguments)]
