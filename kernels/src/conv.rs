@@ -414,8 +414,9 @@ fn conv(workload: &Workload) -> Result<&Conv2d> {
     }
 }
 
-/// Analytic time of a plan in microseconds: the tiling's tensor-core time, less efficient by the
-/// gather's address arithmetic and predicates on the implicit path, against memory traffic (the
+/// Analytic time of a plan in microseconds ([`Tiling::bound_us`] of): the tiling's tensor-core
+/// time, less efficient by the gather's address arithmetic and predicates on the implicit path;
+/// memory traffic (the
 /// activations read about once since the blocks sharing them run together, the L2-resident filter
 /// once per row of tiles, the output) and the tiling's load-latency floor, plus launch and split-K
 /// costs.
@@ -433,7 +434,7 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let input = (w.n * w.h * w.w * w.c) as f64 * e * halo;
     let filter = (w.k * w.r * w.s * w.c) as f64 * e * tm as f64 / 4.0;
     let memory = (input + filter + p.t.output_traffic()) / 3.0e6;
-    compute.max(memory).max(p.t.latency_us(target)) + LAUNCH_US + p.t.split_us()
+    Tiling::bound_us(compute, memory, p.t.latency_us(target)) + LAUNCH_US + p.t.split_us()
 }
 
 #[cfg(test)]

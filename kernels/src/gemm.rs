@@ -297,9 +297,10 @@ impl Template for WmmaGemm {
     }
 }
 
-/// Analytic time of a plan in microseconds: the slower of tensor-core work (wave-quantised, scaled
-/// by how well the warp tile, pipeline and padding keep the tensor cores fed) and memory traffic,
-/// plus fixed launch and split-K costs. Crude on purpose: it ranks configs plausibly for `sim`.
+/// Analytic time of a plan in microseconds: tensor-core work (wave-quantised, scaled by how well
+/// the warp tile, pipeline and padding keep the tensor cores fed), memory traffic and the load-
+/// latency floor combined by [`Tiling::bound_us`], plus fixed launch and split-K costs. Crude on
+/// purpose: it is the model tuner's cold start and `sim`'s timing.
 fn model(p: &Plan, target: &Target) -> f64 {
     let compute = p.t.compute_us(target, 1.0);
     let e = p.w.types.input.bytes() as f64;
@@ -308,7 +309,7 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let bytes =
         (tn as f64 * (p.w.m * p.w.k) as f64 + tm as f64 * (p.w.k * p.w.n) as f64) * e / l2_reuse + p.t.output_traffic();
     let memory = bytes / 3.0e6;
-    compute.max(memory).max(p.t.latency_us(target)) + LAUNCH_US + p.t.split_us()
+    Tiling::bound_us(compute, memory, p.t.latency_us(target)) + LAUNCH_US + p.t.split_us()
 }
 
 /// Analytic time of the vendor library (the `sim` device's cuBLAS): 80% of the tensor-core peak

@@ -470,6 +470,14 @@ impl Tiling {
         waves * LOAD_LATENCY_US * (1.0 + kt_split as f64 / in_flight)
     }
 
+    /// The time of a kernel bound by tensor-core work, memory traffic and load latency at once,
+    /// in microseconds: a smooth maximum (the 4-norm) of the three. A kernel near two limits runs
+    /// slower than either alone (they overlap imperfectly), and among configs one limit ties, the
+    /// others still rank them.
+    pub fn bound_us(compute: f64, memory: f64, latency: f64) -> f64 {
+        (compute.powi(4) + memory.powi(4) + latency.powi(4)).powf(0.25)
+    }
+
     /// Bytes of D written, with split-K's partial tiles written and read once more each.
     pub fn output_traffic(&self) -> f64 {
         (self.g.m * self.g.n) as f64 * self.g.types.output.bytes() as f64 * (1.0 + 2.0 * (self.split_k - 1) as f64)

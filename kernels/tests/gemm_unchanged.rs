@@ -3,7 +3,9 @@
 //! analytic times the tuners see must not change without a version bump and a new GPU check. The
 //! golden file is the summary of the fingerprint (see `fingerprint/mod.rs`) made at 2e4387f: its
 //! kernel sources are those of 1a86e09, where v6 was verified; its features and analytic times
-//! include the load-latency floor of e13ecd3.
+//! include the load-latency floor of e13ecd3 and the smooth bound (`Tiling::bound_us`) that
+//! followed it (regenerated then, with the full `ci` fingerprint differing only in features and
+//! model_us lines).
 //!
 //! On a mismatch, diff the full fingerprints and sources of the two trees with
 //! `examples/gemm_fingerprint.rs` (its doc has the commands).

@@ -49,10 +49,10 @@ fn the_shipped_records_cover_three_full_spaces() {
     }
 }
 
-/// For each workload: the model-guided tuner needs far fewer trials than random search to come
-/// within 5% of the true best, and comes within 2% in at most 300 trials. With the other two
-/// workloads' records as a prior, f16 512x64x512 (whose analytic ranking is poor) is found in the
-/// first batch, and no workload needs more than its first batch or its trials without the prior.
+/// The bars, on 7 seeds: for each workload the model-guided tuner comes within 5% of the
+/// true best in at most a fifth of the trials random search needs, and within 2% in at most 300
+/// trials. With the other two workloads' records as a prior it needs no more trials to 5% on any
+/// workload, and fewer on the two small ones.
 #[test]
 fn the_model_beats_random_search_and_transfer_helps() {
     let data = data();
@@ -62,15 +62,10 @@ fn the_model_beats_random_search_and_transfer_helps() {
         let model = replay(&data, w, "model", false, 300);
         let transfer = replay(&data, w, "model", true, 300);
         assert!(model.to_2 <= 300, "{part}: model to 2% in {} trials", model.to_2);
-        assert!(model.to_5 * 3 <= random.to_5, "{part}: model {} vs random {} trials to 5%", model.to_5, random.to_5);
-        assert!(
-            transfer.to_5 <= model.to_5.max(BATCH),
-            "{part}: transfer {} vs {} trials to 5%",
-            transfer.to_5,
-            model.to_5
-        );
-        if part.starts_with("m512n64k512") {
-            assert!(transfer.to_5 <= BATCH && transfer.to_5 * 4 <= model.to_5, "{part}: transfer {}", transfer.to_5);
+        assert!(model.to_5 * 5 <= random.to_5, "{part}: model {} vs random {} trials to 5%", model.to_5, random.to_5);
+        assert!(transfer.to_5 <= model.to_5, "{part}: transfer {} vs {} trials to 5%", transfer.to_5, model.to_5);
+        if !part.starts_with("m4096") {
+            assert!(transfer.to_5 < model.to_5, "{part}: transfer {} vs {} trials to 5%", transfer.to_5, model.to_5);
         }
         assert!(transfer.final_ratio <= 1.02, "{part}: transfer ends at {:.3} of the best", transfer.final_ratio);
     }
