@@ -163,14 +163,7 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
         valid.iter().take(3).map(|&i| (i, WmmaGemm.space().config(i).unwrap().to_json())).collect();
 
     // What a previous tracker left mid-job: a grid job of 3 trials, 2 measured, 1 leased.
-    let device = serde_json::json!({
-        "target": target, "memory_bytes": 0, "uuid": "", "driver_version": "", "cuda_version": "",
-        "nvrtc_version": "", "sm_clock_mhz": 0, "mem_clock_mhz": 0,
-    });
-    let provenance = serde_json::json!({
-        "worker_name": "box/0", "gpu_name": "sim", "gpu_uuid": "", "driver_version": "", "cuda_version": "",
-        "nvrtc_version": "", "sm_clock_mhz": 0,
-    });
+    let device = old_device(&target);
     let far = i64::MAX / 4;
     let statements: Vec<sqlx::query::Query<'_, sqlx::Sqlite, _>> = vec![
         sqlx::query("INSERT INTO device_classes VALUES ('sim', ?1, ?2, ?3, ?4, 1, 1)")
@@ -214,31 +207,7 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
         .unwrap();
     }
     for (task, median) in [(1i64, 5.0f64), (2, 6.0)] {
-        let (index, config) = &configs[task as usize - 1];
-        sqlx::query(
-            "INSERT INTO records (id, task_id, job_id, worker_id, workload_key, workload, template, template_version,
-                                  config, config_index, device_class, status, error, compile_ms, measure_ms, samples,
-                                  median_us, spread, batch, baseline_kind, registers, smem_bytes, cache_hit,
-                                  provenance, tflops, speedup, created_ms)
-             VALUES (?1, ?1, 1, 1, ?2, ?3, 'wmma_gemm', ?4, ?5, ?6, 'sim', 'ok', '', 1.0, 1.0, '[]', ?7, 0.0, 1, '',
-                     0, 0, 0, ?8, 1.0, 0.0, 1)",
-        )
-        .bind(task)
-        .bind(workload.key())
-        .bind(serde_json::to_string(&workload).unwrap())
-        .bind(version)
-        .bind(config)
-        .bind(*index as i64)
-        .bind(median)
-        .bind(provenance.to_string())
-        .execute(&pool)
-        .await
-        .unwrap();
-        sqlx::query("UPDATE tasks SET state = 'done', record_id = ?1, lease_expires_ms = NULL WHERE id = ?1")
-            .bind(task)
-            .execute(&pool)
-            .await
-            .unwrap();
+        record_old_task(&pool, &workload, task, &configs[task as usize - 1], "ok", median).await;
     }
     sqlx::query("UPDATE job_workloads SET best_record_id = 1").execute(&pool).await.unwrap();
     pool.close().await;
@@ -314,6 +283,55 @@ async fn old_database(path: &std::path::Path, migrations: &[&str]) -> SqlitePool
     pool
 }
 
+/// A `sim` worker's device as the earlier schemas stored it.
+fn old_device(target: &Target) -> serde_json::Value {
+    serde_json::json!({
+        "target": target, "memory_bytes": 0, "uuid": "", "driver_version": "", "cuda_version": "",
+        "nvrtc_version": "", "sm_clock_mhz": 0, "mem_clock_mhz": 0,
+    })
+}
+
+/// Records the outcome of job 1's task `task` (config `(index, config)`) as the earlier schemas
+/// did, by worker 1 on `sim`, and marks the task done.
+async fn record_old_task(
+    pool: &SqlitePool,
+    workload: &Workload,
+    task: i64,
+    (index, config): &(u64, String),
+    status: &str,
+    median_us: f64,
+) {
+    let provenance = serde_json::json!({
+        "worker_name": "box/0", "gpu_name": "sim", "gpu_uuid": "", "driver_version": "", "cuda_version": "",
+        "nvrtc_version": "", "sm_clock_mhz": 0,
+    });
+    sqlx::query(
+        "INSERT INTO records (id, task_id, job_id, worker_id, workload_key, workload, template, template_version,
+                              config, config_index, device_class, status, error, compile_ms, measure_ms, samples,
+                              median_us, spread, batch, baseline_kind, registers, smem_bytes, cache_hit,
+                              provenance, tflops, speedup, created_ms)
+         VALUES (?1, ?1, 1, 1, ?2, ?3, 'wmma_gemm', ?4, ?5, ?6, 'sim', ?7, '', 1.0, 1.0, '[]', ?8, 0.0, 1, '',
+                 0, 0, 0, ?9, 1.0, 0.0, 1)",
+    )
+    .bind(task)
+    .bind(workload.key())
+    .bind(serde_json::to_string(workload).unwrap())
+    .bind(WmmaGemm.version())
+    .bind(config)
+    .bind(*index as i64)
+    .bind(status)
+    .bind(median_us)
+    .bind(provenance.to_string())
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE tasks SET state = 'done', record_id = ?1, lease_expires_ms = NULL WHERE id = ?1")
+        .bind(task)
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -328,14 +346,7 @@ async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
 
     // What the previous tracker left mid-job: a random job of 4 trials with 3 finalists, 3
     // measured (one of them failed), 1 leased.
-    let device = serde_json::json!({
-        "target": target, "memory_bytes": 0, "uuid": "", "driver_version": "", "cuda_version": "",
-        "nvrtc_version": "", "sm_clock_mhz": 0, "mem_clock_mhz": 0,
-    });
-    let provenance = serde_json::json!({
-        "worker_name": "box/0", "gpu_name": "sim", "gpu_uuid": "", "driver_version": "", "cuda_version": "",
-        "nvrtc_version": "", "sm_clock_mhz": 0,
-    });
+    let device = old_device(&target);
     let statements: Vec<sqlx::query::Query<'_, sqlx::Sqlite, _>> = vec![
         sqlx::query("INSERT INTO device_classes VALUES ('sim', ?1, ?2, ?3, ?4, 1, 1)")
             .bind(&target.name)
@@ -384,32 +395,7 @@ async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
         .unwrap();
     }
     for (task, status, median) in [(1i64, "ok", 5.0f64), (2, "compile_error", 0.0), (3, "ok", 6.0)] {
-        let (index, config) = &configs[task as usize - 1];
-        sqlx::query(
-            "INSERT INTO records (id, task_id, job_id, worker_id, workload_key, workload, template, template_version,
-                                  config, config_index, device_class, status, error, compile_ms, measure_ms, samples,
-                                  median_us, spread, batch, baseline_kind, registers, smem_bytes, cache_hit,
-                                  provenance, tflops, speedup, created_ms)
-             VALUES (?1, ?1, 1, 1, ?2, ?3, 'wmma_gemm', ?4, ?5, ?6, 'sim', ?7, '', 1.0, 1.0, '[]', ?8, 0.0, 1, '',
-                     0, 0, 0, ?9, 1.0, 0.0, 1)",
-        )
-        .bind(task)
-        .bind(workload.key())
-        .bind(serde_json::to_string(&workload).unwrap())
-        .bind(version)
-        .bind(config)
-        .bind(*index as i64)
-        .bind(status)
-        .bind(median)
-        .bind(provenance.to_string())
-        .execute(&pool)
-        .await
-        .unwrap();
-        sqlx::query("UPDATE tasks SET state = 'done', record_id = ?1, lease_expires_ms = NULL WHERE id = ?1")
-            .bind(task)
-            .execute(&pool)
-            .await
-            .unwrap();
+        record_old_task(&pool, &workload, task, &configs[task as usize - 1], status, median).await;
     }
     sqlx::query("UPDATE job_workloads SET best_record_id = 1").execute(&pool).await.unwrap();
     pool.close().await;
