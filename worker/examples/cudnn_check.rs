@@ -10,7 +10,7 @@
 //! cuDNN's own time and ours.
 
 use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::{Conv2d, DType, Target, Types, Workload};
+use tensortune_kernels::{Conv2d, DType, Types, Workload};
 use tensortune_worker::cuda::CudaExecutor;
 use tensortune_worker::nvrtc;
 use tensortune_worker::protocol::{Executor, Launch, MeasureRequest};
@@ -80,17 +80,7 @@ fn main() -> anyhow::Result<()> {
     let mut exec = CudaExecutor::new(0)?;
     let f = exec.facts();
     println!("device: {} ({}), driver {}, cuda {}", f.name, f.class_key, f.driver_version, f.cuda_version);
-    let target = Target {
-        class_key: f.class_key.clone(),
-        name: f.name.clone(),
-        arch: f.arch,
-        sm_count: f.sm_count,
-        max_threads_per_block: f.max_threads_per_block,
-        max_smem_per_block: f.max_smem_per_block,
-        smem_per_sm: f.smem_per_sm,
-        regs_per_sm: f.regs_per_sm,
-        l2_bytes: f.l2_bytes,
-    };
+    let target = f.target();
 
     let mut rows = Vec::new();
     for (label, w) in &workloads {

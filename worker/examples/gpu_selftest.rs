@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::template::{self, valid_configs};
-use tensortune_kernels::{Config, Target, Workload};
+use tensortune_kernels::{Config, Workload};
 use tensortune_worker::cuda::CudaExecutor;
 use tensortune_worker::nvrtc;
 use tensortune_worker::protocol::{Executor, Launch, MeasureRequest, Status};
@@ -40,17 +40,7 @@ fn main() -> anyhow::Result<()> {
         f.cuda_version,
         nvrtc::version()
     );
-    let target = Target {
-        class_key: f.class_key.clone(),
-        name: f.name.clone(),
-        arch: f.arch,
-        sm_count: f.sm_count,
-        max_threads_per_block: f.max_threads_per_block,
-        max_smem_per_block: f.max_smem_per_block,
-        smem_per_sm: f.smem_per_sm,
-        regs_per_sm: f.regs_per_sm,
-        l2_bytes: f.l2_bytes,
-    };
+    let target = f.target();
     let keys = [
         "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0",
         "matmul/m512n32k512/nt/f16,f32,f16/alpha=1,beta=0",

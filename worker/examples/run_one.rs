@@ -20,17 +20,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut exec = CudaExecutor::new(0)?;
     let f = exec.facts();
-    let target = Target {
-        class_key: f.class_key.clone(),
-        name: f.name.clone(),
-        arch: f.arch,
-        sm_count: f.sm_count,
-        max_threads_per_block: f.max_threads_per_block,
-        max_smem_per_block: f.max_smem_per_block,
-        smem_per_sm: f.smem_per_sm,
-        regs_per_sm: f.regs_per_sm,
-        l2_bytes: f.l2_bytes,
-    };
+    let target = f.target();
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
     let spec = template::default_for(w.op())?.generate(&w, &config, &target)?;
     let cubin = nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)?.cubin;

@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use tensortune_kernels::support::Tolerance;
-use tensortune_kernels::{Arg, Workload};
+use tensortune_kernels::{Arg, Target, Workload};
 
 /// Outcome classes of one measurement (mirrors `pb::RecordStatus`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,6 +177,24 @@ pub struct DeviceFacts {
     pub sm_clock_mhz: u32,
     /// Memory clock, MHz.
     pub mem_clock_mhz: u32,
+}
+
+impl DeviceFacts {
+    /// The validity limits of this device, for generating kernels for it directly (the daemon
+    /// goes through the tracker's `DeviceInfo`, which validates them).
+    pub fn target(&self) -> Target {
+        Target {
+            class_key: self.class_key.clone(),
+            name: self.name.clone(),
+            arch: self.arch,
+            sm_count: self.sm_count,
+            max_threads_per_block: self.max_threads_per_block,
+            max_smem_per_block: self.max_smem_per_block,
+            smem_per_sm: self.smem_per_sm,
+            regs_per_sm: self.regs_per_sm,
+            l2_bytes: self.l2_bytes,
+        }
+    }
 }
 
 /// Daemon -> child.
