@@ -16,7 +16,7 @@ use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::{Config, Conv2d, DType, Target, Template, Types, Workload};
 
 mod common;
-use common::compile_all;
+use common::assert_all_compile;
 
 /// Configs per workload and target.
 const PER_WORKLOAD: usize = 4;
@@ -131,15 +131,7 @@ fn a_sample_of_conv_configs_compiles_for_sm80_and_sm90() {
         }
         assert!(specs.len() >= 300, "only {} sampled kernels for {}", specs.len(), target.name);
         total += specs.len();
-        let failures = compile_all(&specs, &target.nvrtc_arch());
-        assert!(
-            failures.is_empty(),
-            "{} of {} kernels failed on {}:\n{}",
-            failures.len(),
-            specs.len(),
-            target.name,
-            failures.join("\n\n")
-        );
+        assert_all_compile(&specs, &target);
     }
     // Both paths, both gathers, and split-K through the workspace and through clusters (sm_90).
     for want in ["pointwise/regs/none", "implicit/regs/none", "implicit/smem/none", "implicit/regs/workspace"] {

@@ -12,7 +12,7 @@ use tensortune_kernels::{DType, KernelSpec, Layout, Matmul, Target, Template, Ty
 use tensortune_worker::nvrtc;
 
 mod common;
-use common::{compile_all, include_dir};
+use common::{assert_all_compile, include_dir};
 
 fn matmul(m: u64, n: u64, k: u64, layout: Layout, types: Types) -> Workload {
     Workload::Matmul(Matmul::new(m, n, k, layout, types).unwrap())
@@ -32,14 +32,7 @@ fn every_config_of_512x64x512_compiles_for_sm80_and_sm90() {
     for target in [Target::sm80(), Target::sm90()] {
         let specs = generate_all(&w, &target);
         assert!(specs.len() >= 100, "only {} valid configs on {}", specs.len(), target.name);
-        let failures = compile_all(&specs, &target.nvrtc_arch());
-        assert!(
-            failures.is_empty(),
-            "{} of {} kernels failed:\n{}",
-            failures.len(),
-            specs.len(),
-            failures.join("\n\n")
-        );
+        assert_all_compile(&specs, &target);
     }
 }
 
@@ -108,14 +101,6 @@ fn a_sample_of_every_dtype_and_layout_compiles_for_sm80_and_sm90() {
             }
         }
         assert!(specs.len() >= 500, "only {} sampled kernels", specs.len());
-        let failures = compile_all(&specs, &target.nvrtc_arch());
-        assert!(
-            failures.is_empty(),
-            "{} of {} kernels failed on {}:\n{}",
-            failures.len(),
-            specs.len(),
-            target.name,
-            failures.join("\n\n")
-        );
+        assert_all_compile(&specs, &target);
     }
 }

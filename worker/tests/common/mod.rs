@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use tensortune_kernels::{KernelSpec, cuda};
+use tensortune_kernels::{KernelSpec, Target, cuda};
 use tensortune_worker::nvrtc;
 
 const BATCH: usize = 16;
@@ -60,4 +60,18 @@ pub(crate) fn compile_all(specs: &[KernelSpec], arch: &str) -> Vec<String> {
         }
     });
     failures.into_inner().unwrap()
+}
+
+/// Compiles every spec for `target` ([`compile_all`]) and fails naming each kernel that did not
+/// compile, with its log.
+pub(crate) fn assert_all_compile(specs: &[KernelSpec], target: &Target) {
+    let failures = compile_all(specs, &target.nvrtc_arch());
+    assert!(
+        failures.is_empty(),
+        "{} of {} kernels failed on {}:\n{}",
+        failures.len(),
+        specs.len(),
+        target.name,
+        failures.join("\n\n")
+    );
 }
