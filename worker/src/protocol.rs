@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use tensortune_kernels::support::Tolerance;
-use tensortune_kernels::{Arg, Target, Workload};
+use tensortune_kernels::{Arg, KernelSpec, Target, Workload};
 
 /// Outcome classes of one measurement (mirrors `pb::RecordStatus`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +48,21 @@ pub struct Launch {
     pub workspace_bytes: u64,
     /// Buffers in argument order.
     pub args: Vec<Arg>,
+}
+
+impl Launch {
+    /// How to launch the kernel of `spec`.
+    pub fn of(spec: &KernelSpec) -> Launch {
+        Launch {
+            name: spec.name.clone(),
+            entry: spec.entry.clone(),
+            grid: spec.grid,
+            block: spec.block,
+            smem_bytes: spec.smem_bytes,
+            workspace_bytes: spec.workspace_bytes,
+            args: spec.args.clone(),
+        }
+    }
 }
 
 /// What the child needs to measure one config.
