@@ -8,8 +8,9 @@ grep -qx '/.gpu/' "$exclude" 2>/dev/null || { mkdir -p "$(dirname "$exclude")"; 
 examples=(gpu_selftest run_one compile_bench cudnn_check)
 cargo build --release --locked --bin tensortune --bin tensortune-tracker --bin tensortune-worker "${examples[@]/#/--example=}"
 mkdir -p .gpu
-for b in tensortune tensortune-tracker tensortune-worker; do strip -o ".gpu/$b" "target/release/$b"; done
-for e in "${examples[@]}"; do strip -o ".gpu/$e" "target/release/examples/$e"; done
+target=${CARGO_TARGET_DIR:-target}
+for b in tensortune tensortune-tracker tensortune-worker; do strip -o ".gpu/$b" "$target/release/$b"; done
+for e in "${examples[@]}"; do strip -o ".gpu/$e" "$target/release/examples/$e"; done
 # The worker's GPU-only tests (#[ignore] in CI), as a test binary run by gpu-check.sh gputests.
 test_bin=$(cargo test --release --locked -p tensortune-worker --test daemon --no-run --message-format=json 2>/dev/null \
   | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)

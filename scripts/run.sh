@@ -15,4 +15,4 @@ else
   export TENSORTUNE_CUDA_INCLUDE="$wheels/include"
 fi
 cargo build --release --locked --quiet --bin tensortune --bin tensortune-tracker --bin tensortune-worker
-exec target/release/tensortune "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/tensortune" "$@"
