@@ -301,10 +301,28 @@ step_convbench() {
   sed -n '/^suite/,$p' "$LOGS/conv-bench.log" | tee -a "$SUMMARY"
 }
 
+# wgmma_gemm: correctness on WGMMA_KEYS (default: one workload per type and layout, a ragged one and
+# 4096^3), WGMMA_CONFIGS configs each spread over producer/cluster/persistence, then a short tune of
+# f16 4096^3 with the template alone (WGMMA_TRIALS) next to cuBLAS.
+step_wgmma() {
+  local keys=${WGMMA_KEYS:-"matmul/m256n256k256/nn/f16,f32,f32/alpha=1,beta=0 matmul/m1000n1000k1024/tn/f16,f32,f16/alpha=1,beta=0 matmul/m512n512k512/nt/bf16,f32,f32/alpha=1,beta=0 matmul/m512n384k512/tt/f16,f16,f16/alpha=0.5,beta=-1 matmul/m512n512k1024/tn/i8,i32,i32/alpha=1,beta=0 matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"}
+  SELFTEST_TEMPLATE=wgmma_gemm timeout 300 "$BIN/gpu_selftest" "${WGMMA_CONFIGS:-4}" 3 $keys >"$LOGS/wgmma-check.log" 2>&1
+  say "wgmma check exit $?: $(grep SUMMARY "$LOGS/wgmma-check.log")"
+  grep -v ": Ok " "$LOGS/wgmma-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-600 | head -30 | tee -a "$SUMMARY"
+  grep "m4096n4096" "$LOGS/wgmma-check.log" | cut -c1-300 | tee -a "$SUMMARY"
+  if [ "${WGMMA_TRIALS:-0}" -gt 0 ]; then
+    local start=$(date +%s.%N)
+    timeout 600 "$BIN/tensortune" --db "$LOGS/wgmma.db" tune matmul --m 4096 --n 4096 --k 4096 --template wgmma_gemm \
+      --trials "$WGMMA_TRIALS" --json "$OUT/wgmma-tune.json" >"$LOGS/wgmma-tune.log" 2>&1
+    say "wgmma tune exit $? in $(since "$start") s"
+    grep -E "trials|best|vendor|check|config" "$LOGS/wgmma-tune.log" | tee -a "$SUMMARY"
+  fi
+}
+
 for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling | cudnn | conv | convbench) "step_$step" ;;
+    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

@@ -12,6 +12,8 @@
 //! - [`tiling`]: the block tiling the WMMA templates share: GEMM view, knobs, rules, model.
 //! - [`gemm`]: the `wmma_gemm` template (its CUDA body is `src/cuda/wmma_gemm.cu`).
 //! - [`conv`]: the `wmma_conv2d` template, an implicit GEMM (`src/cuda/wmma_conv2d.cu`).
+//! - [`wgmma`]: the Hopper family (sm_90a): `wgmma_gemm`, with TMA, mbarriers, warp
+//!   specialization, clusters and a persistent tile walk; everything about it is in its folder.
 //! - [`support`]: input generation, the float64 reference and the comparison kernels.
 //! - [`cuda`]: the typed emitter for generated headers and the filler of template holes;
 //!   `src/cuda/wmma_core.cu` is the block-level WMMA GEMM both templates' kernels share.
@@ -26,13 +28,14 @@ pub mod support;
 pub mod target;
 pub mod template;
 pub mod tiling;
+pub mod wgmma;
 pub mod workload;
 
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use space::{Config, Knob, KnobValue, Space};
 pub use target::Target;
-pub use template::{Arg, KernelSpec, Resources, Template};
+pub use template::{Arg, KernelSpec, Resources, Template, TensorMap, TensorOperand};
 pub use workload::{Conv2d, Layout, Matmul, Op, Types, Workload};
 
 /// The first 8 hex digits of the SHA-256 of `text`: short, stable names for long keys.

@@ -61,9 +61,11 @@ impl Target {
         }
     }
 
-    /// NVRTC's `--gpu-architecture` value for a cubin of this device.
+    /// NVRTC's `--gpu-architecture` value for a cubin of this device. sm_90 compiles for the
+    /// arch-specific `sm_90a`, whose cubins run on sm_90 parts only (as every cubin here does:
+    /// images are built for the worker's exact GPU) and which alone has wgmma and setmaxnreg.
     pub fn nvrtc_arch(&self) -> String {
-        format!("sm_{}", self.arch)
+        if self.arch == 90 { "sm_90a".into() } else { format!("sm_{}", self.arch) }
     }
 
     /// Whether `cp.async` (sm_80+) is available.
@@ -97,5 +99,6 @@ mod tests {
         assert_eq!(class_key("  NVIDIA  H200 ", 90, 132), "nvidia-h200/sm90/132sm");
         assert_eq!(Target::sim().class_key, "sim");
         assert_eq!(Target::sm80().nvrtc_arch(), "sm_80");
+        assert_eq!(Target::sm90().nvrtc_arch(), "sm_90a");
     }
 }

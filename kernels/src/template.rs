@@ -23,6 +23,35 @@ pub enum Arg {
     D,
     /// Scratch of `workspace_bytes`; zeroed once when allocated, kernels leave it zeroed.
     Workspace,
+    /// A TMA tensor map of an operand, passed by value (a `__grid_constant__` CUtensorMap).
+    Map(TensorMap),
+}
+
+/// How the launcher builds a TMA tensor map (`cuTensorMapEncodeTiled`) over an operand: a 2-D
+/// view, innermost dimension first, copied in boxes into 128-byte-swizzled shared memory, with
+/// out-of-bounds elements read as zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TensorMap {
+    /// The buffer it views: [`Arg::A`] or [`Arg::B`].
+    pub operand: TensorOperand,
+    /// Element type.
+    pub dtype: crate::DType,
+    /// Extents, innermost first (elements).
+    pub dims: [u64; 2],
+    /// Distance between consecutive outer rows, bytes (a multiple of 16).
+    pub row_bytes: u64,
+    /// Box copied per load, innermost first (elements; the inner box is 128 bytes).
+    pub box_dims: [u32; 2],
+}
+
+/// The input buffer a [`TensorMap`] views.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TensorOperand {
+    /// Matmul A / conv input.
+    A,
+    /// Matmul B / conv filter.
+    B,
 }
 
 /// A generated kernel and how to launch it.
@@ -121,7 +150,7 @@ pub trait Template: Send + Sync {
 
 /// Every template this build knows.
 pub fn all() -> Vec<&'static dyn Template> {
-    vec![&crate::gemm::WmmaGemm, &crate::conv::WmmaConv2d]
+    vec![&crate::gemm::WmmaGemm, &crate::conv::WmmaConv2d, &crate::wgmma::WgmmaGemm]
 }
 
 /// The template called `name`.

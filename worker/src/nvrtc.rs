@@ -83,6 +83,9 @@ pub fn find_include_dir() -> Option<PathBuf> {
     candidates.into_iter().find(|d| d.join("mma.h").is_file() && d.join("cuda_fp16.h").is_file())
 }
 
+/// ptxas warnings that mean wgmma instructions were serialized, or setmaxnreg ignored.
+const SERIALIZED_WGMMA: [&str; 3] = ["C7510", "C7511", "C7508"];
+
 /// The flags every kernel is compiled with.
 pub fn flags(arch: &str, include_dir: &Path) -> Vec<String> {
     vec![
@@ -142,6 +145,15 @@ pub fn compile(source: &str, name: &str, arch: &str, include_dir: &Path) -> Resu
     let log = program_log(&prog);
     if let Err(code) = compiled {
         return Err(failed(code, log));
+    }
+    // ptxas compiles a wgmma it cannot keep asynchronous (accumulators moved between wgmmas, calls
+    // in between) into a serialized one that runs at a fraction of the rate: a broken kernel.
+    if let Some(line) = log.lines().find(|l| SERIALIZED_WGMMA.iter().any(|w| l.contains(w))) {
+        return Err(CompileError::Failed {
+            code: "serialized wgmma".into(),
+            flags: flags.join(" "),
+            log: format!("{line}\n(treated as an error: serialized wgmma runs far below the tensor cores' rate)\n{log}"),
+        });
     }
     let mut size = 0usize;
     // SAFETY: prog compiled successfully; size is a valid out-pointer.

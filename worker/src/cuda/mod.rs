@@ -179,7 +179,8 @@ impl CudaExecutor {
         let l = &req.launch;
         let cfg = launch_config(l);
         let w = &self.workloads[wi];
-        let args = w.args(&l.args, InputSet::Check, ws);
+        let args = w.args(&l.args, InputSet::Check, ws).map_err(|f| self.fail(f))?;
+        let w = &self.workloads[wi];
         let r = w
             .poison(&self.stream)
             .and_then(|_| launch(&self.stream, func, cfg, &args).when(|| format!("when launching {}", l.name)))
@@ -221,7 +222,7 @@ impl CudaExecutor {
         let (max_abs, max_rel) = self.run_and_check(wi, &func, req, ws.as_ref())?;
 
         let cfg = launch_config(&req.launch);
-        let args = self.workloads[wi].args(&req.launch.args, InputSet::Timing, ws.as_ref());
+        let args = self.workloads[wi].args(&req.launch.args, InputSet::Timing, ws.as_ref()).map_err(|f| self.fail(f))?;
         let name = req.launch.name.clone();
         // The clock while the GPU is busy with this kernel, read just before its timed replays.
         let sm_clock_mhz = self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz());

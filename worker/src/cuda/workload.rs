@@ -7,9 +7,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, result};
 use cudarc::nvrtc::Ptx;
 use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::{Arg, Workload};
+use tensortune_kernels::{Arg, TensorOperand, Workload};
 
-use super::device::{Context, CudaFailure, DevBuf, KArg, grid_for, launch};
+use super::device::{Context, CudaFailure, DevBuf, KArg, encode_map, grid_for, launch};
 
 /// Seeds of the generated inputs: fixed, so every worker checks against the same data.
 const SEED_A_CHECK: u32 = 0x0a11;
@@ -128,20 +128,26 @@ impl WorkloadState {
         Ok(state)
     }
 
-    /// Device pointers for a generated kernel's arguments.
-    pub(crate) fn args(&self, args: &[Arg], set: InputSet, workspace: Option<&DevBuf>) -> Vec<KArg> {
+    /// A generated kernel's arguments: device pointers, and tensor maps encoded over them.
+    pub(crate) fn args(&self, args: &[Arg], set: InputSet, workspace: Option<&DevBuf>) -> Result<Vec<KArg>, CudaFailure> {
+        let (a, b) = self.inputs(set);
         args.iter()
-            .map(|a| {
-                KArg::Ptr(match (a, set) {
-                    (Arg::A, InputSet::Check) => self.a_check.ptr,
-                    (Arg::A, InputSet::Timing) => self.a_time.ptr,
-                    (Arg::B, InputSet::Check) => self.b_check.ptr,
-                    (Arg::B, InputSet::Timing) => self.b_time.ptr,
-                    (Arg::C, _) => self.c.ptr,
-                    (Arg::D, _) => self.d.ptr,
+            .map(|arg| {
+                Ok(KArg::Ptr(match arg {
+                    Arg::A => a,
+                    Arg::B => b,
+                    Arg::C => self.c.ptr,
+                    Arg::D => self.d.ptr,
                     // A kernel that needs no workspace still gets a valid pointer.
-                    (Arg::Workspace, _) => workspace.map_or(self.stats.ptr, |w| w.ptr),
-                })
+                    Arg::Workspace => workspace.map_or(self.stats.ptr, |w| w.ptr),
+                    Arg::Map(map) => {
+                        let ptr = match map.operand {
+                            TensorOperand::A => a,
+                            TensorOperand::B => b,
+                        };
+                        return encode_map(map, ptr).map(KArg::Map);
+                    }
+                }))
             })
             .collect()
     }

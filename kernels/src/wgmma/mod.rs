@@ -1,0 +1,625 @@
+//! The Hopper template family (sm_90a): wgmma from shared memory, TMA loads into 128-byte-swizzled
+//! stages completing on mbarriers, optional warp specialization, 2-block clusters with TMA
+//! multicast and a persistent tile walk. Everything about the family lives in this folder: its
+//! knobs, validity rules, code generation (`gemm.cu` and the emitted wgmma wrapper), features and
+//! analytic model; the worker launches it from the generic [`KernelSpec`] (tensor-map recipes in
+//! [`Arg::Map`], the cluster shape compiled into the kernel).
+//!
+//! The kernel works in a transposed view of D (see `gemm.cu`): P = N rows (wgmma's M), Q = M
+//! columns (wgmma's N). The knobs keep the user's names: `block_m` is the tile along M (wgmma's N,
+//! 64..256) and `block_n` the tile along N (64-row wgmma tiles split over the consumers).
+
+use std::fmt::Write as _;
+
+use crate::cuda::{Header, Scalar, ident};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::space::{Config, Knob, Space};
+use crate::target::Target;
+use crate::template::{Arg, KernelSpec, Resources, Template, TensorMap, TensorOperand};
+use crate::workload::{Matmul, Op, Workload};
+
+/// The fixed kernel body (holes: `mma_tile`).
+const BODY: &str = include_str!("gemm.cu");
+
+// The knob domains, in the order of the space (the last varies fastest in the index).
+const BLOCK_M: &[u32] = &[64, 128, 192, 256];
+const BLOCK_N: &[u32] = &[64, 128, 256];
+const CONSUMERS: &[u32] = &[1, 2];
+const STAGES: &[u32] = &[2, 3, 4, 5, 6];
+const CLUSTER: &[u32] = &[1, 2];
+const PERSISTENT: &[u32] = &[0, 1];
+const GROUP: &[u32] = &[1, 4, 8, 16];
+const PRODUCER: &[&str] = &["warpgroup", "inline"];
+const SCHEDULE: &[&str] = &["cooperative", "pingpong"];
+const KNOBS: usize = 9;
+const DOMAIN_SIZES: [usize; KNOBS] = [
+    BLOCK_M.len(),
+    BLOCK_N.len(),
+    CONSUMERS.len(),
+    STAGES.len(),
+    CLUSTER.len(),
+    PERSISTENT.len(),
+    GROUP.len(),
+    PRODUCER.len(),
+    SCHEDULE.len(),
+];
+
+/// Registers a thread of the producer warpgroup keeps (setmaxnreg.dec).
+const PRODUCER_REGS: u32 = 40;
+/// Accumulator registers a consumer thread may hold: the rest of its 232-240 go to descriptors,
+/// addresses and the epilogue. Past this ptxas spills or serializes the wgmmas.
+const MAX_ACC_REGS: u32 = 128;
+/// Shared memory beyond the stages: 1024 bytes to align the swizzle atoms, and the mbarriers.
+const SMEM_SLACK: u32 = 1024 + 2 * 8 * 8;
+/// Fixed cost of a launch in the analytic model, microseconds (as for the WMMA templates).
+const LAUNCH_US: f64 = 2.0;
+
+/// The Hopper matmul template.
+pub struct WgmmaGemm;
+
+/// Every quantity a config implies for a workload, computed once.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The workload.
+    pub w: Matmul,
+    /// Tile along the user's M (wgmma N, the view's Q).
+    pub bq: u32,
+    /// Tile along the user's N (wgmma M rows, the view's P).
+    pub bp: u32,
+    /// Consumer warpgroups.
+    pub consumers: u32,
+    /// Pipeline stages.
+    pub stages: u32,
+    /// Blocks per cluster (Y multicast when 2).
+    pub cluster: u32,
+    /// Persistent grid (one wave walking the tiles).
+    pub persistent: bool,
+    /// Cluster rows per rasterization group.
+    pub group: u32,
+    /// A producer warpgroup (true) or loads issued by a consumer thread.
+    pub specialized: bool,
+    /// Ping-pong: each consumer warpgroup owns whole tiles, alternate ones, so one's epilogue
+    /// overlaps the other's wgmmas (otherwise the consumers split every tile's rows).
+    pub pingpong: bool,
+}
+
+/// The view's dimensions and tile counts.
+struct Grid {
+    tiles_p: u64,
+    tiles_q: u64,
+    cluster_tiles: u64,
+    blocks: u64,
+}
+
+impl Plan {
+    /// Reads the knobs of `config` (domains are checked by the space).
+    pub fn new(w: &Matmul, config: &Config) -> Result<Plan> {
+        let positions = WgmmaGemm.space().positions(config)?;
+        Ok(Plan::from_positions(w, &positions))
+    }
+
+    /// The plan of the config at `index` of the space, without building the config.
+    pub fn at(w: &Matmul, index: u64) -> Plan {
+        let mut rest = index;
+        let mut positions = [0usize; KNOBS];
+        for (k, radix) in DOMAIN_SIZES.iter().enumerate().rev() {
+            positions[k] = (rest % *radix as u64) as usize;
+            rest /= *radix as u64;
+        }
+        Plan::from_positions(w, &positions)
+    }
+
+    fn from_positions(w: &Matmul, pos: &[usize]) -> Plan {
+        Plan {
+            w: *w,
+            bq: BLOCK_M[pos[0]],
+            bp: BLOCK_N[pos[1]],
+            consumers: CONSUMERS[pos[2]],
+            stages: STAGES[pos[3]],
+            cluster: CLUSTER[pos[4]],
+            persistent: PERSISTENT[pos[5]] == 1,
+            group: GROUP[pos[6]],
+            specialized: PRODUCER[pos[7]] == "warpgroup",
+            pingpong: SCHEDULE[pos[8]] == "pingpong",
+        }
+    }
+
+    /// K elements per stage row: one 128-byte swizzle span.
+    fn bk(&self) -> u32 {
+        128 / self.w.types.input.bytes()
+    }
+
+    /// Whether X (the user's B) is K-major.
+    fn x_kmajor(&self) -> bool {
+        self.w.layout.b_k_contiguous()
+    }
+
+    /// Whether Y (the user's A) is K-major.
+    fn y_kmajor(&self) -> bool {
+        self.w.layout.a_k_contiguous()
+    }
+
+    /// Rows of a tile one consumer warpgroup computes.
+    fn consumer_rows(&self) -> u32 {
+        if self.pingpong { self.bp } else { self.bp / self.consumers }
+    }
+
+    /// wgmma row tiles per consumer warpgroup.
+    fn row_tiles(&self) -> u32 {
+        self.consumer_rows() / 64
+    }
+
+    /// Accumulator registers per consumer thread for one 64-row tile.
+    fn acc_regs(&self) -> u32 {
+        if self.w.types.accumulator == DType::F16 { self.bq / 4 } else { self.bq / 2 }
+    }
+
+    fn threads(&self) -> u32 {
+        128 * (self.consumers + u32::from(self.specialized))
+    }
+
+    fn smem_bytes(&self) -> u32 {
+        self.stages * (self.bp + self.bq) * 128 + SMEM_SLACK
+    }
+
+    fn grid(&self, target: &Target) -> Grid {
+        let tiles_p = self.w.n.div_ceil(self.bp as u64).next_multiple_of(self.cluster as u64);
+        let tiles_q = self.w.m.div_ceil(self.bq as u64);
+        let cluster_tiles = tiles_p / self.cluster as u64 * tiles_q;
+        let clusters = if self.persistent { cluster_tiles.min(self.wave(target)) } else { cluster_tiles };
+        Grid { tiles_p, tiles_q, cluster_tiles, blocks: clusters * self.cluster as u64 }
+    }
+
+    /// Clusters that run at once: blocks per SM times SMs, over the cluster size.
+    fn wave(&self, target: &Target) -> u64 {
+        ((target.sm_count * self.blocks_per_sm(target)) / self.cluster).max(1) as u64
+    }
+
+    /// Registers a consumer thread needs: its accumulators and about 48 for descriptors, addresses
+    /// and the epilogue, in the allocation unit of 8.
+    fn consumer_regs_needed(&self) -> u32 {
+        (self.row_tiles() * self.acc_regs() + 48).next_multiple_of(8)
+    }
+
+    /// Blocks one SM holds: by shared memory (1 KiB of it reserved per block), threads and
+    /// registers (a consumer thread must keep what [`Self::consumer_regs_needed`] says). The kernel
+    /// is compiled with this as its `__launch_bounds__` minimum, so the compiler keeps to it.
+    fn blocks_per_sm(&self, target: &Target) -> u32 {
+        let fits = |b: u32| {
+            let smem = b * (self.smem_bytes() + 1024) <= target.smem_per_sm;
+            let threads = b * self.threads() <= 2048;
+            smem && threads && self.consumer_regs_at(b, target) >= self.consumer_regs_needed()
+        };
+        (1..=8).take_while(|b| fits(*b)).last().unwrap_or(1)
+    }
+
+    /// Registers of a consumer thread with `b` blocks per SM: with a producer warpgroup, what
+    /// setmaxnreg leaves it of the block's share of the register file; otherwise the share per
+    /// thread. At most 240, a multiple of 8.
+    fn consumer_regs_at(&self, b: u32, target: &Target) -> u32 {
+        let per_block = target.regs_per_sm / b;
+        let regs = if self.specialized {
+            (per_block / 128).saturating_sub(PRODUCER_REGS) / self.consumers
+        } else {
+            (per_block / self.threads()).min(255)
+        };
+        regs.min(240) / 8 * 8
+    }
+
+    /// The validity rules, in the order a user would want to hear them.
+    pub fn check(&self, target: &Target) -> Result<Resources> {
+        if self.pingpong && !(self.specialized && self.consumers == 2) {
+            return Err(Error::Rejected(
+                "schedule pingpong alternates tiles between two consumer warpgroups fed by a producer warpgroup: it needs consumers 2 and producer warpgroup".into(),
+            ));
+        }
+        if self.consumer_rows() % 64 != 0 {
+            return Err(Error::Rejected(format!(
+                "block_n {} cannot be split into whole 64-row wgmma tiles over {} consumer warpgroups",
+                self.bp, self.consumers
+            )));
+        }
+        let acc = self.row_tiles() * self.acc_regs();
+        if acc > MAX_ACC_REGS {
+            return Err(Error::Rejected(format!(
+                "a {}x{} tile over {} consumer warpgroups holds {acc} accumulator registers per thread; at most {MAX_ACC_REGS} fit beside the wgmma operands",
+                self.bq, self.bp, self.consumers
+            )));
+        }
+        let smem = self.smem_bytes();
+        if smem > target.max_smem_per_block {
+            return Err(Error::Rejected(format!(
+                "{} stages of a {}x{} tile need {} KiB of shared memory; this GPU allows {} KiB per block",
+                self.stages,
+                self.bq,
+                self.bp,
+                smem.div_ceil(1024),
+                target.max_smem_per_block / 1024
+            )));
+        }
+        // Tiles more than twice the problem's extent only compute zeros: the smaller tile is in
+        // the space and does the same work.
+        for (knob, tile, extent, field) in [("block_m", self.bq, self.w.m, "M"), ("block_n", self.bp, self.w.n, "N")] {
+            if tile > 64 && tile as u64 >= 2 * extent {
+                return Err(Error::Rejected(format!(
+                    "{knob} {tile} is at least twice {field}={extent}: half the tile would compute nothing"
+                )));
+            }
+        }
+        let g = self.grid(target);
+        if self.cluster > 1 {
+            if self.w.n.div_ceil(self.bp as u64) < 2 {
+                return Err(Error::Rejected(format!(
+                    "a cluster of 2 needs at least two block_n tiles (N={} is one tile of {})",
+                    self.w.n, self.bp
+                )));
+            }
+            if !self.y_kmajor() && (self.bq / 64) % self.cluster != 0 {
+                return Err(Error::Rejected(format!(
+                    "a cluster of {} multicasts A in 64-column blocks: block_m {} does not split in {}",
+                    self.cluster, self.bq, self.cluster
+                )));
+            }
+        }
+        let wave = self.wave(target);
+        if self.persistent && g.cluster_tiles <= wave {
+            return Err(Error::Rejected(format!(
+                "persistent: the {} tiles fit in one wave of {} blocks already",
+                g.cluster_tiles * self.cluster as u64,
+                wave * self.cluster as u64
+            )));
+        }
+        let cluster_rows = g.tiles_p / self.cluster as u64;
+        if self.group > 1 && (cluster_rows <= self.group as u64 || g.tiles_q == 1) {
+            return Err(Error::Rejected(format!(
+                "raster_group {} needs more than {} rows of block_n tiles and more than one column (have {}x{})",
+                self.group, self.group, cluster_rows, g.tiles_q
+            )));
+        }
+        Ok(Resources { threads: self.threads(), smem_bytes: smem, blocks: g.blocks, workspace_bytes: 0 })
+    }
+
+    /// The kernel's identity: template, version, knobs and a digest of the workload key.
+    pub fn name(&self) -> String {
+        let t = &self.w.types;
+        let key_digest = crate::short_digest(&Workload::Matmul(self.w).key());
+        ident(&format!(
+            "tt_wgmma_gemm_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}_g{}_{}_{}",
+            WgmmaGemm.version(),
+            t.input,
+            t.accumulator,
+            t.output,
+            self.w.layout,
+            self.bq,
+            self.bp,
+            self.consumers,
+            if self.pingpong { "pp" } else { "" },
+            self.stages,
+            self.cluster,
+            if self.persistent { "pers" } else { "grid" },
+            self.group,
+            if self.specialized { "ws" } else { "inl" },
+            key_digest
+        ))
+    }
+
+    /// The tensor maps of X (the user's B) and Y (the user's A).
+    fn maps(&self) -> [TensorMap; 2] {
+        let w = &self.w;
+        let e = w.types.input.bytes() as u64;
+        let bk = self.bk();
+        // K-major: rows of K, one box of every row of the tile. MN-major: rows of M or N, 64-wide
+        // boxes (the 128-byte swizzle span) of BK rows.
+        let map = |operand, kmajor: bool, mn: u64, rows_in_box: u32| {
+            if kmajor {
+                TensorMap {
+                    operand,
+                    dtype: w.types.input,
+                    dims: [w.k, mn],
+                    row_bytes: w.k * e,
+                    box_dims: [bk, rows_in_box],
+                }
+            } else {
+                TensorMap { operand, dtype: w.types.input, dims: [mn, w.k], row_bytes: mn * e, box_dims: [64, bk] }
+            }
+        };
+        [map(TensorOperand::B, self.x_kmajor(), w.n, self.bp), map(TensorOperand::A, self.y_kmajor(), w.m, self.bq / self.cluster)]
+    }
+
+    /// The generated source.
+    pub fn source(&self, target: &Target) -> String {
+        let w = &self.w;
+        let t = &w.types;
+        let name = self.name();
+        let g = self.grid(target);
+        let epi_int = t.output.is_int();
+        let scalar = |v: f64| if epi_int { Scalar::Int(v as i64) } else { Scalar::Float(v) };
+        let mut h = Header::default();
+        h.comment(format!("wgmma_gemm v{}: D = alpha * op(A) op(B) + beta * C", WgmmaGemm.version()))
+            .comment(format!("workload {}", Workload::Matmul(*w).key()))
+            .typedef("T_IN", t.input.cuda())
+            .typedef("T_OUT", t.output.cuda())
+            .typedef("T_EPI", if epi_int { "int" } else { "float" })
+            .typedef("T_ACCR", acc_reg_type(t.accumulator))
+            .define("KERNEL_NAME", &name)
+            .define(
+                "TT_CLUSTER_ATTR",
+                if self.cluster > 1 { format!("__cluster_dims__({}, 1, 1)", self.cluster) } else { String::new() },
+            )
+            .int("P", w.n as i64)
+            .int("Q", w.m as i64)
+            .int("K", w.k as i64)
+            .int("BP", self.bp as i64)
+            .int("BQ", self.bq as i64)
+            .int("BK", self.bk() as i64)
+            .int("STAGES", self.stages as i64)
+            .int("CONSUMERS", self.consumers as i64)
+            .int("CLUSTER", self.cluster as i64)
+            .int("GROUP", self.group as i64)
+            .int("TILES_P", g.tiles_p as i64)
+            .int("TILES_Q", g.tiles_q as i64)
+            .int("ACC_REGS", self.acc_regs() as i64)
+            .int("PRODUCER_REGS", PRODUCER_REGS as i64)
+            .int("BLOCKS_PER_SM", self.blocks_per_sm(target) as i64)
+            .int("CONSUMER_REGS", self.consumer_regs_at(self.blocks_per_sm(target), target) as i64)
+            .flag("SPECIALIZED", self.specialized)
+            .flag("PINGPONG", self.pingpong)
+            .flag("X_KMAJOR", self.x_kmajor())
+            .flag("Y_KMAJOR", self.y_kmajor())
+            .flag("EVEN_P", w.n % self.bp as u64 == 0)
+            .flag("EVEN_Q", w.m % self.bq as u64 == 0)
+            .flag("PAIRS_ALIGNED", w.m % 2 == 0)
+            .flag("READ_C", w.reads_c())
+            .value("T_EPI", "ALPHA", scalar(w.alpha))
+            .value("T_EPI", "BETA", scalar(w.beta));
+        let body = crate::cuda::fill_holes(BODY, &format!("// @fill(mma_tile)\n{}", self.mma_tile()));
+        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, &body])
+    }
+
+    /// `mma_tile(acc, dx, dy)`: one wgmma of a 64 x BQ tile (K 16, or 32 for i8) accumulating into
+    /// `acc`, and `acc_pair`, which reads two adjacent accumulators back as T_EPI.
+    fn mma_tile(&self) -> String {
+        let t = &self.w.types;
+        let n = self.bq;
+        let regs = self.acc_regs();
+        let (shape, constraint) = match (t.input, t.accumulator) {
+            (DType::I8, _) => (format!("m64n{n}k32.s32.s8.s8"), "+r"),
+            (DType::F16, DType::F16) => (format!("m64n{n}k16.f16.f16.f16"), "+r"),
+            (input, _) => (format!("m64n{n}k16.f32.{0}.{0}", input.name()), "+f"),
+        };
+        let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+        // The scale-d predicate, then (floats only: integer wgmma has neither, its operands are
+        // K-major) the scale-a/b immediates and the transpose bits of MN-major operands.
+        let tail = if t.input == DType::I8 {
+            "p".to_string()
+        } else {
+            format!("p, 1, 1, {}, {}", u32::from(!self.x_kmajor()), u32::from(!self.y_kmajor()))
+        };
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "// wgmma.{shape}: X {}-major, Y {}-major.",
+            if self.x_kmajor() { "K" } else { "MN" },
+            if self.y_kmajor() { "K" } else { "MN" }
+        );
+        let _ = writeln!(
+            s,
+            "__device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {{"
+        );
+        let _ = writeln!(s, "  asm volatile(");
+        let _ = writeln!(s, "      \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{}, 0;\\n\"", regs + 2);
+        let _ = writeln!(
+            s,
+            "      \"wgmma.mma_async.sync.aligned.{shape} {{{}}}, %{}, %{}, {};\\n}}\\n\"",
+            list.join(", "),
+            regs,
+            regs + 1,
+            tail
+        );
+        let outs: Vec<String> = (0..regs).map(|i| format!("\"{constraint}\"(d[{i}])")).collect();
+        let _ = writeln!(s, "      : {}", outs.join(", "));
+        let _ = writeln!(s, "      : \"l\"(dx), \"l\"(dy), \"r\"(1));");
+        let _ = writeln!(s, "}}");
+        s.push('\n');
+        s.push_str(
+            "__device__ __forceinline__ void acc_pair(const T_ACCR (&a)[ACC_REGS], int j, int h, T_EPI& v0, T_EPI& v1) {\n",
+        );
+        if t.accumulator == DType::F16 {
+            s.push_str("  const __half2 v = *reinterpret_cast<const __half2*>(&a[2 * j + h]);\n");
+            s.push_str("  v0 = to_epi(__low2half(v));\n  v1 = to_epi(__high2half(v));\n");
+        } else {
+            s.push_str("  v0 = to_epi(a[4 * j + 2 * h]);\n  v1 = to_epi(a[4 * j + 2 * h + 1]);\n");
+        }
+        s.push_str("}\n");
+        s
+    }
+
+    /// The kernel spec of a checked plan.
+    fn spec(&self, target: &Target, res: &Resources) -> KernelSpec {
+        let name = self.name();
+        let [x, y] = self.maps();
+        KernelSpec {
+            source: self.source(target),
+            entry: name.clone(),
+            name,
+            grid: [res.blocks as u32, 1, 1],
+            block: [res.threads, 1, 1],
+            smem_bytes: res.smem_bytes,
+            workspace_bytes: 0,
+            args: vec![Arg::Map(x), Arg::Map(y), Arg::C, Arg::D],
+        }
+    }
+}
+
+/// The C++ type of one accumulator register.
+fn acc_reg_type(acc: DType) -> &'static str {
+    match acc {
+        DType::F16 => "unsigned",
+        DType::I32 => "int",
+        _ => "float",
+    }
+}
+
+fn matmul(workload: &Workload) -> Result<&Matmul> {
+    match workload {
+        Workload::Matmul(m) => Ok(m),
+        other => Err(Error::invalid("template", format!("wgmma_gemm implements matmul, not {}", other.op().name()))),
+    }
+}
+
+impl Template for WgmmaGemm {
+    fn name(&self) -> &'static str {
+        "wgmma_gemm"
+    }
+
+    fn version(&self) -> u32 {
+        1
+    }
+
+    fn op(&self) -> Op {
+        Op::Matmul
+    }
+
+    fn supports(&self, workload: &Workload, target: &Target) -> Result<()> {
+        let w = matmul(workload)?;
+        w.validate()?;
+        if target.arch != 90 {
+            return Err(Error::invalid(
+                "template",
+                format!("wgmma_gemm needs an sm_90 GPU (Hopper: wgmma, TMA); this one is sm_{}", target.arch),
+            ));
+        }
+        let input = w.types.input;
+        if !matches!(input, DType::F16 | DType::Bf16 | DType::I8) {
+            return Err(Error::invalid("input", format!("wgmma_gemm takes f16, bf16 or i8 inputs, not {input}")));
+        }
+        if input == DType::I8 && w.layout != crate::Layout::Tn {
+            return Err(Error::invalid(
+                "layout",
+                format!(
+                    "wgmma reads i8 operands K-major only, so wgmma_gemm takes i8 in layout tn, not {}; wmma_gemm takes it",
+                    w.layout
+                ),
+            ));
+        }
+        // TMA: every row of an operand starts on a 16-byte boundary.
+        let e = input.bytes() as u64;
+        let rows = [
+            ("k", w.k, w.layout.a_k_contiguous() || w.layout.b_k_contiguous()),
+            ("m", w.m, !w.layout.a_k_contiguous()),
+            ("n", w.n, !w.layout.b_k_contiguous()),
+        ];
+        for (field, extent, contiguous) in rows {
+            if contiguous && (extent * e) % 16 != 0 {
+                return Err(Error::invalid(
+                    field,
+                    format!(
+                        "{extent} must be a multiple of {} for {input} in layout {} (TMA needs rows of whole 16-byte units)",
+                        16 / e,
+                        w.layout
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn space(&self) -> Space {
+        let ints = |name, v: &[u32]| Knob::ints(name, &v.iter().map(|x| *x as i64).collect::<Vec<_>>());
+        Space {
+            knobs: vec![
+                ints("block_m", BLOCK_M),
+                ints("block_n", BLOCK_N),
+                ints("consumers", CONSUMERS),
+                ints("stages", STAGES),
+                ints("cluster", CLUSTER),
+                ints("persistent", PERSISTENT),
+                ints("raster_group", GROUP),
+                Knob::names("producer", PRODUCER),
+                Knob::names("schedule", SCHEDULE),
+            ],
+        }
+    }
+
+    fn valid_indices(&self, workload: &Workload, target: &Target) -> Result<Vec<u64>> {
+        self.supports(workload, target)?;
+        let w = matmul(workload)?;
+        let len: u64 = DOMAIN_SIZES.iter().map(|n| *n as u64).product();
+        Ok((0..len).filter(|i| Plan::at(w, *i).check(target).is_ok()).collect())
+    }
+
+    fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources> {
+        self.supports(workload, target)?;
+        self.space().index_of(config)?;
+        Plan::new(matmul(workload)?, config)?.check(target)
+    }
+
+    fn generate(&self, workload: &Workload, config: &Config, target: &Target) -> Result<KernelSpec> {
+        self.supports(workload, target)?;
+        self.space().index_of(config)?;
+        let plan = Plan::new(matmul(workload)?, config)?;
+        let res = plan.check(target)?;
+        Ok(plan.spec(target, &res))
+    }
+
+    fn features(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Vec<(&'static str, f64)>> {
+        let p = Plan::new(matmul(workload)?, config)?;
+        let g = p.grid(target);
+        let waves = g.blocks as f64 / target.sm_count as f64;
+        Ok(vec![
+            ("log2_block_m", (p.bq as f64).log2()),
+            ("log2_block_n", (p.bp as f64).log2()),
+            ("consumers", p.consumers as f64),
+            ("stages", p.stages as f64),
+            ("cluster", p.cluster as f64),
+            ("persistent", f64::from(u8::from(p.persistent))),
+            ("log2_raster_group", (p.group as f64).log2()),
+            ("specialized", f64::from(u8::from(p.specialized))),
+            ("pingpong", f64::from(u8::from(p.pingpong))),
+            ("blocks_per_sm", p.blocks_per_sm(target) as f64),
+            ("waves", waves),
+            ("tile_efficiency", tile_efficiency(&p, &g)),
+            ("model_log_us", model(&p, target).ln()),
+        ])
+    }
+
+    fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64> {
+        let p = Plan::new(matmul(workload)?, config)?;
+        p.check(target)?;
+        Ok(model(&p, target))
+    }
+}
+
+/// The share of the computed tile area that lies inside D.
+fn tile_efficiency(p: &Plan, g: &Grid) -> f64 {
+    (p.w.m * p.w.n) as f64 / ((g.tiles_q * p.bq as u64) as f64 * (g.tiles_p * p.bp as u64) as f64)
+}
+
+/// Analytic time in microseconds: wgmma work at a rate that grows with the tile's N (operand
+/// reuse) and the pipeline depth, quantised into waves of blocks, against the memory traffic the
+/// tiles imply; plus launch cost. Crude on purpose: the tuner's cold start and `sim`'s clock.
+fn model(p: &Plan, target: &Target) -> f64 {
+    let g = p.grid(target);
+    let peak = 989e6 * if p.w.types.input == DType::I8 { 2.0 } else { 1.0 } * target.sm_count as f64 / 132.0;
+    let per_block_peak = peak / target.sm_count as f64;
+    // Feeding: a 64xN wgmma reads 64+N rows of shared memory per 64*N products.
+    let reuse = (p.bq as f64 * p.bp as f64) / (p.bq as f64 + p.bp as f64) / 85.3;
+    let pipe = 1.0 - 0.5 / p.stages as f64;
+    let spec = if p.specialized { 1.0 } else { 0.9 };
+    let eff = (reuse.min(1.0) * pipe * spec).max(0.05);
+    let tile_flops = 2.0 * p.bq as f64 * p.bp as f64 * p.w.k as f64;
+    let per_sm = (target.sm_count / p.cluster * p.cluster).max(1) as f64;
+    let waves = (g.cluster_tiles * p.cluster as u64) as f64 / per_sm;
+    let compute = waves.ceil().max(1.0) * tile_flops / (per_block_peak * eff);
+    let e = p.w.types.input.bytes() as f64;
+    let l2_reuse = if p.group > 1 { 1.6 } else { 1.0 } * if p.cluster > 1 { 1.3 } else { 1.0 };
+    let bytes = (g.tiles_p as f64 * (p.w.m * p.w.k) as f64 + g.tiles_q as f64 * (p.w.k * p.w.n) as f64) * e
+        / l2_reuse
+        + (p.w.m * p.w.n) as f64 * p.w.types.output.bytes() as f64;
+    let memory = bytes / 3.0e6;
+    (compute.powi(4) + memory.powi(4)).powf(0.25) + LAUNCH_US
+}
+
+#[cfg(test)]
+mod tests;
