@@ -310,6 +310,11 @@ step_wgmma() {
   say "wgmma check exit $?: $(grep SUMMARY "$LOGS/wgmma-check.log")"
   grep -v ": Ok " "$LOGS/wgmma-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-600 | head -30 | tee -a "$SUMMARY"
   grep "m4096n4096" "$LOGS/wgmma-check.log" | cut -c1-300 | tee -a "$SUMMARY"
+  if [ -f "$BIN/wgmma_best.cubin" ]; then
+    cuobjdump --dump-sass "$BIN/wgmma_best.cubin" >"$LOGS/wgmma-sass.txt" 2>&1
+    say "wgmma sass: $(grep -cE 'HGMMA|IGMMA' "$LOGS/wgmma-sass.txt") GMMA, $(grep -c 'UTMALDG' "$LOGS/wgmma-sass.txt") UTMALDG, $(grep -cE '\bHMMA\b' "$LOGS/wgmma-sass.txt") HMMA, $(grep -cE 'LDL|STL' "$LOGS/wgmma-sass.txt") local"
+    grep -oE '(HGMMA|IGMMA)[.A-Za-z0-9]*' "$LOGS/wgmma-sass.txt" | sort | uniq -c | head -5 | tee -a "$SUMMARY"
+  fi
   if [ "${WGMMA_TRIALS:-0}" -gt 0 ]; then
     local start=$(date +%s.%N)
     timeout 600 "$BIN/tensortune" --db "$LOGS/wgmma.db" tune matmul --m 4096 --n 4096 --k 4096 --template wgmma_gemm \
@@ -319,10 +324,21 @@ step_wgmma() {
   fi
 }
 
+# `tensortune bench` on suites/large.json (LARGE_TRIALS each, default 300; LARGE_ARGS adds flags,
+# e.g. --template wgmma_gemm).
+step_large() {
+  local start=$(date +%s.%N)
+  timeout 1200 "$BIN/tensortune" --db "$LOGS/large.db" bench --suite suites/large.json --trials "${LARGE_TRIALS:-300}" \
+    ${LARGE_ARGS:-} --json "$OUT/large-bench.json" >"$LOGS/large-bench.log" 2>&1
+  say "large bench exit $? in $(since "$start") s"
+  sed -n '/^suite/,$p' "$LOGS/large-bench.log" | tee -a "$SUMMARY"
+  cp "$LOGS/large.db" "$OUT/large.db" 2>/dev/null
+}
+
 for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma) "step_$step" ;;
+    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

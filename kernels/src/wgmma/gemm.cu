@@ -292,7 +292,8 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       if (threadIdx.x == 0) {
         while (loader.ct < CLUSTER_TILES) load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
       }
-      cluster_sync();
+      // A block of a cluster stays until its peer is done: the peer still arrives on its barriers.
+      if constexpr (CLUSTER > 1) cluster_sync();
       return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
@@ -380,5 +381,5 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       }
     }
   }
-  cluster_sync();
+  if constexpr (CLUSTER > 1) cluster_sync();
 }

@@ -185,7 +185,13 @@ impl Plan {
     /// Blocks one SM holds: by shared memory (1 KiB of it reserved per block), threads and
     /// registers (a consumer thread must keep what [`Self::consumer_regs_needed`] says). The kernel
     /// is compiled with this as its `__launch_bounds__` minimum, so the compiler keeps to it.
+    /// With a producer warpgroup the answer is 1: setmaxnreg moves registers within a block's
+    /// allocation, and with two blocks per SM ptxas either fails (C7602) or the consumers' setmaxnreg.inc
+    /// waited forever on an H200 (seen 2026-11-23).
     fn blocks_per_sm(&self, target: &Target) -> u32 {
+        if self.specialized {
+            return 1;
+        }
         let fits = |b: u32| {
             let smem = b * (self.smem_bytes() + 1024) <= target.smem_per_sm;
             let threads = b * self.threads() <= 2048;
@@ -613,7 +619,7 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let waves = (g.cluster_tiles * p.cluster as u64) as f64 / per_sm;
     let compute = waves.ceil().max(1.0) * tile_flops / (per_block_peak * eff);
     let e = p.w.types.input.bytes() as f64;
-    let l2_reuse = if p.group > 1 { 1.6 } else { 1.0 } * if p.cluster > 1 { 1.3 } else { 1.0 };
+    let l2_reuse = if p.group > 1 { 1.6 } else { 1.0 };
     let bytes = (g.tiles_p as f64 * (p.w.m * p.w.k) as f64 + g.tiles_q as f64 * (p.w.k * p.w.n) as f64) * e
         / l2_reuse
         + (p.w.m * p.w.n) as f64 * p.w.types.output.bytes() as f64;
