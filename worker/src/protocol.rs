@@ -121,7 +121,7 @@ pub struct MeasureOutcome {
     pub batch: u32,
     /// Vendor time for the workload in this child session, microseconds.
     pub baseline_us: Option<f64>,
-    /// Which vendor call was timed (`cublasGemmEx`, `cublasLtMatmul`, `model`).
+    /// Which vendor call was timed (`cublasGemmEx`, `cublasLt heuristic #3 of 8`, `model`).
     pub baseline_kind: String,
     /// Worst absolute error of the full-output check.
     pub max_abs_err: Option<f64>,

@@ -1,5 +1,6 @@
 //! The vendor baseline for matmul: `cublasGemmEx` with the workload's types, layout and epilogue,
-//! on the same buffers, timed by the same graph replay as our kernels.
+//! on the same buffers, timed by the same graph replay as our kernels. cuBLASLt's candidates
+//! (`blaslt`) run the same operands with the same scalars, and the baseline is the fastest.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -20,21 +21,58 @@ pub(crate) struct Blas {
     _workspace: DevBuf,
 }
 
-/// The epilogue scalars, in the type the compute type wants them in.
-enum Scalars {
+/// The epilogue scalars, in the type the compute type wants them in (cuBLAS's scale type): f32
+/// for f32 accumulation, f16 for f16, i32 for integer accumulation. cuBLASLt (`blaslt`) uses
+/// the same.
+pub(super) enum Scalars {
     F32(f32, f32),
     F16(half::f16, half::f16),
     I32(i32, i32),
 }
 
 impl Scalars {
-    fn ptrs(&self) -> (*const c_void, *const c_void) {
+    /// The workload's alpha and beta, converted to its scale type.
+    pub(super) fn of(w: &Matmul) -> Scalars {
+        match w.types.accumulator {
+            DType::F32 => Scalars::F32(w.alpha as f32, w.beta as f32),
+            DType::F16 => Scalars::F16(half::f16::from_f64(w.alpha), half::f16::from_f64(w.beta)),
+            _ => Scalars::I32(w.alpha as i32, w.beta as i32),
+        }
+    }
+
+    /// Host pointers to alpha and beta, valid while `self` is.
+    pub(super) fn ptrs(&self) -> (*const c_void, *const c_void) {
         match self {
             Scalars::F32(a, b) => (a as *const f32 as _, b as *const f32 as _),
             Scalars::F16(a, b) => (a as *const half::f16 as _, b as *const half::f16 as _),
             Scalars::I32(a, b) => (a as *const i32 as _, b as *const i32 as _),
         }
     }
+}
+
+/// The operands as BLAS (column-major) sees them: whether A and B are transposed, and their
+/// leading dimensions. D is M x N with leading dimension M.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Ops {
+    /// op(A) = A^T: A is stored K x M (K contiguous).
+    pub(super) a_t: bool,
+    pub(super) lda: u64,
+    /// op(B) = B^T: B is stored N x K (N contiguous).
+    pub(super) b_t: bool,
+    pub(super) ldb: u64,
+}
+
+impl Ops {
+    pub(super) fn of(w: &Matmul) -> Ops {
+        let (a_t, lda) = if w.layout.a_k_contiguous() { (true, w.k) } else { (false, w.m) };
+        let (b_t, ldb) = if w.layout.b_k_contiguous() { (false, w.k) } else { (true, w.n) };
+        Ops { a_t, lda, b_t, ldb }
+    }
+}
+
+/// BLAS's operation for a transposed or plain operand.
+pub(super) fn operation(transposed: bool) -> cublasOperation_t {
+    if transposed { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N }
 }
 
 fn data_type(d: DType) -> cudaDataType {
@@ -70,42 +108,31 @@ impl Blas {
     /// so with beta != 0 it reads D as C: the same work as ours, on other values.
     pub(crate) fn gemm(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
         let t = &w.types;
-        let (compute, scalars) = match t.accumulator {
-            DType::F32 => (cublasComputeType_t::CUBLAS_COMPUTE_32F, Scalars::F32(w.alpha as f32, w.beta as f32)),
-            DType::F16 => (
-                cublasComputeType_t::CUBLAS_COMPUTE_16F,
-                Scalars::F16(half::f16::from_f64(w.alpha), half::f16::from_f64(w.beta)),
-            ),
-            _ => (cublasComputeType_t::CUBLAS_COMPUTE_32I, Scalars::I32(w.alpha as i32, w.beta as i32)),
+        let scalars = Scalars::of(w);
+        let compute = match scalars {
+            Scalars::F32(..) => cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            Scalars::F16(..) => cublasComputeType_t::CUBLAS_COMPUTE_16F,
+            Scalars::I32(..) => cublasComputeType_t::CUBLAS_COMPUTE_32I,
         };
         let (alpha, beta) = scalars.ptrs();
-        let (transa, lda) = if w.layout.a_k_contiguous() {
-            (cublasOperation_t::CUBLAS_OP_T, w.k)
-        } else {
-            (cublasOperation_t::CUBLAS_OP_N, w.m)
-        };
-        let (transb, ldb) = if w.layout.b_k_contiguous() {
-            (cublasOperation_t::CUBLAS_OP_N, w.k)
-        } else {
-            (cublasOperation_t::CUBLAS_OP_T, w.n)
-        };
+        let ops = Ops::of(w);
         // SAFETY: a, b, d are live buffers sized for this workload (operand_elements); alpha and
         // beta point at `scalars`, alive for the call; the handle is bound to the stream.
         unsafe {
             blas::gemm_ex(
                 self.handle,
-                transa,
-                transb,
+                operation(ops.a_t),
+                operation(ops.b_t),
                 w.m as i32,
                 w.n as i32,
                 w.k as i32,
                 alpha,
                 a as *const c_void,
                 data_type(t.input),
-                lda as i32,
+                ops.lda as i32,
                 b as *const c_void,
                 data_type(t.input),
-                ldb as i32,
+                ops.ldb as i32,
                 beta,
                 d as *mut c_void,
                 data_type(t.output),

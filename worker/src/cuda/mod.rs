@@ -1,10 +1,12 @@
 //! The `cuda` device backend (cudarc): loads cubins, verifies every output element against the
 //! float64 reference, times by CUDA-graph replay (warm, or one launch per sample from a cold L2
 //! when the request flushes; see `timing`), and times the vendor baseline the same way, on the
-//! same buffers: cuBLAS for matmul (`blas`), cuDNN for conv2d (`dnn`). Runs inside the measuring
+//! same buffers: cuBLAS for matmul (the fastest of `cublasGemmEx`, in `blas`, and cuBLASLt's
+//! heuristic candidates, in `blaslt`), cuDNN for conv2d (`dnn`). Runs inside the measuring
 //! child process, one request at a time.
 
 mod blas;
+mod blaslt;
 mod device;
 mod dnn;
 mod nvml;
@@ -18,7 +20,7 @@ use std::time::Instant;
 use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
-use tensortune_kernels::Workload;
+use tensortune_kernels::{Matmul, Workload};
 
 use crate::protocol::{DeviceFacts, Executor, MeasureOutcome, MeasureRequest, Status};
 use device::{Context, CudaFailure, DevBuf, launch};
@@ -36,6 +38,8 @@ pub struct CudaExecutor {
     stream: Arc<CudaStream>,
     facts: DeviceFacts,
     blas: Option<Result<blas::Blas, String>>,
+    /// cuBLASLt, created by the first matmul baseline of this child (or why it could not be).
+    lt: Option<Result<blaslt::Lt, String>>,
     /// cuDNN, loaded by the first conv baseline of this child (or why it could not be).
     dnn: Option<Result<dnn::Dnn, String>>,
     workloads: VecDeque<WorkloadState>,
@@ -83,6 +87,7 @@ impl CudaExecutor {
             stream,
             facts,
             blas: None,
+            lt: None,
             dnn: None,
             workloads: VecDeque::new(),
             baselines: HashMap::new(),
@@ -311,15 +316,88 @@ impl CudaExecutor {
         let timed = time_as_asked(&self.ctx, &self.stream, self.facts.l2_bytes, &mut self.flush_scratch, req, |_| {
             blas.gemm(&mm, a, b, d)
         });
-        match timed {
-            Ok(t) => (Some(t.median_us), kind),
+        let gemm_us = match timed {
+            Ok(t) => t.median_us,
             Err(f) => {
                 if f.is_sticky() {
                     self.poisoned = true;
                 }
-                (None, format!("none: {f}"))
+                return (None, format!("none: {f}"));
+            }
+        };
+        match self.lt_baseline(wi, &mm, req) {
+            Some((us, lt_kind)) if us < gemm_us => (Some(us), lt_kind),
+            _ => (Some(gemm_us), kind),
+        }
+    }
+
+    /// The fastest of cuBLASLt's heuristic candidates for matmul workload `wi` whose output
+    /// passes our check, each checked and timed as `cublasGemmEx` is: (time, kind). None when
+    /// cuBLASLt is missing or refuses the workload, or no candidate runs and passes; the reasons
+    /// go to the debug log, and the baseline is then gemmEx alone.
+    fn lt_baseline(&mut self, wi: usize, mm: &Matmul, req: &MeasureRequest) -> Option<(f64, String)> {
+        if self.lt.is_none() {
+            let loaded = blaslt::Lt::new(&self.stream);
+            if let Err(e) = &loaded {
+                tracing::debug!("matmul baselines are cublasGemmEx alone: {e}");
+            }
+            self.lt = Some(loaded);
+        }
+        let lt = self.lt.as_ref().expect("set above").as_ref().ok()?;
+        let found = lt.plan(mm).and_then(|plan| plan.candidates().map(|c| (plan, c)));
+        let (plan, candidates) = match found {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::debug!(workload = %req.workload_key, "no cuBLASLt candidates: {e}");
+                return None;
+            }
+        };
+        let w = &self.workloads[wi];
+        let d = w.d.ptr;
+        let mut best: Option<(f64, usize)> = None;
+        for (i, c) in candidates.iter().enumerate() {
+            let number = i + 1;
+            // As for gemmEx: C seeded into the output, then the check set; outside any graph, so
+            // the algorithm's kernels are also loaded before the capture.
+            let (a, b) = w.inputs(InputSet::Check);
+            let checked = w
+                .load_c_into_output(&self.stream)
+                .and_then(|_| plan.matmul(c, a, b, d))
+                .and_then(|_| w.compare(&self.stream, &req.tolerance));
+            let timed = match checked {
+                Ok(cmp) if cmp.failures > 0 => {
+                    tracing::debug!(workload = %req.workload_key, candidate = number, failures = cmp.failures, max_abs = cmp.max_abs, "cuBLASLt candidate skipped: its output failed our check");
+                    continue;
+                }
+                Ok(_) => {
+                    let (a, b) = w.inputs(InputSet::Timing);
+                    time_as_asked(&self.ctx, &self.stream, self.facts.l2_bytes, &mut self.flush_scratch, req, |_| {
+                        plan.matmul(c, a, b, d)
+                    })
+                }
+                Err(f) => Err(f),
+            };
+            match timed {
+                Ok(t) => {
+                    tracing::debug!(workload = %req.workload_key, candidate = number, us = t.median_us, workspace = c.workspace_bytes, waves = c.waves, "cuBLASLt candidate timed");
+                    if best.is_none_or(|(us, _)| t.median_us < us) {
+                        best = Some((t.median_us, number));
+                    }
+                }
+                Err(f) => {
+                    // cuBLASLt reports a fault inside its kernels as its own status: ask the
+                    // driver too.
+                    if f.is_sticky() || self.ctx.synchronize().is_err() {
+                        tracing::warn!(workload = %req.workload_key, candidate = number, "cuBLASLt candidate lost the context: {f}");
+                        self.poisoned = true;
+                        break;
+                    }
+                    tracing::debug!(workload = %req.workload_key, candidate = number, "cuBLASLt candidate skipped: {f}");
+                }
             }
         }
+        let (us, number) = best?;
+        Some((us, format!("cublasLt heuristic #{number} of {}", candidates.len())))
     }
 
     /// Times the vendor library alone on `req`'s workload, with no kernel of ours: loads the
@@ -343,6 +421,7 @@ impl Drop for CudaExecutor {
         // The vendor handles go first: they are bound to `stream`, which the fields' own drop
         // order would destroy before them.
         self.dnn = None;
+        self.lt = None;
         self.blas = None;
     }
 }
