@@ -174,7 +174,7 @@ fn spread(valid: &[(u64, Config)], per: usize) -> Vec<&(u64, Config)> {
             name("path"),
             name("gather"),
             if split { name("split_reduce") } else { String::new() },
-            (name("producer"), int("cluster"), int("persistent")),
+            (name("producer"), name("schedule"), int("cluster"), int("persistent")),
         )
     };
     let mut kinds: BTreeMap<_, Vec<&(u64, Config)>> = BTreeMap::new();

@@ -96,6 +96,17 @@ __device__ __forceinline__ void bar_arrive_cluster(unsigned long long* bar) {
   }
 }
 
+// Ping-pong order between the two consumers (named barriers 1 and 2, both warpgroups counted):
+// a consumer starts a tile's K loop only once the other has finished the K loop of the tile
+// before. Without it the second consumer, whose first ring slot is a whole tile ahead, would wait
+// on a full barrier several phases early, where the parity of its phase is still ambiguous.
+__device__ __forceinline__ void order_wait(int cw) {
+  if constexpr (PINGPONG) asm volatile("bar.sync %0, 256;\n" ::"r"(2 - cw) : "memory");
+}
+__device__ __forceinline__ void order_signal(int cw) {
+  if constexpr (PINGPONG) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + cw) : "memory");
+}
+
 __device__ __forceinline__ void cluster_sync() {
   if constexpr (CLUSTER > 1) {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -320,6 +331,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     tile_of(ct, rank, tp, tq);
     const long long ring = (long long)local * KTILES;
     int stage = (int)(ring % STAGES), phase = (int)((ring / STAGES) & 1);
+    if (local > 0) order_wait(cw);
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
 #pragma unroll
@@ -358,6 +370,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
         phase ^= 1;
       }
     }
+    order_signal(cw);
     wgmma_wait<0>();
     if (threadIdx.x % 128 == 0) bar_arrive_cluster(&empty[prev]);
     if (issues && loader.ct < CLUSTER_TILES) load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
