@@ -107,6 +107,7 @@ fn main() -> anyhow::Result<()> {
             min_batch: 50,
             flush_l2,
             baseline: true,
+            fresh_baseline: false,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };

@@ -56,6 +56,17 @@ pub(crate) fn combine(measured: Vec<MeasureOutcome>, rounds: u32) -> MeasureOutc
     }
 }
 
+/// The vendor time of a finalist task from the baselines timed in its rounds (`(us, kind)`, one
+/// per round that timed one): their median, with the kind of the round nearest to it; `None`
+/// when no round timed one. Timing the vendor in the rounds, beside the finalists, puts both
+/// under the same clocks; a baseline timed once at the start of a session may have run faster.
+pub(crate) fn vendor_of_rounds(rounds: &[(f64, String)]) -> Option<(f64, String)> {
+    let times: Vec<f64> = rounds.iter().map(|(us, _)| *us).collect();
+    let mid = median(&times);
+    let nearest = rounds.iter().min_by(|a, b| (a.0 - mid).abs().total_cmp(&(b.0 - mid).abs()))?;
+    Some((mid, nearest.1.clone()))
+}
+
 /// The median of `values` (the mean of the middle two for an even count; 0 when empty).
 fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
@@ -113,5 +124,18 @@ mod tests {
         assert!(c.samples_us.is_empty() && c.median_us == 0.0);
         assert_eq!(c.measure_ms, 5010.0);
         assert_eq!(combine(Vec::new(), 3).status, Status::LaunchError);
+    }
+
+    #[test]
+    fn the_vendor_time_of_the_rounds_is_their_median() {
+        assert_eq!(vendor_of_rounds(&[]), None);
+        let rounds = [
+            (190.0, "cublasGemmEx".to_string()),
+            (200.0, "cublasLt heuristic #2 of 8".to_string()),
+            (186.0, "cublasGemmEx".to_string()),
+        ];
+        assert_eq!(vendor_of_rounds(&rounds), Some((190.0, "cublasGemmEx".to_string())));
+        let (us, _) = vendor_of_rounds(&rounds[..2]).unwrap();
+        assert_eq!(us, 195.0);
     }
 }

@@ -111,7 +111,7 @@ pub(crate) async fn measure_stage(
                     let outcome = match image {
                         Ok(image) => tokio::select! {
                             _ = stop.cancelled() => return Ok(()),
-                            outcome = measurer.measure(lease.task_id, &kernel.plan, &image, &support) => outcome?,
+                            outcome = measurer.measure(lease.task_id, &kernel.plan, &image, &support, false) => outcome?,
                         },
                         Err(failed) => failed,
                     };
@@ -155,16 +155,20 @@ struct Measurer<'a> {
 
 impl Measurer<'_> {
     /// Measures `plan`'s kernel once in the child, asking for the vendor baseline while the
-    /// worker has none for the workload. `Err` only when no measuring child can be started.
+    /// worker has none for the workload, or timed afresh with `fresh_baseline`. `Err` only when
+    /// no measuring child can be started.
     async fn measure(
         &mut self,
         task_id: u64,
         plan: &Plan,
         kernel: &Image,
         support: &Image,
+        fresh_baseline: bool,
     ) -> anyhow::Result<MeasureOutcome> {
         let (key, flush_l2) = (&plan.workload_key, plan.sampling.flush_l2);
-        let request = plan.request(task_id, kernel, support, self.baselines.wanted(key, flush_l2));
+        let wanted = self.baselines.wanted(key, flush_l2) || fresh_baseline;
+        let mut request = plan.request(task_id, kernel, support, wanted);
+        request.fresh_baseline = fresh_baseline;
         let span = tracing::info_span!("measure", task = task_id, kernel = %plan.spec.name, gpu = %self.shared.gpu);
         let mut outcome = self.supervisor.measure(request).instrument(span).await?;
         self.baselines.settle(key, flush_l2, &mut outcome);
@@ -190,7 +194,9 @@ impl Measurer<'_> {
 
     /// Measures a finalist task's configs `rounds` times, interleaved (see `finalist`), and
     /// returns their records in task order; `None` when the task was dropped or the worker is
-    /// stopping (nothing is reported).
+    /// stopping (nothing is reported). The vendor library is timed again in every round, with the
+    /// round's first config, and the records carry the median of those rounds (see
+    /// [`finalist::vendor_of_rounds`]).
     async fn finalists(
         &mut self,
         lease: &Lease,
@@ -200,7 +206,9 @@ impl Measurer<'_> {
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<Vec<pb::Measurement>>> {
         let mut measured: Vec<Vec<MeasureOutcome>> = finalists.iter().map(|_| Vec::new()).collect();
+        let mut vendor_rounds: Vec<(f64, String)> = Vec::new();
         for round in 1..=rounds {
+            let mut vendor_timed = false;
             for (finalist, outcomes) in finalists.iter().zip(&mut measured) {
                 let Candidate::Ready(kernel) = finalist else { continue };
                 if outcomes.last().is_some_and(|o| o.status != Status::Ok) {
@@ -211,8 +219,12 @@ impl Measurer<'_> {
                 }
                 let outcome = tokio::select! {
                     _ = stop.cancelled() => return Ok(None),
-                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support) => outcome?,
+                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, !vendor_timed) => outcome?,
                 };
+                if !vendor_timed && let Some(us) = outcome.baseline_us {
+                    vendor_rounds.push((us, outcome.baseline_kind.clone()));
+                    vendor_timed = true;
+                }
                 tracing::debug!(
                     task = lease.task_id,
                     kernel = %kernel.plan.spec.name,
@@ -230,7 +242,14 @@ impl Measurer<'_> {
             .zip(measured)
             .map(|(finalist, outcomes)| match finalist {
                 Candidate::Ready(kernel) => {
-                    record::measurement(finalist::combine(outcomes, rounds), kernel.compile, provenance)
+                    let mut outcome = finalist::combine(outcomes, rounds);
+                    if let Some((us, kind)) = finalist::vendor_of_rounds(&vendor_rounds)
+                        && outcome.status == Status::Ok
+                    {
+                        outcome.baseline_us = Some(us);
+                        outcome.baseline_kind = kind;
+                    }
+                    record::measurement(outcome, kernel.compile, provenance)
                 }
                 Candidate::Settled(settled) => record::measurement(settled.outcome, settled.compile, provenance),
             })

@@ -114,6 +114,7 @@ impl Plan {
             min_batch: MIN_BATCH,
             flush_l2: self.sampling.flush_l2,
             baseline,
+            fresh_baseline: false,
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }

@@ -98,6 +98,12 @@ pub struct MeasureRequest {
     pub flush_l2: bool,
     /// Whether to time the vendor library if this child has no baseline for the workload yet.
     pub baseline: bool,
+    /// Time the vendor library again even when this child has a baseline (with `baseline`):
+    /// finalist rounds re-time it next to the kernels, so both see the same clocks. A GPU under
+    /// long wgmma load was seen throttling from 1980 to 1500 MHz, which a baseline timed once at
+    /// the start of a session does not see.
+    #[serde(default)]
+    pub fresh_baseline: bool,
     /// The analytic model's time, microseconds (what `sim` reports).
     pub model_us: f64,
     /// The analytic vendor time, microseconds (what `sim` reports as baseline).
@@ -307,6 +313,7 @@ mod tests {
             min_batch: 1,
             flush_l2: true,
             baseline: false,
+            fresh_baseline: false,
             model_us: 1.0,
             vendor_model_us: 1.0,
         };

@@ -161,6 +161,7 @@ impl Executor for SimExecutor {
         }
         self.support.insert(request.workload_key.clone());
         if request.baseline {
+            // A fresh baseline "re-times" the model: the same figure.
             self.baselines.entry(request.workload_key.clone()).or_insert(request.vendor_model_us);
         }
         let baseline_us = self.baselines.get(&request.workload_key).copied();
@@ -233,6 +234,7 @@ mod tests {
             min_batch: 50,
             flush_l2: false,
             baseline,
+            fresh_baseline: false,
             model_us: 10.0,
             vendor_model_us: 3.0,
         }

@@ -227,7 +227,8 @@ impl CudaExecutor {
         let (max_abs, max_rel) = self.run_and_check(wi, &func, req, ws.as_ref())?;
 
         let cfg = launch_config(&req.launch);
-        let args = self.workloads[wi].args(&req.launch.args, InputSet::Timing, ws.as_ref()).map_err(|f| self.fail(f))?;
+        let args =
+            self.workloads[wi].args(&req.launch.args, InputSet::Timing, ws.as_ref()).map_err(|f| self.fail(f))?;
         let name = req.launch.name.clone();
         // The clock while the GPU is busy with this kernel, read just before its timed replays.
         let sm_clock_mhz = self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz());
@@ -249,7 +250,7 @@ impl CudaExecutor {
         })?;
 
         let key = baseline_key(req);
-        if req.baseline && !self.baselines.contains_key(&key) {
+        if req.baseline && (req.fresh_baseline || !self.baselines.contains_key(&key)) {
             let b = self.baseline(wi, req);
             self.baselines.insert(key.clone(), b);
         }
