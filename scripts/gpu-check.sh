@@ -16,11 +16,11 @@
 #     sweep      every valid config of 512x64x512 f16, 4096^3 f16 and 512x32x512 i8 (grid tuner);
 #                records exported to $OUT/sweep.jsonl.gz (replay data)
 #                (SWEEP="m,n,k,dtype,layout ..." overrides the list)
-#     sanitize   compute-sanitizer (memcheck, racecheck, synccheck) on SANITIZE_KEY/SANITIZE_CONFIG
+#     sanitize   compute-sanitizer (memcheck, racecheck, synccheck) on SANITIZE_KEY/SANITIZE_CONFIG (TT_TEMPLATE too)
 #     throughput `tensortune bench --throughput` (cold cache), THROUGHPUT_TRIALS per workload
 #     scaling    bench --throughput on cuda:0, then on cuda:all (run on a machine with several GPUs)
 #     gputests   the tests marked #[ignore = "needs a GPU"] (worker daemon on cuda:0)
-#     profile    ncu sections of one 4096^3 kernel (PROFILE_CONFIG) and the clock in a record
+#     profile    ncu sections of one 4096^3 kernel (PROFILE_CONFIG; TT_TEMPLATE=wgmma_gemm for that template)
 #     faults     a 50-trial job on cuda:0 whose worker injects an out-of-bounds write and a hang
 #                (FAULTS, default oob:5,hang:12): expects 1 launch_error, 1 timeout, the rest ok
 #     repeat     a small and a large config, each timed in two separate run_one processes, warm and
@@ -177,7 +177,7 @@ step_profile() {
   local key="matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"
   local cfg=${PROFILE_CONFIG:-'{"block_k":64,"block_m":128,"block_n":256,"frag":"m16n16k16","skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":2,"warps_n":4,"min_blocks":1}'}
   "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | tee -a "$SUMMARY"
-  timeout 300 ncu --clock-control none --kernel-name regex:tt_wmma_gemm --launch-skip 1 --launch-count 1 \
+  timeout 300 ncu --clock-control none --kernel-name regex:tt_w --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
     --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
     --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \

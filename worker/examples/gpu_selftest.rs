@@ -124,6 +124,7 @@ fn main() -> anyhow::Result<()> {
                 min_batch: 50,
                 flush_l2: false,
                 baseline: first,
+                fresh_baseline: false,
                 model_us: 0.0,
                 vendor_model_us: 0.0,
             };

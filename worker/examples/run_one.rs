@@ -1,5 +1,5 @@
 //! Verifies and times one config on GPU 0, in-process, with the template of the workload's op
-//! (wmma_gemm, wmma_conv2d):
+//! (wmma_gemm, wmma_conv2d), or the one `TT_TEMPLATE` names (e.g. wgmma_gemm):
 //! `run_one KEY CONFIG_JSON [samples] [repeat] [warm|flush]` (`flush`: one launch per sample from a
 //! cold L2). For profilers (ncu) and repeatability checks.
 use tensortune_kernels::support::{self, Tolerance};
@@ -22,7 +22,11 @@ fn main() -> anyhow::Result<()> {
     let f = exec.facts();
     let target = f.target();
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
-    let spec = template::default_for(w.op())?.generate(&w, &config, &target)?;
+    let template = match std::env::var("TT_TEMPLATE") {
+        Ok(name) => template::by_name(&name)?,
+        Err(_) => template::default_for(w.op())?,
+    };
+    let spec = template.generate(&w, &config, &target)?;
     let cubin = nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)?.cubin;
     let support_cubin = nvrtc::compile(&support::source(&w), "support", &target.nvrtc_arch(), &inc)?.cubin;
     for r in 0..repeat {
@@ -39,6 +43,7 @@ fn main() -> anyhow::Result<()> {
             min_batch: 50,
             flush_l2,
             baseline: r == 0,
+            fresh_baseline: false,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };

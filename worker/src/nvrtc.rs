@@ -152,7 +152,9 @@ pub fn compile(source: &str, name: &str, arch: &str, include_dir: &Path) -> Resu
         return Err(CompileError::Failed {
             code: "serialized wgmma".into(),
             flags: flags.join(" "),
-            log: format!("{line}\n(treated as an error: serialized wgmma runs far below the tensor cores' rate)\n{log}"),
+            log: format!(
+                "{line}\n(treated as an error: serialized wgmma runs far below the tensor cores' rate)\n{log}"
+            ),
         });
     }
     let mut size = 0usize;

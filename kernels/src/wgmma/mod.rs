@@ -213,6 +213,35 @@ impl Plan {
         regs.min(240) / 8 * 8
     }
 
+    /// The (p, q) tiles block `block` computes, in order (p along N, q along M, in tiles): a
+    /// mirror of `gemm.cu`'s `tile_of` and block loop, for the CPU check of the tile walk. Change
+    /// both together. A cluster's padding row (when the N tiles are odd) shows as p = tiles_p - 1.
+    pub fn block_tiles(&self, target: &Target, block: u64) -> Vec<(u64, u64)> {
+        let g = self.grid(target);
+        let cl = self.cluster as u64;
+        let (rank, nclusters, cp, group) = (block % cl, g.blocks / cl, g.tiles_p / cl, self.group as u64);
+        let mut out = Vec::new();
+        let mut ct = block / cl;
+        while ct < g.cluster_tiles {
+            let (pc, tq) = if group > 1 {
+                let per_group = group * g.tiles_q;
+                let first = ct / per_group * group;
+                let rows = (cp - first).min(group);
+                (first + ct % per_group % rows, ct % per_group / rows)
+            } else {
+                (ct % cp, ct / cp)
+            };
+            out.push((pc * cl + rank, tq));
+            ct += nclusters;
+        }
+        out
+    }
+
+    /// Blocks in the grid.
+    pub fn blocks(&self, target: &Target) -> u64 {
+        self.grid(target).blocks
+    }
+
     /// The validity rules, in the order a user would want to hear them.
     pub fn check(&self, target: &Target) -> Result<Resources> {
         if self.pingpong && !(self.specialized && self.consumers == 2) {
@@ -220,7 +249,7 @@ impl Plan {
                 "schedule pingpong alternates tiles between two consumer warpgroups fed by a producer warpgroup: it needs consumers 2 and producer warpgroup".into(),
             ));
         }
-        if self.consumer_rows() % 64 != 0 {
+        if !self.consumer_rows().is_multiple_of(64) {
             return Err(Error::Rejected(format!(
                 "block_n {} cannot be split into whole 64-row wgmma tiles over {} consumer warpgroups",
                 self.bp, self.consumers
@@ -261,7 +290,7 @@ impl Plan {
                     self.w.n, self.bp
                 )));
             }
-            if !self.y_kmajor() && (self.bq / 64) % self.cluster != 0 {
+            if !self.y_kmajor() && !(self.bq / 64).is_multiple_of(self.cluster) {
                 return Err(Error::Rejected(format!(
                     "a cluster of {} multicasts A in 64-column blocks: block_m {} does not split in {}",
                     self.cluster, self.bq, self.cluster
@@ -330,7 +359,10 @@ impl Plan {
                 TensorMap { operand, dtype: w.types.input, dims: [mn, w.k], row_bytes: mn * e, box_dims: [64, bk] }
             }
         };
-        [map(TensorOperand::B, self.x_kmajor(), w.n, self.bp), map(TensorOperand::A, self.y_kmajor(), w.m, self.bq / self.cluster)]
+        [
+            map(TensorOperand::B, self.x_kmajor(), w.n, self.bp),
+            map(TensorOperand::A, self.y_kmajor(), w.m, self.bq / self.cluster),
+        ]
     }
 
     /// The generated source.
@@ -373,9 +405,9 @@ impl Plan {
             .flag("PINGPONG", self.pingpong)
             .flag("X_KMAJOR", self.x_kmajor())
             .flag("Y_KMAJOR", self.y_kmajor())
-            .flag("EVEN_P", w.n % self.bp as u64 == 0)
-            .flag("EVEN_Q", w.m % self.bq as u64 == 0)
-            .flag("PAIRS_ALIGNED", w.m % 2 == 0)
+            .flag("EVEN_P", w.n.is_multiple_of(self.bp as u64))
+            .flag("EVEN_Q", w.m.is_multiple_of(self.bq as u64))
+            .flag("PAIRS_ALIGNED", w.m.is_multiple_of(2))
             .flag("READ_C", w.reads_c())
             .value("T_EPI", "ALPHA", scalar(w.alpha))
             .value("T_EPI", "BETA", scalar(w.beta));
@@ -470,7 +502,7 @@ fn acc_reg_type(acc: DType) -> &'static str {
 fn matmul(workload: &Workload) -> Result<&Matmul> {
     match workload {
         Workload::Matmul(m) => Ok(m),
-        other => Err(Error::invalid("template", format!("wgmma_gemm implements matmul, not {}", other.op().name()))),
+        other => Err(Error::Unsupported { template: "wgmma_gemm", what: format!("{} workloads", other.op().name()) }),
     }
 }
 
@@ -517,7 +549,7 @@ impl Template for WgmmaGemm {
             ("n", w.n, !w.layout.b_k_contiguous()),
         ];
         for (field, extent, contiguous) in rows {
-            if contiguous && (extent * e) % 16 != 0 {
+            if contiguous && !(extent * e).is_multiple_of(16) {
                 return Err(Error::invalid(
                     field,
                     format!(
@@ -620,8 +652,7 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let compute = waves.ceil().max(1.0) * tile_flops / (per_block_peak * eff);
     let e = p.w.types.input.bytes() as f64;
     let l2_reuse = if p.group > 1 { 1.6 } else { 1.0 };
-    let bytes = (g.tiles_p as f64 * (p.w.m * p.w.k) as f64 + g.tiles_q as f64 * (p.w.k * p.w.n) as f64) * e
-        / l2_reuse
+    let bytes = (g.tiles_p as f64 * (p.w.m * p.w.k) as f64 + g.tiles_q as f64 * (p.w.k * p.w.n) as f64) * e / l2_reuse
         + (p.w.m * p.w.n) as f64 * p.w.types.output.bytes() as f64;
     let memory = bytes / 3.0e6;
     (compute.powi(4) + memory.powi(4)).powf(0.25) + LAUNCH_US

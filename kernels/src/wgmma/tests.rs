@@ -75,7 +75,8 @@ fn tensor_maps_follow_the_layout() {
     let sm90 = Target::sm90();
     // nn: B (X) is K-major, A (Y) is M-contiguous.
     let w = mm(4096, 2048, 1024, Layout::Nn, DType::F16);
-    let spec = WgmmaGemm.generate(&w, &config(&BIG.replace(r#""raster_group":8"#, r#""raster_group":4"#)), &sm90).unwrap();
+    let spec =
+        WgmmaGemm.generate(&w, &config(&BIG.replace(r#""raster_group":8"#, r#""raster_group":4"#)), &sm90).unwrap();
     let (Arg::Map(x), Arg::Map(y)) = (spec.args[0], spec.args[1]) else { panic!("maps first") };
     assert_eq!((x.operand, x.dims, x.row_bytes, x.box_dims), (TensorOperand::B, [1024, 2048], 2048, [64, 128]));
     assert_eq!((y.operand, y.dims, y.row_bytes, y.box_dims), (TensorOperand::A, [4096, 1024], 8192, [64, 64]));
@@ -87,4 +88,63 @@ fn tensor_maps_follow_the_layout() {
     let Arg::Map(y) = spec.args[1] else { panic!() };
     assert_eq!((y.dims, y.box_dims), ([4096, 4096], [128, 128]));
     assert!(spec.source.contains("m64n256k32.s32.s8.s8"));
+}
+
+#[test]
+fn the_tile_walk_covers_every_output_tile_exactly_once() {
+    let sm90 = Target::sm90();
+    let mut checked = 0;
+    for (m, n, k, layout) in [
+        (4096, 4096, 4096, Layout::Nn),
+        (3000, 3000, 4096, Layout::Nn),
+        (256, 8192, 8192, Layout::Tn),
+        (1000, 1000, 1024, Layout::Tn),
+        (2048, 5120, 5120, Layout::Nt),
+        (4096, 14336, 4096, Layout::Nn),
+    ] {
+        let w = Matmul::new(m, n, k, layout, Types::default_for(DType::F16).unwrap()).unwrap();
+        let valid = WgmmaGemm.valid_indices(&Workload::Matmul(w), &sm90).unwrap();
+        for i in valid.iter().step_by(11) {
+            let p = Plan::at(&w, *i);
+            let (tiles_p, tiles_q) = (n.div_ceil(p.bp as u64), m.div_ceil(p.bq as u64));
+            let mut seen = vec![0u32; (tiles_p.next_multiple_of(p.cluster as u64) * tiles_q) as usize];
+            for b in 0..p.blocks(&sm90) {
+                let tiles = p.block_tiles(&sm90, b);
+                assert!(
+                    p.persistent || tiles.len() == 1,
+                    "{}: a non-persistent block walks {} tiles",
+                    p.name(),
+                    tiles.len()
+                );
+                for (tp, tq) in tiles {
+                    assert!(
+                        tq < tiles_q && tp < tiles_p.next_multiple_of(p.cluster as u64),
+                        "{}: tile ({tp}, {tq})",
+                        p.name()
+                    );
+                    seen[(tp * tiles_q + tq) as usize] += 1;
+                }
+            }
+            for tp in 0..tiles_p {
+                for tq in 0..tiles_q {
+                    assert_eq!(seen[(tp * tiles_q + tq) as usize], 1, "{}: tile ({tp}, {tq})", p.name());
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 300, "checked {checked} configs");
+}
+
+#[test]
+fn a_producer_warpgroup_keeps_one_block_per_sm() {
+    // setmaxnreg moves registers inside one block's allocation; two blocks per SM hung on an H200.
+    let sm90 = Target::sm90();
+    let w = Matmul::new(4096, 4096, 4096, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap();
+    let small = r#"{"block_m":64,"block_n":64,"consumers":1,"stages":2,"cluster":1,"persistent":1,"raster_group":1,"producer":"warpgroup","schedule":"cooperative"}"#;
+    let p = Plan::new(&w, &config(small)).unwrap();
+    assert_eq!(p.blocks(&sm90), 132);
+    assert!(p.source(&sm90).contains("constexpr int BLOCKS_PER_SM = 1;"));
+    let inline = Plan::new(&w, &config(&small.replace("warpgroup", "inline"))).unwrap();
+    assert!(inline.blocks(&sm90) > 132, "an inline producer with a small tile runs several blocks per SM");
 }

@@ -129,7 +129,12 @@ impl WorkloadState {
     }
 
     /// A generated kernel's arguments: device pointers, and tensor maps encoded over them.
-    pub(crate) fn args(&self, args: &[Arg], set: InputSet, workspace: Option<&DevBuf>) -> Result<Vec<KArg>, CudaFailure> {
+    pub(crate) fn args(
+        &self,
+        args: &[Arg],
+        set: InputSet,
+        workspace: Option<&DevBuf>,
+    ) -> Result<Vec<KArg>, CudaFailure> {
         let (a, b) = self.inputs(set);
         args.iter()
             .map(|arg| {
