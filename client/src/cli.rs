@@ -163,7 +163,9 @@ pub struct JobArgs {
     /// `bench --throughput`, which measures the measuring, not the search.
     #[arg(long)]
     pub tuner: Option<String>,
-    /// Kernel template (default: the op's own: wmma_gemm for matmul, wmma_conv2d for conv2d).
+    /// Kernel template: wmma_gemm or wgmma_gemm (Hopper, sm_90: wgmma + TMA; the faster one for
+    /// large shapes) for matmul, wmma_conv2d for conv2d. Default for tune and bench: wmma_gemm /
+    /// wmma_conv2d; `best` without it answers across every template.
     #[arg(long)]
     pub template: Option<String>,
     /// Tasks kept outstanding per workload (0 = tracker default).

@@ -336,9 +336,13 @@ impl Template for WmmaConv2d {
     }
 
     fn supports(&self, workload: &Workload, target: &Target) -> Result<()> {
+        self.check_workload(workload)?;
+        check_tensor_cores("wmma_conv2d", conv(workload)?.types.input, target)
+    }
+
+    fn check_workload(&self, workload: &Workload) -> Result<()> {
         let w = conv(workload)?;
         w.validate()?;
-        check_tensor_cores("wmma_conv2d", w.types.input, target)?;
         channels(w)
     }
 

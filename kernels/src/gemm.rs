@@ -222,9 +222,13 @@ impl Template for WmmaGemm {
     }
 
     fn supports(&self, workload: &Workload, target: &Target) -> Result<()> {
+        self.check_workload(workload)?;
+        check_tensor_cores("wmma_gemm", matmul(workload)?.types.input, target)
+    }
+
+    fn check_workload(&self, workload: &Workload) -> Result<()> {
         let w = matmul(workload)?;
         w.validate()?;
-        check_tensor_cores("wmma_gemm", w.types.input, target)?;
         let k_align = 16 / w.types.input.bytes() as u64;
         if w.k % k_align != 0 {
             return Err(Error::invalid(

@@ -113,8 +113,15 @@ pub trait Template: Send + Sync {
     fn op(&self) -> Op;
 
     /// Whether it implements `workload` on `target` at all (op, types, arch, alignment); the error
-    /// names the field that rules it out.
+    /// names the field that rules it out. Includes [`Template::check_workload`].
     fn supports(&self, workload: &Workload, target: &Target) -> Result<()>;
+
+    /// The part of [`Template::supports`] that needs no device (ranges, types, layouts,
+    /// alignment), so a service can refuse a bad request naming its field before it looks
+    /// anything up. The default checks the workload's own ranges.
+    fn check_workload(&self, workload: &Workload) -> Result<()> {
+        workload.validate()
+    }
 
     /// The knob space for `workload` (the same domains for every workload of the op).
     fn space(&self) -> Space;

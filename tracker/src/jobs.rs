@@ -42,6 +42,10 @@ impl Tracker {
     /// Validates a job against the registered device classes, stores it and proposes its first
     /// tasks. Returns the job's id and the device class it was bound to.
     pub(crate) async fn submit(&self, req: JobRequest) -> Result<(JobId, String)> {
+        // What needs no device first: a bad field is named even with no worker registered.
+        for (i, workload) in req.workloads.iter().enumerate() {
+            req.template.check_workload(workload).map_err(|e| workload_error(i, workload, e))?;
+        }
         let class = self.resolve_device_class(req.device_class.as_deref()).await?;
         let target = store::classes::target(&self.pool, &class)
             .await?
@@ -198,15 +202,16 @@ impl Tracker {
         Ok(out)
     }
 
-    /// The fastest ok record of `workload` per device class, fastest first.
+    /// The fastest ok record of `workload` per device class among the records of `templates`
+    /// (name, version), fastest first.
     pub(crate) async fn best(
         &self,
         workload: &Workload,
-        template: &dyn Template,
-        template_version: u32,
+        templates: &[(&str, u32)],
         device_class: Option<&str>,
     ) -> Result<Vec<Record>> {
-        store::records::best(&self.pool, &workload.key(), template.name(), template_version, device_class).await
+        let spelled: Vec<String> = templates.iter().map(|(name, version)| format!("{name}@{version}")).collect();
+        store::records::best(&self.pool, &workload.key(), &spelled, device_class).await
     }
 
     /// Up to `limit` records matching `filter` after record `after`, oldest first.

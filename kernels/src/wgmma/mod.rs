@@ -520,14 +520,19 @@ impl Template for WgmmaGemm {
     }
 
     fn supports(&self, workload: &Workload, target: &Target) -> Result<()> {
-        let w = matmul(workload)?;
-        w.validate()?;
+        self.check_workload(workload)?;
         if target.arch != 90 {
             return Err(Error::invalid(
                 "template",
                 format!("wgmma_gemm needs an sm_90 GPU (Hopper: wgmma, TMA); this one is sm_{}", target.arch),
             ));
         }
+        Ok(())
+    }
+
+    fn check_workload(&self, workload: &Workload) -> Result<()> {
+        let w = matmul(workload)?;
+        w.validate()?;
         let input = w.types.input;
         if !matches!(input, DType::F16 | DType::Bf16 | DType::I8) {
             return Err(Error::invalid("input", format!("wgmma_gemm takes f16, bf16 or i8 inputs, not {input}")));

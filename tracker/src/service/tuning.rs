@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use tensortune_kernels::Workload;
-use tensortune_kernels::template::{by_name, default_for};
+use tensortune_kernels::template::{self, by_name};
 use tensortune_proto::pb;
 use tensortune_proto::pb::tuning_server::Tuning;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
@@ -105,11 +105,16 @@ impl Tuning for TuningService {
         let req = request.into_inner();
         let workload = req.workload.as_ref().ok_or_else(|| Error::invalid("workload", "must be set"))?;
         let workload = Workload::try_from(workload).map_err(|e| Error::from(e.within("workload")))?;
-        let template = if req.template.is_empty() { default_for(workload.op()) } else { by_name(&req.template) }
-            .map_err(|e| convert::template_error(&e))?;
-        let version = if req.template_version == 0 { template.version() } else { req.template_version };
+        // No template: the best of every template that implements the operation, each at the
+        // version this tracker was built with.
+        let templates: Vec<(&str, u32)> = if req.template.is_empty() {
+            template::all().into_iter().filter(|t| t.op() == workload.op()).map(|t| (t.name(), t.version())).collect()
+        } else {
+            let t = by_name(&req.template).map_err(|e| convert::template_error(&e))?;
+            vec![(t.name(), if req.template_version == 0 { t.version() } else { req.template_version })]
+        };
         let class = Some(req.device_class.as_str()).filter(|c| !c.is_empty());
-        let best = self.tracker.best(&workload, template, version, class).await?;
+        let best = self.tracker.best(&workload, &templates, class).await?;
         Ok(Response::new(pb::QueryBestResponse { best: best.into_iter().map(convert::record).collect() }))
     }
 

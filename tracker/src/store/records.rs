@@ -277,27 +277,25 @@ pub(crate) async fn remeasured(e: impl SqliteExecutor<'_>, job: JobId) -> Result
     .await?)
 }
 
-/// The fastest ok record of a workload per device class (only `device_class` when given),
-/// fastest first.
+/// The fastest ok record of a workload per device class (only `device_class` when given) among
+/// the records of `templates` (each `name@version`), fastest first.
 pub(crate) async fn best(
     e: impl SqliteExecutor<'_>,
     workload_key: &str,
-    template: &str,
-    template_version: u32,
+    templates: &[String],
     device_class: Option<&str>,
 ) -> Result<Vec<Record>> {
     Ok(sqlx::query_as(
         "SELECT * FROM (
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class ORDER BY median_us, id) AS rank
              FROM records
-             WHERE workload_key = ?1 AND template = ?2 AND template_version = ?3 AND status = 'ok'
-               AND (?4 IS NULL OR device_class = ?4))
+             WHERE workload_key = ?1 AND template || '@' || template_version IN (SELECT value FROM json_each(?2))
+               AND status = 'ok' AND (?3 IS NULL OR device_class = ?3))
          WHERE rank = 1
          ORDER BY median_us, id",
     )
     .bind(workload_key)
-    .bind(template)
-    .bind(template_version)
+    .bind(json(templates))
     .bind(device_class)
     .fetch_all(e)
     .await?)

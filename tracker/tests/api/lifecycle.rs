@@ -57,3 +57,40 @@ async fn a_job_runs_to_done_and_query_best_returns_the_fastest() {
 
     tracker.stop().await;
 }
+
+#[tokio::test]
+async fn best_without_a_template_answers_across_templates() {
+    use tensortune_kernels::Template;
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut reg = registration("box/0", sim_device());
+    let wgmma = tensortune_kernels::wgmma::WgmmaGemm;
+    reg.templates.push(pb::TemplateRef { name: "wgmma_gemm".into(), version: wgmma.version() });
+    let mut worker = FakeWorker::register_with(&tracker, reg).await;
+
+    // wmma_gemm's configs measure fake_us (5 us or more); every wgmma_gemm config 1 us.
+    let wmma_job = tuning.submit_job(job(vec![matmul(256, 128, 256)], 6, 3)).await.unwrap().into_inner().job_id;
+    drive_with(&mut worker, &mut tuning, wmma_job, measure).await;
+    let wgmma_req = pb::SubmitJobRequest { template: "wgmma_gemm".into(), ..job(vec![matmul(256, 128, 256)], 4, 2) };
+    let wgmma_job = tuning.submit_job(wgmma_req).await.unwrap().into_inner().job_id;
+    drive_with(&mut worker, &mut tuning, wgmma_job, |_| ok(1.0)).await;
+
+    let mut best = async |template: &str| {
+        let req = pb::QueryBestRequest {
+            workload: Some(matmul(256, 128, 256)),
+            template: template.into(),
+            ..Default::default()
+        };
+        let answer = tuning.query_best(req).await.unwrap().into_inner().best;
+        assert_eq!(answer.len(), 1, "one device class");
+        let m = answer[0].measurement.clone().unwrap();
+        (answer[0].template.clone(), m.median_us)
+    };
+    assert_eq!(best("").await, ("wgmma_gemm".to_string(), 1.0), "across templates, the fastest");
+    let (template, us) = best("wmma_gemm").await;
+    assert_eq!(template, "wmma_gemm");
+    assert!(us >= 5.0, "wmma_gemm's own best is {us}");
+    assert_eq!(best("wgmma_gemm").await.0, "wgmma_gemm");
+    tracker.stop().await;
+}

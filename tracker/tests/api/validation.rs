@@ -43,6 +43,14 @@ async fn bad_submissions_name_the_field() {
     let (c, message) = code(tuning.submit_job(job(vec![matmul(64, 64, 64)], 4, 0)).await);
     assert_eq!(c, Code::FailedPrecondition);
     assert!(message.contains("no worker has registered yet; start a worker or pass --device-class"), "{message}");
+    // A field the template rules out is named before any device lookup, with no worker yet.
+    let (c, message) = code(tuning.submit_job(job(vec![matmul(512, 64, 513)], 4, 0)).await);
+    assert_eq!(c, Code::InvalidArgument, "{message}");
+    assert!(message.contains("invalid workloads[0].matmul.k: 513 must be a multiple of 8"), "{message}");
+    let wgmma = pb::SubmitJobRequest { template: "wgmma_gemm".into(), ..job(vec![matmul(1001, 64, 512)], 4, 0) };
+    let (c, message) = code(tuning.submit_job(wgmma).await);
+    assert_eq!(c, Code::InvalidArgument, "{message}");
+    assert!(message.contains("invalid workloads[0].matmul.m: 1001 must be a multiple of 8"), "{message}");
     FakeWorker::register(&tracker, "box/0").await;
 
     let base = || job(vec![matmul(64, 64, 64)], 4, 0);
