@@ -206,7 +206,7 @@ step_faults() {
   local worker=$!
   wait_workers $url 1 || say "faults: the worker did not come online"
   local start=$(date +%s.%N)
-  timeout 600 "$BIN/tensortune" --tracker $url tune matmul --m 512 --n 64 --k 512 --trials 50 --finalists 1 \
+  timeout 600 "$BIN/tensortune" --tracker $url tune matmul --m 512 --n 64 --k 512 --trials 50 --finalists 0 \
     --json "$OUT/faults.json" >"$LOGS/faults.log" 2>&1
   say "faults job ($faults) exit $? in $(since "$start") s"
   "$BIN/tensortune" --tracker $url records export -o "$LOGS/faults-records.jsonl" >/dev/null 2>&1
@@ -252,7 +252,7 @@ step_repeat() {
 # trials, cold cache, finalists off so the wall time is tuning alone.
 step_scaling() {
   for dev in cuda:0 cuda:all; do
-    timeout 900 "$BIN/tensortune" bench --throughput --trials "${SCALING_TRIALS:-400}" --finalists 1 --device "$dev" ${SCALING_ARGS:-} \
+    timeout 900 "$BIN/tensortune" bench --throughput --trials "${SCALING_TRIALS:-400}" --finalists 0 --device "$dev" ${SCALING_ARGS:-} \
       --json "$OUT/scaling-${dev/:/-}.json" >"$LOGS/scaling-${dev/:/-}.log" 2>&1
     say "scaling $dev exit $?"
     sed -n '/^suite/,$p' "$LOGS/scaling-${dev/:/-}.log" | tee -a "$SUMMARY"

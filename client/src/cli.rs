@@ -187,9 +187,9 @@ pub struct JobArgs {
     #[arg(long, default_value_t = 0.01)]
     pub early_stop_margin: f64,
     /// Re-measure the fastest N configs of each workload, interleaved on one worker, before naming
-    /// the winner (0 = tracker default, 3; 1 = off).
-    #[arg(long, default_value_t = 0)]
-    pub finalists: u32,
+    /// the winner (default: the tracker's, 3; 0 = none).
+    #[arg(long)]
+    pub finalists: Option<u32>,
     /// Rounds of that re-measurement (0 = tracker default, 3).
     #[arg(long, default_value_t = 0)]
     pub finalist_rounds: u32,

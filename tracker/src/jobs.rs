@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use rand::RngExt;
 use sqlx::SqliteConnection;
-use tensortune_kernels::{Template, Workload};
+use tensortune_kernels::Workload;
 
 use crate::error::{Error, Result};
 use crate::finalists::{self, FinalistView};

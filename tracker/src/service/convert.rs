@@ -99,9 +99,11 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
             format!("{margin} is out of range; it is a fraction, allowed 0 ..= 1 (0.01 means 1%)"),
         ));
     }
-    // 0 is "the default" on the wire, as for batch_size and samples; 1 disables finalists.
-    let finalists =
-        if req.finalists == 0 { DEFAULT_FINALISTS } else { in_range("finalists", req.finalists, 1, MAX_FINALISTS)? };
+    // Unset is the default; 0 and 1 disable finalists (one re-measured config decides nothing).
+    let finalists = match req.finalists {
+        None => DEFAULT_FINALISTS,
+        Some(n) => in_range("finalists", n, 0, MAX_FINALISTS)?,
+    };
     let finalist_rounds = if req.finalist_rounds == 0 {
         DEFAULT_FINALIST_ROUNDS
     } else {

@@ -65,7 +65,7 @@ async fn a_small_budget_is_shared_evenly_and_ends_every_workload() {
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
     // Smaller than the warm-up of even one workload: each gets its share, fewest trials first.
     let workloads = vec![matmul(64, 64, 64), matmul(128, 64, 64), matmul(64, 64, 128)];
-    let req = pb::SubmitJobRequest { total_trials: 7, ..job_with_finalists(workloads, 50, 64, 0) };
+    let req = pb::SubmitJobRequest { total_trials: 7, ..job_with_finalists(workloads, 50, 64, None) };
     let id = submit(&mut tuning, req).await;
     // All 7 are proposed at once (the batch is larger than the budget).
     let first = worker.lease(64, 1000).await;

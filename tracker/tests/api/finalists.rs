@@ -20,7 +20,7 @@ async fn the_fastest_remeasurement_wins_and_trials_stay_about_tuning() {
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
     // finalists 0: the default, 3.
-    let id = submit(&mut tuning, job_with_finalists(vec![matmul(256, 128, 256)], 6, 6, 0)).await;
+    let id = submit(&mut tuning, job_with_finalists(vec![matmul(256, 128, 256)], 6, 6, None)).await;
 
     let (tuned, task) = tune_until_finalist(&mut worker, measure).await;
     assert_eq!(tuned.len(), 6);
@@ -109,7 +109,7 @@ async fn bad_finalist_reports_name_the_field() {
     let tracker = TestTracker::start(config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 3, 3, 3)).await;
+    submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 3, 3, Some(3))).await;
     let (tuned, task) = tune_until_finalist(&mut worker, measure).await;
     assert_eq!(task.finalist_configs.len(), 3);
 
@@ -184,17 +184,19 @@ async fn one_finalist_means_none_and_one_ok_trial_skips_finalizing() {
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
 
-    // finalists 1 disables them.
-    let off = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 4, 4, 1)).await;
-    let reported = drive(&mut worker, &mut tuning, off).await;
-    assert!(reported.iter().all(|t| !is_finalist(t)) && reported.len() == 4);
-    let job = get_job(&mut tuning, off).await;
-    assert_eq!((job.state, job.finalists), (pb::JobState::Done as i32, 1));
-    assert!(job.workloads[0].finalists.is_empty() && !job.workloads[0].best.as_ref().unwrap().remeasure);
+    // finalists 0 disables them, and so does 1 (one re-measured config decides nothing).
+    for n in [0, 1] {
+        let off = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 4, 4, Some(n))).await;
+        let reported = drive(&mut worker, &mut tuning, off).await;
+        assert!(reported.iter().all(|t| !is_finalist(t)) && reported.len() == 4);
+        let job = get_job(&mut tuning, off).await;
+        assert_eq!((job.state, job.finalists), (pb::JobState::Done as i32, n));
+        assert!(job.workloads[0].finalists.is_empty() && !job.workloads[0].best.as_ref().unwrap().remeasure);
+    }
 
     // Two workloads with the default: the first has a single ok trial and finishes at once; the
     // second re-measures its finalists, and the job is done only after that.
-    let req = job_with_finalists(vec![matmul(16, 16, 16), matmul(128, 64, 64)], 3, 3, 0);
+    let req = job_with_finalists(vec![matmul(16, 16, 16), matmul(128, 64, 64)], 3, 3, None);
     let id = submit(&mut tuning, req).await;
     let first_key = get_job(&mut tuning, id).await.workloads[0].workload_key.clone();
     let mut ok_first = 0;
@@ -231,7 +233,8 @@ async fn a_finalist_task_that_keeps_losing_its_worker_finishes_the_job_without_f
     let tracker = TestTracker::start(short_leases(&dir, 2)).await;
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    let req = pb::SubmitJobRequest { early_stop_trials: 2, ..job_with_finalists(vec![matmul(64, 64, 64)], 50, 1, 0) };
+    let req =
+        pb::SubmitJobRequest { early_stop_trials: 2, ..job_with_finalists(vec![matmul(64, 64, 64)], 50, 1, None) };
     let id = submit(&mut tuning, req).await;
     // Early stopping ends the tuning after 3 trials (no improvement in the last 2).
     let mut n = 0;
@@ -273,7 +276,7 @@ async fn cancelling_cancels_the_finalist_task() {
     let tracker = TestTracker::start(config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    let id = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 3, 3, 0)).await;
+    let id = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 3, 3, None)).await;
     let (_, task) = tune_until_finalist(&mut worker, measure).await;
 
     let cancelled = tuning.cancel_job(pb::JobRef { job_id: id }).await.unwrap().into_inner();
@@ -295,10 +298,10 @@ async fn a_job_answered_from_the_store_still_remeasures_its_finalists() {
     let tracker = TestTracker::start(config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    let first = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 4, 4, 1)).await;
+    let first = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 4, 4, Some(1))).await;
     drive(&mut worker, &mut tuning, first).await;
 
-    let second = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 4, 4, 2)).await;
+    let second = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 4, 4, Some(2))).await;
     let job = get_job(&mut tuning, second).await;
     let w = &job.workloads[0];
     assert_eq!((w.trials_done, w.reused, w.state.as_str()), (4, 4, "finalizing"));
@@ -319,7 +322,7 @@ async fn flush_l2_flows_from_the_submission_to_every_task() {
     let tracker = TestTracker::start(config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    let plain = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 2, 2, 1)).await;
+    let plain = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 2, 2, Some(1))).await;
     assert!(!get_job(&mut tuning, plain).await.flush_l2);
     let tasks = worker.lease_some(2).await;
     assert!(tasks.iter().all(|t| !t.flush_l2));
@@ -330,7 +333,7 @@ async fn flush_l2_flows_from_the_submission_to_every_task() {
     let req = pb::SubmitJobRequest {
         flush_l2: true,
         finalist_rounds: 5,
-        ..job_with_finalists(vec![matmul(128, 64, 64)], 2, 2, 0)
+        ..job_with_finalists(vec![matmul(128, 64, 64)], 2, 2, None)
     };
     let id = submit(&mut tuning, req).await;
     let job = get_job(&mut tuning, id).await;

@@ -248,7 +248,7 @@ pub(crate) fn job(workloads: Vec<pb::Workload>, trials: u32, batch_size: u32) ->
         batch_size,
         seed: 7,
         label: "test".into(),
-        finalists: 1,
+        finalists: Some(1),
         ..Default::default()
     }
 }
@@ -258,7 +258,7 @@ pub(crate) fn job_with_finalists(
     workloads: Vec<pb::Workload>,
     trials: u32,
     batch_size: u32,
-    finalists: u32,
+    finalists: Option<u32>,
 ) -> pb::SubmitJobRequest {
     pb::SubmitJobRequest { finalists, ..job(workloads, trials, batch_size) }
 }

@@ -117,7 +117,7 @@ async fn a_tracker_restarted_while_finalizing_resumes_the_finalists() {
     let tracker = TestTracker::start(config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    let req = job_with_finalists(vec![matmul(64, 64, 64), matmul(128, 64, 64)], 3, 3, 0);
+    let req = job_with_finalists(vec![matmul(64, 64, 64), matmul(128, 64, 64)], 3, 3, None);
     let id = submit(&mut tuning, req).await;
     // Both workloads finish tuning; the first finalist task is leased, the second still pending.
     let (tuned, held) = tune_until_finalist(&mut worker, measure).await;
@@ -245,7 +245,7 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
 
     // New jobs on the upgraded file get everything: the same trials come from the store and the
     // finalists are re-measured.
-    let req = pb::SubmitJobRequest { tuner: "grid".into(), ..job_with_finalists(vec![matmul(64, 64, 64)], 3, 3, 0) };
+    let req = pb::SubmitJobRequest { tuner: "grid".into(), ..job_with_finalists(vec![matmul(64, 64, 64)], 3, 3, None) };
     let id = submit(&mut tuning, req).await;
     assert_eq!(get_job(&mut tuning, id).await.workloads[0].reused, 3);
     let task = worker.lease_some(1).await.remove(0);
@@ -427,7 +427,7 @@ async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
     let req = pb::SubmitJobRequest {
         tuner: "model".into(),
         total_trials: 12,
-        ..job_with_finalists(vec![matmul(128, 64, 64), matmul(64, 64, 128)], 8, 4, 0)
+        ..job_with_finalists(vec![matmul(128, 64, 64), matmul(64, 64, 128)], 8, 4, None)
     };
     let id = submit(&mut tuning, req).await;
     let tasks = drive(&mut worker, &mut tuning, id).await;

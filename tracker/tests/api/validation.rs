@@ -119,8 +119,8 @@ async fn bad_submissions_name_the_field() {
         ("margin NaN", pb::SubmitJobRequest { early_stop_margin: f64::NAN, ..base() }, "invalid early_stop_margin:"),
         (
             "too many finalists",
-            pb::SubmitJobRequest { finalists: 17, ..base() },
-            "invalid finalists: 17 is out of range; allowed 1 ..= 16",
+            pb::SubmitJobRequest { finalists: Some(17), ..base() },
+            "invalid finalists: 17 is out of range; allowed 0 ..= 16",
         ),
         (
             "too many finalist rounds",
@@ -175,11 +175,14 @@ async fn bad_submissions_name_the_field() {
     let built = (j.template.as_str(), j.template_version, j.device_class.as_str());
     assert_eq!(built, ("wmma_gemm", WmmaGemm.version(), "sim"));
     assert_eq!((j.finalists, j.finalist_rounds, j.flush_l2), (1, 3, false));
-    // 0 finalists and rounds are the defaults, 3 and 3; the bounds themselves are accepted.
-    let defaults = submit(&mut tuning, pb::SubmitJobRequest { finalists: 0, ..base() }).await;
+    // Unset finalists and 0 rounds are the defaults, 3 and 3; 0 finalists is none; the bounds
+    // themselves are accepted.
+    let defaults = submit(&mut tuning, pb::SubmitJobRequest { finalists: None, ..base() }).await;
     let j = get_job(&mut tuning, defaults).await;
     assert_eq!((j.finalists, j.finalist_rounds), (3, 3));
-    let bounds = pb::SubmitJobRequest { finalists: 16, finalist_rounds: 20, ..base() };
+    let none = submit(&mut tuning, pb::SubmitJobRequest { finalists: Some(0), ..base() }).await;
+    assert_eq!(get_job(&mut tuning, none).await.finalists, 0);
+    let bounds = pb::SubmitJobRequest { finalists: Some(16), finalist_rounds: 20, ..base() };
     let bounds = submit(&mut tuning, bounds).await;
     let j = get_job(&mut tuning, bounds).await;
     assert_eq!((j.finalists, j.finalist_rounds), (16, 20));
