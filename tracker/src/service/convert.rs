@@ -99,10 +99,11 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
             format!("{margin} is out of range; it is a fraction, allowed 0 ..= 1 (0.01 means 1%)"),
         ));
     }
-    // Unset is the default; 0 and 1 disable finalists (one re-measured config decides nothing).
+    // Unset is the default; 0 and 1 disable finalists (one re-measured config decides nothing),
+    // stored as 1, the store's "none".
     let finalists = match req.finalists {
         None => DEFAULT_FINALISTS,
-        Some(n) => in_range("finalists", n, 0, MAX_FINALISTS)?,
+        Some(n) => in_range("finalists", n, 0, MAX_FINALISTS)?.max(1),
     };
     let finalist_rounds = if req.finalist_rounds == 0 {
         DEFAULT_FINALIST_ROUNDS
@@ -482,7 +483,8 @@ pub(crate) fn job(view: JobView) -> pb::Job {
         finished_ms: job.finished_ms.unwrap_or_default(),
         early_stop_trials: job.early_stop_trials,
         early_stop_margin: job.early_stop_margin,
-        finalists: job.finalists,
+        // The store keeps "none" as 1; the wire says 0.
+        finalists: if job.finalists < 2 { 0 } else { job.finalists },
         finalist_rounds: job.finalist_rounds,
         flush_l2: job.flush_l2,
         transfer: job.transfer,

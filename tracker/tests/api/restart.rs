@@ -217,7 +217,7 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
     let mut tuning = tracker.tuning().await;
     let job = get_job(&mut tuning, 1).await;
     assert_eq!(job.state, pb::JobState::Running as i32);
-    assert_eq!((job.finalists, job.finalist_rounds, job.flush_l2), (1, 3, false));
+    assert_eq!((job.finalists, job.finalist_rounds, job.flush_l2), (0, 3, false));
     assert_eq!((job.tuner.as_str(), job.transfer, job.total_trials), ("grid", true, 0));
     let w = &job.workloads[0];
     assert_eq!(

@@ -174,7 +174,7 @@ async fn bad_submissions_name_the_field() {
     let j = get_job(&mut tuning, id).await;
     let built = (j.template.as_str(), j.template_version, j.device_class.as_str());
     assert_eq!(built, ("wmma_gemm", WmmaGemm.version(), "sim"));
-    assert_eq!((j.finalists, j.finalist_rounds, j.flush_l2), (1, 3, false));
+    assert_eq!((j.finalists, j.finalist_rounds, j.flush_l2), (0, 3, false));
     // Unset finalists and 0 rounds are the defaults, 3 and 3; 0 finalists is none; the bounds
     // themselves are accepted.
     let defaults = submit(&mut tuning, pb::SubmitJobRequest { finalists: None, ..base() }).await;
