@@ -185,8 +185,9 @@ async fn one_finalist_means_none_and_one_ok_trial_skips_finalizing() {
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
 
     // finalists 0 disables them, and so does 1 (one re-measured config decides nothing).
-    for n in [0, 1] {
-        let off = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, 64)], 4, 4, Some(n))).await;
+    // (Another workload each time: the second job would reuse the first one's measurements.)
+    for (n, k) in [(0, 64), (1, 128)] {
+        let off = submit(&mut tuning, job_with_finalists(vec![matmul(64, 64, k)], 4, 4, Some(n))).await;
         let reported = drive(&mut worker, &mut tuning, off).await;
         assert!(reported.iter().all(|t| !is_finalist(t)) && reported.len() == 4);
         let job = get_job(&mut tuning, off).await;
