@@ -107,6 +107,7 @@ pub async fn watch(session: &mut Session, job_id: u64) -> anyhow::Result<pb::Job
 pub async fn tune(tracker: Option<&str>, db: &Path, cmd: &WorkloadCmd) -> anyhow::Result<()> {
     let workload = cmd.workload()?;
     let (job, local, json) = cmd.parts();
+    let template_given = job.template.is_some();
     let mut session = open(tracker, db, Some(local)).await?;
     let class = job.device_class.clone().or_else(|| session.local_class.clone());
     let result = submit_and_watch(&mut session, submit_request(&[workload], job, class, "tune")).await;
@@ -115,6 +116,9 @@ pub async fn tune(tracker: Option<&str>, db: &Path, cmd: &WorkloadCmd) -> anyhow
     closed?;
     let view = JobView::from(&job);
     print!("{}", report::fmt_job(&view));
+    if let Some(hint) = report::template_hint(template_given, &view) {
+        println!("{hint}");
+    }
     if tracker.is_none() {
         println!("records are in {}", db.display());
     }

@@ -270,6 +270,31 @@ pub fn fmt_config(config: &serde_json::Value) -> String {
     }
 }
 
+/// Below this speedup a wmma_gemm winner on a Hopper GPU gets a hint to try wgmma_gemm.
+const HOPPER_HINT_BELOW: f64 = 0.8;
+
+/// A hint for a matmul job that ran the default template (`wmma_gemm`) on an sm_90 device class and
+/// lost clearly to the vendor on some workload: the Hopper template (`--template wgmma_gemm`)
+/// exists for exactly those shapes, and a user should not have to find it in the docs.
+pub fn template_hint(template_given: bool, view: &JobView) -> Option<String> {
+    let hopper = view.device_class.contains("/sm90/");
+    let losing: Vec<&str> = view
+        .workloads
+        .iter()
+        .filter(|w| w.workload.starts_with("matmul/"))
+        .filter(|w| w.best.as_ref().is_some_and(|b| b.baseline_us.is_some() && b.speedup < HOPPER_HINT_BELOW))
+        .map(|w| w.workload.as_str())
+        .collect();
+    if template_given || !hopper || view.template != "wmma_gemm" || losing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "hint: on this Hopper GPU, --template wgmma_gemm (wgmma + TMA) is the faster family for large shapes \
+         ({} workload(s) here ran below {HOPPER_HINT_BELOW}x of the vendor with wmma_gemm)",
+        losing.len()
+    ))
+}
+
 /// The best-record lines of a workload: time, rate, vendor time and speedup, config.
 pub fn fmt_best(best: &RecordView) -> String {
     let mut s = format!(
@@ -374,5 +399,34 @@ mod tests {
         assert_eq!(fmt_counts(&counts), "none");
         counts.insert("ok".to_string(), 3);
         assert_eq!(fmt_counts(&counts), "ok 3");
+    }
+
+    #[test]
+    fn hopper_hint_only_for_a_defaulted_wmma_matmul_that_lost_on_sm90() {
+        let view = |class: &str, template: &str, speedup: f64| -> JobView {
+            let mut best = RecordView::from(&pb::Record::default());
+            (best.baseline_us, best.speedup) = (Some(188.0), speedup);
+            let mut v = JobView::from(&pb::Job::default());
+            (v.device_class, v.template) = (class.to_string(), template.to_string());
+            v.workloads = vec![WorkloadView {
+                workload: "matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0".into(),
+                state: "done".into(),
+                trials_target: 100,
+                trials_done: 100,
+                reused: 0,
+                space_size: 586,
+                status_counts: BTreeMap::new(),
+                best: Some(best),
+                finalists: Vec::new(),
+                finalist_gap: 0.0,
+            }];
+            v
+        };
+        let h200 = "nvidia-h200/sm90/132sm";
+        assert!(template_hint(false, &view(h200, "wmma_gemm", 0.46)).unwrap().contains("--template wgmma_gemm"));
+        assert_eq!(template_hint(true, &view(h200, "wmma_gemm", 0.46)), None, "the user chose the template");
+        assert_eq!(template_hint(false, &view(h200, "wmma_gemm", 1.16)), None, "it won");
+        assert_eq!(template_hint(false, &view("nvidia-a100/sm80/108sm", "wmma_gemm", 0.46)), None, "not Hopper");
+        assert_eq!(template_hint(false, &view(h200, "wgmma_gemm", 0.5)), None, "already the Hopper family");
     }
 }
