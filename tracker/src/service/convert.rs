@@ -57,8 +57,25 @@ pub(crate) fn in_range(field: &str, v: u32, lo: u32, hi: u32) -> Result<u32> {
     }
 }
 
+/// Longest free-text field a job takes (label), in bytes: names, not documents.
+const MAX_LABEL_BYTES: usize = 256;
+/// Longest name field (template, tuner, device class), in bytes.
+const MAX_NAME_BYTES: usize = 128;
+
+/// Refuses a string field longer than `max` bytes, naming it and the bound.
+fn check_len(field: &str, value: &str, max: usize) -> Result<()> {
+    if value.len() > max {
+        return Err(Error::invalid(field, format!("is {} bytes long; at most {max} are allowed", value.len())));
+    }
+    Ok(())
+}
+
 /// A job submission, validated as far as it can be without the tracker's state.
 pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
+    check_len("label", &req.label, MAX_LABEL_BYTES)?;
+    for (field, value) in [("template", &req.template), ("tuner", &req.tuner), ("device_class", &req.device_class)] {
+        check_len(field, value, MAX_NAME_BYTES)?;
+    }
     if req.workloads.is_empty() {
         return Err(Error::invalid("workloads", "must hold at least one workload"));
     }

@@ -57,6 +57,16 @@ async fn bad_submissions_name_the_field() {
     let cases: Vec<(&str, pb::SubmitJobRequest, &str)> = vec![
         ("no workloads", pb::SubmitJobRequest { workloads: vec![], ..base() }, "invalid workloads:"),
         (
+            "a label of 10 kB",
+            pb::SubmitJobRequest { label: "x".repeat(10_000), ..base() },
+            "invalid label: is 10000 bytes long; at most 256 are allowed",
+        ),
+        (
+            "a template name of 1 kB",
+            pb::SubmitJobRequest { template: "t".repeat(1000), ..base() },
+            "invalid template: is 1000 bytes long; at most 128 are allowed",
+        ),
+        (
             "too many workloads",
             pb::SubmitJobRequest { workloads: vec![matmul(64, 64, 64); 1025], ..base() },
             "invalid workloads:",
