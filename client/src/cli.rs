@@ -55,16 +55,25 @@ pub enum Command {
         /// At most this many.
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// Print JSON (the jobs with every workload's progress and best record) instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Show one job.
     Job {
         /// Job id.
         id: u64,
+        /// Print the job as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Follow a job until it ends.
     Watch {
         /// Job id.
         id: u64,
+        /// Print the job as JSON when it ends.
+        #[arg(long)]
+        json: bool,
     },
     /// Cancel a job.
     Cancel {
@@ -72,7 +81,11 @@ pub enum Command {
         id: u64,
     },
     /// List the workers the tracker knows.
-    Workers,
+    Workers {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Measurement records.
     Records {
         /// What to do with them.

@@ -171,7 +171,7 @@ pub async fn best(
 }
 
 /// `tensortune jobs`
-pub async fn jobs(tracker: Option<&str>, db: &Path, states: &[String], limit: u32) -> anyhow::Result<()> {
+pub async fn jobs(tracker: Option<&str>, db: &Path, states: &[String], limit: u32, json: bool) -> anyhow::Result<()> {
     let states = states
         .iter()
         .map(|s| {
@@ -187,6 +187,11 @@ pub async fn jobs(tracker: Option<&str>, db: &Path, states: &[String], limit: u3
     let answer = session.client.list_jobs(pb::ListJobsRequest { states, limit }).await.map_err(status_error);
     session.close().await?;
     let jobs = answer?.into_inner().jobs;
+    if json {
+        let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
+        println!("{}", serde_json::to_string_pretty(&views)?);
+        return Ok(());
+    }
     if jobs.is_empty() {
         println!("no jobs");
     }
@@ -209,7 +214,7 @@ pub async fn jobs(tracker: Option<&str>, db: &Path, states: &[String], limit: u3
 }
 
 /// `tensortune job ID`, `watch ID`, `cancel ID`.
-pub async fn job(tracker: Option<&str>, db: &Path, id: u64, action: &str) -> anyhow::Result<()> {
+pub async fn job(tracker: Option<&str>, db: &Path, id: u64, action: &str, json: bool) -> anyhow::Result<()> {
     let mut session = open(tracker, db, None).await?;
     let result = match action {
         "watch" => watch(&mut session, id).await,
@@ -219,16 +224,26 @@ pub async fn job(tracker: Option<&str>, db: &Path, id: u64, action: &str) -> any
         _ => session.client.get_job(pb::JobRef { job_id: id }).await.map(|r| r.into_inner()).map_err(status_error),
     };
     session.close().await?;
-    print!("{}", report::fmt_job(&JobView::from(&result?)));
+    let view = JobView::from(&result?);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+    } else {
+        print!("{}", report::fmt_job(&view));
+    }
     Ok(())
 }
 
 /// `tensortune workers`
-pub async fn workers(tracker: Option<&str>, db: &Path) -> anyhow::Result<()> {
+pub async fn workers(tracker: Option<&str>, db: &Path, json: bool) -> anyhow::Result<()> {
     let mut session = open(tracker, db, None).await?;
     let answer = session.client.list_workers(pb::ListWorkersRequest {}).await.map_err(status_error);
     session.close().await?;
     let workers = answer?.into_inner().workers;
+    if json {
+        let views: Vec<report::WorkerView> = workers.iter().map(report::WorkerView::from).collect();
+        println!("{}", serde_json::to_string_pretty(&views)?);
+        return Ok(());
+    }
     if workers.is_empty() {
         println!("no workers have registered");
         return Ok(());

@@ -29,11 +29,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Best { workload, device_class, json } => {
             commands::best(tracker, db, workload, device_class.as_deref(), *json).await
         }
-        Command::Jobs { state, limit } => commands::jobs(tracker, db, state, *limit).await,
-        Command::Job { id } => commands::job(tracker, db, *id, "show").await,
-        Command::Watch { id } => commands::job(tracker, db, *id, "watch").await,
-        Command::Cancel { id } => commands::job(tracker, db, *id, "cancel").await,
-        Command::Workers => commands::workers(tracker, db).await,
+        Command::Jobs { state, limit, json } => commands::jobs(tracker, db, state, *limit, *json).await,
+        Command::Job { id, json } => commands::job(tracker, db, *id, "show", *json).await,
+        Command::Watch { id, json } => commands::job(tracker, db, *id, "watch", *json).await,
+        Command::Cancel { id } => commands::job(tracker, db, *id, "cancel", false).await,
+        Command::Workers { json } => commands::workers(tracker, db, *json).await,
         Command::Records { command } => commands::records(tracker, db, command).await,
         Command::Replay(r) => replay::run(r),
         Command::Worker(w) => {

@@ -270,6 +270,45 @@ pub fn fmt_config(config: &serde_json::Value) -> String {
     }
 }
 
+/// A worker as `tensortune workers --json` prints it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WorkerView {
+    /// Worker id.
+    pub id: u64,
+    /// online, lost, ...
+    pub state: String,
+    /// Its name (host/gpu).
+    pub name: String,
+    /// Device class it measures for.
+    pub device_class: String,
+    /// Tasks it holds now.
+    pub leased: u32,
+    /// Results it reported.
+    pub reported: u64,
+    /// Its last time of the shared reference kernel, microseconds (0: not measured yet).
+    pub reference_us: f64,
+    /// Its reference time against its peers' median, as a fraction.
+    pub drift: f64,
+    /// Whether its timings disagree with its peers'.
+    pub flagged: bool,
+}
+
+impl From<&pb::Worker> for WorkerView {
+    fn from(w: &pb::Worker) -> Self {
+        WorkerView {
+            id: w.id,
+            state: w.state.clone(),
+            name: w.name.clone(),
+            device_class: w.device.as_ref().map(|d| d.class_key.clone()).unwrap_or_default(),
+            leased: w.leased,
+            reported: w.reported,
+            reference_us: w.reference_us,
+            drift: w.drift,
+            flagged: w.flagged,
+        }
+    }
+}
+
 /// Below this speedup a wmma_gemm winner on a Hopper GPU gets a hint to try wgmma_gemm.
 const HOPPER_HINT_BELOW: f64 = 0.8;
 

@@ -243,4 +243,25 @@ fn the_cli_tunes_a_conv_on_sim() {
     for want in ["wmma_conv2d v1 on sim", "trials  12/12", "(ok 12)", "best ", "config  block_k="] {
         assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}\n{stderr}");
     }
+
+    // The read commands answer in JSON when asked, from the same database.
+    let read = |args: &[&str]| -> serde_json::Value {
+        let out = std::process::Command::new(BIN)
+            .args(["--db", dir.path().join("tt.db").to_str().unwrap()])
+            .args(args)
+            .env("XDG_CACHE_HOME", dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}):\n{text}"))
+    };
+    let jobs = read(&["jobs", "--json"]);
+    assert_eq!(jobs.as_array().map(Vec::len), Some(1), "{jobs}");
+    let id = jobs[0]["id"].as_u64().unwrap();
+    assert_eq!(jobs[0]["workloads"][0]["trials_done"], 12);
+    let job = read(&["job", &id.to_string(), "--json"]);
+    assert_eq!((job["state"].as_str(), job["template"].as_str()), (Some("done"), Some("wmma_conv2d")));
+    assert!(job["workloads"][0]["best"]["median_us"].as_f64().is_some_and(|us| us > 0.0), "{job}");
+    assert!(read(&["workers", "--json"]).is_array());
 }
