@@ -2,7 +2,7 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -60,7 +60,63 @@ pub async fn submit_and_watch(session: &mut Session, request: pb::SubmitJobReque
     watch(session, submitted.job_id).await
 }
 
-/// Follows a job until it ends.
+/// How long `watch` keeps trying to reach a remote tracker that went away (killed, restarted,
+/// a network blip) before it gives up; the job itself lives in the tracker's database meanwhile.
+const RECONNECT_FOR: Duration = Duration::from_secs(120);
+/// The longest pause between two reconnection attempts.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(5);
+
+/// Whether a failed call to the tracker may succeed once the tracker is back: the transport
+/// failed (unreachable, connection reset, an HTTP/2 stream cut by a dying server), as opposed to
+/// an answer.
+fn transient(status: &tonic::Status) -> bool {
+    matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
+}
+
+/// Whether the job has ended (its watch stream then ends too).
+fn ended(job: &pb::Job) -> bool {
+    matches!(job.state(), pb::JobState::Done | pb::JobState::Cancelled | pb::JobState::Failed)
+}
+
+/// Opens the job's watch stream again after the tracker went away, with backoff, for up to
+/// [`RECONNECT_FOR`] since `lost` (when it was lost); then gives up saying the job goes on.
+async fn rewatch(
+    session: &mut Session,
+    job_id: u64,
+    url: &str,
+    bar: &ProgressBar,
+    lost: Instant,
+    why: &str,
+) -> anyhow::Result<tonic::Streaming<pb::Job>> {
+    let mut delay = Duration::from_millis(250);
+    loop {
+        if lost.elapsed() > RECONNECT_FOR {
+            bar.abandon();
+            bail!(
+                "lost the tracker at {url} ({why}) and it did not come back within {} s; the job goes on there: \
+                 follow it with `tensortune --tracker {url} watch {job_id}`",
+                RECONNECT_FOR.as_secs()
+            );
+        }
+        bar.set_message(format!("the tracker went away ({why}); reconnecting"));
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(RECONNECT_MAX_DELAY);
+        match session.client.watch_job(pb::JobRef { job_id }).await {
+            Ok(stream) => {
+                tracing::info!(job = job_id, "reconnected to the tracker at {url}");
+                return Ok(stream.into_inner());
+            }
+            Err(status) if transient(&status) => continue,
+            Err(status) => {
+                bar.abandon();
+                return Err(status_error(status));
+            }
+        }
+    }
+}
+
+/// Follows a job until it ends. With a remote tracker, a tracker that goes away (killed or
+/// restarted) is waited for and followed again, for up to [`RECONNECT_FOR`].
 pub async fn watch(session: &mut Session, job_id: u64) -> anyhow::Result<pb::Job> {
     let mut stream = session.client.watch_job(pb::JobRef { job_id }).await.map_err(status_error)?.into_inner();
     let bar = ProgressBar::new(0);
@@ -70,23 +126,37 @@ pub async fn watch(session: &mut Session, job_id: u64) -> anyhow::Result<pb::Job
             .progress_chars("=> "),
     );
     let mut last: Option<pb::Job> = None;
+    // Since when the tracker has been unreachable (None while it answers).
+    let mut lost: Option<Instant> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         tokio::select! {
-            item = stream.next() => match item {
-                Some(Ok(job)) => {
-                    let total: u64 = job.workloads.iter().map(|w| w.trials_target as u64).sum();
-                    let done: u64 = job.workloads.iter().map(|w| w.trials_done as u64).sum();
-                    bar.set_length(total);
-                    bar.set_position(done);
-                    bar.set_message(report::progress_message(&job));
-                    last = Some(job);
-                }
-                Some(Err(status)) => {
-                    bar.abandon();
-                    return Err(status_error(status));
-                }
-                None => break,
+            item = stream.next() => {
+                let why = match item {
+                    Some(Ok(job)) => {
+                        lost = None;
+                        let total: u64 = job.workloads.iter().map(|w| w.trials_target as u64).sum();
+                        let done: u64 = job.workloads.iter().map(|w| w.trials_done as u64).sum();
+                        bar.set_length(total);
+                        bar.set_position(done);
+                        bar.set_message(report::progress_message(&job));
+                        last = Some(job);
+                        continue;
+                    }
+                    Some(Err(status)) if session.remote_url.is_some() && transient(&status) => status.to_string(),
+                    Some(Err(status)) => {
+                        bar.abandon();
+                        return Err(status_error(status));
+                    }
+                    // The stream ends when the job ends, or when the tracker shuts down.
+                    None if session.remote_url.is_some() && !last.as_ref().is_some_and(ended) => {
+                        "it closed the stream before the job ended".to_string()
+                    }
+                    None => break,
+                };
+                let url = session.remote_url.clone().unwrap_or_default();
+                let since = *lost.get_or_insert_with(Instant::now);
+                stream = rewatch(session, job_id, &url, &bar, since, &why).await?;
             },
             _ = tick.tick() => {
                 if let Some(e) = session.worker_stopped().await {

@@ -25,6 +25,8 @@ pub struct Session {
     pub client: TuningClient<Channel>,
     /// The device class of the embedded worker, when there is one.
     pub local_class: Option<String>,
+    /// The tracker's URL when it runs elsewhere (`--tracker`): one that can go away and come back.
+    pub remote_url: Option<String>,
     embedded: Option<Embedded>,
 }
 
@@ -45,7 +47,7 @@ async fn connect(url: &str) -> anyhow::Result<TuningClient<Channel>> {
 impl Session {
     /// Connects to a running tracker.
     pub async fn remote(url: &str) -> anyhow::Result<Session> {
-        Ok(Session { client: connect(url).await?, local_class: None, embedded: None })
+        Ok(Session { client: connect(url).await?, local_class: None, remote_url: Some(url.to_owned()), embedded: None })
     }
 
     /// Starts a tracker on `db` (loopback, ephemeral port) and, with `local`, a worker on it; waits
@@ -61,6 +63,7 @@ impl Session {
         let mut session = Session {
             client: connect(&url).await?,
             local_class: None,
+            remote_url: None,
             embedded: Some(Embedded { token: token.clone(), tracker, worker: None }),
         };
         if let Some(local) = local {

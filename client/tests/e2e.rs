@@ -27,7 +27,12 @@ struct Tracker {
 
 impl Tracker {
     async fn start(db: &Path, lease: Duration) -> Tracker {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Tracker::start_on("127.0.0.1:0", db, lease).await
+    }
+
+    /// A tracker listening on `addr` (a restarted one takes its predecessor's address).
+    async fn start_on(addr: &str, db: &Path, lease: Duration) -> Tracker {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let token = CancellationToken::new();
         let config = TrackerConfig { db: db.to_owned(), lease, heartbeat: lease / 4, max_attempts: 3 };
@@ -264,4 +269,48 @@ fn the_cli_tunes_a_conv_on_sim() {
     assert_eq!((job["state"].as_str(), job["template"].as_str()), (Some("done"), Some("wmma_conv2d")));
     assert!(job["workloads"][0]["best"]["median_us"].as_f64().is_some_and(|us| us > 0.0), "{job}");
     assert!(read(&["workers", "--json"]).is_array());
+}
+
+/// A client following a job through `--tracker` keeps following it when the tracker goes away
+/// and comes back on the same address, and the job finishes there with nothing lost (seen on an
+/// H200: `tune` exited with "h2 protocol error" while its job finished on the restarted tracker).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watch_follows_a_job_across_a_tracker_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tt.db");
+    let tracker = Tracker::start(&db, Duration::from_secs(5)).await;
+    let addr = tracker.url.trim_start_matches("http://").to_owned();
+    let mut client = tracker.client().await;
+    // A worker registers the device class, then goes: the job waits, queued, for the next one.
+    let gone = CancellationToken::new();
+    let w = spawn_worker(&tracker.url, "sim-first", &gone);
+    wait_workers(&mut client, 1).await;
+    gone.cancel();
+    w.await.unwrap().unwrap();
+    let job_id = client.submit_job(submit(6, 3)).await.unwrap().into_inner().job_id;
+
+    let watcher = tokio::process::Command::new(BIN)
+        .args(["--tracker", &tracker.url, "watch", &job_id.to_string(), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    tracker.stop().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let tracker = Tracker::start_on(&addr, &db, Duration::from_secs(5)).await;
+    let workers = CancellationToken::new();
+    let w = spawn_worker(&tracker.url, "sim-second", &workers);
+    let out = tokio::time::timeout(Duration::from_secs(90), watcher.wait_with_output()).await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "watch failed:\n{stdout}\n{stderr}");
+    let job: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}:\n{stdout}\n{stderr}"));
+    assert_eq!(job["state"], "done", "{job}");
+    assert_eq!(job["workloads"][0]["trials_done"], 6);
+    workers.cancel();
+    w.await.unwrap().unwrap();
+    tracker.stop().await;
 }
