@@ -296,7 +296,9 @@ async fn watch_follows_a_job_across_a_tracker_restart() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Time for the CLI to start and open its watch stream, with room for a busy CI machine (a
+    // watcher that has not connected when the tracker goes would fail to connect instead).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     tracker.stop().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
