@@ -131,7 +131,13 @@ impl Tracker {
     /// Accepted from the worker holding the lease, or from the last holder of a task whose lease
     /// expired (and nobody else took it) or whose job was cancelled, so that a late report loses
     /// nothing.
-    pub(crate) async fn report(&self, worker: WorkerId, task_id: TaskId, reported: &Reported) -> Result<Report> {
+    pub(crate) async fn report(
+        &self,
+        worker: WorkerId,
+        task_id: TaskId,
+        lease_serial: u32,
+        reported: &Reported,
+    ) -> Result<Report> {
         let mut w = self.write().await?;
         let task = store::tasks::get(w.conn(), task_id).await?.ok_or(Error::TaskNotFound(task_id))?;
         // A report that does not fit its task is refused even when repeated: it is malformed,
@@ -149,6 +155,13 @@ impl Tracker {
         if task.worker_id != Some(worker) {
             let holder = if task.state == TaskState::Leased { task.worker_id } else { None };
             return Err(Error::NotHolder { worker, task: task_id, holder });
+        }
+        // The same worker may hold a later lease of the task (its earlier one expired): while that
+        // lease runs, a result of the earlier one is stale. Once no lease runs, the last holder's
+        // late result is kept, whichever of its leases it answers (nothing measured is lost).
+        // Serial 0 comes from workers that predate serials: the holder check alone applies.
+        if lease_serial != 0 && lease_serial != task.attempts && task.state == TaskState::Leased {
+            return Err(Error::StaleLease { task: task_id, reported: lease_serial, current: task.attempts });
         }
         let job = store::jobs::get(w.conn(), task.job_id).await?.ok_or(Error::JobNotFound(task.job_id))?;
         let record = match reported {

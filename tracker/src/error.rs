@@ -32,6 +32,16 @@ pub(crate) enum Error {
         /// Who holds it now, if anyone.
         holder: Option<i64>,
     },
+    /// A report for an earlier lease of a task the worker holds again.
+    #[error("task {task} was leased again (lease {current}); this report answers lease {reported} and is stale")]
+    StaleLease {
+        /// The task.
+        task: i64,
+        /// The lease the report names.
+        reported: u32,
+        /// The task's current lease.
+        current: u32,
+    },
     /// The request conflicts with the tracker's state (no such device class, job already ended).
     #[error("{0}")]
     Precondition(String),
@@ -95,7 +105,9 @@ impl From<Error> for tonic::Status {
             Error::JobNotFound(_) | Error::TaskNotFound(_) | Error::WorkerNotFound(_) => {
                 Status::not_found(e.to_string())
             }
-            Error::NotHolder { .. } | Error::Precondition(_) => Status::failed_precondition(e.to_string()),
+            Error::NotHolder { .. } | Error::StaleLease { .. } | Error::Precondition(_) => {
+                Status::failed_precondition(e.to_string())
+            }
             Error::DuplicateRecord => Status::already_exists(e.to_string()),
             Error::Exhausted(_) => Status::resource_exhausted(e.to_string()),
             Error::Database(db) => {

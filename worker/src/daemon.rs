@@ -319,7 +319,7 @@ async fn lease_stage(
             );
         }
         for (task, permit) in tasks.into_iter().zip(permits) {
-            let Some(lease) = held.hold(task.task_id, permit) else {
+            let Some(lease) = held.hold(task.task_id, task.lease_serial, permit) else {
                 tracing::warn!(task = task.task_id, "the tracker leased a task this worker already holds; ignoring it");
                 continue;
             };
@@ -342,7 +342,7 @@ async fn report_stage(link: &Link, mut reports: mpsc::Receiver<Report>) -> anyho
         }
         let delivered = tokio::select! {
             _ = lease.dropped.cancelled() => continue,
-            r = link.report(task, &result) => r,
+            r = link.report(task, lease.lease_serial, &result) => r,
         };
         match delivered {
             Ok(stored) => match &result {

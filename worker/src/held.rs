@@ -20,7 +20,12 @@ pub(crate) struct Held {
 
 impl Held {
     /// Holds `task_id` with `permit`; `None` when it is held already (the tracker leased it twice).
-    pub(crate) fn hold(self: &Arc<Self>, task_id: u64, permit: OwnedSemaphorePermit) -> Option<Lease> {
+    pub(crate) fn hold(
+        self: &Arc<Self>,
+        task_id: u64,
+        lease_serial: u32,
+        permit: OwnedSemaphorePermit,
+    ) -> Option<Lease> {
         let mut tasks = self.tasks.lock().expect("held tasks lock");
         if tasks.contains_key(&task_id) {
             return None;
@@ -28,7 +33,7 @@ impl Held {
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         let dropped = CancellationToken::new();
         tasks.insert(task_id, (serial, dropped.clone()));
-        Some(Lease { task_id, serial, dropped, held: self.clone(), _permit: permit })
+        Some(Lease { task_id, lease_serial, serial, dropped, held: self.clone(), _permit: permit })
     }
 
     /// Held task ids, sorted.
@@ -54,6 +59,8 @@ impl Held {
 pub(crate) struct Lease {
     /// The tracker's task id.
     pub(crate) task_id: u64,
+    /// Which lease of the task the tracker gave (its report names it).
+    pub(crate) lease_serial: u32,
     serial: u64,
     /// Cancelled when the tracker drops the task: stages abandon it and nothing is reported.
     pub(crate) dropped: CancellationToken,
@@ -79,8 +86,8 @@ mod tests {
     fn leases_hold_permits_and_ids_until_dropped() {
         let room = Arc::new(Semaphore::new(2));
         let held = Arc::new(Held::default());
-        let a = held.hold(7, room.clone().try_acquire_owned().unwrap()).unwrap();
-        let b = held.hold(3, room.clone().try_acquire_owned().unwrap()).unwrap();
+        let a = held.hold(7, 1, room.clone().try_acquire_owned().unwrap()).unwrap();
+        let b = held.hold(3, 1, room.clone().try_acquire_owned().unwrap()).unwrap();
         assert_eq!(held.ids(), vec![3, 7]);
         assert_eq!(room.available_permits(), 0);
 
@@ -90,7 +97,7 @@ mod tests {
         drop(a);
         assert_eq!(room.available_permits(), 1);
 
-        let dup = held.hold(3, room.clone().try_acquire_owned().unwrap());
+        let dup = held.hold(3, 1, room.clone().try_acquire_owned().unwrap());
         assert!(dup.is_none(), "a task held twice is refused");
         assert_eq!(room.available_permits(), 1, "the refused lease's permit comes back");
         drop(b);

@@ -139,14 +139,15 @@ impl Link {
 
     /// Reports one task's result; `Ok(false)` when the tracker already had one (the report was
     /// dropped). Retried until delivered, refused, or shutdown (after at least one attempt).
-    pub(crate) async fn report(&self, task_id: u64, result: &TaskResult) -> Result<bool, LinkError> {
+    pub(crate) async fn report(&self, task_id: u64, lease_serial: u32, result: &TaskResult) -> Result<bool, LinkError> {
         let response = self
             .call("ReportResult", CALL_DEADLINE, |mut client, worker_id| {
                 let (measurement, finalist_measurements) = match result {
                     TaskResult::Tuning(m) => (Some(pb::Measurement::clone(m)), Vec::new()),
                     TaskResult::Finalists(ms) => (None, ms.clone()),
                 };
-                let request = pb::ReportResultRequest { worker_id, task_id, measurement, finalist_measurements };
+                let request =
+                    pb::ReportResultRequest { worker_id, task_id, measurement, finalist_measurements, lease_serial };
                 async move { client.report_result(request).await }
             })
             .await?;

@@ -524,6 +524,7 @@ pub(crate) fn task(t: LeasedTask) -> pb::Task {
         config_index: if finalist { 0 } else { u64::try_from(t.config_index).unwrap_or_default() },
         samples: t.samples,
         lease_expires_ms: t.lease_expires_ms,
+        lease_serial: t.attempts,
         flush_l2: t.flush_l2,
         finalist_indices: t.finalists.0.iter().map(|f| f.config_index).collect(),
         finalist_configs: t.finalists.0.into_iter().map(|f| f.config).collect(),

@@ -77,7 +77,7 @@ impl Dispatch for DispatchService {
         let worker = id("worker_id", req.worker_id)?;
         let task = id("task_id", req.task_id)?;
         let reported = convert::reported(req.measurement, req.finalist_measurements)?;
-        let report = self.tracker.report(worker, task, &reported).await?;
+        let report = self.tracker.report(worker, task, req.lease_serial, &reported).await?;
         Ok(Response::new(pb::ReportResultResponse {
             stored: report.stored,
             record_id: report.record_id.unwrap_or_default() as u64,

@@ -51,6 +51,8 @@ pub(crate) struct LeasedTask {
     #[sqlx(try_from = "String")]
     pub(crate) finalists: Json<Vec<Finalist>>,
     pub(crate) finalist_rounds: u32,
+    /// Leases of the task so far, this one included: the lease's serial.
+    pub(crate) attempts: u32,
 }
 
 /// A task to insert: pending, or already done when an identical record exists.
@@ -180,7 +182,7 @@ pub(crate) async fn lease(
 pub(crate) async fn leased_details(e: impl SqliteExecutor<'_>, ids: &[TaskId]) -> Result<Vec<LeasedTask>> {
     Ok(sqlx::query_as(
         "SELECT t.id, t.job_id, w.workload, w.workload_key, j.template, j.template_version, t.config, t.config_index,
-                j.samples, t.lease_expires_ms, j.flush_l2, t.kind, t.finalists, j.finalist_rounds
+                j.samples, t.lease_expires_ms, j.flush_l2, t.kind, t.finalists, j.finalist_rounds, t.attempts
          FROM tasks t
          JOIN jobs j ON j.id = t.job_id
          JOIN job_workloads w ON w.job_id = t.job_id AND w.idx = t.workload_idx

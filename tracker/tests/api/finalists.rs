@@ -118,6 +118,7 @@ async fn bad_finalist_reports_name_the_field() {
         task_id: task.task_id,
         measurement,
         finalist_measurements: finalists,
+        lease_serial: task.lease_serial,
     };
     let tuning_task = format!("invalid finalist_measurements: task {} is a tuning task", tuned[0].task_id);
     let cases: Vec<(&str, pb::ReportResultRequest, &str)> = vec![

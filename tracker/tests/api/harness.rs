@@ -128,6 +128,7 @@ impl FakeWorker {
             worker_id: self.id,
             task_id: task.task_id,
             measurement: Some(measurement),
+            lease_serial: task.lease_serial,
             ..Default::default()
         };
         self.client.report_result(req).await.map(|r| r.into_inner())
@@ -143,6 +144,7 @@ impl FakeWorker {
             worker_id: self.id,
             task_id: task.task_id,
             finalist_measurements: measurements,
+            lease_serial: task.lease_serial,
             ..Default::default()
         };
         self.client.report_result(req).await.map(|r| r.into_inner())

@@ -209,3 +209,27 @@ async fn cancelling_stops_dispatch_but_keeps_reports() {
 fn code_of<T: std::fmt::Debug>(r: Result<T, tonic::Status>) -> Code {
     code(r).0
 }
+
+#[tokio::test]
+async fn a_report_for_an_earlier_lease_of_a_task_held_again_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(short_leases(&dir, 3)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut a = FakeWorker::register(&tracker, "box/0").await;
+    let id = submit(&mut tuning, job(vec![matmul(64, 64, 64)], 1, 1)).await;
+
+    // A's first lease expires and A leases the same task again: a second lease of it.
+    let first = a.lease_some(1).await.remove(0);
+    assert_eq!(first.lease_serial, 1);
+    let second = a.lease_some(1).await.remove(0);
+    assert_eq!((second.task_id, second.lease_serial), (first.task_id, 2));
+    // A result of the first lease (a stale measurement that was still on its way) is refused.
+    let (c, message) = code(a.report(&first, ok(0.5)).await);
+    assert_eq!(c, Code::FailedPrecondition, "{message}");
+    assert!(message.contains("is stale"), "{message}");
+    assert!(all_records(&mut tuning).await.is_empty(), "a refused report leaves no record");
+    assert!(a.report(&second, measure(&second)).await.unwrap().stored);
+    assert_eq!(all_records(&mut tuning).await.len(), 1);
+    assert_eq!(get_job(&mut tuning, id).await.state, pb::JobState::Done as i32);
+    tracker.stop().await;
+}

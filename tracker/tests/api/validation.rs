@@ -302,6 +302,7 @@ async fn bad_dispatch_requests_name_the_field() {
         worker_id: worker.id,
         task_id: task.task_id,
         measurement: m,
+        lease_serial: task.lease_serial,
         ..Default::default()
     };
     let bad: Vec<(&str, Option<pb::Measurement>, &str)> = vec![
