@@ -4,7 +4,7 @@
 use crate::cuda::{Scalar, ident};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::space::{Config, Knob, Space};
+use crate::space::{Config, Knob, Space, positions_at};
 use crate::target::Target;
 use crate::template::{KernelSpec, Resources, Template};
 use crate::tiling::{Core, GemmView, LAUNCH_US, Tiling, check_tensor_cores, widest_vec};
@@ -89,13 +89,7 @@ impl Plan {
 
     /// The plan of the config at `index` of the space, without building the config.
     pub fn at(w: &Matmul, index: u64, target: &Target) -> Plan {
-        let mut rest = index;
-        let mut positions = [0usize; KNOBS];
-        for (k, radix) in DOMAIN_SIZES.iter().enumerate().rev() {
-            positions[k] = (rest % *radix as u64) as usize;
-            rest /= *radix as u64;
-        }
-        Plan::from_positions(w, &positions, target)
+        Plan::from_positions(w, &positions_at(index, &DOMAIN_SIZES), target)
     }
 
     /// The plan for each knob's position in its domain (knob order of [`WmmaGemm::space`]).
@@ -202,10 +196,7 @@ impl Plan {
 }
 
 fn matmul(workload: &Workload) -> Result<&Matmul> {
-    match workload {
-        Workload::Matmul(m) => Ok(m),
-        other => Err(Error::Unsupported { template: "wmma_gemm", what: format!("{} workloads", other.op().name()) }),
-    }
+    workload.matmul_for("wmma_gemm")
 }
 
 impl Template for WmmaGemm {

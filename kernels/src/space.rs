@@ -137,6 +137,19 @@ impl Space {
     }
 }
 
+/// The position in each knob's domain of the point at `index` of a space whose domains have
+/// `sizes` (mixed radix, the last knob varying fastest, as [`Space::config`] reads it), without
+/// building the config: for templates that walk every index of their space.
+pub fn positions_at<const N: usize>(index: u64, sizes: &[usize; N]) -> [usize; N] {
+    let mut rest = index;
+    let mut positions = [0usize; N];
+    for (k, radix) in sizes.iter().enumerate().rev() {
+        positions[k] = (rest % *radix as u64) as usize;
+        rest /= *radix as u64;
+    }
+    positions
+}
+
 /// One point of a space: knob name -> value, kept sorted so its JSON is canonical.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
 pub struct Config(pub BTreeMap<String, KnobValue>);

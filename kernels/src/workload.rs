@@ -435,6 +435,14 @@ impl Workload {
         }
     }
 
+    /// The matmul, or `Unsupported` naming `template` (a matmul template given another op).
+    pub fn matmul_for(&self, template: &'static str) -> Result<&Matmul> {
+        match self {
+            Workload::Matmul(m) => Ok(m),
+            other => Err(Error::Unsupported { template, what: format!("{} workloads", other.op().name()) }),
+        }
+    }
+
     /// Checks every field.
     pub fn validate(&self) -> Result<()> {
         match self {

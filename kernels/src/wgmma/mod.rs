@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use crate::cuda::{Header, Scalar, ident};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::space::{Config, Knob, Space};
+use crate::space::{Config, Knob, Space, positions_at};
 use crate::target::Target;
 use crate::template::{Arg, KernelSpec, Resources, Template, TensorMap, TensorOperand};
 use crate::workload::{Matmul, Op, Workload};
@@ -101,13 +101,7 @@ impl Plan {
 
     /// The plan of the config at `index` of the space, without building the config.
     pub fn at(w: &Matmul, index: u64) -> Plan {
-        let mut rest = index;
-        let mut positions = [0usize; KNOBS];
-        for (k, radix) in DOMAIN_SIZES.iter().enumerate().rev() {
-            positions[k] = (rest % *radix as u64) as usize;
-            rest /= *radix as u64;
-        }
-        Plan::from_positions(w, &positions)
+        Plan::from_positions(w, &positions_at(index, &DOMAIN_SIZES))
     }
 
     fn from_positions(w: &Matmul, pos: &[usize]) -> Plan {
@@ -371,6 +365,7 @@ impl Plan {
         let t = &w.types;
         let name = self.name();
         let g = self.grid(target);
+        let blocks_per_sm = self.blocks_per_sm(target);
         let epi_int = t.output.is_int();
         let scalar = |v: f64| if epi_int { Scalar::Int(v as i64) } else { Scalar::Float(v) };
         let mut h = Header::default();
@@ -399,8 +394,8 @@ impl Plan {
             .int("TILES_Q", g.tiles_q as i64)
             .int("ACC_REGS", self.acc_regs() as i64)
             .int("PRODUCER_REGS", PRODUCER_REGS as i64)
-            .int("BLOCKS_PER_SM", self.blocks_per_sm(target) as i64)
-            .int("CONSUMER_REGS", self.consumer_regs_at(self.blocks_per_sm(target), target) as i64)
+            .int("BLOCKS_PER_SM", blocks_per_sm as i64)
+            .int("CONSUMER_REGS", self.consumer_regs_at(blocks_per_sm, target) as i64)
             .flag("SPECIALIZED", self.specialized)
             .flag("PINGPONG", self.pingpong)
             .flag("X_KMAJOR", self.x_kmajor())
@@ -500,10 +495,7 @@ fn acc_reg_type(acc: DType) -> &'static str {
 }
 
 fn matmul(workload: &Workload) -> Result<&Matmul> {
-    match workload {
-        Workload::Matmul(m) => Ok(m),
-        other => Err(Error::Unsupported { template: "wgmma_gemm", what: format!("{} workloads", other.op().name()) }),
-    }
+    workload.matmul_for("wgmma_gemm")
 }
 
 impl Template for WgmmaGemm {

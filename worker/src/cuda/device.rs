@@ -163,7 +163,8 @@ pub(crate) fn encode_map(map: &tensortune_kernels::TensorMap, ptr: sys::CUdevice
         DType::Bf16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         DType::F32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         DType::I32 => Ty::CU_TENSOR_MAP_DATA_TYPE_INT32,
-        _ => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        // TMA copies bytes: signedness does not matter to a copy.
+        DType::I8 => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
     };
     let mut out = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     let strides = [map.row_bytes];
