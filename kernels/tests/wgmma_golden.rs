@@ -1,8 +1,8 @@
-//! Golden sources of `wgmma_gemm` v1 for a few configs (one per kind of code path: a producer
+//! Golden sources of `wgmma_gemm` v2 for a few configs (one per kind of code path: a producer
 //! warpgroup with cooperative consumers on a persistent grid, ping-pong consumers in 2-block
-//! clusters with MN-major operands, and an inline producer on i8 with a C epilogue), so a diff
-//! shows what a generator change did. Version 1 was verified on an H200 (2026-11-23): a change
-//! here that alters code must bump the version and be re-verified on a GPU.
+//! clusters with MN-major operands, an inline producer on i8 with a C epilogue, and stream-K in
+//! 2-block clusters on a ragged shape), so a diff shows what a generator change did. A change here
+//! that alters code must bump the version and be re-verified on a GPU.
 //!
 //! After an intended change: `TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test wgmma_golden`
 //! rewrites the files; review the diff.
@@ -12,28 +12,33 @@ use std::path::PathBuf;
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, Target, Template, Workload};
 
-const CASES: [(&str, &str, &str); 3] = [
+const CASES: [(&str, &str, &str); 4] = [
     (
         "f16_nn_4096_cooperative_persistent",
         "matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0",
-        r#"{"block_m":256,"block_n":128,"cluster":1,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4}"#,
+        r#"{"block_m":256,"block_n":128,"cluster":1,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4,"stream_k":0}"#,
     ),
     (
         "bf16_nt_2048x5120x5120_pingpong_cluster2",
         "matmul/m2048n5120k5120/nt/bf16,f32,bf16/alpha=1,beta=0",
-        r#"{"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"pingpong","stages":5}"#,
+        r#"{"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"pingpong","stages":5,"stream_k":0}"#,
     ),
     (
         "i8_tn_1000_inline_beta",
         "matmul/m1000n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1",
-        r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4}"#,
+        r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}"#,
+    ),
+    (
+        "f16_nn_3000_stream_k_cluster2",
+        "matmul/m3000n3000k4096/nn/f16,f32,f32/alpha=1,beta=0",
+        r#"{"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1}"#,
     ),
 ];
 
 #[test]
-fn wgmma_gemm_v1_sources_match_their_golden_files() {
-    assert_eq!(WgmmaGemm.version(), 1, "a new version gets new golden files (and a GPU check)");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v1");
+fn wgmma_gemm_v2_sources_match_their_golden_files() {
+    assert_eq!(WgmmaGemm.version(), 2, "a new version gets new golden files (and a GPU check)");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v2");
     let update = std::env::var_os("TT_UPDATE_GOLDEN").is_some();
     let mut differing = Vec::new();
     for (name, key, config) in CASES {

@@ -22,6 +22,12 @@
 // one stores its results while the other multiplies. With PERSISTENT the grid is one wave (of
 // BLOCKS_PER_SM blocks per SM) and each block walks tiles; tiles are
 // ordered in groups of GROUP cluster rows, so the Y panels a wave shares stay in L2.
+// With STREAM_K (persistent, cooperative) the tiles that would leave the last wave ragged are
+// shared out by K tiles instead: all but the last whole wave go tile by tile as above, and the
+// K tiles of the rest are cut into equal ranges, one per cluster. A range that ends inside a tile
+// leaves a partial sum in the workspace (each block's first job, so nobody waits long for it);
+// the block whose range ends a tile (its last job) adds the partials of the clusters before it
+// and stores the tile.
 
 namespace tt {
 using namespace cfg;
@@ -50,6 +56,8 @@ constexpr int THREADS = 128 * (CONSUMERS + (SPECIALIZED ? 1 : 0));
 constexpr int RELEASES = (PINGPONG ? 1 : CONSUMERS) * CLUSTER;
 constexpr int Y_ROWS = BQ / CLUSTER;  // rows of Y (K-major) each block of a cluster loads
 constexpr int Y_CHUNKS = BQ / 64 / CLUSTER;  // chunks of Y (MN-major) each block loads
+constexpr int ACC_ALL = MT * ACC_REGS;         // accumulator registers of a consumer thread
+static_assert(ACC_ALL % 4 == 0, "partial sums move in 16-byte vectors");
 static_assert(BK * (int)sizeof(T_IN) == ROW_BYTES, "a stage row is one 128-byte swizzle span");
 static_assert(WG_P % 64 == 0, "a consumer owns whole 64-row wgmma tiles");
 
@@ -80,7 +88,11 @@ __device__ __forceinline__ void bar_wait(unsigned long long* bar, int parity) {
   } while (!done);
 }
 
-// Arrives on `bar` in every block of the cluster (the same shared-memory offset in each).
+// Arrives on `bar` in every block of the cluster (the same shared-memory offset in each). The
+// arrive releases at CTA scope only: what it orders are this warpgroup's wgmma reads of the stage,
+// already complete (wgmma.wait_group), before the producers' TMA writes that wait on `bar`. A
+// `.release.cluster` arrive costs a full GPU memory barrier (MEMBAR.ALL.GPU) per stage and made
+// 2-block clusters half again slower than single blocks (H200, 2026-11-23).
 __device__ __forceinline__ void bar_arrive_cluster(unsigned long long* bar) {
   if constexpr (CLUSTER == 1) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
@@ -89,7 +101,7 @@ __device__ __forceinline__ void bar_arrive_cluster(unsigned long long* bar) {
     for (int r = 0; r < CLUSTER; ++r) {
       asm volatile(
           "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-          "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+          "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
           "r"(r)
           : "memory");
     }
@@ -164,6 +176,21 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // @hole(mma_tile)
 
+// Pins every accumulator register at this point of the program: the compiler may not move a read
+// or write of them across it (wgmma's wait has no register operands, so without this a read of
+// the sums could be scheduled before the wait, and ptxas then serializes the wgmmas, C7514).
+__device__ __forceinline__ void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void pin(int& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void pin(unsigned& r) { asm volatile("" : "+r"(r)::"memory"); }
+template <int ROWS, int REGS>
+__device__ __forceinline__ void pin_all(T_ACCR (&acc)[ROWS][REGS]) {
+#pragma unroll
+  for (int t = 0; t < ROWS; ++t) {
+#pragma unroll
+    for (int i = 0; i < REGS; ++i) pin(acc[t][i]);
+  }
+}
+
 // --- tiles -------------------------------------------------------------------------------------
 // The (P, Q) tile of cluster tile `ct` for the block of cluster rank `rank`.
 __device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
@@ -181,21 +208,127 @@ __device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
   tp = pc * CLUSTER + rank;
 }
 
-// Where the loads of this block are: the next (cluster tile, K tile) and the ring slot it fills.
-struct Loader {
-  int ct, kt, stage, phase;
+// --- work list -------------------------------------------------------------------------------
+// A job: K tiles [k0, k1) of cluster tile `ct`. FULL covers the whole K extent; PARTIAL leaves its
+// sum in the workspace; TAIL ends the tile and adds the partials of the clusters before it.
+enum { WORK_FULL = 0, WORK_PARTIAL = 1, WORK_TAIL = 2 };
+struct Work {
+  int ct, k0, k1, kind;
 };
+
+// The first stream-K iteration (a K tile of the shared-out region) of cluster c.
+__device__ __forceinline__ long long sk_begin(int c) { return (long long)c * SK_ITERS / SK_CLUSTERS; }
+
+// The jobs of one cluster, in the order it runs them: its partial range first (if its range ends
+// inside a tile), then its whole tiles (the tile-by-tile ones, then those of its stream-K range),
+// then the tile its range starts inside of (if any), which it finishes. Without STREAM_K, just the
+// tiles first, first + nclusters, ... Recomputed from (cluster, job) where needed rather than
+// kept: registers are what the consumers are short of.
+struct WorkList {
+  int c, nclusters;
+
+  __device__ __forceinline__ void init(int cluster, int ncl) {
+    c = cluster;
+    nclusters = ncl;
+  }
+
+  // Stream-K bounds of this cluster: its range [s, e), the tiles it starts and ends in, and
+  // whether it starts or ends inside one.
+  struct Range {
+    long long s, e;
+    int t_first, t_last;
+    bool starts_inside, ends_inside;
+  };
+
+  __device__ __forceinline__ Range range() const {
+    Range r;
+    r.s = sk_begin(c);
+    r.e = sk_begin(c + 1);
+    r.t_first = (int)(r.s / KTILES);
+    r.t_last = (int)((r.e - 1) / KTILES);
+    r.starts_inside = r.s % KTILES != 0;
+    r.ends_inside = r.e % KTILES != 0;
+    return r;
+  }
+
+  __device__ __forceinline__ int n_dp() const {
+    if constexpr (STREAM_K) return SK_DP_TILES / SK_CLUSTERS;
+    return c < CLUSTER_TILES ? (CLUSTER_TILES - c + nclusters - 1) / nclusters : 0;
+  }
+
+  __device__ __forceinline__ int count() const {
+    if constexpr (!STREAM_K) return n_dp();
+    const Range r = range();
+    if (r.e <= r.s) return n_dp();
+    const int front = r.ends_inside ? 1 : 0;
+    const int tail = r.starts_inside && (r.t_first < r.t_last || !r.ends_inside) ? 1 : 0;
+    const int full = max(0, r.t_last + 1 - front - (r.t_first + (r.starts_inside ? 1 : 0)));
+    return front + n_dp() + full + tail;
+  }
+
+  // The segment of stream-K tile t (counted from the first shared-out tile) within [s, e).
+  __device__ __forceinline__ static Work segment(const Range& r, int t, int kind) {
+    const long long t0 = (long long)t * KTILES;
+    Work w;
+    w.ct = SK_DP_TILES + t;
+    w.k0 = (int)(max(r.s, t0) - t0);
+    w.k1 = (int)(min(r.e, t0 + KTILES) - t0);
+    w.kind = kind;
+    return w;
+  }
+
+  __device__ __forceinline__ Work at(int i) const {
+    Work w;
+    w.k0 = 0;
+    w.k1 = KTILES;
+    w.kind = WORK_FULL;
+    if constexpr (STREAM_K) {
+      const Range r = range();
+      if (r.ends_inside && r.e > r.s) {
+        if (i == 0) return segment(r, r.t_last, WORK_PARTIAL);
+        --i;
+      }
+      const int dp = n_dp();
+      if (i >= dp) {
+        const int full_lo = r.t_first + (r.starts_inside ? 1 : 0);
+        const int n_full = max(0, r.t_last + 1 - (r.ends_inside ? 1 : 0) - full_lo);
+        i -= dp;
+        return i < n_full ? segment(r, full_lo + i, WORK_FULL) : segment(r, r.t_first, WORK_TAIL);
+      }
+    }
+    w.ct = c + i * nclusters;
+    return w;
+  }
+};
+
+// Where the loads of this block are: the next (job, K tile) and the ring slot it fills.
+struct Loader {
+  int job, kt, stage, phase;
+  Work w;
+};
+
+__device__ __forceinline__ void loader_init(Loader& L, const WorkList& wl) {
+  L.job = 0;
+  L.stage = 0;
+  L.phase = 0;
+  if (wl.count() > 0) {
+    L.w = wl.at(0);
+    L.kt = L.w.k0;
+  }
+}
+
+__device__ __forceinline__ bool loader_more(const Loader& L, const WorkList& wl) { return L.job < wl.count(); }
 
 // Issues the loads of the loader's next K tile into its stage (waiting until the stage is free in
 // every block of the cluster), then advances it. Called by one thread.
-__device__ __forceinline__ void load_next(Loader& L, const TmaDesc* mapX, const TmaDesc* mapY, unsigned char* sX,
-                                          unsigned char* sY, unsigned long long* full, unsigned long long* empty,
-                                          int rank, int nclusters) {
+__device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const TmaDesc* mapX, const TmaDesc* mapY,
+                                          unsigned char* sX, unsigned char* sY, unsigned long long* full,
+                                          unsigned long long* empty, int rank) {
   bar_wait(&empty[L.stage], L.phase ^ 1);
   unsigned long long* bar = &full[L.stage];
   bar_expect(bar, STAGE_BYTES);
   int tp, tq;
-  tile_of(L.ct, rank, tp, tq);
+  tile_of(L.w.ct, rank, tp, tq);
   const int p0 = tp * BP, q0 = tq * BQ, k0 = L.kt * BK;
   unsigned char* x = sX + L.stage * X_STAGE;
   unsigned char* y = sY + L.stage * Y_STAGE;
@@ -223,14 +356,102 @@ __device__ __forceinline__ void load_next(Loader& L, const TmaDesc* mapX, const 
       }
     }
   }
-  if (++L.kt == KTILES) {
-    L.kt = 0;
-    L.ct += nclusters;
+  if (++L.kt == L.w.k1) {
+    if (++L.job < wl.count()) {
+      L.w = wl.at(L.job);
+      L.kt = L.w.k0;
+    }
   }
   if (++L.stage == STAGES) {
     L.stage = 0;
     L.phase ^= 1;
   }
+}
+
+// --- stream-K partial sums -------------------------------------------------------------------
+// The workspace: a flag per (block, consumer), padded to 256 bytes, then a slot per (block,
+// consumer) of ACC_ALL registers of its 128 threads, stored register-vector-major so that each
+// 16-byte access of a warp is contiguous. A flag is 1 while its slot holds a sum nobody has added
+// yet; the reader sets it back to 0, so a launch leaves the flags as it found them (zero).
+constexpr int SK_FLAGS_BYTES = ((SK_BLOCKS * CONSUMERS * 4 + 255) / 256) * 256;
+
+__device__ __forceinline__ uint4* sk_slot(unsigned char* ws, int block, int cw) {
+  return reinterpret_cast<uint4*>(ws + SK_FLAGS_BYTES) + (size_t)(block * CONSUMERS + cw) * (ACC_ALL / 4) * 128;
+}
+__device__ __forceinline__ int* sk_flag(unsigned char* ws, int block, int cw) {
+  return reinterpret_cast<int*>(ws) + block * CONSUMERS + cw;
+}
+
+// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's).
+__device__ __forceinline__ void consumer_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory"); }
+
+__device__ __forceinline__ void acc_add(float& a, unsigned b) { a += __uint_as_float(b); }
+__device__ __forceinline__ void acc_add(int& a, unsigned b) { a += (int)b; }
+__device__ __forceinline__ void acc_add(unsigned& a, unsigned b) {
+  __half2 x = *reinterpret_cast<__half2*>(&a);
+  const __half2 y = *reinterpret_cast<const __half2*>(&b);
+  x = __hadd2(x, y);
+  a = *reinterpret_cast<unsigned*>(&x);
+}
+__device__ __forceinline__ unsigned acc_bits(float a) { return __float_as_uint(a); }
+__device__ __forceinline__ unsigned acc_bits(int a) { return (unsigned)a; }
+__device__ __forceinline__ unsigned acc_bits(unsigned a) { return a; }
+
+// Leaves consumer cw's accumulators in this block's slot and raises its flag.
+__device__ __forceinline__ void sk_store(unsigned char* ws, int block, int cw, const T_ACCR (&acc)[MT][ACC_REGS]) {
+  uint4* slot = sk_slot(ws, block, cw);
+  const int t = threadIdx.x % 128;
+#pragma unroll
+  for (int v = 0; v < ACC_ALL / 4; ++v) {
+    const int r = 4 * v;
+    uint4 u;
+    u.x = acc_bits(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS]);
+    u.y = acc_bits(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS]);
+    u.z = acc_bits(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS]);
+    u.w = acc_bits(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS]);
+    __stcg(slot + v * 128 + t, u);
+  }
+  consumer_sync(cw);
+  if (t == 0) {
+    asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], 1;\n" ::"l"(sk_flag(ws, block, cw)) : "memory");
+  }
+}
+
+// Waits for the sum in `block`'s slot, adds it to consumer cw's accumulators and lowers the flag.
+__device__ __forceinline__ void sk_add(unsigned char* ws, int block, int cw, T_ACCR (&acc)[MT][ACC_REGS]) {
+  const int t = threadIdx.x % 128;
+  int* flag = sk_flag(ws, block, cw);
+  if (t == 0) {
+    int ready = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(ready) : "l"(flag) : "memory");
+    } while (ready != 1);
+  }
+  consumer_sync(cw);
+  const uint4* slot = sk_slot(ws, block, cw);
+  // In batches of SK_BATCH vectors, so the loads in flight do not crowd out the accumulators.
+  constexpr int SK_BATCH = 8;
+#pragma unroll
+  for (int v0 = 0; v0 < ACC_ALL / 4; v0 += SK_BATCH) {
+    uint4 u[SK_BATCH];
+#pragma unroll
+    for (int b = 0; b < SK_BATCH; ++b) {
+      if (v0 + b < ACC_ALL / 4) u[b] = __ldcg(slot + (v0 + b) * 128 + t);
+    }
+#pragma unroll
+    for (int b = 0; b < SK_BATCH; ++b) {
+      const int r = 4 * (v0 + b);
+      if (v0 + b < ACC_ALL / 4) {
+        acc_add(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS], u[b].x);
+        acc_add(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS], u[b].y);
+        acc_add(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS], u[b].z);
+        acc_add(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS], u[b].w);
+      }
+    }
+    asm volatile("" ::: "memory");
+  }
+  consumer_sync(cw);
+  if (t == 0) asm volatile("st.relaxed.gpu.global.b32 [%0], 0;\n" ::"l"(flag) : "memory");
 }
 
 // --- epilogue ----------------------------------------------------------------------------------
@@ -269,7 +490,7 @@ __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* _
 
 extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT_CLUSTER_ATTR
     KERNEL_NAME(const __grid_constant__ tt::TmaDesc mapX, const __grid_constant__ tt::TmaDesc mapY,
-                const T_OUT* __restrict__ C, T_OUT* __restrict__ D) {
+                const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws) {
   using namespace tt;
   TT_FAULT_HOOK;
   extern __shared__ unsigned char smem_raw[];
@@ -282,8 +503,8 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   unsigned long long* empty = full + STAGES;
 
   const int rank = (int)cluster_rank();
-  const int nclusters = gridDim.x / CLUSTER;
-  const int first_ct = blockIdx.x / CLUSTER;
+  WorkList wl;
+  wl.init(blockIdx.x / CLUSTER, gridDim.x / CLUSTER);
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -296,12 +517,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   cluster_sync();
 
   const int wg = threadIdx.x / 128;
-  Loader loader = {first_ct, 0, 0, 0};
+  Loader loader;
+  loader_init(loader, wl);
   if constexpr (SPECIALIZED) {
     if (wg == 0) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
       if (threadIdx.x == 0) {
-        while (loader.ct < CLUSTER_TILES) load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
+        while (loader_more(loader, wl)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
       }
       // A block of a cluster stays until its peer is done: the peer still arrives on its barriers.
       if constexpr (CLUSTER > 1) cluster_sync();
@@ -311,8 +533,8 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   } else {
     if (threadIdx.x == 0) {
 #pragma unroll 1
-      for (int s = 0; s < STAGES && loader.ct < CLUSTER_TILES; ++s)
-        load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
+      for (int s = 0; s < STAGES && loader_more(loader, wl); ++s)
+        load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
     }
   }
 
@@ -321,25 +543,31 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   const int warp = (threadIdx.x / 32) % 4;
   const bool issues = !SPECIALIZED && threadIdx.x == 0;
   T_ACCR acc[MT][ACC_REGS];
-  // Ping-pong: consumer cw takes the block's tiles cw, cw + 2, ... and finds each one's stages at
-  // its place in the ring (the producer fills the ring with every tile of the block in order).
-  constexpr int TILE_STEP = PINGPONG ? CONSUMERS : 1;
-  int local = PINGPONG ? cw : 0;  // the tile's index among this block's tiles
+  // Ping-pong: consumer cw takes the block's jobs cw, cw + 2, ... (whole tiles) and finds each
+  // one's stages at its place in the ring (the producer fills the ring with every job in order).
+  // Cooperative: both consumers take every job, so the ring position just runs on.
+  constexpr int JOB_STEP = PINGPONG ? CONSUMERS : 1;
+  int stage = 0, phase = 0;
 #pragma unroll 1
-  for (int ct = first_ct + local * nclusters; ct < CLUSTER_TILES; ct += TILE_STEP * nclusters, local += TILE_STEP) {
+  for (int job = PINGPONG ? cw : 0; job < wl.count(); job += JOB_STEP) {
+    const Work work = wl.at(job);
     int tp, tq;
-    tile_of(ct, rank, tp, tq);
-    const long long ring = (long long)local * KTILES;
-    int stage = (int)(ring % STAGES), phase = (int)((ring / STAGES) & 1);
-    if (local > 0) order_wait(cw);
+    tile_of(work.ct, rank, tp, tq);
+    if constexpr (PINGPONG) {
+      const long long ring = (long long)job * KTILES;
+      stage = (int)(ring % STAGES);
+      phase = (int)((ring / STAGES) & 1);
+      if (job > 0) order_wait(cw);
+    }
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
 #pragma unroll
       for (int i = 0; i < ACC_REGS; ++i) acc[t][i] = 0;
     }
+    pin_all(acc);
     int prev = 0;
 #pragma unroll 1
-    for (int kt = 0; kt < KTILES; ++kt) {
+    for (int kt = work.k0; kt < work.k1; ++kt) {
       bar_wait(&full[stage], phase);
       const unsigned x = smem_u32(sX + stage * X_STAGE);
       const unsigned y = smem_u32(sY + stage * Y_STAGE);
@@ -359,9 +587,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       }
       wgmma_commit();
       wgmma_wait<1>();
-      if (kt > 0) {
+      if (kt > work.k0) {
         if (threadIdx.x % 128 == 0) bar_arrive_cluster(&empty[prev]);
-        if (issues && loader.ct < CLUSTER_TILES) load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
+        if (issues && loader_more(loader, wl)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
         __syncwarp();
       }
       prev = stage;
@@ -372,9 +600,22 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     }
     order_signal(cw);
     wgmma_wait<0>();
+    pin_all(acc);
     if (threadIdx.x % 128 == 0) bar_arrive_cluster(&empty[prev]);
-    if (issues && loader.ct < CLUSTER_TILES) load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
+    if (issues && loader_more(loader, wl)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
     __syncwarp();
+
+    if constexpr (STREAM_K) {
+      if (work.kind == WORK_PARTIAL) {
+        sk_store(ws, blockIdx.x, cw, acc);
+        continue;
+      }
+      if (work.kind == WORK_TAIL) {
+        // Every cluster before this one whose range reaches into the tile left a partial sum.
+        const long long tile_start = (long long)(work.ct - SK_DP_TILES) * KTILES;
+        for (int c = wl.c - 1; c >= 0 && sk_begin(c + 1) > tile_start; --c) sk_add(ws, c * CLUSTER + rank, cw, acc);
+      }
+    }
 
     // Accumulator layout of a 64 x BQ wgmma tile: warp w holds rows 16w + lane / 4 (+ 8), and each
     // thread holds columns 8j + 2 (lane % 4) (+ 1) of them, in registers [4j + 2h + e] (f32, s32)

@@ -32,7 +32,8 @@ const PERSISTENT: &[u32] = &[0, 1];
 const GROUP: &[u32] = &[1, 4, 8, 16];
 const PRODUCER: &[&str] = &["warpgroup", "inline"];
 const SCHEDULE: &[&str] = &["cooperative", "pingpong"];
-const KNOBS: usize = 9;
+const STREAM_K: &[u32] = &[0, 1];
+const KNOBS: usize = 10;
 const DOMAIN_SIZES: [usize; KNOBS] = [
     BLOCK_M.len(),
     BLOCK_N.len(),
@@ -43,6 +44,7 @@ const DOMAIN_SIZES: [usize; KNOBS] = [
     GROUP.len(),
     PRODUCER.len(),
     SCHEDULE.len(),
+    STREAM_K.len(),
 ];
 
 /// Registers a thread of the producer warpgroup keeps (setmaxnreg.dec).
@@ -82,6 +84,9 @@ pub struct Plan {
     /// Ping-pong: each consumer warpgroup owns whole tiles, alternate ones, so one's epilogue
     /// overlaps the other's wgmmas (otherwise the consumers split every tile's rows).
     pub pingpong: bool,
+    /// Stream-K: the tiles past the last whole wave are shared out by K tiles over every cluster
+    /// of a persistent grid, partial sums meeting in the workspace.
+    pub stream_k: bool,
 }
 
 /// The view's dimensions and tile counts.
@@ -90,6 +95,34 @@ struct Grid {
     tiles_q: u64,
     cluster_tiles: u64,
     blocks: u64,
+    /// Stream-K: cluster tiles walked tile by tile (a multiple of the clusters in the grid), and
+    /// K tiles shared out after them.
+    sk_dp_tiles: u64,
+    sk_iters: u64,
+}
+
+/// One job of a cluster (see `gemm.cu`'s `WorkList`): K tiles `k0..k1` of cluster tile `ct`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Work {
+    /// Cluster tile (before rasterization).
+    pub ct: u64,
+    /// First K tile.
+    pub k0: u64,
+    /// One past the last K tile.
+    pub k1: u64,
+    /// What the job does with its sum.
+    pub kind: WorkKind,
+}
+
+/// What a job does with its sum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkKind {
+    /// The whole K extent: stores the tile.
+    Full,
+    /// Leaves a partial sum in the workspace.
+    Partial,
+    /// Ends the tile: adds the partials of the clusters before it, then stores.
+    Tail,
 }
 
 impl Plan {
@@ -116,6 +149,7 @@ impl Plan {
             group: GROUP[pos[6]],
             specialized: PRODUCER[pos[7]] == "warpgroup",
             pingpong: SCHEDULE[pos[8]] == "pingpong",
+            stream_k: STREAM_K[pos[9]] == 1,
         }
     }
 
@@ -161,8 +195,37 @@ impl Plan {
         let tiles_p = self.w.n.div_ceil(self.bp as u64).next_multiple_of(self.cluster as u64);
         let tiles_q = self.w.m.div_ceil(self.bq as u64);
         let cluster_tiles = tiles_p / self.cluster as u64 * tiles_q;
-        let clusters = if self.persistent { cluster_tiles.min(self.wave(target)) } else { cluster_tiles };
-        Grid { tiles_p, tiles_q, cluster_tiles, blocks: clusters * self.cluster as u64 }
+        let wave = self.wave(target);
+        let clusters = match (self.persistent, self.stream_k) {
+            (true, true) => wave,
+            (true, false) => cluster_tiles.min(wave),
+            (false, _) => cluster_tiles,
+        };
+        // Stream-K keeps the whole waves but the last tile by tile and shares out the rest, so
+        // every cluster gets between one and two tiles' worth of K tiles there.
+        let (sk_dp_tiles, sk_iters) = if self.stream_k {
+            let dp = (cluster_tiles / wave).saturating_sub(1) * wave;
+            (dp, (cluster_tiles - dp) * self.k_tiles())
+        } else {
+            (0, 0)
+        };
+        Grid { tiles_p, tiles_q, cluster_tiles, blocks: clusters * self.cluster as u64, sk_dp_tiles, sk_iters }
+    }
+
+    /// K tiles of the whole K extent.
+    fn k_tiles(&self) -> u64 {
+        self.w.k.div_ceil(self.bk() as u64)
+    }
+
+    /// The stream-K workspace: a flag per (block, consumer) padded to 256 bytes, then a slot of
+    /// partial sums per (block, consumer), 4 bytes per accumulator register.
+    fn workspace_bytes(&self, g: &Grid) -> u64 {
+        if !self.stream_k {
+            return 0;
+        }
+        let flags = (g.blocks * self.consumers as u64 * 4).next_multiple_of(256);
+        let per_thread = (self.row_tiles() * self.acc_regs()) as u64 * 4;
+        flags + g.blocks * self.consumers as u64 * 128 * per_thread
     }
 
     /// Clusters that run at once: blocks per SM times SMs, over the cluster size.
@@ -207,28 +270,71 @@ impl Plan {
         regs.min(240) / 8 * 8
     }
 
-    /// The (p, q) tiles block `block` computes, in order (p along N, q along M, in tiles): a
-    /// mirror of `gemm.cu`'s `tile_of` and block loop, for the CPU check of the tile walk. Change
-    /// both together. A cluster's padding row (when the N tiles are odd) shows as p = tiles_p - 1.
-    pub fn block_tiles(&self, target: &Target, block: u64) -> Vec<(u64, u64)> {
+    /// The jobs of block `block`, in the order it runs them: a mirror of `gemm.cu`'s `WorkList`,
+    /// for the CPU check of the tile walk. Change both together.
+    pub fn block_work(&self, target: &Target, block: u64) -> Vec<Work> {
         let g = self.grid(target);
         let cl = self.cluster as u64;
-        let (rank, nclusters, cp, group) = (block % cl, g.blocks / cl, g.tiles_p / cl, self.group as u64);
+        let (c, nclusters) = (block / cl, g.blocks / cl);
+        let kt = self.k_tiles();
+        let full = |ct| Work { ct, k0: 0, k1: kt, kind: WorkKind::Full };
+        if !self.stream_k {
+            return (c..g.cluster_tiles).step_by(nclusters as usize).map(full).collect();
+        }
+        let (s, e) = (self.sk_begin(&g, c), self.sk_begin(&g, c + 1));
+        let segment = |t: u64, kind| {
+            let t0 = t * kt;
+            Work { ct: g.sk_dp_tiles + t, k0: s.max(t0) - t0, k1: e.min(t0 + kt) - t0, kind }
+        };
+        let dp = (0..g.sk_dp_tiles / nclusters).map(|i| full(c + i * nclusters));
+        if e == s {
+            return dp.collect();
+        }
+        let (t_first, t_last) = (s / kt, (e - 1) / kt);
+        let (starts_inside, ends_inside) = (!s.is_multiple_of(kt), !e.is_multiple_of(kt));
         let mut out = Vec::new();
-        let mut ct = block / cl;
-        while ct < g.cluster_tiles {
-            let (pc, tq) = if group > 1 {
-                let per_group = group * g.tiles_q;
-                let first = ct / per_group * group;
-                let rows = (cp - first).min(group);
-                (first + ct % per_group % rows, ct % per_group / rows)
-            } else {
-                (ct % cp, ct / cp)
-            };
-            out.push((pc * cl + rank, tq));
-            ct += nclusters;
+        if ends_inside {
+            out.push(segment(t_last, WorkKind::Partial));
+        }
+        out.extend(dp);
+        let full_lo = t_first + u64::from(starts_inside);
+        let full_hi = t_last + 1 - u64::from(ends_inside);
+        out.extend((full_lo..full_hi.max(full_lo)).map(|t| segment(t, WorkKind::Full)));
+        if starts_inside && (t_first < t_last || !ends_inside) {
+            out.push(segment(t_first, WorkKind::Tail));
         }
         out
+    }
+
+    /// The first stream-K iteration of cluster `c`.
+    fn sk_begin(&self, g: &Grid, c: u64) -> u64 {
+        (c as u128 * g.sk_iters as u128 / (g.blocks / self.cluster as u64) as u128) as u64
+    }
+
+    /// The clusters whose partial sums the tail job of cluster `c` at cluster tile `ct` adds (a
+    /// mirror of the loop in `gemm.cu`).
+    pub fn tail_sources(&self, target: &Target, c: u64, ct: u64) -> Vec<u64> {
+        let g = self.grid(target);
+        let start = (ct - g.sk_dp_tiles) * self.k_tiles();
+        (0..c).rev().take_while(|c2| self.sk_begin(&g, c2 + 1) > start).collect()
+    }
+
+    /// The (p, q) tile of cluster tile `ct` for the block of cluster rank `rank` (a mirror of
+    /// `gemm.cu`'s `tile_of`). A cluster's padding row (when the N tiles are odd) shows as
+    /// p = tiles_p - 1.
+    pub fn tile_of(&self, target: &Target, ct: u64, rank: u64) -> (u64, u64) {
+        let g = self.grid(target);
+        let cl = self.cluster as u64;
+        let (cp, group) = (g.tiles_p / cl, self.group as u64);
+        let (pc, tq) = if group > 1 {
+            let per_group = group * g.tiles_q;
+            let first = ct / per_group * group;
+            let rows = (cp - first).min(group);
+            (first + ct % per_group % rows, ct % per_group / rows)
+        } else {
+            (ct % cp, ct / cp)
+        };
+        (pc * cl + rank, tq)
     }
 
     /// Blocks in the grid.
@@ -241,6 +347,16 @@ impl Plan {
         if self.pingpong && !(self.specialized && self.consumers == 2) {
             return Err(Error::Rejected(
                 "schedule pingpong alternates tiles between two consumer warpgroups fed by a producer warpgroup: it needs consumers 2 and producer warpgroup".into(),
+            ));
+        }
+        if self.stream_k && !self.persistent {
+            return Err(Error::Rejected(
+                "stream_k shares K tiles out over a grid of one wave: it needs persistent 1".into(),
+            ));
+        }
+        if self.stream_k && self.pingpong {
+            return Err(Error::Rejected(
+                "stream_k needs schedule cooperative: ping-pong consumers own whole tiles".into(),
             ));
         }
         if !self.consumer_rows().is_multiple_of(64) {
@@ -292,7 +408,21 @@ impl Plan {
             }
         }
         let wave = self.wave(target);
-        if self.persistent && g.cluster_tiles <= wave {
+        if self.stream_k {
+            if g.cluster_tiles.is_multiple_of(wave) {
+                return Err(Error::Rejected(format!(
+                    "stream_k: the {} tiles fill whole waves of {} blocks; there is no ragged wave to share out",
+                    g.cluster_tiles * self.cluster as u64,
+                    wave * self.cluster as u64
+                )));
+            }
+            if g.sk_iters < 2 * wave {
+                return Err(Error::Rejected(format!(
+                    "stream_k: {} K tiles over {} clusters is fewer than 2 each",
+                    g.sk_iters, wave
+                )));
+            }
+        } else if self.persistent && g.cluster_tiles <= wave {
             return Err(Error::Rejected(format!(
                 "persistent: the {} tiles fit in one wave of {} blocks already",
                 g.cluster_tiles * self.cluster as u64,
@@ -306,7 +436,12 @@ impl Plan {
                 self.group, self.group, cluster_rows, g.tiles_q
             )));
         }
-        Ok(Resources { threads: self.threads(), smem_bytes: smem, blocks: g.blocks, workspace_bytes: 0 })
+        Ok(Resources {
+            threads: self.threads(),
+            smem_bytes: smem,
+            blocks: g.blocks,
+            workspace_bytes: self.workspace_bytes(&g),
+        })
     }
 
     /// The kernel's identity: template, version, knobs and a digest of the workload key.
@@ -314,7 +449,7 @@ impl Plan {
         let t = &self.w.types;
         let key_digest = crate::short_digest(&Workload::Matmul(self.w).key());
         ident(&format!(
-            "tt_wgmma_gemm_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}_g{}_{}_{}",
+            "tt_wgmma_gemm_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}_{}_{}",
             WgmmaGemm.version(),
             t.input,
             t.accumulator,
@@ -327,6 +462,7 @@ impl Plan {
             self.stages,
             self.cluster,
             if self.persistent { "pers" } else { "grid" },
+            if self.stream_k { "sk" } else { "" },
             self.group,
             if self.specialized { "ws" } else { "inl" },
             key_digest
@@ -395,9 +531,14 @@ impl Plan {
             .int("ACC_REGS", self.acc_regs() as i64)
             .int("PRODUCER_REGS", PRODUCER_REGS as i64)
             .int("BLOCKS_PER_SM", blocks_per_sm as i64)
+            .int("SK_BLOCKS", g.blocks as i64)
+            .int("SK_CLUSTERS", (g.blocks / self.cluster as u64) as i64)
+            .int("SK_DP_TILES", g.sk_dp_tiles as i64)
+            .int("SK_ITERS", g.sk_iters as i64)
             .int("CONSUMER_REGS", self.consumer_regs_at(blocks_per_sm, target) as i64)
             .flag("SPECIALIZED", self.specialized)
             .flag("PINGPONG", self.pingpong)
+            .flag("STREAM_K", self.stream_k)
             .flag("X_KMAJOR", self.x_kmajor())
             .flag("Y_KMAJOR", self.y_kmajor())
             .flag("EVEN_P", w.n.is_multiple_of(self.bp as u64))
@@ -479,8 +620,8 @@ impl Plan {
             grid: [res.blocks as u32, 1, 1],
             block: [res.threads, 1, 1],
             smem_bytes: res.smem_bytes,
-            workspace_bytes: 0,
-            args: vec![Arg::Map(x), Arg::Map(y), Arg::C, Arg::D],
+            workspace_bytes: res.workspace_bytes,
+            args: vec![Arg::Map(x), Arg::Map(y), Arg::C, Arg::D, Arg::Workspace],
         }
     }
 }
@@ -504,7 +645,7 @@ impl Template for WgmmaGemm {
     }
 
     fn version(&self) -> u32 {
-        1
+        2
     }
 
     fn op(&self) -> Op {
@@ -573,6 +714,7 @@ impl Template for WgmmaGemm {
                 ints("raster_group", GROUP),
                 Knob::names("producer", PRODUCER),
                 Knob::names("schedule", SCHEDULE),
+                ints("stream_k", STREAM_K),
             ],
         }
     }
@@ -612,6 +754,7 @@ impl Template for WgmmaGemm {
             ("log2_raster_group", (p.group as f64).log2()),
             ("specialized", f64::from(u8::from(p.specialized))),
             ("pingpong", f64::from(u8::from(p.pingpong))),
+            ("stream_k", f64::from(u8::from(p.stream_k))),
             ("blocks_per_sm", p.blocks_per_sm(target) as f64),
             ("waves", waves),
             ("tile_efficiency", tile_efficiency(&p, &g)),
@@ -646,7 +789,13 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let tile_flops = 2.0 * p.bq as f64 * p.bp as f64 * p.w.k as f64;
     let per_sm = (target.sm_count / p.cluster * p.cluster).max(1) as f64;
     let waves = (g.cluster_tiles * p.cluster as u64) as f64 / per_sm;
-    let compute = waves.ceil().max(1.0) * tile_flops / (per_block_peak * eff);
+    // Stream-K evens out the last wave, at the price of a partial sum written and read per block.
+    let (waves, fixup_us) = if p.stream_k {
+        (waves.max(1.0), p.workspace_bytes(&g) as f64 * 2.0 / 3.0e6)
+    } else {
+        (waves.ceil().max(1.0), 0.0)
+    };
+    let compute = waves * tile_flops / (per_block_peak * eff) + fixup_us;
     let e = p.w.types.input.bytes() as f64;
     let l2_reuse = if p.group > 1 { 1.6 } else { 1.0 };
     let bytes = (g.tiles_p as f64 * (p.w.m * p.w.k) as f64 + g.tiles_q as f64 * (p.w.k * p.w.n) as f64) * e / l2_reuse

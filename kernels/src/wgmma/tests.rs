@@ -9,7 +9,7 @@ fn config(json: &str) -> Config {
     Config::from_json(json).unwrap()
 }
 
-const BIG: &str = r#"{"block_m":256,"block_n":128,"consumers":2,"stages":4,"cluster":2,"persistent":1,"raster_group":8,"producer":"warpgroup","schedule":"cooperative"}"#;
+const BIG: &str = r#"{"block_m":256,"block_n":128,"consumers":2,"stages":4,"cluster":2,"persistent":1,"raster_group":8,"producer":"warpgroup","schedule":"cooperative","stream_k":0}"#;
 
 #[test]
 fn rejects_what_it_cannot_run_naming_the_field() {
@@ -91,49 +91,114 @@ fn tensor_maps_follow_the_layout() {
 }
 
 #[test]
-fn the_tile_walk_covers_every_output_tile_exactly_once() {
+fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
     let sm90 = Target::sm90();
     let mut checked = 0;
+    let mut stream_k = 0;
     for (m, n, k, layout) in [
         (4096, 4096, 4096, Layout::Nn),
         (3000, 3000, 4096, Layout::Nn),
         (256, 8192, 8192, Layout::Tn),
         (1000, 1000, 1024, Layout::Tn),
+        (1024, 1024, 1024, Layout::Nn),
         (2048, 5120, 5120, Layout::Nt),
         (4096, 14336, 4096, Layout::Nn),
     ] {
         let w = Matmul::new(m, n, k, layout, Types::default_for(DType::F16).unwrap()).unwrap();
         let valid = WgmmaGemm.valid_indices(&Workload::Matmul(w), &sm90).unwrap();
-        for i in valid.iter().step_by(11) {
+        for i in valid.iter().step_by(7) {
             let p = Plan::at(&w, *i);
-            let (tiles_p, tiles_q) = (n.div_ceil(p.bp as u64), m.div_ceil(p.bq as u64));
-            let mut seen = vec![0u32; (tiles_p.next_multiple_of(p.cluster as u64) * tiles_q) as usize];
+            let name = p.name();
+            let cl = p.cluster as u64;
+            let kt = k.div_ceil(p.bk() as u64);
+            let (tiles_p, tiles_q) = (n.div_ceil(p.bp as u64).next_multiple_of(cl), m.div_ceil(p.bq as u64));
+            // Per output tile: K tiles summed, jobs that stored it, and the blocks whose partial
+            // sums it holds (by cluster tile, for the tail check).
+            let mut k_seen = vec![0u64; (tiles_p * tiles_q) as usize];
+            let mut stores = vec![0u32; (tiles_p * tiles_q) as usize];
+            let mut partials: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+            let mut tails = Vec::new();
             for b in 0..p.blocks(&sm90) {
-                let tiles = p.block_tiles(&sm90, b);
-                assert!(
-                    p.persistent || tiles.len() == 1,
-                    "{}: a non-persistent block walks {} tiles",
-                    p.name(),
-                    tiles.len()
-                );
-                for (tp, tq) in tiles {
-                    assert!(
-                        tq < tiles_q && tp < tiles_p.next_multiple_of(p.cluster as u64),
-                        "{}: tile ({tp}, {tq})",
-                        p.name()
-                    );
-                    seen[(tp * tiles_q + tq) as usize] += 1;
+                let jobs = p.block_work(&sm90, b);
+                assert!(p.persistent || jobs.len() == 1, "{name}: a non-persistent block runs {} jobs", jobs.len());
+                let kinds: Vec<WorkKind> = jobs.iter().map(|j| j.kind).collect();
+                // A partial comes first (nobody waits long for it), a tail last, one of each at most.
+                assert!(!kinds.iter().skip(1).any(|k| *k == WorkKind::Partial), "{name}: {kinds:?}");
+                assert!(!kinds.iter().rev().skip(1).any(|k| *k == WorkKind::Tail), "{name}: {kinds:?}");
+                for j in &jobs {
+                    let (tp, tq) = p.tile_of(&sm90, j.ct, b % cl);
+                    assert!(tq < tiles_q && tp < tiles_p, "{name}: tile ({tp}, {tq})");
+                    assert!(j.k0 < j.k1 && j.k1 <= kt, "{name}: K tiles {}..{} of {kt}", j.k0, j.k1);
+                    let t = (tp * tiles_q + tq) as usize;
+                    k_seen[t] += j.k1 - j.k0;
+                    match j.kind {
+                        WorkKind::Full => {
+                            assert_eq!((j.k0, j.k1), (0, kt), "{name}");
+                            stores[t] += 1;
+                        }
+                        WorkKind::Partial => partials.entry(j.ct).or_default().push(b / cl),
+                        WorkKind::Tail => {
+                            assert_eq!(j.k1, kt, "{name}: a tail ends the tile");
+                            stores[t] += 1;
+                            if b % cl == 0 {
+                                tails.push((b / cl, j.ct));
+                            }
+                        }
+                    }
                 }
             }
-            for tp in 0..tiles_p {
-                for tq in 0..tiles_q {
-                    assert_eq!(seen[(tp * tiles_q + tq) as usize], 1, "{}: tile ({tp}, {tq})", p.name());
-                }
+            for t in 0..(tiles_p * tiles_q) as usize {
+                assert_eq!((k_seen[t], stores[t]), (kt, 1), "{name}: tile {t}");
             }
+            // Each tail adds exactly the partial sums left for its tile, and each is added once.
+            let mut added = 0;
+            for (c, ct) in &tails {
+                let mut sources = p.tail_sources(&sm90, *c, *ct);
+                sources.sort_unstable();
+                let mut want = partials.get(ct).cloned().unwrap_or_default();
+                want.sort_unstable();
+                want.dedup();
+                assert_eq!(sources, want, "{name}: tail of cluster tile {ct} on cluster {c}");
+                added += sources.len();
+            }
+            let left: usize = partials.values().map(|v| v.len() / cl as usize).sum();
+            assert_eq!(added, left, "{name}: partial sums nobody adds");
+            stream_k += usize::from(p.stream_k);
             checked += 1;
         }
     }
-    assert!(checked > 300, "checked {checked} configs");
+    assert!(checked > 500 && stream_k > 50, "checked {checked} configs, {stream_k} with stream_k");
+}
+
+#[test]
+fn stream_k_rules_and_workspace() {
+    let sm90 = Target::sm90();
+    let sk = BIG.replace(r#""stream_k":0"#, r#""stream_k":1"#).replace(r#""cluster":2"#, r#""cluster":1"#);
+    // 2048x5120: 8 x 40 = 320 tiles of 256x128 on 132 SMs, 2.4 waves: one wave tile by tile,
+    // the remaining 188 tiles' K tiles shared out.
+    let w = Matmul::new(2048, 5120, 5120, Layout::Nt, Types::default_for(DType::Bf16).unwrap()).unwrap();
+    let p = Plan::new(&w, &config(&sk)).unwrap();
+    let res = p.check(&sm90).unwrap();
+    assert_eq!(res.blocks, 132);
+    // A flag per (block, consumer), then 128 threads x 128 f32 accumulators per (block, consumer).
+    assert_eq!(res.workspace_bytes, 1280 + 132 * 2 * 128 * 128 * 4);
+    let spec = WgmmaGemm.generate(&Workload::Matmul(w), &config(&sk), &sm90).unwrap();
+    assert_eq!(spec.workspace_bytes, res.workspace_bytes);
+    assert_eq!(spec.args.last(), Some(&Arg::Workspace));
+    assert!(spec.source.contains("constexpr bool STREAM_K = true;"), "{}", &spec.source[..2000]);
+    // Tiles smaller than a wave: stream-K is how such a shape fills the GPU.
+    let small = Matmul::new(1024, 1024, 1024, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap();
+    let sk_small = sk.replace(r#""raster_group":8"#, r#""raster_group":1"#);
+    Plan::new(&small, &config(&sk_small)).unwrap().check(&sm90).unwrap();
+    let reason = |w: &Matmul, json: &str| Plan::new(w, &config(json)).unwrap().check(&sm90).unwrap_err().to_string();
+    let r = reason(&w, &sk.replace(r#""persistent":1"#, r#""persistent":0"#));
+    assert!(r.contains("stream_k") && r.contains("persistent 1"), "{r}");
+    let r = reason(&w, &sk.replace("cooperative", "pingpong"));
+    assert!(r.contains("stream_k") && r.contains("cooperative"), "{r}");
+    // 4096 x 8448: 33 x 32 = 1056 tiles, 8 whole waves.
+    let whole = Matmul::new(4096, 8448, 1024, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap();
+    let r = reason(&whole, &sk);
+    assert!(r.contains("whole waves"), "{r}");
 }
 
 #[test]
@@ -141,7 +206,7 @@ fn a_producer_warpgroup_keeps_one_block_per_sm() {
     // setmaxnreg moves registers inside one block's allocation; two blocks per SM hung on an H200.
     let sm90 = Target::sm90();
     let w = Matmul::new(4096, 4096, 4096, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap();
-    let small = r#"{"block_m":64,"block_n":64,"consumers":1,"stages":2,"cluster":1,"persistent":1,"raster_group":1,"producer":"warpgroup","schedule":"cooperative"}"#;
+    let small = r#"{"block_m":64,"block_n":64,"consumers":1,"stages":2,"cluster":1,"persistent":1,"raster_group":1,"producer":"warpgroup","schedule":"cooperative","stream_k":0}"#;
     let p = Plan::new(&w, &config(small)).unwrap();
     assert_eq!(p.blocks(&sm90), 132);
     assert!(p.source(&sm90).contains("constexpr int BLOCKS_PER_SM = 1;"));

@@ -8,36 +8,41 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v1: D = alpha * op(A) op(B) + beta * C
-// workload matmul/m2048n5120k5120/nt/bf16,f32,bf16/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v1_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
-#define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
-namespace ns_tt_wgmma_gemm_v1_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2 {
-typedef __nv_bfloat16 T_IN;
-typedef __nv_bfloat16 T_OUT;
+// wgmma_gemm v2: D = alpha * op(A) op(B) + beta * C
+// workload matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0
+#define KERNEL_NAME tt_wgmma_gemm_v2_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
+#define TT_CLUSTER_ATTR 
+namespace ns_tt_wgmma_gemm_v2_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6 {
+typedef half T_IN;
+typedef float T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 5120;
-constexpr int Q = 2048;
-constexpr int K = 5120;
+constexpr int P = 4096;
+constexpr int Q = 4096;
+constexpr int K = 4096;
 constexpr int BP = 128;
-constexpr int BQ = 128;
+constexpr int BQ = 256;
 constexpr int BK = 64;
-constexpr int STAGES = 5;
+constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
-constexpr int CLUSTER = 2;
-constexpr int GROUP = 4;
-constexpr int TILES_P = 40;
+constexpr int CLUSTER = 1;
+constexpr int GROUP = 8;
+constexpr int TILES_P = 32;
 constexpr int TILES_Q = 16;
-constexpr int ACC_REGS = 64;
+constexpr int ACC_REGS = 128;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
+constexpr int SK_BLOCKS = 132;
+constexpr int SK_CLUSTERS = 132;
+constexpr int SK_DP_TILES = 0;
+constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
-constexpr bool PINGPONG = true;
-constexpr bool X_KMAJOR = false;
+constexpr bool PINGPONG = false;
+constexpr bool STREAM_K = false;
+constexpr bool X_KMAJOR = true;
 constexpr bool Y_KMAJOR = false;
 constexpr bool EVEN_P = true;
 constexpr bool EVEN_Q = true;
@@ -210,6 +215,12 @@ union OutVec {
 // one stores its results while the other multiplies. With PERSISTENT the grid is one wave (of
 // BLOCKS_PER_SM blocks per SM) and each block walks tiles; tiles are
 // ordered in groups of GROUP cluster rows, so the Y panels a wave shares stay in L2.
+// With STREAM_K (persistent, cooperative) the tiles that would leave the last wave ragged are
+// shared out by K tiles instead: all but the last whole wave go tile by tile as above, and the
+// K tiles of the rest are cut into equal ranges, one per cluster. A range that ends inside a tile
+// leaves a partial sum in the workspace (each block's first job, so nobody waits long for it);
+// the block whose range ends a tile (its last job) adds the partials of the clusters before it
+// and stores the tile.
 
 namespace tt {
 using namespace cfg;
@@ -238,6 +249,8 @@ constexpr int THREADS = 128 * (CONSUMERS + (SPECIALIZED ? 1 : 0));
 constexpr int RELEASES = (PINGPONG ? 1 : CONSUMERS) * CLUSTER;
 constexpr int Y_ROWS = BQ / CLUSTER;  // rows of Y (K-major) each block of a cluster loads
 constexpr int Y_CHUNKS = BQ / 64 / CLUSTER;  // chunks of Y (MN-major) each block loads
+constexpr int ACC_ALL = MT * ACC_REGS;         // accumulator registers of a consumer thread
+static_assert(ACC_ALL % 4 == 0, "partial sums move in 16-byte vectors");
 static_assert(BK * (int)sizeof(T_IN) == ROW_BYTES, "a stage row is one 128-byte swizzle span");
 static_assert(WG_P % 64 == 0, "a consumer owns whole 64-row wgmma tiles");
 
@@ -268,7 +281,11 @@ __device__ __forceinline__ void bar_wait(unsigned long long* bar, int parity) {
   } while (!done);
 }
 
-// Arrives on `bar` in every block of the cluster (the same shared-memory offset in each).
+// Arrives on `bar` in every block of the cluster (the same shared-memory offset in each). The
+// arrive releases at CTA scope only: what it orders are this warpgroup's wgmma reads of the stage,
+// already complete (wgmma.wait_group), before the producers' TMA writes that wait on `bar`. A
+// `.release.cluster` arrive costs a full GPU memory barrier (MEMBAR.ALL.GPU) per stage and made
+// 2-block clusters half again slower than single blocks (H200, 2026-11-23).
 __device__ __forceinline__ void bar_arrive_cluster(unsigned long long* bar) {
   if constexpr (CLUSTER == 1) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
@@ -277,7 +294,7 @@ __device__ __forceinline__ void bar_arrive_cluster(unsigned long long* bar) {
     for (int r = 0; r < CLUSTER; ++r) {
       asm volatile(
           "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-          "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+          "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
           "r"(r)
           : "memory");
     }
@@ -350,18 +367,33 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n128k16.f32.bf16.bf16: X MN-major, Y MN-major.
+// wgmma.m64n256k16.f32.f16.f16: X K-major, Y MN-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(dx), "l"(dy), "r"(1));
 }
 
 __device__ __forceinline__ void acc_pair(const T_ACCR (&a)[ACC_REGS], int j, int h, T_EPI& v0, T_EPI& v1) {
   v0 = to_epi(a[4 * j + 2 * h]);
   v1 = to_epi(a[4 * j + 2 * h + 1]);
+}
+
+// Pins every accumulator register at this point of the program: the compiler may not move a read
+// or write of them across it (wgmma's wait has no register operands, so without this a read of
+// the sums could be scheduled before the wait, and ptxas then serializes the wgmmas, C7514).
+__device__ __forceinline__ void pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void pin(int& r) { asm volatile("" : "+r"(r)::"memory"); }
+__device__ __forceinline__ void pin(unsigned& r) { asm volatile("" : "+r"(r)::"memory"); }
+template <int ROWS, int REGS>
+__device__ __forceinline__ void pin_all(T_ACCR (&acc)[ROWS][REGS]) {
+#pragma unroll
+  for (int t = 0; t < ROWS; ++t) {
+#pragma unroll
+    for (int i = 0; i < REGS; ++i) pin(acc[t][i]);
+  }
 }
 
 // --- tiles -------------------------------------------------------------------------------------
@@ -381,21 +413,127 @@ __device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
   tp = pc * CLUSTER + rank;
 }
 
-// Where the loads of this block are: the next (cluster tile, K tile) and the ring slot it fills.
-struct Loader {
-  int ct, kt, stage, phase;
+// --- work list -------------------------------------------------------------------------------
+// A job: K tiles [k0, k1) of cluster tile `ct`. FULL covers the whole K extent; PARTIAL leaves its
+// sum in the workspace; TAIL ends the tile and adds the partials of the clusters before it.
+enum { WORK_FULL = 0, WORK_PARTIAL = 1, WORK_TAIL = 2 };
+struct Work {
+  int ct, k0, k1, kind;
 };
+
+// The first stream-K iteration (a K tile of the shared-out region) of cluster c.
+__device__ __forceinline__ long long sk_begin(int c) { return (long long)c * SK_ITERS / SK_CLUSTERS; }
+
+// The jobs of one cluster, in the order it runs them: its partial range first (if its range ends
+// inside a tile), then its whole tiles (the tile-by-tile ones, then those of its stream-K range),
+// then the tile its range starts inside of (if any), which it finishes. Without STREAM_K, just the
+// tiles first, first + nclusters, ... Recomputed from (cluster, job) where needed rather than
+// kept: registers are what the consumers are short of.
+struct WorkList {
+  int c, nclusters;
+
+  __device__ __forceinline__ void init(int cluster, int ncl) {
+    c = cluster;
+    nclusters = ncl;
+  }
+
+  // Stream-K bounds of this cluster: its range [s, e), the tiles it starts and ends in, and
+  // whether it starts or ends inside one.
+  struct Range {
+    long long s, e;
+    int t_first, t_last;
+    bool starts_inside, ends_inside;
+  };
+
+  __device__ __forceinline__ Range range() const {
+    Range r;
+    r.s = sk_begin(c);
+    r.e = sk_begin(c + 1);
+    r.t_first = (int)(r.s / KTILES);
+    r.t_last = (int)((r.e - 1) / KTILES);
+    r.starts_inside = r.s % KTILES != 0;
+    r.ends_inside = r.e % KTILES != 0;
+    return r;
+  }
+
+  __device__ __forceinline__ int n_dp() const {
+    if constexpr (STREAM_K) return SK_DP_TILES / SK_CLUSTERS;
+    return c < CLUSTER_TILES ? (CLUSTER_TILES - c + nclusters - 1) / nclusters : 0;
+  }
+
+  __device__ __forceinline__ int count() const {
+    if constexpr (!STREAM_K) return n_dp();
+    const Range r = range();
+    if (r.e <= r.s) return n_dp();
+    const int front = r.ends_inside ? 1 : 0;
+    const int tail = r.starts_inside && (r.t_first < r.t_last || !r.ends_inside) ? 1 : 0;
+    const int full = max(0, r.t_last + 1 - front - (r.t_first + (r.starts_inside ? 1 : 0)));
+    return front + n_dp() + full + tail;
+  }
+
+  // The segment of stream-K tile t (counted from the first shared-out tile) within [s, e).
+  __device__ __forceinline__ static Work segment(const Range& r, int t, int kind) {
+    const long long t0 = (long long)t * KTILES;
+    Work w;
+    w.ct = SK_DP_TILES + t;
+    w.k0 = (int)(max(r.s, t0) - t0);
+    w.k1 = (int)(min(r.e, t0 + KTILES) - t0);
+    w.kind = kind;
+    return w;
+  }
+
+  __device__ __forceinline__ Work at(int i) const {
+    Work w;
+    w.k0 = 0;
+    w.k1 = KTILES;
+    w.kind = WORK_FULL;
+    if constexpr (STREAM_K) {
+      const Range r = range();
+      if (r.ends_inside && r.e > r.s) {
+        if (i == 0) return segment(r, r.t_last, WORK_PARTIAL);
+        --i;
+      }
+      const int dp = n_dp();
+      if (i >= dp) {
+        const int full_lo = r.t_first + (r.starts_inside ? 1 : 0);
+        const int n_full = max(0, r.t_last + 1 - (r.ends_inside ? 1 : 0) - full_lo);
+        i -= dp;
+        return i < n_full ? segment(r, full_lo + i, WORK_FULL) : segment(r, r.t_first, WORK_TAIL);
+      }
+    }
+    w.ct = c + i * nclusters;
+    return w;
+  }
+};
+
+// Where the loads of this block are: the next (job, K tile) and the ring slot it fills.
+struct Loader {
+  int job, kt, stage, phase;
+  Work w;
+};
+
+__device__ __forceinline__ void loader_init(Loader& L, const WorkList& wl) {
+  L.job = 0;
+  L.stage = 0;
+  L.phase = 0;
+  if (wl.count() > 0) {
+    L.w = wl.at(0);
+    L.kt = L.w.k0;
+  }
+}
+
+__device__ __forceinline__ bool loader_more(const Loader& L, const WorkList& wl) { return L.job < wl.count(); }
 
 // Issues the loads of the loader's next K tile into its stage (waiting until the stage is free in
 // every block of the cluster), then advances it. Called by one thread.
-__device__ __forceinline__ void load_next(Loader& L, const TmaDesc* mapX, const TmaDesc* mapY, unsigned char* sX,
-                                          unsigned char* sY, unsigned long long* full, unsigned long long* empty,
-                                          int rank, int nclusters) {
+__device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const TmaDesc* mapX, const TmaDesc* mapY,
+                                          unsigned char* sX, unsigned char* sY, unsigned long long* full,
+                                          unsigned long long* empty, int rank) {
   bar_wait(&empty[L.stage], L.phase ^ 1);
   unsigned long long* bar = &full[L.stage];
   bar_expect(bar, STAGE_BYTES);
   int tp, tq;
-  tile_of(L.ct, rank, tp, tq);
+  tile_of(L.w.ct, rank, tp, tq);
   const int p0 = tp * BP, q0 = tq * BQ, k0 = L.kt * BK;
   unsigned char* x = sX + L.stage * X_STAGE;
   unsigned char* y = sY + L.stage * Y_STAGE;
@@ -423,14 +561,102 @@ __device__ __forceinline__ void load_next(Loader& L, const TmaDesc* mapX, const 
       }
     }
   }
-  if (++L.kt == KTILES) {
-    L.kt = 0;
-    L.ct += nclusters;
+  if (++L.kt == L.w.k1) {
+    if (++L.job < wl.count()) {
+      L.w = wl.at(L.job);
+      L.kt = L.w.k0;
+    }
   }
   if (++L.stage == STAGES) {
     L.stage = 0;
     L.phase ^= 1;
   }
+}
+
+// --- stream-K partial sums -------------------------------------------------------------------
+// The workspace: a flag per (block, consumer), padded to 256 bytes, then a slot per (block,
+// consumer) of ACC_ALL registers of its 128 threads, stored register-vector-major so that each
+// 16-byte access of a warp is contiguous. A flag is 1 while its slot holds a sum nobody has added
+// yet; the reader sets it back to 0, so a launch leaves the flags as it found them (zero).
+constexpr int SK_FLAGS_BYTES = ((SK_BLOCKS * CONSUMERS * 4 + 255) / 256) * 256;
+
+__device__ __forceinline__ uint4* sk_slot(unsigned char* ws, int block, int cw) {
+  return reinterpret_cast<uint4*>(ws + SK_FLAGS_BYTES) + (size_t)(block * CONSUMERS + cw) * (ACC_ALL / 4) * 128;
+}
+__device__ __forceinline__ int* sk_flag(unsigned char* ws, int block, int cw) {
+  return reinterpret_cast<int*>(ws) + block * CONSUMERS + cw;
+}
+
+// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's).
+__device__ __forceinline__ void consumer_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory"); }
+
+__device__ __forceinline__ void acc_add(float& a, unsigned b) { a += __uint_as_float(b); }
+__device__ __forceinline__ void acc_add(int& a, unsigned b) { a += (int)b; }
+__device__ __forceinline__ void acc_add(unsigned& a, unsigned b) {
+  __half2 x = *reinterpret_cast<__half2*>(&a);
+  const __half2 y = *reinterpret_cast<const __half2*>(&b);
+  x = __hadd2(x, y);
+  a = *reinterpret_cast<unsigned*>(&x);
+}
+__device__ __forceinline__ unsigned acc_bits(float a) { return __float_as_uint(a); }
+__device__ __forceinline__ unsigned acc_bits(int a) { return (unsigned)a; }
+__device__ __forceinline__ unsigned acc_bits(unsigned a) { return a; }
+
+// Leaves consumer cw's accumulators in this block's slot and raises its flag.
+__device__ __forceinline__ void sk_store(unsigned char* ws, int block, int cw, const T_ACCR (&acc)[MT][ACC_REGS]) {
+  uint4* slot = sk_slot(ws, block, cw);
+  const int t = threadIdx.x % 128;
+#pragma unroll
+  for (int v = 0; v < ACC_ALL / 4; ++v) {
+    const int r = 4 * v;
+    uint4 u;
+    u.x = acc_bits(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS]);
+    u.y = acc_bits(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS]);
+    u.z = acc_bits(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS]);
+    u.w = acc_bits(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS]);
+    __stcg(slot + v * 128 + t, u);
+  }
+  consumer_sync(cw);
+  if (t == 0) {
+    asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], 1;\n" ::"l"(sk_flag(ws, block, cw)) : "memory");
+  }
+}
+
+// Waits for the sum in `block`'s slot, adds it to consumer cw's accumulators and lowers the flag.
+__device__ __forceinline__ void sk_add(unsigned char* ws, int block, int cw, T_ACCR (&acc)[MT][ACC_REGS]) {
+  const int t = threadIdx.x % 128;
+  int* flag = sk_flag(ws, block, cw);
+  if (t == 0) {
+    int ready = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(ready) : "l"(flag) : "memory");
+    } while (ready != 1);
+  }
+  consumer_sync(cw);
+  const uint4* slot = sk_slot(ws, block, cw);
+  // In batches of SK_BATCH vectors, so the loads in flight do not crowd out the accumulators.
+  constexpr int SK_BATCH = 8;
+#pragma unroll
+  for (int v0 = 0; v0 < ACC_ALL / 4; v0 += SK_BATCH) {
+    uint4 u[SK_BATCH];
+#pragma unroll
+    for (int b = 0; b < SK_BATCH; ++b) {
+      if (v0 + b < ACC_ALL / 4) u[b] = __ldcg(slot + (v0 + b) * 128 + t);
+    }
+#pragma unroll
+    for (int b = 0; b < SK_BATCH; ++b) {
+      const int r = 4 * (v0 + b);
+      if (v0 + b < ACC_ALL / 4) {
+        acc_add(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS], u[b].x);
+        acc_add(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS], u[b].y);
+        acc_add(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS], u[b].z);
+        acc_add(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS], u[b].w);
+      }
+    }
+    asm volatile("" ::: "memory");
+  }
+  consumer_sync(cw);
+  if (t == 0) asm volatile("st.relaxed.gpu.global.b32 [%0], 0;\n" ::"l"(flag) : "memory");
 }
 
 // --- epilogue ----------------------------------------------------------------------------------
@@ -469,7 +695,7 @@ __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* _
 
 extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT_CLUSTER_ATTR
     KERNEL_NAME(const __grid_constant__ tt::TmaDesc mapX, const __grid_constant__ tt::TmaDesc mapY,
-                const T_OUT* __restrict__ C, T_OUT* __restrict__ D) {
+                const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws) {
   using namespace tt;
   TT_FAULT_HOOK;
   extern __shared__ unsigned char smem_raw[];
@@ -482,8 +708,8 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   unsigned long long* empty = full + STAGES;
 
   const int rank = (int)cluster_rank();
-  const int nclusters = gridDim.x / CLUSTER;
-  const int first_ct = blockIdx.x / CLUSTER;
+  WorkList wl;
+  wl.init(blockIdx.x / CLUSTER, gridDim.x / CLUSTER);
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -496,12 +722,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   cluster_sync();
 
   const int wg = threadIdx.x / 128;
-  Loader loader = {first_ct, 0, 0, 0};
+  Loader loader;
+  loader_init(loader, wl);
   if constexpr (SPECIALIZED) {
     if (wg == 0) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
       if (threadIdx.x == 0) {
-        while (loader.ct < CLUSTER_TILES) load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
+        while (loader_more(loader, wl)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
       }
       // A block of a cluster stays until its peer is done: the peer still arrives on its barriers.
       if constexpr (CLUSTER > 1) cluster_sync();
@@ -511,8 +738,8 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   } else {
     if (threadIdx.x == 0) {
 #pragma unroll 1
-      for (int s = 0; s < STAGES && loader.ct < CLUSTER_TILES; ++s)
-        load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
+      for (int s = 0; s < STAGES && loader_more(loader, wl); ++s)
+        load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
     }
   }
 
@@ -521,25 +748,31 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   const int warp = (threadIdx.x / 32) % 4;
   const bool issues = !SPECIALIZED && threadIdx.x == 0;
   T_ACCR acc[MT][ACC_REGS];
-  // Ping-pong: consumer cw takes the block's tiles cw, cw + 2, ... and finds each one's stages at
-  // its place in the ring (the producer fills the ring with every tile of the block in order).
-  constexpr int TILE_STEP = PINGPONG ? CONSUMERS : 1;
-  int local = PINGPONG ? cw : 0;  // the tile's index among this block's tiles
+  // Ping-pong: consumer cw takes the block's jobs cw, cw + 2, ... (whole tiles) and finds each
+  // one's stages at its place in the ring (the producer fills the ring with every job in order).
+  // Cooperative: both consumers take every job, so the ring position just runs on.
+  constexpr int JOB_STEP = PINGPONG ? CONSUMERS : 1;
+  int stage = 0, phase = 0;
 #pragma unroll 1
-  for (int ct = first_ct + local * nclusters; ct < CLUSTER_TILES; ct += TILE_STEP * nclusters, local += TILE_STEP) {
+  for (int job = PINGPONG ? cw : 0; job < wl.count(); job += JOB_STEP) {
+    const Work work = wl.at(job);
     int tp, tq;
-    tile_of(ct, rank, tp, tq);
-    const long long ring = (long long)local * KTILES;
-    int stage = (int)(ring % STAGES), phase = (int)((ring / STAGES) & 1);
-    if (local > 0) order_wait(cw);
+    tile_of(work.ct, rank, tp, tq);
+    if constexpr (PINGPONG) {
+      const long long ring = (long long)job * KTILES;
+      stage = (int)(ring % STAGES);
+      phase = (int)((ring / STAGES) & 1);
+      if (job > 0) order_wait(cw);
+    }
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
 #pragma unroll
       for (int i = 0; i < ACC_REGS; ++i) acc[t][i] = 0;
     }
+    pin_all(acc);
     int prev = 0;
 #pragma unroll 1
-    for (int kt = 0; kt < KTILES; ++kt) {
+    for (int kt = work.k0; kt < work.k1; ++kt) {
       bar_wait(&full[stage], phase);
       const unsigned x = smem_u32(sX + stage * X_STAGE);
       const unsigned y = smem_u32(sY + stage * Y_STAGE);
@@ -559,9 +792,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       }
       wgmma_commit();
       wgmma_wait<1>();
-      if (kt > 0) {
+      if (kt > work.k0) {
         if (threadIdx.x % 128 == 0) bar_arrive_cluster(&empty[prev]);
-        if (issues && loader.ct < CLUSTER_TILES) load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
+        if (issues && loader_more(loader, wl)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
         __syncwarp();
       }
       prev = stage;
@@ -572,9 +805,22 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     }
     order_signal(cw);
     wgmma_wait<0>();
+    pin_all(acc);
     if (threadIdx.x % 128 == 0) bar_arrive_cluster(&empty[prev]);
-    if (issues && loader.ct < CLUSTER_TILES) load_next(loader, &mapX, &mapY, sX, sY, full, empty, rank, nclusters);
+    if (issues && loader_more(loader, wl)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
     __syncwarp();
+
+    if constexpr (STREAM_K) {
+      if (work.kind == WORK_PARTIAL) {
+        sk_store(ws, blockIdx.x, cw, acc);
+        continue;
+      }
+      if (work.kind == WORK_TAIL) {
+        // Every cluster before this one whose range reaches into the tile left a partial sum.
+        const long long tile_start = (long long)(work.ct - SK_DP_TILES) * KTILES;
+        for (int c = wl.c - 1; c >= 0 && sk_begin(c + 1) > tile_start; --c) sk_add(ws, c * CLUSTER + rank, cw, acc);
+      }
+    }
 
     // Accumulator layout of a 64 x BQ wgmma tile: warp w holds rows 16w + lane / 4 (+ 8), and each
     // thread holds columns 8j + 2 (lane % 4) (+ 1) of them, in registers [4j + 2h + e] (f32, s32)
@@ -597,6 +843,6 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v1_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
+}  // namespace ns_tt_wgmma_gemm_v2_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
