@@ -33,6 +33,7 @@
 #                ragged edges, both paths, every output element checked (gpu_selftest conv,
 #                CONV_CONFIGS per workload)
 #     convbench  `tensortune bench --suite suites/conv.json` (CONV_TRIALS per workload, default 300)
+#     ab         run_one on each KEY CONFIG line of AB_FILE (default scripts/ab-wgmma.txt), vendor beside each
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
@@ -335,10 +336,27 @@ step_large() {
   cp "$LOGS/large.db" "$OUT/large.db" 2>/dev/null
 }
 
+# A/B timings of hand-picked wgmma_gemm configs (AB_FILE, default scripts/ab-wgmma.txt: KEY CONFIG per
+# line), each in its own run_one process with the vendor timed beside it, so each line's ratio is
+# taken at the clock of its moment.
+step_ab() {
+  local file=${AB_FILE:-scripts/ab-wgmma.txt}
+  say "ab: $(grep -vc '^#' "$file") configs from $file"
+  grep -v '^#' "$file" | while read -r key cfg; do
+    local line
+    line=$(TT_TEMPLATE=wgmma_gemm timeout 60 "$BIN/run_one" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 | tail -1)
+    local us vendor
+    us=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
+    vendor=$(echo "$line" | sed -n 's/.*vendor Some(\([0-9.]*\)).*/\1/p')
+    local ratio=$(awk -v a="$vendor" -v b="$us" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else print "-" }')
+    say "ab $ratio $(echo "$line" | grep -o 'Ok\|[A-Z][a-z]*Error\|Timeout\|Mismatch' | head -1) $(echo "$key" | cut -d/ -f2-4) $cfg :: $(echo "$line" | cut -c1-220)"
+  done
+}
+
 for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large) "step_$step" ;;
+    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2
