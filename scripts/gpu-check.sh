@@ -33,6 +33,7 @@
 #                ragged edges, both paths, every output element checked (gpu_selftest conv,
 #                CONV_CONFIGS per workload)
 #     convbench  `tensortune bench --suite suites/conv.json` (CONV_TRIALS per workload, default 300)
+#     wsanitize  compute-sanitizer (memcheck, racecheck, synccheck) on one wgmma_gemm config per input type
 #     ab         run_one on each KEY CONFIG line of AB_FILE (default scripts/ab-wgmma.txt), vendor beside each
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -336,6 +337,29 @@ step_large() {
   cp "$LOGS/large.db" "$OUT/large.db" 2>/dev/null
 }
 
+# compute-sanitizer memcheck, racecheck and synccheck on one wgmma_gemm config per input type (a
+# stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8), each
+# alone in its process (no vendor baseline).
+step_wsanitize() {
+  local cases=(
+    'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1}'
+    'matmul/m1024n1024k1024/nt/bf16,f32,bf16/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0}'
+    'matmul/m1024n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
+  )
+  for c in "${cases[@]}"; do
+    local key=${c%% *} cfg=${c#* }
+    say "wsanitize $key $cfg"
+    TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout 60 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | cut -c1-200 | tee -a "$SUMMARY"
+    for tool in memcheck racecheck synccheck; do
+      local log="$LOGS/wsanitize-$tool-$(echo "$key" | cut -d/ -f4 | cut -d, -f1).log"
+      TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout "${WSANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --print-limit 20 \
+        "$BIN/run_one" "$key" "$cfg" 1 1 warm >"$log" 2>&1
+      say "  $tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
+      grep -E "Error|Race|Invalid|hazard" "$log" | head -4 | tee -a "$SUMMARY"
+    done
+  done
+}
+
 # A/B timings of hand-picked wgmma_gemm configs (AB_FILE, default scripts/ab-wgmma.txt: KEY CONFIG per
 # line), each in its own run_one process with the vendor timed beside it, so each line's ratio is
 # taken at the clock of its moment.
@@ -356,7 +380,7 @@ step_ab() {
 for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab) "step_$step" ;;
+    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

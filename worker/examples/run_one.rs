@@ -1,7 +1,8 @@
 //! Verifies and times one config on GPU 0, in-process, with the template of the workload's op
 //! (wmma_gemm, wmma_conv2d), or the one `TT_TEMPLATE` names (e.g. wgmma_gemm):
 //! `run_one KEY CONFIG_JSON [samples] [repeat] [warm|flush]` (`flush`: one launch per sample from a
-//! cold L2). For profilers (ncu) and repeatability checks.
+//! cold L2). For profilers (ncu) and repeatability checks. `TT_NO_BASELINE=1` leaves the vendor
+//! baseline out of the process.
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::*;
 use tensortune_worker::cuda::CudaExecutor;
@@ -42,7 +43,9 @@ fn main() -> anyhow::Result<()> {
             min_sample_ms: 1.0,
             min_batch: 50,
             flush_l2,
-            baseline: r == 0,
+            // TT_NO_BASELINE: ours alone in the process (for compute-sanitizer, whose racecheck
+            // otherwise reports inside the vendor's kernels).
+            baseline: r == 0 && std::env::var_os("TT_NO_BASELINE").is_none(),
             fresh_baseline: false,
             model_us: 0.0,
             vendor_model_us: 0.0,
