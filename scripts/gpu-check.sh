@@ -176,7 +176,7 @@ step_gputests() {
 }
 
 step_profile() {
-  local key="matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"
+  local key=${PROFILE_KEY:-"matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"}
   local cfg=${PROFILE_CONFIG:-'{"block_k":64,"block_m":128,"block_n":256,"frag":"m16n16k16","skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":2,"warps_n":4,"min_blocks":1}'}
   "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | tee -a "$SUMMARY"
   timeout 300 ncu --clock-control none --kernel-name regex:tt_w --launch-skip 1 --launch-count 1 \

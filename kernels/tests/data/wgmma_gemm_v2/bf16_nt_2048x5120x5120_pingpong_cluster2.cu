@@ -35,7 +35,7 @@ constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
 constexpr int SK_BLOCKS = 132;
-constexpr int SK_CLUSTERS = 66;
+constexpr int GRID_CLUSTERS = 66;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
@@ -422,20 +422,18 @@ struct Work {
 };
 
 // The first stream-K iteration (a K tile of the shared-out region) of cluster c.
-__device__ __forceinline__ long long sk_begin(int c) { return (long long)c * SK_ITERS / SK_CLUSTERS; }
+__device__ __forceinline__ long long sk_begin(int c) { return (long long)c * SK_ITERS / GRID_CLUSTERS; }
 
 // The jobs of one cluster, in the order it runs them: its partial range first (if its range ends
 // inside a tile), then its whole tiles (the tile-by-tile ones, then those of its stream-K range),
 // then the tile its range starts inside of (if any), which it finishes. Without STREAM_K, just the
-// tiles first, first + nclusters, ... Recomputed from (cluster, job) where needed rather than
-// kept: registers are what the consumers are short of.
+// tiles first, first + GRID_CLUSTERS, ... Recomputed from (cluster, job) where needed rather
+// than kept: registers are what the consumers are short of. The grid is fixed at compile time,
+// so the divisions here are by constants.
 struct WorkList {
-  int c, nclusters;
+  int c;
 
-  __device__ __forceinline__ void init(int cluster, int ncl) {
-    c = cluster;
-    nclusters = ncl;
-  }
+  __device__ __forceinline__ void init(int cluster) { c = cluster; }
 
   // Stream-K bounds of this cluster: its range [s, e), the tiles it starts and ends in, and
   // whether it starts or ends inside one.
@@ -457,8 +455,8 @@ struct WorkList {
   }
 
   __device__ __forceinline__ int n_dp() const {
-    if constexpr (STREAM_K) return SK_DP_TILES / SK_CLUSTERS;
-    return c < CLUSTER_TILES ? (CLUSTER_TILES - c + nclusters - 1) / nclusters : 0;
+    if constexpr (STREAM_K) return SK_DP_TILES / GRID_CLUSTERS;
+    return c < CLUSTER_TILES ? (CLUSTER_TILES - c + GRID_CLUSTERS - 1) / GRID_CLUSTERS : 0;
   }
 
   __device__ __forceinline__ int count() const {
@@ -501,28 +499,29 @@ struct WorkList {
         return i < n_full ? segment(r, full_lo + i, WORK_FULL) : segment(r, r.t_first, WORK_TAIL);
       }
     }
-    w.ct = c + i * nclusters;
+    w.ct = c + i * GRID_CLUSTERS;
     return w;
   }
 };
 
 // Where the loads of this block are: the next (job, K tile) and the ring slot it fills.
 struct Loader {
-  int job, kt, stage, phase;
+  int jobs, job, kt, stage, phase;
   Work w;
 };
 
 __device__ __forceinline__ void loader_init(Loader& L, const WorkList& wl) {
+  L.jobs = wl.count();
   L.job = 0;
   L.stage = 0;
   L.phase = 0;
-  if (wl.count() > 0) {
+  if (L.jobs > 0) {
     L.w = wl.at(0);
     L.kt = L.w.k0;
   }
 }
 
-__device__ __forceinline__ bool loader_more(const Loader& L, const WorkList& wl) { return L.job < wl.count(); }
+__device__ __forceinline__ bool loader_more(const Loader& L) { return L.job < L.jobs; }
 
 // Issues the loads of the loader's next K tile into its stage (waiting until the stage is free in
 // every block of the cluster), then advances it. Called by one thread.
@@ -562,7 +561,7 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
     }
   }
   if (++L.kt == L.w.k1) {
-    if (++L.job < wl.count()) {
+    if (++L.job < L.jobs) {
       L.w = wl.at(L.job);
       L.kt = L.w.k0;
     }
@@ -709,7 +708,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 
   const int rank = (int)cluster_rank();
   WorkList wl;
-  wl.init(blockIdx.x / CLUSTER, gridDim.x / CLUSTER);
+  wl.init(blockIdx.x / CLUSTER);
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -728,7 +727,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     if (wg == 0) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
       if (threadIdx.x == 0) {
-        while (loader_more(loader, wl)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
+        while (loader_more(loader)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
       }
       // A block of a cluster stays until its peer is done: the peer still arrives on its barriers.
       if constexpr (CLUSTER > 1) cluster_sync();
@@ -738,7 +737,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   } else {
     if (threadIdx.x == 0) {
 #pragma unroll 1
-      for (int s = 0; s < STAGES && loader_more(loader, wl); ++s)
+      for (int s = 0; s < STAGES && loader_more(loader); ++s)
         load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
     }
   }
@@ -753,8 +752,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   // Cooperative: both consumers take every job, so the ring position just runs on.
   constexpr int JOB_STEP = PINGPONG ? CONSUMERS : 1;
   int stage = 0, phase = 0;
+  const int jobs = wl.count();
 #pragma unroll 1
-  for (int job = PINGPONG ? cw : 0; job < wl.count(); job += JOB_STEP) {
+  for (int job = PINGPONG ? cw : 0; job < jobs; job += JOB_STEP) {
     const Work work = wl.at(job);
     int tp, tq;
     tile_of(work.ct, rank, tp, tq);
@@ -794,7 +794,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       wgmma_wait<1>();
       if (kt > work.k0) {
         if (threadIdx.x % 128 == 0) bar_arrive_cluster(&empty[prev]);
-        if (issues && loader_more(loader, wl)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
+        if (issues && loader_more(loader)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
         __syncwarp();
       }
       prev = stage;
@@ -807,7 +807,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     wgmma_wait<0>();
     pin_all(acc);
     if (threadIdx.x % 128 == 0) bar_arrive_cluster(&empty[prev]);
-    if (issues && loader_more(loader, wl)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
+    if (issues && loader_more(loader)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
     __syncwarp();
 
     if constexpr (STREAM_K) {
