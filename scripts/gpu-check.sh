@@ -342,9 +342,9 @@ step_large() {
 # alone in its process (no vendor baseline).
 step_wsanitize() {
   local cases=(
-    'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1}'
-    'matmul/m1024n1024k1024/nt/bf16,f32,bf16/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0}'
-    'matmul/m1024n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
+    'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
+    'matmul/m1024n1024k1024/nt/bf16,f32,bf16/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"direct"}'
+    'matmul/m1024n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
   )
   for c in "${cases[@]}"; do
     local key=${c%% *} cfg=${c#* }

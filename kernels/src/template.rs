@@ -32,7 +32,7 @@ pub enum Arg {
 /// out-of-bounds elements read as zero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorMap {
-    /// The buffer it views: [`Arg::A`] or [`Arg::B`].
+    /// The buffer it views: [`Arg::A`], [`Arg::B`] or [`Arg::D`].
     pub operand: TensorOperand,
     /// Element type.
     pub dtype: crate::DType,
@@ -44,7 +44,7 @@ pub struct TensorMap {
     pub box_dims: [u32; 2],
 }
 
-/// The input buffer a [`TensorMap`] views.
+/// The buffer a [`TensorMap`] views.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TensorOperand {
@@ -52,6 +52,8 @@ pub enum TensorOperand {
     A,
     /// Matmul B / conv filter.
     B,
+    /// The output D (a TMA store).
+    D,
 }
 
 /// A generated kernel and how to launch it.

@@ -1,7 +1,7 @@
 //! Golden sources of `wgmma_gemm` v2 for a few configs (one per kind of code path: a producer
 //! warpgroup with cooperative consumers on a persistent grid, ping-pong consumers in 2-block
 //! clusters with MN-major operands, an inline producer on i8 with a C epilogue, and stream-K in
-//! 2-block clusters on a ragged shape), so a diff shows what a generator change did. A change here
+//! 2-block clusters on a ragged shape, the TMA-store epilogue with C), so a diff shows what a generator change did. A change here
 //! that alters code must bump the version and be re-verified on a GPU.
 //!
 //! After an intended change: `TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test wgmma_golden`
@@ -12,26 +12,31 @@ use std::path::PathBuf;
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, Target, Template, Workload};
 
-const CASES: [(&str, &str, &str); 4] = [
+const CASES: [(&str, &str, &str); 5] = [
     (
         "f16_nn_4096_cooperative_persistent",
         "matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0",
-        r#"{"block_m":256,"block_n":128,"cluster":1,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4,"stream_k":0}"#,
+        r#"{"block_m":256,"block_n":128,"cluster":1,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}"#,
     ),
     (
         "bf16_nt_2048x5120x5120_pingpong_cluster2",
         "matmul/m2048n5120k5120/nt/bf16,f32,bf16/alpha=1,beta=0",
-        r#"{"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"pingpong","stages":5,"stream_k":0}"#,
+        r#"{"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"pingpong","stages":5,"stream_k":0,"epilogue":"direct"}"#,
     ),
     (
         "i8_tn_1000_inline_beta",
         "matmul/m1000n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1",
-        r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}"#,
+        r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}"#,
     ),
     (
         "f16_nn_3000_stream_k_cluster2",
         "matmul/m3000n3000k4096/nn/f16,f32,f32/alpha=1,beta=0",
-        r#"{"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1}"#,
+        r#"{"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}"#,
+    ),
+    (
+        "f16out_nn_1000_tma_store_beta",
+        "matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5",
+        r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}"#,
     ),
 ];
 

@@ -175,7 +175,7 @@ fn spread(valid: &[(u64, Config)], per: usize) -> Vec<&(u64, Config)> {
             name("path"),
             name("gather"),
             if split { name("split_reduce") } else { String::new() },
-            (name("producer"), name("schedule"), int("cluster"), int("persistent"), int("stream_k")),
+            (name("producer"), name("schedule"), int("cluster"), int("persistent"), int("stream_k"), name("epilogue")),
         )
     };
     let mut kinds: BTreeMap<_, Vec<&(u64, Config)>> = BTreeMap::new();

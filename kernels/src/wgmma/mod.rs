@@ -33,7 +33,8 @@ const GROUP: &[u32] = &[1, 4, 8, 16];
 const PRODUCER: &[&str] = &["warpgroup", "inline"];
 const SCHEDULE: &[&str] = &["cooperative", "pingpong"];
 const STREAM_K: &[u32] = &[0, 1];
-const KNOBS: usize = 10;
+const EPILOGUE: &[&str] = &["direct", "tma"];
+const KNOBS: usize = 11;
 const DOMAIN_SIZES: [usize; KNOBS] = [
     BLOCK_M.len(),
     BLOCK_N.len(),
@@ -45,6 +46,7 @@ const DOMAIN_SIZES: [usize; KNOBS] = [
     PRODUCER.len(),
     SCHEDULE.len(),
     STREAM_K.len(),
+    EPILOGUE.len(),
 ];
 
 /// Registers a thread of the producer warpgroup keeps (setmaxnreg.dec).
@@ -54,6 +56,8 @@ const PRODUCER_REGS: u32 = 40;
 const MAX_ACC_REGS: u32 = 128;
 /// Shared memory beyond the stages: 1024 bytes to align the swizzle atoms, and the mbarriers.
 const SMEM_SLACK: u32 = 1024 + 2 * 8 * 8;
+/// The TMA-store epilogue's staging per consumer warpgroup: two buffers of 64 rows x 128 bytes.
+const EPI_BYTES_PER_CONSUMER: u32 = 2 * 64 * 128;
 /// Fixed cost of a launch in the analytic model, microseconds (as for the WMMA templates).
 const LAUNCH_US: f64 = 2.0;
 
@@ -87,6 +91,9 @@ pub struct Plan {
     /// Stream-K: the tiles past the last whole wave are shared out by K tiles over every cluster
     /// of a persistent grid, partial sums meeting in the workspace.
     pub stream_k: bool,
+    /// The epilogue stages each 64-row x 128-byte piece of D in shared memory and stores it with
+    /// TMA (asynchronously, while the consumer goes on), instead of storing from registers.
+    pub tma_store: bool,
 }
 
 /// The view's dimensions and tile counts.
@@ -150,6 +157,7 @@ impl Plan {
             specialized: PRODUCER[pos[7]] == "warpgroup",
             pingpong: SCHEDULE[pos[8]] == "pingpong",
             stream_k: STREAM_K[pos[9]] == 1,
+            tma_store: EPILOGUE[pos[10]] == "tma",
         }
     }
 
@@ -188,7 +196,8 @@ impl Plan {
     }
 
     fn smem_bytes(&self) -> u32 {
-        self.stages * (self.bp + self.bq) * 128 + SMEM_SLACK
+        let epilogue = if self.tma_store { self.consumers * EPI_BYTES_PER_CONSUMER } else { 0 };
+        self.stages * (self.bp + self.bq) * 128 + epilogue + SMEM_SLACK
     }
 
     fn grid(&self, target: &Target) -> Grid {
@@ -354,6 +363,12 @@ impl Plan {
                 "stream_k shares K tiles out over a grid of one wave: it needs persistent 1".into(),
             ));
         }
+        if self.tma_store && !(self.w.m * self.w.types.output.bytes() as u64).is_multiple_of(16) {
+            return Err(Error::Rejected(format!(
+                "epilogue tma stores rows of D (M={} elements of {}) by TMA, which needs rows of whole 16-byte units",
+                self.w.m, self.w.types.output
+            )));
+        }
         if self.stream_k && self.pingpong {
             return Err(Error::Rejected(
                 "stream_k needs schedule cooperative: ping-pong consumers own whole tiles".into(),
@@ -449,7 +464,7 @@ impl Plan {
         let t = &self.w.types;
         let key_digest = crate::short_digest(&Workload::Matmul(self.w).key());
         ident(&format!(
-            "tt_wgmma_gemm_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}_{}_{}",
+            "tt_wgmma_gemm_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}_{}{}_{}",
             WgmmaGemm.version(),
             t.input,
             t.accumulator,
@@ -465,8 +480,23 @@ impl Plan {
             if self.stream_k { "sk" } else { "" },
             self.group,
             if self.specialized { "ws" } else { "inl" },
+            if self.tma_store { "_tmast" } else { "" },
             key_digest
         ))
+    }
+
+    /// The tensor map of D for the TMA-store epilogue: rows of M (the view's Q), 128-byte boxes of
+    /// 64 rows.
+    fn map_d(&self) -> TensorMap {
+        let w = &self.w;
+        let e = w.types.output.bytes();
+        TensorMap {
+            operand: TensorOperand::D,
+            dtype: w.types.output,
+            dims: [w.m, w.n],
+            row_bytes: w.m * e as u64,
+            box_dims: [128 / e, 64],
+        }
     }
 
     /// The tensor maps of X (the user's B) and Y (the user's A).
@@ -539,6 +569,10 @@ impl Plan {
             .flag("SPECIALIZED", self.specialized)
             .flag("PINGPONG", self.pingpong)
             .flag("STREAM_K", self.stream_k)
+            .flag("TMA_STORE", self.tma_store)
+            .int("EPI_COLS", (128 / t.output.bytes()) as i64)
+            .define("TT_MAP_D", if self.tma_store { "const __grid_constant__ tt::TmaDesc mapD," } else { "" })
+            .define("TT_MAP_D_PTR", if self.tma_store { "&mapD" } else { "nullptr" })
             .flag("X_KMAJOR", self.x_kmajor())
             .flag("Y_KMAJOR", self.y_kmajor())
             .flag("EVEN_P", w.n.is_multiple_of(self.bp as u64))
@@ -621,7 +655,11 @@ impl Plan {
             block: [res.threads, 1, 1],
             smem_bytes: res.smem_bytes,
             workspace_bytes: res.workspace_bytes,
-            args: vec![Arg::Map(x), Arg::Map(y), Arg::C, Arg::D, Arg::Workspace],
+            args: if self.tma_store {
+                vec![Arg::Map(x), Arg::Map(y), Arg::Map(self.map_d()), Arg::C, Arg::D, Arg::Workspace]
+            } else {
+                vec![Arg::Map(x), Arg::Map(y), Arg::C, Arg::D, Arg::Workspace]
+            },
         }
     }
 }
@@ -715,6 +753,7 @@ impl Template for WgmmaGemm {
                 Knob::names("producer", PRODUCER),
                 Knob::names("schedule", SCHEDULE),
                 ints("stream_k", STREAM_K),
+                Knob::names("epilogue", EPILOGUE),
             ],
         }
     }
@@ -755,6 +794,7 @@ impl Template for WgmmaGemm {
             ("specialized", f64::from(u8::from(p.specialized))),
             ("pingpong", f64::from(u8::from(p.pingpong))),
             ("stream_k", f64::from(u8::from(p.stream_k))),
+            ("tma_store", f64::from(u8::from(p.tma_store))),
             ("blocks_per_sm", p.blocks_per_sm(target) as f64),
             ("waves", waves),
             ("tile_efficiency", tile_efficiency(&p, &g)),

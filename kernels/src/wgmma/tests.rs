@@ -9,7 +9,7 @@ fn config(json: &str) -> Config {
     Config::from_json(json).unwrap()
 }
 
-const BIG: &str = r#"{"block_m":256,"block_n":128,"consumers":2,"stages":4,"cluster":2,"persistent":1,"raster_group":8,"producer":"warpgroup","schedule":"cooperative","stream_k":0}"#;
+const BIG: &str = r#"{"block_m":256,"block_n":128,"consumers":2,"stages":4,"cluster":2,"persistent":1,"raster_group":8,"producer":"warpgroup","schedule":"cooperative","stream_k":0,"epilogue":"direct"}"#;
 
 #[test]
 fn rejects_what_it_cannot_run_naming_the_field() {
@@ -202,11 +202,32 @@ fn stream_k_rules_and_workspace() {
 }
 
 #[test]
+fn the_tma_store_epilogue_maps_d_and_needs_aligned_rows() {
+    let sm90 = Target::sm90();
+    let tma = BIG.replace(r#""epilogue":"direct""#, r#""epilogue":"tma""#);
+    let w = mm(4096, 3072, 1024, Layout::Nn, DType::F16);
+    let spec = WgmmaGemm.generate(&w, &config(&tma), &sm90).unwrap();
+    let Arg::Map(d) = spec.args[2] else { panic!("D's map third: {:?}", spec.args) };
+    // f32 D, column-major M x N: rows of M, boxes of 32 elements (128 bytes) x 64 rows.
+    assert_eq!((d.operand, d.dims, d.row_bytes, d.box_dims), (TensorOperand::D, [4096, 3072], 16384, [32, 64]));
+    assert_eq!(spec.args[3..], [Arg::C, Arg::D, Arg::Workspace]);
+    assert!(spec.source.contains("constexpr bool TMA_STORE = true;"));
+    let direct = WgmmaGemm.generate(&w, &config(BIG), &sm90).unwrap();
+    // Two 16 KiB staging buffers per consumer warpgroup.
+    assert_eq!(spec.smem_bytes - direct.smem_bytes, 2 * 2 * 64 * 128);
+    // M = 1002 f32 elements is 4008 bytes a row: not whole 16-byte units.
+    let ragged = mm(1002, 1024, 1024, Layout::Tn, DType::F16);
+    let r = WgmmaGemm.check(&ragged, &config(&tma.replace(r#""persistent":1"#, r#""persistent":0"#)), &sm90);
+    let r = r.unwrap_err().to_string();
+    assert!(r.contains("epilogue tma") && r.contains("M=1002"), "{r}");
+}
+
+#[test]
 fn a_producer_warpgroup_keeps_one_block_per_sm() {
     // setmaxnreg moves registers inside one block's allocation; two blocks per SM hung on an H200.
     let sm90 = Target::sm90();
     let w = Matmul::new(4096, 4096, 4096, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap();
-    let small = r#"{"block_m":64,"block_n":64,"consumers":1,"stages":2,"cluster":1,"persistent":1,"raster_group":1,"producer":"warpgroup","schedule":"cooperative","stream_k":0}"#;
+    let small = r#"{"block_m":64,"block_n":64,"consumers":1,"stages":2,"cluster":1,"persistent":1,"raster_group":1,"producer":"warpgroup","schedule":"cooperative","stream_k":0,"epilogue":"direct"}"#;
     let p = Plan::new(&w, &config(small)).unwrap();
     assert_eq!(p.blocks(&sm90), 132);
     assert!(p.source(&sm90).contains("constexpr int BLOCKS_PER_SM = 1;"));

@@ -149,6 +149,7 @@ impl WorkloadState {
                         let ptr = match map.operand {
                             TensorOperand::A => a,
                             TensorOperand::B => b,
+                            TensorOperand::D => self.d.ptr,
                         };
                         return encode_map(map, ptr).map(KArg::Map);
                     }

@@ -12,6 +12,8 @@ using namespace nvcuda;
 // workload matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0
 #define KERNEL_NAME tt_wgmma_gemm_v2_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
 #define TT_CLUSTER_ATTR 
+#define TT_MAP_D 
+#define TT_MAP_D_PTR nullptr
 namespace ns_tt_wgmma_gemm_v2_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6 {
 typedef half T_IN;
 typedef float T_OUT;
@@ -42,6 +44,8 @@ constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
 constexpr bool PINGPONG = false;
 constexpr bool STREAM_K = false;
+constexpr bool TMA_STORE = false;
+constexpr int EPI_COLS = 32;
 constexpr bool X_KMAJOR = true;
 constexpr bool Y_KMAJOR = false;
 constexpr bool EVEN_P = true;
@@ -251,6 +255,7 @@ constexpr int Y_ROWS = BQ / CLUSTER;  // rows of Y (K-major) each block of a clu
 constexpr int Y_CHUNKS = BQ / 64 / CLUSTER;  // chunks of Y (MN-major) each block loads
 constexpr int ACC_ALL = MT * ACC_REGS;         // accumulator registers of a consumer thread
 static_assert(ACC_ALL % 4 == 0, "partial sums move in 16-byte vectors");
+static_assert(EPI_COLS * sizeof(T_OUT) == 128, "a TMA-store piece is one 128-byte swizzle span wide");
 static_assert(BK * (int)sizeof(T_IN) == ROW_BYTES, "a stage row is one 128-byte swizzle span");
 static_assert(WG_P % 64 == 0, "a consumer owns whole 64-row wgmma tiles");
 
@@ -350,6 +355,23 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const TmaDesc* map
       "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "h"(mask)
       : "memory");
 }
+
+// Stores the box at (c0, c1) of `map` from 128-byte-swizzled `src` (this thread's bulk group).
+__device__ __forceinline__ void tma_store(const TmaDesc* map, const void* src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<unsigned long long>(map)),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups still read shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Makes this thread's shared-memory writes visible to the TMA (the async proxy).
+__device__ __forceinline__ void fence_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // --- wgmma -------------------------------------------------------------------------------------
 // A shared-memory matrix descriptor for a 128-byte-swizzled tile at `addr` (1024-byte aligned
@@ -690,10 +712,61 @@ __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* _
   }
 }
 
+// One 64-row wgmma tile of this consumer's accumulators through the TMA-store epilogue: per
+// 128-byte column block (EPI_COLS elements), write the block into one of the consumer's two
+// staging buffers (128-byte swizzle: 16-byte unit u of row r at u ^ (r % 8)), then thread 0 of
+// the warpgroup hands it to the TMA and goes on; a buffer is written again only once the TMA has
+// read it. Elements outside D are staged too and clipped by the TMA store.
+template <int REGS>
+__device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const TmaDesc* map_d,
+                                               unsigned char* bufs, int& count, int cw, int p0, int q0,
+                                               const T_OUT* __restrict__ C) {
+  const int t_in = threadIdx.x % 128, lane = threadIdx.x % 32, warp = t_in / 32;
+  constexpr int EPI_BUF = 64 * 128;
+#pragma unroll
+  for (int ch = 0; ch < BQ / EPI_COLS; ++ch) {
+    unsigned char* buf = bufs + (count & 1) * EPI_BUF;
+    if (t_in == 0) bulk_wait_read<1>();
+    consumer_sync(cw);
+#pragma unroll
+    for (int jj = 0; jj < EPI_COLS / 8; ++jj) {
+      const int j = ch * (EPI_COLS / 8) + jj;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp * 16 + lane / 4 + 8 * h, col = 8 * jj + 2 * (lane % 4);
+        T_EPI v0, v1;
+        acc_pair(acc, j, h, v0, v1);
+        typename Pair<T_OUT>::type o;
+        T_OUT* e = reinterpret_cast<T_OUT*>(&o);
+        if constexpr (READ_C) {
+          const int p = p0 + row, q = q0 + ch * EPI_COLS + col;
+          const size_t off = (size_t)p * Q + q;
+          const bool in_p = EVEN_P || p < P;
+          e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v0, C, off) : v0);
+          e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < Q) ? epilogue(v1, C, off + 1) : v1);
+        } else {
+          e[0] = from_epi<T_OUT>(epilogue(v0, C, 0));
+          e[1] = from_epi<T_OUT>(epilogue(v1, C, 0));
+        }
+        const int byte = col * (int)sizeof(T_OUT);
+        const int phys = row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15);
+        *reinterpret_cast<typename Pair<T_OUT>::type*>(buf + phys) = o;
+      }
+    }
+    fence_async_smem();
+    consumer_sync(cw);
+    if (t_in == 0) {
+      tma_store(map_d, buf, q0 + ch * EPI_COLS, p0);
+      bulk_commit();
+    }
+    ++count;
+  }
+}
+
 }  // namespace tt
 
 extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT_CLUSTER_ATTR
-    KERNEL_NAME(const __grid_constant__ tt::TmaDesc mapX, const __grid_constant__ tt::TmaDesc mapY,
+    KERNEL_NAME(const __grid_constant__ tt::TmaDesc mapX, const __grid_constant__ tt::TmaDesc mapY, TT_MAP_D
                 const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws) {
   using namespace tt;
   TT_FAULT_HOOK;
@@ -703,7 +776,11 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       reinterpret_cast<unsigned char*>((reinterpret_cast<size_t>(smem_raw) + 1023) & ~static_cast<size_t>(1023));
   unsigned char* sX = smem;
   unsigned char* sY = smem + STAGES * X_STAGE;
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(sY + STAGES * Y_STAGE);
+  // The TMA-store epilogue's staging: two 64 x 128-byte buffers per consumer warpgroup.
+  unsigned char* sE = sY + STAGES * Y_STAGE;
+  unsigned long long* full =
+      reinterpret_cast<unsigned long long*>(sE + (TMA_STORE ? CONSUMERS * 2 * 64 * 128 : 0));
+  const TmaDesc* map_d = TT_MAP_D_PTR;
   unsigned long long* empty = full + STAGES;
 
   const int rank = (int)cluster_rank();
@@ -752,6 +829,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   // Cooperative: both consumers take every job, so the ring position just runs on.
   constexpr int JOB_STEP = PINGPONG ? CONSUMERS : 1;
   int stage = 0, phase = 0;
+  int stored = 0;  // pieces this consumer handed to the TMA store (its staging buffers alternate)
   const int jobs = wl.count();
 #pragma unroll 1
   for (int job = PINGPONG ? cw : 0; job < jobs; job += JOB_STEP) {
@@ -825,6 +903,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     // Accumulator layout of a 64 x BQ wgmma tile: warp w holds rows 16w + lane / 4 (+ 8), and each
     // thread holds columns 8j + 2 (lane % 4) (+ 1) of them, in registers [4j + 2h + e] (f32, s32)
     // or halves e of register [2j + h] (packed f16).
+    if constexpr (TMA_STORE) {
+#pragma unroll
+      for (int t = 0; t < MT; ++t)
+        store_tile_tma(acc[t], map_d, sE + cw * 2 * 64 * 128, stored, cw,
+                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, tq * BQ, C);
+      continue;
+    }
     const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
     const int q_base = tq * BQ + 2 * (lane % 4);
 #pragma unroll
@@ -840,9 +925,15 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       }
     }
   }
+  // Shared memory must outlive the TMA stores that read it.
+  if constexpr (TMA_STORE) {
+    if (threadIdx.x % 128 == 0) bulk_wait_all();
+  }
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
 }  // namespace ns_tt_wgmma_gemm_v2_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
+#undef TT_MAP_D
+#undef TT_MAP_D_PTR
