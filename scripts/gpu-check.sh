@@ -151,7 +151,7 @@ step_sweep() {
 }
 
 step_throughput() {
-  timeout 900 "$BIN/tensortune" bench --throughput --trials "${THROUGHPUT_TRIALS:-200}" --json "$OUT/throughput.json" \
+  timeout 900 "$BIN/tensortune" bench --throughput --trials "${THROUGHPUT_TRIALS:-200}" ${THROUGHPUT_ARGS:-} --json "$OUT/throughput.json" \
     >"$LOGS/throughput.log" 2>&1
   say "throughput exit $?"
   sed -n '/^suite/,$p' "$LOGS/throughput.log" | tee -a "$SUMMARY"
@@ -338,13 +338,14 @@ step_large() {
 }
 
 # compute-sanitizer memcheck, racecheck and synccheck on one wgmma_gemm config per input type (a
-# stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8), each
-# alone in its process (no vendor baseline).
+# stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8, and the
+# TMA-store epilogue reading C on a ragged shape), each alone in its process (no vendor baseline).
 step_wsanitize() {
   local cases=(
     'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
     'matmul/m1024n1024k1024/nt/bf16,f32,bf16/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"direct"}'
     'matmul/m1024n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
+    'matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
   )
   for c in "${cases[@]}"; do
     local key=${c%% *} cfg=${c#* }
