@@ -347,12 +347,14 @@ step_wsanitize() {
     'matmul/m1024n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
     'matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
   )
+  local n=0
   for c in "${cases[@]}"; do
     local key=${c%% *} cfg=${c#* }
+    n=$((n + 1))
     say "wsanitize $key $cfg"
     TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout 60 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | cut -c1-200 | tee -a "$SUMMARY"
     for tool in memcheck racecheck synccheck; do
-      local log="$LOGS/wsanitize-$tool-$(echo "$key" | cut -d/ -f4 | cut -d, -f1).log"
+      local log="$LOGS/wsanitize-$tool-$n-$(echo "$key" | cut -d/ -f4 | cut -d, -f1).log"
       TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout "${WSANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --print-limit 20 \
         "$BIN/run_one" "$key" "$cfg" 1 1 warm >"$log" 2>&1
       say "  $tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
