@@ -170,7 +170,14 @@ pub fn by_name(name: &str) -> Result<&'static dyn Template> {
     })
 }
 
-/// The template used for an op when a request names none.
+/// Every template that implements `op`, in registry order: the order (and so the slots) of the
+/// templates a job that names none searches together. Empty for an op nothing implements.
+pub fn templates_for(op: Op) -> Vec<&'static dyn Template> {
+    all().into_iter().filter(|t| t.op() == op).collect()
+}
+
+/// The first template that implements `op` (the one a job searched before jobs searched every
+/// template of their op; `wmma_gemm` for matmul).
 pub fn default_for(op: Op) -> Result<&'static dyn Template> {
     all()
         .into_iter()

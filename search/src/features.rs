@@ -41,6 +41,58 @@ pub fn row(template: &dyn Template, w: &Workload, config: &Config, target: &Targ
     Ok((out, analytic))
 }
 
+/// The columns of a space that holds the configs of several templates (a job that searches every
+/// template of its op): a one-hot of the template, then each template's own features in columns of
+/// its own, then the workload's columns (last, as in every row, where transfer reads them). A
+/// template's columns are missing (NaN, which the trees send down a learned "missing" branch) in
+/// the rows of the other templates' configs. With one template the layout is the template's row
+/// itself, unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnionLayout {
+    /// Feature columns of each template (without the workload's), in slot order.
+    widths: Vec<usize>,
+}
+
+impl UnionLayout {
+    /// The layout of templates whose own rows have `widths` feature columns (workload columns
+    /// excluded), in slot order.
+    pub fn new(widths: Vec<usize>) -> UnionLayout {
+        UnionLayout { widths }
+    }
+
+    /// Columns of a row in this layout.
+    pub fn width(&self) -> usize {
+        if self.widths.len() == 1 {
+            return self.widths[0] + WORKLOAD_FEATURES.len();
+        }
+        self.widths.len() + self.widths.iter().sum::<usize>() + WORKLOAD_FEATURES.len()
+    }
+
+    /// The row of a config of the template at `slot` (a position in the layout), from that
+    /// template's full row ([`row`]: its features, then the workload's). `None` when the row does
+    /// not have the template's width or `slot` is not in the layout.
+    pub fn embed(&self, slot: usize, row: &[f64]) -> Option<Vec<f64>> {
+        let own = *self.widths.get(slot)?;
+        if row.len() != own + WORKLOAD_FEATURES.len() {
+            return None;
+        }
+        if self.widths.len() == 1 {
+            return Some(row.to_vec());
+        }
+        let mut out = Vec::with_capacity(self.width());
+        out.extend((0..self.widths.len()).map(|s| if s == slot { 1.0 } else { 0.0 }));
+        for (s, width) in self.widths.iter().enumerate() {
+            if s == slot {
+                out.extend_from_slice(&row[..own]);
+            } else {
+                out.extend(std::iter::repeat_n(f64::NAN, *width));
+            }
+        }
+        out.extend_from_slice(&row[own..]);
+        Some(out)
+    }
+}
+
 /// The target a device class was measured on, for features: the class's compute capability with
 /// the limits of that generation's data-center part (`sim` for the simulator).
 pub fn target_for_class(class_key: &str) -> Target {
@@ -77,5 +129,26 @@ mod tests {
         assert_eq!(target_for_class("nvidia-a100-sxm4-80gb/sm80/108sm").arch, 80);
         assert_eq!(target_for_class("nvidia-h200/sm90/132sm").arch, 90);
         assert_eq!(target_for_class("sim").class_key, "sim");
+    }
+
+    #[test]
+    fn union_rows_put_each_template_in_its_own_columns() {
+        let single = UnionLayout::new(vec![2]);
+        let row = [1.0, 2.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0];
+        assert_eq!(single.embed(0, &row).unwrap(), row, "one template: its row unchanged");
+        assert_eq!(single.width(), 9);
+        let union = UnionLayout::new(vec![2, 3]);
+        assert_eq!(union.width(), 2 + 2 + 3 + 7);
+        let first = union.embed(0, &row).unwrap();
+        assert_eq!(&first[..4], &[1.0, 0.0, 1.0, 2.0]);
+        assert!(first[4..7].iter().all(|v| v.is_nan()));
+        assert_eq!(&first[7..], &row[2..]);
+        let second = union.embed(1, &[5.0, 6.0, 7.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0]).unwrap();
+        assert_eq!(&second[..2], &[0.0, 1.0]);
+        assert!(second[2..4].iter().all(|v| v.is_nan()));
+        assert_eq!(&second[4..7], &[5.0, 6.0, 7.0]);
+        assert_eq!(second.len(), union.width());
+        assert_eq!(union.embed(1, &row), None, "a row of the wrong width");
+        assert_eq!(union.embed(2, &row), None, "a slot outside the layout");
     }
 }

@@ -97,6 +97,25 @@ mod tests {
     }
 
     #[test]
+    fn missing_columns_of_another_template_are_learned_around() {
+        // Two templates in one layout (one-hot, a column each, NaN where not its own): the first
+        // is fastest at its knob 3, the second is faster overall at its knob 5.
+        let mut rows = Vec::new();
+        let mut y = Vec::new();
+        for v in 0..10 {
+            rows.push(vec![1.0, 0.0, v as f64, f64::NAN]);
+            y.push(1.0 + (v as f64 - 3.0).abs());
+            rows.push(vec![0.0, 1.0, f64::NAN, v as f64]);
+            y.push((v as f64 - 5.0).abs());
+        }
+        let m = CostModel::fit(&rows, &y, &vec![1.0; rows.len()], 1).unwrap();
+        let p =
+            m.predict(&[vec![1.0, 0.0, 3.0, f64::NAN], vec![1.0, 0.0, 9.0, f64::NAN], vec![0.0, 1.0, f64::NAN, 5.0]]);
+        assert!(p.iter().all(|v| v.is_finite()), "{p:?}");
+        assert!(p[0] < p[1] && p[2] < p[0], "{p:?}");
+    }
+
+    #[test]
     fn normalisation_centres_and_penalises_failures() {
         let n = normalise(&[Some(1.0), Some(std::f64::consts::E), None]);
         assert!(n[0] <= 0.0 && n[1] >= 0.0);
