@@ -185,6 +185,14 @@ step_profile() {
     --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
     "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu.txt" 2>&1
   say "ncu exit $?"
+  if [ -n "${PROFILE_SOURCE:-}" ]; then
+    # Where the warps stall, by SASS instruction (the top lines of the source-counters table).
+    timeout 300 ncu --clock-control none --kernel-name regex:tt_w --launch-skip 1 --launch-count 1 \
+      --section SourceCounters --section InstructionStats --print-details all \
+      "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu-source.txt" 2>&1
+    say "ncu source exit $?"
+    grep -iE -A14 "Warp Stall Sampling|stall" "$LOGS/ncu-source.txt" | head -60 | tee -a "$SUMMARY"
+  fi
   grep -E "stalled" "$LOGS/ncu.txt" | sort -k3 -n -r | head -12 | tee -a "$SUMMARY"
   grep -E "Throughput|Duration|Pipe|Stall|Warp Cycles|Issued|Occupancy|Bank|L2 Hit|L1/TEX Hit|Registers|Eligible|Active Warps|SM Frequency|Memory \[%\]|Compute \(SM\)" "$LOGS/ncu.txt" | head -60 | tee -a "$SUMMARY"
 }
