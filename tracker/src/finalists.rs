@@ -105,6 +105,8 @@ impl Tracker {
         let finalists: Vec<Finalist> = trials
             .into_iter()
             .map(|t| Finalist {
+                template: t.template,
+                template_version: t.template_version,
                 config_index: u64::try_from(t.config_index).unwrap_or_default(),
                 config: t.config,
                 record_id: t.record_id,
@@ -157,8 +159,8 @@ impl Tracker {
                 job_id: job.id,
                 worker_id: worker,
                 workload: &wl.workload.0,
-                template: &job.template,
-                template_version: job.template_version,
+                template: &f.template,
+                template_version: f.template_version,
                 config: &f.config,
                 config_index: i64::try_from(f.config_index).unwrap_or(i64::MAX),
                 device_class: &job.device_class,

@@ -1,21 +1,24 @@
 //! Jobs: submission (validation against the tracker's device classes), cancellation, and the read
 //! side that the `Tuning` service serves (snapshots, listings, best records, exports).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use rand::RngExt;
 use sqlx::SqliteConnection;
-use tensortune_kernels::Workload;
+use tensortune_kernels::template;
+use tensortune_kernels::{Template, Workload};
 
 use crate::error::{Error, Result};
 use crate::finalists::{self, FinalistView};
 use crate::model::{JobId, JobRequest, JobState, RecordFilter, RecordId, Status};
-use crate::search::{self, Search, SpaceError};
+use crate::progress::JobTemplates;
+use crate::search::{self, Rejection, Rejections, Search};
 use crate::store::jobs::{JobRow, NewJob};
 use crate::store::records::Record;
 use crate::store::workloads::{NewWorkload, WorkloadRow};
 use crate::store::{self};
 use crate::tracker::Tracker;
+use crate::tuner::{Point, WorkloadSpace};
 
 /// Most workloads one job may hold.
 pub(crate) const MAX_WORKLOADS: usize = 1024;
@@ -41,44 +44,59 @@ pub(crate) struct WorkloadView {
 impl Tracker {
     /// Validates a job against the registered device classes, stores it and proposes its first
     /// tasks. Returns the job's id and the device class it was bound to.
+    ///
+    /// A job that names a template searches it alone. One that names none searches, per workload,
+    /// every template that takes the workload on the device class (of those that some worker of
+    /// the class runs, when any does): a template that rejects a workload contributes nothing to
+    /// it, and a workload no template takes is refused with each one's reason.
     pub(crate) async fn submit(&self, req: JobRequest) -> Result<(JobId, String)> {
         // What needs no device first: a bad field is named even with no worker registered.
         for (i, workload) in req.workloads.iter().enumerate() {
-            req.template.check_workload(workload).map_err(|e| workload_error(i, workload, e))?;
+            check_workload(req.template, i, workload)?;
         }
         let class = self.resolve_device_class(req.device_class.as_deref()).await?;
         let target = store::classes::target(&self.pool, &class)
             .await?
             .ok_or_else(|| Error::Internal(format!("device class {class:?} vanished from the store")))?;
-        for (i, workload) in req.workloads.iter().enumerate() {
-            req.template.supports(workload, &target).map_err(|e| workload_error(i, workload, e))?;
-        }
+        let candidates = match req.template {
+            Some(template) => vec![template],
+            None => self.union_candidates(&class, &req.workloads).await?,
+        };
         let features = req.tuner.needs_features();
-        let spaces = search::spaces(req.template, req.workloads.clone(), target.clone(), features).await?.map_err(
-            |e| match e {
-                SpaceError::Workload(i, e) => workload_error(i, &req.workloads[i], e),
-                SpaceError::Internal(e) => e,
-            },
-        )?;
-        for (i, space) in spaces.iter().enumerate() {
-            if space.valid.is_empty() {
-                return Err(Error::invalid(
-                    format!("workloads[{i}]"),
-                    format!(
-                        "no config of {} v{} is valid for {} on device class {class:?}; try another template",
-                        req.template.name(),
-                        req.template.version(),
-                        req.workloads[i].key()
-                    ),
-                ));
+        let spaces = search::spaces(candidates.clone(), req.workloads.clone(), target.clone(), features).await?;
+        let mut valid = Vec::with_capacity(spaces.len());
+        for (i, space) in spaces.into_iter().enumerate() {
+            match space {
+                Ok(space) => valid.push(space),
+                Err(rejections) => return Err(refusal(i, &req.workloads[i], &class, &candidates, rejections)),
             }
         }
+        // The job lists the templates that contribute to some workload, in registry order; the
+        // slots of the spaces follow.
+        let used: BTreeSet<u32> = valid.iter().flat_map(search::slots_of).collect();
+        let remap: HashMap<u32, u32> = used.iter().enumerate().map(|(new, old)| (*old, new as u32)).collect();
+        let listed: Vec<&'static dyn Template> = used.iter().map(|s| candidates[*s as usize]).collect();
+        let spaces: Vec<WorkloadSpace> = valid
+            .into_iter()
+            .map(|s| WorkloadSpace {
+                valid: s.valid.iter().map(|p| Point::new(remap[&p.slot], p.index)).collect(),
+                ..s
+            })
+            .collect();
+        let display: Vec<&str> = listed.iter().map(|t| t.name()).collect();
+        let display = display.join("+");
+        let spelled: Vec<String> = listed.iter().map(|t| format!("{}@{}", t.name(), t.version())).collect();
+        let version = match listed.as_slice() {
+            [only] => only.version(),
+            _ => 0,
+        };
         // 0 is "pick one" on the wire, so a picked seed is never 0.
         let seed = req.seed.unwrap_or_else(|| rand::rng().random::<u64>().max(1));
         let early = req.early_stop.unwrap_or(crate::model::EarlyStop { trials: 0, margin: 0.0 });
         let new = NewJob {
-            template: req.template.name(),
-            template_version: req.template.version(),
+            template: &display,
+            template_version: version,
+            templates: &spelled,
             tuner: req.tuner,
             device_class: &class,
             trials: req.trials,
@@ -106,10 +124,13 @@ impl Tracker {
             store::workloads::insert(w.conn(), id, &row).await?;
         }
         let job = store::jobs::get(w.conn(), id).await?.ok_or(Error::JobNotFound(id))?;
-        let prior = self.job_prior(&mut w, &job, req.template, &target).await?;
+        let templates = JobTemplates::of(&job)?;
+        let mut prior_rows = 0;
         for (i, space) in spaces.iter().enumerate() {
             let idx = i as u32;
-            let tuner = req.tuner.build(space, seed, idx, prior.clone())?;
+            let prior = self.job_prior(&mut w, &job, &templates, space, &target).await?;
+            prior_rows = prior_rows.max(prior.as_ref().map_or(0, |p| p.rows.len()));
+            let tuner = req.tuner.build(space, seed, idx, prior)?;
             w.insert_search((id, idx), Search::new(tuner, [], Vec::new()));
         }
         self.top_up_all(&mut w, &job).await?;
@@ -118,7 +139,7 @@ impl Tracker {
         tracing::info!(
             job = id,
             device_class = %class,
-            template = req.template.name(),
+            templates = %spelled.join(","),
             tuner = %req.tuner,
             workloads = req.workloads.len(),
             trials = req.trials,
@@ -126,11 +147,32 @@ impl Tracker {
             finalists = req.finalists,
             flush_l2 = req.flush_l2,
             transfer = req.transfer,
-            prior_rows = prior.as_ref().map(|p| p.rows.len()),
+            prior_rows,
             total_trials = req.total_trials,
             "job submitted"
         );
         Ok((id, class))
+    }
+
+    /// The templates a job that names none may search on `class`: per op of `workloads`, those
+    /// that some registered worker of the class runs (name and version), or every one of the op
+    /// when no worker runs any (its tasks then wait for one, as a named template's would).
+    async fn union_candidates(&self, class: &str, workloads: &[Workload]) -> Result<Vec<&'static dyn Template>> {
+        let run = store::workers::class_templates(&self.pool, class).await?;
+        let runs = |t: &&'static dyn Template| run.contains(&format!("{}@{}", t.name(), t.version()));
+        let mut out: Vec<&'static dyn Template> = Vec::new();
+        for op in workloads.iter().map(Workload::op) {
+            if out.iter().any(|t| t.op() == op) {
+                continue;
+            }
+            let all = template::templates_for(op);
+            let ran: Vec<_> = all.iter().copied().filter(runs).collect();
+            out.extend(if ran.is_empty() { all } else { ran });
+        }
+        // Registry order, whatever the order of the workloads' ops.
+        let registry = template::all();
+        out.sort_by_key(|t| registry.iter().position(|r| r.name() == t.name()));
+        Ok(out)
     }
 
     /// The class a job is bound to: the one requested, which some worker must have registered, or
@@ -245,6 +287,79 @@ async fn view(conn: &mut SqliteConnection, job: JobRow) -> Result<JobView> {
         })
         .collect();
     Ok(JobView { job, workloads })
+}
+
+/// Checks what needs no device of workload `i`: against `template`, or when none is named, that
+/// some template of its op takes it (each one's reason otherwise).
+fn check_workload(template: Option<&'static dyn Template>, i: usize, workload: &Workload) -> Result<()> {
+    if let Some(t) = template {
+        return t.check_workload(workload).map_err(|e| workload_error(i, workload, e));
+    }
+    let all = template::templates_for(workload.op());
+    if all.is_empty() {
+        return Err(Error::invalid(
+            format!("workloads[{i}]"),
+            format!("no template implements {} yet", workload.op().name()),
+        ));
+    }
+    let mut rejections = Vec::new();
+    for t in &all {
+        match t.check_workload(workload) {
+            Ok(()) => return Ok(()),
+            Err(e) => rejections.push((t.name(), Rejection::Unsupported(e))),
+        }
+    }
+    Err(refusal(i, workload, "", &all, rejections))
+}
+
+/// Why workload `i` is refused: no template of `candidates` takes it (each one's objection in
+/// `rejections`). With one template, its objection as such, naming the field; with several, the
+/// field they all name (or the workload when they differ) and each one's reason.
+fn refusal(
+    i: usize,
+    workload: &Workload,
+    class: &str,
+    candidates: &[&'static dyn Template],
+    rejections: Rejections,
+) -> Error {
+    let fields: BTreeSet<Option<String>> = rejections
+        .iter()
+        .map(|(_, r)| match r {
+            Rejection::Unsupported(tensortune_kernels::Error::Invalid { field, .. }) => Some(field.to_string()),
+            _ => None,
+        })
+        .collect();
+    if rejections.len() == 1 {
+        let (name, rejection) = rejections.into_iter().next().expect("one rejection");
+        return match rejection {
+            Rejection::Unsupported(e) => workload_error(i, workload, e),
+            Rejection::NoValidConfig => {
+                let version = candidates.iter().find(|t| t.name() == name).map_or(0, |t| t.version());
+                Error::invalid(
+                    format!("workloads[{i}]"),
+                    format!(
+                        "no config of {name} v{version} is valid for {} on device class {class:?}; try another template",
+                        workload.key()
+                    ),
+                )
+            }
+        };
+    }
+    let field = match fields.iter().next() {
+        Some(Some(field)) if fields.len() == 1 => format!("workloads[{i}].{}.{field}", workload.op().name()),
+        _ => format!("workloads[{i}]"),
+    };
+    let reasons: Vec<String> = rejections
+        .iter()
+        .map(|(name, r)| match r {
+            Rejection::Unsupported(tensortune_kernels::Error::Invalid { field, message }) if fields.len() > 1 => {
+                format!("{name} ({field}): {message}")
+            }
+            Rejection::Unsupported(tensortune_kernels::Error::Invalid { message, .. }) => format!("{name}: {message}"),
+            other => format!("{name}: {other}"),
+        })
+        .collect();
+    Error::invalid(field, format!("no template takes this workload; {}", reasons.join("; ")))
 }
 
 /// A template's objection to workload `i`, naming the field (`workloads[0].matmul.k`).

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::model::{JobState, Measurement, TaskKind, WorkloadState};
-use crate::progress::template_of;
+use crate::progress::JobTemplates;
 use crate::store::{self};
 use crate::tracker::{Tracker, millis};
 
@@ -91,7 +91,7 @@ impl Tracker {
         let renewed = store::tasks::renew_all(w.conn(), self.lease_deadline(now)).await?;
         let jobs = store::jobs::active(w.conn()).await?;
         for job in &jobs {
-            if let Err(why) = template_of(job) {
+            if let Err(why) = JobTemplates::of(job) {
                 store::tasks::cancel_unfinished(w.conn(), job.id, None, now).await?;
                 store::jobs::finish(w.conn(), job.id, JobState::Failed, &why.to_string(), now).await?;
                 w.job_changed(job.id);

@@ -111,6 +111,9 @@ pub(crate) enum TaskKind {
 /// One config of a finalist task, with the tuning record it got in (stored as JSON in the task).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Finalist {
+    /// The template of its config (finalists of a job that searches several templates may differ).
+    pub(crate) template: String,
+    pub(crate) template_version: u32,
     pub(crate) config_index: u64,
     pub(crate) config: String,
     /// The tuning record that made it a finalist (possibly reused from an earlier job).
@@ -261,7 +264,9 @@ pub(crate) struct EarlyStop {
 /// A validated job submission (what does not depend on the tracker's state).
 pub(crate) struct JobRequest {
     pub(crate) workloads: Vec<Workload>,
-    pub(crate) template: &'static dyn Template,
+    /// The template asked for; `None`: every template that supports each workload on the job's
+    /// device class (and that some worker of the class runs).
+    pub(crate) template: Option<&'static dyn Template>,
     pub(crate) tuner: TunerKind,
     pub(crate) trials: u32,
     /// `None`: the only class among registered workers.

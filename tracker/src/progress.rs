@@ -7,20 +7,20 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use tensortune_kernels::{Target, Template};
+use tensortune_kernels::{Space, Target, Template};
 use tensortune_search::schedule::{self, TaskProgress};
 use tensortune_search::tuner::Prior;
 
 use crate::error::{Error, Result};
-use crate::model::{JobState, Measurement, RecordId, Status, TaskId, WorkerId, WorkloadState};
-use crate::search::{self, Search, SpaceError};
+use crate::model::{JobState, Measurement, RecordId, Status, TaskId, TemplateRef, WorkerId, WorkloadState};
+use crate::search::{self, Search};
 use crate::store::jobs::JobRow;
 use crate::store::records::{ContentKey, NewRecord, Outcome, PriorScope, TrialOutcome};
 use crate::store::tasks::{NewTask, TaskRow};
 use crate::store::workloads::WorkloadRow;
 use crate::store::{self};
 use crate::tracker::{Tracker, Write};
-use crate::tuner::{Observed, TunerKind};
+use crate::tuner::{Observed, Point, TunerKind, WorkloadSpace};
 
 /// Most records a transfer prior is built from: enough for a model to learn the space's shape,
 /// few enough that building it (a feature row each) and fitting on it stay quick.
@@ -29,16 +29,19 @@ pub(crate) const PRIOR_RECORDS: u32 = 4000;
 /// A finished tuning task, as counted.
 struct Trial {
     task: TaskId,
-    config: u64,
+    config: Point,
     outcome: Outcome,
     /// Answered from an earlier identical record instead of measured.
     reused: bool,
 }
 
-/// A stored trial outcome as the search sees it.
-fn as_observed(t: TrialOutcome) -> Observed {
+/// A stored trial outcome as the search sees it (`None` for a template the job does not search,
+/// which its tasks never have).
+fn as_observed(templates: &JobTemplates, t: TrialOutcome) -> Option<Observed> {
     let ok = t.status == Status::Ok && t.median_us > 0.0;
-    Observed { config: u64::try_from(t.config_index).unwrap_or_default(), time_us: ok.then_some(t.median_us) }
+    let slot = templates.slot(&t.template, t.template_version)?;
+    let config = Point::new(slot, u64::try_from(t.config_index).ok()?);
+    Some(Observed { config, time_us: ok.then_some(t.median_us) })
 }
 
 /// The best time after each finished trial (infinite before the first ok one), then held for each
@@ -78,21 +81,54 @@ fn allocate(mut progress: Vec<TaskProgress>, running: &[WorkloadRow], want: u32,
     shares
 }
 
-/// The template a stored job names, as built into this tracker.
-pub(crate) fn template_of(job: &JobRow) -> Result<&'static dyn Template> {
-    let template = tensortune_kernels::template::by_name(&job.template).map_err(|_| {
-        Error::Precondition(format!("template {:?} is not built into this tracker; resubmit the job", job.template))
-    })?;
-    if template.version() != job.template_version {
-        return Err(Error::Precondition(format!(
-            "job {} tunes {} v{}, but this tracker builds v{}; resubmit the job to tune the new version",
-            job.id,
-            job.template,
-            job.template_version,
-            template.version()
-        )));
+/// The templates a stored job searches, in slot order (a [`Point`]'s slot is a position here), as
+/// built into this tracker.
+pub(crate) struct JobTemplates(Vec<&'static dyn Template>);
+
+impl JobTemplates {
+    /// The templates of `job`; an error when one of them (at its version) is not built into this
+    /// tracker any more.
+    pub(crate) fn of(job: &JobRow) -> Result<JobTemplates> {
+        let spelled = if job.templates.0.is_empty() {
+            vec![format!("{}@{}", job.template, job.template_version)]
+        } else {
+            job.templates.0.clone()
+        };
+        let mut out = Vec::with_capacity(spelled.len());
+        for s in &spelled {
+            let t = TemplateRef::parse(s)
+                .ok_or_else(|| Error::Internal(format!("job {} lists template {s:?}, not name@version", job.id)))?;
+            let template = tensortune_kernels::template::by_name(&t.name).map_err(|_| {
+                Error::Precondition(format!("template {:?} is not built into this tracker; resubmit the job", t.name))
+            })?;
+            if template.version() != t.version {
+                return Err(Error::Precondition(format!(
+                    "job {} tunes {} v{}, but this tracker builds v{}; resubmit the job to tune the new version",
+                    job.id,
+                    t.name,
+                    t.version,
+                    template.version()
+                )));
+            }
+            out.push(template);
+        }
+        Ok(JobTemplates(out))
     }
-    Ok(template)
+
+    /// Every template, in slot order.
+    pub(crate) fn all(&self) -> &[&'static dyn Template] {
+        &self.0
+    }
+
+    /// The template in `slot`.
+    pub(crate) fn get(&self, slot: u32) -> Result<&'static dyn Template> {
+        self.0.get(slot as usize).copied().ok_or_else(|| Error::Internal(format!("no template in slot {slot}")))
+    }
+
+    /// The slot of template `name` at `version`, if the job searches it.
+    pub(crate) fn slot(&self, name: &str, version: u32) -> Option<u32> {
+        self.0.iter().position(|t| t.name() == name && t.version() == version).map(|p| p as u32)
+    }
 }
 
 impl Tracker {
@@ -111,60 +147,98 @@ impl Tracker {
         if w.search(key).is_some() {
             return Ok(());
         }
-        let template = template_of(job)?;
+        let templates = JobTemplates::of(job)?;
         let target = store::classes::target(w.conn(), &job.device_class).await?.ok_or_else(|| {
             Error::Internal(format!("device class {:?} of job {} is missing from the store", job.device_class, job.id))
         })?;
         let features = job.tuner.needs_features();
-        let space = search::spaces(template, vec![wl.workload.0], target.clone(), features).await?.map_err(|e| {
-            let why = match e {
-                SpaceError::Workload(_, e) => e.to_string(),
-                SpaceError::Internal(e) => e.to_string(),
-            };
-            Error::Internal(format!("the space of workload {} of job {} cannot be enumerated: {why}", wl.idx, job.id))
-        })?;
-        let prior = self.job_prior(w, job, template, &target).await?;
-        let taken = store::tasks::taken(w.conn(), job.id, wl.idx).await?;
-        let observed =
-            store::records::trial_outcomes(w.conn(), job.id, wl.idx).await?.into_iter().map(as_observed).collect();
-        let tuner = job.tuner.build(&space[0], job.seed(), wl.idx, prior)?;
-        w.insert_search(key, Search::new(tuner, taken.into_iter().map(|c| c as u64), observed));
+        let spaces = search::spaces(templates.all().to_vec(), vec![wl.workload.0], target.clone(), features).await?;
+        let space = match spaces.into_iter().next() {
+            Some(Ok(space)) => space,
+            Some(Err(rejections)) => {
+                let why: Vec<String> = rejections.iter().map(|(t, r)| format!("{t}: {r}")).collect();
+                return Err(Error::Internal(format!(
+                    "the space of workload {} of job {} cannot be enumerated: {}",
+                    wl.idx,
+                    job.id,
+                    why.join("; ")
+                )));
+            }
+            None => return Err(Error::Internal("a space was asked for and none came".to_owned())),
+        };
+        let prior = self.job_prior(w, job, &templates, &space, &target).await?;
+        let taken: Vec<Point> = store::tasks::taken(w.conn(), job.id, wl.idx)
+            .await?
+            .into_iter()
+            .filter_map(|(name, version, index)| Some(Point::new(templates.slot(&name, version)?, index as u64)))
+            .collect();
+        let observed = store::records::trial_outcomes(w.conn(), job.id, wl.idx)
+            .await?
+            .into_iter()
+            .filter_map(|t| as_observed(&templates, t))
+            .collect();
+        let tuner = job.tuner.build(&space, job.seed(), wl.idx, prior)?;
+        w.insert_search(key, Search::new(tuner, taken, observed));
         Ok(())
     }
 
-    /// The transfer prior of a model job with transfer on (`None` otherwise): built once per job
-    /// from the stored tuning records of workloads outside the job on its device class, template
-    /// and version, recorded before the job was submitted (so that a restarted tracker builds the
-    /// same), the most recent [`PRIOR_RECORDS`].
+    /// The transfer prior of a model job with transfer on (`None` otherwise) for a workload's
+    /// `space`: built once per job and set of templates (the space's layout) from the stored tuning
+    /// records of workloads outside the job on its device class, read per template and version,
+    /// recorded before the job was submitted (so that a restarted tracker builds the same), the
+    /// most recent [`PRIOR_RECORDS`] (shared evenly by the templates), mapped into the space's
+    /// columns.
     pub(crate) async fn job_prior(
         &self,
         w: &mut Write<'_>,
         job: &JobRow,
-        template: &'static dyn Template,
+        templates: &JobTemplates,
+        space: &WorkloadSpace,
         target: &Target,
     ) -> Result<Option<Arc<Prior>>> {
         if job.tuner != TunerKind::Model || !job.transfer {
             return Ok(None);
         }
-        if let Some(prior) = w.prior(job.id) {
+        let slots = search::slots_of(space);
+        let key = (job.id, slots.clone());
+        if let Some(prior) = w.prior(&key) {
             return Ok(Some(prior));
         }
+        let layout = space
+            .layout
+            .clone()
+            .ok_or_else(|| Error::Internal("a model search was built without its candidates' features".to_owned()))?;
         let exclude: Vec<String> =
             store::workloads::list(w.conn(), job.id).await?.into_iter().map(|r| r.workload_key).collect();
-        let scope = PriorScope {
-            device_class: &job.device_class,
-            template: &job.template,
-            template_version: job.template_version,
-            exclude: &exclude,
-            before_ms: job.created_ms,
-            limit: PRIOR_RECORDS,
-        };
-        let records = store::records::prior_records(w.conn(), &scope).await?;
-        let read = records.len();
-        let workloads = records.iter().map(|r| r.workload_key.as_str()).collect::<HashSet<_>>().len();
-        let prior = Arc::new(search::prior(template, target.clone(), records).await?);
-        tracing::info!(job = job.id, records = read, rows = prior.rows.len(), workloads, "transfer prior built");
-        w.insert_prior(job.id, Arc::clone(&prior));
+        let limit = PRIOR_RECORDS / slots.len().max(1) as u32;
+        let mut parts = Vec::with_capacity(slots.len());
+        let mut read = 0;
+        let mut workloads = HashSet::new();
+        for slot in &slots {
+            let template = templates.get(*slot)?;
+            let scope = PriorScope {
+                device_class: &job.device_class,
+                template: template.name(),
+                template_version: template.version(),
+                exclude: &exclude,
+                before_ms: job.created_ms,
+                limit,
+            };
+            let records = store::records::prior_records(w.conn(), &scope).await?;
+            read += records.len();
+            workloads.extend(records.iter().map(|r| r.workload_key.clone()));
+            parts.push((template, records));
+        }
+        let prior = Arc::new(search::prior(parts, layout, target.clone()).await?);
+        tracing::info!(
+            job = job.id,
+            slots = ?slots,
+            records = read,
+            rows = prior.rows.len(),
+            workloads = workloads.len(),
+            "transfer prior built"
+        );
+        w.insert_prior(key, Arc::clone(&prior));
         Ok(Some(prior))
     }
 
@@ -280,7 +354,8 @@ impl Tracker {
     /// when such a trial ends the workload.
     async fn propose_tasks(&self, w: &mut Write<'_>, job: &JobRow, wl: &WorkloadRow, n: u32) -> Result<()> {
         let idx = wl.idx;
-        let space = template_of(job)?.space();
+        let templates = JobTemplates::of(job)?;
+        let spaces: Vec<Space> = templates.all().iter().map(|t| t.space()).collect();
         self.ensure_search(w, job, wl).await?;
         let configs = w.propose((job.id, idx), n as usize).await?;
         if configs.is_empty() {
@@ -291,15 +366,17 @@ impl Tracker {
         }
         let mut inserted = 0;
         let mut pending = 0;
-        for index in configs {
-            let config = space
+        for point in configs {
+            let template = templates.get(point.slot)?;
+            let index = point.index;
+            let config = spaces[point.slot as usize]
                 .config(index)
-                .map_err(|e| Error::Internal(format!("config {index} of {}: {e}", job.template)))?
+                .map_err(|e| Error::Internal(format!("config {index} of {}: {e}", template.name())))?
                 .to_json();
             let key = ContentKey {
                 workload_key: &wl.workload_key,
-                template: &job.template,
-                template_version: job.template_version,
+                template: template.name(),
+                template_version: template.version(),
                 device_class: &job.device_class,
                 config: &config,
             };
@@ -307,18 +384,20 @@ impl Tracker {
             let task = NewTask {
                 job_id: job.id,
                 workload_idx: idx,
+                template: template.name(),
+                template_version: template.version(),
                 config_index: index,
                 config: &config,
                 reuses: reuse.map(|r| r.id),
             };
             let now = w.now();
             let task = store::tasks::insert(w.conn(), &task, now).await?;
-            w.proposed((job.id, idx), index);
+            w.proposed((job.id, idx), point);
             inserted += 1;
             match reuse {
                 None => pending += 1,
                 Some(outcome) => {
-                    let trial = Trial { task, config: index, outcome, reused: true };
+                    let trial = Trial { task, config: point, outcome, reused: true };
                     if self.finish_trial(w, job, idx, trial).await? != WorkloadState::Running {
                         break;
                     }
@@ -344,13 +423,19 @@ impl Tracker {
         measurement: &Measurement,
     ) -> Result<RecordId> {
         let wl = self.workload(w, job, task.workload_idx).await?;
+        let slot = JobTemplates::of(job)?.slot(&task.template, task.template_version).ok_or_else(|| {
+            Error::Internal(format!(
+                "task {} is of {} v{}, which job {} does not search",
+                task.id, task.template, task.template_version, job.id
+            ))
+        })?;
         let record = NewRecord {
             task_id: task.id,
             job_id: job.id,
             worker_id: worker,
             workload: &wl.workload.0,
-            template: &job.template,
-            template_version: job.template_version,
+            template: &task.template,
+            template_version: task.template_version,
             config: &task.config,
             config_index: task.config_index,
             device_class: &job.device_class,
@@ -361,7 +446,7 @@ impl Tracker {
         let id = store::records::insert(w.conn(), &record, now).await?;
         store::tasks::complete(w.conn(), task.id, id, now).await?;
         let outcome = Outcome { id, status: measurement.status, median_us: measurement.median_us };
-        let config = u64::try_from(task.config_index).unwrap_or_default();
+        let config = Point::new(slot, u64::try_from(task.config_index).unwrap_or_default());
         let trial = Trial { task: task.id, config, outcome, reused: false };
         self.finish_trial(w, job, task.workload_idx, trial).await?;
         self.advance(w, job, task.workload_idx).await?;
@@ -504,7 +589,7 @@ mod tests {
 
     #[test]
     fn trials_in_flight_hold_the_best_so_far() {
-        let o = |config, time_us| Observed { config, time_us };
+        let o = |index, time_us| Observed { config: Point::new(0, index), time_us };
         let observed = [o(1, None), o(2, Some(5.0)), o(3, Some(7.0)), o(4, Some(4.0))];
         assert_eq!(best_after(&observed, 6), [f64::INFINITY, 5.0, 5.0, 4.0, 4.0, 4.0]);
         assert_eq!(best_after(&[], 2), [f64::INFINITY; 2]);
@@ -515,7 +600,10 @@ mod tests {
         // Workload 0 has 6 proposed, 2 of them finished; workload 1 has none: the next 8 trials
         // even them out (7 each), counting workload 0's 4 in flight.
         let rows = [row(0, 6, 100), row(1, 0, 100)];
-        let done = [Observed { config: 1, time_us: Some(3.0) }, Observed { config: 2, time_us: Some(2.0) }];
+        let done = [
+            Observed { config: Point::new(0, 1), time_us: Some(3.0) },
+            Observed { config: Point::new(0, 2), time_us: Some(2.0) },
+        ];
         let p = progress(&rows, &[&done, &[]]);
         assert_eq!(allocate(p.clone(), &rows, 8, false), [1, 7]);
         // A whole batch goes to the one workload picked (here the one with fewest trials).

@@ -2,28 +2,33 @@
 //! already have a task and the outcomes of those that finished. All of it is derived from the
 //! database (and rebuilt after a restart); it lives in memory because enumerating a template's
 //! space against a device walks hundreds of thousands of points, and a model tuner also needs
-//! every valid config's feature row.
+//! every valid config's feature row. A job that searches several templates has one space per
+//! workload across them: candidates are [`Point`]s (template slot, config index).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use tensortune_kernels::{Config, Target, Template, Workload};
-use tensortune_search::features;
+use tensortune_search::features::{self, UnionLayout};
 use tensortune_search::tuner::{Candidate, Prior};
 
 use crate::error::{Error, Result};
 use crate::model::{JobId, Status};
 use crate::store::records::PriorRecord;
-use crate::tuner::{Observed, Taken, Tuner, WorkloadSpace};
+use crate::tuner::{Observed, Point, Taken, Tuner, WorkloadSpace};
 
 /// Identifies a workload of a job.
 pub(crate) type SearchKey = (JobId, u32);
 
+/// Identifies a transfer prior: a job and the template slots of the space it serves (workloads of
+/// one job whose spaces hold different templates have rows of different layouts).
+pub(crate) type PriorKey = (JobId, Vec<u32>);
+
 /// One workload's search.
 pub(crate) struct Search {
     tuner: Arc<dyn Tuner>,
-    /// Config indices that have a task (in any state), mirroring the tasks table.
-    taken: HashSet<u64>,
+    /// Configs that have a task (in any state), mirroring the tasks table.
+    taken: HashSet<Point>,
     /// Outcomes of its finished trials, in the order they finished (the `trial` column).
     observed: Vec<Observed>,
 }
@@ -31,7 +36,11 @@ pub(crate) struct Search {
 impl Search {
     /// A search with `tuner` that continues after the configs in `taken`, whose finished trials
     /// measured `observed`.
-    pub(crate) fn new(tuner: Arc<dyn Tuner>, taken: impl IntoIterator<Item = u64>, observed: Vec<Observed>) -> Search {
+    pub(crate) fn new(
+        tuner: Arc<dyn Tuner>,
+        taken: impl IntoIterator<Item = Point>,
+        observed: Vec<Observed>,
+    ) -> Search {
         Search { tuner, taken: taken.into_iter().collect(), observed }
     }
 
@@ -40,10 +49,10 @@ impl Search {
     /// that write). A tuner whose proposals are CPU work runs on a blocking thread, on copies.
     pub(crate) async fn propose(
         &self,
-        pending: Option<&HashSet<u64>>,
+        pending: Option<&HashSet<Point>>,
         fresh: &[Observed],
         n: usize,
-    ) -> Result<Vec<u64>> {
+    ) -> Result<Vec<Point>> {
         if !self.tuner.blocking() {
             let observed: Vec<Observed> = self.observations(fresh).collect();
             return Ok(self.tuner.propose(&observed, &Taken { committed: &self.taken, pending }, n));
@@ -64,7 +73,7 @@ impl Search {
     }
 
     /// Marks configs as having a task (after the write that created them committed).
-    pub(crate) fn take(&mut self, configs: impl IntoIterator<Item = u64>) {
+    pub(crate) fn take(&mut self, configs: impl IntoIterator<Item = Point>) {
         self.taken.extend(configs);
     }
 
@@ -74,13 +83,14 @@ impl Search {
     }
 }
 
-/// The searches of every running workload, and the transfer prior of each job that has one.
+/// The searches of every running workload, and the transfer priors of each job that has them.
 #[derive(Default)]
 pub(crate) struct Searches {
     map: HashMap<SearchKey, Search>,
-    /// One per job, shared by its workloads' model tuners; kept here so that a workload whose
-    /// search is reloaded (after a restart or a failed write) does not rebuild it.
-    priors: HashMap<JobId, Arc<Prior>>,
+    /// One per job and layout (its templates), shared by its workloads' model tuners; kept here so
+    /// that a workload whose search is reloaded (after a restart or a failed write) does not
+    /// rebuild it.
+    priors: HashMap<PriorKey, Arc<Prior>>,
 }
 
 impl Searches {
@@ -99,14 +109,14 @@ impl Searches {
         self.map.insert(key, search);
     }
 
-    /// The transfer prior of a job, if built.
-    pub(crate) fn prior(&self, job: JobId) -> Option<Arc<Prior>> {
-        self.priors.get(&job).cloned()
+    /// A transfer prior of a job, if built.
+    pub(crate) fn prior(&self, key: &PriorKey) -> Option<Arc<Prior>> {
+        self.priors.get(key).cloned()
     }
 
-    /// Keeps the transfer prior of a job.
-    pub(crate) fn insert_prior(&mut self, job: JobId, prior: Arc<Prior>) {
-        self.priors.insert(job, prior);
+    /// Keeps a transfer prior of a job.
+    pub(crate) fn insert_prior(&mut self, key: PriorKey, prior: Arc<Prior>) {
+        self.priors.insert(key, prior);
     }
 
     /// Forgets the searches of a workload (it stopped) or of a whole job (`idx` `None`, with its
@@ -114,64 +124,141 @@ impl Searches {
     pub(crate) fn remove(&mut self, job: JobId, idx: Option<u32>) {
         self.map.retain(|(j, i), _| *j != job || idx.is_some_and(|idx| idx != *i));
         if idx.is_none() {
-            self.priors.remove(&job);
+            self.priors.retain(|(j, _), _| *j != job);
         }
     }
 
     /// Forgets everything written by a write that failed: it is reloaded from the database.
-    pub(crate) fn remove_keys(&mut self, keys: impl IntoIterator<Item = SearchKey>, priors: &[JobId]) {
+    pub(crate) fn remove_keys(&mut self, keys: impl IntoIterator<Item = SearchKey>, priors: &[PriorKey]) {
         for key in keys {
             self.map.remove(&key);
         }
-        for job in priors {
-            self.priors.remove(job);
+        for key in priors {
+            self.priors.remove(key);
         }
     }
 }
 
-/// Why a workload's space could not be prepared.
-pub(crate) enum SpaceError {
-    /// The template rejects the workload at this position of the list given.
-    Workload(usize, tensortune_kernels::Error),
-    /// Something else failed (features of a valid config).
-    Internal(Error),
+/// Why no template of a job contributes a config to a workload: each template's reason, in slot
+/// order (the name of the template and its objection).
+pub(crate) type Rejections = Vec<(&'static str, Rejection)>;
+
+/// One template's objection to a workload.
+#[derive(Debug)]
+pub(crate) enum Rejection {
+    /// It does not take the workload on this device (op, types, layout, alignment, arch).
+    Unsupported(tensortune_kernels::Error),
+    /// It takes it, but none of its configs is valid on the device.
+    NoValidConfig,
 }
 
-/// The space of each of `workloads` for `template` on `target`: its valid config indices and, when
-/// `features` is set, every valid config's candidate (feature row, knob positions, analytic time).
-/// Computed on a blocking thread (a space has hundreds of thousands of points); identical workloads
-/// are computed once.
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejection::Unsupported(e) => write!(f, "{e}"),
+            Rejection::NoValidConfig => f.write_str("no config of its space is valid on this device class"),
+        }
+    }
+}
+
+/// The space of one workload across `templates` (a job's list, in slot order) on `target`: every
+/// valid config of each template that takes the workload, as [`Point`]s, and, with `features`,
+/// each one's candidate (feature row in the layout of the templates that contribute, knob
+/// positions, analytic time). A template that rejects the workload contributes nothing; `Err`
+/// when none contributes, with each one's reason.
+fn space(
+    templates: &[&'static dyn Template],
+    w: &Workload,
+    target: &Target,
+    features: bool,
+) -> Result<std::result::Result<WorkloadSpace, Rejections>> {
+    let mut parts: Vec<(u32, &'static dyn Template, Vec<u64>)> = Vec::new();
+    let mut rejections = Rejections::new();
+    for (slot, template) in templates.iter().enumerate() {
+        if template.op() != w.op() {
+            continue;
+        }
+        match template.valid_indices(w, target) {
+            Err(e) => rejections.push((template.name(), Rejection::Unsupported(e))),
+            Ok(valid) if valid.is_empty() => rejections.push((template.name(), Rejection::NoValidConfig)),
+            Ok(valid) => parts.push((slot as u32, *template, valid)),
+        }
+    }
+    if parts.is_empty() {
+        return Ok(Err(rejections));
+    }
+    let valid: Arc<[Point]> =
+        parts.iter().flat_map(|(slot, _, valid)| valid.iter().map(|&i| Point::new(*slot, i))).collect();
+    let mut union_layout = None;
+    let candidates = if features {
+        let mut rows = Vec::with_capacity(valid.len());
+        let mut widths = Vec::with_capacity(parts.len());
+        for (_, template, valid) in &parts {
+            let own = candidates(*template, w, target, valid)?;
+            widths.push(own[0].features.len() - features::WORKLOAD_FEATURES.len());
+            rows.push(own);
+        }
+        let layout = UnionLayout::new(widths);
+        let several = parts.len() > 1;
+        union_layout = Some(layout.clone());
+        let mut out = Vec::with_capacity(valid.len());
+        for (pos, own) in rows.into_iter().enumerate() {
+            for mut c in own {
+                if several {
+                    c.features = layout.embed(pos, &c.features).ok_or_else(|| {
+                        Error::Internal(format!("a feature row of {} has a width of its own", parts[pos].1.name()))
+                    })?;
+                    // The template is a knob too: configs of different templates are never
+                    // near-copies of each other.
+                    c.knobs.insert(0, pos);
+                }
+                out.push(c);
+            }
+        }
+        Some(out.into())
+    } else {
+        None
+    };
+    Ok(Ok(WorkloadSpace { valid, candidates, layout: union_layout }))
+}
+
+/// The slots of the templates that contribute to a space (ascending).
+pub(crate) fn slots_of(space: &WorkloadSpace) -> Vec<u32> {
+    let mut slots: Vec<u32> = space.valid.iter().map(|p| p.slot).collect();
+    slots.dedup();
+    slots
+}
+
+/// The space of each of `workloads` across `templates` on `target` (see [`space`]): per workload,
+/// its space or every template's objection. Computed on a blocking thread (a space has hundreds of
+/// thousands of points); identical workloads are computed once.
 pub(crate) async fn spaces(
-    template: &'static dyn Template,
+    templates: Vec<&'static dyn Template>,
     workloads: Vec<Workload>,
     target: Target,
     features: bool,
-) -> Result<Result<Vec<WorkloadSpace>, SpaceError>> {
+) -> Result<Vec<std::result::Result<WorkloadSpace, Rejections>>> {
     let task = tokio::task::spawn_blocking(move || {
         let mut by_key: HashMap<String, WorkloadSpace> = HashMap::new();
         let mut out = Vec::with_capacity(workloads.len());
-        for (i, w) in workloads.iter().enumerate() {
+        for w in &workloads {
             let key = w.key();
             if let Some(s) = by_key.get(&key) {
-                out.push(s.clone());
+                out.push(Ok(s.clone()));
                 continue;
             }
-            let valid: Arc<[u64]> = template.valid_indices(w, &target).map_err(|e| SpaceError::Workload(i, e))?.into();
-            let candidates = if features {
-                Some(candidates(template, w, &target, &valid).map_err(SpaceError::Internal)?.into())
-            } else {
-                None
-            };
-            let space = WorkloadSpace { valid, candidates };
-            by_key.insert(key, space.clone());
+            let space = space(&templates, w, &target, features)?;
+            if let Ok(space) = &space {
+                by_key.insert(key, space.clone());
+            }
             out.push(space);
         }
         Ok(out)
     });
-    Ok(task.await?)
+    task.await?
 }
 
-/// The candidates of a model search: each of `valid` with its feature row.
+/// The candidates of a model search over one template: each of `valid` with its feature row.
 fn candidates(template: &dyn Template, w: &Workload, target: &Target, valid: &[u64]) -> Result<Vec<Candidate>> {
     let space = template.space();
     valid
@@ -195,35 +282,47 @@ fn features_error(template: &dyn Template, w: &Workload, index: u64, e: &dyn std
     ))
 }
 
-/// A model's transfer prior from stored records (the store's `prior_records`: other workloads of
-/// the device class, template and version), computed on a blocking thread. Each workload's records
-/// are one group: per config its fastest ok time, or a failure when none was ok. Configs that the
-/// current space does not know any more, and workloads that do not parse, are skipped.
-pub(crate) async fn prior(template: &'static dyn Template, target: Target, records: Vec<PriorRecord>) -> Result<Prior> {
+/// A model's transfer prior from stored records (the store's `prior_records` of each template in
+/// `templates`, read per template: other workloads of the device class, template and version),
+/// in `layout` (the space's, whose templates are `templates` in this order); computed on a blocking thread. Each
+/// workload's records, across the templates, are one group (so that one template's configs can
+/// be learned to be faster than another's): per config its fastest ok time, or a failure when
+/// none was ok. Configs that a template's current space does not know any more, and workloads
+/// that do not parse, are skipped.
+pub(crate) async fn prior(
+    templates: Vec<(&'static dyn Template, Vec<PriorRecord>)>,
+    layout: UnionLayout,
+    target: Target,
+) -> Result<Prior> {
     let task = tokio::task::spawn_blocking(move || {
         // Ordered maps: the prior's row order (and so the model fitted on it) must not depend on
         // hashing, or a restarted tracker would propose differently.
-        let mut groups: BTreeMap<String, (Workload, BTreeMap<String, Option<f64>>)> = BTreeMap::new();
-        for r in records {
-            let ok = (r.status == Status::Ok && r.median_us > 0.0).then_some(r.median_us);
-            let (_, configs) = groups.entry(r.workload_key).or_insert_with(|| (r.workload.0, BTreeMap::new()));
-            let slot = configs.entry(r.config).or_insert(None);
-            *slot = match (*slot, ok) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+        type Group = (Workload, BTreeMap<(usize, String), Option<f64>>);
+        let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        for (pos, (_, records)) in templates.iter().enumerate() {
+            for r in records {
+                let ok = (r.status == Status::Ok && r.median_us > 0.0).then_some(r.median_us);
+                let (_, configs) =
+                    groups.entry(r.workload_key.clone()).or_insert_with(|| (r.workload.0, BTreeMap::new()));
+                let slot = configs.entry((pos, r.config.clone())).or_insert(None);
+                *slot = match (*slot, ok) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
         }
-        let space = template.space();
+        let spaces: Vec<_> = templates.iter().map(|(t, _)| t.space()).collect();
         let mut prior = Prior::default();
         for (workload, configs) in groups.into_values() {
             let mut rows = Vec::with_capacity(configs.len());
             let mut times = Vec::with_capacity(configs.len());
-            for (config, time) in configs {
+            for ((pos, config), time) in configs {
                 let Ok(config) = Config::from_json(&config) else { continue };
-                if space.index_of(&config).is_err() {
+                if spaces[pos].index_of(&config).is_err() {
                     continue;
                 }
-                let Ok((row, _)) = features::row(template, &workload, &config, &target) else { continue };
+                let Ok((row, _)) = features::row(templates[pos].0, &workload, &config, &target) else { continue };
+                let Some(row) = layout.embed(pos, &row) else { continue };
                 rows.push(row);
                 times.push(time);
             }
@@ -241,35 +340,73 @@ mod tests {
     use super::*;
     use crate::tuner::TunerKind;
 
-    fn grid(valid: &Arc<[u64]>) -> Arc<dyn Tuner> {
-        let space = WorkloadSpace { valid: Arc::clone(valid), candidates: None };
+    fn grid(valid: &Arc<[Point]>) -> Arc<dyn Tuner> {
+        let space = WorkloadSpace { valid: Arc::clone(valid), candidates: None, layout: None };
         TunerKind::Grid.build(&space, 1, 0, None).unwrap()
     }
 
     #[tokio::test]
     async fn pending_proposals_are_skipped_and_taken_after_commit() {
-        let valid: Arc<[u64]> = (0..10u64).collect();
-        let mut s = Search::new(grid(&valid), [0, 1], Vec::new());
-        let pending: HashSet<u64> = [2].into();
-        assert_eq!(s.propose(Some(&pending), &[], 2).await.unwrap(), vec![3, 4]);
-        s.take([2, 3, 4]);
-        assert_eq!(s.propose(None, &[], 100).await.unwrap(), vec![5, 6, 7, 8, 9]);
-        s.observe([Observed { config: 0, time_us: Some(3.0) }]);
-        let fresh = [Observed { config: 1, time_us: None }];
-        assert_eq!(s.observations(&fresh).map(|o| o.config).collect::<Vec<_>>(), [0, 1]);
+        let p = |i| Point::new(0, i);
+        let valid: Arc<[Point]> = (0..10u64).map(p).collect();
+        let mut s = Search::new(grid(&valid), [p(0), p(1)], Vec::new());
+        let pending: HashSet<Point> = [p(2)].into();
+        assert_eq!(s.propose(Some(&pending), &[], 2).await.unwrap(), vec![p(3), p(4)]);
+        s.take([p(2), p(3), p(4)]);
+        assert_eq!(s.propose(None, &[], 100).await.unwrap(), [5, 6, 7, 8, 9].map(p));
+        s.observe([Observed { config: p(0), time_us: Some(3.0) }]);
+        let fresh = [Observed { config: p(1), time_us: None }];
+        assert_eq!(s.observations(&fresh).map(|o| o.config).collect::<Vec<_>>(), [p(0), p(1)]);
     }
 
     #[test]
     fn removing_a_job_keeps_other_jobs() {
-        let valid: Arc<[u64]> = (0..10u64).collect();
+        let valid: Arc<[Point]> = (0..10u64).map(|i| Point::new(0, i)).collect();
         let mut all = Searches::default();
         for key in [(1, 0), (1, 1), (2, 0)] {
             all.insert(key, Search::new(grid(&valid), [], Vec::new()));
         }
-        all.insert_prior(1, Arc::new(Prior::default()));
+        all.insert_prior((1, vec![0]), Arc::new(Prior::default()));
+        all.insert_prior((1, vec![0, 1]), Arc::new(Prior::default()));
+        all.insert_prior((2, vec![0]), Arc::new(Prior::default()));
         all.remove(1, Some(1));
-        assert!(all.get((1, 0)).is_some() && all.get((1, 1)).is_none() && all.prior(1).is_some());
+        assert!(all.get((1, 0)).is_some() && all.get((1, 1)).is_none() && all.prior(&(1, vec![0, 1])).is_some());
         all.remove(1, None);
-        assert!(all.get((1, 0)).is_none() && all.get((2, 0)).is_some() && all.prior(1).is_none());
+        assert!(all.get((1, 0)).is_none() && all.get((2, 0)).is_some());
+        assert!(all.prior(&(1, vec![0])).is_none() && all.prior(&(1, vec![0, 1])).is_none());
+        assert!(all.prior(&(2, vec![0])).is_some());
+    }
+
+    #[test]
+    fn a_union_space_holds_every_template_that_takes_the_workload() {
+        use tensortune_kernels::template::templates_for;
+        use tensortune_kernels::{DType, Layout, Matmul, Op, Types};
+        let templates = templates_for(Op::Matmul);
+        assert_eq!(templates.iter().map(|t| t.name()).collect::<Vec<_>>(), ["wmma_gemm", "wgmma_gemm"]);
+        let matmul = |layout, input| {
+            Workload::Matmul(Matmul::new(256, 128, 256, layout, Types::default_for(input).unwrap()).unwrap())
+        };
+        let f16 = space(&templates, &matmul(Layout::Nn, DType::F16), &Target::sm90(), true).unwrap().unwrap();
+        assert_eq!(slots_of(&f16), [0, 1]);
+        let candidates = f16.candidates.as_ref().unwrap();
+        assert_eq!(candidates.len(), f16.valid.len());
+        let width = f16.layout.as_ref().unwrap().width();
+        for (p, c) in f16.valid.iter().zip(candidates.iter()) {
+            assert_eq!(c.features.len(), width);
+            assert_eq!((c.features[0], c.features[1]), if p.slot == 0 { (1.0, 0.0) } else { (0.0, 1.0) });
+            assert_eq!(c.knobs[0], p.slot as usize);
+            assert!(templates[p.slot as usize].space().config(p.index).is_ok());
+        }
+        // On sm_80 (no wgmma), or for i8 in nn (wgmma takes i8 in tn only), wmma_gemm alone, with
+        // its own rows.
+        let sm80 = space(&templates, &matmul(Layout::Nn, DType::F16), &Target::sm80(), true).unwrap().unwrap();
+        assert_eq!(slots_of(&sm80), [0]);
+        let i8 = space(&templates, &matmul(Layout::Nn, DType::I8), &Target::sm90(), false).unwrap().unwrap();
+        assert_eq!(slots_of(&i8), [0]);
+        let wgmma_only = space(&templates[1..], &matmul(Layout::Nn, DType::I8), &Target::sm90(), false).unwrap();
+        let Err(rejections) = wgmma_only else { panic!("wgmma_gemm took i8 in nn") };
+        assert!(
+            matches!(&rejections[..], [("wgmma_gemm", Rejection::Unsupported(e))] if e.to_string().contains("layout"))
+        );
     }
 }

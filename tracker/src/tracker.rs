@@ -19,8 +19,8 @@ use crate::config::TrackerConfig;
 use crate::error::Result;
 use crate::events::Events;
 use crate::model::{JobId, now_ms};
-use crate::search::{Search, SearchKey, Searches};
-use crate::tuner::Observed;
+use crate::search::{PriorKey, Search, SearchKey, Searches};
+use crate::tuner::{Observed, Point};
 use tensortune_search::tuner::Prior;
 
 /// State shared by the services and the background tasks.
@@ -83,12 +83,12 @@ pub(crate) struct Write<'a> {
     /// Searches loaded or created by this write; forgotten if it does not commit.
     touched: HashSet<SearchKey>,
     /// Configs that got a task in this write, per workload.
-    proposed: HashMap<SearchKey, HashSet<u64>>,
+    proposed: HashMap<SearchKey, HashSet<Point>>,
     /// Outcomes of the trials this write finished, per workload, in order.
     observed: HashMap<SearchKey, Vec<Observed>>,
     /// Jobs whose transfer prior this write built; forgotten if it does not commit (a job id of a
     /// rolled-back submission is handed out again).
-    priors: Vec<JobId>,
+    priors: Vec<PriorKey>,
     /// Workloads (or whole jobs, `None`) that stopped: their searches go after the commit.
     stopped: Vec<(JobId, Option<u32>)>,
     /// Jobs to announce to watchers after the commit.
@@ -123,20 +123,20 @@ impl Write<'_> {
         self.searches.insert(key, search);
     }
 
-    /// The transfer prior of a job, if built.
-    pub(crate) fn prior(&self, job: JobId) -> Option<Arc<Prior>> {
-        self.searches.prior(job)
+    /// A transfer prior of a job, if built.
+    pub(crate) fn prior(&self, key: &PriorKey) -> Option<Arc<Prior>> {
+        self.searches.prior(key)
     }
 
-    /// Keeps the transfer prior of a job for its workloads' searches.
-    pub(crate) fn insert_prior(&mut self, job: JobId, prior: Arc<Prior>) {
-        self.priors.push(job);
-        self.searches.insert_prior(job, prior);
+    /// Keeps a transfer prior of a job for its workloads' searches.
+    pub(crate) fn insert_prior(&mut self, key: PriorKey, prior: Arc<Prior>) {
+        self.priors.push(key.clone());
+        self.searches.insert_prior(key, prior);
     }
 
     /// Up to `n` configs the workload's search proposes next (empty when it is not loaded). A
     /// model's proposal is fitted on a blocking thread, awaited here.
-    pub(crate) async fn propose(&self, key: SearchKey, n: usize) -> Result<Vec<u64>> {
+    pub(crate) async fn propose(&self, key: SearchKey, n: usize) -> Result<Vec<Point>> {
         match self.searches.get(key) {
             Some(search) => {
                 let fresh = self.observed.get(&key).map_or(&[][..], Vec::as_slice);
@@ -154,7 +154,7 @@ impl Write<'_> {
     }
 
     /// Notes that `config` got a task.
-    pub(crate) fn proposed(&mut self, key: SearchKey, config: u64) {
+    pub(crate) fn proposed(&mut self, key: SearchKey, config: Point) {
         self.proposed.entry(key).or_default().insert(config);
     }
 

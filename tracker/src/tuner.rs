@@ -1,5 +1,11 @@
 //! Tuners: which configs of a workload's valid space to measure next.
 //!
+//! A job's space may hold several templates (a job that names none searches every template that
+//! supports the workload): a candidate is then a [`Point`], a template's slot in the job's list and
+//! a config index in that template's space. `random` shuffles the union, `grid` takes the templates
+//! in turns, each in index order, and `model` learns over rows of the union's layout
+//! (`tensortune_search::features::UnionLayout`).
+//!
 //! A tuner is rebuilt from the job's seed and the valid configs whenever the tracker needs it (at
 //! submit, and after a restart), and it is told which configs already have a task and what the
 //! finished ones measured, in the order they finished: everything it proposes follows from the
@@ -18,6 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use rand::SeedableRng;
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::seq::SliceRandom;
+use tensortune_search::features::UnionLayout;
 use tensortune_search::tuner::{Candidate, ModelGuided, Observation, Prior, Tuner as _};
 
 use crate::error::{Error, Result};
@@ -72,12 +79,16 @@ impl TunerKind {
     ) -> Result<Arc<dyn Tuner>> {
         Ok(match self {
             TunerKind::Random => Arc::new(Random::new(&space.valid, seed, workload_idx)),
-            TunerKind::Grid => Arc::new(Grid { valid: Arc::clone(&space.valid) }),
+            TunerKind::Grid => Arc::new(Grid::new(&space.valid)),
             TunerKind::Model => {
                 let candidates = space.candidates.clone().ok_or_else(|| {
                     Error::Internal("a model search was built without its candidates' features".to_owned())
                 })?;
-                Arc::new(Model { candidates, inner: Mutex::new(ModelGuided::new(stream(seed, workload_idx), prior)) })
+                Arc::new(Model {
+                    valid: Arc::clone(&space.valid),
+                    candidates,
+                    inner: Mutex::new(ModelGuided::new(stream(seed, workload_idx), prior)),
+                })
             }
         })
     }
@@ -100,18 +111,36 @@ impl FromStr for TunerKind {
     }
 }
 
-/// A workload's valid configs (ascending) and, for tuners that need features, their candidates in
-/// the same order.
+/// One candidate of a job's space: a config of one of the job's templates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Point {
+    /// The template's position in the job's list of templates (`jobs.templates`).
+    pub(crate) slot: u32,
+    /// The config's index in that template's space.
+    pub(crate) index: u64,
+}
+
+impl Point {
+    /// Config `index` of the template in `slot`.
+    pub(crate) fn new(slot: u32, index: u64) -> Point {
+        Point { slot, index }
+    }
+}
+
+/// A workload's valid configs (ascending: by slot, then index) and, for tuners that need features,
+/// their candidates in the same order.
 #[derive(Clone)]
 pub(crate) struct WorkloadSpace {
-    pub(crate) valid: Arc<[u64]>,
+    pub(crate) valid: Arc<[Point]>,
     pub(crate) candidates: Option<Arc<[Candidate]>>,
+    /// The columns of the candidates' rows (with them).
+    pub(crate) layout: Option<UnionLayout>,
 }
 
 /// One finished trial of a workload: its config and its median time (`None`: it failed).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Observed {
-    pub(crate) config: u64,
+    pub(crate) config: Point,
     pub(crate) time_us: Option<f64>,
 }
 
@@ -119,13 +148,13 @@ pub(crate) struct Observed {
 /// under way (never both: proposals skip what is taken).
 #[derive(Clone, Copy)]
 pub(crate) struct Taken<'a> {
-    pub(crate) committed: &'a HashSet<u64>,
-    pub(crate) pending: Option<&'a HashSet<u64>>,
+    pub(crate) committed: &'a HashSet<Point>,
+    pub(crate) pending: Option<&'a HashSet<Point>>,
 }
 
 impl Taken<'_> {
     /// Whether `config` has a task.
-    pub(crate) fn contains(&self, config: u64) -> bool {
+    pub(crate) fn contains(&self, config: Point) -> bool {
         self.committed.contains(&config) || self.pending.is_some_and(|p| p.contains(&config))
     }
 
@@ -140,7 +169,7 @@ pub(crate) trait Tuner: Send + Sync {
     /// Up to `n` config indices to measure next, none of which `taken` holds, given the outcomes
     /// so far in the order they finished (each of them a config in `taken`). Fewer than `n` only
     /// when the space has no more.
-    fn propose(&self, observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<u64>;
+    fn propose(&self, observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<Point>;
 
     /// Whether proposing is CPU work (a model fit) that belongs on a blocking thread.
     fn blocking(&self) -> bool {
@@ -154,14 +183,30 @@ fn stream(seed: u64, workload_idx: u32) -> u64 {
     seed ^ u64::from(workload_idx).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
-/// Measures configs in index order.
+/// Measures configs in index order; with several templates, one of each in turn (so that a short
+/// run sees every template, not only the first one's first configs).
 struct Grid {
-    valid: Arc<[u64]>,
+    order: Vec<Point>,
+}
+
+impl Grid {
+    fn new(valid: &[Point]) -> Grid {
+        let mut slots: Vec<Vec<Point>> = Vec::new();
+        for p in valid {
+            match slots.last_mut() {
+                Some(run) if run[0].slot == p.slot => run.push(*p),
+                _ => slots.push(vec![*p]),
+            }
+        }
+        let longest = slots.iter().map(Vec::len).max().unwrap_or(0);
+        let order = (0..longest).flat_map(|i| slots.iter().filter_map(move |run| run.get(i).copied())).collect();
+        Grid { order }
+    }
 }
 
 impl Tuner for Grid {
-    fn propose(&self, _observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<u64> {
-        self.valid.iter().copied().filter(|c| !taken.contains(*c)).take(n).collect()
+    fn propose(&self, _observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<Point> {
+        self.order.iter().copied().filter(|c| !taken.contains(*c)).take(n).collect()
     }
 }
 
@@ -170,11 +215,13 @@ struct Random {
     /// The permutation, fixed by the seed. A named generator rather than `StdRng`, whose algorithm
     /// may change between rand releases; and since proposals skip what is taken, even a changed
     /// order would never repeat or lose a config.
-    order: Vec<u64>,
+    order: Vec<Point>,
 }
 
 impl Random {
-    fn new(valid: &[u64], seed: u64, workload_idx: u32) -> Random {
+    /// A shuffle of the whole union: each template's share of any prefix is its share of the
+    /// space. (With one template, the same order as before spaces held several.)
+    fn new(valid: &[Point], seed: u64, workload_idx: u32) -> Random {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(stream(seed, workload_idx));
         let mut order = valid.to_vec();
         order.shuffle(&mut rng);
@@ -183,15 +230,16 @@ impl Random {
 }
 
 impl Tuner for Random {
-    fn propose(&self, _observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<u64> {
+    fn propose(&self, _observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<Point> {
         self.order.iter().copied().filter(|c| !taken.contains(*c)).take(n).collect()
     }
 }
 
 /// The search crate's model-guided tuner over a workload's candidates.
 struct Model {
-    /// Every valid config with its features, in ascending index order (so a config's position is
-    /// a binary search away).
+    /// Every valid config, ascending (so a config's position is a binary search away).
+    valid: Arc<[Point]>,
+    /// Their candidates (feature rows in the space's layout), in the same order.
     candidates: Arc<[Candidate]>,
     /// Behind a lock because proposing mutates it (it caches the prior's own model, fitted once);
     /// proposals of one workload are serialised by the tracker's writer lock anyway.
@@ -199,13 +247,13 @@ struct Model {
 }
 
 impl Model {
-    fn position(&self, config: u64) -> Option<usize> {
-        self.candidates.binary_search_by_key(&config, |c| c.index).ok()
+    fn position(&self, config: Point) -> Option<usize> {
+        self.valid.binary_search(&config).ok()
     }
 }
 
 impl Tuner for Model {
-    fn propose(&self, observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<u64> {
+    fn propose(&self, observed: &[Observed], taken: &Taken<'_>, n: usize) -> Vec<Point> {
         let observations: Vec<Observation> = observed
             .iter()
             .filter_map(|o| Some(Observation { pos: self.position(o.config)?, time_us: o.time_us }))
@@ -218,7 +266,7 @@ impl Tuner for Model {
         inner
             .propose(&self.candidates, &observations, n.saturating_add(in_flight))
             .into_iter()
-            .map(|pos| self.candidates[pos].index)
+            .map(|pos| self.valid[pos])
             .filter(|c| !taken.contains(*c))
             .take(n)
             .collect()
@@ -234,21 +282,55 @@ mod tests {
     use super::*;
 
     fn space() -> WorkloadSpace {
-        WorkloadSpace { valid: (0..200u64).map(|i| i * 3).collect(), candidates: None }
+        WorkloadSpace { valid: (0..200u64).map(|i| Point::new(0, i * 3)).collect(), candidates: None, layout: None }
     }
 
-    fn propose(tuner: &dyn Tuner, taken: &HashSet<u64>, n: usize) -> Vec<u64> {
+    fn propose(tuner: &dyn Tuner, taken: &HashSet<Point>, n: usize) -> Vec<Point> {
         tuner.propose(&[], &Taken { committed: taken, pending: None }, n)
     }
 
     #[test]
     fn grid_walks_in_index_order_skipping_taken() {
         let tuner = TunerKind::Grid.build(&space(), 1, 0, None).unwrap();
-        let committed: HashSet<u64> = [0].into();
-        let pending: HashSet<u64> = [6].into();
+        let committed: HashSet<Point> = [Point::new(0, 0)].into();
+        let pending: HashSet<Point> = [Point::new(0, 6)].into();
         let taken = Taken { committed: &committed, pending: Some(&pending) };
         assert_eq!(taken.len(), 2);
-        assert_eq!(tuner.propose(&[], &taken, 3), vec![3, 9, 12]);
+        assert_eq!(tuner.propose(&[], &taken, 3), [3, 9, 12].map(|i| Point::new(0, i)));
+    }
+
+    /// Two templates: slot 0 with 6 configs, slot 1 with 3.
+    fn union() -> WorkloadSpace {
+        let valid: Vec<Point> = (0..6).map(|i| Point::new(0, i * 2)).chain((0..3).map(|i| Point::new(1, i))).collect();
+        WorkloadSpace { valid: valid.into(), candidates: None, layout: None }
+    }
+
+    #[test]
+    fn grid_takes_the_templates_in_turns() {
+        let tuner = TunerKind::Grid.build(&union(), 1, 0, None).unwrap();
+        let p = Point::new;
+        assert_eq!(
+            propose(tuner.as_ref(), &HashSet::new(), 100),
+            [p(0, 0), p(1, 0), p(0, 2), p(1, 1), p(0, 4), p(1, 2), p(0, 6), p(0, 8), p(0, 10)]
+        );
+        let taken: HashSet<Point> = [p(1, 0), p(0, 0)].into();
+        assert_eq!(propose(tuner.as_ref(), &taken, 2), [p(0, 2), p(1, 1)]);
+    }
+
+    #[test]
+    fn random_mixes_the_templates() {
+        // Over seeds, the first few proposals come from both templates, not one first.
+        let mut mixed = 0;
+        for seed in 0..20 {
+            let tuner = TunerKind::Random.build(&union(), seed, 0, None).unwrap();
+            let all = propose(tuner.as_ref(), &HashSet::new(), 100);
+            let mut sorted = all.clone();
+            sorted.sort();
+            assert_eq!(sorted, union().valid.to_vec());
+            let first: HashSet<u32> = all[..4].iter().map(|p| p.slot).collect();
+            mixed += usize::from(first.len() == 2);
+        }
+        assert!(mixed >= 15, "only {mixed} of 20 shuffles mixed both templates in their first 4");
     }
 
     #[test]
@@ -299,12 +381,12 @@ mod tests {
                 }
             }
         }
-        let valid: Arc<[u64]> = candidates.iter().map(|c| c.index).collect();
-        WorkloadSpace { valid, candidates: Some(candidates.into()) }
+        let valid: Arc<[Point]> = candidates.iter().map(|c| Point::new(0, c.index)).collect();
+        WorkloadSpace { valid, candidates: Some(candidates.into()), layout: None }
     }
 
-    fn bowl(config: u64) -> f64 {
-        let i = config / 5;
+    fn bowl(config: Point) -> f64 {
+        let i = config.index / 5;
         let (a, b, c) = ((i / 64) as f64, ((i / 8) % 8) as f64, (i % 8) as f64);
         1.0 + ((a - 5.0).powi(2) + (b - 2.0).powi(2) + (c - 6.0).powi(2)) / 10.0
     }
@@ -318,13 +400,13 @@ mod tests {
             let mut committed = HashSet::new();
             let mut observed = Vec::new();
             // 4 in flight all along: each round proposes 4, and the 4 of the round before finish.
-            let mut in_flight: Vec<u64> = Vec::new();
+            let mut in_flight: Vec<Point> = Vec::new();
             let mut order = Vec::new();
             while observed.len() < 120 {
                 let next = tuner.propose(&observed, &Taken { committed: &committed, pending: None }, 4);
                 assert_eq!(next.len(), 4);
                 for c in &next {
-                    assert!(committed.insert(*c), "config {c} proposed twice");
+                    assert!(committed.insert(*c), "config {c:?} proposed twice");
                 }
                 for c in std::mem::replace(&mut in_flight, next.clone()) {
                     observed.push(Observed { config: c, time_us: Some(bowl(c)) });
@@ -336,7 +418,7 @@ mod tests {
         let order = run();
         assert_eq!(order, run(), "same seed and outcomes, different proposals");
         // It learns the bowl: the second half of its trials is much closer to the bottom.
-        let mean = |s: &[u64]| s.iter().map(|c| bowl(*c)).sum::<f64>() / s.len() as f64;
+        let mean = |s: &[Point]| s.iter().map(|c| bowl(*c)).sum::<f64>() / s.len() as f64;
         let (early, late) = order.split_at(order.len() / 2);
         assert!(mean(late) < mean(early), "{} vs {}", mean(late), mean(early));
     }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use tensortune_kernels::template::{by_name, default_for};
+use tensortune_kernels::template::by_name;
 use tensortune_kernels::{Template, Workload};
 use tensortune_proto::convert::{device_from_target, status_name, target_from_device};
 use tensortune_proto::pb;
@@ -91,11 +91,10 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
         .enumerate()
         .map(|(i, w)| Workload::try_from(w).map_err(|e| Error::from(e.within(&format!("workloads[{i}]")))))
         .collect::<Result<Vec<_>>>()?;
-    let template: &'static dyn Template = if req.template.is_empty() {
-        default_for(workloads[0].op()).map_err(|e| template_error(&e))?
-    } else {
-        by_name(&req.template).map_err(|e| template_error(&e))?
-    };
+    // No template: the union of every template that takes each workload (resolved against the
+    // device class at submission).
+    let template: Option<&'static dyn Template> =
+        if req.template.is_empty() { None } else { Some(by_name(&req.template).map_err(|e| template_error(&e))?) };
     let tuner = if req.tuner.is_empty() {
         TunerKind::Random
     } else {
@@ -450,6 +449,8 @@ fn finalist(f: FinalistView) -> pb::Finalist {
         tuned_us: f.finalist.tuned_us,
         remeasured_us: f.remeasured_us,
         record_id: f.record_id as u64,
+        template: f.finalist.template,
+        template_version: f.finalist.template_version,
     }
 }
 
@@ -506,6 +507,13 @@ pub(crate) fn job(view: JobView) -> pb::Job {
         flush_l2: job.flush_l2,
         transfer: job.transfer,
         total_trials: job.total_trials,
+        templates: job
+            .templates
+            .0
+            .iter()
+            .filter_map(|s| TemplateRef::parse(s))
+            .map(|t| pb::TemplateRef { name: t.name, version: t.version })
+            .collect(),
     }
 }
 
@@ -513,13 +521,25 @@ pub(crate) fn job(view: JobView) -> pb::Job {
 /// finalists and rounds, with an empty config.
 pub(crate) fn task(t: LeasedTask) -> pb::Task {
     let finalist = t.kind == TaskKind::Finalist;
+    // A finalist task has no template of its own: it names its first finalist's, which is every
+    // finalist's for a worker that predates `finalist_templates`.
+    let (template, template_version) = match t.finalists.0.first() {
+        Some(f) if finalist => (f.template.clone(), f.template_version),
+        _ => (t.template, t.template_version),
+    };
     pb::Task {
         task_id: t.id as u64,
         job_id: t.job_id as u64,
         workload: Some(pb::Workload::from(&t.workload.0)),
         workload_key: t.workload_key,
-        template: t.template,
-        template_version: t.template_version,
+        template,
+        template_version,
+        finalist_templates: t
+            .finalists
+            .0
+            .iter()
+            .map(|f| pb::TemplateRef { name: f.template.clone(), version: f.template_version })
+            .collect(),
         config: if finalist { String::new() } else { t.config },
         config_index: if finalist { 0 } else { u64::try_from(t.config_index).unwrap_or_default() },
         samples: t.samples,

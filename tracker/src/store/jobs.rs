@@ -2,7 +2,7 @@
 
 use sqlx::SqliteExecutor;
 
-use super::json;
+use super::{Json, json};
 use crate::error::Result;
 use crate::model::{JobId, JobState};
 use crate::tuner::TunerKind;
@@ -12,8 +12,13 @@ use crate::tuner::TunerKind;
 pub(crate) struct JobRow {
     pub(crate) id: JobId,
     pub(crate) state: JobState,
+    /// Display name: the template, or the templates joined with '+' (`wmma_gemm+wgmma_gemm`).
     pub(crate) template: String,
+    /// The version of a single template; 0 when the job searches several.
     pub(crate) template_version: u32,
+    /// `name@version` of each template the job searches, in slot order (`tuner::Point::slot`).
+    #[sqlx(try_from = "String")]
+    pub(crate) templates: Json<Vec<String>>,
     pub(crate) tuner: TunerKind,
     pub(crate) device_class: String,
     pub(crate) trials: u32,
@@ -56,6 +61,8 @@ impl JobRow {
 pub(crate) struct NewJob<'a> {
     pub(crate) template: &'a str,
     pub(crate) template_version: u32,
+    /// `name@version` of each template, in slot order.
+    pub(crate) templates: &'a [String],
     pub(crate) tuner: TunerKind,
     pub(crate) device_class: &'a str,
     pub(crate) trials: u32,
@@ -77,8 +84,8 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i6
     let id = sqlx::query_scalar(
         "INSERT INTO jobs (state, template, template_version, tuner, device_class, trials, batch_size, seed, samples,
                            label, early_stop_trials, early_stop_margin, finalists, finalist_rounds, flush_l2,
-                           transfer, total_trials, created_ms, updated_ms)
-         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?17)
+                           transfer, total_trials, templates, created_ms, updated_ms)
+         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?18, ?17, ?17)
          RETURNING id",
     )
     .bind(job.template)
@@ -98,6 +105,7 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i6
     .bind(job.transfer)
     .bind(job.total_trials)
     .bind(now)
+    .bind(json(job.templates))
     .fetch_one(e)
     .await?;
     Ok(id)

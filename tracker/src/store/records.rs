@@ -163,6 +163,8 @@ pub(crate) async fn reusable(e: impl SqliteExecutor<'_>, key: &ContentKey<'_>) -
 /// An ok trial of a workload: its config and the record its task points at.
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub(crate) struct Trial {
+    pub(crate) template: String,
+    pub(crate) template_version: u32,
     pub(crate) config_index: i64,
     pub(crate) config: String,
     pub(crate) record_id: RecordId,
@@ -173,7 +175,7 @@ pub(crate) struct Trial {
 /// trial points at, reused records included), fastest first. Each trial has its own config.
 pub(crate) async fn fastest_trials(e: impl SqliteExecutor<'_>, job: JobId, idx: u32, limit: u32) -> Result<Vec<Trial>> {
     Ok(sqlx::query_as(
-        "SELECT t.config_index, t.config, r.id AS record_id, r.median_us
+        "SELECT t.template, t.template_version, t.config_index, t.config, r.id AS record_id, r.median_us
          FROM tasks t JOIN records r ON r.id = t.record_id
          WHERE t.job_id = ?1 AND t.workload_idx = ?2 AND t.kind = 'tuning' AND t.state = 'done' AND r.status = 'ok'
          ORDER BY r.median_us, r.id
@@ -187,8 +189,10 @@ pub(crate) async fn fastest_trials(e: impl SqliteExecutor<'_>, job: JobId, idx: 
 }
 
 /// The outcome of one finished tuning trial of a workload, as a model search reads it.
-#[derive(Clone, Copy, Debug, PartialEq, sqlx::FromRow)]
+#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub(crate) struct TrialOutcome {
+    pub(crate) template: String,
+    pub(crate) template_version: u32,
     pub(crate) config_index: i64,
     pub(crate) status: Status,
     pub(crate) median_us: f64,
@@ -199,7 +203,7 @@ pub(crate) struct TrialOutcome {
 /// column existed come first, in the order their tasks were last updated.
 pub(crate) async fn trial_outcomes(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<TrialOutcome>> {
     Ok(sqlx::query_as(
-        "SELECT t.config_index, r.status, r.median_us
+        "SELECT t.template, t.template_version, t.config_index, r.status, r.median_us
          FROM tasks t JOIN records r ON r.id = t.record_id
          WHERE t.job_id = ?1 AND t.workload_idx = ?2 AND t.kind = 'tuning' AND t.state = 'done'
          ORDER BY t.trial, t.updated_ms, t.id",

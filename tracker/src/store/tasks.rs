@@ -18,6 +18,10 @@ pub(crate) struct TaskRow {
     pub(crate) job_id: JobId,
     pub(crate) workload_idx: u32,
     pub(crate) kind: TaskKind,
+    /// The template of a tuning task's config ('' and 0 for a finalist task, whose finalists each
+    /// name theirs).
+    pub(crate) template: String,
+    pub(crate) template_version: u32,
     /// The config of a tuning task (-1 and empty for a finalist task).
     pub(crate) config_index: i64,
     pub(crate) config: String,
@@ -40,6 +44,7 @@ pub(crate) struct LeasedTask {
     #[sqlx(try_from = "String")]
     pub(crate) workload: Json<Workload>,
     pub(crate) workload_key: String,
+    /// A tuning task's template ('' and 0 for a finalist task: each finalist names its own).
     pub(crate) template: String,
     pub(crate) template_version: u32,
     pub(crate) config: String,
@@ -59,6 +64,8 @@ pub(crate) struct LeasedTask {
 pub(crate) struct NewTask<'a> {
     pub(crate) job_id: JobId,
     pub(crate) workload_idx: u32,
+    pub(crate) template: &'a str,
+    pub(crate) template_version: u32,
     pub(crate) config_index: u64,
     pub(crate) config: &'a str,
     /// The record this task reuses; the task is then done.
@@ -69,8 +76,9 @@ pub(crate) struct NewTask<'a> {
 pub(crate) async fn insert(e: impl SqliteExecutor<'_>, t: &NewTask<'_>, now: i64) -> Result<TaskId> {
     let state = if t.reuses.is_some() { TaskState::Done } else { TaskState::Pending };
     Ok(sqlx::query_scalar(
-        "INSERT INTO tasks (job_id, workload_idx, config_index, config, state, record_id, reused, created_ms, updated_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+        "INSERT INTO tasks (job_id, workload_idx, template, template_version, config_index, config, state, record_id,
+                            reused, created_ms, updated_ms)
+         VALUES (?1, ?2, ?9, ?10, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
          RETURNING id",
     )
     .bind(t.job_id)
@@ -81,6 +89,8 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, t: &NewTask<'_>, now: i64
     .bind(t.reuses)
     .bind(t.reuses.is_some())
     .bind(now)
+    .bind(t.template)
+    .bind(t.template_version)
     .fetch_one(e)
     .await?)
 }
@@ -94,8 +104,9 @@ pub(crate) async fn insert_finalist(
     now: i64,
 ) -> Result<TaskId> {
     Ok(sqlx::query_scalar(
-        "INSERT INTO tasks (job_id, workload_idx, kind, config_index, config, finalists, state, created_ms, updated_ms)
-         VALUES (?1, ?2, 'finalist', ?3, '', ?4, 'pending', ?5, ?5)
+        "INSERT INTO tasks (job_id, workload_idx, kind, template, template_version, config_index, config, finalists,
+                            state, created_ms, updated_ms)
+         VALUES (?1, ?2, 'finalist', '', 0, ?3, '', ?4, 'pending', ?5, ?5)
          RETURNING id",
     )
     .bind(job)
@@ -137,17 +148,23 @@ pub(crate) async fn outstanding_by_workload(e: impl SqliteExecutor<'_>, job: Job
     .await?)
 }
 
-/// Config indices of a workload that already have a tuning task (in any state).
-pub(crate) async fn taken(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<i64>> {
-    Ok(sqlx::query_scalar("SELECT config_index FROM tasks WHERE job_id = ?1 AND workload_idx = ?2 AND kind = 'tuning'")
-        .bind(job)
-        .bind(idx)
-        .fetch_all(e)
-        .await?)
+/// The configs of a workload that already have a tuning task (in any state): (template, template
+/// version, config index).
+pub(crate) async fn taken(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<(String, u32, i64)>> {
+    Ok(sqlx::query_as(
+        "SELECT template, template_version, config_index FROM tasks
+         WHERE job_id = ?1 AND workload_idx = ?2 AND kind = 'tuning'",
+    )
+    .bind(job)
+    .bind(idx)
+    .fetch_all(e)
+    .await?)
 }
 
 /// Leases up to `limit` pending tasks to `worker`: tasks of queued or running jobs bound to
-/// `device_class` whose template (spelled `name@version`) is in `templates`, oldest job first.
+/// `device_class` that it can run, oldest job first. It can run a tuning task whose template
+/// (spelled `name@version`) is in `templates`, and a finalist task when every finalist's template
+/// is (a worker with only some of a job's templates gets only their tasks).
 pub(crate) async fn lease(
     e: impl SqliteExecutor<'_>,
     worker: WorkerId,
@@ -163,7 +180,13 @@ pub(crate) async fn lease(
          WHERE id IN (
              SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
              WHERE t.state = 'pending' AND j.state IN ('queued', 'running') AND j.device_class = ?4
-               AND j.template || '@' || j.template_version IN (SELECT value FROM json_each(?5))
+               AND CASE t.kind
+                   WHEN 'tuning' THEN t.template || '@' || t.template_version IN (SELECT value FROM json_each(?5))
+                   ELSE NOT EXISTS (
+                       SELECT 1 FROM json_each(t.finalists) f
+                       WHERE json_extract(f.value, '$.template') || '@' || json_extract(f.value, '$.template_version')
+                             NOT IN (SELECT value FROM json_each(?5)))
+                   END
              ORDER BY t.job_id, t.id
              LIMIT ?6)
          RETURNING id",
@@ -181,7 +204,7 @@ pub(crate) async fn lease(
 /// What a worker needs to measure each of the tasks `ids`, oldest job first.
 pub(crate) async fn leased_details(e: impl SqliteExecutor<'_>, ids: &[TaskId]) -> Result<Vec<LeasedTask>> {
     Ok(sqlx::query_as(
-        "SELECT t.id, t.job_id, w.workload, w.workload_key, j.template, j.template_version, t.config, t.config_index,
+        "SELECT t.id, t.job_id, w.workload, w.workload_key, t.template, t.template_version, t.config, t.config_index,
                 j.samples, t.lease_expires_ms, j.flush_l2, t.kind, t.finalists, j.finalist_rounds, t.attempts
          FROM tasks t
          JOIN jobs j ON j.id = t.job_id

@@ -44,6 +44,17 @@ macro_rules! select_workers {
     };
 }
 
+/// `name@version` of every template some registered worker of `device_class` implements (online or
+/// not: a job waits for its workers), sorted.
+pub(crate) async fn class_templates(e: impl SqliteExecutor<'_>, device_class: &str) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT DISTINCT t.value FROM workers w, json_each(w.templates) t WHERE w.device_class = ?1 ORDER BY 1",
+    )
+    .bind(device_class)
+    .fetch_all(e)
+    .await?)
+}
+
 /// Registers a new worker; returns its id.
 pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &Registration, now: i64) -> Result<WorkerId> {
     Ok(sqlx::query_scalar(

@@ -11,4 +11,5 @@ mod model;
 mod restart;
 mod reuse;
 mod streams;
+mod union;
 mod validation;

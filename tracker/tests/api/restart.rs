@@ -448,3 +448,145 @@ async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
     assert_eq!(get_job(&mut tuning, id).await, job);
     tracker.stop().await;
 }
+
+/// Every migration before tasks had their own template: the schema before template unions.
+const MODEL: &[&str] = &[
+    "20261122000000_init.sql",
+    "20261123000000_finalists_drift_flush.sql",
+    "20261124000000_model_transfer_budget.sql",
+];
+
+#[tokio::test]
+async fn a_database_of_the_schema_before_template_unions_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tracker.db");
+    let pool = old_database(&db, MODEL).await;
+    let target = Target::sim();
+    let version = WmmaGemm.version();
+    let workloads = [matmul(64, 64, 64), matmul(128, 64, 64)].map(|w| Workload::try_from(&w).unwrap());
+    let configs: Vec<Vec<(u64, String)>> = workloads
+        .iter()
+        .map(|w| {
+            let valid = WmmaGemm.valid_indices(w, &target).unwrap();
+            valid.iter().take(2).map(|&i| (i, WmmaGemm.space().config(i).unwrap().to_json())).collect()
+        })
+        .collect();
+
+    // What the previous tracker left: a grid job of 2 trials per workload with 2 finalists;
+    // workload 0 has one trial measured and one pending, workload 1 is finalizing with its
+    // finalist task pending.
+    let device = old_device(&target);
+    let statements: Vec<sqlx::query::Query<'_, sqlx::Sqlite, _>> = vec![
+        sqlx::query("INSERT INTO device_classes VALUES ('sim', ?1, ?2, ?3, ?4, 1, 1)")
+            .bind(&target.name)
+            .bind(target.arch)
+            .bind(target.sm_count)
+            .bind(serde_json::to_string(&target).unwrap()),
+        sqlx::query(
+            "INSERT INTO workers (id, name, device_class, device, templates, registered_ms, last_seen_ms, state)
+             VALUES (1, 'box/0', 'sim', ?1, ?2, 1, 1, 'online')",
+        )
+        .bind(device.to_string())
+        .bind(format!("[\"wmma_gemm@{version}\"]")),
+        sqlx::query(
+            "INSERT INTO jobs (id, state, template, template_version, tuner, device_class, trials, batch_size, seed,
+                               samples, label, early_stop_trials, early_stop_margin, created_ms, updated_ms,
+                               finalists, finalist_rounds, flush_l2, transfer, total_trials)
+             VALUES (1, 'running', 'wmma_gemm', ?1, 'grid', 'sim', 2, 2, 7, 10, 'old', 0, 0.0, 1, 1, 2, 2, 0, 1, 0)",
+        )
+        .bind(version),
+    ];
+    for s in statements {
+        s.execute(&pool).await.unwrap();
+    }
+    for (idx, (w, state, done)) in [(&workloads[0], "running", 1), (&workloads[1], "finalizing", 2)].iter().enumerate()
+    {
+        let end = if *state == "finalizing" { Some("done") } else { None };
+        sqlx::query(
+            "INSERT INTO job_workloads (job_id, idx, workload_key, workload, trials_target, space_size, proposed,
+                                        done, state, end_state)
+             VALUES (1, ?1, ?2, ?3, 2, 100, 2, ?4, ?5, ?6)",
+        )
+        .bind(idx as i64)
+        .bind(w.key())
+        .bind(serde_json::to_string(w).unwrap())
+        .bind(*done)
+        .bind(*state)
+        .bind(end)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    // Tasks 1 and 2 of workload 0 (1 measured), 3 and 4 of workload 1 (both measured).
+    for (task, idx, (index, config)) in
+        [(1i64, 0i64, &configs[0][0]), (2, 0, &configs[0][1]), (3, 1, &configs[1][0]), (4, 1, &configs[1][1])]
+    {
+        sqlx::query(
+            "INSERT INTO tasks (id, job_id, workload_idx, config_index, config, state, attempts, created_ms, updated_ms)
+             VALUES (?1, 1, ?2, ?3, ?4, 'pending', 0, 1, 1)",
+        )
+        .bind(task)
+        .bind(idx)
+        .bind(*index as i64)
+        .bind(config)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    record_old_task(&pool, &workloads[0], 1, &configs[0][0], "ok", 5.0).await;
+    record_old_task(&pool, &workloads[1], 3, &configs[1][0], "ok", 7.0).await;
+    record_old_task(&pool, &workloads[1], 4, &configs[1][1], "ok", 6.0).await;
+    let finalists = serde_json::json!([
+        {"config_index": configs[1][1].0, "config": configs[1][1].1, "record_id": 4, "tuned_us": 6.0},
+        {"config_index": configs[1][0].0, "config": configs[1][0].1, "record_id": 3, "tuned_us": 7.0},
+    ]);
+    sqlx::query(
+        "INSERT INTO tasks (id, job_id, workload_idx, kind, config_index, config, finalists, state, created_ms,
+                            updated_ms)
+         VALUES (5, 1, 1, 'finalist', -1, '', ?1, 'pending', 1, 1)",
+    )
+    .bind(finalists.to_string())
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    // The new tracker migrates the file: the job searches its one template, and its tasks are of it.
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let old = get_job(&mut tuning, 1).await;
+    assert_eq!((old.template.as_str(), old.template_version), ("wmma_gemm", version));
+    assert_eq!(old.templates, [pb::TemplateRef { name: "wmma_gemm".into(), version }]);
+    let mut req = registration("box/0", sim_device());
+    req.previous_id = 1;
+    let mut worker = FakeWorker::register_with(&tracker, req).await;
+    let mut tasks = worker.lease(8, 1000).await;
+    tasks.sort_by_key(|t| t.task_id);
+    assert_eq!(tasks.iter().map(|t| t.task_id).collect::<Vec<_>>(), [2, 5]);
+    let (tuning_task, finalist) = (&tasks[0], &tasks[1]);
+    assert_eq!((tuning_task.template.as_str(), tuning_task.template_version), ("wmma_gemm", version));
+    assert_eq!((tuning_task.config_index, tuning_task.config.as_str()), (configs[0][1].0, configs[0][1].1.as_str()));
+    // The finalist list kept its order and got the job's template in every entry.
+    assert_eq!(finalist.finalist_indices, [configs[1][1].0, configs[1][0].0]);
+    assert_eq!(finalist.finalist_templates, vec![pb::TemplateRef { name: "wmma_gemm".into(), version }; 2]);
+    assert_eq!(finalist.template, "wmma_gemm");
+    assert!(worker.report(tuning_task, ok(4.0)).await.unwrap().stored);
+    let reply = worker.report_finalists(finalist, vec![ok(6.5), ok(6.0)]).await.unwrap();
+    let old = get_job(&mut tuning, 1).await;
+    assert_eq!(
+        old.workloads[1].best.as_ref().map(|b| (b.id, b.template.as_str())),
+        Some((reply.record_id, "wmma_gemm"))
+    );
+    assert_eq!(old.workloads[1].finalists[0].template, "wmma_gemm");
+    // Workload 0 finished its trials and re-measures its finalists; then the job is done.
+    let task = worker.lease_some(1).await.remove(0);
+    assert_eq!(task.finalist_templates.len(), 2);
+    assert!(worker.report_finalists(&task, vec![ok(4.0), ok(5.0)]).await.unwrap().stored);
+    assert_eq!(get_job(&mut tuning, 1).await.state, pb::JobState::Done as i32);
+
+    // New jobs on the upgraded file search the union (the worker runs wmma_gemm only: the job
+    // searches what it can run).
+    let id = submit(&mut tuning, job(vec![matmul(64, 64, 64)], 2, 2)).await;
+    assert_eq!(get_job(&mut tuning, id).await.template, "wmma_gemm");
+    tracker.stop().await;
+}

@@ -46,6 +46,13 @@ async fn bad_submissions_name_the_field() {
     // A field the template rules out is named before any device lookup, with no worker yet.
     let (c, message) = code(tuning.submit_job(job(vec![matmul(512, 64, 513)], 4, 0)).await);
     assert_eq!(c, Code::InvalidArgument, "{message}");
+    // With no template named, every matmul template is asked, and each one's reason is given.
+    assert!(message.contains("invalid workloads[0].matmul.k: no template takes this workload"), "{message}");
+    assert!(message.contains("wmma_gemm: 513 must be a multiple of 8"), "{message}");
+    assert!(message.contains("wgmma_gemm: 513 must be a multiple of 8"), "{message}");
+    let named = pb::SubmitJobRequest { template: "wmma_gemm".into(), ..job(vec![matmul(512, 64, 513)], 4, 0) };
+    let (c, message) = code(tuning.submit_job(named).await);
+    assert_eq!(c, Code::InvalidArgument, "{message}");
     assert!(message.contains("invalid workloads[0].matmul.k: 513 must be a multiple of 8"), "{message}");
     let wgmma = pb::SubmitJobRequest { template: "wgmma_gemm".into(), ..job(vec![matmul(1001, 64, 512)], 4, 0) };
     let (c, message) = code(tuning.submit_job(wgmma).await);
@@ -110,7 +117,11 @@ async fn bad_submissions_name_the_field() {
             pb::SubmitJobRequest { template: "wmma_gemm".into(), ..job(vec![conv()], 4, 0) },
             "invalid workloads[0]: template wmma_gemm does not support conv2d",
         ),
-        ("mixed ops", job(vec![matmul(64, 64, 64), conv()], 4, 0), "invalid workloads[1]:"),
+        (
+            "mixed ops with one template",
+            pb::SubmitJobRequest { template: "wmma_gemm".into(), ..job(vec![matmul(64, 64, 64), conv()], 4, 0) },
+            "invalid workloads[1]:",
+        ),
         ("unknown template", pb::SubmitJobRequest { template: "cutlass".into(), ..base() }, "known: wmma_gemm"),
         (
             "unknown tuner",
@@ -161,6 +172,10 @@ async fn bad_submissions_name_the_field() {
         assert_eq!(c, Code::InvalidArgument, "{what}: {message}");
         assert!(message.contains(expected), "{what}: {message:?} lacks {expected:?}");
     }
+
+    // Without a template each workload has its op's templates: a job of a matmul and a conv is one.
+    let mixed = submit(&mut tuning, job(vec![matmul(64, 64, 64), conv()], 4, 0)).await;
+    assert_eq!(get_job(&mut tuning, mixed).await.template, "wmma_gemm+wmma_conv2d");
 
     let (c, message) = code(tuning.submit_job(pb::SubmitJobRequest { device_class: "h100".into(), ..base() }).await);
     assert_eq!(c, Code::FailedPrecondition);
