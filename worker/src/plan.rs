@@ -51,16 +51,15 @@ impl Subject {
                 task.workload_key
             );
         }
-        let template = template::by_name(&task.template).map_err(|e| e.to_string())?;
-        if task.template_version != template.version() {
-            return Err(format!(
-                "the task asks for {} version {}; this worker generates version {}",
-                task.template,
-                task.template_version,
-                template.version()
-            ));
-        }
+        let template = template_named(&task.template, task.template_version)?;
         Ok(Subject { workload, workload_key, template })
+    }
+
+    /// The same workload with template `name` at `version` (a finalist of a task whose finalists
+    /// are of several templates); `Err` is the reason for an `invalid_config`.
+    pub(crate) fn with_template(&self, name: &str, version: u32) -> Result<Subject, String> {
+        let template = template_named(name, version)?;
+        Ok(Subject { workload: self.workload, workload_key: self.workload_key.clone(), template })
     }
 
     /// The plan of one config given as JSON; `Err` is the reason for an `invalid_config`.
@@ -84,6 +83,18 @@ impl Subject {
             vendor_model_us: vendor_time(workload),
         })
     }
+}
+
+/// The template `name` at `version`, which this worker must generate.
+fn template_named(name: &str, version: u32) -> Result<&'static dyn Template, String> {
+    let template = template::by_name(name).map_err(|e| e.to_string())?;
+    if version != template.version() {
+        return Err(format!(
+            "the task asks for {name} version {version}; this worker generates version {}",
+            template.version()
+        ));
+    }
+    Ok(template)
 }
 
 /// One config of a task, ready to compile.

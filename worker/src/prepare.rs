@@ -182,8 +182,17 @@ async fn prepare_finalists(task: pb::Task, lease: Lease, shared: Arc<Shared>, ou
         }
     };
     let sampling = Sampling::of_task(&task);
-    let plans: Vec<Result<Plan, String>> =
-        task.finalist_configs.iter().map(|config| subject.plan_json(config, sampling, &shared.target)).collect();
+    // Each finalist is of its own template (a job may search several); a task from a tracker that
+    // predates `finalist_templates` has them all of the task's.
+    let plans: Vec<Result<Plan, String>> = task
+        .finalist_configs
+        .iter()
+        .enumerate()
+        .map(|(i, config)| match task.finalist_templates.get(i) {
+            Some(t) => subject.with_template(&t.name, t.version)?.plan_json(config, sampling, &shared.target),
+            None => subject.plan_json(config, sampling, &shared.target),
+        })
+        .collect();
 
     let mut builds = JoinSet::new();
     for (i, plan) in plans.iter().enumerate() {
