@@ -176,9 +176,10 @@ pub struct JobArgs {
     /// `bench --throughput`, which measures the measuring, not the search.
     #[arg(long)]
     pub tuner: Option<String>,
-    /// Kernel template: wmma_gemm or wgmma_gemm (Hopper, sm_90: wgmma + TMA; the faster one for
-    /// large shapes) for matmul, wmma_conv2d for conv2d. Default for tune and bench: wmma_gemm /
-    /// wmma_conv2d; `best` without it answers across every template.
+    /// Search one kernel template only: wmma_gemm or wgmma_gemm (Hopper, sm_90: wgmma + TMA) for
+    /// matmul, wmma_conv2d for conv2d. Default for tune and bench: one space across every template
+    /// that supports the workload on the GPU (matmul on sm_90: wmma_gemm and wgmma_gemm); `best`
+    /// without it answers across every template.
     #[arg(long)]
     pub template: Option<String>,
     /// Tasks kept outstanding per workload (0 = tracker default).

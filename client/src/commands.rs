@@ -265,17 +265,22 @@ pub async fn jobs(tracker: Option<&str>, db: &Path, states: &[String], limit: u3
     if jobs.is_empty() {
         println!("no jobs");
     }
-    println!("{:>5}  {:<9}  {:<28}  {:>11}  {:>10}  workload", "id", "state", "device class", "trials", "best");
+    println!(
+        "{:>5}  {:<9}  {:<28}  {:<20}  {:>11}  {:>10}  {:<12}  workload",
+        "id", "state", "device class", "templates", "trials", "best", "best of"
+    );
     for j in &jobs {
         let v = JobView::from(j);
         for w in &v.workloads {
             println!(
-                "{:>5}  {:<9}  {:<28}  {:>11}  {:>10}  {}",
+                "{:>5}  {:<9}  {:<28}  {:<20}  {:>11}  {:>10}  {:<12}  {}",
                 v.id,
                 v.state,
                 v.device_class,
+                v.template,
                 format!("{}/{}", w.trials_done, w.trials_target),
                 w.best.as_ref().map(|b| report::fmt_us(b.median_us)).unwrap_or_else(|| "-".into()),
+                w.best.as_ref().map(|b| b.template.as_str()).unwrap_or("-"),
                 w.workload
             );
         }

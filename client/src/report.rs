@@ -170,6 +170,9 @@ pub struct WorkloadView {
 /// A finalist of a workload.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FinalistView {
+    /// Its template and version, e.g. `wgmma_gemm v2`.
+    #[serde(default)]
+    pub template: String,
     /// The config.
     pub config: serde_json::Value,
     /// Median of its tuning record.
@@ -185,10 +188,13 @@ pub struct JobView {
     pub id: u64,
     /// State name.
     pub state: String,
-    /// Template.
+    /// Template, or the templates searched joined with '+'.
     pub template: String,
-    /// Template version.
+    /// Template version (0 when several templates are searched).
     pub template_version: u32,
+    /// Every template searched, with its version (`wmma_gemm v6`), in the job's order.
+    #[serde(default)]
+    pub templates: Vec<String>,
     /// Tuner.
     pub tuner: String,
     /// Device class.
@@ -212,6 +218,7 @@ impl From<&pb::Job> for JobView {
             state: job_state_name(j.state()).to_owned(),
             template: j.template.clone(),
             template_version: j.template_version,
+            templates: j.templates.iter().map(|t| format!("{} v{}", t.name, t.version)).collect(),
             tuner: j.tuner.clone(),
             device_class: j.device_class.clone(),
             trials: j.trials,
@@ -232,6 +239,7 @@ impl From<&pb::Job> for JobView {
                         .finalists
                         .iter()
                         .map(|f| FinalistView {
+                            template: format!("{} v{}", f.template, f.template_version),
                             config: serde_json::from_str(&f.config)
                                 .unwrap_or(serde_json::Value::String(f.config.clone())),
                             tuned_us: f.tuned_us,
@@ -309,12 +317,13 @@ impl From<&pb::Worker> for WorkerView {
     }
 }
 
-/// Below this speedup a wmma_gemm winner on a Hopper GPU gets a hint to try wgmma_gemm.
+/// Below this speedup a wmma_gemm winner on a Hopper GPU gets a hint that wgmma_gemm exists.
 const HOPPER_HINT_BELOW: f64 = 0.8;
 
-/// A hint for a matmul job that ran the default template (`wmma_gemm`) on an sm_90 device class and
-/// lost clearly to the vendor on some workload: the Hopper template (`--template wgmma_gemm`)
-/// exists for exactly those shapes, and a user should not have to find it in the docs.
+/// A hint for a matmul job that was narrowed to `wmma_gemm` by `--template` on an sm_90 device
+/// class and lost clearly to the vendor on some workload: without `--template` the job searches
+/// wgmma_gemm (wgmma + TMA) beside it, the faster family for large shapes. A job that named no
+/// template already searched every template that takes its workloads, so it gets no hint.
 pub fn template_hint(template_given: bool, view: &JobView) -> Option<String> {
     let hopper = view.device_class.contains("/sm90/");
     let losing: Vec<&str> = view
@@ -324,14 +333,24 @@ pub fn template_hint(template_given: bool, view: &JobView) -> Option<String> {
         .filter(|w| w.best.as_ref().is_some_and(|b| b.baseline_us.is_some() && b.speedup < HOPPER_HINT_BELOW))
         .map(|w| w.workload.as_str())
         .collect();
-    if template_given || !hopper || view.template != "wmma_gemm" || losing.is_empty() {
+    if !template_given || !hopper || view.template != "wmma_gemm" || losing.is_empty() {
         return None;
     }
     Some(format!(
-        "hint: on this Hopper GPU, --template wgmma_gemm (wgmma + TMA) is the faster family for large shapes \
-         ({} workload(s) here ran below {HOPPER_HINT_BELOW}x of the vendor with wmma_gemm)",
+        "hint: on this Hopper GPU, leave out --template to search wgmma_gemm (wgmma + TMA, the faster family \
+         for large shapes) together with wmma_gemm ({} workload(s) here ran below {HOPPER_HINT_BELOW}x of the \
+         vendor with wmma_gemm alone)",
         losing.len()
     ))
+}
+
+/// The templates of a job as its report names them: `wmma_gemm v6`, or `wmma_gemm v6 +
+/// wgmma_gemm v2` for a job that searches several.
+pub fn fmt_templates(job: &JobView) -> String {
+    if job.templates.is_empty() {
+        return format!("{} v{}", job.template, job.template_version);
+    }
+    job.templates.join(" + ")
 }
 
 /// The best-record lines of a workload: time, rate, vendor time and speedup, config.
@@ -365,9 +384,17 @@ pub fn fmt_best(best: &RecordView) -> String {
 /// A job as a short report.
 pub fn fmt_job(job: &JobView) -> String {
     let mut s = format!(
-        "job {} {}: {} v{} on {}, tuner {} (seed {}), {:.1} s\n",
-        job.id, job.state, job.template, job.template_version, job.device_class, job.tuner, job.seed, job.wall_s
+        "job {} {}: {} on {}, tuner {} (seed {}), {:.1} s\n",
+        job.id,
+        job.state,
+        fmt_templates(job),
+        job.device_class,
+        job.tuner,
+        job.seed,
+        job.wall_s
     );
+    // With several templates, each best and finalist says which one it is.
+    let several = job.templates.len() > 1;
     if !job.error.is_empty() {
         let _ = writeln!(s, "  error: {}", job.error);
     }
@@ -384,14 +411,22 @@ pub fn fmt_job(job: &JobView) -> String {
             w.reused
         );
         match &w.best {
-            Some(b) => s.push_str(&fmt_best(b)),
+            Some(b) => {
+                s.push_str(&fmt_best(b));
+                if several {
+                    let _ = writeln!(s, "  kernel  {} v{}", b.template, b.template_version);
+                }
+            }
             None => s.push_str("  best    none yet\n"),
         }
         if w.finalists.len() > 1 {
             let times: Vec<String> = w
                 .finalists
                 .iter()
-                .map(|f| format!("{} (tuned {})", fmt_us(f.remeasured_us), fmt_us(f.tuned_us)))
+                .map(|f| {
+                    let of = if several { format!(" {}", f.template) } else { String::new() };
+                    format!("{}{of} (tuned {})", fmt_us(f.remeasured_us), fmt_us(f.tuned_us))
+                })
                 .collect();
             let _ = writeln!(
                 s,
@@ -413,11 +448,13 @@ pub fn progress_message(job: &pb::Job) -> String {
         .filter_map(|w| {
             let b = w.best.as_ref()?;
             let m = b.measurement.as_ref()?;
+            // With several templates searched, which one the best is so far.
+            let of = if job.templates.len() > 1 { format!(" {}", b.template) } else { String::new() };
             Some(match m.baseline_us {
                 Some(base) if m.median_us > 0.0 => {
-                    format!("best {} ({:.2}x vendor)", fmt_us(m.median_us), base / m.median_us)
+                    format!("best {}{of} ({:.2}x vendor)", fmt_us(m.median_us), base / m.median_us)
                 }
-                _ => format!("best {}", fmt_us(m.median_us)),
+                _ => format!("best {}{of}", fmt_us(m.median_us)),
             })
         })
         .collect();
@@ -441,7 +478,7 @@ mod tests {
     }
 
     #[test]
-    fn hopper_hint_only_for_a_defaulted_wmma_matmul_that_lost_on_sm90() {
+    fn hopper_hint_only_for_a_matmul_narrowed_to_wmma_that_lost_on_sm90() {
         let view = |class: &str, template: &str, speedup: f64| -> JobView {
             let mut best = RecordView::from(&pb::Record::default());
             (best.baseline_us, best.speedup) = (Some(188.0), speedup);
@@ -462,10 +499,37 @@ mod tests {
             v
         };
         let h200 = "nvidia-h200/sm90/132sm";
-        assert!(template_hint(false, &view(h200, "wmma_gemm", 0.46)).unwrap().contains("--template wgmma_gemm"));
-        assert_eq!(template_hint(true, &view(h200, "wmma_gemm", 0.46)), None, "the user chose the template");
-        assert_eq!(template_hint(false, &view(h200, "wmma_gemm", 1.16)), None, "it won");
-        assert_eq!(template_hint(false, &view("nvidia-a100/sm80/108sm", "wmma_gemm", 0.46)), None, "not Hopper");
-        assert_eq!(template_hint(false, &view(h200, "wgmma_gemm", 0.5)), None, "already the Hopper family");
+        assert!(template_hint(true, &view(h200, "wmma_gemm", 0.46)).unwrap().contains("leave out --template"));
+        assert_eq!(template_hint(false, &view(h200, "wmma_gemm", 0.46)), None, "the union was searched");
+        assert_eq!(template_hint(true, &view(h200, "wmma_gemm", 1.16)), None, "it won");
+        assert_eq!(template_hint(true, &view("nvidia-a100/sm80/108sm", "wmma_gemm", 0.46)), None, "not Hopper");
+        assert_eq!(template_hint(true, &view(h200, "wgmma_gemm", 0.5)), None, "already the Hopper family");
+        let both = view(h200, "wmma_gemm+wgmma_gemm", 0.5);
+        assert_eq!(template_hint(false, &both), None, "both were searched");
+    }
+
+    #[test]
+    fn a_union_job_names_each_template_and_each_best_its_own() {
+        let mut best = RecordView::from(&pb::Record::default());
+        (best.template, best.template_version) = ("wgmma_gemm".into(), 2);
+        let mut v = JobView::from(&pb::Job::default());
+        v.templates = vec!["wmma_gemm v6".into(), "wgmma_gemm v2".into()];
+        v.workloads = vec![WorkloadView {
+            workload: "matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0".into(),
+            state: "done".into(),
+            trials_target: 10,
+            trials_done: 10,
+            reused: 0,
+            space_size: 900,
+            status_counts: BTreeMap::new(),
+            best: Some(best),
+            finalists: Vec::new(),
+            finalist_gap: 0.0,
+        }];
+        let text = fmt_job(&v);
+        assert!(text.contains(": wmma_gemm v6 + wgmma_gemm v2 on"), "{text}");
+        assert!(text.contains("  kernel  wgmma_gemm v2"), "{text}");
+        v.templates.truncate(1);
+        assert!(!fmt_job(&v).contains("  kernel "), "one template: the header says it");
     }
 }

@@ -316,3 +316,62 @@ async fn watch_follows_a_job_across_a_tracker_restart() {
     w.await.unwrap().unwrap();
     tracker.stop().await;
 }
+
+/// A matmul job that names no template on `sim` (an sm_90 device class) searches wmma_gemm and
+/// wgmma_gemm in one space, measured end to end by a real sim worker: records of both, each with
+/// its own template and a config valid for it, best across them, finalists re-measured with their
+/// own templates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_without_a_template_searches_both_matmul_templates_on_sim() {
+    use tensortune_kernels::{Config, Target, template};
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = Tracker::start(&dir.path().join("tt.db"), Duration::from_secs(5)).await;
+    let mut client = tracker.client().await;
+    let workers = CancellationToken::new();
+    let w = spawn_worker(&tracker.url, "sim-a", &workers);
+    wait_workers(&mut client, 1).await;
+    assert_eq!(Target::sim().arch, 90, "sim is an sm_90 device class");
+
+    // grid takes the templates in turns, so 16 trials are 8 of each; 6 finalists of 16 trials.
+    let req = pb::SubmitJobRequest { tuner: "grid".into(), finalists: Some(6), ..submit(16, 8) };
+    let job_id = client.submit_job(req).await.unwrap().into_inner().job_id;
+    let job = wait_done(&mut client, job_id).await;
+    assert_eq!(job.state(), pb::JobState::Done, "{job:?}");
+    assert_eq!(job.template, "wmma_gemm+wgmma_gemm");
+    assert_eq!(job.templates.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["wmma_gemm", "wgmma_gemm"]);
+    let records = export(&mut client, job_id).await;
+    let tuning: Vec<&pb::Record> = records.iter().filter(|r| !r.remeasure).collect();
+    assert_eq!(tuning.len(), 16);
+    for name in ["wmma_gemm", "wgmma_gemm"] {
+        assert_eq!(tuning.iter().filter(|r| r.template == name).count(), 8, "{name}");
+    }
+    for r in &records {
+        let t = template::by_name(&r.template).unwrap();
+        assert_eq!(r.template_version, t.version());
+        let config = Config::from_json(&r.config).unwrap();
+        assert_eq!(t.space().index_of(&config).unwrap(), r.config_index, "{} {}", r.template, r.config);
+        t.check(&workload(), &config, &Target::sim()).unwrap();
+        assert_eq!(r.measurement.as_ref().unwrap().status(), pb::RecordStatus::Ok, "{r:?}");
+    }
+    // Each finalist was re-measured as its own template's config.
+    let progress = &job.workloads[0];
+    assert_eq!(progress.finalists.len(), 6);
+    for f in &progress.finalists {
+        let again = records.iter().find(|r| r.id == f.record_id).unwrap();
+        assert!(again.remeasure);
+        assert_eq!((again.template.as_str(), again.config.as_str()), (f.template.as_str(), f.config.as_str()));
+        assert!(tuning.iter().any(|r| r.template == f.template && r.config == f.config));
+    }
+    // best answers across both templates: the fastest ok record of the workload.
+    let fastest = records.iter().min_by(|a, b| {
+        let t = |r: &pb::Record| r.measurement.as_ref().unwrap().median_us;
+        t(a).total_cmp(&t(b))
+    });
+    let best = best(&mut client).await;
+    assert_eq!(best.len(), 1);
+    assert_eq!((best[0].id, best[0].template.as_str()), (fastest.unwrap().id, fastest.unwrap().template.as_str()));
+
+    workers.cancel();
+    w.await.unwrap().unwrap();
+    tracker.stop().await;
+}
