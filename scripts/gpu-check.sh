@@ -33,6 +33,7 @@
 #                ragged edges, both paths, every output element checked (gpu_selftest conv,
 #                CONV_CONFIGS per workload)
 #     convbench  `tensortune bench --suite suites/conv.json` (CONV_TRIALS per workload, default 300)
+#     union      the default suite with WMMA alone and with the union of templates (BENCH_TRIALS each)
 #     wsanitize  compute-sanitizer (memcheck, racecheck, synccheck) on one wgmma_gemm config per input type
 #     ab         run_one on each KEY CONFIG line of AB_FILE (default scripts/ab-wgmma.txt), vendor beside each
 set -uo pipefail
@@ -96,6 +97,19 @@ step_cluster() {
   "$BIN/tensortune" --tracker $url workers | tee -a "$SUMMARY"
   kill $wa $wb; wait $wa $wb 2>/dev/null
   kill $tracker; wait $tracker 2>/dev/null
+}
+
+# The default suite twice, WMMA alone (the old default) and the union of templates (today's
+# default), same trials: the union must not be slower on any shape.
+step_union() {
+  for run in wmma union; do
+    local args=""
+    [ "$run" = wmma ] && args="--template wmma_gemm"
+    timeout 900 "$BIN/tensortune" --db "$LOGS/union-$run.db" bench --trials "${BENCH_TRIALS:-100}" $args \
+      --json "$OUT/default-$run.json" >"$LOGS/default-$run.log" 2>&1
+    say "default suite, $run: exit $?"
+    sed -n '/^suite/,$p' "$LOGS/default-$run.log" | tee -a "$SUMMARY"
+  done
 }
 
 step_bench() {
@@ -391,7 +405,7 @@ step_ab() {
 for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize) "step_$step" ;;
+    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

@@ -83,8 +83,10 @@ pub fn find_include_dir() -> Option<PathBuf> {
     candidates.into_iter().find(|d| d.join("mma.h").is_file() && d.join("cuda_fp16.h").is_file())
 }
 
-/// ptxas warnings that mean wgmma instructions were serialized, or setmaxnreg ignored.
-const SERIALIZED_WGMMA: [&str; 3] = ["C7510", "C7511", "C7508"];
+/// ptxas warnings that mean wgmma instructions were serialized (C7510, C7511, and C7514: a
+/// non-wgmma instruction touches the accumulators while wgmmas are in flight), or setmaxnreg
+/// ignored (C7508).
+const SERIALIZED_WGMMA: [&str; 4] = ["C7510", "C7511", "C7508", "C7514"];
 
 /// The flags every kernel is compiled with.
 pub fn flags(arch: &str, include_dir: &Path) -> Vec<String> {
