@@ -163,17 +163,9 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
         valid.iter().take(3).map(|&i| (i, WmmaGemm.space().config(i).unwrap().to_json())).collect();
 
     // What a previous tracker left mid-job: a grid job of 3 trials, 2 measured, 1 leased.
-    let device = old_device(&target);
+    insert_old_class_and_worker(&pool, &target, version).await;
     let far = i64::MAX / 4;
     let statements: Vec<sqlx::query::Query<'_, sqlx::Sqlite, _>> = vec![
-        sqlx::query("INSERT INTO device_classes VALUES ('sim', ?1, ?2, ?3, ?4, 1, 1)")
-            .bind(&target.name)
-            .bind(target.arch)
-            .bind(target.sm_count)
-            .bind(serde_json::to_string(&target).unwrap()),
-        sqlx::query("INSERT INTO workers VALUES (1, 'box/0', 'sim', ?1, ?2, 1, 1, 'online')")
-            .bind(device.to_string())
-            .bind(format!("[\"wmma_gemm@{version}\"]")),
         sqlx::query(
             "INSERT INTO jobs VALUES (1, 'running', 'wmma_gemm', ?1, 'grid', 'sim', 3, 3, 7, 10, 'old', 0, 0.0, '', 1, 1,
                                       NULL)",
@@ -283,12 +275,30 @@ async fn old_database(path: &std::path::Path, migrations: &[&str]) -> SqlitePool
     pool
 }
 
-/// A `sim` worker's device as the earlier schemas stored it.
-fn old_device(target: &Target) -> serde_json::Value {
-    serde_json::json!({
+/// The `sim` device class and its one worker (box/0, running wmma_gemm at `version`) as the
+/// earlier schemas stored them.
+async fn insert_old_class_and_worker(pool: &SqlitePool, target: &Target, version: u32) {
+    let device = serde_json::json!({
         "target": target, "memory_bytes": 0, "uuid": "", "driver_version": "", "cuda_version": "",
         "nvrtc_version": "", "sm_clock_mhz": 0, "mem_clock_mhz": 0,
-    })
+    });
+    sqlx::query("INSERT INTO device_classes VALUES ('sim', ?1, ?2, ?3, ?4, 1, 1)")
+        .bind(&target.name)
+        .bind(target.arch)
+        .bind(target.sm_count)
+        .bind(serde_json::to_string(target).unwrap())
+        .execute(pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO workers (id, name, device_class, device, templates, registered_ms, last_seen_ms, state)
+         VALUES (1, 'box/0', 'sim', ?1, ?2, 1, 1, 'online')",
+    )
+    .bind(device.to_string())
+    .bind(format!("[\"wmma_gemm@{version}\"]"))
+    .execute(pool)
+    .await
+    .unwrap();
 }
 
 /// Records the outcome of job 1's task `task` (config `(index, config)`) as the earlier schemas
@@ -346,19 +356,8 @@ async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
 
     // What the previous tracker left mid-job: a random job of 4 trials with 3 finalists, 3
     // measured (one of them failed), 1 leased.
-    let device = old_device(&target);
+    insert_old_class_and_worker(&pool, &target, version).await;
     let statements: Vec<sqlx::query::Query<'_, sqlx::Sqlite, _>> = vec![
-        sqlx::query("INSERT INTO device_classes VALUES ('sim', ?1, ?2, ?3, ?4, 1, 1)")
-            .bind(&target.name)
-            .bind(target.arch)
-            .bind(target.sm_count)
-            .bind(serde_json::to_string(&target).unwrap()),
-        sqlx::query(
-            "INSERT INTO workers (id, name, device_class, device, templates, registered_ms, last_seen_ms, state)
-             VALUES (1, 'box/0', 'sim', ?1, ?2, 1, 1, 'online')",
-        )
-        .bind(device.to_string())
-        .bind(format!("[\"wmma_gemm@{version}\"]")),
         sqlx::query(
             "INSERT INTO jobs (id, state, template, template_version, tuner, device_class, trials, batch_size, seed,
                                samples, label, early_stop_trials, early_stop_margin, created_ms, updated_ms,
@@ -475,19 +474,8 @@ async fn a_database_of_the_schema_before_template_unions_is_upgraded_in_place() 
     // What the previous tracker left: a grid job of 2 trials per workload with 2 finalists;
     // workload 0 has one trial measured and one pending, workload 1 is finalizing with its
     // finalist task pending.
-    let device = old_device(&target);
+    insert_old_class_and_worker(&pool, &target, version).await;
     let statements: Vec<sqlx::query::Query<'_, sqlx::Sqlite, _>> = vec![
-        sqlx::query("INSERT INTO device_classes VALUES ('sim', ?1, ?2, ?3, ?4, 1, 1)")
-            .bind(&target.name)
-            .bind(target.arch)
-            .bind(target.sm_count)
-            .bind(serde_json::to_string(&target).unwrap()),
-        sqlx::query(
-            "INSERT INTO workers (id, name, device_class, device, templates, registered_ms, last_seen_ms, state)
-             VALUES (1, 'box/0', 'sim', ?1, ?2, 1, 1, 'online')",
-        )
-        .bind(device.to_string())
-        .bind(format!("[\"wmma_gemm@{version}\"]")),
         sqlx::query(
             "INSERT INTO jobs (id, state, template, template_version, tuner, device_class, trials, batch_size, seed,
                                samples, label, early_stop_trials, early_stop_margin, created_ms, updated_ms,
