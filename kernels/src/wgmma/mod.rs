@@ -561,7 +561,6 @@ impl Plan {
             .int("ACC_REGS", self.acc_regs() as i64)
             .int("PRODUCER_REGS", PRODUCER_REGS as i64)
             .int("BLOCKS_PER_SM", blocks_per_sm as i64)
-            .int("SK_BLOCKS", g.blocks as i64)
             .int("GRID_CLUSTERS", (g.blocks / self.cluster as u64) as i64)
             .int("SK_DP_TILES", g.sk_dp_tiles as i64)
             .int("SK_ITERS", g.sk_iters as i64)

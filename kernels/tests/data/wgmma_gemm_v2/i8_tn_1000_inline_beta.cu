@@ -36,7 +36,6 @@ constexpr int TILES_Q = 8;
 constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int SK_BLOCKS = 64;
 constexpr int GRID_CLUSTERS = 64;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
@@ -458,11 +457,22 @@ struct WorkList {
   __device__ __forceinline__ void init(int cluster) { c = cluster; }
 
   // Stream-K bounds of this cluster: its range [s, e), the tiles it starts and ends in, and
-  // whether it starts or ends inside one.
+  // whether it starts or ends inside one; and from them its jobs there: a partial first when the
+  // range ends inside a tile, the whole tiles from full_lo(), a tail when it starts inside one.
   struct Range {
     long long s, e;
     int t_first, t_last;
     bool starts_inside, ends_inside;
+
+    __device__ __forceinline__ bool empty() const { return e <= s; }
+    __device__ __forceinline__ int front() const { return !empty() && ends_inside ? 1 : 0; }
+    __device__ __forceinline__ int full_lo() const { return t_first + (starts_inside ? 1 : 0); }
+    __device__ __forceinline__ int n_full() const {
+      return empty() ? 0 : max(0, t_last + 1 - (ends_inside ? 1 : 0) - full_lo());
+    }
+    __device__ __forceinline__ int tail() const {
+      return !empty() && starts_inside && (t_first < t_last || !ends_inside) ? 1 : 0;
+    }
   };
 
   __device__ __forceinline__ Range range() const {
@@ -484,11 +494,7 @@ struct WorkList {
   __device__ __forceinline__ int count() const {
     if constexpr (!STREAM_K) return n_dp();
     const Range r = range();
-    if (r.e <= r.s) return n_dp();
-    const int front = r.ends_inside ? 1 : 0;
-    const int tail = r.starts_inside && (r.t_first < r.t_last || !r.ends_inside) ? 1 : 0;
-    const int full = max(0, r.t_last + 1 - front - (r.t_first + (r.starts_inside ? 1 : 0)));
-    return front + n_dp() + full + tail;
+    return r.front() + n_dp() + r.n_full() + r.tail();
   }
 
   // The segment of stream-K tile t (counted from the first shared-out tile) within [s, e).
@@ -509,16 +515,14 @@ struct WorkList {
     w.kind = WORK_FULL;
     if constexpr (STREAM_K) {
       const Range r = range();
-      if (r.ends_inside && r.e > r.s) {
+      if (r.front()) {
         if (i == 0) return segment(r, r.t_last, WORK_PARTIAL);
         --i;
       }
       const int dp = n_dp();
       if (i >= dp) {
-        const int full_lo = r.t_first + (r.starts_inside ? 1 : 0);
-        const int n_full = max(0, r.t_last + 1 - (r.ends_inside ? 1 : 0) - full_lo);
         i -= dp;
-        return i < n_full ? segment(r, full_lo + i, WORK_FULL) : segment(r, r.t_first, WORK_TAIL);
+        return i < r.n_full() ? segment(r, r.full_lo() + i, WORK_FULL) : segment(r, r.t_first, WORK_TAIL);
       }
     }
     w.ct = c + i * GRID_CLUSTERS;
@@ -599,7 +603,7 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
 // consumer) of ACC_ALL registers of its 128 threads, stored register-vector-major so that each
 // 16-byte access of a warp is contiguous. A flag is 1 while its slot holds a sum nobody has added
 // yet; the reader sets it back to 0, so a launch leaves the flags as it found them (zero).
-constexpr int SK_FLAGS_BYTES = ((SK_BLOCKS * CONSUMERS * 4 + 255) / 256) * 256;
+constexpr int SK_FLAGS_BYTES = ((GRID_CLUSTERS * CLUSTER * CONSUMERS * 4 + 255) / 256) * 256;
 
 __device__ __forceinline__ uint4* sk_slot(unsigned char* ws, int block, int cw) {
   return reinterpret_cast<uint4*>(ws + SK_FLAGS_BYTES) + (size_t)(block * CONSUMERS + cw) * (ACC_ALL / 4) * 128;
