@@ -13,9 +13,9 @@
 #     sass       instruction mix of a large and a small generated kernel (cuobjdump)
 #     compile    NVRTC throughput: threads in one process, and several processes
 #     matrix     cuda backend: every type combination x layout x 3 shapes (one ragged), MATRIX_CONFIGS each
-#     sweep      every valid config of 512x64x512 f16, 4096^3 f16 and 512x32x512 i8 (grid tuner);
-#                records exported to $OUT/sweep.jsonl.gz (replay data)
-#                (SWEEP="m,n,k,dtype,layout ..." overrides the list)
+#     sweep      every valid config of each workload of SWEEP_SUITE (default suites/sweep-wmma.json;
+#                grid tuner, SWEEP_TEMPLATE or the union); records exported to $OUT/sweep.jsonl.gz
+#                (replay data; SWEEP_BUDGET seconds, then the remaining workloads are skipped)
 #     sanitize   compute-sanitizer (memcheck, racecheck, synccheck) on SANITIZE_KEY/SANITIZE_CONFIG (TT_TEMPLATE too)
 #     throughput `tensortune bench --throughput` (cold cache), THROUGHPUT_TRIALS per workload
 #     scaling    bench --throughput on cuda:0, then on cuda:all (run on a machine with several GPUs)
@@ -148,18 +148,33 @@ step_matrix() {
 }
 
 step_sweep() {
-  local db="$LOGS/sweep.db"
-  local list=${SWEEP:-"512,64,512,f16,nn 4096,4096,4096,f16,nn 512,32,512,i8,tn"}
-  for w in $list; do
-    w=${w//,/ }
-    set -- $w
-    local start=$(date +%s.%N)
-    timeout 900 "$BIN/tensortune" --db "$db" tune matmul --m "$1" --n "$2" --k "$3" --dtype "$4" --layout "$5" \
-      --tuner grid --trials 100000 --samples "${SWEEP_SAMPLES:-5}" >"$LOGS/sweep-$1x$2x$3-$4.log" 2>&1
-    say "sweep $1x$2x$3 $4 $5 exit $? in $(since "$start") s"
-    grep -E "trials|best|vendor" "$LOGS/sweep-$1x$2x$3-$4.log" | tee -a "$SUMMARY"
+  # Every valid config of each workload of SWEEP_SUITE (grid tuner, no finalists), one job per
+  # workload so that a run cut short still exports what it measured; workloads not started
+  # within SWEEP_BUDGET seconds are skipped and named. SWEEP_TEMPLATE narrows matmul
+  # workloads to one template (default: the union of every template that takes the workload).
+  local suite=${SWEEP_SUITE:-suites/sweep-wmma.json} t0=$(date +%s)
+  local tpl=()
+  [ -n "${SWEEP_TEMPLATE:-}" ] && tpl=(--template "$SWEEP_TEMPLATE")  # matmul workloads only
+  for key in $(grep -o '"workload": *"[^"]*"' "$suite" | sed 's/.*: *"//; s/"$//'); do
+    if [ $(($(date +%s) - t0)) -gt "${SWEEP_BUDGET:-480}" ]; then
+      say "sweep skipped (budget): $key"
+      continue
+    fi
+    local start=$(date +%s.%N) name=${key//\//_}
+    local narrow=()
+    [[ $key == matmul/* ]] && narrow=("${tpl[@]}")
+    timeout "${SWEEP_TIMEOUT:-400}" "$BIN/tensortune" bench --suite "$suite" --filter "$key" "${narrow[@]}" \
+      --tuner grid --trials 100000 --finalists 0 --samples "${SWEEP_SAMPLES:-5}" --json "$LOGS/sweep-$name.json" \
+      >"$LOGS/sweep-$name.log" 2>&1
+    say "sweep $key exit $? in $(since "$start") s: $(grep -c . "$LOGS/sweep-$name.log") lines"
+    tail -3 "$LOGS/sweep-$name.log" | cut -c1-200 >>"$SUMMARY"
   done
-  "$BIN/tensortune" --db "$db" records export -o "$LOGS/sweep.jsonl" >/dev/null 2>&1
+  # bench keeps each run's database beside its JSON (sweep-NAME.db)
+  : >"$LOGS/sweep.jsonl"
+  for d in "$LOGS"/sweep-*.db; do
+    [ -e "$d" ] || continue
+    "$BIN/tensortune" --db "$d" records export -o "${d%.db}.jsonl" >/dev/null 2>&1 && cat "${d%.db}.jsonl" >>"$LOGS/sweep.jsonl"
+  done
   gzip -c "$LOGS/sweep.jsonl" >"$OUT/sweep.jsonl.gz"
   say "sweep records: $(wc -l <"$LOGS/sweep.jsonl")"
 }
