@@ -101,10 +101,11 @@ pub enum Command {
 /// `tensortune replay`.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Records to replay: `tensortune records export` output, plain or .gz. Exhaustive
-    /// measurements (every valid config of a workload) are the ground truth.
-    #[arg(long)]
-    pub records: PathBuf,
+    /// Records to replay: `tensortune records export` output, plain or .gz; several files
+    /// (repeated or comma-separated) are read as one. Exhaustive measurements (every valid config
+    /// of a workload) are the ground truth.
+    #[arg(long, required = true, value_delimiter = ',')]
+    pub records: Vec<PathBuf>,
     /// Tuners to compare, comma-separated (random, grid, model).
     #[arg(long, default_value = "random,model", value_delimiter = ',')]
     pub tuner: Vec<String>,
@@ -120,6 +121,11 @@ pub struct ReplayArgs {
     /// Also run the model tuner with the other workloads' records as its prior (transfer).
     #[arg(long)]
     pub transfer: bool,
+    /// Leave one workload out: per workload, random search over the whole space, the model tuner
+    /// alone and with the other workloads' records as its prior (every --tuner besides random and
+    /// model too), and how many times fewer trials than random each needs to come within 5%.
+    #[arg(long, conflicts_with = "transfer")]
+    pub holdout: bool,
     /// Only workloads whose key contains this text.
     #[arg(long)]
     pub workload: Option<String>,

@@ -20,7 +20,7 @@ pub mod tuner;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A tuner name this build does not know.
-    #[error("unknown tuner {0:?}; known: random, grid, model")]
+    #[error("unknown tuner {0:?}; known: random, grid, model, autotvm")]
     UnknownTuner(String),
     /// The cost model could not be fitted.
     #[error("cost model: {0}")]

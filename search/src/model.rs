@@ -82,6 +82,22 @@ pub fn normalise(times: &[Option<f64>]) -> Vec<f64> {
     times.iter().map(|t| t.map_or(worst + 1.0, |t| t.ln() - median)).collect()
 }
 
+/// How much slower than a workload's best a config may be before a transfer target stops telling
+/// them apart: twice as slow is as bad as it gets.
+pub const TRANSFER_CAP: f64 = std::f64::consts::LN_2;
+
+/// Targets of another workload's measurements for transfer: ln(t / best) capped at
+/// [`TRANSFER_CAP`], failures a half cap beyond. A prior model then spends its trees on ranking
+/// the configs near each workload's best, which is what a new workload's first batch needs,
+/// rather than on how slow the slow half of a space is.
+pub fn normalise_transfer(times: &[Option<f64>]) -> Vec<f64> {
+    let best = times.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+    if !best.is_finite() {
+        return vec![0.0; times.len()];
+    }
+    times.iter().map(|t| t.map_or(TRANSFER_CAP * 1.5, |t| (t / best).ln().min(TRANSFER_CAP))).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +129,16 @@ mod tests {
             m.predict(&[vec![1.0, 0.0, 3.0, f64::NAN], vec![1.0, 0.0, 9.0, f64::NAN], vec![0.0, 1.0, f64::NAN, 5.0]]);
         assert!(p.iter().all(|v| v.is_finite()), "{p:?}");
         assert!(p[0] < p[1] && p[2] < p[0], "{p:?}");
+    }
+
+    #[test]
+    fn transfer_targets_are_capped_relative_to_the_best() {
+        let n = normalise_transfer(&[Some(2.0), Some(3.0), Some(10.0), None]);
+        assert_eq!(n[0], 0.0);
+        assert!((n[1] - 1.5f64.ln()).abs() < 1e-12);
+        assert_eq!(n[2], TRANSFER_CAP);
+        assert!(n[3] > TRANSFER_CAP);
+        assert_eq!(normalise_transfer(&[None]), vec![0.0]);
     }
 
     #[test]

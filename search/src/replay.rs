@@ -9,11 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tensortune_kernels::{Config, Workload, template};
+use tensortune_kernels::{Config, Template, Workload, template};
 
 use crate::Error;
-use crate::features::{row, target_for_class};
-use crate::tuner::{Candidate, Observation, Prior, by_name};
+use crate::features::{UnionLayout, WORKLOAD_FEATURES, row, target_for_class};
+use crate::tuner::{Candidate, Observation, Prior, by_name, chance_of_better};
 
 /// The fields of an exported record (`tensortune records export`) that replay reads.
 #[derive(Debug, Deserialize)]
@@ -27,7 +27,9 @@ struct Line {
     median_us: f64,
 }
 
-/// One workload's recorded space.
+/// One workload's recorded space: the configs of every template recorded for it on one device
+/// class (the newest version of each), in one feature layout, as a job that names no template
+/// searches them.
 pub struct Recorded {
     /// Workload key.
     pub key: String,
@@ -35,16 +37,25 @@ pub struct Recorded {
     pub workload: Workload,
     /// Device class it was measured on.
     pub device_class: String,
-    /// Template and version.
-    pub template: String,
-    /// Template version.
-    pub template_version: u32,
-    /// The recorded configs.
+    /// Templates and versions, in slot (registry) order.
+    pub templates: Vec<(String, u32)>,
+    /// The recorded configs (feature rows in the layout of `templates`).
     pub candidates: Vec<Candidate>,
+    /// Slot of each candidate's template.
+    pub slots: Vec<usize>,
+    /// Each candidate's row in its template's own layout (to embed into another's).
+    own_rows: Vec<Vec<f64>>,
     /// Their outcome: fastest ok median, or `None` when every record of the config failed.
     pub truth: Vec<Option<f64>>,
     /// The fastest recorded time.
     pub best_us: f64,
+}
+
+impl Recorded {
+    /// Templates as `name vN[+name vN]`.
+    pub fn template_label(&self) -> String {
+        self.templates.iter().map(|(t, v)| format!("{t} v{v}")).collect::<Vec<_>>().join(" + ")
+    }
 }
 
 /// Every workload of a record file.
@@ -52,6 +63,9 @@ pub struct Dataset {
     /// Workloads, by key order.
     pub workloads: Vec<Recorded>,
 }
+
+/// One workload's records of one template version, per config: its fastest ok time.
+type Configs = HashMap<String, (Config, Option<f64>)>;
 
 impl Dataset {
     /// Reads JSON-lines records, plain or gzip-compressed (`.gz`).
@@ -66,11 +80,33 @@ impl Dataset {
         Dataset::read(BufReader::new(reader), &path.display().to_string())
     }
 
+    /// Reads several record files into one dataset (records of one workload in several files are
+    /// merged).
+    pub fn load_all(paths: &[impl AsRef<Path>]) -> Result<Dataset, Error> {
+        let mut text = Vec::new();
+        for path in paths {
+            let path = path.as_ref();
+            let file =
+                std::fs::File::open(path).map_err(|e| Error::Data(format!("cannot open {}: {e}", path.display())))?;
+            let mut reader: Box<dyn Read> = if path.extension().is_some_and(|e| e == "gz") {
+                Box::new(flate2::read::GzDecoder::new(file))
+            } else {
+                Box::new(file)
+            };
+            reader.read_to_end(&mut text).map_err(|e| Error::Data(format!("{}: {e}", path.display())))?;
+            if text.last().is_some_and(|b| *b != b'\n') {
+                text.push(b'\n');
+            }
+        }
+        let origin = paths.iter().map(|p| p.as_ref().display().to_string()).collect::<Vec<_>>().join(", ");
+        Dataset::read(text.as_slice(), &origin)
+    }
+
     /// Reads JSON-lines records from `reader` (`origin` names it in errors).
     pub fn read(reader: impl BufRead, origin: &str) -> Result<Dataset, Error> {
-        // (workload, class, template, version) -> config JSON -> best outcome.
-        type Key = (String, String, String, u32);
-        let mut groups: BTreeMap<Key, HashMap<String, (Config, Option<f64>)>> = BTreeMap::new();
+        // (workload, class) -> (template, version) -> config JSON -> best outcome.
+        type Key = (String, String);
+        let mut groups: BTreeMap<Key, BTreeMap<(String, u32), Configs>> = BTreeMap::new();
         for (n, line) in reader.lines().enumerate() {
             let line = line.map_err(|e| Error::Data(format!("{origin}: {e}")))?;
             if line.trim().is_empty() {
@@ -82,7 +118,9 @@ impl Dataset {
                 .map_err(|e| Error::Data(format!("{origin}:{}: {e}", n + 1)))?;
             let outcome = (l.status == "ok" && l.median_us > 0.0).then_some(l.median_us);
             let slot = groups
-                .entry((l.workload, l.device_class, l.template, l.template_version))
+                .entry((l.workload, l.device_class))
+                .or_default()
+                .entry((l.template, l.template_version))
                 .or_default()
                 .entry(config.to_json())
                 .or_insert((config, None));
@@ -92,24 +130,53 @@ impl Dataset {
             };
         }
         let mut workloads = Vec::new();
-        for ((key, class, template_name, version), configs) in groups {
+        for ((key, class), by_template) in groups {
             let workload = Workload::from_key(&key).map_err(|e| Error::Data(format!("{origin}: {e}")))?;
-            let template = template::by_name(&template_name)?;
             let target = target_for_class(&class);
-            let space = template.space();
-            let mut configs: Vec<(Config, Option<f64>)> = configs.into_values().collect();
-            configs.sort_by(|a, b| a.0.cmp(&b.0));
-            let mut candidates = Vec::with_capacity(configs.len());
-            let mut truth = Vec::with_capacity(configs.len());
-            for (config, outcome) in configs {
-                // Records of another template version may carry knobs this build no longer has.
-                let (Ok(index), Ok(knobs), Ok((features, analytic_us))) =
-                    (space.index_of(&config), space.positions(&config), row(template, &workload, &config, &target))
-                else {
-                    continue;
-                };
-                candidates.push(Candidate { index, features, knobs, analytic_us });
-                truth.push(outcome);
+            // The newest recorded version of each template, in registry order (the slots of a job
+            // that names no template).
+            let mut parts: Vec<(&'static dyn Template, u32, Configs)> = Vec::new();
+            for ((name, version), configs) in by_template {
+                let template = template::by_name(&name)?;
+                match parts.iter_mut().find(|p| p.0.name() == name) {
+                    Some(p) if p.1 < version => (p.1, p.2) = (version, configs),
+                    Some(_) => {}
+                    None => parts.push((template, version, configs)),
+                }
+            }
+            let order: Vec<&str> = template::all().iter().map(|t| t.name()).collect();
+            parts.sort_by_key(|p| order.iter().position(|n| *n == p.0.name()));
+            let mut candidates = Vec::new();
+            let mut slots = Vec::new();
+            let mut own_rows = Vec::new();
+            let mut truth = Vec::new();
+            let mut widths = Vec::new();
+            let mut templates = Vec::new();
+            for (slot, (template, version, configs)) in parts.into_iter().enumerate() {
+                let space = template.space();
+                let mut configs: Vec<(Config, Option<f64>)> = configs.into_values().collect();
+                configs.sort_by(|a, b| a.0.cmp(&b.0));
+                let mut width = None;
+                for (config, outcome) in configs {
+                    // Records of another template version may carry knobs this build no longer has.
+                    let (Ok(index), Ok(mut knobs), Ok((features, analytic_us))) =
+                        (space.index_of(&config), space.positions(&config), row(template, &workload, &config, &target))
+                    else {
+                        continue;
+                    };
+                    width = Some(features.len() - WORKLOAD_FEATURES.len());
+                    knobs.insert(0, slot);
+                    own_rows.push(features.clone());
+                    candidates.push(Candidate { index, features, knobs, analytic_us });
+                    slots.push(slot);
+                    truth.push(outcome);
+                }
+                widths.push(width.unwrap_or(0));
+                templates.push((template.name().to_owned(), version));
+            }
+            let layout = UnionLayout::new(widths);
+            for (c, slot) in candidates.iter_mut().zip(&slots) {
+                c.features = layout.embed(*slot, &c.features).unwrap_or_default();
             }
             let best_us = truth.iter().flatten().copied().fold(f64::INFINITY, f64::min);
             if candidates.is_empty() || !best_us.is_finite() {
@@ -119,9 +186,10 @@ impl Dataset {
                 key,
                 workload,
                 device_class: class,
-                template: template_name,
-                template_version: version,
+                templates,
                 candidates,
+                slots,
+                own_rows,
                 truth,
                 best_us,
             });
@@ -132,20 +200,33 @@ impl Dataset {
         Ok(Dataset { workloads })
     }
 
-    /// Transfer data for `target`: every other workload of the same device class and template
-    /// version.
+    /// Transfer data for `target`: every other workload of the same device class and op, its
+    /// configs of the templates `target` has (same versions), in `target`'s layout. Each
+    /// workload's records are normalised together, across its templates.
     pub fn prior_for(&self, target: &Recorded) -> Prior {
+        let widths: Vec<usize> = (0..target.templates.len())
+            .map(|s| {
+                let p = target.slots.iter().position(|x| *x == s).unwrap_or(0);
+                target.own_rows[p].len() - WORKLOAD_FEATURES.len()
+            })
+            .collect();
+        let layout = UnionLayout::new(widths);
         let mut prior = Prior::default();
         for w in &self.workloads {
-            if w.key != target.key
-                && w.device_class == target.device_class
-                && w.template_version == target.template_version
-            {
-                prior.extend(
-                    crate::features::workload_row(&w.workload),
-                    w.candidates.iter().map(|c| c.features.clone()).collect(),
-                    &w.truth,
-                );
+            if w.key == target.key || w.device_class != target.device_class || w.workload.op() != target.workload.op() {
+                continue;
+            }
+            let mut rows = Vec::new();
+            let mut times = Vec::new();
+            for ((row, slot), t) in w.own_rows.iter().zip(&w.slots).zip(&w.truth) {
+                let Some(to) = target.templates.iter().position(|x| *x == w.templates[*slot]) else { continue };
+                if let Some(r) = layout.embed(to, row) {
+                    rows.push(r);
+                    times.push(*t);
+                }
+            }
+            if !rows.is_empty() {
+                prior.extend(crate::features::workload_row(&w.workload), rows, &times);
             }
         }
         prior
@@ -162,6 +243,9 @@ pub struct Run {
     /// Best found over the true best when the run ended (after the budget, or as soon as it was
     /// within 2%).
     pub final_ratio: f64,
+    /// When the run ended: the model's chance that an unmeasured config is >= 2% faster than the
+    /// best found (`tuner::chance_of_better`), and whether one is (from the table).
+    pub chance: Option<(f64, bool)>,
 }
 
 /// Runs `tuner_name` (seeded) on `data` for `budget` trials in batches of `batch`.
@@ -173,7 +257,7 @@ pub fn run(
     budget: usize,
     batch: usize,
 ) -> Result<Run, Error> {
-    let mut tuner = by_name(tuner_name, seed, prior)?;
+    let mut tuner = by_name(tuner_name, seed, prior.clone())?;
     let budget = budget.min(data.candidates.len());
     let mut observed: Vec<Observation> = Vec::with_capacity(budget);
     let mut best = f64::INFINITY;
@@ -201,7 +285,15 @@ pub fn run(
             break;
         }
     }
-    Ok(Run { to_5, to_2, final_ratio: best / data.best_us })
+    let better_exists = {
+        let free = observed.iter().map(|o| o.pos).collect::<std::collections::HashSet<_>>();
+        data.truth.iter().enumerate().any(|(p, t)| !free.contains(&p) && t.is_some_and(|t| t * 1.02 <= best))
+    };
+    let chance = (tuner_name == "model")
+        .then(|| chance_of_better(&data.candidates, &observed, prior.as_deref(), seed))
+        .flatten()
+        .map(|c| (c, better_exists));
+    Ok(Run { to_5, to_2, final_ratio: best / data.best_us, chance })
 }
 
 /// Medians over seeds of one tuner on one workload.
@@ -223,6 +315,9 @@ pub struct Summary {
     pub seeds: u64,
     /// Configs in the recorded space.
     pub space: usize,
+    /// Per seed, at the end of its run: the predicted chance that an unmeasured config is >= 2%
+    /// faster than the best found, and whether one was.
+    pub chances: Vec<(f64, bool)>,
 }
 
 fn median(mut v: Vec<usize>) -> usize {
@@ -264,7 +359,57 @@ pub fn summarise(
         final_ratio: ratios[ratios.len() / 2],
         seeds,
         space: data.candidates.len(),
+        chances: runs.iter().filter_map(|r| r.chance).collect(),
     })
+}
+
+/// One held-out workload: random search over its whole space, and each tuner with the
+/// workload's own records hidden (the transfer prior holds only the other workloads').
+#[derive(Clone, Debug)]
+pub struct Holdout {
+    /// Random search (budget: the whole space, so its medians are never capped).
+    pub random: Summary,
+    /// The tuners: `model` without transfer, `model` with the other workloads as its prior, then
+    /// any others asked for.
+    pub tuners: Vec<Summary>,
+}
+
+impl Holdout {
+    /// Random's median trials to 5% over the tuner's (how many times fewer trials it needs).
+    pub fn gain_5(&self, tuner: &Summary) -> f64 {
+        self.random.to_5 as f64 / tuner.to_5.max(1) as f64
+    }
+}
+
+/// Leave-one-workload-out: for each workload of `data` (or those whose key contains `only`),
+/// random search, the model tuner alone, the model tuner with every other workload of the same
+/// device class and op as its prior, and each of `extra` tuners (without transfer); `seeds` seeds
+/// each, at most `budget` trials in batches of `batch`.
+pub fn holdout(
+    data: &Dataset,
+    extra: &[String],
+    only: Option<&str>,
+    seeds: u64,
+    budget: usize,
+    batch: usize,
+) -> Result<Vec<Holdout>, Error> {
+    let mut out = Vec::new();
+    for w in &data.workloads {
+        if only.is_some_and(|f| !w.key.contains(f)) {
+            continue;
+        }
+        let random = summarise(w, "random", None, seeds, w.candidates.len(), batch)?;
+        let mut tuners = vec![summarise(w, "model", None, seeds, budget, batch)?];
+        let prior = data.prior_for(w);
+        if !prior.is_empty() {
+            tuners.push(summarise(w, "model", Some(Arc::new(prior)), seeds, budget, batch)?);
+        }
+        for t in extra {
+            tuners.push(summarise(w, t, None, seeds, budget, batch)?);
+        }
+        out.push(Holdout { random, tuners });
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
