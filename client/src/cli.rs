@@ -106,7 +106,7 @@ pub struct ReplayArgs {
     /// of a workload) are the ground truth.
     #[arg(long, required = true, value_delimiter = ',')]
     pub records: Vec<PathBuf>,
-    /// Tuners to compare, comma-separated (random, grid, model).
+    /// Tuners to compare, comma-separated (random, grid, model, autotvm).
     #[arg(long, default_value = "random,model", value_delimiter = ',')]
     pub tuner: Vec<String>,
     /// Seeds per tuner; the table shows medians.
