@@ -223,9 +223,7 @@ impl ModelGuided {
         self.prior_scores
             .get_or_init(|| {
                 let prior = self.prior.as_ref()?;
-                let width = candidates.first()?.features.len();
-                let here: [f64; 7] = candidates[0].features.get(width.checked_sub(7)?..)?.try_into().ok()?;
-                let model = prior.model_for(&here, self.seed)?;
+                let model = prior.model_for(&workload_columns(candidates)?, self.seed)?;
                 Some(model.predict(&candidates.iter().map(|c| c.features.clone()).collect::<Vec<_>>()))
             })
             .as_ref()
@@ -318,9 +316,7 @@ pub fn chance_of_better(
         return None;
     }
     let predicted = prior.and_then(|p| {
-        let width = candidates[0].features.len();
-        let here: [f64; 7] = candidates[0].features.get(width.checked_sub(7)?..)?.try_into().ok()?;
-        let model = p.model_for(&here, seed)?;
+        let model = p.model_for(&workload_columns(candidates)?, seed)?;
         Some(model.predict(&candidates.iter().map(|c| c.features.clone()).collect::<Vec<_>>()))
     });
     let row = |p: usize| {
@@ -346,6 +342,12 @@ pub fn chance_of_better(
     let likeliest =
         mean.iter().zip(&sd).map(|(m, s)| normal_cdf((threshold - m) / s.max(MIN_SPREAD))).fold(0.0, f64::max);
     Some(likeliest)
+}
+
+/// The workload's columns (the last of every feature row, `features::workload_row`).
+fn workload_columns(candidates: &[Candidate]) -> Option<[f64; 7]> {
+    let row = &candidates.first()?.features;
+    row.get(row.len().checked_sub(7)?..)?.try_into().ok()
 }
 
 /// Outcomes needed before `chance_of_better` answers.
