@@ -15,7 +15,8 @@
 #     matrix     cuda backend: every type combination x layout x 3 shapes (one ragged), MATRIX_CONFIGS each
 #     sweep      every valid config of each workload of SWEEP_SUITE (default suites/sweep-wmma.json;
 #                grid tuner, SWEEP_TEMPLATE or the union); records exported to $OUT/sweep.jsonl.gz
-#                (replay data; SWEEP_BUDGET seconds, then the remaining workloads are skipped)
+#                (replay data; SWEEP_BUDGET seconds, then the remaining workloads are skipped;
+#                SWEEP_FROM=N starts at the suite's Nth workload)
 #     sanitize   compute-sanitizer (memcheck, racecheck, synccheck) on SANITIZE_KEY/SANITIZE_CONFIG (TT_TEMPLATE too)
 #     throughput `tensortune bench --throughput` (cold cache), THROUGHPUT_TRIALS per workload
 #     scaling    bench --throughput on cuda:0, then on cuda:all (run on a machine with several GPUs)
@@ -155,7 +156,7 @@ step_sweep() {
   local suite=${SWEEP_SUITE:-suites/sweep-wmma.json} t0=$(date +%s)
   local tpl=()
   [ -n "${SWEEP_TEMPLATE:-}" ] && tpl=(--template "$SWEEP_TEMPLATE")  # matmul workloads only
-  for key in $(grep -o '"workload": *"[^"]*"' "$suite" | sed 's/.*: *"//; s/"$//'); do
+  for key in $(grep -o '"workload": *"[^"]*"' "$suite" | sed 's/.*: *"//; s/"$//' | tail -n "+${SWEEP_FROM:-1}"); do
     if [ $(($(date +%s) - t0)) -gt "${SWEEP_BUDGET:-480}" ]; then
       say "sweep skipped (budget): $key"
       continue
