@@ -165,6 +165,10 @@ pub struct WorkloadView {
     /// (runner-up - winner) / winner on re-measurement.
     #[serde(default)]
     pub finalist_gap: f64,
+    /// When tuning ended (model tuner): the model's chance that an untried config is >= 2% faster
+    /// than the best found.
+    #[serde(default)]
+    pub chance_better: Option<f64>,
 }
 
 /// A finalist of a workload.
@@ -247,6 +251,7 @@ impl From<&pb::Job> for JobView {
                         })
                         .collect(),
                     finalist_gap: w.finalist_gap,
+                    chance_better: w.chance_better,
                 })
                 .collect(),
             error: j.error.clone(),
@@ -436,6 +441,13 @@ pub fn fmt_job(job: &JobView) -> String {
                 w.finalist_gap * 100.0
             );
         }
+        if let Some(c) = w.chance_better {
+            let _ = writeln!(
+                s,
+                "  sure    the model gives a {:.0}% chance that an untried config is >= 2% faster",
+                c * 100.0
+            );
+        }
     }
     s
 }
@@ -495,6 +507,7 @@ mod tests {
                 best: Some(best),
                 finalists: Vec::new(),
                 finalist_gap: 0.0,
+                chance_better: None,
             }];
             v
         };
@@ -525,8 +538,10 @@ mod tests {
             best: Some(best),
             finalists: Vec::new(),
             finalist_gap: 0.0,
+            chance_better: Some(0.034),
         }];
         let text = fmt_job(&v);
+        assert!(text.contains("a 3% chance that an untried config is >= 2% faster"), "{text}");
         assert!(text.contains(": wmma_gemm v6 + wgmma_gemm v2 on"), "{text}");
         assert!(text.contains("  kernel  wgmma_gemm v2"), "{text}");
         v.templates.truncate(1);

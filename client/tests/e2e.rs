@@ -230,7 +230,8 @@ async fn a_killed_worker_loses_its_tasks_to_another_without_duplicates() {
 }
 
 /// The CLI end to end for a conv: `tune conv2d` with the embedded tracker and a `sim` worker, as a
-/// user runs it; wmma_conv2d is the op's default template and every trial is measured.
+/// user runs it; wmma_conv2d is the op's default template, every trial is measured, and the model
+/// tuner says at the end how sure it is.
 #[test]
 fn the_cli_tunes_a_conv_on_sim() {
     let dir = tempfile::tempdir().unwrap();
@@ -245,7 +246,14 @@ fn the_cli_tunes_a_conv_on_sim() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "tune conv2d failed:\n{stdout}\n{stderr}");
-    for want in ["wmma_conv2d v1 on sim", "trials  12/12", "(ok 12)", "best ", "config  block_k="] {
+    for want in [
+        "wmma_conv2d v1 on sim",
+        "trials  12/12",
+        "(ok 12)",
+        "best ",
+        "config  block_k=",
+        "chance that an untried config is >= 2% faster",
+    ] {
         assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}\n{stderr}");
     }
 

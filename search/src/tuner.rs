@@ -206,6 +206,11 @@ pub struct ModelGuided {
 }
 
 impl ModelGuided {
+    /// How sure it is that the search is done: [`chance_of_better`] with this tuner's prior.
+    pub fn chance(&self, candidates: &[Candidate], observed: &[Observation]) -> Option<f64> {
+        chance_of_better(candidates, observed, self.prior.as_deref(), self.seed)
+    }
+
     /// A tuner with the default exploration (10%) and warm-up (8 outcomes).
     pub fn new(seed: u64, prior: Option<Arc<Prior>>) -> ModelGuided {
         ModelGuided {

@@ -518,6 +518,7 @@ impl Tracker {
     ) -> Result<()> {
         let now = w.now();
         let cancelled = store::tasks::cancel_unfinished(w.conn(), job.id, Some(wl.idx), now).await?;
+        wl.chance_better = w.chance((job.id, wl.idx)).await?;
         w.stop_search(job.id, Some(wl.idx));
         wl.state = end;
         let finalizing = self.start_finalists(w, job, wl, end).await?;
@@ -573,6 +574,7 @@ mod tests {
             stall_since: 0,
             end_state: None,
             finalist_gap: None,
+            chance_better: None,
         }
     }
 

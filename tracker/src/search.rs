@@ -67,6 +67,14 @@ impl Search {
         Ok(task.await?)
     }
 
+    /// The tuner's chance that an untried config is >= 2% faster than the fastest of the outcomes
+    /// so far and `fresh` (on a blocking thread: it fits models).
+    pub(crate) async fn chance(&self, fresh: &[Observed]) -> Result<Option<f64>> {
+        let tuner = Arc::clone(&self.tuner);
+        let observed: Vec<Observed> = self.observations(fresh).collect();
+        Ok(tokio::task::spawn_blocking(move || tuner.chance(&observed)).await?)
+    }
+
     /// The outcomes so far, then `fresh`.
     pub(crate) fn observations<'a>(&'a self, fresh: &'a [Observed]) -> impl Iterator<Item = Observed> + 'a {
         self.observed.iter().chain(fresh).copied()

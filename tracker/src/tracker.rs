@@ -146,6 +146,15 @@ impl Write<'_> {
         }
     }
 
+    /// The search's chance that an untried config of the workload is >= 2% faster than its best
+    /// (`None` when the search is not loaded or its tuner does not model the space).
+    pub(crate) async fn chance(&self, key: SearchKey) -> Result<Option<f64>> {
+        match self.searches.get(key) {
+            Some(search) => search.chance(self.observed.get(&key).map_or(&[][..], Vec::as_slice)).await,
+            None => Ok(None),
+        }
+    }
+
     /// The outcomes of a workload's finished trials in the order they finished, this write's
     /// included (empty when its search is not loaded).
     pub(crate) fn observations(&self, key: SearchKey) -> Vec<Observed> {

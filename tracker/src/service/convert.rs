@@ -493,6 +493,7 @@ pub(crate) fn job(view: JobView) -> pb::Job {
                 },
                 finalists: w.finalists.into_iter().map(finalist).collect(),
                 finalist_gap: w.row.finalist_gap.unwrap_or_default(),
+                chance_better: w.row.chance_better,
             })
             .collect(),
         error: job.error,

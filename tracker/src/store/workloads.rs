@@ -30,6 +30,9 @@ pub(crate) struct WorkloadRow {
     /// Set once a re-measurement of its finalists chose the winner (then `best_record_id` is the
     /// winner's re-measurement and stays so).
     pub(crate) finalist_gap: Option<f64>,
+    /// When its tuning ended: the model's chance that an untried config is >= 2% faster than the
+    /// best found (model tuner only).
+    pub(crate) chance_better: Option<f64>,
 }
 
 /// A workload to insert.
@@ -95,7 +98,7 @@ pub(crate) async fn add_proposed(e: impl SqliteExecutor<'_>, job: JobId, idx: u3
 pub(crate) async fn save_progress(e: impl SqliteExecutor<'_>, w: &WorkloadRow) -> Result<()> {
     sqlx::query(
         "UPDATE job_workloads SET done = ?3, reused = ?4, best_record_id = ?5, stall_best_us = ?6, stall_since = ?7,
-                                  state = ?8, end_state = ?9, finalist_gap = ?10
+                                  state = ?8, end_state = ?9, finalist_gap = ?10, chance_better = ?11
          WHERE job_id = ?1 AND idx = ?2",
     )
     .bind(w.job_id)
@@ -108,6 +111,7 @@ pub(crate) async fn save_progress(e: impl SqliteExecutor<'_>, w: &WorkloadRow) -
     .bind(w.state)
     .bind(w.end_state)
     .bind(w.finalist_gap)
+    .bind(w.chance_better)
     .execute(e)
     .await?;
     Ok(())
