@@ -23,6 +23,23 @@ pub struct Cli {
     #[arg(long, global = true, default_value = "tensortune.db", env = "TENSORTUNE_DB")]
     pub db: PathBuf,
 
+    /// File holding the token for a tracker that requires one (else $TENSORTUNE_TOKEN_FILE, else
+    /// $TENSORTUNE_TOKEN). Never the token itself on the command line.
+    #[arg(long, global = true)]
+    pub token_file: Option<PathBuf>,
+
+    /// PEM CA that signed the tracker's certificate (for an https:// tracker).
+    #[arg(long, global = true, env = "TENSORTUNE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS (with --tls-key).
+    #[arg(long, global = true, env = "TENSORTUNE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM key of --tls-cert.
+    #[arg(long, global = true, env = "TENSORTUNE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -96,6 +113,16 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Run tuners against recorded measurements instead of a GPU and compare them.
     Replay(ReplayArgs),
+    /// Admin: distrust every record of a worker and refuse its further work (revoke its token
+    /// too with `tensortune-tracker token revoke` when it is not to come back).
+    Quarantine {
+        /// The worker's id (`tensortune workers`).
+        #[arg(long)]
+        worker: u64,
+        /// Why; kept with the worker and each of its records.
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 /// `tensortune replay`.

@@ -23,6 +23,17 @@ pub async fn open(tracker: Option<&str>, db: &Path, local: Option<&LocalDevice>)
     }
 }
 
+/// Quarantines a worker and says how many of its records became untrusted.
+pub async fn quarantine(tracker: Option<&str>, db: &Path, worker: u64, reason: &str) -> anyhow::Result<()> {
+    let mut session = open(tracker, db, None).await?;
+    let request = pb::QuarantineWorkerRequest { worker_id: worker, reason: reason.to_owned() };
+    let answer = session.client.quarantine_worker(request).await.map_err(status_error);
+    session.close().await?;
+    let records = answer?.into_inner().records;
+    println!("worker {worker} quarantined: {records} of its records are no longer trusted; it may not lease or report");
+    Ok(())
+}
+
 /// The tuner of a job that names none.
 pub const DEFAULT_TUNER: &str = "model";
 

@@ -21,6 +21,13 @@ use cli::{Cli, Command};
 
 /// Runs one parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let access = tensortune_proto::access::Access::load(
+        cli.token_file.as_deref(),
+        cli.tls_ca.as_deref(),
+        cli.tls_cert.as_deref(),
+        cli.tls_key.as_deref(),
+    )?;
+    session::set_access(access.clone());
     let tracker = cli.tracker.as_deref();
     let db = cli.db.as_path();
     match &cli.command {
@@ -36,6 +43,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Workers { json } => commands::workers(tracker, db, *json).await,
         Command::Records { command } => commands::records(tracker, db, command).await,
         Command::Replay(r) => replay::run(r),
+        Command::Quarantine { worker, reason } => commands::quarantine(tracker, db, *worker, reason).await,
         Command::Worker(w) => {
             let Some(url) = tracker else {
                 anyhow::bail!("tensortune worker needs --tracker URL (the tracker it serves)");
@@ -44,6 +52,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let mut config = tensortune_worker::WorkerConfig::new(url, device);
             config.name = w.name.clone();
             config.compile_threads = w.compile_threads;
+            config.access = access;
             if w.cache_dir.is_some() {
                 config.cache_dir = w.cache_dir.clone();
             }

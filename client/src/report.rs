@@ -87,6 +87,9 @@ pub struct RecordView {
     /// Whether it re-measured a finalist.
     #[serde(default)]
     pub remeasure: bool,
+    /// Why the tracker does not trust it (it never wins and never answers `best`); empty when it does.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub untrusted: String,
     /// Provenance.
     pub provenance: ProvenanceView,
     /// When it was stored (ms since the epoch).
@@ -126,6 +129,7 @@ impl From<&pb::Record> for RecordView {
             smem_bytes: m.smem_bytes,
             cache_hit: m.cache_hit,
             remeasure: r.remeasure,
+            untrusted: r.untrusted.clone(),
             provenance: ProvenanceView {
                 worker: p.worker_name,
                 gpu: p.gpu_name,

@@ -10,10 +10,11 @@ use tensortune_proto::pb::tuning_client::TuningClient;
 use tensortune_tracker::TrackerConfig;
 
 use crate::cli::LocalDevice;
+use std::sync::OnceLock;
+use tensortune_proto::access::{Access, Authed};
 use tensortune_worker::{DeviceSpec, WorkerConfig};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 
 /// How long an embedded worker may take to come up (a CUDA context and cuBLAS handle take a few
 /// seconds on a cold GPU).
@@ -22,7 +23,7 @@ const WORKER_START: Duration = Duration::from_secs(120);
 /// An open connection to a tracker.
 pub struct Session {
     /// The Tuning service.
-    pub client: TuningClient<Channel>,
+    pub client: TuningClient<Authed>,
     /// The device class of the embedded worker, when there is one.
     pub local_class: Option<String>,
     /// The tracker's URL when it runs elsewhere (`--tracker`): one that can go away and come back.
@@ -36,12 +37,23 @@ struct Embedded {
     worker: Option<JoinHandle<anyhow::Result<()>>>,
 }
 
-async fn connect(url: &str) -> anyhow::Result<TuningClient<Channel>> {
-    let endpoint = tonic::transport::Endpoint::from_shared(url.to_owned())
-        .with_context(|| format!("invalid --tracker {url:?}; expected a URL such as http://tracker:7070"))?
-        .connect_timeout(Duration::from_secs(10));
+/// The token and TLS settings of this process's connections, set once at start.
+static ACCESS: OnceLock<Access> = OnceLock::new();
+
+/// Sets the token and TLS settings every connection of this process uses (the first call wins).
+pub fn set_access(access: Access) {
+    let _ = ACCESS.set(access);
+}
+
+fn access() -> Access {
+    ACCESS.get().cloned().unwrap_or_default()
+}
+
+async fn connect(url: &str) -> anyhow::Result<TuningClient<Authed>> {
+    let access = access();
+    let endpoint = access.endpoint(url).context("--tracker")?.connect_timeout(Duration::from_secs(10));
     let channel = endpoint.connect().await.with_context(|| format!("cannot reach the tracker at {url}"))?;
-    Ok(TuningClient::new(channel).max_decoding_message_size(64 << 20))
+    Ok(TuningClient::with_interceptor(channel, access.bearer()).max_decoding_message_size(64 << 20))
 }
 
 impl Session {
@@ -70,6 +82,7 @@ impl Session {
             let device = local.device.as_str();
             let spec: DeviceSpec = device.parse()?;
             let mut wc = WorkerConfig::new(url.clone(), spec);
+            wc.access = access();
             wc.compile_threads = local.compile_threads;
             if local.no_disk_cache {
                 wc.cache_dir = None;

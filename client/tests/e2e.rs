@@ -35,7 +35,13 @@ impl Tracker {
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let token = CancellationToken::new();
-        let config = TrackerConfig { db: db.to_owned(), lease, heartbeat: lease / 4, max_attempts: 3 };
+        let config = TrackerConfig {
+            db: db.to_owned(),
+            lease,
+            heartbeat: lease / 4,
+            max_attempts: 3,
+            ..TrackerConfig::default()
+        };
         let handle = tokio::spawn(tensortune_tracker::run(config, listener, token.clone()));
         Tracker { url, token, handle }
     }
@@ -381,5 +387,53 @@ async fn a_job_without_a_template_searches_both_matmul_templates_on_sim() {
 
     workers.cancel();
     w.await.unwrap().unwrap();
+    tracker.stop().await;
+}
+
+/// On a tracker with tokens, the CLI and the workers read theirs from a file or the environment;
+/// without one the CLI says which token it needs, and a worker token cannot submit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_and_workers_present_tokens_from_files_and_the_environment() {
+    use tensortune_tracker::{Role, add_token};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tt.db");
+    let client_token = add_token(&db, "alice", Role::Client).await.unwrap();
+    let worker_token = add_token(&db, "gpu", Role::Worker).await.unwrap();
+    let token_file = dir.path().join("alice.token");
+    std::fs::write(&token_file, format!("{client_token}\n")).unwrap();
+    let tracker = Tracker::start(&db, Duration::from_secs(5)).await;
+    let stop = CancellationToken::new();
+    let mut config = worker_config(&tracker.url, "gpu");
+    config.access = tensortune_proto::access::Access::new(Some(&worker_token), None, None).unwrap();
+    let worker = tokio::spawn(tensortune_worker::run(config, stop.child_token()));
+
+    let cli = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["--tracker", &tracker.url]).args(args).env("XDG_CACHE_HOME", dir.path());
+        cmd.env_remove("TENSORTUNE_TOKEN").env_remove("TENSORTUNE_TOKEN_FILE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    let refused = tokio::task::block_in_place(|| cli(&["jobs"], &[]));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("requires a token") && stderr.contains("TENSORTUNE_TOKEN_FILE"), "{stderr}");
+
+    let file = token_file.to_str().unwrap();
+    let tune = ["tune", "matmul", "--m", "256", "--n", "64", "--k", "256", "--trials", "4", "--seed", "3"];
+    let tuned = tokio::task::block_in_place(|| cli(&[&["--token-file", file][..], &tune[..]].concat(), &[]));
+    let (stdout, stderr) = (String::from_utf8_lossy(&tuned.stdout), String::from_utf8_lossy(&tuned.stderr));
+    assert!(tuned.status.success(), "tune with a token file failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("trials  4/4"), "{stdout}");
+    let listed = tokio::task::block_in_place(|| cli(&["jobs"], &[("TENSORTUNE_TOKEN", &client_token)]));
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let wrong_role = tokio::task::block_in_place(|| cli(&["jobs"], &[("TENSORTUNE_TOKEN", &worker_token)]));
+    let stderr = String::from_utf8_lossy(&wrong_role.stderr);
+    assert!(!wrong_role.status.success() && stderr.contains("a worker token may not call Tuning"), "{stderr}");
+
+    stop.cancel();
+    worker.await.unwrap().unwrap();
     tracker.stop().await;
 }

@@ -3,6 +3,7 @@
 //! Prost types stop at the service layer: the tracker and worker convert them into validated
 //! domain types (`tensortune-kernels`) on arrival.
 
+pub mod access;
 pub mod convert;
 
 /// Generated messages and services (`tensortune.v1`).

@@ -8,7 +8,7 @@ use std::time::Duration;
 const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Settings of a tracker.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TrackerConfig {
     /// The SQLite database file; created, and its migrations applied, when missing.
     pub db: PathBuf,
@@ -20,6 +20,40 @@ pub struct TrackerConfig {
     /// Leases of one task that may expire before it is recorded as `device_lost`, so that a kernel
     /// that kills every worker running it cannot stall its job.
     pub max_attempts: u32,
+    /// TLS for the listener; `None` serves plain HTTP/2.
+    pub tls: Option<ServerTls>,
+    /// Serve on a non-loopback address without tokens or without TLS. Off by default: a tracker
+    /// reachable from the network takes work only from callers it knows, over an encrypted link.
+    pub insecure: bool,
+    /// Jobs one token (or, on a tracker without tokens, everyone together) may submit per second
+    /// on average; bursts of [`SUBMIT_BURST`] pass at once.
+    pub submit_rate: f64,
+}
+
+/// Submissions a token may make at once before [`TrackerConfig::submit_rate`] applies.
+pub const SUBMIT_BURST: u32 = 50;
+
+/// The listener's certificate and key, and the CA that signs client certificates when workers
+/// must present one (mutual TLS), all PEM.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServerTls {
+    /// The tracker's certificate chain.
+    pub cert_pem: Vec<u8>,
+    /// The certificate's private key.
+    pub key_pem: Vec<u8>,
+    /// With a CA, `Dispatch` callers (workers) must present a client certificate it signed;
+    /// `Tuning` callers may.
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        f.debug_struct("ServerTls")
+            .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .field("client_ca", &self.client_ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for TrackerConfig {
@@ -29,6 +63,9 @@ impl Default for TrackerConfig {
             lease: Duration::from_secs(30),
             heartbeat: Duration::from_secs(5),
             max_attempts: 3,
+            tls: None,
+            insecure: false,
+            submit_rate: 5.0,
         }
     }
 }
@@ -49,6 +86,12 @@ impl TrackerConfig {
         if self.max_attempts == 0 {
             anyhow::bail!("max_attempts 0 would record every task as lost; use 1 or more (3 is the default)");
         }
+        if !(self.submit_rate.is_finite() && self.submit_rate > 0.0 && self.submit_rate <= 1e6) {
+            anyhow::bail!(
+                "submit rate {} is out of range; use more than 0 and at most 1e6 jobs per second",
+                self.submit_rate
+            );
+        }
         Ok(())
     }
 }
@@ -68,6 +111,8 @@ mod tests {
             TrackerConfig { lease: Duration::from_millis(1), ..ok.clone() },
             TrackerConfig { lease: Duration::from_secs(u64::MAX), ..ok.clone() },
             TrackerConfig { max_attempts: 0, ..ok.clone() },
+            TrackerConfig { submit_rate: 0.0, ..ok.clone() },
+            TrackerConfig { submit_rate: f64::NAN, ..ok.clone() },
         ];
         for config in bad {
             assert!(config.validate().is_err(), "{config:?}");

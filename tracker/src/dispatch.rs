@@ -5,13 +5,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::auth::Caller;
 use crate::drift::{self, Drift};
 use crate::error::{Error, Result};
-use crate::model::{JobId, RecordId, Registration, Reported, TaskId, TaskKind, TaskState, WorkerId};
+use crate::model::{
+    JobId, Measurement, RecordId, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId,
+};
+use crate::plausible;
 use crate::store::tasks::{LeasedTask, TaskRow};
 use crate::store::workers::WorkerRow;
 use crate::store::{self};
-use crate::tracker::Tracker;
+use crate::tracker::{Tracker, Write};
 
 /// What became of a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,13 +29,18 @@ pub(crate) struct Report {
 impl Tracker {
     /// Registers a worker (or re-registers one that passes its previous id, keeping its leases)
     /// and records its device class.
-    pub(crate) async fn register(&self, reg: &Registration) -> Result<WorkerId> {
+    pub(crate) async fn register(&self, reg: &Registration, caller: &Caller) -> Result<WorkerId> {
         let mut w = self.write().await?;
         let now = w.now();
+        if let Some(previous) = reg.previous_id
+            && let Some(row) = store::workers::get(w.conn(), previous).await?
+        {
+            authorize(caller, &row)?;
+        }
         store::classes::upsert(w.conn(), &reg.device.target, now).await?;
         let id = match reg.previous_id {
             Some(previous) if store::workers::reregister(w.conn(), previous, reg, now).await? => previous,
-            _ => store::workers::insert(w.conn(), reg, now).await?,
+            _ => store::workers::insert(w.conn(), reg, caller.token, now).await?,
         };
         w.commit(&self.events).await?;
         let templates: Vec<String> = reg.templates.iter().map(|t| t.spelled()).collect();
@@ -47,7 +56,13 @@ impl Tracker {
     }
 
     /// Leases up to `max` tasks to `worker`, waiting up to `wait` for some to become pending.
-    pub(crate) async fn lease(&self, worker: WorkerId, max: u32, wait: Duration) -> Result<Vec<LeasedTask>> {
+    pub(crate) async fn lease(
+        &self,
+        worker: WorkerId,
+        max: u32,
+        wait: Duration,
+        caller: &Caller,
+    ) -> Result<Vec<LeasedTask>> {
         let deadline = Instant::now() + wait;
         loop {
             // Registered before looking, so that tasks proposed between the look and the wait
@@ -55,7 +70,7 @@ impl Tracker {
             let ready = self.events.next_tasks();
             tokio::pin!(ready);
             ready.as_mut().enable();
-            let tasks = self.try_lease(worker, max).await?;
+            let tasks = self.try_lease(worker, max, caller).await?;
             if !tasks.is_empty() || Instant::now() >= deadline {
                 return Ok(tasks);
             }
@@ -67,10 +82,11 @@ impl Tracker {
         }
     }
 
-    async fn try_lease(&self, worker: WorkerId, max: u32) -> Result<Vec<LeasedTask>> {
+    async fn try_lease(&self, worker: WorkerId, max: u32, caller: &Caller) -> Result<Vec<LeasedTask>> {
         let mut w = self.write().await?;
         let now = w.now();
         let row = store::workers::get(w.conn(), worker).await?.ok_or(Error::WorkerNotFound(worker))?;
+        authorize(caller, &row)?;
         store::workers::touch(w.conn(), worker, now).await?;
         let expires = self.lease_deadline(now);
         let ids = store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
@@ -98,12 +114,13 @@ impl Tracker {
         worker: WorkerId,
         tasks: &[TaskId],
         reference_us: Option<f64>,
+        caller: &Caller,
     ) -> Result<Vec<TaskId>> {
         let mut w = self.write().await?;
         let now = w.now();
-        if !store::workers::touch(w.conn(), worker, now).await? {
-            return Err(Error::WorkerNotFound(worker));
-        }
+        let row = store::workers::get(w.conn(), worker).await?.ok_or(Error::WorkerNotFound(worker))?;
+        authorize(caller, &row)?;
+        store::workers::touch(w.conn(), worker, now).await?;
         let flag = match reference_us {
             Some(r) => drift::note_reference(&mut w, worker, r).await?,
             None => None,
@@ -137,6 +154,7 @@ impl Tracker {
         task_id: TaskId,
         lease_serial: u32,
         reported: &Reported,
+        caller: &Caller,
     ) -> Result<Report> {
         let mut w = self.write().await?;
         let task = store::tasks::get(w.conn(), task_id).await?.ok_or(Error::TaskNotFound(task_id))?;
@@ -144,9 +162,9 @@ impl Tracker {
         // whatever became of the task.
         check_fits(&task, reported)?;
         let now = w.now();
-        if !store::workers::touch(w.conn(), worker, now).await? {
-            return Err(Error::WorkerNotFound(worker));
-        }
+        let row = store::workers::get(w.conn(), worker).await?.ok_or(Error::WorkerNotFound(worker))?;
+        authorize(caller, &row)?;
+        store::workers::touch(w.conn(), worker, now).await?;
         if task.state == TaskState::Done {
             w.commit(&self.events).await?;
             tracing::debug!(worker, task = task_id, "duplicate report dropped");
@@ -159,14 +177,24 @@ impl Tracker {
         // The same worker may hold a later lease of the task (its earlier one expired): while that
         // lease runs, a result of the earlier one is stale. Once no lease runs, the last holder's
         // late result is kept, whichever of its leases it answers (nothing measured is lost).
-        // Serial 0 comes from workers that predate serials: the holder check alone applies.
-        if lease_serial != 0 && lease_serial != task.attempts && task.state == TaskState::Leased {
+        if lease_serial > task.attempts {
+            return Err(Error::invalid(
+                "lease_serial",
+                format!("{lease_serial} names a lease task {task_id} never had (it had {})", task.attempts),
+            ));
+        }
+        if lease_serial != task.attempts && task.state == TaskState::Leased {
             return Err(Error::StaleLease { task: task_id, reported: lease_serial, current: task.attempts });
         }
         let job = store::jobs::get(w.conn(), task.job_id).await?.ok_or(Error::JobNotFound(task.job_id))?;
+        let untrusted = judge(&mut w, &task, &row, reported).await?;
+        for reason in untrusted.iter().flatten() {
+            tracing::warn!(worker, task = task_id, job = job.id, %reason, "report not trusted");
+        }
+        let producer = Producer { worker: Some(worker), token: caller.token, untrusted: &untrusted };
         let record = match reported {
-            Reported::Tuning(m) => self.record_result(&mut w, &job, &task, Some(worker), m).await?,
-            Reported::Finalists(ms) => self.record_finalists(&mut w, &job, &task, Some(worker), ms).await?,
+            Reported::Tuning(m) => self.record_result(&mut w, &job, &task, &producer, m).await?,
+            Reported::Finalists(ms) => self.record_finalists(&mut w, &job, &task, &producer, ms).await?,
         };
         w.commit(&self.events).await?;
         match reported {
@@ -187,12 +215,113 @@ impl Tracker {
         Ok(Report { stored: true, record_id: Some(record) })
     }
 
+    /// Quarantines worker `id`: every record it produced becomes untrusted (workloads it was
+    /// winning fall back to their fastest trusted record), the tasks it holds go back to the
+    /// queue, and its further leases and reports are refused. Returns the records it marked.
+    pub(crate) async fn quarantine(&self, id: WorkerId, reason: &str, caller: &Caller) -> Result<u64> {
+        caller.require_admin("quarantining a worker")?;
+        let mut w = self.write().await?;
+        let now = w.now();
+        let why = format!("quarantined: worker {id}: {reason}");
+        if !store::workers::quarantine(w.conn(), id, reason).await? {
+            return Err(Error::WorkerNotFound(id));
+        }
+        let marked = store::records::quarantine_worker(w.conn(), id, &why).await?;
+        let affected = store::workloads::drop_untrusted_winners(w.conn()).await?;
+        for &(job, idx) in &affected {
+            // Its searches saw the worker's times as trusted: they reload from the store.
+            w.stop_search(job, Some(idx));
+            w.job_changed(job);
+        }
+        let released = store::tasks::release_worker(w.conn(), id, now).await?;
+        if released > 0 {
+            w.tasks_ready();
+        }
+        w.commit(&self.events).await?;
+        tracing::warn!(worker = id, records = marked, workloads = affected.len(), released, %reason, "worker quarantined");
+        Ok(marked)
+    }
+
     /// Every registered worker, with its drift from the online workers of its class.
     pub(crate) async fn workers(&self) -> Result<Vec<(WorkerRow, Drift)>> {
         let rows = store::workers::list(&self.pool).await?;
         let drifts = drift::assess_all(&rows);
         Ok(rows.into_iter().zip(drifts).collect())
     }
+}
+
+/// Who produced the records of a report, and which of its measurements are not trusted.
+pub(crate) struct Producer<'a> {
+    /// The reporting worker (`None` for records the tracker writes itself, `device_lost`).
+    pub(crate) worker: Option<WorkerId>,
+    /// The token it reported with.
+    pub(crate) token: Option<i64>,
+    /// Per measurement in the report's order: why it is not trusted, or `None`.
+    pub(crate) untrusted: &'a [Option<String>],
+}
+
+impl Producer<'_> {
+    /// Why measurement `i` is not trusted, if it is not.
+    pub(crate) fn untrusted(&self, i: usize) -> Option<&str> {
+        self.untrusted.get(i).and_then(|u| u.as_deref())
+    }
+}
+
+/// Fails unless `caller` may act as worker `row`: the token it registered with (or an admin's),
+/// and not quarantined.
+fn authorize(caller: &Caller, row: &WorkerRow) -> Result<()> {
+    if !caller.owns(row.token_id) {
+        return Err(Error::Denied(format!(
+            "worker {} registered with another token; a worker token acts only for the workers it registered",
+            row.id
+        )));
+    }
+    if let Some(why) = &row.quarantined {
+        return Err(Error::Denied(format!("worker {} is quarantined ({why}); an admin must let it back", row.id)));
+    }
+    Ok(())
+}
+
+/// Why each ok measurement of a report cannot be true (`crate::plausible`), in the report's order.
+async fn judge(
+    w: &mut Write<'_>,
+    task: &TaskRow,
+    worker: &WorkerRow,
+    reported: &Reported,
+) -> Result<Vec<Option<String>>> {
+    let measurements: Vec<&Measurement> = match reported {
+        Reported::Tuning(m) => vec![m],
+        Reported::Finalists(ms) => ms.iter().collect(),
+    };
+    let device = &worker.device.0;
+    if device.target.class_key == "sim" || measurements.iter().all(|m| m.status != Status::Ok) {
+        return Ok(vec![None; measurements.len()]);
+    }
+    let workload = store::workloads::get(w.conn(), task.job_id, task.workload_idx)
+        .await?
+        .ok_or_else(|| Error::Internal(format!("task {} has no workload", task.id)))?
+        .workload
+        .0;
+    let key = workload.key();
+    let vendor_us = store::records::vendor_times(w.conn(), &key, &device.target.class_key, worker.id).await?;
+    let mut out = Vec::with_capacity(measurements.len());
+    for (i, m) in measurements.iter().enumerate() {
+        if m.status != Status::Ok {
+            out.push(None);
+            continue;
+        }
+        let (template, version) = match reported {
+            Reported::Tuning(_) => (task.template.as_str(), task.template_version),
+            Reported::Finalists(_) => {
+                let f = &task.finalists.0[i];
+                (f.template.as_str(), f.template_version)
+            }
+        };
+        let best_speedup = store::records::best_speedup(w.conn(), template, version, &device.target.class_key).await?;
+        let history = plausible::History { vendor_us: vendor_us.clone(), best_speedup };
+        out.push(plausible::judge(&workload, device, m.median_us, m.baseline_us, &history));
+    }
+    Ok(out)
 }
 
 /// Checks that a report has the shape its task asks for: one measurement for a tuning task, one

@@ -45,6 +45,10 @@ pub(crate) enum Error {
     /// The request conflicts with the tracker's state (no such device class, job already ended).
     #[error("{0}")]
     Precondition(String),
+    /// The caller's token may not do this (another token's job or worker, a role without the
+    /// right, a quarantined worker).
+    #[error("{0}")]
+    Denied(String),
     /// A bound on concurrent work (open streams) is reached; retrying later helps.
     #[error("{0}")]
     Exhausted(String),
@@ -108,6 +112,7 @@ impl From<Error> for tonic::Status {
             Error::NotHolder { .. } | Error::StaleLease { .. } | Error::Precondition(_) => {
                 Status::failed_precondition(e.to_string())
             }
+            Error::Denied(_) => Status::permission_denied(e.to_string()),
             Error::DuplicateRecord => Status::already_exists(e.to_string()),
             Error::Exhausted(_) => Status::resource_exhausted(e.to_string()),
             Error::Database(db) => {

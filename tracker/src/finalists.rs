@@ -9,8 +9,9 @@
 //! records are flagged `remeasure` and keyed by (task, finalist position). If its lease expires
 //! `max_attempts` times, the workload finishes without finalists and the job says so.
 
+use crate::dispatch::Producer;
 use crate::error::{Error, Result};
-use crate::model::{Finalist, Measurement, RecordId, Status, TaskState, WorkerId, WorkloadState};
+use crate::model::{Finalist, Measurement, RecordId, Status, TaskState, WorkloadState};
 use crate::store::jobs::JobRow;
 use crate::store::records::{NewRecord, Remeasure};
 use crate::store::tasks::TaskRow;
@@ -138,7 +139,7 @@ impl Tracker {
         w: &mut Write<'_>,
         job: &JobRow,
         task: &TaskRow,
-        worker: Option<WorkerId>,
+        producer: &Producer<'_>,
         measurements: &[Measurement],
     ) -> Result<RecordId> {
         let finalists = &task.finalists.0;
@@ -157,7 +158,7 @@ impl Tracker {
             let record = NewRecord {
                 task_id: task.id,
                 job_id: job.id,
-                worker_id: worker,
+                worker_id: producer.worker,
                 workload: &wl.workload.0,
                 template: &f.template,
                 template_version: f.template_version,
@@ -166,10 +167,20 @@ impl Tracker {
                 device_class: &job.device_class,
                 measurement: m,
                 finalist: Some(pos as u32),
+                token_id: producer.token,
+                untrusted: producer.untrusted(pos),
             };
             ids.push(store::records::insert(w.conn(), &record, now).await?);
         }
-        let outcomes: Vec<(Status, f64)> = measurements.iter().map(|m| (m.status, m.median_us)).collect();
+        // An untrusted re-measurement ranks with the failures: it may not win.
+        let outcomes: Vec<(Status, f64)> = measurements
+            .iter()
+            .enumerate()
+            .map(|(i, m)| match producer.untrusted(i) {
+                Some(_) => (Status::WrongResult, m.median_us),
+                None => (m.status, m.median_us),
+            })
+            .collect();
         let ranking = rank(&outcomes);
         let record = ids[ranking.winner.unwrap_or(0)];
         // A task given up on (or of a cancelled job) is stored but decides nothing: its workload

@@ -8,6 +8,7 @@ use sqlx::SqliteConnection;
 use tensortune_kernels::template;
 use tensortune_kernels::{Template, Workload};
 
+use crate::auth::Caller;
 use crate::error::{Error, Result};
 use crate::finalists::{self, FinalistView};
 use crate::model::{JobId, JobRequest, JobState, RecordFilter, RecordId, Status};
@@ -41,6 +42,15 @@ pub(crate) struct WorkloadView {
     pub(crate) finalists: Vec<FinalistView>,
 }
 
+/// What of a job needs no device and no store: a bad field is named first, even with no worker
+/// registered and before any limit applies.
+pub(crate) fn check_job(req: &JobRequest) -> Result<()> {
+    for (i, workload) in req.workloads.iter().enumerate() {
+        check_workload(req.template, i, workload)?;
+    }
+    Ok(())
+}
+
 impl Tracker {
     /// Validates a job against the registered device classes, stores it and proposes its first
     /// tasks. Returns the job's id and the device class it was bound to.
@@ -49,11 +59,8 @@ impl Tracker {
     /// every template that takes the workload on the device class (of those that some worker of
     /// the class runs, when any does): a template that rejects a workload contributes nothing to
     /// it, and a workload no template takes is refused with each one's reason.
-    pub(crate) async fn submit(&self, req: JobRequest) -> Result<(JobId, String)> {
-        // What needs no device first: a bad field is named even with no worker registered.
-        for (i, workload) in req.workloads.iter().enumerate() {
-            check_workload(req.template, i, workload)?;
-        }
+    pub(crate) async fn submit(&self, req: JobRequest, caller: &Caller) -> Result<(JobId, String)> {
+        check_job(&req)?;
         let class = self.resolve_device_class(req.device_class.as_deref()).await?;
         let target = store::classes::target(&self.pool, &class)
             .await?
@@ -111,6 +118,7 @@ impl Tracker {
             flush_l2: req.flush_l2,
             transfer: req.transfer,
             total_trials: req.total_trials,
+            token_id: caller.token,
         };
 
         let mut w = self.write().await?;
@@ -201,9 +209,15 @@ impl Tracker {
 
     /// Cancels a queued or running job: its unfinished tasks are cancelled (holders learn it from
     /// their heartbeats; their reports are still stored). Cancelling a cancelled job is a no-op.
-    pub(crate) async fn cancel(&self, id: JobId) -> Result<JobView> {
+    pub(crate) async fn cancel(&self, id: JobId, caller: &Caller) -> Result<JobView> {
         let mut w = self.write().await?;
         let job = store::jobs::get(w.conn(), id).await?.ok_or(Error::JobNotFound(id))?;
+        if !caller.owns(job.token_id) {
+            return Err(Error::Denied(format!(
+                "job {id} was submitted with another token; a client token cancels only its own jobs (an admin token \
+                 cancels any)"
+            )));
+        }
         match job.state {
             JobState::Cancelled => {}
             JobState::Done | JobState::Failed => {

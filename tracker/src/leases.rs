@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use crate::dispatch::Producer;
 use crate::error::Result;
 use crate::model::{JobState, Measurement, TaskKind, WorkloadState};
 use crate::progress::JobTemplates;
@@ -50,8 +51,8 @@ impl Tracker {
                     continue;
                 }
                 let why = format!("lease expired {} times; the worker holding it was lost", task.attempts);
-                let record =
-                    self.record_result(&mut w, &job, &task, task.worker_id, &Measurement::device_lost(why)).await?;
+                let producer = Producer { worker: task.worker_id, token: None, untrusted: &[] };
+                let record = self.record_result(&mut w, &job, &task, &producer, &Measurement::device_lost(why)).await?;
                 tracing::warn!(
                     task = task.id,
                     job = job.id,

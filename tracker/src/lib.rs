@@ -22,6 +22,8 @@
 //!   `tensortune_search`'s model-guided tuner).
 //! - `search.rs`: per-workload valid configs (with feature rows for a model), tuner state and
 //!   finished trials' outcomes, and transfer priors, computed on blocking threads.
+//! - `auth.rs`: bearer tokens with roles, the interceptor that checks them on every call, and the
+//!   `token` commands' store functions. `limits.rs`: per-token rate limits.
 //! - `events.rs`: change notifications for job watchers and waiting workers.
 //! - `store/`: the SQLite queries, one function each, per table.
 //! - `service/`: the tonic services and the wire <-> domain conversions.
@@ -30,6 +32,7 @@
 //! The database is the source of truth: a tracker killed at any point and started again on the
 //! same file resumes every unfinished job and loses no acknowledged record.
 
+mod auth;
 mod config;
 mod dispatch;
 mod drift;
@@ -38,7 +41,9 @@ mod events;
 mod finalists;
 mod jobs;
 mod leases;
+mod limits;
 mod model;
+mod plausible;
 mod progress;
 mod search;
 mod service;
@@ -54,10 +59,13 @@ use tensortune_proto::pb::tuning_server::TuningServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-pub use config::TrackerConfig;
+pub use auth::{Role, TokenInfo, add_token, list_tokens, revoke_token};
+pub use config::{SUBMIT_BURST, ServerTls, TrackerConfig};
+
+use auth::Gate;
 
 use service::dispatch::DispatchService;
 use service::tuning::TuningService;
@@ -72,16 +80,53 @@ pub async fn run(config: TrackerConfig, listener: TcpListener, shutdown: Cancell
     // Everything this call started stops with `stop`: the caller's token, or a failure to serve.
     let stop = shutdown.child_token();
     let tracker = Tracker::new(pool.clone(), config, stop.clone());
+    tracker.tokens.load(&pool).await.context("reading the tokens table")?;
+    let open = !tracker.tokens.required();
+    let tls = tracker.config.tls.clone();
+    if !local.ip().is_loopback() && (open || tls.is_none()) && !tracker.config.insecure {
+        let missing = match (open, tls.is_none()) {
+            (true, true) => "without tokens and without TLS",
+            (true, false) => "without tokens",
+            _ => "without TLS (tokens would cross the network in clear)",
+        };
+        anyhow::bail!(
+            "refusing to serve on {local} {missing}: anyone who reaches it could submit jobs or report results. \
+             Make tokens with `tensortune-tracker token add`, give --tls-cert/--tls-key, or listen on 127.0.0.1; \
+             --insecure serves anyway"
+        );
+    }
     tracker.resume().await.context("resuming unfinished jobs")?;
 
     let tasks = TaskTracker::new();
     tasks.spawn(leases::reaper(Arc::clone(&tracker), stop.clone()));
+    tasks.spawn(Arc::clone(&tracker.tokens).refresh(pool.clone(), stop.clone()));
     let db = tracker.config.db.display().to_string();
-    tracing::info!(addr = %local, db = %db, "tracker serving");
+    tracing::info!(
+        addr = %local,
+        db = %db,
+        auth = if open { "none (no tokens in the database)" } else { "tokens" },
+        tls = match &tls { None => "off", Some(t) if t.client_ca_pem.is_some() => "on, workers present certificates", Some(_) => "on" },
+        "tracker serving"
+    );
 
-    let served = Server::builder()
-        .add_service(TuningServer::new(TuningService::new(Arc::clone(&tracker), tasks.clone())))
-        .add_service(DispatchServer::new(DispatchService::new(Arc::clone(&tracker))))
+    let mut builder = Server::builder();
+    let worker_certs = tls.as_ref().is_some_and(|t| t.client_ca_pem.is_some());
+    if let Some(tls) = &tls {
+        let mut config = ServerTlsConfig::new().identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem));
+        if let Some(ca) = &tls.client_ca_pem {
+            // Verified when presented; required by the Dispatch gate, optional for Tuning callers.
+            config = config.client_ca_root(Certificate::from_pem(ca)).client_auth_optional(true);
+        }
+        builder = builder.tls_config(config).context("configuring TLS (--tls-cert/--tls-key/--tls-client-ca)")?;
+    }
+    let tuning_gate = Gate::new(Arc::clone(&tracker.tokens), "Tuning", &[Role::Client, Role::Admin], false);
+    let dispatch_gate = Gate::new(Arc::clone(&tracker.tokens), "Dispatch", &[Role::Worker, Role::Admin], worker_certs);
+    let served = builder
+        .add_service(TuningServer::with_interceptor(
+            TuningService::new(Arc::clone(&tracker), tasks.clone()),
+            tuning_gate,
+        ))
+        .add_service(DispatchServer::with_interceptor(DispatchService::new(Arc::clone(&tracker)), dispatch_gate))
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             stop.clone().cancelled_owned(),

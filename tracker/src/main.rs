@@ -5,16 +5,73 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
-use tensortune_tracker::TrackerConfig;
+use clap::{Args, Parser, Subcommand};
+use tensortune_tracker::{Role, ServerTls, TrackerConfig};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 /// The tensortune tracker: tuning jobs, leased dispatch to workers, the SQLite record store.
+///
+/// Without a subcommand it serves; `token` manages the bearer tokens callers present.
 #[derive(Parser, Debug)]
-#[command(version)]
-struct Args {
-    /// Address to serve gRPC on.
+#[command(version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve gRPC (the default).
+    Serve(ServeArgs),
+    /// Make, list and revoke the tokens workers and clients present (stored hashed in the
+    /// database; a running tracker picks changes up within a second).
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenAction {
+    /// Make a token and print it (once: only its hash is kept). Once a database holds a token,
+    /// every call needs one.
+    Add {
+        /// A unique name, e.g. the worker's host or the person's login.
+        #[arg(long)]
+        name: String,
+        /// worker (register, lease, report), client (submit and cancel its own jobs, read) or
+        /// admin (everything).
+        #[arg(long)]
+        role: Role,
+        /// Write the token to this file (created readable by its owner only) instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// SQLite database file.
+        #[arg(long, default_value = "tensortune.db")]
+        db: PathBuf,
+    },
+    /// List tokens (names, roles, dates; never secrets).
+    List {
+        /// SQLite database file.
+        #[arg(long, default_value = "tensortune.db")]
+        db: PathBuf,
+    },
+    /// Revoke a token by name or id.
+    Revoke {
+        /// The token's name or id.
+        name: String,
+        /// SQLite database file.
+        #[arg(long, default_value = "tensortune.db")]
+        db: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Address to serve gRPC on. Addresses other than loopback need tokens and TLS (or --insecure).
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
     /// SQLite database file (created when missing).
@@ -29,26 +86,117 @@ struct Args {
     /// Expired leases after which a task is recorded as device_lost.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     max_attempts: u32,
+    /// PEM certificate chain to serve TLS with (with --tls-key).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA: workers must present a client certificate it signed (mutual TLS); clients may.
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Serve on a non-loopback address even without tokens or TLS.
+    #[arg(long)]
+    insecure: bool,
+    /// Jobs one token may submit per second on average (bursts of 50 pass at once).
+    #[arg(long, default_value_t = 5.0)]
+    submit_rate: f64,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
         .init();
+    match cli.command {
+        None => serve(cli.serve).await,
+        Some(Command::Serve(args)) => serve(args).await,
+        Some(Command::Token { action }) => token(action).await,
+    }
+}
 
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let read =
+        |path: &PathBuf, what: &str| std::fs::read(path).with_context(|| format!("reading {what} {}", path.display()));
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(ServerTls {
+            cert_pem: read(cert, "--tls-cert")?,
+            key_pem: read(key, "--tls-key")?,
+            client_ca_pem: args.tls_client_ca.as_ref().map(|ca| read(ca, "--tls-client-ca")).transpose()?,
+        }),
+        _ => None,
+    };
     let config = TrackerConfig {
         db: args.db,
         lease: Duration::from_secs(args.lease_secs),
         heartbeat: Duration::from_secs(args.heartbeat_secs),
         max_attempts: args.max_attempts,
+        tls,
+        insecure: args.insecure,
+        submit_rate: args.submit_rate,
     };
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     tensortune_tracker::run(config, listener, shutdown).await
+}
+
+async fn token(action: TokenAction) -> anyhow::Result<()> {
+    match action {
+        TokenAction::Add { name, role, out, db } => {
+            let token = tensortune_tracker::add_token(&db, &name, role).await?;
+            match out {
+                Some(path) => {
+                    write_private(&path, &token)?;
+                    eprintln!("{role} token {name:?} written to {} (readable by you only)", path.display());
+                }
+                None => {
+                    println!("{token}");
+                    eprintln!(
+                        "{role} token {name:?} made; it is shown only now. Keep it in a file readable by its user \
+                         and point TENSORTUNE_TOKEN_FILE at it"
+                    );
+                }
+            }
+        }
+        TokenAction::List { db } => {
+            let tokens = tensortune_tracker::list_tokens(&db).await?;
+            if tokens.is_empty() {
+                println!("no tokens: the tracker on {} takes calls from anyone who reaches it", db.display());
+            }
+            for t in tokens {
+                let state = match t.revoked_ms {
+                    Some(ms) => format!("revoked {}", ms / 1000),
+                    None => "active".to_owned(),
+                };
+                println!("{:>4}  {:<24} {:<7} created {}  {state}", t.id, t.name, t.role, t.created_ms / 1000);
+            }
+        }
+        TokenAction::Revoke { name, db } => {
+            if tensortune_tracker::revoke_token(&db, &name).await? {
+                println!("revoked {name:?}; a running tracker refuses it within a second");
+            } else {
+                println!("{name:?} was revoked already");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes `text` to a new file only its owner can read.
+fn write_private(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file =
+        options.open(path).with_context(|| format!("creating {} (it must not exist yet)", path.display()))?;
+    writeln!(file, "{text}").with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }
 
 /// Cancels `shutdown` on Ctrl-C or SIGTERM.

@@ -11,8 +11,9 @@ use tensortune_kernels::{Space, Target, Template};
 use tensortune_search::schedule::{self, TaskProgress};
 use tensortune_search::tuner::Prior;
 
+use crate::dispatch::Producer;
 use crate::error::{Error, Result};
-use crate::model::{JobState, Measurement, RecordId, Status, TaskId, TemplateRef, WorkerId, WorkloadState};
+use crate::model::{JobState, Measurement, RecordId, Status, TaskId, TemplateRef, WorkloadState};
 use crate::search::{self, Search};
 use crate::store::jobs::JobRow;
 use crate::store::records::{ContentKey, NewRecord, Outcome, PriorScope, TrialOutcome};
@@ -38,7 +39,7 @@ struct Trial {
 /// A stored trial outcome as the search sees it (`None` for a template the job does not search,
 /// which its tasks never have).
 fn as_observed(templates: &JobTemplates, t: TrialOutcome) -> Option<Observed> {
-    let ok = t.status == Status::Ok && t.median_us > 0.0;
+    let ok = t.status == Status::Ok && t.trusted && t.median_us > 0.0;
     let slot = templates.slot(&t.template, t.template_version)?;
     let config = Point::new(slot, u64::try_from(t.config_index).ok()?);
     Some(Observed { config, time_us: ok.then_some(t.median_us) })
@@ -419,7 +420,7 @@ impl Tracker {
         w: &mut Write<'_>,
         job: &JobRow,
         task: &TaskRow,
-        worker: Option<WorkerId>,
+        producer: &Producer<'_>,
         measurement: &Measurement,
     ) -> Result<RecordId> {
         let wl = self.workload(w, job, task.workload_idx).await?;
@@ -432,7 +433,7 @@ impl Tracker {
         let record = NewRecord {
             task_id: task.id,
             job_id: job.id,
-            worker_id: worker,
+            worker_id: producer.worker,
             workload: &wl.workload.0,
             template: &task.template,
             template_version: task.template_version,
@@ -441,11 +442,18 @@ impl Tracker {
             device_class: &job.device_class,
             measurement,
             finalist: None,
+            token_id: producer.token,
+            untrusted: producer.untrusted(0),
         };
         let now = w.now();
         let id = store::records::insert(w.conn(), &record, now).await?;
         store::tasks::complete(w.conn(), task.id, id, now).await?;
-        let outcome = Outcome { id, status: measurement.status, median_us: measurement.median_us };
+        let outcome = Outcome {
+            id,
+            status: measurement.status,
+            median_us: measurement.median_us,
+            trusted: producer.untrusted(0).is_none(),
+        };
         let config = Point::new(slot, u64::try_from(task.config_index).unwrap_or_default());
         let trial = Trial { task: task.id, config, outcome, reused: false };
         self.finish_trial(w, job, task.workload_idx, trial).await?;
@@ -463,7 +471,7 @@ impl Tracker {
         wl.done += 1;
         wl.reused += u32::from(reused);
         store::tasks::set_trial(w.conn(), task, wl.done).await?;
-        let ok = outcome.status == Status::Ok;
+        let ok = outcome.ok();
         w.observed((job.id, idx), Observed { config, time_us: ok.then_some(outcome.median_us) });
         if ok {
             let t = outcome.median_us;

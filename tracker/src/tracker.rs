@@ -15,6 +15,7 @@ use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::Tokens;
 use crate::config::TrackerConfig;
 use crate::error::Result;
 use crate::events::Events;
@@ -28,6 +29,8 @@ pub(crate) struct Tracker {
     pub(crate) pool: SqlitePool,
     pub(crate) config: TrackerConfig,
     pub(crate) events: Events,
+    /// The tokens the services' interceptors check calls against.
+    pub(crate) tokens: Arc<Tokens>,
     /// Ends long polls and streams so that a graceful shutdown does not wait for them.
     pub(crate) shutdown: CancellationToken,
     /// The writer lock. SQLite admits one writer at a time anyway; taking it here first makes each
@@ -39,7 +42,14 @@ pub(crate) struct Tracker {
 impl Tracker {
     /// A tracker over an opened, migrated database.
     pub(crate) fn new(pool: SqlitePool, config: TrackerConfig, shutdown: CancellationToken) -> Arc<Tracker> {
-        Arc::new(Tracker { pool, config, events: Events::new(), shutdown, searches: Mutex::new(Searches::default()) })
+        Arc::new(Tracker {
+            pool,
+            config,
+            events: Events::new(),
+            tokens: Arc::new(Tokens::default()),
+            shutdown,
+            searches: Mutex::new(Searches::default()),
+        })
     }
 
     /// Starts a write.

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::sim::SimFault;
+use tensortune_proto::access::Access;
 
 /// The argument that makes a worker binary act as the measuring child (see [`crate::child_main`]).
 pub const CHILD_ARG: &str = "__measure-child";
@@ -109,6 +110,8 @@ pub struct WorkerConfig {
     pub child_command: Vec<String>,
     /// Faults the `sim` child injects (tests of the supervision); ignored on `cuda`.
     pub sim_faults: Vec<SimFault>,
+    /// The token and TLS settings of the tracker connection.
+    pub access: Access,
 }
 
 impl WorkerConfig {
@@ -124,6 +127,7 @@ impl WorkerConfig {
             measure_timeout: Duration::from_secs(60),
             child_command: default_child_command(),
             sim_faults: Vec::new(),
+            access: Access::default(),
         }
     }
 

@@ -95,7 +95,7 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
             .collect(),
         previous_id: 0,
     };
-    let link = match Link::connect(&config.tracker, registration, stop.clone()).await {
+    let link = match Link::connect(&config.tracker, &config.access, registration, stop.clone()).await {
         Ok(link) => Arc::new(link),
         Err(e) => {
             supervisor.shutdown().await;

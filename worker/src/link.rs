@@ -6,11 +6,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::Context as _;
+use tensortune_proto::access::{Access, Authed};
 use tensortune_proto::pb;
 use tensortune_proto::pb::dispatch_client::DispatchClient;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 /// How long a lease call may hold the tracker open waiting for work.
@@ -70,7 +69,7 @@ fn transient(code: Code) -> bool {
 
 /// A registered connection to the tracker.
 pub(crate) struct Link {
-    client: DispatchClient<Channel>,
+    client: DispatchClient<Authed>,
     /// What Register sends (with `previous_id` filled in on re-registration).
     registration: pb::RegisterRequest,
     worker_id: AtomicU64,
@@ -85,15 +84,13 @@ impl Link {
     /// retrying until the tracker answers or `shutdown` fires.
     pub(crate) async fn connect(
         url: &str,
+        access: &Access,
         registration: pb::RegisterRequest,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Link> {
-        let endpoint = Endpoint::from_shared(url.to_owned())
-            .with_context(|| format!("invalid tracker address {url:?}; expected e.g. http://127.0.0.1:7070"))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
+        let endpoint = access.endpoint(url)?.connect_timeout(Duration::from_secs(5)).tcp_nodelay(true);
         let link = Link {
-            client: DispatchClient::new(endpoint.connect_lazy()),
+            client: DispatchClient::with_interceptor(endpoint.connect_lazy(), access.bearer()),
             registration,
             worker_id: AtomicU64::new(0),
             heartbeat_ms: AtomicU64::new(DEFAULT_HEARTBEAT.as_millis() as u64),
@@ -160,7 +157,7 @@ impl Link {
     /// even after shutdown, so finished results still get their chance to be delivered.
     async fn call<T, F, Fut>(&self, name: &'static str, deadline: Duration, mut rpc: F) -> Result<T, LinkError>
     where
-        F: FnMut(DispatchClient<Channel>, u64) -> Fut,
+        F: FnMut(DispatchClient<Authed>, u64) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
         let mut backoff = BACKOFF_FIRST;

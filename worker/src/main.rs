@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use tensortune_proto::access::Access;
 use tensortune_worker::{CHILD_ARG, DeviceSpec, WorkerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +37,19 @@ struct Args {
     /// Seconds one measurement may take before its child is killed and the task reported as timeout.
     #[arg(long, default_value_t = 60)]
     measure_timeout_secs: u64,
+    /// File holding the worker token (else $TENSORTUNE_TOKEN_FILE, else $TENSORTUNE_TOKEN). Never
+    /// the token itself on the command line.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// PEM CA that signed the tracker's certificate (for an https:// tracker).
+    #[arg(long, env = "TENSORTUNE_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// PEM client certificate, for a tracker that requires mutual TLS (with --tls-key).
+    #[arg(long, env = "TENSORTUNE_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM key of --tls-cert.
+    #[arg(long, env = "TENSORTUNE_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -55,6 +69,12 @@ fn main() -> anyhow::Result<()> {
         .init();
 
     let mut config = WorkerConfig::new(args.tracker, args.device);
+    config.access = Access::load(
+        args.token_file.as_deref(),
+        args.tls_ca.as_deref(),
+        args.tls_cert.as_deref(),
+        args.tls_key.as_deref(),
+    )?;
     config.name = args.name;
     config.compile_threads = args.compile_threads;
     config.measure_timeout = Duration::from_secs(args.measure_timeout_secs.max(1));

@@ -438,6 +438,8 @@ pub(crate) fn record(r: Record) -> pb::Record {
         speedup: r.speedup,
         created_ms: r.created_ms,
         remeasure: r.remeasure,
+        token_id: r.token_id.unwrap_or_default() as u64,
+        untrusted: r.untrusted.unwrap_or_default(),
     }
 }
 
@@ -584,5 +586,7 @@ pub(crate) fn worker(w: WorkerRow, drift: Drift) -> pb::Worker {
         reference_us: w.reference_us.unwrap_or_default(),
         drift: drift.drift,
         flagged: drift.flagged,
+        quarantined: w.quarantined.unwrap_or_default(),
+        token_id: w.token_id.unwrap_or_default() as u64,
     }
 }

@@ -8,6 +8,7 @@ use tensortune_proto::pb::dispatch_server::Dispatch;
 use tonic::{Request, Response, Status};
 
 use super::convert::{self, id, in_range};
+use crate::auth::Caller;
 use crate::tracker::{Tracker, millis};
 
 /// Most tasks one `LeaseTasks` call may ask for.
@@ -30,8 +31,9 @@ impl DispatchService {
 #[tonic::async_trait]
 impl Dispatch for DispatchService {
     async fn register(&self, request: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
+        let caller = Caller::of(&request);
         let registration = convert::registration(request.into_inner())?;
-        let worker = self.tracker.register(&registration).await?;
+        let worker = self.tracker.register(&registration, &caller).await?;
         let config = &self.tracker.config;
         Ok(Response::new(pb::RegisterResponse {
             worker_id: worker as u64,
@@ -44,6 +46,7 @@ impl Dispatch for DispatchService {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let worker = id("worker_id", req.worker_id)?;
         let tasks = req
@@ -53,7 +56,7 @@ impl Dispatch for DispatchService {
             .map(|(i, t)| id(&format!("task_ids[{i}]"), *t))
             .collect::<Result<Vec<_>, _>>()?;
         let reference = convert::reference_us(req.reference_us)?;
-        let drop = self.tracker.heartbeat(worker, &tasks, reference).await?;
+        let drop = self.tracker.heartbeat(worker, &tasks, reference, &caller).await?;
         Ok(Response::new(pb::HeartbeatResponse { drop_task_ids: drop.into_iter().map(|t| t as u64).collect() }))
     }
 
@@ -61,11 +64,12 @@ impl Dispatch for DispatchService {
         &self,
         request: Request<pb::LeaseTasksRequest>,
     ) -> Result<Response<pb::LeaseTasksResponse>, Status> {
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let worker = id("worker_id", req.worker_id)?;
         let max = in_range("max_tasks", req.max_tasks, 1, MAX_LEASE)?;
         let wait = Duration::from_millis(u64::from(in_range("wait_ms", req.wait_ms, 0, MAX_WAIT_MS)?));
-        let tasks = self.tracker.lease(worker, max, wait).await?;
+        let tasks = self.tracker.lease(worker, max, wait, &caller).await?;
         Ok(Response::new(pb::LeaseTasksResponse { tasks: tasks.into_iter().map(convert::task).collect() }))
     }
 
@@ -73,11 +77,13 @@ impl Dispatch for DispatchService {
         &self,
         request: Request<pb::ReportResultRequest>,
     ) -> Result<Response<pb::ReportResultResponse>, Status> {
+        let caller = Caller::of(&request);
         let req = request.into_inner();
         let worker = id("worker_id", req.worker_id)?;
         let task = id("task_id", req.task_id)?;
+        let serial = in_range("lease_serial", req.lease_serial, 1, u32::MAX)?;
         let reported = convert::reported(req.measurement, req.finalist_measurements)?;
-        let report = self.tracker.report(worker, task, req.lease_serial, &reported).await?;
+        let report = self.tracker.report(worker, task, serial, &reported, &caller).await?;
         Ok(Response::new(pb::ReportResultResponse {
             stored: report.stored,
             record_id: report.record_id.unwrap_or_default() as u64,

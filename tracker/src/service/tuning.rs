@@ -1,6 +1,7 @@
 //! The `Tuning` service that people and scripts call.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tensortune_kernels::Workload;
 use tensortune_kernels::template::{self, by_name};
@@ -13,8 +14,11 @@ use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status};
 
 use super::convert::{self, id};
+use crate::auth::Caller;
+use crate::config::SUBMIT_BURST;
 use crate::error::Error;
 use crate::jobs::JobView;
+use crate::limits::RateLimit;
 use crate::model::{JobId, RecordFilter};
 use crate::tracker::Tracker;
 
@@ -23,6 +27,8 @@ use crate::tracker::Tracker;
 const WATCH_BUFFER: usize = 4;
 /// Records an export reads per query and may have in flight.
 const EXPORT_PAGE: u32 = 256;
+/// Longest quarantine reason, bytes.
+const MAX_REASON: usize = 512;
 /// Jobs a listing returns when the request sets no limit.
 const DEFAULT_LIST_LIMIT: u32 = 100;
 /// Watch and export streams open at once. Each holds a producer task and, while it reads, a
@@ -36,12 +42,15 @@ pub(crate) struct TuningService {
     tasks: TaskTracker,
     /// One permit per open stream, held by its producer.
     streams: Arc<Semaphore>,
+    /// Job submissions per token.
+    submissions: RateLimit,
 }
 
 impl TuningService {
     /// The service over `tracker`; stream producers are spawned on `tasks`.
     pub(crate) fn new(tracker: Arc<Tracker>, tasks: TaskTracker) -> Self {
-        TuningService { tracker, tasks, streams: Arc::new(Semaphore::new(MAX_STREAMS)) }
+        let submissions = RateLimit::new("job submissions", tracker.config.submit_rate, SUBMIT_BURST);
+        TuningService { tracker, tasks, streams: Arc::new(Semaphore::new(MAX_STREAMS)), submissions }
     }
 
     /// A permit for one more open stream.
@@ -58,8 +67,12 @@ impl Tuning for TuningService {
         &self,
         request: Request<pb::SubmitJobRequest>,
     ) -> Result<Response<pb::SubmitJobResponse>, Status> {
+        let caller = Caller::of(&request);
+        // Bad input is named before anything else, the rate included.
         let job = convert::job_request(request.into_inner())?;
-        let (id, device_class) = self.tracker.submit(job).await?;
+        crate::jobs::check_job(&job)?;
+        self.submissions.admit(caller.token, Instant::now())?;
+        let (id, device_class) = self.tracker.submit(job, &caller).await?;
         Ok(Response::new(pb::SubmitJobResponse { job_id: id as u64, device_class }))
     }
 
@@ -86,8 +99,9 @@ impl Tuning for TuningService {
     }
 
     async fn cancel_job(&self, request: Request<pb::JobRef>) -> Result<Response<pb::Job>, Status> {
+        let caller = Caller::of(&request);
         let id = id("job_id", request.into_inner().job_id)?;
-        Ok(Response::new(convert::job(self.tracker.cancel(id).await?)))
+        Ok(Response::new(convert::job(self.tracker.cancel(id, &caller).await?)))
     }
 
     async fn list_jobs(&self, request: Request<pb::ListJobsRequest>) -> Result<Response<pb::ListJobsResponse>, Status> {
@@ -149,6 +163,21 @@ impl Tuning for TuningService {
             drop(permit);
         });
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn quarantine_worker(
+        &self,
+        request: Request<pb::QuarantineWorkerRequest>,
+    ) -> Result<Response<pb::QuarantineWorkerResponse>, Status> {
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let worker = id("worker_id", req.worker_id)?;
+        let reason = req.reason.trim();
+        if reason.is_empty() || reason.len() > MAX_REASON {
+            return Err(Error::invalid("reason", format!("must say why in 1..={MAX_REASON} bytes")).into());
+        }
+        let records = self.tracker.quarantine(worker, reason, &caller).await?;
+        Ok(Response::new(pb::QuarantineWorkerResponse { records }))
     }
 }
 

@@ -43,6 +43,8 @@ pub(crate) struct JobRow {
     pub(crate) created_ms: i64,
     pub(crate) updated_ms: i64,
     pub(crate) finished_ms: Option<i64>,
+    /// The token the job was submitted with (its owner); `None` on a tracker without tokens.
+    pub(crate) token_id: Option<i64>,
 }
 
 impl JobRow {
@@ -77,6 +79,8 @@ pub(crate) struct NewJob<'a> {
     pub(crate) flush_l2: bool,
     pub(crate) transfer: bool,
     pub(crate) total_trials: u32,
+    /// The submitting token.
+    pub(crate) token_id: Option<i64>,
 }
 
 /// Inserts a queued job.
@@ -84,8 +88,8 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i6
     let id = sqlx::query_scalar(
         "INSERT INTO jobs (state, template, template_version, tuner, device_class, trials, batch_size, seed, samples,
                            label, early_stop_trials, early_stop_margin, finalists, finalist_rounds, flush_l2,
-                           transfer, total_trials, templates, created_ms, updated_ms)
-         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?18, ?17, ?17)
+                           transfer, total_trials, templates, created_ms, updated_ms, token_id)
+         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?18, ?17, ?17, ?19)
          RETURNING id",
     )
     .bind(job.template)
@@ -106,6 +110,7 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i6
     .bind(job.total_trials)
     .bind(now)
     .bind(json(job.templates))
+    .bind(job.token_id)
     .fetch_one(e)
     .await?;
     Ok(id)

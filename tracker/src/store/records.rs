@@ -45,6 +45,10 @@ pub(crate) struct Record {
     pub(crate) created_ms: i64,
     /// A re-measurement of a finalist, not a tuning trial.
     pub(crate) remeasure: bool,
+    /// The token the report came with.
+    pub(crate) token_id: Option<i64>,
+    /// Why the record is not trusted (never wins, never answers `best`), if it is not.
+    pub(crate) untrusted: Option<String>,
 }
 
 /// The identity and outcome of a record, enough to update a job's progress.
@@ -53,6 +57,15 @@ pub(crate) struct Outcome {
     pub(crate) id: RecordId,
     pub(crate) status: Status,
     pub(crate) median_us: f64,
+    /// False for a record marked untrusted: its time counts for nothing.
+    pub(crate) trusted: bool,
+}
+
+impl Outcome {
+    /// Whether the record gives a time to trust.
+    pub(crate) fn ok(&self) -> bool {
+        self.status == Status::Ok && self.trusted && self.median_us > 0.0
+    }
 }
 
 /// A record to insert: the task's identity plus what was measured.
@@ -69,6 +82,10 @@ pub(crate) struct NewRecord<'a> {
     pub(crate) measurement: &'a crate::model::Measurement,
     /// `Some(position)` for the re-measurement of a finalist task's finalist.
     pub(crate) finalist: Option<u32>,
+    /// The token the report came with.
+    pub(crate) token_id: Option<i64>,
+    /// Why the measurement is not trusted, if it is not.
+    pub(crate) untrusted: Option<&'a str>,
 }
 
 /// Inserts a record, deriving TFLOP/s and the speedup over the vendor baseline.
@@ -84,9 +101,10 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &NewRecord<'_>, now: i
         "INSERT INTO records (task_id, job_id, worker_id, workload_key, workload, template, template_version, config,
                               config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
                               spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers,
-                              smem_bytes, cache_hit, provenance, tflops, speedup, created_ms, remeasure, finalist_pos)
+                              smem_bytes, cache_hit, provenance, tflops, speedup, created_ms, remeasure, finalist_pos,
+                              token_id, untrusted)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
-                 ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31)
+                 ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)
          RETURNING id",
     )
     .bind(r.task_id)
@@ -120,6 +138,8 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &NewRecord<'_>, now: i
     .bind(now)
     .bind(r.finalist.is_some())
     .bind(r.finalist.unwrap_or(0))
+    .bind(r.token_id)
+    .bind(r.untrusted)
     .fetch_one(e)
     .await?)
 }
@@ -146,9 +166,9 @@ pub(crate) struct ContentKey<'a> {
 /// Re-measurements are left out so that a trial always points at a tuning record.
 pub(crate) async fn reusable(e: impl SqliteExecutor<'_>, key: &ContentKey<'_>) -> Result<Option<Outcome>> {
     Ok(sqlx::query_as(
-        "SELECT id, status, median_us FROM records
+        "SELECT id, status, median_us, untrusted IS NULL AS trusted FROM records
          WHERE workload_key = ?1 AND template = ?2 AND template_version = ?3 AND device_class = ?4 AND config = ?5
-           AND status NOT IN ('timeout', 'device_lost') AND remeasure = 0
+           AND status NOT IN ('timeout', 'device_lost') AND remeasure = 0 AND untrusted IS NULL
          ORDER BY id LIMIT 1",
     )
     .bind(key.workload_key)
@@ -178,6 +198,7 @@ pub(crate) async fn fastest_trials(e: impl SqliteExecutor<'_>, job: JobId, idx: 
         "SELECT t.template, t.template_version, t.config_index, t.config, r.id AS record_id, r.median_us
          FROM tasks t JOIN records r ON r.id = t.record_id
          WHERE t.job_id = ?1 AND t.workload_idx = ?2 AND t.kind = 'tuning' AND t.state = 'done' AND r.status = 'ok'
+           AND r.untrusted IS NULL
          ORDER BY r.median_us, r.id
          LIMIT ?3",
     )
@@ -196,6 +217,8 @@ pub(crate) struct TrialOutcome {
     pub(crate) config_index: i64,
     pub(crate) status: Status,
     pub(crate) median_us: f64,
+    /// False for a record marked untrusted.
+    pub(crate) trusted: bool,
 }
 
 /// The outcomes of the finished tuning trials of workload `idx` of `job` (the record each points
@@ -203,7 +226,8 @@ pub(crate) struct TrialOutcome {
 /// column existed come first, in the order their tasks were last updated.
 pub(crate) async fn trial_outcomes(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<TrialOutcome>> {
     Ok(sqlx::query_as(
-        "SELECT t.template, t.template_version, t.config_index, r.status, r.median_us
+        "SELECT t.template, t.template_version, t.config_index, r.status, r.median_us,
+                r.untrusted IS NULL AS trusted
          FROM tasks t JOIN records r ON r.id = t.record_id
          WHERE t.job_id = ?1 AND t.workload_idx = ?2 AND t.kind = 'tuning' AND t.state = 'done'
          ORDER BY t.trial, t.updated_ms, t.id",
@@ -245,7 +269,7 @@ pub(crate) async fn prior_records(e: impl SqliteExecutor<'_>, scope: &PriorScope
         "SELECT workload_key, workload, config, status, median_us FROM records
          WHERE device_class = ?1 AND template = ?2 AND template_version = ?3
            AND workload_key NOT IN (SELECT value FROM json_each(?4)) AND created_ms < ?5
-           AND remeasure = 0 AND status NOT IN ('timeout', 'device_lost')
+           AND remeasure = 0 AND status NOT IN ('timeout', 'device_lost') AND untrusted IS NULL
          ORDER BY id DESC LIMIT ?6",
     )
     .bind(scope.device_class)
@@ -294,7 +318,7 @@ pub(crate) async fn best(
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class ORDER BY median_us, id) AS rank
              FROM records
              WHERE workload_key = ?1 AND template || '@' || template_version IN (SELECT value FROM json_each(?2))
-               AND status = 'ok' AND (?3 IS NULL OR device_class = ?3))
+               AND status = 'ok' AND untrusted IS NULL AND (?3 IS NULL OR device_class = ?3))
          WHERE rank = 1
          ORDER BY median_us, id",
     )
@@ -315,7 +339,7 @@ pub(crate) async fn page(
     Ok(sqlx::query_as(
         "SELECT * FROM records
          WHERE id > ?1 AND (?2 IS NULL OR workload_key = ?2) AND (?3 IS NULL OR device_class = ?3)
-           AND (?4 IS NULL OR job_id = ?4) AND (NOT ?5 OR status = 'ok')
+           AND (?4 IS NULL OR job_id = ?4) AND (NOT ?5 OR (status = 'ok' AND untrusted IS NULL))
          ORDER BY id LIMIT ?6",
     )
     .bind(after)
@@ -326,4 +350,57 @@ pub(crate) async fn page(
     .bind(limit)
     .fetch_all(e)
     .await?)
+}
+
+/// The latest trusted vendor time of `workload_key` on `device_class` from each worker other than
+/// `worker`: the same vendor kernel, so they should agree.
+pub(crate) async fn vendor_times(
+    e: impl SqliteExecutor<'_>,
+    workload_key: &str,
+    device_class: &str,
+    worker: WorkerId,
+) -> Result<Vec<f64>> {
+    // SQLite takes the bare column from the row holding MAX(id).
+    let rows: Vec<(f64, i64)> = sqlx::query_as(
+        "SELECT baseline_us, MAX(id) FROM records
+         WHERE workload_key = ?1 AND device_class = ?2 AND status = 'ok' AND untrusted IS NULL AND baseline_us > 0
+           AND worker_id IS NOT NULL AND worker_id != ?3
+         GROUP BY worker_id",
+    )
+    .bind(workload_key)
+    .bind(device_class)
+    .bind(worker)
+    .fetch_all(e)
+    .await?;
+    Ok(rows.into_iter().map(|(t, _)| t).collect())
+}
+
+/// The highest speedup over the vendor of a trusted tuning record of a template on a class.
+pub(crate) async fn best_speedup(
+    e: impl SqliteExecutor<'_>,
+    template: &str,
+    template_version: u32,
+    device_class: &str,
+) -> Result<Option<f64>> {
+    Ok(sqlx::query_scalar(
+        "SELECT MAX(speedup) FROM records
+         WHERE template = ?1 AND template_version = ?2 AND device_class = ?3 AND status = 'ok' AND untrusted IS NULL
+           AND remeasure = 0",
+    )
+    .bind(template)
+    .bind(template_version)
+    .bind(device_class)
+    .fetch_one(e)
+    .await?)
+}
+
+/// Marks every record of worker `id` untrusted with `reason` (records already untrusted keep
+/// their first reason); returns how many it marked.
+pub(crate) async fn quarantine_worker(e: impl SqliteExecutor<'_>, id: WorkerId, reason: &str) -> Result<u64> {
+    let done = sqlx::query("UPDATE records SET untrusted = ?2 WHERE worker_id = ?1 AND untrusted IS NULL")
+        .bind(id)
+        .bind(reason)
+        .execute(e)
+        .await?;
+    Ok(done.rows_affected())
 }

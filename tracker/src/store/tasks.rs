@@ -284,6 +284,19 @@ pub(crate) async fn release(e: impl SqliteExecutor<'_>, id: TaskId, now: i64) ->
     Ok(())
 }
 
+/// Puts every task worker `id` holds back in the queue; returns how many.
+pub(crate) async fn release_worker(e: impl SqliteExecutor<'_>, id: WorkerId, now: i64) -> Result<u64> {
+    let done = sqlx::query(
+        "UPDATE tasks SET state = 'pending', lease_expires_ms = NULL, updated_ms = ?2
+         WHERE worker_id = ?1 AND state = 'leased'",
+    )
+    .bind(id)
+    .bind(now)
+    .execute(e)
+    .await?;
+    Ok(done.rows_affected())
+}
+
 /// Cancels task `id` (a finalist task given up on); its holder learns it from its next heartbeat.
 pub(crate) async fn cancel(e: impl SqliteExecutor<'_>, id: TaskId, now: i64) -> Result<()> {
     sqlx::query("UPDATE tasks SET state = 'cancelled', lease_expires_ms = NULL, updated_ms = ?2 WHERE id = ?1")

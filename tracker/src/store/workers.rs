@@ -29,6 +29,10 @@ pub(crate) struct WorkerRow {
     /// Whether its last heartbeat found it drifting from its peers (so that the warning is logged
     /// when it becomes flagged, not at every heartbeat).
     pub(crate) drift_flagged: bool,
+    /// The token it registered with; its calls must carry the same one.
+    pub(crate) token_id: Option<i64>,
+    /// Why an admin quarantined it, if one did.
+    pub(crate) quarantined: Option<String>,
 }
 
 /// `SELECT` of [`WorkerRow`]s followed by `$tail`.
@@ -56,10 +60,15 @@ pub(crate) async fn class_templates(e: impl SqliteExecutor<'_>, device_class: &s
 }
 
 /// Registers a new worker; returns its id.
-pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &Registration, now: i64) -> Result<WorkerId> {
+pub(crate) async fn insert(
+    e: impl SqliteExecutor<'_>,
+    r: &Registration,
+    token_id: Option<i64>,
+    now: i64,
+) -> Result<WorkerId> {
     Ok(sqlx::query_scalar(
-        "INSERT INTO workers (name, device_class, device, templates, registered_ms, last_seen_ms, state)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'online')
+        "INSERT INTO workers (name, device_class, device, templates, registered_ms, last_seen_ms, state, token_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'online', ?6)
          RETURNING id",
     )
     .bind(&r.name)
@@ -67,6 +76,7 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &Registration, now: i6
     .bind(json(&r.device))
     .bind(json(&r.templates.iter().map(|t| t.spelled()).collect::<Vec<_>>()))
     .bind(now)
+    .bind(token_id)
     .fetch_one(e)
     .await?)
 }
@@ -142,4 +152,11 @@ pub(crate) async fn class_references(e: impl SqliteExecutor<'_>, device_class: &
     .bind(device_class)
     .fetch_all(e)
     .await?)
+}
+
+/// Quarantines worker `id` with `reason`; false when unknown.
+pub(crate) async fn quarantine(e: impl SqliteExecutor<'_>, id: WorkerId, reason: &str) -> Result<bool> {
+    let done =
+        sqlx::query("UPDATE workers SET quarantined = ?2 WHERE id = ?1").bind(id).bind(reason).execute(e).await?;
+    Ok(done.rows_affected() == 1)
 }

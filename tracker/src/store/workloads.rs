@@ -139,3 +139,19 @@ pub(crate) async fn status_counts(e: impl SqliteExecutor<'_>, job: JobId) -> Res
     .fetch_all(e)
     .await?)
 }
+
+/// Points every workload whose winner became untrusted at its fastest trusted tuning record (or
+/// none); returns those workloads.
+pub(crate) async fn drop_untrusted_winners(e: &mut sqlx::SqliteConnection) -> Result<Vec<(JobId, u32)>> {
+    Ok(sqlx::query_as(
+        "UPDATE job_workloads SET best_record_id = (
+             SELECT r.id FROM tasks t JOIN records r ON r.id = t.record_id
+             WHERE t.job_id = job_workloads.job_id AND t.workload_idx = job_workloads.idx AND t.kind = 'tuning'
+               AND r.status = 'ok' AND r.untrusted IS NULL
+             ORDER BY r.median_us, r.id LIMIT 1)
+         WHERE best_record_id IN (SELECT id FROM records WHERE untrusted IS NOT NULL)
+         RETURNING job_id, idx",
+    )
+    .fetch_all(e)
+    .await?)
+}

@@ -1,6 +1,8 @@
 //! End-to-end tests of the tracker over gRPC: a real server on `127.0.0.1:0`, a temporary
 //! database, and a fake worker played by the test (no GPU needed).
 
+mod auth;
+mod binary;
 mod budget;
 mod drift;
 mod finalists;

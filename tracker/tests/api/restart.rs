@@ -229,7 +229,8 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
     req.previous_id = 1;
     let mut worker = FakeWorker::register_with(&tracker, req).await;
     assert_eq!(worker.id, 1);
-    let held = pb::Task { task_id: 3, config_index: configs[2].0, ..Default::default() };
+    // A report names its lease (the task's first).
+    let held = pb::Task { task_id: 3, config_index: configs[2].0, lease_serial: 1, ..Default::default() };
     assert!(worker.report(&held, ok(7.0)).await.unwrap().stored);
     let job = get_job(&mut tuning, 1).await;
     assert_eq!((job.state, job.workloads[0].trials_done), (pb::JobState::Done as i32, 3));
@@ -414,7 +415,7 @@ async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
     let mut req = registration("box/0", sim_device());
     req.previous_id = 1;
     let mut worker = FakeWorker::register_with(&tracker, req).await;
-    let held = pb::Task { task_id: 4, config_index: configs[3].0, ..Default::default() };
+    let held = pb::Task { task_id: 4, config_index: configs[3].0, lease_serial: 1, ..Default::default() };
     assert!(worker.report(&held, ok(7.0)).await.unwrap().stored);
     let finalist = worker.lease_some(1).await.remove(0);
     assert_eq!(finalist.finalist_indices, [0, 2, 3].map(|i| configs[i].0));
