@@ -11,7 +11,7 @@
 
 use crate::dispatch::Producer;
 use crate::error::{Error, Result};
-use crate::model::{Finalist, Measurement, RecordId, Status, TaskState, WorkloadState};
+use crate::model::{Finalist, Measurement, RecordId, Status, TaskState, WorkerId, WorkloadState};
 use crate::store::jobs::JobRow;
 use crate::store::records::{NewRecord, Remeasure};
 use crate::store::tasks::TaskRow;
@@ -82,6 +82,10 @@ pub(crate) fn views(tasks: &[TaskRow], remeasured: &[Remeasure], decided: &[u32]
     }
     out
 }
+
+/// A finalist re-measured on another worker this many times slower than its tuning record did
+/// not reproduce: the record is distrusted. Honest re-measurements differ by a few percent.
+const CONFIRM_MARGIN: f64 = 1.5;
 
 impl Tracker {
     /// Called when workload `wl`'s tuning ended in `end`: if the job asks for finalists and the
@@ -171,6 +175,9 @@ impl Tracker {
                 untrusted: producer.untrusted(pos),
             };
             ids.push(store::records::insert(w.conn(), &record, now).await?);
+            if m.status == Status::Ok && producer.untrusted(pos).is_none() {
+                self.confirm(w, f, m.median_us, producer.worker).await?;
+            }
         }
         // An untrusted re-measurement ranks with the failures: it may not win.
         let outcomes: Vec<(Status, f64)> = measurements
@@ -191,6 +198,37 @@ impl Tracker {
             self.decide(w, job, wl, &ranking, &ids, finalists).await?;
         }
         Ok(record)
+    }
+
+    /// Checks a finalist's tuning record against its re-measurement by `worker`: a time that
+    /// another worker cannot come near ([`CONFIRM_MARGIN`]) was not real, and its record becomes
+    /// untrusted (workloads it was winning fall back to their fastest trusted record).
+    async fn confirm(
+        &self,
+        w: &mut Write<'_>,
+        finalist: &Finalist,
+        remeasured_us: f64,
+        worker: Option<WorkerId>,
+    ) -> Result<()> {
+        let tuned_by = store::records::worker_of(w.conn(), finalist.record_id).await?;
+        if worker.is_none() || tuned_by.is_none() || tuned_by == worker {
+            return Ok(());
+        }
+        if remeasured_us <= finalist.tuned_us * CONFIRM_MARGIN {
+            return Ok(());
+        }
+        let why = format!(
+            "not reproduced: {:.3} us on worker {}, {remeasured_us:.3} us re-measured on worker {}",
+            finalist.tuned_us,
+            tuned_by.unwrap_or_default(),
+            worker.unwrap_or_default()
+        );
+        tracing::warn!(record = finalist.record_id, %why, "tuning record not confirmed");
+        store::records::distrust(w.conn(), finalist.record_id, &why).await?;
+        for (job, _) in store::workloads::drop_untrusted_winners(w.conn()).await? {
+            w.job_changed(job);
+        }
+        Ok(())
     }
 
     /// Names the winner of a finalizing workload and gives it its final state.

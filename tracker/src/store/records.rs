@@ -404,3 +404,18 @@ pub(crate) async fn quarantine_worker(e: impl SqliteExecutor<'_>, id: WorkerId, 
         .await?;
     Ok(done.rows_affected())
 }
+
+/// The worker that produced record `id`.
+pub(crate) async fn worker_of(e: impl SqliteExecutor<'_>, id: RecordId) -> Result<Option<WorkerId>> {
+    Ok(sqlx::query_scalar("SELECT worker_id FROM records WHERE id = ?1").bind(id).fetch_optional(e).await?.flatten())
+}
+
+/// Marks record `id` untrusted with `reason` unless it already is.
+pub(crate) async fn distrust(e: impl SqliteExecutor<'_>, id: RecordId, reason: &str) -> Result<()> {
+    sqlx::query("UPDATE records SET untrusted = ?2 WHERE id = ?1 AND untrusted IS NULL")
+        .bind(id)
+        .bind(reason)
+        .execute(e)
+        .await?;
+    Ok(())
+}

@@ -164,7 +164,8 @@ pub(crate) async fn taken(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> R
 /// Leases up to `limit` pending tasks to `worker`: tasks of queued or running jobs bound to
 /// `device_class` that it can run, oldest job first. It can run a tuning task whose template
 /// (spelled `name@version`) is in `templates`, and a finalist task when every finalist's template
-/// is (a worker with only some of a job's templates gets only their tasks).
+/// is (a worker with only some of a job's templates gets only their tasks) and, when another
+/// online worker of the class exists, it did not time the fastest finalist.
 pub(crate) async fn lease(
     e: impl SqliteExecutor<'_>,
     worker: WorkerId,
@@ -186,6 +187,13 @@ pub(crate) async fn lease(
                        SELECT 1 FROM json_each(t.finalists) f
                        WHERE json_extract(f.value, '$.template') || '@' || json_extract(f.value, '$.template_version')
                              NOT IN (SELECT value FROM json_each(?5)))
+                     -- The winner is confirmed on another worker than the one that timed the
+                     -- fastest finalist, when another online one of the class exists.
+                     AND (?1 IS NOT (SELECT r.worker_id FROM records r
+                                      WHERE r.id = json_extract(t.finalists, '$[0].record_id'))
+                          OR NOT EXISTS (SELECT 1 FROM workers o
+                                         WHERE o.device_class = ?4 AND o.state = 'online' AND o.id != ?1
+                                           AND o.quarantined IS NULL))
                    END
              ORDER BY t.job_id, t.id
              LIMIT ?6)

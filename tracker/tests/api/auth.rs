@@ -15,7 +15,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
 
-use crate::harness::{PATIENCE, TestTracker, config, job, matmul, ok, registration, sim_device};
+use crate::harness::{
+    FakeWorker, PATIENCE, TestTracker, all_records, config, get_job, is_finalist, job, job_with_finalists, matmul, ok,
+    registration, sim_device,
+};
 
 /// A tracker whose database holds a token of each role (and a second client and worker).
 struct Secured {
@@ -501,4 +504,40 @@ async fn non_loopback_addresses_need_tokens_and_tls_or_insecure() {
     stop.cancel();
     let cfg = TrackerConfig { insecure: true, ..config(&dir) };
     tensortune_tracker::run(cfg, listener, stop).await.unwrap();
+}
+
+#[tokio::test]
+async fn winners_are_confirmed_on_another_worker_and_times_that_do_not_reproduce_are_distrusted() {
+    let dir = TempDir::new().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut a = FakeWorker::register(&tracker, "a").await;
+    let mut b = FakeWorker::register(&tracker, "b").await;
+    let w = matmul(256, 256, 256);
+    tuning.submit_job(job_with_finalists(vec![w], 4, 4, Some(2))).await.unwrap();
+    let tasks = a.lease_some(4).await;
+    assert_eq!(tasks.len(), 4);
+    // One time a's GPU cannot really reach, three ordinary ones.
+    for (i, task) in tasks.iter().enumerate() {
+        let us = if i == 0 { 1.0 } else { 10.0 + i as f64 };
+        assert!(a.report(task, ok(us)).await.unwrap().stored);
+    }
+    // a timed the fastest finalist: the finalist task waits for b.
+    assert!(a.lease(1, 300).await.is_empty(), "the worker that timed the fastest finalist got its confirmation");
+    let finalist = b.lease_some(1).await.remove(0);
+    assert!(is_finalist(&finalist));
+    assert_eq!(finalist.finalist_indices[0], tasks[0].config_index);
+    b.report_finalists(&finalist, vec![ok(9.5), ok(11.2)]).await.unwrap();
+
+    let records = all_records(&mut tuning).await;
+    let fast = records.iter().find(|r| r.measurement.as_ref().unwrap().median_us == 1.0).unwrap();
+    assert!(fast.untrusted.starts_with("not reproduced"), "{}", fast.untrusted);
+    let req = pb::QueryBestRequest { workload: Some(w), ..Default::default() };
+    let best = tuning.query_best(req).await.unwrap().into_inner().best;
+    assert_eq!(best[0].measurement.as_ref().unwrap().median_us, 9.5);
+    assert_eq!(best[0].worker_id, b.id);
+    let job = get_job(&mut tuning, 1).await;
+    let winner = job.workloads[0].best.as_ref().unwrap();
+    assert_eq!((winner.worker_id, winner.measurement.as_ref().unwrap().median_us), (b.id, 9.5));
+    tracker.stop().await;
 }
