@@ -58,119 +58,137 @@ async fn bad_submissions_name_the_field() {
     let (c, message) = code(tuning.submit_job(wgmma).await);
     assert_eq!(c, Code::InvalidArgument, "{message}");
     assert!(message.contains("invalid workloads[0].matmul.m: 1001 must be a multiple of 8"), "{message}");
-    FakeWorker::register(&tracker, "box/0").await;
 
     let base = || job(vec![matmul(64, 64, 64)], 4, 0);
-    let cases: Vec<(&str, pb::SubmitJobRequest, &str)> = vec![
-        ("no workloads", pb::SubmitJobRequest { workloads: vec![], ..base() }, "invalid workloads:"),
-        (
-            "a label of 10 kB",
-            pb::SubmitJobRequest { label: "x".repeat(10_000), ..base() },
-            "invalid label: is 10000 bytes long; at most 256 are allowed",
-        ),
-        (
-            "a template name of 1 kB",
-            pb::SubmitJobRequest { template: "t".repeat(1000), ..base() },
-            "invalid template: is 1000 bytes long; at most 128 are allowed",
-        ),
-        (
-            "too many workloads",
-            pb::SubmitJobRequest { workloads: vec![matmul(64, 64, 64); 1025], ..base() },
-            "invalid workloads:",
-        ),
-        ("m = 0", job(vec![matmul(64, 64, 64), matmul(0, 64, 64)], 4, 0), "invalid workloads[1].matmul.m:"),
-        ("k not a multiple of 8", job(vec![matmul(64, 64, 20)], 4, 0), "invalid workloads[0].matmul.k:"),
-        (
-            "layout unset",
-            job(vec![with_matmul(matmul(64, 64, 64), |m| m.layout = 0)], 4, 0),
-            "invalid workloads[0].matmul.layout:",
-        ),
-        (
-            "i8 accumulating in f32",
-            job(
-                vec![with_matmul(matmul(64, 64, 64), |m| {
-                    m.input = pb::Dtype::I8 as i32;
-                    m.accumulator = pb::Dtype::F32 as i32;
-                })],
-                4,
-                0,
+    let cases = || -> Vec<(&str, pb::SubmitJobRequest, &str)> {
+        vec![
+            ("no workloads", pb::SubmitJobRequest { workloads: vec![], ..base() }, "invalid workloads:"),
+            (
+                "a label of 10 kB",
+                pb::SubmitJobRequest { label: "x".repeat(10_000), ..base() },
+                "invalid label: is 10000 bytes long; at most 256 are allowed",
             ),
-            "invalid workloads[0].matmul.accumulator:",
-        ),
-        ("no op", job(vec![pb::Workload { op: None }], 4, 0), "invalid workloads[0].op:"),
-        (
-            "conv whose channels wmma_conv2d cannot load",
-            job(
-                vec![pb::Workload {
-                    op: match conv().op {
-                        Some(pb::workload::Op::Conv2d(c)) => Some(pb::workload::Op::Conv2d(pb::Conv2d { c: 12, ..c })),
-                        other => other,
-                    },
-                }],
-                4,
-                0,
+            (
+                "a template name of 1 kB",
+                pb::SubmitJobRequest { template: "t".repeat(1000), ..base() },
+                "invalid template: is 1000 bytes long; at most 128 are allowed",
             ),
-            "invalid workloads[0].conv2d.c: 12 must be a multiple of 8 for f16 inputs",
-        ),
-        (
-            "conv with wmma_gemm",
-            pb::SubmitJobRequest { template: "wmma_gemm".into(), ..job(vec![conv()], 4, 0) },
-            "invalid workloads[0]: template wmma_gemm does not support conv2d",
-        ),
-        (
-            "mixed ops with one template",
-            pb::SubmitJobRequest { template: "wmma_gemm".into(), ..job(vec![matmul(64, 64, 64), conv()], 4, 0) },
-            "invalid workloads[1]:",
-        ),
-        ("unknown template", pb::SubmitJobRequest { template: "cutlass".into(), ..base() }, "known: wmma_gemm"),
-        (
-            "unknown tuner",
-            pb::SubmitJobRequest { tuner: "bayes".into(), ..base() },
-            "invalid tuner: unknown tuner \"bayes\"; known: random, grid, model",
-        ),
-        (
-            "no trials",
-            pb::SubmitJobRequest { trials: 0, ..base() },
-            "invalid trials: 0 is out of range; allowed 1 ..= 100000",
-        ),
-        ("too many trials", pb::SubmitJobRequest { trials: 100_001, ..base() }, "invalid trials: 100001"),
-        ("huge batch", pb::SubmitJobRequest { batch_size: 4097, ..base() }, "invalid batch_size: 4097"),
-        ("too many samples", pb::SubmitJobRequest { samples: 1001, ..base() }, "invalid samples: 1001"),
-        ("margin above 1", pb::SubmitJobRequest { early_stop_margin: 1.5, ..base() }, "invalid early_stop_margin: 1.5"),
-        ("margin NaN", pb::SubmitJobRequest { early_stop_margin: f64::NAN, ..base() }, "invalid early_stop_margin:"),
-        (
-            "too many finalists",
-            pb::SubmitJobRequest { finalists: Some(17), ..base() },
-            "invalid finalists: 17 is out of range; allowed 0 ..= 16",
-        ),
-        (
-            "too many finalist rounds",
-            pb::SubmitJobRequest { finalist_rounds: 21, ..base() },
-            "invalid finalist_rounds: 21 is out of range; allowed 1 ..= 20",
-        ),
-        (
-            "a budget above the limit",
-            pb::SubmitJobRequest { total_trials: 1_000_001, ..base() },
-            "invalid total_trials: 1000001 is out of range; allowed 1 ..= 1000000",
-        ),
-        (
-            "a budget below the workloads",
-            pb::SubmitJobRequest {
-                total_trials: 2,
-                ..job(vec![matmul(64, 64, 64), matmul(128, 64, 64), matmul(64, 64, 128)], 4, 0)
-            },
-            "invalid total_trials: 2 is fewer than the job's 3 workloads",
-        ),
-        (
-            "margin negative",
-            pb::SubmitJobRequest { early_stop_margin: -0.1, early_stop_trials: 5, ..base() },
-            "invalid early_stop_margin:",
-        ),
-    ];
-    for (what, req, expected) in cases {
-        let (c, message) = code(tuning.submit_job(req).await);
-        assert_eq!(c, Code::InvalidArgument, "{what}: {message}");
-        assert!(message.contains(expected), "{what}: {message:?} lacks {expected:?}");
+            (
+                "too many workloads",
+                pb::SubmitJobRequest { workloads: vec![matmul(64, 64, 64); 1025], ..base() },
+                "invalid workloads:",
+            ),
+            ("m = 0", job(vec![matmul(64, 64, 64), matmul(0, 64, 64)], 4, 0), "invalid workloads[1].matmul.m:"),
+            ("k not a multiple of 8", job(vec![matmul(64, 64, 20)], 4, 0), "invalid workloads[0].matmul.k:"),
+            (
+                "layout unset",
+                job(vec![with_matmul(matmul(64, 64, 64), |m| m.layout = 0)], 4, 0),
+                "invalid workloads[0].matmul.layout:",
+            ),
+            (
+                "i8 accumulating in f32",
+                job(
+                    vec![with_matmul(matmul(64, 64, 64), |m| {
+                        m.input = pb::Dtype::I8 as i32;
+                        m.accumulator = pb::Dtype::F32 as i32;
+                    })],
+                    4,
+                    0,
+                ),
+                "invalid workloads[0].matmul.accumulator:",
+            ),
+            ("no op", job(vec![pb::Workload { op: None }], 4, 0), "invalid workloads[0].op:"),
+            (
+                "conv whose channels wmma_conv2d cannot load",
+                job(
+                    vec![pb::Workload {
+                        op: match conv().op {
+                            Some(pb::workload::Op::Conv2d(c)) => {
+                                Some(pb::workload::Op::Conv2d(pb::Conv2d { c: 12, ..c }))
+                            }
+                            other => other,
+                        },
+                    }],
+                    4,
+                    0,
+                ),
+                "invalid workloads[0].conv2d.c: 12 must be a multiple of 8 for f16 inputs",
+            ),
+            (
+                "conv with wmma_gemm",
+                pb::SubmitJobRequest { template: "wmma_gemm".into(), ..job(vec![conv()], 4, 0) },
+                "invalid workloads[0]: template wmma_gemm does not support conv2d",
+            ),
+            (
+                "mixed ops with one template",
+                pb::SubmitJobRequest { template: "wmma_gemm".into(), ..job(vec![matmul(64, 64, 64), conv()], 4, 0) },
+                "invalid workloads[1]:",
+            ),
+            ("unknown template", pb::SubmitJobRequest { template: "cutlass".into(), ..base() }, "known: wmma_gemm"),
+            (
+                "unknown tuner",
+                pb::SubmitJobRequest { tuner: "bayes".into(), ..base() },
+                "invalid tuner: unknown tuner \"bayes\"; known: random, grid, model",
+            ),
+            (
+                "no trials",
+                pb::SubmitJobRequest { trials: 0, ..base() },
+                "invalid trials: 0 is out of range; allowed 1 ..= 100000",
+            ),
+            ("too many trials", pb::SubmitJobRequest { trials: 100_001, ..base() }, "invalid trials: 100001"),
+            ("huge batch", pb::SubmitJobRequest { batch_size: 4097, ..base() }, "invalid batch_size: 4097"),
+            ("too many samples", pb::SubmitJobRequest { samples: 1001, ..base() }, "invalid samples: 1001"),
+            (
+                "margin above 1",
+                pb::SubmitJobRequest { early_stop_margin: 1.5, ..base() },
+                "invalid early_stop_margin: 1.5",
+            ),
+            (
+                "margin NaN",
+                pb::SubmitJobRequest { early_stop_margin: f64::NAN, ..base() },
+                "invalid early_stop_margin:",
+            ),
+            (
+                "too many finalists",
+                pb::SubmitJobRequest { finalists: Some(17), ..base() },
+                "invalid finalists: 17 is out of range; allowed 0 ..= 16",
+            ),
+            (
+                "too many finalist rounds",
+                pb::SubmitJobRequest { finalist_rounds: 21, ..base() },
+                "invalid finalist_rounds: 21 is out of range; allowed 1 ..= 20",
+            ),
+            (
+                "a budget above the limit",
+                pb::SubmitJobRequest { total_trials: 1_000_001, ..base() },
+                "invalid total_trials: 1000001 is out of range; allowed 1 ..= 1000000",
+            ),
+            (
+                "a budget below the workloads",
+                pb::SubmitJobRequest {
+                    total_trials: 2,
+                    ..job(vec![matmul(64, 64, 64), matmul(128, 64, 64), matmul(64, 64, 128)], 4, 0)
+                },
+                "invalid total_trials: 2 is fewer than the job's 3 workloads",
+            ),
+            (
+                "margin negative",
+                pb::SubmitJobRequest { early_stop_margin: -0.1, early_stop_trials: 5, ..base() },
+                "invalid early_stop_margin:",
+            ),
+        ]
+    };
+    // Every bad field is named before anything is looked up: with no worker yet (no device class
+    // to check against), and again with one.
+    for registered in [false, true] {
+        if registered {
+            FakeWorker::register(&tracker, "box/0").await;
+        }
+        for (what, req, expected) in cases() {
+            let (c, message) = code(tuning.submit_job(req).await);
+            assert_eq!(c, Code::InvalidArgument, "{what} (worker registered: {registered}): {message}");
+            assert!(message.contains(expected), "{what}: {message:?} lacks {expected:?}");
+        }
     }
 
     // Without a template each workload has its op's templates: a job of a matmul and a conv is one.
