@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use crate::auth::Caller;
 use crate::drift::{self, Drift};
 use crate::error::{Error, Result};
+use crate::http::Counters;
 use crate::model::{
     JobId, Measurement, RecordId, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId,
 };
@@ -167,6 +168,7 @@ impl Tracker {
         store::workers::touch(w.conn(), worker, now).await?;
         if task.state == TaskState::Done {
             w.commit(&self.events).await?;
+            Counters::bump(&self.counters.reports_duplicate);
             tracing::debug!(worker, task = task_id, "duplicate report dropped");
             return Ok(Report { stored: false, record_id: task.record_id });
         }
@@ -197,6 +199,10 @@ impl Tracker {
             Reported::Finalists(ms) => self.record_finalists(&mut w, &job, &task, &producer, ms).await?,
         };
         w.commit(&self.events).await?;
+        Counters::bump(&self.counters.reports_stored);
+        if untrusted.iter().any(Option::is_some) {
+            Counters::bump(&self.counters.reports_untrusted);
+        }
         match reported {
             Reported::Tuning(m) => {
                 tracing::debug!(worker, task = task_id, job = job.id, record, status = ?m.status, median_us = m.median_us, "result stored");

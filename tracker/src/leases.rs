@@ -42,7 +42,9 @@ impl Tracker {
     pub(crate) async fn reap(&self) -> Result<()> {
         let mut w = self.write().await?;
         let now = w.now();
-        for task in store::tasks::expired(w.conn(), now).await? {
+        let expired = store::tasks::expired(w.conn(), now).await?;
+        let count = expired.len() as u64;
+        for task in expired {
             if task.attempts >= self.config.max_attempts {
                 let Some(job) = store::jobs::get(w.conn(), task.job_id).await? else { continue };
                 if task.kind == TaskKind::Finalist {
@@ -75,6 +77,7 @@ impl Tracker {
         }
         let offline = store::workers::mark_offline(w.conn(), now.saturating_sub(millis(self.config.lease))).await?;
         w.commit(&self.events).await?;
+        self.counters.leases_expired.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
         for worker in offline {
             tracing::info!(worker, "worker offline: not heard from for a lease");
         }

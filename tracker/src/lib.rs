@@ -24,6 +24,7 @@
 //!   finished trials' outcomes, and transfer priors, computed on blocking threads.
 //! - `auth.rs`: bearer tokens with roles, the interceptor that checks them on every call, and the
 //!   `token` commands' store functions. `limits.rs`: per-token rate limits.
+//! - `http.rs`: the read-only HTTP side: the dashboard (`dashboard.html`), its JSON, `/metrics`.
 //! - `events.rs`: change notifications for job watchers and waiting workers.
 //! - `store/`: the SQLite queries, one function each, per table.
 //! - `service/`: the tonic services and the wire <-> domain conversions.
@@ -39,6 +40,7 @@ mod drift;
 mod error;
 mod events;
 mod finalists;
+mod http;
 mod jobs;
 mod leases;
 mod limits;
@@ -74,6 +76,17 @@ use tracker::Tracker;
 /// Runs a tracker on `listener` until `shutdown` is cancelled, then stops gracefully: in-flight
 /// calls finish, streams and long polls end, background tasks stop, the database is closed.
 pub async fn run(config: TrackerConfig, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    run_with_http(config, listener, None, shutdown).await
+}
+
+/// [`run`], also serving the read-only HTTP side (dashboard at `/`, JSON under `/api/`,
+/// Prometheus metrics at `/metrics`) on `http` when given.
+pub async fn run_with_http(
+    config: TrackerConfig,
+    listener: TcpListener,
+    http: Option<TcpListener>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     config.validate()?;
     let pool = store::open(&config.db).await?;
     let local = listener.local_addr().context("reading the listener's address")?;
@@ -100,6 +113,16 @@ pub async fn run(config: TrackerConfig, listener: TcpListener, shutdown: Cancell
     let tasks = TaskTracker::new();
     tasks.spawn(leases::reaper(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(Arc::clone(&tracker.tokens).refresh(pool.clone(), stop.clone()));
+    if let Some(http) = http {
+        let addr = http.local_addr().context("reading the HTTP listener's address")?;
+        tracing::info!(%addr, "dashboard and /metrics serving");
+        let (tracker, stop) = (Arc::clone(&tracker), stop.clone());
+        tasks.spawn(async move {
+            if let Err(e) = http::serve(tracker, http, stop.clone()).await {
+                tracing::error!(error = %e, "the HTTP side stopped; gRPC goes on");
+            }
+        });
+    }
     let db = tracker.config.db.display().to_string();
     tracing::info!(
         addr = %local,

@@ -98,6 +98,13 @@ struct ServeArgs {
     /// Serve on a non-loopback address even without tokens or TLS.
     #[arg(long)]
     insecure: bool,
+    /// Serve the read-only dashboard (/) and Prometheus metrics (/metrics) over HTTP here.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Allow --http on a non-loopback address: the page and metrics need no token and show every
+    /// job's workloads, labels and results.
+    #[arg(long)]
+    http_public: bool,
     /// Jobs one token may submit per second on average (bursts of 50 pass at once).
     #[arg(long, default_value_t = 5.0)]
     submit_rate: f64,
@@ -137,11 +144,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         insecure: args.insecure,
         submit_rate: args.submit_rate,
     };
+    let http = match args.http {
+        Some(addr) if !addr.ip().is_loopback() && !args.http_public => anyhow::bail!(
+            "refusing --http {addr}: the dashboard and metrics need no token; add --http-public to serve them there, \
+             or use 127.0.0.1"
+        ),
+        Some(addr) => {
+            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding --http {addr}"))?)
+        }
+        None => None,
+    };
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    tensortune_tracker::run(config, listener, shutdown).await
+    tensortune_tracker::run_with_http(config, listener, http, shutdown).await
 }
 
 async fn token(action: TokenAction) -> anyhow::Result<()> {

@@ -19,6 +19,7 @@ use crate::auth::Tokens;
 use crate::config::TrackerConfig;
 use crate::error::Result;
 use crate::events::Events;
+use crate::http::Counters;
 use crate::model::{JobId, now_ms};
 use crate::search::{PriorKey, Search, SearchKey, Searches};
 use crate::tuner::{Observed, Point};
@@ -31,6 +32,8 @@ pub(crate) struct Tracker {
     pub(crate) events: Events,
     /// The tokens the services' interceptors check calls against.
     pub(crate) tokens: Arc<Tokens>,
+    /// What happened since start, for `/metrics`.
+    pub(crate) counters: Counters,
     /// Ends long polls and streams so that a graceful shutdown does not wait for them.
     pub(crate) shutdown: CancellationToken,
     /// The writer lock. SQLite admits one writer at a time anyway; taking it here first makes each
@@ -47,6 +50,7 @@ impl Tracker {
             config,
             events: Events::new(),
             tokens: Arc::new(Tokens::default()),
+            counters: Counters::default(),
             shutdown,
             searches: Mutex::new(Searches::default()),
         })

@@ -39,6 +39,15 @@ impl TestTracker {
         TestTracker { addr, shutdown, handle }
     }
 
+    /// A handle on a tracker started elsewhere (clients only; stopping it is its owner's job).
+    pub(crate) fn attach(addr: &str) -> TestTracker {
+        TestTracker {
+            addr: addr.to_owned(),
+            shutdown: CancellationToken::new(),
+            handle: tokio::spawn(async { Ok(()) }),
+        }
+    }
+
     /// Stops it through its token and waits for a clean exit.
     pub(crate) async fn stop(self) {
         self.shutdown.cancel();

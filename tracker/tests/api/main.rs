@@ -7,6 +7,7 @@ mod budget;
 mod drift;
 mod finalists;
 mod harness;
+mod http;
 mod leases;
 mod lifecycle;
 mod model;
