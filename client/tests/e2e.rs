@@ -421,6 +421,16 @@ async fn the_cli_and_workers_present_tokens_from_files_and_the_environment() {
     assert!(!refused.status.success());
     assert!(stderr.contains("requires a token") && stderr.contains("TENSORTUNE_TOKEN_FILE"), "{stderr}");
 
+    // The tune below needs the worker's device class: wait for it to register.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = tokio::task::block_in_place(|| cli(&["workers", "--json"], &[("TENSORTUNE_TOKEN", &client_token)]));
+        if listed.status.success() && String::from_utf8_lossy(&listed.stdout).contains("online") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the worker did not register: {listed:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let file = token_file.to_str().unwrap();
     let tune = ["tune", "matmul", "--m", "256", "--n", "64", "--k", "256", "--trials", "4", "--seed", "3"];
     let tuned = tokio::task::block_in_place(|| cli(&[&["--token-file", file][..], &tune[..]].concat(), &[]));
