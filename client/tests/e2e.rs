@@ -424,7 +424,8 @@ async fn the_cli_and_workers_present_tokens_from_files_and_the_environment() {
     // The tune below needs the worker's device class: wait for it to register.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let listed = tokio::task::block_in_place(|| cli(&["workers", "--json"], &[("TENSORTUNE_TOKEN", &client_token)]));
+        let listed =
+            tokio::task::block_in_place(|| cli(&["workers", "--json"], &[("TENSORTUNE_TOKEN", &client_token)]));
         if listed.status.success() && String::from_utf8_lossy(&listed.stdout).contains("online") {
             break;
         }

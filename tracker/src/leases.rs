@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::Producer;
 use crate::error::Result;
-use crate::model::{JobState, Measurement, TaskKind, WorkloadState};
+use crate::model::{JobState, Measurement, TaskKind, WorkloadState, now_ms};
 use crate::progress::JobTemplates;
 use crate::store::{self};
 use crate::tracker::{Tracker, millis};
@@ -92,7 +92,6 @@ impl Tracker {
     pub(crate) async fn resume(&self) -> Result<()> {
         let mut w = self.write().await?;
         let now = w.now();
-        let renewed = store::tasks::renew_all(w.conn(), self.lease_deadline(now)).await?;
         let jobs = store::jobs::active(w.conn()).await?;
         for job in &jobs {
             if let Err(why) = JobTemplates::of(job) {
@@ -112,6 +111,11 @@ impl Tracker {
             self.top_up_all(&mut w, job).await?;
             self.finish_job_if_done(&mut w, job).await?;
         }
+        // Every lease held when the tracker stopped gets a whole lease from the moment serving
+        // starts, read after the searches were rebuilt: a deadline taken at the start of this write
+        // would let the seconds spent enumerating spaces eat the leases of workers still
+        // reconnecting, and their work would be measured twice.
+        let renewed = store::tasks::renew_all(w.conn(), self.lease_deadline(now_ms())).await?;
         w.commit(&self.events).await?;
         tracing::info!(jobs = jobs.len(), leases = renewed, "resumed unfinished jobs");
         Ok(())

@@ -579,3 +579,48 @@ async fn a_database_of_the_schema_before_template_unions_is_upgraded_in_place() 
     assert_eq!(get_job(&mut tuning, id).await.template, "wmma_gemm");
     tracker.stop().await;
 }
+
+/// Leases held when the tracker stopped run a whole lease from the moment the restarted tracker
+/// serves, however long it spent rebuilding searches first: workers still reconnecting keep their
+/// work instead of seeing it expire and measured again elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_held_across_a_restart_run_from_when_serving_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let lease = std::time::Duration::from_secs(60);
+    let cfg = || tensortune_tracker::TrackerConfig { lease, heartbeat: lease / 4, ..config(&dir) };
+    let tracker = TestTracker::start(cfg()).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    // Workloads with large spaces: the restarted tracker takes a while to enumerate them again.
+    let workloads = (0..16).map(|i| matmul(2048 + 64 * i, 2048, 4096)).collect();
+    submit(&mut tuning, job(workloads, 200, 4)).await;
+    let held = worker.lease(4, 1000).await;
+    assert_eq!(held.len(), 4);
+    tracker.stop().await;
+
+    let clock = || i64::try_from(std::time::UNIX_EPOCH.elapsed().unwrap().as_millis()).unwrap();
+    let started = clock();
+    let tracker = TestTracker::start(cfg()).await;
+    let mut tuning = tracker.tuning().await;
+    all_records(&mut tuning).await;
+    // The tracker answered, so it was serving no later than this.
+    let serving = clock();
+    let options = SqliteConnectOptions::new().filename(dir.path().join("tracker.db")).read_only(true);
+    let pool = SqlitePool::connect_with(options).await.unwrap();
+    let deadlines: Vec<i64> =
+        sqlx::query_scalar("SELECT lease_expires_ms FROM tasks WHERE state = 'leased'").fetch_all(&pool).await.unwrap();
+    assert_eq!(deadlines.len(), held.len());
+    // A first answer comes within a few milliseconds of serving; resuming took far longer.
+    let slack = 150;
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap();
+    for deadline in deadlines {
+        assert!(
+            deadline + slack >= serving + lease_ms,
+            "a lease runs out {} ms after serving started instead of {lease_ms} (resume took {} ms)",
+            deadline - serving,
+            serving - started
+        );
+    }
+    pool.close().await;
+    tracker.stop().await;
+}
