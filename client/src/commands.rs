@@ -126,16 +126,39 @@ async fn rewatch(
     }
 }
 
+/// How a followed job's progress is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A progress bar on stderr when it is a terminal; otherwise a plain line on stderr when the
+    /// job's state changes and at most every [`PLAIN_EVERY`] while trials finish (logs, CI).
+    Auto,
+    /// Nothing (library callers).
+    Quiet,
+}
+
+/// The shortest interval between two plain progress lines.
+const PLAIN_EVERY: Duration = Duration::from_secs(5);
+
 /// Follows a job until it ends. With a remote tracker, a tracker that goes away (killed or
 /// restarted) is waited for and followed again, for up to [`RECONNECT_FOR`].
 pub async fn watch(session: &mut Session, job_id: u64) -> anyhow::Result<pb::Job> {
+    watch_with(session, job_id, Progress::Auto).await
+}
+
+/// [`watch`], showing progress as `progress` says.
+pub async fn watch_with(session: &mut Session, job_id: u64, progress: Progress) -> anyhow::Result<pb::Job> {
     let mut stream = session.client.watch_job(pb::JobRef { job_id }).await.map_err(status_error)?.into_inner();
-    let bar = ProgressBar::new(0);
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let bar = if progress == Progress::Auto && terminal { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} trials {msg}")
             .expect("a valid template")
             .progress_chars("=> "),
     );
+    let plain = progress == Progress::Auto && !terminal;
+    let started = Instant::now();
+    // The last plain line: when, the job's state and trials done.
+    let mut printed: Option<(Instant, i32, u64)> = None;
     let mut last: Option<pb::Job> = None;
     // Since when the tracker has been unreachable (None while it answers).
     let mut lost: Option<Instant> = None;
@@ -151,6 +174,18 @@ pub async fn watch(session: &mut Session, job_id: u64) -> anyhow::Result<pb::Job
                         bar.set_length(total);
                         bar.set_position(done);
                         bar.set_message(report::progress_message(&job));
+                        let due = match printed {
+                            None => true,
+                            Some((at, state, was)) => state != job.state || (was != done && at.elapsed() >= PLAIN_EVERY),
+                        };
+                        if plain && due {
+                            let state = job.state().as_str_name().trim_start_matches("JOB_STATE_").to_ascii_lowercase();
+                            let secs = started.elapsed().as_secs();
+                            let best = report::progress_message(&job);
+                            let sep = if best.is_empty() { "" } else { "; " };
+                            eprintln!("[{secs:>4} s] job {job_id} {state}: {done}/{total} trials{sep}{best}");
+                            printed = Some((Instant::now(), job.state, done));
+                        }
                         last = Some(job);
                         continue;
                     }

@@ -1,8 +1,11 @@
 //! The `tensortune` command line: tune a shape on the local GPU in one command, or drive a tracker
 //! of a cluster (submit, follow, query, export).
 //!
+//! As a library, [`api::Client`] submits jobs, follows them and answers best-kernel queries.
+//!
 //! # Layout
 //!
+//! - [`api`]: the client as a library.
 //! - [`cli`]: flags, parsed and validated first.
 //! - [`session`]: a remote tracker, or an embedded tracker (and local worker) for one command.
 //! - [`commands`]: one function per command.
@@ -10,6 +13,7 @@
 //! - [`replay`]: `tensortune replay`, tuners against recorded measurements.
 //! - [`report`]: JSON views of jobs and records, and the tables printed.
 
+pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod commands;

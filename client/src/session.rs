@@ -49,8 +49,7 @@ fn access() -> Access {
     ACCESS.get().cloned().unwrap_or_default()
 }
 
-async fn connect(url: &str) -> anyhow::Result<TuningClient<Authed>> {
-    let access = access();
+async fn connect(url: &str, access: &Access) -> anyhow::Result<TuningClient<Authed>> {
     let endpoint = access.endpoint(url).context("--tracker")?.connect_timeout(Duration::from_secs(10));
     let channel = endpoint.connect().await.with_context(|| format!("cannot reach the tracker at {url}"))?;
     Ok(TuningClient::with_interceptor(channel, access.bearer()).max_decoding_message_size(64 << 20))
@@ -59,7 +58,13 @@ async fn connect(url: &str) -> anyhow::Result<TuningClient<Authed>> {
 impl Session {
     /// Connects to a running tracker.
     pub async fn remote(url: &str) -> anyhow::Result<Session> {
-        Ok(Session { client: connect(url).await?, local_class: None, remote_url: Some(url.to_owned()), embedded: None })
+        Session::remote_with(url, &access()).await
+    }
+
+    /// Connects to a running tracker with these token and TLS settings.
+    pub async fn remote_with(url: &str, access: &Access) -> anyhow::Result<Session> {
+        let client = connect(url, access).await?;
+        Ok(Session { client, local_class: None, remote_url: Some(url.to_owned()), embedded: None })
     }
 
     /// Starts a tracker on `db` (loopback, ephemeral port) and, with `local`, a worker on it; waits
@@ -73,7 +78,7 @@ impl Session {
         let config = TrackerConfig { db: db.to_owned(), ..TrackerConfig::default() };
         let tracker = tokio::spawn(tensortune_tracker::run(config, listener, token.clone()));
         let mut session = Session {
-            client: connect(&url).await?,
+            client: connect(&url, &access()).await?,
             local_class: None,
             remote_url: None,
             embedded: Some(Embedded { token: token.clone(), tracker, worker: None }),

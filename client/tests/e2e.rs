@@ -448,3 +448,94 @@ async fn the_cli_and_workers_present_tokens_from_files_and_the_environment() {
     worker.await.unwrap().unwrap();
     tracker.stop().await;
 }
+
+/// The Python example client (examples/python, stubs generated from proto/tensortune.proto by
+/// grpc_tools) submits a job to a tracker on loopback, follows it and reads the best kernel; a bad
+/// field comes back from the tracker named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_example_client_tunes_through_the_proto() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python");
+    let setup =
+        std::process::Command::new(examples.join("setup.sh")).output().expect("running examples/python/setup.sh");
+    assert!(
+        setup.status.success(),
+        "examples/python/setup.sh (python3 and pip install the client's packages) failed:\n{}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
+    let pythonpath = String::from_utf8(setup.stdout).unwrap().trim().to_owned();
+
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = Tracker::start(&dir.path().join("tt.db"), Duration::from_secs(10)).await;
+    let mut client = tracker.client().await;
+    let workers = CancellationToken::new();
+    let worker = spawn_worker(&tracker.url, "py", &workers);
+    wait_workers(&mut client, 1).await;
+
+    let python = |args: &[&str]| {
+        let addr = tracker.url.trim_start_matches("http://");
+        std::process::Command::new("python3")
+            .arg(examples.join("tune.py"))
+            .args(["--tracker", addr])
+            .args(args)
+            .env("PYTHONPATH", &pythonpath)
+            .env_remove("TENSORTUNE_TOKEN")
+            .env_remove("TENSORTUNE_TOKEN_FILE")
+            .output()
+            .unwrap()
+    };
+    let out = dir.path().join("best.json");
+    let shape = ["--m", "512", "--n", "64", "--k", "512", "--trials", "6", "--tuner", "random", "--seed", "5"];
+    let tuned = tokio::task::block_in_place(|| python(&[&shape[..], &["--json", out.to_str().unwrap()]].concat()));
+    let stdout = String::from_utf8_lossy(&tuned.stdout);
+    assert!(tuned.status.success(), "tune.py failed:\n{stdout}\n{}", String::from_utf8_lossy(&tuned.stderr));
+    assert!(stdout.lines().any(|l| l.starts_with("job 1 done: 6/6 ")), "{stdout}");
+
+    // What it wrote is the record QueryBest answers in Rust.
+    let view: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let best = best(&mut client).await;
+    assert_eq!(best.len(), 1);
+    assert_eq!(view["record_id"], best[0].id);
+    assert_eq!(view["template"], best[0].template.as_str());
+    let config: serde_json::Value = serde_json::from_str(&best[0].config).unwrap();
+    assert_eq!(view["config"], config);
+    assert_eq!(view["median_us"], best[0].measurement.as_ref().unwrap().median_us);
+
+    let refused = tokio::task::block_in_place(|| python(&["--m", "512", "--n", "64", "--k", "513"]));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("INVALID_ARGUMENT") && stderr.contains("workloads[0].matmul.k"), "{stderr}");
+
+    workers.cancel();
+    worker.await.unwrap().unwrap();
+    tracker.stop().await;
+}
+
+/// The client as a library: connect, submit, wait, best; a refusal names the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_library_client_submits_waits_and_answers_best() {
+    use tensortune::api::{Client, JobSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = Tracker::start(&dir.path().join("tt.db"), Duration::from_secs(10)).await;
+    let mut raw = tracker.client().await;
+    let workers = CancellationToken::new();
+    let worker = spawn_worker(&tracker.url, "lib", &workers);
+    wait_workers(&mut raw, 1).await;
+
+    let mut client = Client::connect(&tracker.url).await.unwrap();
+    let spec = JobSpec::new(vec![workload()]).trials(5).tuner("random").seed(3).finalists(0);
+    let id = client.submit(spec).await.unwrap();
+    let job = client.wait(id).await.unwrap();
+    assert_eq!(job.state(), pb::JobState::Done);
+    assert_eq!((job.workloads[0].trials_done, job.finalists), (5, 0));
+    let best = client.best(&workload(), None).await.unwrap();
+    assert_eq!(best.len(), 1);
+    assert_eq!(Some(best[0].id), job.workloads[0].best.as_ref().map(|r| r.id));
+    assert_eq!(client.job(id).await.unwrap().state(), pb::JobState::Done);
+
+    let refused = client.submit(JobSpec::new(vec![workload()]).trials(0)).await.unwrap_err();
+    assert!(format!("{refused:#}").contains("trials"), "{refused:#}");
+
+    workers.cancel();
+    worker.await.unwrap().unwrap();
+    tracker.stop().await;
+}
