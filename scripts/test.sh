@@ -18,4 +18,14 @@ if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/
         echo "no chromium and no root apt-get: the dashboard test will say SKIPPED" >&2
     fi
 fi
+# `tensortune plot` lays text out with a TrueType font from the system; its test needs one.
+if [ -z "${TENSORTUNE_FONT:-}" ] && ! find /usr/share/fonts /usr/local/share/fonts -name '*.ttf' 2>/dev/null | grep -q .; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        echo "installing fonts-dejavu-core for the plot test" >&2
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fonts-dejavu-core) >&2 \
+            || echo "no font could be installed: the plot test will fail; set TENSORTUNE_FONT to a .ttf file" >&2
+    else
+        echo "no TrueType font and no root apt-get: the plot test will fail; set TENSORTUNE_FONT to a .ttf file" >&2
+    fi
+fi
 cargo test --workspace --locked --no-fail-fast "$@"

@@ -113,6 +113,8 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Run tuners against recorded measurements instead of a GPU and compare them.
     Replay(ReplayArgs),
+    /// Draw a job's convergence, a bench run's speedups or tuners replayed on records (SVG, PNG).
+    Plot(PlotArgs),
     /// Admin: distrust every record of a worker and refuse its further work (revoke its token
     /// too with `tensortune-tracker token revoke` when it is not to come back).
     Quarantine {
@@ -123,6 +125,45 @@ pub enum Command {
         #[arg(long)]
         reason: String,
     },
+}
+
+/// `tensortune plot`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["job", "records", "bench", "replay"])))]
+pub struct PlotArgs {
+    /// A job of the tracker: the best time so far against trials per workload, with the vendor's.
+    #[arg(long)]
+    pub job: Option<u64>,
+    /// The same from records (`tensortune records export` output, plain or .gz; comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub records: Vec<PathBuf>,
+    /// A `tensortune bench` JSON: the speedup over the vendor per workload.
+    #[arg(long)]
+    pub bench: Option<PathBuf>,
+    /// Records to replay tuners on: the median best found / true best against trials per tuner.
+    #[arg(long, value_delimiter = ',')]
+    pub replay: Vec<PathBuf>,
+    /// Tuners to replay, comma-separated.
+    #[arg(long, default_value = "random,model", value_delimiter = ',')]
+    pub tuner: Vec<String>,
+    /// With --replay: also the model tuner trained on the other workloads' records.
+    #[arg(long)]
+    pub transfer: bool,
+    /// Seeds per replayed tuner (the median is drawn).
+    #[arg(long, default_value_t = 10)]
+    pub seeds: u64,
+    /// Trials per replay.
+    #[arg(long, default_value_t = 200)]
+    pub budget: usize,
+    /// Batch of a replayed tuner.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Only workloads whose key contains this.
+    #[arg(long)]
+    pub workload: Option<String>,
+    /// The picture: a .svg or .png file.
+    #[arg(long, short)]
+    pub output: PathBuf,
 }
 
 /// `tensortune replay`.

@@ -11,12 +11,14 @@
 //! - [`commands`]: one function per command.
 //! - [`bench`]: `tensortune bench`, suites of workloads tuned one after another.
 //! - [`replay`]: `tensortune replay`, tuners against recorded measurements.
+//! - [`plot`]: `tensortune plot`, convergence, speedup and replay pictures.
 //! - [`report`]: JSON views of jobs and records, and the tables printed.
 
 pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod plot;
 pub mod replay;
 pub mod report;
 pub mod session;
@@ -47,6 +49,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Workers { json } => commands::workers(tracker, db, *json).await,
         Command::Records { command } => commands::records(tracker, db, command).await,
         Command::Replay(r) => replay::run(r),
+        Command::Plot(p) => plot::run(tracker, db, p).await,
         Command::Quarantine { worker, reason } => commands::quarantine(tracker, db, *worker, reason).await,
         Command::Worker(w) => {
             let Some(url) = tracker else {

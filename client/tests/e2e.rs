@@ -539,3 +539,83 @@ async fn the_library_client_submits_waits_and_answers_best() {
     worker.await.unwrap().unwrap();
     tracker.stop().await;
 }
+
+/// `tensortune plot` draws a job's convergence (from the tracker and from exported records), a
+/// bench run's speedups and replayed tuners, as SVG and PNG; bad requests are refused by name.
+#[test]
+fn plot_draws_jobs_records_benches_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tt.db");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .env("XDG_CACHE_HOME", dir.path())
+            .env_remove("TENSORTUNE_TRACKER")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let shape = ["--m", "512", "--n", "64", "--k", "512", "--device", "sim", "--tuner", "random", "--seed", "4"];
+    let (ok, _, err) = cli(&[&["tune", "matmul", "--trials", "12"][..], &shape[..]].concat());
+    assert!(ok, "{err}");
+
+    let (ok, _, err) = cli(&["plot", "--job", "1", "-o", &path("job.svg")]);
+    assert!(ok, "{err}");
+    let svg = std::fs::read_to_string(path("job.svg")).unwrap();
+    assert!(svg.contains("job 1: matmul/m512n64k512/nn/f16,f32,f32"), "{svg}");
+    assert!(svg.contains("best kernel") && svg.contains("vendor "), "{svg}");
+    assert!(svg.contains("<polyline"), "no line drawn");
+
+    let (ok, _, err) = cli(&["records", "export", "--job", "1", "-o", &path("r.jsonl")]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = cli(&["plot", "--records", &path("r.jsonl"), "-o", &path("records.png")]);
+    assert!(ok, "{err}");
+    let png = std::fs::read(path("records.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // One panel: 560 x 360 pixels (IHDR width and height).
+    assert_eq!(
+        (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap())),
+        (560, 360)
+    );
+
+    let (ok, _, err) =
+        cli(&["plot", "--replay", &path("r.jsonl"), "--seeds", "3", "--budget", "12", "-o", &path("replay.svg")]);
+    assert!(ok, "{err}");
+    let svg = std::fs::read_to_string(path("replay.svg")).unwrap();
+    assert!(svg.contains("random") && svg.contains("model") && svg.contains("best found / true best"), "{svg}");
+
+    let suite = path("suite.json");
+    std::fs::write(
+        &suite,
+        r#"{"name": "two", "workloads": [{"workload": "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0"},
+            {"workload": "matmul/m256n32k256/tn/i8,i32,i32/alpha=1,beta=0"}]}"#,
+    )
+    .unwrap();
+    let (ok, _, err) =
+        cli(&["bench", "--suite", &suite, "--device", "sim", "--trials", "3", "--json", &path("bench.json")]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = cli(&["plot", "--bench", &path("bench.json"), "-o", &path("bench.svg")]);
+    assert!(ok, "{err}");
+    let svg = std::fs::read_to_string(path("bench.svg")).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path("bench.json")).unwrap()).unwrap();
+    for row in report["rows"].as_array().unwrap() {
+        let label = format!("{:.2}x", row["speedup"].as_f64().unwrap());
+        assert!(svg.contains(&label), "bar label {label} missing");
+    }
+    assert!(svg.contains("matmul/m256n32k256/tn/i8,i32,i32"));
+
+    let (ok, _, err) = cli(&["plot", "--job", "1", "-o", &path("job.pdf")]);
+    assert!(!ok && err.contains("invalid --output") && err.contains(".svg or .png"), "{err}");
+    let (ok, _, err) = cli(&["plot", "--job", "1", "--workload", "conv2d", "-o", &path("none.svg")]);
+    assert!(!ok && err.contains("nothing to plot for --workload \"conv2d\""), "{err}");
+    let (ok, _, err) = cli(&["plot", "-o", &path("x.svg")]);
+    assert!(!ok && err.contains("--job") && err.contains("--bench"), "{err}");
+}

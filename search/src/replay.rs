@@ -257,12 +257,64 @@ pub fn run(
     budget: usize,
     batch: usize,
 ) -> Result<Run, Error> {
-    let mut tuner = by_name(tuner_name, seed, prior.clone())?;
+    let (mut to_5, mut to_2) = (None, None);
+    let (observed, best) = walk(data, tuner_name, seed, prior.clone(), budget, batch, |trials, best| {
+        if to_5.is_none() && best <= data.best_us * 1.05 {
+            to_5 = Some(trials);
+        }
+        if to_2.is_none() && best <= data.best_us * 1.02 {
+            to_2 = Some(trials);
+        }
+        // Both thresholds reached: the rest of the budget would measure nothing the table shows.
+        to_2.is_none() || to_5.is_none()
+    })?;
+    let better_exists = {
+        let free = observed.iter().map(|o| o.pos).collect::<std::collections::HashSet<_>>();
+        data.truth.iter().enumerate().any(|(p, t)| !free.contains(&p) && t.is_some_and(|t| t * 1.02 <= best))
+    };
+    let chance = (tuner_name == "model")
+        .then(|| chance_of_better(&data.candidates, &observed, prior.as_deref(), seed))
+        .flatten()
+        .map(|c| (c, better_exists));
+    Ok(Run { to_5, to_2, final_ratio: best / data.best_us, chance })
+}
+
+/// Best found over the true best after each trial of a run of `tuner_name` (seeded) on `data`,
+/// for the whole budget (capped at the space); infinite until the first ok config.
+pub fn curve(
+    data: &Recorded,
+    tuner_name: &str,
+    seed: u64,
+    prior: Option<Arc<Prior>>,
+    budget: usize,
+    batch: usize,
+) -> Result<Vec<f64>, Error> {
+    let mut out = Vec::new();
+    walk(data, tuner_name, seed, prior, budget, batch, |_, best| {
+        out.push(best / data.best_us);
+        true
+    })?;
+    Ok(out)
+}
+
+/// Runs the tuner batch by batch, calling `step(trials so far, best time so far)` after every
+/// trial, until the budget (capped at the space) is spent, the tuner has nothing to propose, or
+/// `step` returns false at the end of a batch. Returns what was observed and the best time.
+fn walk(
+    data: &Recorded,
+    tuner_name: &str,
+    seed: u64,
+    prior: Option<Arc<Prior>>,
+    budget: usize,
+    batch: usize,
+    mut step: impl FnMut(usize, f64) -> bool,
+) -> Result<(Vec<Observation>, f64), Error> {
+    let mut tuner = by_name(tuner_name, seed, prior)?;
     let budget = budget.min(data.candidates.len());
     let mut observed: Vec<Observation> = Vec::with_capacity(budget);
     let mut best = f64::INFINITY;
-    let (mut to_5, mut to_2) = (None, None);
-    while observed.len() < budget {
+    let mut go_on = true;
+    while go_on && observed.len() < budget {
         let proposals = tuner.propose(&data.candidates, &observed, batch.min(budget - observed.len()));
         if proposals.is_empty() {
             break;
@@ -273,27 +325,10 @@ pub fn run(
             if let Some(t) = time_us {
                 best = best.min(t);
             }
-            if to_5.is_none() && best <= data.best_us * 1.05 {
-                to_5 = Some(observed.len());
-            }
-            if to_2.is_none() && best <= data.best_us * 1.02 {
-                to_2 = Some(observed.len());
-            }
-        }
-        // Both thresholds reached: the rest of the budget would measure nothing the table shows.
-        if to_2.is_some() && to_5.is_some() {
-            break;
+            go_on = step(observed.len(), best);
         }
     }
-    let better_exists = {
-        let free = observed.iter().map(|o| o.pos).collect::<std::collections::HashSet<_>>();
-        data.truth.iter().enumerate().any(|(p, t)| !free.contains(&p) && t.is_some_and(|t| t * 1.02 <= best))
-    };
-    let chance = (tuner_name == "model")
-        .then(|| chance_of_better(&data.candidates, &observed, prior.as_deref(), seed))
-        .flatten()
-        .map(|c| (c, better_exists));
-    Ok(Run { to_5, to_2, final_ratio: best / data.best_us, chance })
+    Ok((observed, best))
 }
 
 /// Medians over seeds of one tuner on one workload.
@@ -449,5 +484,20 @@ mod tests {
         let s = summarise(w, "random", None, 5, 1000, 8).unwrap();
         assert!(s.to_5 <= 60 && s.final_ratio == 1.0);
         assert!(Dataset::read("{\"x\":1}\n".as_bytes(), "bad").is_err());
+    }
+
+    #[test]
+    fn curves_fall_to_the_true_best_over_the_whole_budget() {
+        let data = Dataset::read(lines().as_bytes(), "test").unwrap();
+        let w = &data.workloads[0];
+        let c = curve(w, "random", 3, None, 1000, 8).unwrap();
+        // The whole space, no early stop, and best-so-far never rises.
+        assert_eq!(c.len(), 60);
+        assert!(c.windows(2).all(|p| p[1] <= p[0]));
+        assert_eq!(*c.last().unwrap(), 1.0);
+        assert_eq!(curve(w, "grid", 0, None, 10, 4).unwrap().len(), 10);
+        // The run of the same seed reaches 2% where the curve first does.
+        let r = run(w, "random", 3, None, 1000, 8).unwrap();
+        assert_eq!(r.to_2, c.iter().position(|&x| x <= 1.02).map(|i| i + 1));
     }
 }
