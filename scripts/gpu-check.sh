@@ -37,6 +37,11 @@
 #     union      the default suite with WMMA alone and with the union of templates (BENCH_TRIALS each)
 #     wsanitize  compute-sanitizer (memcheck, racecheck, synccheck) on one wgmma_gemm config per input type
 #     ab         run_one on each KEY CONFIG line of AB_FILE (default scripts/ab-wgmma.txt), vendor beside each
+#                (AB_TEMPLATE, default wgmma_gemm)
+#     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
+#                workload), both load paths (gathered, pointwise)
+#     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on a gathered and a pointwise
+#                wgmma_conv2d config
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
@@ -409,7 +414,7 @@ step_ab() {
   say "ab: $(grep -vc '^#' "$file") configs from $file"
   grep -v '^#' "$file" | while read -r key cfg; do
     local line
-    line=$(TT_TEMPLATE=wgmma_gemm timeout 60 "$BIN/run_one" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 | tail -1)
+    line=$(TT_TEMPLATE=${AB_TEMPLATE:-wgmma_gemm} timeout 60 "$BIN/run_one" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 | tail -1)
     local us vendor
     us=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
     vendor=$(echo "$line" | sed -n 's/.*vendor Some(\([0-9.]*\)).*/\1/p')
@@ -418,10 +423,40 @@ step_ab() {
   done
 }
 
+step_wconv() {
+  SELFTEST_TEMPLATE=wgmma_conv2d timeout 900 "$BIN/gpu_selftest" "${WCONV_CONFIGS:-6}" 3 conv >"$LOGS/wconv-check.log" 2>&1
+  say "wconv check exit $?: $(grep SUMMARY "$LOGS/wconv-check.log")"
+  grep -v ": Ok " "$LOGS/wconv-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -30 | tee -a "$SUMMARY"
+  say "gathered ok: $(grep ': Ok ' "$LOGS/wconv-check.log" | grep -c gather), pointwise ok: $(grep ': Ok ' "$LOGS/wconv-check.log" | grep -vc gather)"
+}
+
+step_csanitize() {
+  local cases=(
+    'conv2d/n2h7w5c16/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n4h14w14c64/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/bf16,f32,bf16 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
+    'conv2d/n3h5w7c32/k48r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
+  )
+  local n=0
+  for c in "${cases[@]}"; do
+    local key=${c%% *} cfg=${c#* }
+    n=$((n + 1))
+    say "csanitize $key $cfg"
+    TT_TEMPLATE=wgmma_conv2d TT_NO_BASELINE=1 timeout 60 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | cut -c1-200 | tee -a "$SUMMARY"
+    for tool in memcheck racecheck synccheck; do
+      local log="$LOGS/csanitize-$tool-$n.log"
+      TT_TEMPLATE=wgmma_conv2d TT_NO_BASELINE=1 timeout "${WSANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --print-limit 20 \
+        "$BIN/run_one" "$key" "$cfg" 1 1 warm >"$log" 2>&1
+      say "  $tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
+      grep -E "Error|Race|Invalid|hazard" "$log" | head -4 | tee -a "$SUMMARY"
+    done
+  done
+}
+
 for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
+    wconv | csanitize) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

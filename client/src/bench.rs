@@ -263,12 +263,15 @@ mod tests {
     #[test]
     fn conv_suite_holds_the_conv_bars_layers_with_a_valid_space() {
         let (_, workloads) = Suite::parse(include_str!("../../suites/conv.json"), "conv").unwrap();
-        assert_eq!(workloads.len(), 7);
+        assert_eq!(workloads.len(), 13);
         for w in &workloads {
             assert!(matches!(w, Workload::Conv2d(_)), "{}", w.key());
-            let template = tensortune_kernels::template::default_for(w.op()).unwrap();
-            let valid = template.valid_indices(w, &tensortune_kernels::Target::sm90()).unwrap();
-            assert!(valid.len() >= 100, "{}: {} valid configs", w.key(), valid.len());
+            // Each conv template of sm_90 has a real space for every layer.
+            for name in ["wmma_conv2d", "wgmma_conv2d"] {
+                let template = tensortune_kernels::template::by_name(name).unwrap();
+                let valid = template.valid_indices(w, &tensortune_kernels::Target::sm90()).unwrap();
+                assert!(valid.len() >= 100, "{} with {name}: {} valid configs", w.key(), valid.len());
+            }
         }
     }
 

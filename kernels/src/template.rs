@@ -159,7 +159,7 @@ pub trait Template: Send + Sync {
 
 /// Every template this build knows.
 pub fn all() -> Vec<&'static dyn Template> {
-    vec![&crate::gemm::WmmaGemm, &crate::conv::WmmaConv2d, &crate::wgmma::WgmmaGemm]
+    vec![&crate::gemm::WmmaGemm, &crate::conv::WmmaConv2d, &crate::wgmma::WgmmaGemm, &crate::wgmma::conv::WgmmaConv2d]
 }
 
 /// The template called `name`.

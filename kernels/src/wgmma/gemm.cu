@@ -28,6 +28,10 @@
 // leaves a partial sum in the workspace (each block's first job, so nobody waits long for it);
 // the block whose range ends a tile (its last job) adds the partials of the clusters before it
 // and stores the tile.
+// With GATHER (wgmma_conv2d) X is the im2col matrix of a convolution, which no tensor map can
+// describe in general: the whole producer warpgroup copies it 16 bytes at a time with cp.async
+// into the same swizzled layout the TMA would have written (zeros outside the input), and
+// releases a stage's full barrier GATHER_LAG tiles later, once those copies have landed.
 
 namespace tt {
 using namespace cfg;
@@ -341,6 +345,44 @@ __device__ __forceinline__ void loader_init(Loader& L, const WorkList& wl) {
 
 __device__ __forceinline__ bool loader_more(const Loader& L) { return L.job < L.jobs; }
 
+// Loads this block's part of the Y tile at columns q0.., K k0.. (all of it, or with a cluster its
+// share, multicast to every block of the cluster).
+__device__ __forceinline__ void load_y(unsigned char* y, const TmaDesc* mapY, int q0, int k0,
+                                       unsigned long long* bar, int rank) {
+  if constexpr (Y_KMAJOR) {
+    const int r0 = rank * Y_ROWS;
+    if constexpr (CLUSTER == 1) {
+      tma_load(y, mapY, k0, q0, bar);
+    } else {
+      tma_load_multicast(y + r0 * ROW_BYTES, mapY, k0, q0 + r0, bar);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < Y_CHUNKS; ++i) {
+      const int c = rank * Y_CHUNKS + i;
+      if constexpr (CLUSTER == 1) {
+        tma_load(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
+      } else {
+        tma_load_multicast(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
+      }
+    }
+  }
+}
+
+// Moves the loader to its next K tile and ring slot.
+__device__ __forceinline__ void loader_advance(Loader& L, const WorkList& wl) {
+  if (++L.kt == L.w.k1) {
+    if (++L.job < L.jobs) {
+      L.w = wl.at(L.job);
+      L.kt = L.w.k0;
+    }
+  }
+  if (++L.stage == STAGES) {
+    L.stage = 0;
+    L.phase ^= 1;
+  }
+}
+
 // Issues the loads of the loader's next K tile into its stage (waiting until the stage is free in
 // every block of the cluster), then advances it. Called by one thread.
 __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const TmaDesc* mapX, const TmaDesc* mapY,
@@ -360,34 +402,81 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
 #pragma unroll
     for (int c = 0; c < BP / 64; ++c) tma_load(x + c * CHUNK_BYTES, mapX, p0 + 64 * c, k0, bar);
   }
-  if constexpr (Y_KMAJOR) {
-    const int r0 = rank * Y_ROWS;
-    if constexpr (CLUSTER == 1) {
-      tma_load(y, mapY, k0, q0, bar);
-    } else {
-      tma_load_multicast(y + r0 * ROW_BYTES, mapY, k0, q0 + r0, bar);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < Y_CHUNKS; ++i) {
-      const int c = rank * Y_CHUNKS + i;
-      if constexpr (CLUSTER == 1) {
-        tma_load(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
-      } else {
-        tma_load_multicast(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
-      }
-    }
+  load_y(y, mapY, q0, k0, bar, rank);
+  loader_advance(L, wl);
+}
+
+// --- im2col gather (GATHER) -------------------------------------------------------------------
+// Copies 16 bytes from `src` into `dst`, or writes 16 zero bytes when !valid (nothing is read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// Thread t of the producer warpgroup copies 16-byte unit t % 8 of rows t / 8, t / 8 + 16, ... of
+// the BP x BK tile of X at pixel rows p0.. and K k0..: row p is output pixel p = (n, oh, ow), K
+// index kk = (r * CONV_S + s) * CONV_C + c. A unit holds 16 bytes of channels of one filter tap
+// (CONV_C is a multiple of the unit), so its tap is computed once per tile. Unit u of row r lands
+// at unit u ^ (r % 8) of the row: the 128-byte swizzle of a K-major stage.
+__device__ __forceinline__ void gather_x(unsigned char* x, const T_IN* __restrict__ in, int p0, int k0, int t) {
+  constexpr int UNIT = 16 / (int)sizeof(T_IN);
+  const int u = t % 8;
+  const int kk = k0 + u * UNIT;
+  const int tap = kk / CONV_C, c = kk % CONV_C;
+  const int dh = (tap / CONV_S) * DIL_H - PAD_H, dw = (tap % CONV_S) * DIL_W - PAD_W;
+  const bool k_in = kk < K;
+#pragma unroll 1
+  for (int row = t / 8; row < BP; row += 16) {
+    const int p = p0 + row;
+    const int img = p / (OUT_H * OUT_W), pix = p % (OUT_H * OUT_W);
+    const int ih = (pix / OUT_W) * STRIDE_H + dh, iw = (pix % OUT_W) * STRIDE_W + dw;
+    const bool ok = k_in && p < P && ih >= 0 && ih < IN_H && iw >= 0 && iw < IN_W;
+    const T_IN* src = ok ? in + (((size_t)img * IN_H + ih) * IN_W + iw) * CONV_C + c : in;
+    cp_async16(x + row * ROW_BYTES + ((u ^ (row & 7)) << 4), src, ok);
   }
-  if (++L.kt == L.w.k1) {
-    if (++L.job < L.jobs) {
-      L.w = wl.at(L.job);
-      L.kt = L.w.k0;
+}
+
+// The producer warpgroup of a GATHER kernel, every thread: thread 0 loads Y by TMA as load_next
+// does; all gather X. The full barrier of a stage counts thread 0's expect_tx arrive and one arrive
+// per thread, made once the thread's copies into the stage have completed and been made visible
+// to the async proxy (wgmma reads shared memory through it). Copies of GATHER_LAG tiles stay in
+// flight (GATHER_LAG < STAGES, so the stage the producer waits to refill was released already).
+__device__ __forceinline__ void gather_all(Loader& L, const WorkList& wl, const T_IN* __restrict__ in,
+                                           const TmaDesc* mapY, unsigned char* sX, unsigned char* sY,
+                                           unsigned long long* full, unsigned long long* empty, int rank) {
+  const int t = threadIdx.x % 128;
+  int issued = 0;
+#pragma unroll 1
+  while (loader_more(L)) {
+    const int stage = L.stage;
+    bar_wait(&empty[stage], L.phase ^ 1);
+    int tp, tq;
+    tile_of(L.w.ct, rank, tp, tq);
+    if (t == 0) {
+      bar_expect(&full[stage], Y_STAGE);
+      load_y(sY + stage * Y_STAGE, mapY, tq * BQ, L.kt * BK, &full[stage], rank);
     }
+    gather_x(sX + stage * X_STAGE, in, tp * BP, L.kt * BK, t);
+    cp_async_commit();
+    if (++issued > GATHER_LAG) {
+      cp_async_wait<GATHER_LAG>();
+      fence_async_smem();
+      bar_arrive(&full[(stage + STAGES - GATHER_LAG) % STAGES]);
+    }
+    loader_advance(L, wl);
   }
-  if (++L.stage == STAGES) {
-    L.stage = 0;
-    L.phase ^= 1;
-  }
+  cp_async_wait<0>();
+  fence_async_smem();
+#pragma unroll 1
+  for (int i = min(issued, GATHER_LAG); i >= 1; --i) bar_arrive(&full[(L.stage + STAGES - i) % STAGES]);
 }
 
 // --- stream-K partial sums -------------------------------------------------------------------
@@ -562,7 +651,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
 }  // namespace tt
 
 extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT_CLUSTER_ATTR
-    KERNEL_NAME(const __grid_constant__ tt::TmaDesc mapX, const __grid_constant__ tt::TmaDesc mapY, TT_MAP_D
+    KERNEL_NAME(TT_X_PARAM, const __grid_constant__ tt::TmaDesc mapY, TT_MAP_D
                 const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws) {
   using namespace tt;
   TT_FAULT_HOOK;
@@ -586,7 +675,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      bar_init(&full[s], 1);
+      bar_init(&full[s], GATHER ? 1 + 128 : 1);
       bar_init(&empty[s], RELEASES);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -599,8 +688,10 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (SPECIALIZED) {
     if (wg == 0) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-      if (threadIdx.x == 0) {
-        while (loader_more(loader)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
+      if constexpr (GATHER) {
+        gather_all(loader, wl, TT_X_IN, &mapY, sX, sY, full, empty, rank);
+      } else if (threadIdx.x == 0) {
+        while (loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
       }
       // A block of a cluster stays until its peer is done: the peer still arrives on its barriers.
       if constexpr (CLUSTER > 1) cluster_sync();
@@ -611,7 +702,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     if (threadIdx.x == 0) {
 #pragma unroll 1
       for (int s = 0; s < STAGES && loader_more(loader); ++s)
-        load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
+        load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
     }
   }
 
@@ -668,7 +759,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       wgmma_wait<1>();
       if (kt > work.k0) {
         if (threadIdx.x % 128 == 0) bar_arrive_cluster(&empty[prev]);
-        if (issues && loader_more(loader)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
+        if (issues && loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
         __syncwarp();
       }
       prev = stage;
@@ -681,7 +772,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     wgmma_wait<0>();
     pin_all(acc);
     if (threadIdx.x % 128 == 0) bar_arrive_cluster(&empty[prev]);
-    if (issues && loader_more(loader)) load_next(loader, wl, &mapX, &mapY, sX, sY, full, empty, rank);
+    if (issues && loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
     __syncwarp();
 
     if constexpr (STREAM_K) {

@@ -49,8 +49,12 @@ const DOMAIN_SIZES: [usize; KNOBS] = [
     EPILOGUE.len(),
 ];
 
-/// Registers a thread of the producer warpgroup keeps (setmaxnreg.dec).
+/// Registers a thread of the producer warpgroup keeps (setmaxnreg.dec) when it only issues TMA
+/// loads, and when it gathers a convolution's activations (addresses of 16-byte copies).
 const PRODUCER_REGS: u32 = 40;
+const GATHER_PRODUCER_REGS: u32 = 64;
+/// Tiles of gathered copies a producer thread keeps in flight before it waits for the oldest.
+const GATHER_LAG: u32 = 2;
 /// Accumulator registers a consumer thread may hold: the rest of its 232-240 go to descriptors,
 /// addresses and the epilogue. Past this ptxas spills or serializes the wgmmas.
 const MAX_ACC_REGS: u32 = 128;
@@ -94,6 +98,38 @@ pub struct Plan {
     /// The epilogue stages each 64-row x 128-byte piece of D in shared memory and stores it with
     /// TMA (asynchronously, while the consumer goes on), instead of storing from registers.
     pub tma_store: bool,
+    /// The convolution this GEMM computes (`wgmma_conv2d`): `w` is then its implicit GEMM
+    /// (M = output channels, N = output pixels, K = R*S*C, layout tn; A the filter, B the im2col
+    /// matrix of the input).
+    pub conv: Option<ConvGemm>,
+}
+
+/// A convolution as the GEMM the Hopper body computes.
+#[derive(Clone, Copy, Debug)]
+pub struct ConvGemm {
+    /// The layer.
+    pub conv: crate::workload::Conv2d,
+    /// Whether the activations are gathered by the producer warpgroup (any layer); otherwise the
+    /// layer is 1x1, stride 1, unpadded and its input is a plain [N*H*W][C] matrix read by TMA.
+    pub gather: bool,
+}
+
+impl ConvGemm {
+    /// The layer and its implicit GEMM.
+    pub fn of(conv: &crate::workload::Conv2d) -> (ConvGemm, Matmul) {
+        let c = *conv;
+        let pointwise = c.r == 1 && c.s == 1 && c.stride == (1, 1) && c.pad == (0, 0);
+        let gemm = Matmul {
+            m: c.k,
+            n: c.n * c.p() * c.q(),
+            k: c.r * c.s * c.c,
+            layout: crate::Layout::Tn,
+            types: c.types,
+            alpha: 1.0,
+            beta: 0.0,
+        };
+        (ConvGemm { conv: c, gather: !pointwise }, gemm)
+    }
 }
 
 /// The view's dimensions and tile counts.
@@ -158,7 +194,22 @@ impl Plan {
             pingpong: SCHEDULE[pos[8]] == "pingpong",
             stream_k: STREAM_K[pos[9]] == 1,
             tma_store: EPILOGUE[pos[10]] == "tma",
+            conv: None,
         }
+    }
+
+    /// The plan of the config at `index` for a convolution's implicit GEMM.
+    pub fn at_conv(conv: ConvGemm, gemm: &Matmul, index: u64) -> Plan {
+        Plan { conv: Some(conv), ..Plan::at(gemm, index) }
+    }
+
+    /// Whether the producer gathers X.
+    fn gather(&self) -> bool {
+        self.conv.is_some_and(|c| c.gather)
+    }
+
+    fn producer_regs(&self) -> u32 {
+        if self.gather() { GATHER_PRODUCER_REGS } else { PRODUCER_REGS }
     }
 
     /// K elements per stage row: one 128-byte swizzle span.
@@ -272,7 +323,7 @@ impl Plan {
     fn consumer_regs_at(&self, b: u32, target: &Target) -> u32 {
         let per_block = target.regs_per_sm / b;
         let regs = if self.specialized {
-            (per_block / 128).saturating_sub(PRODUCER_REGS) / self.consumers
+            (per_block / 128).saturating_sub(self.producer_regs()) / self.consumers
         } else {
             (per_block / self.threads()).min(255)
         };
@@ -353,6 +404,11 @@ impl Plan {
 
     /// The validity rules, in the order a user would want to hear them.
     pub fn check(&self, target: &Target) -> Result<Resources> {
+        if self.gather() && !self.specialized {
+            return Err(Error::Rejected(
+                "this layer's activations are gathered (im2col) by the producer warpgroup's 128 threads: it needs producer warpgroup".into(),
+            ));
+        }
         if self.pingpong && !(self.specialized && self.consumers == 2) {
             return Err(Error::Rejected(
                 "schedule pingpong alternates tiles between two consumer warpgroups fed by a producer warpgroup: it needs consumers 2 and producer warpgroup".into(),
@@ -462,10 +518,18 @@ impl Plan {
     /// The kernel's identity: template, version, knobs and a digest of the workload key.
     pub fn name(&self) -> String {
         let t = &self.w.types;
-        let key_digest = crate::short_digest(&Workload::Matmul(self.w).key());
+        let (family, version, key) = match &self.conv {
+            Some(c) => (
+                if c.gather { "wgmma_conv2d_gather" } else { "wgmma_conv2d" },
+                conv::WgmmaConv2d.version(),
+                Workload::Conv2d(c.conv).key(),
+            ),
+            None => ("wgmma_gemm", WgmmaGemm.version(), Workload::Matmul(self.w).key()),
+        };
+        let key_digest = crate::short_digest(&key);
         ident(&format!(
-            "tt_wgmma_gemm_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}_{}{}_{}",
-            WgmmaGemm.version(),
+            "tt_{family}_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}_{}{}_{}",
+            version,
             t.input,
             t.accumulator,
             t.output,
@@ -519,10 +583,13 @@ impl Plan {
                 TensorMap { operand, dtype: w.types.input, dims: [mn, w.k], row_bytes: mn * e, box_dims: [64, bk] }
             }
         };
-        [
-            map(TensorOperand::B, self.x_kmajor(), w.n, self.bp),
-            map(TensorOperand::A, self.y_kmajor(), w.m, self.bq / self.cluster),
-        ]
+        // A convolution's X is its input (the worker's A) and its Y the filter (the worker's B).
+        let (x_operand, y_operand) = if self.conv.is_some() {
+            (TensorOperand::A, TensorOperand::B)
+        } else {
+            (TensorOperand::B, TensorOperand::A)
+        };
+        [map(x_operand, self.x_kmajor(), w.n, self.bp), map(y_operand, self.y_kmajor(), w.m, self.bq / self.cluster)]
     }
 
     /// The generated source.
@@ -535,9 +602,22 @@ impl Plan {
         let epi_int = t.output.is_int();
         let scalar = |v: f64| if epi_int { Scalar::Int(v as i64) } else { Scalar::Float(v) };
         let mut h = Header::default();
-        h.comment(format!("wgmma_gemm v{}: D = alpha * op(A) op(B) + beta * C", WgmmaGemm.version()))
-            .comment(format!("workload {}", Workload::Matmul(*w).key()))
-            .typedef("T_IN", t.input.cuda())
+        match &self.conv {
+            Some(c) => h
+                .comment(format!(
+                    "wgmma_conv2d v{}: the convolution as an implicit GEMM on the wgmma_gemm body ({})",
+                    conv::WgmmaConv2d.version(),
+                    if c.gather { "activations gathered" } else { "pointwise: activations by TMA" }
+                ))
+                .comment(format!("workload {}", Workload::Conv2d(c.conv).key())),
+            None => h
+                .comment(format!("wgmma_gemm v{}: D = alpha * op(A) op(B) + beta * C", WgmmaGemm.version()))
+                .comment(format!("workload {}", Workload::Matmul(*w).key())),
+        };
+        // The convolution's geometry (placeholders when there is none: the gather is not compiled).
+        let geometry = self.conv.map(|c| c.conv);
+        let dim = |f: fn(&crate::workload::Conv2d) -> u64, none: u64| geometry.as_ref().map_or(none, f) as i64;
+        h.typedef("T_IN", t.input.cuda())
             .typedef("T_OUT", t.output.cuda())
             .typedef("T_EPI", if epi_int { "int" } else { "float" })
             .typedef("T_ACCR", acc_reg_type(t.accumulator))
@@ -559,7 +639,7 @@ impl Plan {
             .int("TILES_P", g.tiles_p as i64)
             .int("TILES_Q", g.tiles_q as i64)
             .int("ACC_REGS", self.acc_regs() as i64)
-            .int("PRODUCER_REGS", PRODUCER_REGS as i64)
+            .int("PRODUCER_REGS", self.producer_regs() as i64)
             .int("BLOCKS_PER_SM", blocks_per_sm as i64)
             .int("GRID_CLUSTERS", (g.blocks / self.cluster as u64) as i64)
             .int("SK_DP_TILES", g.sk_dp_tiles as i64)
@@ -572,6 +652,26 @@ impl Plan {
             .int("EPI_COLS", (128 / t.output.bytes()) as i64)
             .define("TT_MAP_D", if self.tma_store { "const __grid_constant__ tt::TmaDesc mapD," } else { "" })
             .define("TT_MAP_D_PTR", if self.tma_store { "&mapD" } else { "nullptr" })
+            .flag("GATHER", self.gather())
+            .int("GATHER_LAG", GATHER_LAG.min(self.stages - 1) as i64)
+            .int("CONV_C", dim(|c| c.c, 8))
+            .int("CONV_S", dim(|c| c.s, 1))
+            .int("IN_H", dim(|c| c.h, 1))
+            .int("IN_W", dim(|c| c.w, 1))
+            .int("OUT_H", dim(|c| c.p(), 1))
+            .int("OUT_W", dim(|c| c.q(), 1))
+            .int("PAD_H", dim(|c| c.pad.0, 0))
+            .int("PAD_W", dim(|c| c.pad.1, 0))
+            .int("STRIDE_H", dim(|c| c.stride.0, 1))
+            .int("STRIDE_W", dim(|c| c.stride.1, 1))
+            .int("DIL_H", dim(|c| c.dilation.0, 1))
+            .int("DIL_W", dim(|c| c.dilation.1, 1))
+            .define(
+                "TT_X_PARAM",
+                if self.gather() { "const T_IN* __restrict__ xin" } else { "const __grid_constant__ tt::TmaDesc mapX" },
+            )
+            .define("TT_X_MAP", if self.gather() { "nullptr" } else { "&mapX" })
+            .define("TT_X_IN", if self.gather() { "xin" } else { "nullptr" })
             .flag("X_KMAJOR", self.x_kmajor())
             .flag("Y_KMAJOR", self.y_kmajor())
             .flag("EVEN_P", w.n.is_multiple_of(self.bp as u64))
@@ -646,6 +746,7 @@ impl Plan {
     fn spec(&self, target: &Target, res: &Resources) -> KernelSpec {
         let name = self.name();
         let [x, y] = self.maps();
+        let x = if self.gather() { Arg::A } else { Arg::Map(x) };
         KernelSpec {
             source: self.source(target),
             entry: name.clone(),
@@ -655,9 +756,9 @@ impl Plan {
             smem_bytes: res.smem_bytes,
             workspace_bytes: res.workspace_bytes,
             args: if self.tma_store {
-                vec![Arg::Map(x), Arg::Map(y), Arg::Map(self.map_d()), Arg::C, Arg::D, Arg::Workspace]
+                vec![x, Arg::Map(y), Arg::Map(self.map_d()), Arg::C, Arg::D, Arg::Workspace]
             } else {
-                vec![Arg::Map(x), Arg::Map(y), Arg::C, Arg::D, Arg::Workspace]
+                vec![x, Arg::Map(y), Arg::C, Arg::D, Arg::Workspace]
             },
         }
     }
@@ -779,10 +880,23 @@ impl Template for WgmmaGemm {
     }
 
     fn features(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Vec<(&'static str, f64)>> {
+        Ok(Plan::new(matmul(workload)?, config)?.features(target))
+    }
+
+    fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64> {
         let p = Plan::new(matmul(workload)?, config)?;
+        p.check(target)?;
+        Ok(model(&p, target))
+    }
+}
+
+impl Plan {
+    /// The model tuner's features of the plan.
+    fn features(&self, target: &Target) -> Vec<(&'static str, f64)> {
+        let p = self;
         let g = p.grid(target);
         let waves = g.blocks as f64 / target.sm_count as f64;
-        Ok(vec![
+        vec![
             ("log2_block_m", (p.bq as f64).log2()),
             ("log2_block_n", (p.bp as f64).log2()),
             ("consumers", p.consumers as f64),
@@ -796,15 +910,9 @@ impl Template for WgmmaGemm {
             ("tma_store", f64::from(u8::from(p.tma_store))),
             ("blocks_per_sm", p.blocks_per_sm(target) as f64),
             ("waves", waves),
-            ("tile_efficiency", tile_efficiency(&p, &g)),
-            ("model_log_us", model(&p, target).ln()),
-        ])
-    }
-
-    fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64> {
-        let p = Plan::new(matmul(workload)?, config)?;
-        p.check(target)?;
-        Ok(model(&p, target))
+            ("tile_efficiency", tile_efficiency(p, &g)),
+            ("model_log_us", model(p, target).ln()),
+        ]
     }
 }
 
@@ -823,7 +931,8 @@ fn model(p: &Plan, target: &Target) -> f64 {
     // Feeding: a 64xN wgmma reads 64+N rows of shared memory per 64*N products.
     let reuse = (p.bq as f64 * p.bp as f64) / (p.bq as f64 + p.bp as f64) / 85.3;
     let pipe = 1.0 - 0.5 / p.stages as f64;
-    let spec = if p.specialized { 1.0 } else { 0.9 };
+    // A producer that gathers (im2col) feeds the tensor cores less steadily than TMA.
+    let spec = if p.specialized { 1.0 } else { 0.9 } * if p.gather() { 0.85 } else { 1.0 };
     let eff = (reuse.min(1.0) * pipe * spec).max(0.05);
     let tile_flops = 2.0 * p.bq as f64 * p.bp as f64 * p.w.k as f64;
     let per_sm = (target.sm_count / p.cluster * p.cluster).max(1) as f64;
@@ -842,6 +951,8 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let memory = bytes / 3.0e6;
     (compute.powi(4) + memory.powi(4)).powf(0.25) + LAUNCH_US
 }
+
+pub mod conv;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,229 @@
+//! `wgmma_conv2d`: forward 2-D convolution (NHWC input, KRSC filter, NPQK output) as an implicit
+//! GEMM on the Hopper matmul body: GEMM M = K output channels, N = N*P*Q output pixels,
+//! K = R*S*C in (r, s, c) order, layout tn; the filter is the GEMM's A (a K-major [K][R*S*C]
+//! matrix, loaded by TMA and multicast in clusters like any A), the activations its B. The knobs,
+//! rules, scheduler, epilogues and analytic model are `wgmma_gemm`'s on that GEMM.
+//!
+//! - A 1x1, stride-1, unpadded layer's activations are a plain [N*H*W][C] matrix: loaded by TMA
+//!   like a matmul operand (a pointwise layer is a GEMM).
+//! - Any other layer's activations are gathered: the producer warpgroup's 128 threads copy the
+//!   im2col tile 16 bytes at a time with `cp.async` into the swizzled layout the TMA would have
+//!   written, zero-filling what lies in the padding or past the edges (`gemm.cu`, `gather_x`). A
+//!   16-byte unit is 8 channels (16 for i8) of one filter tap, so C must be a multiple of that;
+//!   a K tile may straddle taps. These configs need the producer warpgroup.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::space::{Config, Space};
+use crate::target::Target;
+use crate::template::{KernelSpec, Resources, Template};
+use crate::workload::{Conv2d, Op, Workload};
+
+use super::{ConvGemm, DOMAIN_SIZES, Plan, WgmmaGemm, model};
+
+/// The Hopper convolution template.
+pub struct WgmmaConv2d;
+
+fn conv(workload: &Workload) -> Result<&Conv2d> {
+    match workload {
+        Workload::Conv2d(c) => Ok(c),
+        other => Err(Error::Unsupported { template: "wgmma_conv2d", what: format!("{} workloads", other.op().name()) }),
+    }
+}
+
+/// The plan of `config` for the layer.
+fn plan(workload: &Workload, config: &Config) -> Result<Plan> {
+    let (cg, gemm) = ConvGemm::of(conv(workload)?);
+    Ok(Plan { conv: Some(cg), ..Plan::new(&gemm, config)? })
+}
+
+impl Template for WgmmaConv2d {
+    fn name(&self) -> &'static str {
+        "wgmma_conv2d"
+    }
+
+    fn version(&self) -> u32 {
+        1
+    }
+
+    fn op(&self) -> Op {
+        Op::Conv2d
+    }
+
+    fn supports(&self, workload: &Workload, target: &Target) -> Result<()> {
+        self.check_workload(workload)?;
+        if target.arch != 90 {
+            return Err(Error::invalid(
+                "template",
+                format!("wgmma_conv2d needs an sm_90 GPU (Hopper: wgmma, TMA); this one is sm_{}", target.arch),
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_workload(&self, workload: &Workload) -> Result<()> {
+        let c = conv(workload)?;
+        c.validate()?;
+        let input = c.types.input;
+        if !matches!(input, DType::F16 | DType::Bf16 | DType::I8) {
+            return Err(Error::invalid("input", format!("wgmma_conv2d takes f16, bf16 or i8 inputs, not {input}")));
+        }
+        // A 16-byte copy (or a TMA row) never straddles two filter taps or two pixels.
+        let unit = 16 / input.bytes() as u64;
+        if !c.c.is_multiple_of(unit) {
+            return Err(Error::invalid(
+                "c",
+                format!(
+                    "{} must be a multiple of {unit} for {input}: wgmma_conv2d moves activations in 16-byte units of one pixel's channels; pad the channels to {}",
+                    c.c,
+                    c.c.next_multiple_of(unit)
+                ),
+            ));
+        }
+        // The implicit GEMM's extents are ints on the device.
+        let (_, gemm) = ConvGemm::of(c);
+        let elements = gemm.n.max(gemm.k).saturating_mul(gemm.m.max(gemm.k));
+        if elements >= 1 << 31 || c.n * c.h * c.w * c.c >= 1 << 31 {
+            return Err(Error::invalid("n", "the layer's tensors must each hold fewer than 2^31 elements".to_string()));
+        }
+        Ok(())
+    }
+
+    fn space(&self) -> Space {
+        WgmmaGemm.space()
+    }
+
+    fn valid_indices(&self, workload: &Workload, target: &Target) -> Result<Vec<u64>> {
+        self.supports(workload, target)?;
+        let (cg, gemm) = ConvGemm::of(conv(workload)?);
+        let len: u64 = DOMAIN_SIZES.iter().map(|n| *n as u64).product();
+        Ok((0..len).filter(|i| Plan::at_conv(cg, &gemm, *i).check(target).is_ok()).collect())
+    }
+
+    fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources> {
+        self.supports(workload, target)?;
+        self.space().index_of(config)?;
+        plan(workload, config)?.check(target)
+    }
+
+    fn generate(&self, workload: &Workload, config: &Config, target: &Target) -> Result<KernelSpec> {
+        self.supports(workload, target)?;
+        self.space().index_of(config)?;
+        let p = plan(workload, config)?;
+        let res = p.check(target)?;
+        Ok(p.spec(target, &res))
+    }
+
+    fn features(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Vec<(&'static str, f64)>> {
+        let p = plan(workload, config)?;
+        let mut f = p.features(target);
+        f.push(("gather", f64::from(u8::from(p.gather()))));
+        Ok(f)
+    }
+
+    fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64> {
+        let p = plan(workload, config)?;
+        p.check(target)?;
+        Ok(model(&p, target))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::template::{Arg, TensorOperand, valid_configs};
+    use crate::{Layout, Types};
+
+    fn layer(n: u64, hw: u64, c: u64, k: u64, rs: u64, pad: u64, stride: u64, input: DType) -> Workload {
+        Workload::Conv2d(Conv2d {
+            n,
+            h: hw,
+            w: hw,
+            c,
+            k,
+            r: rs,
+            s: rs,
+            pad: (pad, pad),
+            stride: (stride, stride),
+            dilation: (1, 1),
+            types: Types::default_for(input).unwrap(),
+        })
+    }
+
+    fn config(w: &Workload, producer: &str) -> Config {
+        let target = Target::sm90();
+        let valid = valid_configs(&WgmmaConv2d, w, &target).unwrap();
+        valid.into_iter().map(|(_, c)| c).find(|c| c.name("producer").ok() == Some(producer)).unwrap()
+    }
+
+    #[test]
+    fn a_layer_is_the_gemm_of_its_output_channels_pixels_and_taps() {
+        let Workload::Conv2d(c) = layer(32, 56, 64, 128, 3, 1, 2, DType::F16) else { unreachable!() };
+        let (cg, gemm) = ConvGemm::of(&c);
+        assert!(cg.gather);
+        assert_eq!((gemm.m, gemm.n, gemm.k, gemm.layout), (128, 32 * 28 * 28, 9 * 64, Layout::Tn));
+        let Workload::Conv2d(p) = layer(32, 56, 64, 128, 1, 0, 1, DType::F16) else { unreachable!() };
+        assert!(!ConvGemm::of(&p).0.gather, "a 1x1 stride-1 unpadded layer is a plain GEMM");
+    }
+
+    #[test]
+    fn pointwise_layers_load_the_input_by_tma_and_others_gather_it() {
+        let target = Target::sm90();
+        let pointwise = layer(32, 56, 64, 128, 1, 0, 1, DType::F16);
+        let spec = WgmmaConv2d.generate(&pointwise, &config(&pointwise, "warpgroup"), &target).unwrap();
+        let (Arg::Map(x), Arg::Map(y)) = (&spec.args[0], &spec.args[1]) else { panic!("{:?}", spec.args) };
+        // X: the input as an [N*H*W][C] matrix; Y: the filter as [K][R*S*C]; both K-major.
+        assert_eq!((x.operand, x.dims, x.row_bytes), (TensorOperand::A, [64, 32 * 56 * 56], 128));
+        assert_eq!((y.operand, y.dims), (TensorOperand::B, [64, 128]));
+        assert!(spec.source.contains("constexpr bool GATHER = false;"));
+        // A pointwise layer runs with an inline producer too.
+        WgmmaConv2d.generate(&pointwise, &config(&pointwise, "inline"), &target).unwrap();
+
+        let padded = layer(2, 9, 16, 40, 3, 1, 2, DType::F16);
+        let c = config(&padded, "warpgroup");
+        let spec = WgmmaConv2d.generate(&padded, &c, &target).unwrap();
+        assert_eq!(spec.args[0], Arg::A, "the gather reads the input through a plain pointer");
+        let Arg::Map(y) = &spec.args[1] else { panic!("{:?}", spec.args) };
+        assert_eq!((y.operand, y.dims), (TensorOperand::B, [9 * 16, 40]));
+        for line in
+            ["GATHER = true;", "CONV_C = 16;", "OUT_H = 5;", "STRIDE_W = 2;", "PAD_H = 1;", "PRODUCER_REGS = 64;"]
+        {
+            assert!(spec.source.contains(line), "{line} missing");
+        }
+        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v1_"), "{}", spec.name);
+        let f = WgmmaConv2d.features(&padded, &c, &target).unwrap();
+        assert_eq!(f.last(), Some(&("gather", 1.0)));
+    }
+
+    #[test]
+    fn rules_name_the_field_or_the_knob() {
+        let target = Target::sm90();
+        let padded = layer(1, 14, 32, 64, 3, 1, 1, DType::F16);
+        let mut inline = config(&padded, "warpgroup");
+        inline.0.insert("producer".into(), crate::space::KnobValue::Str("inline".into()));
+        let e = WgmmaConv2d.check(&padded, &inline, &target).unwrap_err().to_string();
+        assert!(e.contains("gathered") && e.contains("producer warpgroup"), "{e}");
+        let e = WgmmaConv2d.supports(&layer(1, 14, 12, 64, 3, 1, 1, DType::F16), &target).unwrap_err();
+        assert_eq!(e.field(), Some("c"));
+        assert!(e.to_string().contains("multiple of 8") && e.to_string().contains("16"), "{e}");
+        let e = WgmmaConv2d.supports(&layer(1, 14, 24, 64, 1, 0, 1, DType::I8), &target).unwrap_err();
+        assert!(e.field() == Some("c") && e.to_string().contains("multiple of 16"), "{e}");
+        let e = WgmmaConv2d.supports(&padded, &Target::sm80()).unwrap_err();
+        assert_eq!(e.field(), Some("template"));
+        let matmul = Workload::Matmul(
+            crate::Matmul::new(64, 64, 64, Layout::Tn, Types::default_for(DType::F16).unwrap()).unwrap(),
+        );
+        assert!(WgmmaConv2d.supports(&matmul, &target).is_err());
+    }
+
+    #[test]
+    fn conv_layers_search_both_templates_on_hopper() {
+        let w = layer(32, 56, 64, 64, 3, 1, 1, DType::F16);
+        let names: Vec<_> = crate::template::all()
+            .into_iter()
+            .filter(|t| t.op() == Op::Conv2d && t.supports(&w, &Target::sm90()).is_ok())
+            .map(|t| t.name())
+            .collect();
+        assert_eq!(names, ["wmma_conv2d", "wgmma_conv2d"]);
+    }
+}

@@ -1,0 +1,98 @@
+//! NVRTC compiles what `wgmma_conv2d` emits for sm_90a, on the CPU: over 300 configs spread over
+//! every input type, both load paths (a pointwise layer read by TMA, the gather everywhere else),
+//! padding, stride 2, dilation 2, ragged tiles, non-square filters, the fewest channels each type
+//! allows, and every kind of config (producer, schedule, cluster, persistence, stream-K,
+//! epilogue). A serialized wgmma or an ignored setmaxnreg counts as a failure, as in the worker.
+
+use tensortune_kernels::template::valid_configs;
+use tensortune_kernels::wgmma::conv::WgmmaConv2d;
+use tensortune_kernels::{Config, Conv2d, DType, KernelSpec, Target, Template, Types, Workload};
+
+mod common;
+use common::assert_all_compile;
+
+fn kind(c: &Config) -> String {
+    let name = |k| c.name(k).unwrap_or("").to_owned();
+    let int = |k| c.int(k).unwrap_or(0);
+    format!(
+        "{}/{}/{}/{}/{}/{}",
+        name("producer"),
+        name("schedule"),
+        int("cluster"),
+        int("persistent"),
+        int("stream_k"),
+        name("epilogue")
+    )
+}
+
+/// A layer: batch, (h, w), c -> k, filter (r, s), pad, stride, dilation.
+fn layer(
+    n: u64,
+    hw: (u64, u64),
+    c: u64,
+    k: u64,
+    rs: (u64, u64),
+    pad: (u64, u64),
+    stride: u64,
+    dil: u64,
+    t: Types,
+) -> Conv2d {
+    Conv2d {
+        n,
+        h: hw.0,
+        w: hw.1,
+        c,
+        k,
+        r: rs.0,
+        s: rs.1,
+        pad,
+        stride: (stride, stride),
+        dilation: (dil, dil),
+        types: t,
+    }
+}
+
+#[test]
+fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
+    let target = Target::sm90();
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    let mut kinds = std::collections::BTreeSet::new();
+    let (mut gathered, mut pointwise) = (0, 0);
+    let mut turn = 0usize;
+    for (input, acc, outs) in Types::SUPPORTED {
+        for out in *outs {
+            let t = Types::new(*input, *acc, Some(*out)).unwrap();
+            let unit = if *input == DType::I8 { 16 } else { 8 };
+            let layers = [
+                layer(32, (56, 56), 64, 128, (1, 1), (0, 0), 1, 1, t),
+                layer(32, (56, 56), 64, 64, (3, 3), (1, 1), 1, 1, t),
+                layer(16, (14, 14), 256, 256, (3, 3), (1, 1), 2, 1, t),
+                layer(2, (7, 9), unit, 40, (3, 3), (1, 1), 1, 2, t),
+                layer(3, (13, 17), 2 * unit, 48, (1, 3), (0, 1), 1, 1, t),
+                layer(3, (5, 7), 4 * unit, 72, (1, 1), (0, 0), 1, 1, t),
+            ];
+            for l in layers {
+                let w = Workload::Conv2d(l);
+                let valid = valid_configs(&WgmmaConv2d, &w, &target).unwrap();
+                assert!(!valid.is_empty(), "no valid config for {}", w.key());
+                // Every 7th config, from a different start per layer: a spread over the space.
+                for (_, c) in valid.iter().skip(turn % 7).step_by(valid.len() / 9 + 1) {
+                    kinds.insert(kind(c));
+                    let spec = WgmmaConv2d.generate(&w, c, &target).unwrap();
+                    if spec.name.contains("gather") {
+                        gathered += 1
+                    } else {
+                        pointwise += 1
+                    }
+                    specs.push(spec);
+                }
+                turn += 1;
+            }
+        }
+    }
+    eprintln!("{} sampled configs ({gathered} gathered, {pointwise} pointwise) of {} kinds", specs.len(), kinds.len());
+    assert!(specs.len() >= 300, "only {} sampled configs", specs.len());
+    assert!(gathered >= 200 && pointwise >= 60, "{gathered} gathered, {pointwise} pointwise");
+    assert!(kinds.len() >= 20, "only {} kinds of config: {kinds:?}", kinds.len());
+    assert_all_compile(&specs, &target);
+}
