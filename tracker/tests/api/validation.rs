@@ -99,7 +99,7 @@ async fn bad_submissions_name_the_field() {
             ),
             ("no op", job(vec![pb::Workload { op: None }], 4, 0), "invalid workloads[0].op:"),
             (
-                "conv whose channels wmma_conv2d cannot load",
+                "conv whose channels no conv template can load",
                 job(
                     vec![pb::Workload {
                         op: match conv().op {
@@ -112,7 +112,8 @@ async fn bad_submissions_name_the_field() {
                     4,
                     0,
                 ),
-                "invalid workloads[0].conv2d.c: 12 must be a multiple of 8 for f16 inputs",
+                // Each template's reason (wgmma_conv2d's says what to pad to).
+                "invalid workloads[0].conv2d.c: no template takes this workload; wmma_conv2d: 12 must be a multiple of 8 for f16 inputs",
             ),
             (
                 "conv with wmma_gemm",
@@ -191,9 +192,10 @@ async fn bad_submissions_name_the_field() {
         }
     }
 
-    // Without a template each workload has its op's templates: a job of a matmul and a conv is one.
+    // Without a template each workload has its op's templates that take it on the class (sm_90 sim:
+    // the conv is on both conv templates): a job of a matmul and a conv is one.
     let mixed = submit(&mut tuning, job(vec![matmul(64, 64, 64), conv()], 4, 0)).await;
-    assert_eq!(get_job(&mut tuning, mixed).await.template, "wmma_gemm+wmma_conv2d");
+    assert_eq!(get_job(&mut tuning, mixed).await.template, "wmma_gemm+wmma_conv2d+wgmma_conv2d");
 
     let (c, message) = code(tuning.submit_job(pb::SubmitJobRequest { device_class: "h100".into(), ..base() }).await);
     assert_eq!(c, Code::FailedPrecondition);
