@@ -40,6 +40,7 @@
 #                (AB_TEMPLATE, default wgmma_gemm)
 #     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
 #                workload), both load paths (gathered, pointwise)
+#     csmoke     each sanitizer config once through run_one (a quick check before wconv)
 #     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on a gathered and a pointwise
 #                wgmma_conv2d config
 set -uo pipefail
@@ -424,20 +425,31 @@ step_ab() {
 }
 
 step_wconv() {
-  SELFTEST_TEMPLATE=wgmma_conv2d timeout 900 "$BIN/gpu_selftest" "${WCONV_CONFIGS:-6}" 3 conv >"$LOGS/wconv-check.log" 2>&1
+  SELFTEST_TEMPLATE=wgmma_conv2d timeout "${WCONV_TIMEOUT:-900}" "$BIN/gpu_selftest" "${WCONV_CONFIGS:-6}" 3 conv >"$LOGS/wconv-check.log" 2>&1
   say "wconv check exit $?: $(grep SUMMARY "$LOGS/wconv-check.log")"
   grep -v ": Ok " "$LOGS/wconv-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -30 | tee -a "$SUMMARY"
   say "gathered ok: $(grep ': Ok ' "$LOGS/wconv-check.log" | grep -c gather), pointwise ok: $(grep ': Ok ' "$LOGS/wconv-check.log" | grep -vc gather)"
 }
 
-step_csanitize() {
-  local cases=(
+# wgmma_conv2d configs for the sanitizers and the smoke test: gathered f16 ragged, gathered bf16
+# stride 2 in a 2-block ping-pong cluster with the TMA-store epilogue, pointwise i8 inline.
+CONV_CASES=(
     'conv2d/n2h7w5c16/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n4h14w14c64/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/bf16,f32,bf16 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
     'conv2d/n3h5w7c32/k48r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
-  )
+)
+
+# Each of CONV_CASES once through run_one, with a short timeout (a hang shows here, not in wconv).
+step_csmoke() {
+  for c in "${CONV_CASES[@]}"; do
+    local key=${c%% *} cfg=${c#* }
+    say "csmoke $key: $(TT_TEMPLATE=wgmma_conv2d timeout 40 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | tail -1 | cut -c1-240)"
+  done
+}
+
+step_csanitize() {
   local n=0
-  for c in "${cases[@]}"; do
+  for c in "${CONV_CASES[@]}"; do
     local key=${c%% *} cfg=${c#* }
     n=$((n + 1))
     say "csanitize $key $cfg"
@@ -452,11 +464,18 @@ step_csanitize() {
   done
 }
 
+# DEADLINE (seconds since the script started) skips the steps that would start after it, so that
+# one device call ends inside its limit with its logs packed.
+T0=$(date +%s)
 for step in "$@"; do
+  if [ -n "${DEADLINE:-}" ] && [ $(($(date +%s) - T0)) -gt "$DEADLINE" ]; then
+    say "skipped $step: past DEADLINE=$DEADLINE s"
+    continue
+  fi
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
-    wconv | csanitize) "step_$step" ;;
+    wconv | csanitize | csmoke) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2
