@@ -320,10 +320,18 @@ impl Plan {
     /// Registers of a consumer thread with `b` blocks per SM: with a producer warpgroup, what
     /// setmaxnreg leaves it of the block's share of the register file; otherwise the share per
     /// thread. At most 240, a multiple of 8.
+    ///
+    /// setmaxnreg only moves registers within what the block was given at launch: every thread
+    /// starts at the `__launch_bounds__(threads, 1)` cap (its share of the file in units of 8, at
+    /// most 255; 168 at 384 threads, so 64,512 of the 65,536), and the consumers' raise must fit in
+    /// that pool less what the producer keeps. A raise past it waits forever (seen 2026-11-25 on an
+    /// H200: two consumers at 224 beside a 64-register gathering producer hung every block).
     fn consumer_regs_at(&self, b: u32, target: &Target) -> u32 {
         let per_block = target.regs_per_sm / b;
         let regs = if self.specialized {
-            (per_block / 128).saturating_sub(self.producer_regs()) / self.consumers
+            let at_entry = (per_block / self.threads()).min(255) / 8 * 8;
+            let pool_per_lane = at_entry * self.threads() / 128;
+            pool_per_lane.saturating_sub(self.producer_regs()) / self.consumers
         } else {
             (per_block / self.threads()).min(255)
         };

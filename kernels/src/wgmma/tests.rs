@@ -234,3 +234,63 @@ fn a_producer_warpgroup_keeps_one_block_per_sm() {
     let inline = Plan::new(&w, &config(&small.replace("warpgroup", "inline"))).unwrap();
     assert!(inline.blocks(&sm90) > 132, "an inline producer with a small tile runs several blocks per SM");
 }
+
+/// The value of `constexpr int NAME = V;` in a generated source.
+fn constant(source: &str, name: &str) -> u32 {
+    let prefix = format!("constexpr int {name} = ");
+    let line = source.lines().find_map(|l| l.trim().strip_prefix(prefix.as_str())).unwrap_or_else(|| panic!("{name}"));
+    line.trim_end_matches(';').parse().unwrap()
+}
+
+/// setmaxnreg moves registers within the block's allocation at launch: every thread starts at
+/// the `__launch_bounds__(threads, 1)` cap, so the producer's PRODUCER_REGS plus the consumers'
+/// CONSUMER_REGS (per lane of a warpgroup) must fit in threads x cap. A config past it hangs on
+/// the GPU (its consumers wait forever in setmaxnreg.inc), which no CPU test would otherwise see.
+#[test]
+fn warp_specialized_register_budgets_fit_the_launch_allocation() {
+    let sm90 = Target::sm90();
+    let conv = |n, hw, c, k, rs, pad, stride| {
+        Workload::Conv2d(crate::workload::Conv2d {
+            n,
+            h: hw,
+            w: hw,
+            c,
+            k,
+            r: rs,
+            s: rs,
+            pad: (pad, pad),
+            stride: (stride, stride),
+            dilation: (1, 1),
+            types: Types::default_for(DType::F16).unwrap(),
+        })
+    };
+    let cases: Vec<(&dyn Template, Workload)> = vec![
+        (&WgmmaGemm, mm(4096, 4096, 4096, Layout::Nn, DType::F16)),
+        (&WgmmaGemm, mm(1000, 1000, 1024, Layout::Tn, DType::I8)),
+        (&conv::WgmmaConv2d, conv(32, 56, 64, 64, 3, 1, 1)),
+        (&conv::WgmmaConv2d, conv(32, 28, 128, 128, 3, 1, 2)),
+        (&conv::WgmmaConv2d, conv(32, 56, 64, 128, 1, 0, 1)),
+    ];
+    let mut specialized = 0;
+    for (t, w) in cases {
+        for (_, c) in crate::template::valid_configs(t, &w, &sm90).unwrap() {
+            if c.name("producer").unwrap() != "warpgroup" {
+                continue;
+            }
+            let spec = t.generate(&w, &c, &sm90).unwrap();
+            let consumers = constant(&spec.source, "CONSUMERS");
+            let threads = 128 * (consumers + 1);
+            let cap = (sm90.regs_per_sm / threads).min(255) / 8 * 8;
+            let (producer, consumer) =
+                (constant(&spec.source, "PRODUCER_REGS"), constant(&spec.source, "CONSUMER_REGS"));
+            assert!(
+                128 * (producer + consumers * consumer) <= threads * cap,
+                "{}: producer {producer} + {consumers} x {consumer} registers per lane exceed {threads} x {cap}",
+                spec.name
+            );
+            assert_eq!(consumer % 8, 0, "{}", spec.name);
+            specialized += 1;
+        }
+    }
+    assert!(specialized > 500, "only {specialized} warp-specialized configs checked");
+}
