@@ -298,8 +298,18 @@ pub struct Provenance {
     pub samples_us: Vec<f64>,
     /// Launches per sample (CUDA-graph replay of a batch).
     pub batch: u32,
-    /// Whether samples started from a cold L2.
-    pub flush_l2: bool,
+    /// The measuring worker's name.
+    pub worker_name: String,
+    /// Its GPU as the driver names it.
+    pub gpu_name: String,
+    /// Its GPU's UUID.
+    pub gpu_uuid: String,
+    /// Its kernel driver's version.
+    pub driver_version: String,
+    /// Its CUDA driver API version.
+    pub cuda_version: String,
+    /// The NVRTC that compiled the measured kernel.
+    pub nvrtc_version: String,
 }
 
 /// One kernel of a bundle.
@@ -333,7 +343,8 @@ pub struct Entry {
     pub params: Vec<Param>,
     /// Elements of each buffer the kernel touches (a, b, c, d).
     pub elements: BTreeMap<String, u64>,
-    /// Median time of the record, microseconds (warm L2, CUDA-graph replay).
+    /// Median time of the record, microseconds (CUDA-graph replay of a batch of launches; warm
+    /// L2 unless the job flushed it).
     pub time_us: f64,
     /// The vendor library's time in the same session, microseconds, when known.
     pub vendor_us: Option<f64>,
