@@ -24,7 +24,6 @@ use crate::commands::{open, status_error};
 /// `tensortune export ...`
 pub async fn run(tracker: Option<&str>, db: &Path, args: &ExportArgs) -> anyhow::Result<()> {
     let workloads = workloads_of(tracker, db, args).await?;
-    let compiler = if args.no_cubin { None } else { Some(Compiler::find()?) };
     let mut session = open(tracker, db, None).await?;
     let answers = async {
         let mut out = Vec::with_capacity(workloads.len());
@@ -54,6 +53,7 @@ pub async fn run(tracker: Option<&str>, db: &Path, args: &ExportArgs) -> anyhow:
         );
     }
 
+    let compiler = if args.no_cubin { None } else { Some(Compiler::find()?) };
     let mut kernels = Vec::new();
     let mut sources: BTreeMap<String, String> = BTreeMap::new();
     for (workload, answer) in workloads.iter().zip(&answers) {
@@ -139,7 +139,7 @@ fn nvrtc_arch(arch: u32) -> String {
     Target { arch, ..Target::sm90() }.nvrtc_arch()
 }
 
-/// NVRTC and the CUDA headers, found before anything is asked of the tracker.
+/// NVRTC and the CUDA headers, found before anything is written.
 struct Compiler {
     include: std::path::PathBuf,
     version: String,

@@ -740,6 +740,110 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
     assert_eq!((s.entry.workload_key.as_str(), s.nearest), (wgmma, true));
     assert!(select(m, &problem("matmul/m256n128k256/tt/f16,f32,f32/alpha=1,beta=0"), 90, 132).is_none());
 
+    // The C loader reads the same bundle: its parse of index.txt equals the manifest, and its
+    // lookups agree with the crate's (compiled with the system C compiler against the CUDA
+    // headers NVRTC uses; skipped, and said so, where either is missing).
+    let include = tensortune_worker::nvrtc::find_include_dir().filter(|d| d.join("cuda.h").is_file());
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let c_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bundle/c");
+    let exe = dir.path().join("index_check");
+    let built = include.as_ref().and_then(|inc| {
+        std::process::Command::new(&cc)
+            .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I"])
+            .arg(&c_dir)
+            .arg("-I")
+            .arg(inc)
+            .arg(c_dir.join("index_check.c"))
+            .args(["-lm", "-o"])
+            .arg(&exe)
+            .output()
+            .ok()
+    });
+    match built {
+        Some(out) if out.status.success() => {
+            let run = |args: &[&str]| {
+                let out = std::process::Command::new(&exe).arg(&bundle_dir).args(args).output().unwrap();
+                assert!(out.status.success(), "index_check {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+                String::from_utf8(out.stdout).unwrap()
+            };
+            let dump = run(&[]);
+            let lines: Vec<&str> = dump.lines().collect();
+            assert_eq!(lines.len(), m.kernels.len(), "{dump}");
+            for (line, e) in lines.iter().zip(&m.kernels) {
+                let l = &e.launch;
+                let mut want = format!(
+                    "{} {} matmul {},{},{} {},{},{} {} {},{},{} {} {}",
+                    e.name,
+                    e.entry,
+                    l.grid[0],
+                    l.grid[1],
+                    l.grid[2],
+                    l.block[0],
+                    l.block[1],
+                    l.block[2],
+                    l.dynamic_smem_bytes,
+                    l.cluster[0],
+                    l.cluster[1],
+                    l.cluster[2],
+                    e.workspace_bytes,
+                    e.cubin_for(90).unwrap_or("-")
+                );
+                for p in &e.params {
+                    match p {
+                        Param::Pointer { operand } => want += &format!(" ptr:{}", operand.name()),
+                        Param::TensorMap(r) => {
+                            want += &format!(
+                                " map:{}:{}:{},{}:{}:{},{}",
+                                r.operand.name(),
+                                r.dtype.name(),
+                                r.dims[0],
+                                r.dims[1],
+                                r.strides_bytes[0],
+                                r.box_dims[0],
+                                r.box_dims[1]
+                            )
+                        }
+                    }
+                }
+                assert_eq!(*line, want);
+            }
+            for (key, arch, sms) in [
+                (wmma, 90, 132),
+                ("matmul/m240n120k300/nn/f16,f32,f32/alpha=1,beta=0", 90, 132),
+                ("matmul/m500n250k500/tn/f16,f32,f32/alpha=1,beta=0.5", 90, 114),
+                ("matmul/m500n250k500/tn/f16,f32,f32/alpha=1,beta=0", 90, 132),
+                ("matmul/m256n128k256/tt/f16,f32,f32/alpha=1,beta=0", 90, 132),
+                (wmma, 80, 108),
+            ] {
+                let w = Workload::from_key(key).unwrap();
+                let Workload::Matmul(mm) = w else { unreachable!() };
+                let t = mm.types;
+                let query = [
+                    mm.m.to_string(),
+                    mm.n.to_string(),
+                    mm.k.to_string(),
+                    mm.layout.to_string(),
+                    t.input.to_string(),
+                    t.accumulator.to_string(),
+                    t.output.to_string(),
+                    mm.alpha.to_string(),
+                    mm.beta.to_string(),
+                    arch.to_string(),
+                    sms.to_string(),
+                ];
+                let got = run(&query.iter().map(String::as_str).collect::<Vec<_>>());
+                let want = match select(m, &tensortune::export::problem(&w), arch, sms) {
+                    // Without cubins the crate matches on the tuning arch; the C loader needs a cubin.
+                    Some(s) if nvrtc => format!("{} {}\n", s.entry.name, if s.nearest { "nearest" } else { "exact" }),
+                    _ => "none\n".to_string(),
+                };
+                assert_eq!(got, want, "{key} on sm_{arch}");
+            }
+        }
+        Some(out) => panic!("{cc} could not build index_check.c:\n{}", String::from_utf8_lossy(&out.stderr)),
+        None => eprintln!("skipped the C loader's check: no {cc} or no cuda.h"),
+    }
+
     // best offers the nearest tuned shape, marked, in JSON and in the table (`best`'s --json goes
     // before the workload: after it, --json is the workload's JSON output file of `tune`).
     let out = cli(&["best", "--json", "matmul", "--m", "240", "--n", "120", "--k", "300"]);
