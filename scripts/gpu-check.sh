@@ -43,6 +43,10 @@
 #     csmoke     each sanitizer config once through run_one (a quick check before wconv)
 #     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on a gathered and a pointwise
 #                wgmma_conv2d config
+#     export     `tensortune bench` of the default suite (BENCH_TRIALS, default 100) with its database
+#                kept, `tensortune export` of its best kernels, examples/bundle/gemm_check.c built
+#                with nvcc and run on the bundle: every output element against cuBLAS, time against
+#                the record (bundle and logs in logs.tar.gz)
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
@@ -464,6 +468,27 @@ step_csanitize() {
   done
 }
 
+step_export() {
+  timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" --json "$LOGS/export-bench.json" \
+    >"$LOGS/export-bench.log" 2>&1
+  say "export: bench exit $?"
+  sed -n '/^suite/,$p' "$LOGS/export-bench.log" | tee -a "$SUMMARY"
+  # bench names its database after --json (with a suffix when that file exists) and says which.
+  local db
+  db=$(sed -n 's/^bench database: //p' "$LOGS/export-bench.log" | head -1)
+  "$BIN/tensortune" --db "$db" export --suite suites/default.json -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
+  say "export exit $?"
+  tee -a "$SUMMARY" <"$LOGS/export.log"
+  nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm \
+    >"$LOGS/gemm_check-build.log" 2>&1
+  say "gemm_check build exit $?"
+  head -20 "$LOGS/gemm_check-build.log" | tee -a "$SUMMARY"
+  timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" >"$LOGS/gemm_check.log" 2>&1
+  say "gemm_check exit $?"
+  tee -a "$SUMMARY" <"$LOGS/gemm_check.log"
+  rm -f "$LOGS/gemm_check"
+}
+
 # DEADLINE (seconds since the script started) skips the steps that would start after it, so that
 # one device call ends inside its limit with its logs packed.
 T0=$(date +%s)
@@ -475,7 +500,7 @@ for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
-    wconv | csanitize | csmoke) "step_$step" ;;
+    wconv | csanitize | csmoke | export) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

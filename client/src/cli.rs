@@ -109,6 +109,10 @@ pub enum Command {
         #[command(subcommand)]
         command: RecordsCmd,
     },
+    /// Write the best trusted kernel of workloads per device class as a bundle a program loads
+    /// without tensortune: manifest.json, index.txt, <name>.cu and <name>.<arch>.cubin (see the
+    /// tensortune-bundle crate and tensortune_bundle.h).
+    Export(ExportArgs),
     /// Run a worker daemon (the same as `tensortune-worker`).
     Worker(WorkerArgs),
     /// Run tuners against recorded measurements instead of a GPU and compare them.
@@ -164,6 +168,33 @@ pub struct PlotArgs {
     /// The picture: a .svg or .png file.
     #[arg(long, short)]
     pub output: PathBuf,
+}
+
+/// `tensortune export`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).multiple(true).args(["workload", "suite", "job"])))]
+pub struct ExportArgs {
+    /// A workload key (`tensortune jobs` shows them); repeatable.
+    #[arg(long)]
+    pub workload: Vec<String>,
+    /// Every workload of a suite file (e.g. suites/default.json).
+    #[arg(long)]
+    pub suite: Option<PathBuf>,
+    /// Every workload of a job.
+    #[arg(long)]
+    pub job: Option<u64>,
+    /// Only this device class (default: the best of every class that has one).
+    #[arg(long)]
+    pub device_class: Option<String>,
+    /// The bundle directory (created; files of the same names are replaced).
+    #[arg(long, short)]
+    pub output: PathBuf,
+    /// Write sources and the manifest only, without compiling cubins (no NVRTC needed).
+    #[arg(long)]
+    pub no_cubin: bool,
+    /// Print the manifest as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tensortune replay`.

@@ -265,25 +265,50 @@ pub async fn best(
             device_class: device_class.unwrap_or_default().to_owned(),
             template: job.template.clone().unwrap_or_default(),
             template_version: 0,
+            nearest: true,
         })
         .await
         .map_err(status_error);
     session.close().await?;
-    let records: Vec<RecordView> = answer?.into_inner().best.iter().map(RecordView::from).collect();
+    let key = workload.key();
+    let records: Vec<BestView> = answer?
+        .into_inner()
+        .best
+        .iter()
+        .map(|r| BestView { nearest: r.workload_key != key, record: RecordView::from(r) })
+        .collect();
     if json {
         println!("{}", serde_json::to_string_pretty(&records)?);
         return Ok(());
     }
     if records.is_empty() {
-        println!("nothing measured yet for {}", workload.key());
+        println!("nothing measured yet for {key} or any shape of its types and layout");
         return Ok(());
     }
-    println!("{}", workload.key());
-    for r in &records {
+    println!("{key}");
+    for b in &records {
+        let r = &b.record;
         println!("{} ({} v{})", r.device_class, r.template, r.template_version);
+        if b.nearest {
+            println!(
+                "  NEAREST tuned shape {} (this class has no record of the asked shape; its config is a starting point: tune the shape)",
+                r.workload
+            );
+        }
         print!("{}", report::fmt_best(r));
     }
     Ok(())
+}
+
+/// One answer of `best`: the record, and whether it is of the nearest tuned shape rather than the
+/// asked one.
+#[derive(Debug, serde::Serialize)]
+pub struct BestView {
+    /// The record (its `workload` is the tuned shape).
+    #[serde(flatten)]
+    pub record: RecordView,
+    /// Whether its shape differs from the asked one.
+    pub nearest: bool,
 }
 
 /// `tensortune jobs`

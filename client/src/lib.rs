@@ -10,6 +10,7 @@
 //! - [`session`]: a remote tracker, or an embedded tracker (and local worker) for one command.
 //! - [`commands`]: one function per command.
 //! - [`bench`]: `tensortune bench`, suites of workloads tuned one after another.
+//! - [`export`]: `tensortune export`, best kernels as a bundle a program loads.
 //! - [`replay`]: `tensortune replay`, tuners against recorded measurements.
 //! - [`plot`]: `tensortune plot`, convergence, speedup and replay pictures.
 //! - [`report`]: JSON views of jobs and records, and the tables printed.
@@ -18,6 +19,7 @@ pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod commands;
+pub mod export;
 pub mod plot;
 pub mod replay;
 pub mod report;
@@ -48,6 +50,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cancel { id } => commands::job(tracker, db, *id, "cancel", false).await,
         Command::Workers { json } => commands::workers(tracker, db, *json).await,
         Command::Records { command } => commands::records(tracker, db, command).await,
+        Command::Export(e) => export::run(tracker, db, e).await,
         Command::Replay(r) => replay::run(r),
         Command::Plot(p) => plot::run(tracker, db, p).await,
         Command::Quarantine { worker, reason } => commands::quarantine(tracker, db, *worker, reason).await,

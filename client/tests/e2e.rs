@@ -619,3 +619,240 @@ fn plot_draws_jobs_records_benches_and_replays() {
     let (ok, _, err) = cli(&["plot", "-o", &path("x.svg")]);
     assert!(!ok && err.contains("--job") && err.contains("--bench"), "{err}");
 }
+
+/// `tensortune export` on sim: two tuned workloads (one of them on the TMA template) become a
+/// bundle whose manifest the bundle crate reads back, with every launch fact equal to the kernel
+/// the generator makes for the record, cubins when NVRTC is reachable, and a nearest-shape
+/// lookup that picks the right entry and says so. A workload without a record is named.
+#[test]
+fn export_writes_a_bundle_the_bundle_crate_reads_back() {
+    use tensortune_bundle::{Bundle, MapRecipe, Operand, Param, select};
+    use tensortune_kernels::{Arg, Config, Target, TensorOperand, template};
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tt.db");
+    let cli = |args: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["--db", db.to_str().unwrap()])
+            .args(args)
+            .env("XDG_CACHE_HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let wmma = "matmul/m256n128k256/nn/f16,f32,f32/alpha=1,beta=0";
+    let wgmma = "matmul/m512n256k512/tn/f16,f32,f32/alpha=1,beta=0.5";
+    for args in [
+        &["tune", "matmul", "--m", "256", "--n", "128", "--k", "256", "--template", "wmma_gemm"][..],
+        &[
+            "tune",
+            "matmul",
+            "--m",
+            "512",
+            "--n",
+            "256",
+            "--k",
+            "512",
+            "--layout",
+            "tn",
+            "--beta",
+            "0.5",
+            "--template",
+            "wgmma_gemm",
+        ][..],
+    ] {
+        let out = cli(&[args, &["--trials", "6", "--seed", "3", "--device", "sim", "--compile-threads", "1"]].concat());
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    let missing = "matmul/m333n128k256/nn/f16,f32,f32/alpha=1,beta=0";
+    let bundle_dir = dir.path().join("bundle");
+    let out = cli(&["export", "--workload", wmma, "--workload", missing, "-o", bundle_dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains(missing) && stderr.contains("no trusted ok record"), "{stderr}");
+    assert!(!bundle_dir.exists(), "nothing is written when a workload has no record");
+
+    let nvrtc = tensortune_worker::nvrtc::available() && tensortune_worker::nvrtc::find_include_dir().is_some();
+    let mut args =
+        vec!["export", "--workload", wmma, "--workload", wgmma, "-o", bundle_dir.to_str().unwrap(), "--json"];
+    if !nvrtc {
+        args.push("--no-cubin");
+    }
+    let out = cli(&args);
+    assert!(out.status.success(), "export: {}", String::from_utf8_lossy(&out.stderr));
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed["format"], 1);
+
+    let bundle = Bundle::open(&bundle_dir).unwrap();
+    let m = &bundle.manifest;
+    assert_eq!(m.kernels.len(), 2, "one entry per workload on the one class");
+    let index = std::fs::read_to_string(bundle_dir.join("index.txt")).unwrap();
+    assert_eq!(index, Bundle::index_text(m));
+    for e in &m.kernels {
+        assert_eq!(e.device.class_key, "sim");
+        let workload = Workload::from_key(&e.workload_key).unwrap();
+        let t = template::by_name(&e.template).unwrap();
+        assert_eq!(t.version(), e.template_version);
+        let config = Config::from_json(&e.config.to_string()).unwrap();
+        let spec = t.generate(&workload, &config, &Target::sim()).unwrap();
+        assert_eq!(std::fs::read_to_string(bundle_dir.join(&e.source)).unwrap(), spec.source);
+        assert_eq!((e.entry.as_str(), e.launch.grid, e.launch.block), (spec.entry.as_str(), spec.grid, spec.block));
+        assert_eq!((e.launch.dynamic_smem_bytes, e.workspace_bytes), (spec.smem_bytes, spec.workspace_bytes));
+        assert_eq!(e.params.len(), spec.args.len());
+        for (p, a) in e.params.iter().zip(&spec.args) {
+            let ok = match (p, a) {
+                (Param::Pointer { operand: Operand::A }, Arg::A)
+                | (Param::Pointer { operand: Operand::B }, Arg::B)
+                | (Param::Pointer { operand: Operand::C }, Arg::C)
+                | (Param::Pointer { operand: Operand::D }, Arg::D)
+                | (Param::Pointer { operand: Operand::Workspace }, Arg::Workspace) => true,
+                (Param::TensorMap(MapRecipe { operand, dims, strides_bytes, box_dims, .. }), Arg::Map(map)) => {
+                    let same_operand = matches!(
+                        (operand, map.operand),
+                        (Operand::A, TensorOperand::A)
+                            | (Operand::B, TensorOperand::B)
+                            | (Operand::D, TensorOperand::D)
+                    );
+                    same_operand && *dims == map.dims && strides_bytes[0] == map.row_bytes && *box_dims == map.box_dims
+                }
+                _ => false,
+            };
+            assert!(ok, "{}: parameter {p:?} is not the generator's {a:?}", e.name);
+        }
+        assert!(e.time_us > 0.0 && e.provenance.record_id > 0 && e.vendor_us.is_some(), "{e:?}");
+        if nvrtc {
+            let cubin = std::fs::read(bundle_dir.join(e.cubin_for(90).expect("an sm_90a cubin"))).unwrap();
+            assert_eq!(&cubin[..4], b"\x7fELF");
+        } else {
+            assert!(e.cubins.is_empty());
+        }
+    }
+    let tma = m.kernels.iter().find(|e| e.template == "wgmma_gemm").unwrap();
+    assert!(tma.params.iter().any(|p| matches!(p, Param::TensorMap(_))), "the wgmma kernel takes tensor maps");
+    assert!(tma.launch.grid.iter().zip(tma.launch.cluster).all(|(g, c)| g % c == 0));
+
+    // Lookups: exact, nearest (flagged), none of another layout.
+    let problem = |key: &str| tensortune::export::problem(&Workload::from_key(key).unwrap());
+    let s = select(m, &problem(wmma), 90, 132).unwrap();
+    assert_eq!((s.entry.workload_key.as_str(), s.nearest), (wmma, false));
+    let s = select(m, &problem("matmul/m240n120k300/nn/f16,f32,f32/alpha=1,beta=0"), 90, 132).unwrap();
+    assert_eq!((s.entry.workload_key.as_str(), s.nearest), (wmma, true));
+    let s = select(m, &problem("matmul/m500n250k500/tn/f16,f32,f32/alpha=1,beta=0.5"), 90, 132).unwrap();
+    assert_eq!((s.entry.workload_key.as_str(), s.nearest), (wgmma, true));
+    assert!(select(m, &problem("matmul/m256n128k256/tt/f16,f32,f32/alpha=1,beta=0"), 90, 132).is_none());
+
+    // The C loader reads the same bundle: its parse of index.txt equals the manifest, and its
+    // lookups agree with the crate's (compiled with the system C compiler against the CUDA
+    // headers NVRTC uses; skipped, and said so, where either is missing).
+    let include = tensortune_worker::nvrtc::find_include_dir().filter(|d| d.join("cuda.h").is_file());
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let c_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../bundle/c");
+    let exe = dir.path().join("index_check");
+    let built = include.as_ref().and_then(|inc| {
+        std::process::Command::new(&cc)
+            .args(["-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I"])
+            .arg(&c_dir)
+            .arg("-I")
+            .arg(inc)
+            .arg(c_dir.join("index_check.c"))
+            .args(["-lm", "-o"])
+            .arg(&exe)
+            .output()
+            .ok()
+    });
+    match built {
+        Some(out) if out.status.success() => {
+            let run = |args: &[&str]| {
+                let out = std::process::Command::new(&exe).arg(&bundle_dir).args(args).output().unwrap();
+                assert!(out.status.success(), "index_check {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+                String::from_utf8(out.stdout).unwrap()
+            };
+            let dump = run(&[]);
+            let lines: Vec<&str> = dump.lines().collect();
+            assert_eq!(lines.len(), m.kernels.len(), "{dump}");
+            for (line, e) in lines.iter().zip(&m.kernels) {
+                let l = &e.launch;
+                let mut want = format!(
+                    "{} {} matmul {},{},{} {},{},{} {} {},{},{} {} {}",
+                    e.name,
+                    e.entry,
+                    l.grid[0],
+                    l.grid[1],
+                    l.grid[2],
+                    l.block[0],
+                    l.block[1],
+                    l.block[2],
+                    l.dynamic_smem_bytes,
+                    l.cluster[0],
+                    l.cluster[1],
+                    l.cluster[2],
+                    e.workspace_bytes,
+                    e.cubin_for(90).unwrap_or("-")
+                );
+                for p in &e.params {
+                    match p {
+                        Param::Pointer { operand } => want += &format!(" ptr:{}", operand.name()),
+                        Param::TensorMap(r) => {
+                            want += &format!(
+                                " map:{}:{}:{},{}:{}:{},{}",
+                                r.operand.name(),
+                                r.dtype.name(),
+                                r.dims[0],
+                                r.dims[1],
+                                r.strides_bytes[0],
+                                r.box_dims[0],
+                                r.box_dims[1]
+                            )
+                        }
+                    }
+                }
+                assert_eq!(*line, want);
+            }
+            for (key, arch, sms) in [
+                (wmma, 90, 132),
+                ("matmul/m240n120k300/nn/f16,f32,f32/alpha=1,beta=0", 90, 132),
+                ("matmul/m500n250k500/tn/f16,f32,f32/alpha=1,beta=0.5", 90, 114),
+                ("matmul/m500n250k500/tn/f16,f32,f32/alpha=1,beta=0", 90, 132),
+                ("matmul/m256n128k256/tt/f16,f32,f32/alpha=1,beta=0", 90, 132),
+                (wmma, 80, 108),
+            ] {
+                let w = Workload::from_key(key).unwrap();
+                let Workload::Matmul(mm) = w else { unreachable!() };
+                let t = mm.types;
+                let query = [
+                    mm.m.to_string(),
+                    mm.n.to_string(),
+                    mm.k.to_string(),
+                    mm.layout.to_string(),
+                    t.input.to_string(),
+                    t.accumulator.to_string(),
+                    t.output.to_string(),
+                    mm.alpha.to_string(),
+                    mm.beta.to_string(),
+                    arch.to_string(),
+                    sms.to_string(),
+                ];
+                let got = run(&query.iter().map(String::as_str).collect::<Vec<_>>());
+                let want = match select(m, &tensortune::export::problem(&w), arch, sms) {
+                    // Without cubins the crate matches on the tuning arch; the C loader needs a cubin.
+                    Some(s) if nvrtc => format!("{} {}\n", s.entry.name, if s.nearest { "nearest" } else { "exact" }),
+                    _ => "none\n".to_string(),
+                };
+                assert_eq!(got, want, "{key} on sm_{arch}");
+            }
+        }
+        Some(out) => panic!("{cc} could not build index_check.c:\n{}", String::from_utf8_lossy(&out.stderr)),
+        None => eprintln!("skipped the C loader's check: no {cc} or no cuda.h"),
+    }
+
+    // best offers the nearest tuned shape, marked, in JSON and in the table (`best`'s --json goes
+    // before the workload: after it, --json is the workload's JSON output file of `tune`).
+    let out = cli(&["best", "--json", "matmul", "--m", "240", "--n", "120", "--k", "300"]);
+    let best: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((best[0]["workload"].as_str(), best[0]["nearest"].as_bool()), (Some(wmma), Some(true)), "{best}");
+    let out = cli(&["best", "--json", "matmul", "--m", "256", "--n", "128", "--k", "256"]);
+    let best: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(best[0]["nearest"].as_bool(), Some(false), "{best}");
+    let out = cli(&["best", "matmul", "--m", "240", "--n", "120", "--k", "300"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains(&format!("NEAREST tuned shape {wmma}")), "{table}");
+}

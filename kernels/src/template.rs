@@ -88,6 +88,19 @@ impl KernelSpec {
     pub fn threads(&self) -> u32 {
         self.block.iter().product()
     }
+
+    /// Blocks per cluster as the source compiles them in (`__cluster_dims__(x, y, z)` on the
+    /// entry, so a plain launch forms clusters); [1, 1, 1] for a kernel without clusters.
+    pub fn cluster_dims(&self) -> [u32; 3] {
+        const ATTR: &str = "__cluster_dims__(";
+        let parsed = self.source.match_indices(ATTR).find_map(|(at, _)| {
+            let rest = &self.source[at + ATTR.len()..];
+            let args = &rest[..rest.find(')')?];
+            let dims: Vec<u32> = args.split(',').map(|d| d.trim().parse().ok()).collect::<Option<_>>()?;
+            <[u32; 3]>::try_from(dims).ok()
+        });
+        parsed.unwrap_or([1, 1, 1])
+    }
 }
 
 /// What a valid config uses on the device.

@@ -467,6 +467,39 @@ impl Workload {
         }
     }
 
+    /// How far `other`'s shape is from this one, when both are the same kind of problem: the same
+    /// operation and types, for matmul the same layout, for conv2d the same filter size, padding,
+    /// stride and dilation. The distance is the sum over the free dimensions (M, N, K; or N, H, W,
+    /// C, K) of |ln(a / b)|, plus 0.001 when a matmul's epilogue scales differ (a tie-break toward
+    /// the same epilogue). `None` when the two are not comparable. A kernel is generated for one
+    /// exact shape: the nearest tuned shape is a suggestion (its config), never a kernel to run on
+    /// this one.
+    pub fn shape_distance(&self, other: &Workload) -> Option<f64> {
+        let ln = |a: u64, b: u64| ((a as f64) / (b as f64)).ln().abs();
+        match (self, other) {
+            (Workload::Matmul(a), Workload::Matmul(b)) if a.layout == b.layout && a.types == b.types => {
+                let epilogue = if (a.alpha, a.beta) == (b.alpha, b.beta) { 0.0 } else { 1e-3 };
+                Some(ln(a.m, b.m) + ln(a.n, b.n) + ln(a.k, b.k) + epilogue)
+            }
+            (Workload::Conv2d(a), Workload::Conv2d(b))
+                if a.types == b.types
+                    && (a.r, a.s, a.pad, a.stride, a.dilation) == (b.r, b.s, b.pad, b.stride, b.dilation) =>
+            {
+                Some(ln(a.n, b.n) + ln(a.h, b.h) + ln(a.w, b.w) + ln(a.c, b.c) + ln(a.k, b.k))
+            }
+            _ => None,
+        }
+    }
+
+    /// A SQL `LIKE` pattern that matches the key of every workload [`Workload::shape_distance`]
+    /// can compare with this one (and perhaps a few more, which the distance then rules out).
+    pub fn comparable_key_pattern(&self) -> String {
+        match self {
+            Workload::Matmul(m) => format!("matmul/%/{}/{}/%", m.layout, m.types.key()),
+            Workload::Conv2d(c) => format!("conv2d/%/nhwc/{}", c.types.key()),
+        }
+    }
+
     /// Parses a key made by [`Workload::key`] and validates the result.
     pub fn from_key(key: &str) -> Result<Workload> {
         let bad = |why: &str| Error::invalid("key", format!("{key:?} is not a workload key: {why}"));
@@ -548,6 +581,32 @@ mod tests {
 
     fn f16() -> Types {
         Types::new(DType::F16, DType::F32, None).unwrap()
+    }
+
+    #[test]
+    fn shape_distance_compares_like_with_like() {
+        let mm = |m, n, k, layout| Workload::Matmul(Matmul::new(m, n, k, layout, f16()).unwrap());
+        let asked = mm(1000, 1000, 1000, Layout::Nn);
+        let near = mm(1024, 1024, 1024, Layout::Nn);
+        let far = mm(4096, 1024, 1024, Layout::Nn);
+        let (dn, df) = (asked.shape_distance(&near).unwrap(), asked.shape_distance(&far).unwrap());
+        assert!(dn < df, "{dn} {df}");
+        assert!((dn - 3.0 * (1.024f64).ln()).abs() < 1e-12, "{dn}");
+        assert_eq!(asked.shape_distance(&asked), Some(0.0));
+        assert_eq!(asked.shape_distance(&mm(1000, 1000, 1000, Layout::Tn)), None);
+        let bf16 = Types::new(DType::Bf16, DType::F32, None).unwrap();
+        assert_eq!(
+            asked.shape_distance(&Workload::Matmul(Matmul::new(1000, 1000, 1000, Layout::Nn, bf16).unwrap())),
+            None
+        );
+        let mut scaled = Matmul::new(1000, 1000, 1000, Layout::Nn, f16()).unwrap();
+        scaled.beta = 1.0;
+        assert!(asked.shape_distance(&Workload::Matmul(scaled)).unwrap() > 0.0);
+        for key in [near.key(), far.key()] {
+            let pattern = asked.comparable_key_pattern();
+            let (head, tail) = pattern.split_once("/%/").unwrap();
+            assert!(key.starts_with(head) && key.contains(tail.trim_end_matches('%')), "{pattern} {key}");
+        }
     }
 
     #[test]

@@ -259,15 +259,48 @@ impl Tracker {
     }
 
     /// The fastest ok record of `workload` per device class among the records of `templates`
-    /// (name, version), fastest first.
+    /// (name, version), fastest first. With `nearest`, a class that has no record of `workload`
+    /// answers with its best record of the nearest tuned shape ([`Workload::shape_distance`]),
+    /// whose workload key tells it apart.
     pub(crate) async fn best(
         &self,
         workload: &Workload,
         templates: &[(&str, u32)],
         device_class: Option<&str>,
+        nearest: bool,
     ) -> Result<Vec<Record>> {
         let spelled: Vec<String> = templates.iter().map(|(name, version)| format!("{name}@{version}")).collect();
-        store::records::best(&self.pool, &workload.key(), &spelled, device_class).await
+        let mut best = store::records::best(&self.pool, &workload.key(), &spelled, device_class).await?;
+        if !nearest {
+            return Ok(best);
+        }
+        // Classes without a record of this shape get the best record of the nearest tuned shape.
+        let answered: BTreeSet<String> = best.iter().map(|r| r.device_class.clone()).collect();
+        let candidates =
+            store::records::best_per_workload(&self.pool, &workload.comparable_key_pattern(), &spelled, device_class)
+                .await?;
+        let mut nearest: HashMap<String, (f64, Record)> = HashMap::new();
+        for r in candidates {
+            if answered.contains(&r.device_class) {
+                continue;
+            }
+            let Some(d) = workload.shape_distance(&r.workload.0) else { continue };
+            // Ties go to the faster record (candidates come in key order, so the answer is stable).
+            let better =
+                nearest.get(&r.device_class).is_none_or(|(bd, br)| d < *bd || (d == *bd && r.median_us < br.median_us));
+            if better {
+                nearest.insert(r.device_class.clone(), (d, r));
+            }
+        }
+        best.extend(nearest.into_values().map(|(_, r)| r));
+        best.sort_by(|a, b| a.median_us.total_cmp(&b.median_us).then(a.id.cmp(&b.id)));
+        Ok(best)
+    }
+
+    /// The limits of device class `key` as its workers registered them (what its kernels are
+    /// generated for).
+    pub(crate) async fn class_target(&self, key: &str) -> Result<Option<tensortune_kernels::Target>> {
+        store::classes::target(&self.pool, key).await
     }
 
     /// Up to `limit` records matching `filter` after record `after`, oldest first.

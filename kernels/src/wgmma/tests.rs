@@ -81,6 +81,7 @@ fn tensor_maps_follow_the_layout() {
     assert_eq!((x.operand, x.dims, x.row_bytes, x.box_dims), (TensorOperand::B, [1024, 2048], 2048, [64, 128]));
     assert_eq!((y.operand, y.dims, y.row_bytes, y.box_dims), (TensorOperand::A, [4096, 1024], 8192, [64, 64]));
     assert!(spec.source.contains("__cluster_dims__(2, 1, 1)"));
+    assert_eq!(spec.cluster_dims(), [2, 1, 1]);
     assert!(spec.source.contains("m64n256k16.f32.f16.f16") && spec.source.contains("p, 1, 1, 0, 1"));
     // tn with i8: both K-major, 128 K elements per 128-byte row, the integer instruction.
     let w = mm(4096, 4096, 4096, Layout::Tn, DType::I8);
@@ -231,6 +232,8 @@ fn a_producer_warpgroup_keeps_one_block_per_sm() {
     let p = Plan::new(&w, &config(small)).unwrap();
     assert_eq!(p.blocks(&sm90), 132);
     assert!(p.source(&sm90).contains("constexpr int BLOCKS_PER_SM = 1;"));
+    let spec = WgmmaGemm.generate(&Workload::Matmul(w), &config(small), &sm90).unwrap();
+    assert_eq!(spec.cluster_dims(), [1, 1, 1], "no cluster");
     let inline = Plan::new(&w, &config(&small.replace("warpgroup", "inline"))).unwrap();
     assert!(inline.blocks(&sm90) > 132, "an inline producer with a small tile runs several blocks per SM");
 }

@@ -128,8 +128,22 @@ impl Tuning for TuningService {
             vec![(t.name(), if req.template_version == 0 { t.version() } else { req.template_version })]
         };
         let class = Some(req.device_class.as_str()).filter(|c| !c.is_empty());
-        let best = self.tracker.best(&workload, &templates, class).await?;
-        Ok(Response::new(pb::QueryBestResponse { best: best.into_iter().map(convert::record).collect() }))
+        let best = self.tracker.best(&workload, &templates, class, req.nearest).await?;
+        let mut devices = Vec::with_capacity(best.len());
+        for r in &best {
+            let target = match self.tracker.class_target(&r.device_class).await? {
+                None if r.device_class == "sim" => Some(tensortune_kernels::Target::sim()),
+                known => known,
+            };
+            let target = target.ok_or_else(|| {
+                Error::Internal(format!(
+                    "device class {:?} of record {} is missing from the store",
+                    r.device_class, r.id
+                ))
+            })?;
+            devices.push(tensortune_proto::convert::device_from_target(&target));
+        }
+        Ok(Response::new(pb::QueryBestResponse { best: best.into_iter().map(convert::record).collect(), devices }))
     }
 
     async fn list_workers(

@@ -329,6 +329,31 @@ pub(crate) async fn best(
     .await?)
 }
 
+/// The best trusted ok record per (device class, workload) among workloads whose key matches the
+/// SQL `LIKE` pattern `key_like` (of the templates `name@version` in `templates`, on
+/// `device_class` when given): the candidates of a nearest-shape answer.
+pub(crate) async fn best_per_workload(
+    e: impl SqliteExecutor<'_>,
+    key_like: &str,
+    templates: &[String],
+    device_class: Option<&str>,
+) -> Result<Vec<Record>> {
+    Ok(sqlx::query_as(
+        "SELECT * FROM (
+             SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class, workload_key ORDER BY median_us, id) AS rank
+             FROM records
+             WHERE workload_key LIKE ?1 AND template || '@' || template_version IN (SELECT value FROM json_each(?2))
+               AND status = 'ok' AND untrusted IS NULL AND (?3 IS NULL OR device_class = ?3))
+         WHERE rank = 1
+         ORDER BY device_class, workload_key",
+    )
+    .bind(key_like)
+    .bind(json(templates))
+    .bind(device_class)
+    .fetch_all(e)
+    .await?)
+}
+
 /// Up to `limit` records matching `filter` with ids above `after`, oldest first.
 pub(crate) async fn page(
     e: impl SqliteExecutor<'_>,

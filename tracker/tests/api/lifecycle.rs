@@ -94,3 +94,47 @@ async fn best_without_a_template_answers_across_templates() {
     assert_eq!(best("wgmma_gemm").await.0, "wgmma_gemm");
     tracker.stop().await;
 }
+
+/// With `nearest`, a shape nobody tuned is answered with the best record of the nearest tuned
+/// shape of the same types and layout (its own key), with the limits of its device class; without
+/// it, with nothing.
+#[tokio::test]
+async fn query_best_offers_the_nearest_tuned_shape_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    for (m, n, k) in [(256, 128, 256), (1024, 1024, 1024)] {
+        let id = tuning.submit_job(job(vec![matmul(m, n, k)], 4, 2)).await.unwrap().into_inner().job_id;
+        drive_with(&mut worker, &mut tuning, id, measure).await;
+    }
+    let mut ask = async |m: u64, n: u64, k: u64, nearest: bool| {
+        let req = pb::QueryBestRequest { workload: Some(matmul(m, n, k)), nearest, ..Default::default() };
+        tuning.query_best(req).await.unwrap().into_inner()
+    };
+    assert!(ask(900, 1000, 1100, false).await.best.is_empty(), "no exact record, none asked for");
+    let near = ask(900, 1000, 1100, true).await;
+    assert_eq!(near.best.len(), 1);
+    assert_eq!(near.best[0].workload_key, "matmul/m1024n1024k1024/nn/f16,f32,f32/alpha=1,beta=0");
+    assert_eq!(near.devices.len(), 1);
+    assert_eq!((near.devices[0].class_key.as_str(), near.devices[0].sm_count), ("sim", 132));
+    let small = ask(200, 100, 300, true).await;
+    assert_eq!(small.best[0].workload_key, "matmul/m256n128k256/nn/f16,f32,f32/alpha=1,beta=0");
+    // An exact record wins over any nearer-looking one.
+    let exact = ask(256, 128, 256, true).await;
+    assert_eq!(exact.best[0].workload_key, "matmul/m256n128k256/nn/f16,f32,f32/alpha=1,beta=0");
+    // Another layout is not comparable.
+    let tn = pb::Workload {
+        op: Some(pb::workload::Op::Matmul(pb::Matmul {
+            m: 1024,
+            n: 1024,
+            k: 1024,
+            layout: pb::Layout::Tn as i32,
+            input: pb::Dtype::F16 as i32,
+            ..Default::default()
+        })),
+    };
+    let req = pb::QueryBestRequest { workload: Some(tn), nearest: true, ..Default::default() };
+    assert!(tuning.query_best(req).await.unwrap().into_inner().best.is_empty());
+    tracker.stop().await;
+}

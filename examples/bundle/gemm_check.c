@@ -1,0 +1,394 @@
+/* gemm_check: loads a tensortune export bundle and, for each matmul kernel that has a cubin for
+ * this GPU, checks every output element against cuBLAS (cublasGemmEx with the same types,
+ * layout, alpha and beta) and times both the way tensortune's worker does: a CUDA graph holding a
+ * batch of launches (batch sized so one sample lasts >= 1 ms), replayed back to back between
+ * events, median of the samples. Prints one row per kernel: its time, the time in its record,
+ * the ratio, cuBLAS's time and the check.
+ *
+ *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas
+ *   ./gemm_check BUNDLE_DIR [SAMPLES]
+ *
+ * Inputs of the check are multiples of 1/8 in [-1, 1] (integers in [-8, 8] for i8), so with f32
+ * or i32 accumulation every product and sum is exact and both libraries must agree to the
+ * rounding of the output type; the timed inputs are full-precision uniform values in [-1, 1].
+ * Exit status 0 when every kernel matched, 1 otherwise. */
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensortune_bundle.h"
+
+#define MIN_SAMPLE_MS 1.0
+#define MIN_BATCH 50
+#define MAX_BATCH 20000
+#define PROBE_BATCH 8
+
+#define CU(call)                                                                         \
+  do {                                                                                   \
+    CUresult r_ = (call);                                                                \
+    if (r_ != CUDA_SUCCESS) {                                                            \
+      const char *n_ = "?";                                                              \
+      cuGetErrorName(r_, &n_);                                                           \
+      fprintf(stderr, "error: %s failed: %s (%s:%d)\n", #call, n_, __FILE__, __LINE__); \
+      exit(2);                                                                           \
+    }                                                                                    \
+  } while (0)
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) { /* xorshift64* */
+  rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+  return (uint32_t)((rng_state * 2685821657736338717ull) >> 32);
+}
+
+static uint16_t f32_to_f16(float f) { /* round to nearest even */
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7fffff;
+  int exp = (int)((x >> 23) & 0xff) - 127 + 15;
+  if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return (uint16_t)(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return (uint16_t)sign;
+    mant |= 0x800000;
+    int shift = 14 - exp;
+    uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = sign | ((uint32_t)exp << 10) | (mant >> 13), rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) half++;
+  return (uint16_t)half;
+}
+
+static float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, x;
+  if (exp == 0) {
+    if (!mant) {
+      x = sign;
+    } else {
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) mant <<= 1, exp--;
+      x = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    x = sign | 0x7f800000 | (mant << 13);
+  } else {
+    x = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static uint16_t f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  x += 0x7fff + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
+static float bf16_to_f32(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+
+static size_t dsize(const char *t) {
+  return !strcmp(t, "i8") ? 1 : (!strcmp(t, "f16") || !strcmp(t, "bf16")) ? 2 : 4;
+}
+
+static cudaDataType dtype(const char *t) {
+  if (!strcmp(t, "f16")) return CUDA_R_16F;
+  if (!strcmp(t, "bf16")) return CUDA_R_16BF;
+  if (!strcmp(t, "i8")) return CUDA_R_8I;
+  if (!strcmp(t, "i32")) return CUDA_R_32I;
+  return CUDA_R_32F;
+}
+
+/* n values of type t into host memory: exact ones (multiples of 1/8, or integers) or uniform. */
+static void *fill(const char *t, size_t n, int exact) {
+  void *p = malloc(n * dsize(t));
+  for (size_t i = 0; i < n; i++) {
+    int q = (int)(rnd() % 17) - 8;
+    float v = exact ? (float)q / 8.0f : (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0);
+    if (!strcmp(t, "f16")) ((uint16_t *)p)[i] = f32_to_f16(v);
+    else if (!strcmp(t, "bf16")) ((uint16_t *)p)[i] = f32_to_bf16(v);
+    else if (!strcmp(t, "i8")) ((int8_t *)p)[i] = (int8_t)q;
+    else if (!strcmp(t, "i32")) ((int32_t *)p)[i] = q;
+    else ((float *)p)[i] = v;
+  }
+  return p;
+}
+
+static double value(const char *t, const void *p, size_t i) {
+  if (!strcmp(t, "f16")) return f16_to_f32(((const uint16_t *)p)[i]);
+  if (!strcmp(t, "bf16")) return bf16_to_f32(((const uint16_t *)p)[i]);
+  if (!strcmp(t, "i32")) return ((const int32_t *)p)[i];
+  if (!strcmp(t, "i8")) return ((const int8_t *)p)[i];
+  return ((const float *)p)[i];
+}
+
+static CUdeviceptr upload(const void *host, size_t bytes) {
+  CUdeviceptr d;
+  CU(cuMemAlloc(&d, bytes < 256 ? 256 : bytes));
+  if (host) CU(cuMemcpyHtoD(d, host, bytes));
+  return d;
+}
+
+typedef struct {
+  cublasHandle_t h;
+  const tt_entry *e;
+  CUdeviceptr a, b, d;
+} blas_call;
+
+/* D = alpha op(A) op(B) + beta D with the entry's types and layout (cuBLAS's C is in place). */
+static int blas_gemm(const blas_call *c) {
+  const tt_entry *e = c->e;
+  int m = (int)e->shape[0], n = (int)e->shape[1], k = (int)e->shape[2];
+  int a_t = e->layout[0] == 't', b_t = e->layout[1] == 't';
+  int lda = a_t ? k : m, ldb = b_t ? n : k;
+  float af = (float)e->alpha, bf = (float)e->beta;
+  uint16_t ah = f32_to_f16(af), bh = f32_to_f16(bf);
+  int32_t ai = (int32_t)e->alpha, bi = (int32_t)e->beta;
+  const void *alpha = &af, *beta = &bf;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  if (!strcmp(e->acc, "f16")) compute = CUBLAS_COMPUTE_16F, alpha = &ah, beta = &bh;
+  if (!strcmp(e->acc, "i32")) compute = CUBLAS_COMPUTE_32I, alpha = &ai, beta = &bi;
+  cublasStatus_t s = cublasGemmEx(c->h, a_t ? CUBLAS_OP_T : CUBLAS_OP_N, b_t ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+                                  alpha, (const void *)(uintptr_t)c->a, dtype(e->input), lda,
+                                  (const void *)(uintptr_t)c->b, dtype(e->input), ldb, beta,
+                                  (void *)(uintptr_t)c->d, dtype(e->output), m, compute, CUBLAS_GEMM_DEFAULT);
+  return s == CUBLAS_STATUS_SUCCESS ? 0 : -1;
+}
+
+typedef int (*enqueue_fn)(void *ctx, CUstream s);
+
+static CUgraphExec capture(CUstream s, int batch, enqueue_fn f, void *ctx) {
+  CUgraph g;
+  CUgraphExec x;
+  CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  int failed = 0;
+  for (int i = 0; i < batch && !failed; i++) failed = f(ctx, s) != 0;
+  CU(cuStreamEndCapture(s, &g));
+  if (failed) {
+    fprintf(stderr, "error: a launch failed during capture\n");
+    exit(2);
+  }
+  CU(cuGraphInstantiate(&x, g, 0));
+  CU(cuGraphDestroy(g));
+  CU(cuGraphUpload(x, s));
+  return x;
+}
+
+static double replay_ms(CUgraphExec x, CUstream s) {
+  CUevent a, b;
+  float ms;
+  CU(cuEventCreate(&a, CU_EVENT_DEFAULT));
+  CU(cuEventCreate(&b, CU_EVENT_DEFAULT));
+  CU(cuEventRecord(a, s));
+  CU(cuGraphLaunch(x, s));
+  CU(cuEventRecord(b, s));
+  CU(cuEventSynchronize(b));
+  CU(cuEventElapsedTime(&ms, a, b));
+  cuEventDestroy(a), cuEventDestroy(b);
+  return ms;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return (a > b) - (a < b);
+}
+
+/* Per-launch microseconds: a warm-up launch, a probe graph of 8, then `samples` back-to-back
+ * replays of a graph of `batch` launches, the median sample. */
+static double time_us(CUstream s, int samples, enqueue_fn f, void *ctx, int *batch_out) {
+  if (f(ctx, s) != 0) return -1;
+  CU(cuStreamSynchronize(s));
+  CUgraphExec probe = capture(s, PROBE_BATCH, f, ctx);
+  replay_ms(probe, s);
+  double per = replay_ms(probe, s) / PROBE_BATCH;
+  cuGraphExecDestroy(probe);
+  if (per < 1e-6) per = 1e-6;
+  int batch = (int)(MIN_SAMPLE_MS / per + 0.999);
+  if (batch < MIN_BATCH) batch = MIN_BATCH;
+  if (batch > MAX_BATCH) batch = MAX_BATCH;
+  CUgraphExec g = capture(s, batch, f, ctx);
+  replay_ms(g, s);
+  CUevent *ev = (CUevent *)malloc(sizeof(CUevent) * (size_t)(samples + 1));
+  for (int i = 0; i <= samples; i++) CU(cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
+  CU(cuEventRecord(ev[0], s));
+  for (int i = 0; i < samples; i++) {
+    CU(cuGraphLaunch(g, s));
+    CU(cuEventRecord(ev[i + 1], s));
+  }
+  CU(cuEventSynchronize(ev[samples]));
+  double *us = (double *)malloc(sizeof(double) * (size_t)samples);
+  for (int i = 0; i < samples; i++) {
+    float ms;
+    CU(cuEventElapsedTime(&ms, ev[i], ev[i + 1]));
+    us[i] = ms * 1e3 / batch;
+  }
+  qsort(us, (size_t)samples, sizeof *us, cmp_double);
+  double median = samples % 2 ? us[samples / 2] : (us[samples / 2 - 1] + us[samples / 2]) / 2;
+  for (int i = 0; i <= samples; i++) cuEventDestroy(ev[i]);
+  free(ev), free(us);
+  cuGraphExecDestroy(g);
+  *batch_out = batch;
+  return median;
+}
+
+typedef struct {
+  tt_kernel *k;
+  CUdeviceptr a, b, c, d;
+} ours_call;
+
+static int enqueue_ours(void *p, CUstream s) {
+  ours_call *c = (ours_call *)p;
+  if (tt_kernel_launch(c->k, s, c->a, c->b, c->c, c->d) != 0) {
+    fprintf(stderr, "error: %s\n", c->k->error);
+    return -1;
+  }
+  return 0;
+}
+
+static int enqueue_blas(void *p, CUstream s) {
+  (void)s; /* the handle is bound to the stream */
+  return blas_gemm((const blas_call *)p);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s BUNDLE_DIR [SAMPLES]\n", argv[0]);
+    return 2;
+  }
+  int samples = argc > 2 ? atoi(argv[2]) : 10;
+  if (samples < 1 || samples > 1000) {
+    fprintf(stderr, "error: SAMPLES must be 1 ..= 1000, not %s\n", argv[2]);
+    return 2;
+  }
+  tt_bundle bundle;
+  if (tt_bundle_open(&bundle, argv[1]) != 0) {
+    fprintf(stderr, "error: %s\n", bundle.error);
+    return 2;
+  }
+  CUdevice dev;
+  CUcontext ctx;
+  CUstream stream;
+  CU(cuInit(0));
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuDevicePrimaryCtxRetain(&ctx, dev)); /* cuBLAS (runtime API) shares the primary context */
+  CU(cuCtxSetCurrent(ctx));
+  CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  int arch, sms;
+  CU(tt_device_arch(dev, &arch, &sms));
+  char gpu[256];
+  CU(cuDeviceGetName(gpu, sizeof gpu, dev));
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+    fprintf(stderr, "error: cublasCreate failed\n");
+    return 2;
+  }
+  cublasSetStream(h, (cudaStream_t)stream);
+  size_t blas_ws_bytes = 32u << 20; /* set up front: no allocation inside a graph capture */
+  CUdeviceptr blas_ws = upload(NULL, blas_ws_bytes);
+  cublasSetWorkspace(h, (void *)(uintptr_t)blas_ws, blas_ws_bytes);
+
+  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples each\n", gpu, arch, sms, argv[1], bundle.n, samples);
+  printf("%-46s %-10s %10s %10s %7s %10s %10s %7s  %s\n", "workload", "template", "kernel", "record", "ratio",
+         "cublas", "record-vnd", "batch", "check");
+  int checked = 0, failures = 0, within = 0;
+  for (int i = 0; i < bundle.n; i++) {
+    const tt_entry *e = &bundle.entries[i];
+    if (strcmp(e->op, "matmul")) {
+      printf("%-46s skipped: %s (this example checks matmul)\n", e->name, e->op);
+      continue;
+    }
+    if (!tt_entry_cubin(e, arch)) {
+      printf("%-46s skipped: no cubin for sm_%d\n", e->name, arch);
+      continue;
+    }
+    /* The loader's lookup of this entry's own problem must be exact. */
+    tt_matmul q = {e->shape[0], e->shape[1], e->shape[2], e->layout, e->input, e->acc, e->output, e->alpha, e->beta};
+    int nearest = 1, found = tt_bundle_find_matmul(&bundle, &q, arch, sms, &nearest);
+    int lookup_ok = found >= 0 && !nearest && !memcmp(bundle.entries[found].shape, e->shape, sizeof e->shape);
+    tt_kernel k;
+    if (tt_kernel_load(&k, &bundle, i, arch) != 0) {
+      printf("%s: cannot load: %s\n", e->name, k.error);
+      failures++;
+      continue;
+    }
+    e = k.entry;
+    size_t m = e->shape[0], n = e->shape[1], kk = e->shape[2];
+    size_t in = dsize(e->input), out = dsize(e->output);
+    void *ha = fill(e->input, m * kk, 1), *hb = fill(e->input, kk * n, 1), *hc = fill(e->output, m * n, 1);
+    void *ta = fill(e->input, m * kk, 0), *tb = fill(e->input, kk * n, 0);
+    CUdeviceptr a = upload(ha, m * kk * in), b = upload(hb, kk * n * in), c = upload(hc, m * n * out);
+    CUdeviceptr at = upload(ta, m * kk * in), bt = upload(tb, kk * n * in);
+    CUdeviceptr d = upload(NULL, m * n * out), dref = upload(hc, m * n * out);
+    CU(cuMemsetD8(d, 0xff, m * n * out)); /* poison: unwritten elements show */
+
+    ours_call oc = {&k, a, b, e->beta != 0 ? c : 0, d};
+    blas_call bc = {h, e, a, b, dref};
+    int ok_launch = enqueue_ours(&oc, stream) == 0 && blas_gemm(&bc) == 0;
+    CU(cuStreamSynchronize(stream));
+    void *got = malloc(m * n * out), *want = malloc(m * n * out);
+    CU(cuMemcpyDtoH(got, d, m * n * out));
+    CU(cuMemcpyDtoH(want, dref, m * n * out));
+    /* Tolerance per type: with f32 or i32 accumulation the sums are exact, so the two outputs may
+     * differ by the rounding of the output type alone (2 units in the last place: f16 2^-10, bf16
+     * 2^-7, f32 2^-23, relative; integers exactly). f16 accumulation rounds partial sums: as
+     * tensortune's worker, 2^-10 per 16 products of K, of the sums' typical magnitude (K / 4 for
+     * these inputs), absolute. */
+    double rel = !strcmp(e->output, "f16") ? 2.0 / 1024 : !strcmp(e->output, "bf16") ? 2.0 / 128
+               : !strcmp(e->output, "f32") ? 2.0 / 8388608 : 0.0;
+    double abs_tol = !strcmp(e->acc, "f16") ? ldexp(ceil(kk / 16.0), -10) * (double)kk / 4.0 : 0.0;
+    size_t bad = 0, first = 0;
+    double max_err = 0;
+    for (size_t j = 0; j < m * n; j++) {
+      double x = value(e->output, got, j), y = value(e->output, want, j), err = fabs(x - y);
+      if (!(err <= abs_tol + rel * fabs(y))) {
+        if (!bad) first = j;
+        bad++;
+      }
+      if (err > max_err || err != err) max_err = err;
+    }
+    char check[160];
+    if (!ok_launch) snprintf(check, sizeof check, "FAILED: a launch failed");
+    else if (!lookup_ok) snprintf(check, sizeof check, "FAILED: the lookup of its own shape was not exact");
+    else if (bad)
+      snprintf(check, sizeof check, "FAILED: %zu of %zu differ, first D[%zu, %zu] = %g, cuBLAS %g", bad, m * n,
+               first % m, first / m, value(e->output, got, first), value(e->output, want, first));
+    else snprintf(check, sizeof check, "ok: all %zu match (max |diff| %.3g)", m * n, max_err);
+    failures += !ok_launch || !lookup_ok || bad;
+    checked++;
+
+
+    ours_call ot = {&k, at, bt, e->beta != 0 ? c : 0, d};
+    blas_call btc = {h, e, at, bt, dref};
+    int batch = 0, blas_batch = 0;
+    double ours = time_us(stream, samples, enqueue_ours, &ot, &batch);
+    double blas = time_us(stream, samples, enqueue_blas, &btc, &blas_batch);
+    char key[64];
+    snprintf(key, sizeof key, "%zux%zux%zu %s %s>%s", m, n, kk, e->layout, e->input, e->output);
+    char vendor[32] = "-";
+    if (e->vendor_us >= 0) snprintf(vendor, sizeof vendor, "%.2f us", e->vendor_us);
+    const char *tmpl = strstr(e->name, "wgmma") ? "wgmma_gemm" : strstr(e->name, "wmma") ? "wmma_gemm" : "?";
+    within += ours > 0 && fabs(ours / e->time_us - 1.0) <= 0.03;
+    printf("%-46s %-10s %7.2f us %7.2f us %7.3f %7.2f us %10s %7d  %s\n", key, tmpl, ours, e->time_us,
+           ours / e->time_us, blas, vendor, batch, check);
+    fflush(stdout);
+    free(ha), free(hb), free(hc), free(ta), free(tb), free(got), free(want);
+    cuMemFree(a), cuMemFree(b), cuMemFree(c), cuMemFree(at), cuMemFree(bt), cuMemFree(d), cuMemFree(dref);
+    tt_kernel_unload(&k);
+  }
+  printf("%d kernels checked, %d failed; %d of %d within 3%% of their record's time\n", checked, failures, within,
+         checked);
+  cublasDestroy(h);
+  cuMemFree(blas_ws);
+  tt_bundle_close(&bundle);
+  return failures ? 1 : 0;
+}
