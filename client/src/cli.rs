@@ -56,7 +56,7 @@ pub enum Command {
     Best {
         /// The workload.
         #[command(subcommand)]
-        workload: WorkloadCmd,
+        workload: BestCmd,
         /// Only this device class.
         #[arg(long)]
         device_class: Option<String>,
@@ -367,6 +367,54 @@ pub enum WorkloadCmd {
     },
 }
 
+/// The workload of `best`: its shape and types, and the flags `best` takes after it (so that
+/// `best matmul ... --json` means what it says; `tune`'s job flags have no place here).
+#[derive(Debug, Subcommand, Clone)]
+pub enum BestCmd {
+    /// A matmul.
+    Matmul {
+        /// Workload shape and types.
+        #[command(flatten)]
+        shape: MatmulArgs,
+        /// Flags of `best` given after the workload.
+        #[command(flatten)]
+        query: BestQuery,
+    },
+    /// A 2-D convolution.
+    Conv2d {
+        /// Workload shape and types.
+        #[command(flatten)]
+        shape: ConvArgs,
+        /// Flags of `best` given after the workload.
+        #[command(flatten)]
+        query: BestQuery,
+    },
+}
+
+/// `best`'s flags as they may follow the workload.
+#[derive(Debug, Args, Clone, Default)]
+pub struct BestQuery {
+    /// Only records of this template (default: every template).
+    #[arg(long)]
+    pub template: Option<String>,
+    /// Only this device class.
+    #[arg(long = "device-class")]
+    pub device_class: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl BestCmd {
+    /// The validated workload and the flags given after it.
+    pub fn parts(&self) -> anyhow::Result<(Workload, &BestQuery)> {
+        match self {
+            BestCmd::Matmul { shape, query } => Ok((shape.workload()?, query)),
+            BestCmd::Conv2d { shape, query } => Ok((shape.workload()?, query)),
+        }
+    }
+}
+
 /// Element types.
 #[derive(Debug, Args, Clone)]
 pub struct TypeArgs {
@@ -525,41 +573,51 @@ fn rename(e: Error, field: &'static str) -> Error {
     }
 }
 
+impl MatmulArgs {
+    /// The validated workload.
+    pub fn workload(&self) -> anyhow::Result<Workload> {
+        let layout: Layout = self.layout.parse().map_err(flag_error)?;
+        let m = Matmul {
+            m: self.m,
+            n: self.n,
+            k: self.k,
+            layout,
+            types: parse_types(&self.types)?,
+            alpha: self.alpha,
+            beta: self.beta,
+        };
+        m.validate().map_err(flag_error)?;
+        Ok(Workload::Matmul(m))
+    }
+}
+
+impl ConvArgs {
+    /// The validated workload.
+    pub fn workload(&self) -> anyhow::Result<Workload> {
+        let c = Conv2d {
+            n: self.n,
+            h: self.h,
+            w: self.w,
+            c: self.c,
+            k: self.k,
+            r: self.r,
+            s: self.s,
+            pad: (self.pad, self.pad),
+            stride: (self.stride, self.stride),
+            dilation: (self.dilation, self.dilation),
+            types: parse_types(&self.types)?,
+        };
+        c.validate().map_err(flag_error)?;
+        Ok(Workload::Conv2d(c))
+    }
+}
+
 impl WorkloadCmd {
     /// The validated workload.
     pub fn workload(&self) -> anyhow::Result<Workload> {
         match self {
-            WorkloadCmd::Matmul { shape, .. } => {
-                let layout: Layout = shape.layout.parse().map_err(flag_error)?;
-                let m = Matmul {
-                    m: shape.m,
-                    n: shape.n,
-                    k: shape.k,
-                    layout,
-                    types: parse_types(&shape.types)?,
-                    alpha: shape.alpha,
-                    beta: shape.beta,
-                };
-                m.validate().map_err(flag_error)?;
-                Ok(Workload::Matmul(m))
-            }
-            WorkloadCmd::Conv2d { shape, .. } => {
-                let c = Conv2d {
-                    n: shape.n,
-                    h: shape.h,
-                    w: shape.w,
-                    c: shape.c,
-                    k: shape.k,
-                    r: shape.r,
-                    s: shape.s,
-                    pad: (shape.pad, shape.pad),
-                    stride: (shape.stride, shape.stride),
-                    dilation: (shape.dilation, shape.dilation),
-                    types: parse_types(&shape.types)?,
-                };
-                c.validate().map_err(flag_error)?;
-                Ok(Workload::Conv2d(c))
-            }
+            WorkloadCmd::Matmul { shape, .. } => shape.workload(),
+            WorkloadCmd::Conv2d { shape, .. } => shape.workload(),
         }
     }
 
@@ -622,5 +680,25 @@ mod tests {
         .to_string();
         assert!(e.starts_with("invalid --pad:"), "{e}");
         assert!(Cli::try_parse_from(["tensortune", "tune", "matmul", "--m", "-1", "--n", "1", "--k", "8"]).is_err());
+    }
+
+    #[test]
+    fn best_takes_its_flags_before_or_after_the_workload() {
+        let best = |args: &[&str]| match parse(args).command {
+            Command::Best { workload, device_class, json } => {
+                let (w, q) = workload.parts().unwrap();
+                (w.key(), q.json || json, q.device_class.clone().or(device_class), q.template.clone())
+            }
+            other => panic!("{other:?}"),
+        };
+        let key = "matmul/m64n32k128/tn/f16,f32,f32/alpha=1,beta=0".to_string();
+        let after = ["best", "matmul", "--m", "64", "--n", "32", "--k", "128", "--layout", "tn"];
+        assert_eq!(best(&after), (key.clone(), false, None, None));
+        let with = [&after[..], &["--json", "--device-class", "sim", "--template", "wgmma_gemm"]].concat();
+        assert_eq!(best(&with), (key.clone(), true, Some("sim".into()), Some("wgmma_gemm".into())));
+        let before = [&["best", "--json", "--device-class", "sim"][..], &after[1..]].concat();
+        assert_eq!(best(&before), (key, true, Some("sim".into()), None));
+        // tune's job flags are not best's.
+        assert!(Cli::try_parse_from([&after[..], &["--trials", "5"]].concat()).is_err());
     }
 }

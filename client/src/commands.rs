@@ -10,7 +10,7 @@ use tensortune_kernels::Workload;
 use tensortune_proto::pb;
 use tokio_stream::StreamExt;
 
-use crate::cli::{JobArgs, LocalDevice, RecordsCmd, WorkloadCmd};
+use crate::cli::{BestCmd, JobArgs, LocalDevice, RecordsCmd, WorkloadCmd};
 use crate::report::{self, JobView, RecordView};
 use crate::session::Session;
 
@@ -251,19 +251,20 @@ pub async fn tune(tracker: Option<&str>, db: &Path, cmd: &WorkloadCmd) -> anyhow
 pub async fn best(
     tracker: Option<&str>,
     db: &Path,
-    cmd: &WorkloadCmd,
+    cmd: &BestCmd,
     device_class: Option<&str>,
     json: bool,
 ) -> anyhow::Result<()> {
-    let workload = cmd.workload()?;
-    let (job, _, _) = cmd.parts();
+    let (workload, query) = cmd.parts()?;
+    let device_class = query.device_class.as_deref().or(device_class);
+    let json = json || query.json;
     let mut session = open(tracker, db, None).await?;
     let answer = session
         .client
         .query_best(pb::QueryBestRequest {
             workload: Some(pb::Workload::from(&workload)),
             device_class: device_class.unwrap_or_default().to_owned(),
-            template: job.template.clone().unwrap_or_default(),
+            template: query.template.clone().unwrap_or_default(),
             template_version: 0,
             nearest: true,
         })

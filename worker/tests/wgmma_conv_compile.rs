@@ -26,6 +26,7 @@ fn kind(c: &Config) -> String {
 }
 
 /// A layer: batch, (h, w), c -> k, filter (r, s), pad, stride, dilation.
+#[allow(clippy::too_many_arguments)]
 fn layer(
     n: u64,
     hw: (u64, u64),

@@ -134,6 +134,7 @@ mod tests {
     use crate::template::{Arg, TensorOperand, valid_configs};
     use crate::{Layout, Types};
 
+    #[allow(clippy::too_many_arguments)] // a layer is this many numbers; a struct would restate Conv2d
     fn layer(n: u64, hw: u64, c: u64, k: u64, rs: u64, pad: u64, stride: u64, input: DType) -> Workload {
         Workload::Conv2d(Conv2d {
             n,

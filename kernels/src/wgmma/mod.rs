@@ -53,7 +53,8 @@ const DOMAIN_SIZES: [usize; KNOBS] = [
 /// loads, and when it gathers a convolution's activations (addresses of 16-byte copies).
 const PRODUCER_REGS: u32 = 40;
 const GATHER_PRODUCER_REGS: u32 = 64;
-/// Tiles of gathered copies a producer thread keeps in flight before it waits for the oldest.
+/// Tiles of gathered copies a producer thread keeps in flight before it waits for the oldest; at
+/// most STAGES - 2 (see [`Plan::gather_lag`]).
 const GATHER_LAG: u32 = 2;
 /// Accumulator registers a consumer thread may hold: the rest of its 232-240 go to descriptors,
 /// addresses and the epilogue. Past this ptxas spills or serializes the wgmmas.
@@ -240,6 +241,16 @@ impl Plan {
     /// Accumulator registers per consumer thread for one 64-row tile.
     fn acc_regs(&self) -> u32 {
         if self.w.types.accumulator == DType::F16 { self.bq / 4 } else { self.bq / 2 }
+    }
+
+    /// Tiles the gathering producer completes late. Issuing tile i needs tile i - STAGES's stage
+    /// freed; a consumer frees a tile's stage only once the next tile's stage is full (it keeps one
+    /// wgmma group in flight), and tile i - STAGES + 1 is marked full after tile
+    /// i - STAGES + 1 + lag is issued. That must come before tile i: lag <= STAGES - 2. With lag =
+    /// STAGES - 1 (the first cut) every block with more K tiles than stages waited forever (seen
+    /// 2026-11-25 on an H200: 2- and 3-stage gathered configs timed out).
+    pub(crate) fn gather_lag(&self) -> u32 {
+        GATHER_LAG.min(self.stages.saturating_sub(2))
     }
 
     fn threads(&self) -> u32 {
@@ -661,7 +672,7 @@ impl Plan {
             .define("TT_MAP_D", if self.tma_store { "const __grid_constant__ tt::TmaDesc mapD," } else { "" })
             .define("TT_MAP_D_PTR", if self.tma_store { "&mapD" } else { "nullptr" })
             .flag("GATHER", self.gather())
-            .int("GATHER_LAG", GATHER_LAG.min(self.stages - 1) as i64)
+            .int("GATHER_LAG", self.gather_lag() as i64)
             .int("CONV_C", dim(|c| c.c, 8))
             .int("CONV_S", dim(|c| c.s, 1))
             .int("IN_H", dim(|c| c.h, 1))

@@ -297,3 +297,32 @@ fn warp_specialized_register_budgets_fit_the_launch_allocation() {
     }
     assert!(specialized > 500, "only {specialized} warp-specialized configs checked");
 }
+
+/// A gathering producer marks a stage full GATHER_LAG tiles after issuing it; consumers free a
+/// stage only once the next is full, so the lag must leave two stages of slack or the pipeline
+/// waits forever (see `Plan::gather_lag`).
+#[test]
+fn gathered_stages_are_marked_full_before_the_producer_needs_them_back() {
+    let sm90 = Target::sm90();
+    let layer = Workload::Conv2d(crate::workload::Conv2d {
+        n: 32,
+        h: 56,
+        w: 56,
+        c: 64,
+        k: 64,
+        r: 3,
+        s: 3,
+        pad: (1, 1),
+        stride: (1, 1),
+        dilation: (1, 1),
+        types: Types::default_for(DType::F16).unwrap(),
+    });
+    let mut stages_seen = std::collections::BTreeSet::new();
+    for (_, c) in crate::template::valid_configs(&conv::WgmmaConv2d, &layer, &sm90).unwrap() {
+        let spec = conv::WgmmaConv2d.generate(&layer, &c, &sm90).unwrap();
+        let (stages, lag) = (constant(&spec.source, "STAGES"), constant(&spec.source, "GATHER_LAG"));
+        assert!(lag + 2 <= stages, "{}: lag {lag} with {stages} stages", spec.name);
+        stages_seen.insert(stages);
+    }
+    assert!(stages_seen.contains(&2) && stages_seen.len() >= 3, "{stages_seen:?}");
+}
