@@ -9,6 +9,11 @@
 //!   class for this workload; a report whose own vendor time is far below theirs timed nothing real;
 //! - **the speedup**: over the vendor in the same run, more than [`SPEEDUP_MARGIN`] times the most
 //!   any trusted record of the template has shown on the class (at least [`SPEEDUP_FLOOR`]).
+//!   Only where the vendor kernel is a yardstick at all: a vendor time more than
+//!   [`VENDOR_SLOW`] times what the device can do (its bound plus [`LATENCY_FLOOR_US`]) says
+//!   nothing about how fast a kernel may be (cuDNN's i8 convolutions on the H200 took 194 us where
+//!   honest kernels took 9 us, 2026-11-25), and the other two checks and the re-measurement of
+//!   each winner on another worker still stand.
 
 use tensortune_kernels::{DType, Workload};
 
@@ -28,6 +33,12 @@ const VENDOR_QUORUM: usize = 3;
 pub(crate) const SPEEDUP_MARGIN: f64 = 1.5;
 /// ...where the record is taken as at least this (the first reports of a template have none).
 pub(crate) const SPEEDUP_FLOOR: f64 = 3.0;
+
+/// A vendor time past this many times the least a kernel can take is no yardstick for speedups.
+const VENDOR_SLOW: f64 = 10.0;
+/// The least time of any kernel timed by graph replay on these GPUs, whatever its work: about
+/// 2.8 us for cuBLAS's smallest GEMMs and 0.5 us for an empty kernel on an H200 (GPU.md).
+const LATENCY_FLOOR_US: f64 = 2.0;
 
 /// Dense tensor-core multiply-adds ×2 per SM per clock for an input type on an architecture, from
 /// the vendors' datasheets (H100 SXM: 989 dense f16 TFLOP/s over 132 SMs at 1830 MHz = 4096).
@@ -100,7 +111,8 @@ pub(crate) fn judge(
         }
         let speedup = vendor / median_us;
         let limit = history.best_speedup.unwrap_or(0.0).max(SPEEDUP_FLOOR) * SPEEDUP_MARGIN;
-        if speedup > limit {
+        let yardstick = vendor <= VENDOR_SLOW * (bound + LATENCY_FLOOR_US);
+        if yardstick && speedup > limit {
             return Some(format!(
                 "implausible: {speedup:.2}x the vendor kernel; no trusted record of this template has shown more \
                  than {:.2}x on the class",
@@ -174,6 +186,33 @@ mod tests {
         // A template that has shown 4x may show 5x.
         let strong = History { vendor_us: Vec::new(), best_speedup: Some(4.0) };
         assert_eq!(judge(&w, &d, 1.4, Some(7.0), &strong), None);
+    }
+
+    #[test]
+    fn a_vendor_far_slower_than_the_device_is_no_yardstick() {
+        // cuDNN's i8 1x1 convolution N=32 28x28 256->256 on the H200: 194 us, against 8.8 us for
+        // honest kernels (2026-11-25); the device bound is about 1.5 us.
+        let layer = Workload::Conv2d(tensortune_kernels::Conv2d {
+            n: 32,
+            h: 28,
+            w: 28,
+            c: 256,
+            k: 256,
+            r: 1,
+            s: 1,
+            pad: (0, 0),
+            stride: (1, 1),
+            dilation: (1, 1),
+            types: Types::default_for(DType::I8).unwrap(),
+        });
+        let d = h200();
+        assert_eq!(judge(&layer, &d, 8.8, Some(194.0), &History::default()), None);
+        // The device bound still holds there.
+        let e = judge(&layer, &d, 0.5, Some(194.0), &History::default()).unwrap();
+        assert!(e.contains("below the device bound"), "{e}");
+        // A vendor at the device's pace is a yardstick: 23x it is refused, on a small shape too.
+        let e = judge(&gemm(256, DType::F16), &d, 0.3, Some(7.0), &History::default()).unwrap();
+        assert!(e.contains("23.33x the vendor"), "{e}");
     }
 
     #[test]
