@@ -74,6 +74,13 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Whether this is a failure of the storage under the database (see [`unwritable`]).
+    pub(crate) fn unwritable(&self) -> bool {
+        matches!(self, Error::Database(e) if unwritable(e).is_some())
+    }
+}
+
 impl From<FieldError> for Error {
     fn from(e: FieldError) -> Self {
         Error::Invalid { field: e.field, message: e.message }

@@ -70,12 +70,13 @@ struct TrackerProcess {
 }
 
 impl TrackerProcess {
+    /// Starts it with 2 s leases and 1 s heartbeats.
     async fn start(dir: &Path) -> TrackerProcess {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         // The log is a regular file on purpose: a write limit hits it as well as the database.
         let log = std::fs::File::create(dir.join("tracker.log")).unwrap();
         let child = Command::new(TRACKER)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--db"])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--lease-secs", "2", "--heartbeat-secs", "1", "--db"])
             .arg(dir.join("tracker.db"))
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -85,7 +86,7 @@ impl TrackerProcess {
             .unwrap();
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + PATIENCE;
-        while TuningClient::connect(url.clone()).await.is_err() {
+        while !load::serving(&url).await {
             assert!(Instant::now() < deadline, "the tracker did not start");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -118,14 +119,37 @@ async fn reports_the_database_cannot_take_are_refused_unacknowledged_then_stored
     let (first, second) = (&tasks[0], &tasks[1]);
     assert!(worker.report(first, measure(first)).await.unwrap().stored);
 
-    // Every write of the database now fails, as on a full disk or a device gone read-only.
+    // Every write of the database now fails, as on a full disk or a device gone read-only, for
+    // longer than a lease: heartbeats fail too.
     tracker.limit_file_size("0").await;
+    let outage = Instant::now();
     for _ in 0..3 {
         let (code, message) = code(worker.report(second, measure(second)).await);
         assert_eq!(code, Code::Unavailable, "{message}");
         assert!(message.contains("cannot write its database") && message.contains("nothing was stored"), "{message}");
     }
+    let ids: Vec<u64> = tasks.iter().map(|t| t.task_id).collect();
+    assert_eq!(
+        code(
+            worker
+                .client
+                .heartbeat(pb::HeartbeatRequest { worker_id: worker.id, task_ids: ids, reference_us: 0.0 })
+                .await
+        )
+        .0,
+        Code::Unavailable
+    );
+    tokio::time::sleep_until(outage + Duration::from_millis(3000)).await;
     tracker.limit_file_size("unlimited").await;
+
+    // The leases the outage kept from being renewed are renewed, not expired: a worker that
+    // comes now gets none of the first one's tasks.
+    let mut client = DispatchClient::connect(tracker.url.clone()).await.unwrap();
+    let id = client.register(registration("box/1", sim_device())).await.unwrap().into_inner().worker_id;
+    let mut other = FakeWorker { id, client };
+    let taken = other.lease(6, 1500).await;
+    let taken: Vec<u64> = taken.iter().map(|t| t.task_id).collect();
+    assert!(taken.is_empty(), "tasks held through the outage went to another worker: {taken:?}");
     // Nothing of the refused reports was kept.
     let progress = get_job(&mut tuning, job_id).await;
     assert_eq!(progress.workloads[0].trials_done, 1);
