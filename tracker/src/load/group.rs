@@ -49,8 +49,9 @@ pub struct GroupConfig {
 /// What the workers of a group saw.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct GroupStats {
-    /// Latency of each answered call, microseconds, by rpc (`register`, `lease` (calls that
-    /// returned tasks), `heartbeat`, `report`).
+    /// Latency of each answered call, microseconds, by rpc: `register`, `heartbeat`, `report`,
+    /// and `lease` for the lease calls that returned tasks (a long poll: it includes any wait for
+    /// work).
     pub latency_us: BTreeMap<String, Vec<u32>>,
     /// Tasks leased.
     pub leased: u64,
@@ -175,7 +176,7 @@ impl Worker<'_> {
 async fn worker(
     config: &GroupConfig,
     index: u32,
-    stats: &Mutex<GroupStats>,
+    stats: &Arc<Mutex<GroupStats>>,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
     let channel = Endpoint::from_shared(config.tracker.clone())?
@@ -204,6 +205,7 @@ async fn worker(
     let held: Arc<Mutex<Vec<u64>>> = Arc::default();
     let beats = {
         let (mut client, held, stop, id) = (w.client.clone(), Arc::clone(&held), stop.clone(), w.id);
+        let stats = Arc::clone(stats);
         async move {
             loop {
                 tokio::select! {
@@ -212,7 +214,13 @@ async fn worker(
                 }
                 let task_ids = held.lock().expect("held lock").clone();
                 // A lost heartbeat only shortens a lease; the next one renews it.
-                let _ = client.heartbeat(pb::HeartbeatRequest { worker_id: id, task_ids, reference_us: 0.0 }).await;
+                let started = Instant::now();
+                let beat = client.heartbeat(pb::HeartbeatRequest { worker_id: id, task_ids, reference_us: 0.0 }).await;
+                let mut stats = stats.lock().expect("stats lock");
+                match beat {
+                    Ok(_) => stats.latency("heartbeat", started.elapsed()),
+                    Err(status) => stats.retried("heartbeat", &status),
+                }
             }
         }
     };

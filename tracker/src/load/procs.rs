@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::Context;
+use tensortune_proto::pb;
 use tensortune_proto::pb::tuning_client::TuningClient;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -146,11 +147,21 @@ async fn spawn(spec: &TrackerSpec, start: u32) -> anyhow::Result<Child> {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             anyhow::bail!("the tracker exited at start ({status}): {}", text.trim());
         }
-        if TuningClient::connect(spec.url()).await.is_ok() {
+        if serving(&spec.url()).await {
             return Ok(child);
         }
         anyhow::ensure!(Instant::now() < deadline, "the tracker did not answer within {START_PATIENCE:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether the tracker at `url` answers calls. A connection alone proves nothing: the listener is
+/// bound before the database is opened and migrated.
+pub async fn serving(url: &str) -> bool {
+    let Ok(mut client) = TuningClient::connect(url.to_owned()).await else { return false };
+    match client.get_job(pb::JobRef { job_id: 1 }).await {
+        Ok(_) => true,
+        Err(status) => status.code() == tonic::Code::NotFound,
     }
 }
 
