@@ -74,6 +74,13 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Whether this is a failure of the storage under the database (see [`unwritable`]).
+    pub(crate) fn unwritable(&self) -> bool {
+        matches!(self, Error::Database(e) if unwritable(e).is_some())
+    }
+}
+
 impl From<FieldError> for Error {
     fn from(e: FieldError) -> Self {
         Error::Invalid { field: e.field, message: e.message }
@@ -92,6 +99,22 @@ impl From<sqlx::Error> for Error {
             return Error::DuplicateRecord;
         }
         Error::Database(e)
+    }
+}
+
+/// Why SQLite could not write, when `e` is a failure of the storage under the database (full,
+/// read-only, an I/O error, locked by another process) rather than of the query.
+pub(crate) fn unwritable(e: &sqlx::Error) -> Option<&'static str> {
+    let sqlx::Error::Database(db) = e else { return None };
+    // Extended result codes carry the primary code in their low byte.
+    let code: i64 = db.code()?.parse().ok()?;
+    match code & 0xff {
+        13 => Some("disk full"),
+        8 => Some("read-only database"),
+        10 => Some("i/o error"),
+        14 => Some("cannot open a database file"),
+        5 | 6 => Some("database locked by another process"),
+        _ => None,
     }
 }
 
@@ -115,10 +138,20 @@ impl From<Error> for tonic::Status {
             Error::Denied(_) => Status::permission_denied(e.to_string()),
             Error::DuplicateRecord => Status::already_exists(e.to_string()),
             Error::Exhausted(_) => Status::resource_exhausted(e.to_string()),
-            Error::Database(db) => {
-                tracing::error!(error = %db, "database error");
-                Status::internal("the tracker's database failed; see the tracker log")
-            }
+            Error::Database(db) => match unwritable(&db) {
+                // Nothing of the call was stored (its transaction rolled back): a worker keeps its
+                // result and retries, which `Unavailable` tells it to do.
+                Some(why) => {
+                    tracing::error!(error = %db, %why, "database write failed; the call changed nothing");
+                    Status::unavailable(format!(
+                        "the tracker cannot write its database ({why}); nothing was stored, retry later"
+                    ))
+                }
+                None => {
+                    tracing::error!(error = %db, "database error");
+                    Status::internal("the tracker's database failed; see the tracker log")
+                }
+            },
             Error::Internal(message) => {
                 tracing::error!(%message, "internal error");
                 Status::internal(message)

@@ -28,6 +28,7 @@ pub(crate) async fn reaper(tracker: Arc<Tracker>, shutdown: CancellationToken) {
             () = shutdown.cancelled() => break,
             _ = tick.tick() => {
                 if let Err(e) = tracker.reap().await {
+                    let e = tracker.noting_outage(e);
                     tracing::error!(error = %e, "lease reaper failed; retrying next period");
                 }
             }
@@ -41,6 +42,14 @@ impl Tracker {
     /// gets a `device_lost` record instead, and a finalist task is given up on. Marks workers not heard from for a lease offline.
     pub(crate) async fn reap(&self) -> Result<()> {
         let mut w = self.write().await?;
+        // Checked once the writer lock is held: a reap that waited for it through an outage must
+        // not expire the leases whose heartbeats the outage refused.
+        if self.outage.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            return self
+                .renew_after_outage(w)
+                .await
+                .inspect_err(|_| self.outage.store(true, std::sync::atomic::Ordering::Release));
+        }
         let now = w.now();
         let expired = store::tasks::expired(w.conn(), now).await?;
         let count = expired.len() as u64;
@@ -81,6 +90,17 @@ impl Tracker {
         for worker in offline {
             tracing::info!(worker, "worker offline: not heard from for a lease");
         }
+        Ok(())
+    }
+
+    /// Once the database can be written again after an outage: every lease runs a whole lease
+    /// from now, as after a restart, so that workers whose heartbeats failed meanwhile can still
+    /// report what they hold instead of having it measured again.
+    async fn renew_after_outage(&self, mut w: crate::tracker::Write<'_>) -> Result<()> {
+        let expires = self.lease_deadline(w.now());
+        let renewed = store::tasks::renew_all(w.conn(), expires).await?;
+        w.commit(&self.events).await?;
+        tracing::warn!(leases = renewed, "the database takes writes again; every lease renewed for a whole lease");
         Ok(())
     }
 

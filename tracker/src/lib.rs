@@ -29,6 +29,9 @@
 //! - `store/`: the SQLite queries, one function each, per table.
 //! - `service/`: the tonic services and the wire <-> domain conversions.
 //! - `model.rs`, `error.rs`: domain types and the error enum with its one `tonic::Status` mapping.
+//! - [`load`]: the `tensortune-load` tool: many `sim` workers and faults (killed and stopped
+//!   workers, a killed tracker, garbage on the port, a full or unwritable disk) against a tracker
+//!   process on loopback, checked in its database afterwards.
 //!
 //! The database is the source of truth: a tracker killed at any point and started again on the
 //! same file resumes every unfinished job and loses no acknowledged record.
@@ -44,6 +47,7 @@ mod http;
 mod jobs;
 mod leases;
 mod limits;
+pub mod load;
 mod model;
 mod plausible;
 mod progress;

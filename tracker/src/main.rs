@@ -116,6 +116,10 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // A log line that cannot be written (its disk is full, a file-size limit) is dropped; by
+        // default the subscriber would report that with eprintln!, which panics on the same
+        // failure and would take the call being served down with it.
+        .log_internal_errors(false)
         .init();
     match cli.command {
         None => serve(cli.serve).await,
@@ -158,6 +162,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    #[cfg(target_os = "linux")]
+    tokio::spawn(note_file_size_limit());
     tensortune_tracker::run_with_http(config, listener, http, shutdown).await
 }
 
@@ -239,4 +245,21 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     }
     tracing::info!("shutting down");
     shutdown.cancel();
+}
+
+/// Handles SIGXFSZ, whose default action kills the process: a write beyond the file-size limit
+/// (RLIMIT_FSIZE) then fails with an error that reaches the caller as "nothing stored, retry",
+/// like a full disk, instead of killing the tracker with its callers' results unacknowledged.
+#[cfg(target_os = "linux")]
+async fn note_file_size_limit() {
+    /// SIGXFSZ on Linux.
+    const SIGXFSZ: i32 = 25;
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(SIGXFSZ)) {
+        Ok(mut signal) => {
+            while signal.recv().await.is_some() {
+                tracing::error!("a database write went past the file-size limit (RLIMIT_FSIZE) and was refused");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot handle SIGXFSZ; a file-size limit would kill the tracker"),
+    }
 }

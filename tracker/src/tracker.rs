@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
@@ -36,6 +37,10 @@ pub(crate) struct Tracker {
     pub(crate) counters: Counters,
     /// Ends long polls and streams so that a graceful shutdown does not wait for them.
     pub(crate) shutdown: CancellationToken,
+    /// Set when a write failed because the database could not be written (full, read-only,
+    /// i/o error): heartbeats failed meanwhile, so the reaper renews every lease once writes go
+    /// through again instead of expiring the leases of workers that are alive.
+    pub(crate) outage: AtomicBool,
     /// The writer lock. SQLite admits one writer at a time anyway; taking it here first makes each
     /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
     /// guards, and spares writers SQLite's busy-wait.
@@ -52,6 +57,7 @@ impl Tracker {
             tokens: Arc::new(Tokens::default()),
             counters: Counters::default(),
             shutdown,
+            outage: AtomicBool::new(false),
             searches: Mutex::new(Searches::default()),
         })
     }
@@ -75,6 +81,14 @@ impl Tracker {
             tasks_ready: false,
             finished: false,
         })
+    }
+
+    /// Notes an outage of the database when `e` is one; returns `e`.
+    pub(crate) fn noting_outage(&self, e: crate::error::Error) -> crate::error::Error {
+        if e.unwritable() {
+            self.outage.store(true, Ordering::Release);
+        }
+        e
     }
 
     /// When a lease handed out now ends.

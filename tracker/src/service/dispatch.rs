@@ -33,7 +33,7 @@ impl Dispatch for DispatchService {
     async fn register(&self, request: Request<pb::RegisterRequest>) -> Result<Response<pb::RegisterResponse>, Status> {
         let caller = Caller::of(&request);
         let registration = convert::registration(request.into_inner())?;
-        let worker = self.tracker.register(&registration, &caller).await?;
+        let worker = self.tracker.register(&registration, &caller).await.map_err(|e| self.tracker.noting_outage(e))?;
         let config = &self.tracker.config;
         Ok(Response::new(pb::RegisterResponse {
             worker_id: worker as u64,
@@ -56,7 +56,11 @@ impl Dispatch for DispatchService {
             .map(|(i, t)| id(&format!("task_ids[{i}]"), *t))
             .collect::<Result<Vec<_>, _>>()?;
         let reference = convert::reference_us(req.reference_us)?;
-        let drop = self.tracker.heartbeat(worker, &tasks, reference, &caller).await?;
+        let drop = self
+            .tracker
+            .heartbeat(worker, &tasks, reference, &caller)
+            .await
+            .map_err(|e| self.tracker.noting_outage(e))?;
         Ok(Response::new(pb::HeartbeatResponse { drop_task_ids: drop.into_iter().map(|t| t as u64).collect() }))
     }
 
@@ -69,7 +73,7 @@ impl Dispatch for DispatchService {
         let worker = id("worker_id", req.worker_id)?;
         let max = in_range("max_tasks", req.max_tasks, 1, MAX_LEASE)?;
         let wait = Duration::from_millis(u64::from(in_range("wait_ms", req.wait_ms, 0, MAX_WAIT_MS)?));
-        let tasks = self.tracker.lease(worker, max, wait, &caller).await?;
+        let tasks = self.tracker.lease(worker, max, wait, &caller).await.map_err(|e| self.tracker.noting_outage(e))?;
         Ok(Response::new(pb::LeaseTasksResponse { tasks: tasks.into_iter().map(convert::task).collect() }))
     }
 
@@ -83,7 +87,11 @@ impl Dispatch for DispatchService {
         let task = id("task_id", req.task_id)?;
         let serial = in_range("lease_serial", req.lease_serial, 1, u32::MAX)?;
         let reported = convert::reported(req.measurement, req.finalist_measurements)?;
-        let report = self.tracker.report(worker, task, serial, &reported, &caller).await?;
+        let report = self
+            .tracker
+            .report(worker, task, serial, &reported, &caller)
+            .await
+            .map_err(|e| self.tracker.noting_outage(e))?;
         Ok(Response::new(pb::ReportResultResponse {
             stored: report.stored,
             record_id: report.record_id.unwrap_or_default() as u64,

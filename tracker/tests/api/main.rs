@@ -10,6 +10,7 @@ mod harness;
 mod http;
 mod leases;
 mod lifecycle;
+mod load;
 mod model;
 mod restart;
 mod reuse;

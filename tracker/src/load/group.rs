@@ -1,0 +1,324 @@
+//! A worker group: one process hosting many in-process `sim` workers, each with its own gRPC
+//! connection, speaking `Dispatch` as the worker daemon does (register, lease, heartbeat,
+//! report with retries) but "measuring" by sleeping. Killing or stopping the process takes a
+//! group down at once. What the workers saw (RPC latencies, answers) goes to a stats file,
+//! rewritten every half second so that a group killed mid-run still leaves its figures.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tensortune_kernels::gemm::WmmaGemm;
+use tensortune_kernels::{Target, Template};
+use tensortune_proto::convert::device_from_target;
+use tensortune_proto::pb;
+use tensortune_proto::pb::dispatch_client::DispatchClient;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+/// Backoff between retries of a call the tracker could not answer: doubles up to the cap, which
+/// is short so that a restarted tracker is found again within a second.
+const BACKOFF_FIRST: Duration = Duration::from_millis(50);
+const BACKOFF_CAP: Duration = Duration::from_secs(1);
+/// How long a lease call waits for work (a long poll, as the daemon's).
+const LEASE_WAIT_MS: u32 = 1000;
+/// A call the tracker does not answer in this long is treated as failed and retried.
+const CALL_DEADLINE: Duration = Duration::from_secs(10);
+/// How often the stats file is rewritten.
+const FLUSH_EVERY: Duration = Duration::from_millis(500);
+
+/// What a worker group does.
+#[derive(Clone, Debug)]
+pub struct GroupConfig {
+    /// The tracker's URL, `http://127.0.0.1:PORT`.
+    pub tracker: String,
+    /// Workers in this process.
+    pub workers: u32,
+    /// Prefix of the workers' names (`NAME/INDEX`), by which the load tool finds their tasks.
+    pub name: String,
+    /// How long one "measurement" takes.
+    pub measure: Duration,
+    /// Where the stats go (JSON, [`GroupStats`]).
+    pub stats: PathBuf,
+}
+
+/// What the workers of a group saw.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct GroupStats {
+    /// Latency of each answered call, microseconds, by rpc: `register`, `heartbeat`, `report`,
+    /// and `lease` for the lease calls that returned tasks (a long poll: it includes any wait for
+    /// work).
+    pub latency_us: BTreeMap<String, Vec<u32>>,
+    /// Tasks leased.
+    pub leased: u64,
+    /// Reports the tracker stored.
+    pub stored: u64,
+    /// Reports the tracker acknowledged as already done (dropped, no record).
+    pub duplicate: u64,
+    /// Reports the tracker refused for good (the lease went to another worker, a stale lease).
+    pub refused: u64,
+    /// Failed calls that were retried, by rpc and status code (`report Unavailable`, ...).
+    pub retried: BTreeMap<String, u64>,
+    /// A sample message per retried kind, to show what the tracker said.
+    pub messages: BTreeMap<String, String>,
+}
+
+impl GroupStats {
+    fn latency(&mut self, rpc: &str, took: Duration) {
+        let us = u32::try_from(took.as_micros()).unwrap_or(u32::MAX);
+        self.latency_us.entry(rpc.to_owned()).or_default().push(us);
+    }
+
+    fn retried(&mut self, rpc: &str, status: &Status) {
+        let key = format!("{rpc} {:?}", status.code());
+        *self.retried.entry(key.clone()).or_default() += 1;
+        self.messages.entry(key).or_insert_with(|| status.message().to_owned());
+    }
+}
+
+/// Runs a group until `shutdown`, then writes its stats a last time.
+pub async fn run_group(config: GroupConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let stats = Arc::new(Mutex::new(GroupStats::default()));
+    let config = Arc::new(config);
+    let mut workers = JoinSet::new();
+    for i in 0..config.workers {
+        let (config, stats, stop) = (Arc::clone(&config), Arc::clone(&stats), shutdown.clone());
+        workers.spawn(async move { worker(&config, i, &stats, &stop).await });
+    }
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(FLUSH_EVERY) => flush(&config.stats, &stats)?,
+            Some(done) = workers.join_next() => {
+                if let Ok(Err(e)) = done {
+                    tracing::error!("a load worker stopped: {e:#}");
+                }
+            }
+        }
+    }
+    workers.shutdown().await;
+    flush(&config.stats, &stats)
+}
+
+fn flush(path: &PathBuf, stats: &Mutex<GroupStats>) -> anyhow::Result<()> {
+    let text = serde_json::to_string(&*stats.lock().expect("stats lock"))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+/// Whether a failed call is worth repeating (the daemon's rule): the tracker is down,
+/// restarting, overloaded, or could not write its database.
+fn transient(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Unavailable
+            | Code::Unknown
+            | Code::DeadlineExceeded
+            | Code::Internal
+            | Code::Aborted
+            | Code::ResourceExhausted
+            | Code::Cancelled
+    )
+}
+
+/// One worker: its own connection, id and loop.
+struct Worker<'a> {
+    client: DispatchClient<Channel>,
+    id: u64,
+    stats: &'a Mutex<GroupStats>,
+    stop: &'a CancellationToken,
+}
+
+impl Worker<'_> {
+    /// Calls `rpc` until answered (transient failures retried with backoff, each counted);
+    /// `Ok(Err(status))` is a refusal, `Err(())` shutdown.
+    async fn call<T, F, Fut>(&mut self, name: &str, mut rpc: F) -> Result<Result<T, Status>, ()>
+    where
+        F: FnMut(DispatchClient<Channel>, u64) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        let mut backoff = BACKOFF_FIRST;
+        loop {
+            let started = Instant::now();
+            let answer = tokio::select! {
+                () = self.stop.cancelled() => return Err(()),
+                r = tokio::time::timeout(CALL_DEADLINE, rpc(self.client.clone(), self.id)) => r,
+            };
+            let status = match answer {
+                Ok(Ok(response)) => {
+                    if name != "lease" {
+                        self.stats.lock().expect("stats lock").latency(name, started.elapsed());
+                    }
+                    return Ok(Ok(response.into_inner()));
+                }
+                Ok(Err(status)) => status,
+                Err(_) => Status::deadline_exceeded("no answer in time"),
+            };
+            if !transient(status.code()) {
+                return Ok(Err(status));
+            }
+            self.stats.lock().expect("stats lock").retried(name, &status);
+            tokio::select! {
+                () = self.stop.cancelled() => return Err(()),
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(BACKOFF_CAP);
+        }
+    }
+}
+
+async fn worker(
+    config: &GroupConfig,
+    index: u32,
+    stats: &Arc<Mutex<GroupStats>>,
+    stop: &CancellationToken,
+) -> anyhow::Result<()> {
+    let channel = Endpoint::from_shared(config.tracker.clone())?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true)
+        .connect_lazy();
+    let mut w = Worker { client: DispatchClient::new(channel), id: 0, stats, stop };
+    let registration = pb::RegisterRequest {
+        name: format!("{}/{index}", config.name),
+        device: Some(device_from_target(&Target::sim())),
+        templates: vec![pb::TemplateRef { name: WmmaGemm.name().to_owned(), version: WmmaGemm.version() }],
+        previous_id: 0,
+    };
+    let Ok(answer) = w
+        .call("register", |mut c, _| {
+            let request = registration.clone();
+            async move { c.register(request).await }
+        })
+        .await
+    else {
+        return Ok(());
+    };
+    let registered = answer.map_err(|s| anyhow::anyhow!("registration refused: {:?}: {}", s.code(), s.message()))?;
+    w.id = registered.worker_id;
+    let heartbeat = Duration::from_millis(u64::from(registered.heartbeat_ms.max(100)));
+    let held: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let beats = {
+        let (mut client, held, stop, id) = (w.client.clone(), Arc::clone(&held), stop.clone(), w.id);
+        let stats = Arc::clone(stats);
+        async move {
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(heartbeat) => {}
+                }
+                let task_ids = held.lock().expect("held lock").clone();
+                // A lost heartbeat only shortens a lease; the next one renews it.
+                let started = Instant::now();
+                let beat = client.heartbeat(pb::HeartbeatRequest { worker_id: id, task_ids, reference_us: 0.0 }).await;
+                let mut stats = stats.lock().expect("stats lock");
+                match beat {
+                    Ok(_) => stats.latency("heartbeat", started.elapsed()),
+                    Err(status) => stats.retried("heartbeat", &status),
+                }
+            }
+        }
+    };
+    let beats = tokio::spawn(beats);
+    let result = work(&mut w, config, &held).await;
+    beats.abort();
+    result
+}
+
+async fn work(w: &mut Worker<'_>, config: &GroupConfig, held: &Mutex<Vec<u64>>) -> anyhow::Result<()> {
+    loop {
+        let started = Instant::now();
+        let leased = w
+            .call("lease", |mut c, worker_id| async move {
+                c.lease_tasks(pb::LeaseTasksRequest { worker_id, max_tasks: 1, wait_ms: LEASE_WAIT_MS }).await
+            })
+            .await;
+        let tasks = match leased {
+            Err(()) => return Ok(()),
+            Ok(Ok(r)) => r.tasks,
+            Ok(Err(status)) => {
+                w.stats.lock().expect("stats lock").retried("lease", &status);
+                tokio::time::sleep(BACKOFF_CAP).await;
+                continue;
+            }
+        };
+        if tasks.is_empty() {
+            continue;
+        }
+        {
+            let mut stats = w.stats.lock().expect("stats lock");
+            stats.latency("lease", started.elapsed());
+            stats.leased += tasks.len() as u64;
+        }
+        for task in tasks {
+            held.lock().expect("held lock").push(task.task_id);
+            tokio::select! {
+                () = w.stop.cancelled() => return Ok(()),
+                () = tokio::time::sleep(config.measure) => {}
+            }
+            let request = report(w.id, &task);
+            let answer = w
+                .call("report", |mut c, worker_id| {
+                    let request = pb::ReportResultRequest { worker_id, ..request.clone() };
+                    async move { c.report_result(request).await }
+                })
+                .await;
+            held.lock().expect("held lock").retain(|t| *t != task.task_id);
+            let mut stats = w.stats.lock().expect("stats lock");
+            match answer {
+                Err(()) => return Ok(()),
+                Ok(Ok(r)) if r.stored => stats.stored += 1,
+                Ok(Ok(_)) => stats.duplicate += 1,
+                Ok(Err(status)) => {
+                    stats.refused += 1;
+                    let key = format!("report refused {:?}", status.code());
+                    stats.messages.entry(key).or_insert_with(|| status.message().to_owned());
+                }
+            }
+        }
+    }
+}
+
+/// The report of a task: an ok sim measurement whose time depends on the config alone, so that
+/// any worker reports the same for it.
+fn report(worker_id: u64, task: &pb::Task) -> pb::ReportResultRequest {
+    let measurement = |index: u64| {
+        let median_us = 5.0 + ((index * 7919) % 1009) as f64 / 10.0;
+        pb::Measurement {
+            status: pb::RecordStatus::Ok as i32,
+            compile_ms: 1.0,
+            measure_ms: 1.0,
+            samples_us: vec![median_us * 0.99, median_us, median_us * 1.01],
+            median_us,
+            spread: 0.02,
+            batch: 100,
+            baseline_us: Some(median_us * 1.5),
+            baseline_kind: "sim".into(),
+            max_abs_err: Some(0.0),
+            max_rel_err: Some(0.0),
+            provenance: Some(pb::Provenance {
+                worker_name: "load".into(),
+                gpu_name: "sim".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    };
+    let (measurement, finalist_measurements) = if task.finalist_indices.is_empty() {
+        (Some(measurement(task.config_index)), Vec::new())
+    } else {
+        (None, task.finalist_indices.iter().map(|i| measurement(*i)).collect())
+    };
+    pb::ReportResultRequest {
+        worker_id,
+        task_id: task.task_id,
+        measurement,
+        finalist_measurements,
+        lease_serial: task.lease_serial,
+    }
+}
