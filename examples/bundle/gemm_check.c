@@ -25,6 +25,9 @@
 #define MIN_BATCH 50
 #define MAX_BATCH 20000
 #define PROBE_BATCH 8
+/* Replays before the timed samples: the GPU idles at a low clock while the host loads and checks,
+ * and takes tens of milliseconds under load to reach its boost clock. */
+#define WARM_MS 200.0
 
 #define CU(call)                                                                         \
   do {                                                                                   \
@@ -203,8 +206,8 @@ static int cmp_double(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-/* Per-launch microseconds: a warm-up launch, a probe graph of 8, then `samples` back-to-back
- * replays of a graph of `batch` launches, the median sample. */
+/* Per-launch microseconds: a warm-up launch, a probe graph of 8, WARM_MS of replays, then
+ * `samples` back-to-back replays of a graph of `batch` launches, the median sample. */
 static double time_us(CUstream s, int samples, enqueue_fn f, void *ctx, int *batch_out) {
   if (f(ctx, s) != 0) return -1;
   CU(cuStreamSynchronize(s));
@@ -217,7 +220,7 @@ static double time_us(CUstream s, int samples, enqueue_fn f, void *ctx, int *bat
   if (batch < MIN_BATCH) batch = MIN_BATCH;
   if (batch > MAX_BATCH) batch = MAX_BATCH;
   CUgraphExec g = capture(s, batch, f, ctx);
-  replay_ms(g, s);
+  for (double warm = 0; warm < WARM_MS;) warm += replay_ms(g, s);
   CUevent *ev = (CUevent *)malloc(sizeof(CUevent) * (size_t)(samples + 1));
   for (int i = 0; i <= samples; i++) CU(cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
   CU(cuEventRecord(ev[0], s));
