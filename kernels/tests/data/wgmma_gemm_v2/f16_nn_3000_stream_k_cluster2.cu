@@ -673,7 +673,8 @@ __device__ __forceinline__ void gather_x(unsigned char* x, const T_IN* __restric
 // does; all gather X. The full barrier of a stage counts thread 0's expect_tx arrive and one arrive
 // per thread, made once the thread's copies into the stage have completed and been made visible
 // to the async proxy (wgmma reads shared memory through it). Copies of GATHER_LAG tiles stay in
-// flight (GATHER_LAG < STAGES, so the stage the producer waits to refill was released already).
+// flight; GATHER_LAG <= STAGES - 2, because a consumer frees a stage only once the next one is
+// full, so a larger lag waits forever.
 __device__ __forceinline__ void gather_all(Loader& L, const WorkList& wl, const T_IN* __restrict__ in,
                                            const TmaDesc* mapY, unsigned char* sX, unsigned char* sY,
                                            unsigned long long* full, unsigned long long* empty, int rank) {
