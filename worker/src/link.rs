@@ -53,20 +53,6 @@ pub(crate) enum LinkError {
     Register(String),
 }
 
-/// Whether a failed call is worth repeating: the tracker is down, restarting or overloaded.
-fn transient(code: Code) -> bool {
-    matches!(
-        code,
-        Code::Unavailable
-            | Code::Unknown
-            | Code::DeadlineExceeded
-            | Code::Internal
-            | Code::Aborted
-            | Code::ResourceExhausted
-            | Code::Cancelled
-    )
-}
-
 /// A registered connection to the tracker.
 pub(crate) struct Link {
     client: DispatchClient<Authed>,
@@ -184,7 +170,7 @@ impl Link {
                     self.reregister_after(worker_id).await?;
                     reregistered = true;
                 }
-                code if transient(code) => {
+                code if tensortune_proto::transient(code) => {
                     failures += 1;
                     if self.shutdown.is_cancelled() {
                         return Err(LinkError::Cancelled);
@@ -241,7 +227,7 @@ impl Link {
                 Ok(Err(status)) => status,
                 Err(_) => Status::deadline_exceeded(format!("no answer within {} s", CALL_DEADLINE.as_secs())),
             };
-            if !transient(status.code()) {
+            if !tensortune_proto::transient(status.code()) {
                 return Err(LinkError::Register(format!("{:?}: {}", status.code(), status.message())));
             }
             failures += 1;

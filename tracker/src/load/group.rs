@@ -17,8 +17,8 @@ use tensortune_proto::pb;
 use tensortune_proto::pb::dispatch_client::DispatchClient;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tonic::Status;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Status};
 
 /// Backoff between retries of a call the tracker could not answer: doubles up to the cap, which
 /// is short so that a restarted tracker is found again within a second.
@@ -112,21 +112,6 @@ fn flush(path: &PathBuf, stats: &Mutex<GroupStats>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether a failed call is worth repeating (the daemon's rule): the tracker is down,
-/// restarting, overloaded, or could not write its database.
-fn transient(code: Code) -> bool {
-    matches!(
-        code,
-        Code::Unavailable
-            | Code::Unknown
-            | Code::DeadlineExceeded
-            | Code::Internal
-            | Code::Aborted
-            | Code::ResourceExhausted
-            | Code::Cancelled
-    )
-}
-
 /// One worker: its own connection, id and loop.
 struct Worker<'a> {
     client: DispatchClient<Channel>,
@@ -160,7 +145,7 @@ impl Worker<'_> {
                 Ok(Err(status)) => status,
                 Err(_) => Status::deadline_exceeded("no answer in time"),
             };
-            if !transient(status.code()) {
+            if !tensortune_proto::transient(status.code()) {
                 return Ok(Err(status));
             }
             self.stats.lock().expect("stats lock").retried(name, &status);
