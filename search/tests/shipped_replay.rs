@@ -115,5 +115,5 @@ fn held_out_workloads_meet_the_search_bars() {
     gains.sort_by(f64::total_cmp);
     let median = gains[gains.len() / 2];
     assert!(median >= 5.0, "median gain {median:.2}x");
-    assert!(slow_to_2.len() <= 1, "more than 100 trials to 2% on {slow_to_2:?}");
+    assert!(slow_to_2.is_empty(), "more than 100 trials to 2% on {slow_to_2:?}");
 }

@@ -929,10 +929,22 @@ impl Plan {
             ("tma_store", f64::from(u8::from(p.tma_store))),
             ("blocks_per_sm", p.blocks_per_sm(target) as f64),
             ("waves", waves),
+            (
+                "last_wave_fill",
+                last_wave_fill(g.tiles_p * g.tiles_q, target.sm_count as u64 * p.blocks_per_sm(target) as u64),
+            ),
             ("tile_efficiency", tile_efficiency(p, &g)),
             ("model_log_us", model(p, target).ln()),
         ]
     }
+}
+
+/// How full the last wave of output tiles is when `slots` blocks run at once (1 when the tiles
+/// fill whole waves): a persistent grid's `waves` is 1 whatever the tiles, and a nearly empty
+/// last wave is where stream-K and other tile shapes pay.
+fn last_wave_fill(tiles: u64, slots: u64) -> f64 {
+    let rest = tiles % slots.max(1);
+    if rest == 0 { 1.0 } else { rest as f64 / slots.max(1) as f64 }
 }
 
 /// The share of the computed tile area that lies inside D.
