@@ -165,8 +165,9 @@ fn fresh_db(json: &Path) -> anyhow::Result<PathBuf> {
     Ok(db)
 }
 
-/// `tensortune bench`.
-pub async fn run(tracker: Option<&str>, args: &BenchArgs) -> anyhow::Result<()> {
+/// `tensortune bench`. Embedded, it uses `db` when one was named (so earlier records of the
+/// same configs are reused, as in any job) and otherwise a fresh database beside its JSON.
+pub async fn run(tracker: Option<&str>, db: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
     let (text, origin) = match &args.suite {
         Some(p) => (
             std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?,
@@ -187,7 +188,10 @@ pub async fn run(tracker: Option<&str>, args: &BenchArgs) -> anyhow::Result<()> 
     let mut session = match tracker {
         Some(url) => Session::remote(url).await?,
         None => {
-            let db = fresh_db(&args.json)?;
+            let db = match db {
+                Some(db) => db.to_path_buf(),
+                None => fresh_db(&args.json)?,
+            };
             eprintln!("bench database: {}", db.display());
             let mut local = args.local.clone();
             // A throughput figure must include the compiles: no image may come from an earlier run.

@@ -19,9 +19,10 @@ pub struct Cli {
     #[arg(long, global = true, env = "TENSORTUNE_TRACKER")]
     pub tracker: Option<String>,
 
-    /// Database of the embedded tracker (ignored with --tracker).
-    #[arg(long, global = true, default_value = "tensortune.db", env = "TENSORTUNE_DB")]
-    pub db: PathBuf,
+    /// Database of the embedded tracker (ignored with --tracker) [default: tensortune.db; `bench`
+    /// without it: a fresh database beside its JSON].
+    #[arg(long, global = true, env = "TENSORTUNE_DB")]
+    pub db: Option<PathBuf>,
 
     /// File holding the token for a tracker that requires one (else $TENSORTUNE_TOKEN_FILE, else
     /// $TENSORTUNE_TOKEN). Never the token itself on the command line.
@@ -365,6 +366,13 @@ pub enum WorkloadCmd {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+}
+
+impl Cli {
+    /// The embedded tracker's database: `--db`, else `tensortune.db`.
+    pub fn db_path(&self) -> &std::path::Path {
+        self.db.as_deref().unwrap_or(std::path::Path::new("tensortune.db"))
+    }
 }
 
 /// The workload of `best`: its shape and types, and the flags `best` takes after it (so that

@@ -37,10 +37,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     )?;
     session::set_access(access.clone());
     let tracker = cli.tracker.as_deref();
-    let db = cli.db.as_path();
+    let db = cli.db_path();
     match &cli.command {
         Command::Tune(t) => commands::tune(tracker, db, &t.workload).await,
-        Command::Bench(b) => bench::run(tracker, b).await,
+        Command::Bench(b) => bench::run(tracker, cli.db.as_deref(), b).await,
         Command::Best { workload, device_class, json } => {
             commands::best(tracker, db, workload, device_class.as_deref(), *json).await
         }

@@ -611,6 +611,11 @@ fn plot_draws_jobs_records_benches_and_replays() {
         assert!(svg.contains(&label), "bar label {label} missing");
     }
     assert!(svg.contains("matmul/m256n32k256/tn/i8,i32,i32"));
+    // With --db, bench keeps its records in that database (without it, a fresh one beside its JSON).
+    let (ok, out, err) = cli(&["records", "export", "--workload", "matmul/m256n32k256/tn/i8,i32,i32/alpha=1,beta=0"]);
+    assert!(ok, "{err}");
+    assert!(out.lines().count() >= 3, "the bench's records are not in --db: {out:?}");
+    assert!(!std::path::Path::new(&path("bench.db")).exists(), "bench made its own database despite --db");
 
     let (ok, _, err) = cli(&["plot", "--job", "1", "-o", &path("job.pdf")]);
     assert!(!ok && err.contains("invalid --output") && err.contains(".svg or .png"), "{err}");
