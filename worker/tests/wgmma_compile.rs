@@ -9,21 +9,7 @@ use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Types, Workload};
 
 mod common;
-use common::assert_all_compile;
-
-fn kind(c: &Config) -> String {
-    let name = |k| c.name(k).unwrap_or("").to_owned();
-    let int = |k| c.int(k).unwrap_or(0);
-    format!(
-        "{}/{}/{}/{}/{}/{}",
-        name("producer"),
-        name("schedule"),
-        int("cluster"),
-        int("persistent"),
-        int("stream_k"),
-        name("epilogue")
-    )
-}
+use common::{assert_all_compile, wgmma_kind as kind};
 
 /// One config from every `every`-th kind (in kind order, starting at `turn % every`), from the
 /// middle of the kind's configs: successive workloads take turns, so every kind is compiled on a

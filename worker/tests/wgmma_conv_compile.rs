@@ -6,24 +6,10 @@
 
 use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::wgmma::conv::WgmmaConv2d;
-use tensortune_kernels::{Config, Conv2d, DType, KernelSpec, Target, Template, Types, Workload};
+use tensortune_kernels::{Conv2d, DType, KernelSpec, Target, Template, Types, Workload};
 
 mod common;
-use common::assert_all_compile;
-
-fn kind(c: &Config) -> String {
-    let name = |k| c.name(k).unwrap_or("").to_owned();
-    let int = |k| c.int(k).unwrap_or(0);
-    format!(
-        "{}/{}/{}/{}/{}/{}",
-        name("producer"),
-        name("schedule"),
-        int("cluster"),
-        int("persistent"),
-        int("stream_k"),
-        name("epilogue")
-    )
-}
+use common::{assert_all_compile, wgmma_kind as kind};
 
 /// A layer: batch, (h, w), c -> k, filter (r, s), pad, stride, dilation.
 #[allow(clippy::too_many_arguments)]

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use tensortune_kernels::{KernelSpec, Target, cuda};
+use tensortune_kernels::{Config, KernelSpec, Target, cuda};
 use tensortune_worker::nvrtc;
 
 const BATCH: usize = 16;
@@ -74,4 +74,20 @@ pub(crate) fn assert_all_compile(specs: &[KernelSpec], target: &Target) {
         target.name,
         failures.join("\n\n")
     );
+}
+
+/// The kind of a wgmma config the compile tests sample by: producer, schedule, cluster,
+/// persistence, stream-K and epilogue (the knobs that change the generated code's shape).
+pub(crate) fn wgmma_kind(c: &Config) -> String {
+    let name = |k| c.name(k).unwrap_or("").to_owned();
+    let int = |k| c.int(k).unwrap_or(0);
+    format!(
+        "{}/{}/{}/{}/{}/{}",
+        name("producer"),
+        name("schedule"),
+        int("cluster"),
+        int("persistent"),
+        int("stream_k"),
+        name("epilogue")
+    )
 }
