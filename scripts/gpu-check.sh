@@ -485,7 +485,7 @@ step_export() {
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
   head -20 "$LOGS/gemm_check-build.log" | tee -a "$SUMMARY"
-  timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" >"$LOGS/gemm_check.log" 2>&1
+  timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-5}" >"$LOGS/gemm_check.log" 2>&1
   say "gemm_check exit $?"
   tee -a "$SUMMARY" <"$LOGS/gemm_check.log"
   rm -f "$LOGS/gemm_check"

@@ -21,13 +21,12 @@
 
 #include "tensortune_bundle.h"
 
+/* The worker's constants (worker/src/cuda/timing.rs, worker/src/plan.rs). */
 #define MIN_SAMPLE_MS 1.0
-#define MIN_BATCH 50
 #define MAX_BATCH 20000
 #define PROBE_BATCH 8
-/* Replays before the timed samples: the GPU idles at a low clock while the host loads and checks,
- * and takes tens of milliseconds under load to reach its boost clock. */
-#define WARM_MS 200.0
+#define MAX_ROUNDS 100
+#define MAX_KERNELS 1024
 
 #define CU(call)                                                                         \
   do {                                                                                   \
@@ -206,8 +205,9 @@ static int cmp_double(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-/* Per-launch microseconds: a warm-up launch, a probe graph of 8, WARM_MS of replays, then
- * `samples` back-to-back replays of a graph of `batch` launches, the median sample. */
+/* Per-launch microseconds, as the worker takes them: a warm-up launch, a probe graph of 8, one
+ * untimed replay of a graph of `batch` launches, then `samples` back-to-back replays of it, the
+ * median sample. */
 static double time_us(CUstream s, int samples, enqueue_fn f, void *ctx, int *batch_out) {
   if (f(ctx, s) != 0) return -1;
   CU(cuStreamSynchronize(s));
@@ -217,10 +217,10 @@ static double time_us(CUstream s, int samples, enqueue_fn f, void *ctx, int *bat
   cuGraphExecDestroy(probe);
   if (per < 1e-6) per = 1e-6;
   int batch = (int)(MIN_SAMPLE_MS / per + 0.999);
-  if (batch < MIN_BATCH) batch = MIN_BATCH;
+  if (batch < 1) batch = 1;
   if (batch > MAX_BATCH) batch = MAX_BATCH;
   CUgraphExec g = capture(s, batch, f, ctx);
-  for (double warm = 0; warm < WARM_MS;) warm += replay_ms(g, s);
+  replay_ms(g, s);
   CUevent *ev = (CUevent *)malloc(sizeof(CUevent) * (size_t)(samples + 1));
   for (int i = 0; i <= samples; i++) CU(cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
   CU(cuEventRecord(ev[0], s));
@@ -249,6 +249,22 @@ typedef struct {
   CUdeviceptr a, b, c, d;
 } ours_call;
 
+/* One checked kernel, kept loaded with its timing inputs until the rounds are done. */
+typedef struct {
+  tt_kernel k;
+  CUdeviceptr at, bt, c, d, dref;
+  ours_call ours;
+  blas_call blas;
+  char key[64], check[160];
+  double ours_us[MAX_ROUNDS], blas_us[MAX_ROUNDS];
+  int batch, timed;
+} slot;
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static int enqueue_ours(void *p, CUstream s) {
   ours_call *c = (ours_call *)p;
   if (tt_kernel_launch(c->k, s, c->a, c->b, c->c, c->d) != 0) {
@@ -265,12 +281,17 @@ static int enqueue_blas(void *p, CUstream s) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s BUNDLE_DIR [SAMPLES]\n", argv[0]);
+    fprintf(stderr, "usage: %s BUNDLE_DIR [SAMPLES [ROUNDS]]\n", argv[0]);
     return 2;
   }
   int samples = argc > 2 ? atoi(argv[2]) : 10;
   if (samples < 1 || samples > 1000) {
     fprintf(stderr, "error: SAMPLES must be 1 ..= 1000, not %s\n", argv[2]);
+    return 2;
+  }
+  int rounds = argc > 3 ? atoi(argv[3]) : 5;
+  if (rounds < 1 || rounds > MAX_ROUNDS) {
+    fprintf(stderr, "error: ROUNDS must be 1 ..= %d, not %s\n", MAX_ROUNDS, argv[3]);
     return 2;
   }
   tt_bundle bundle;
@@ -300,9 +321,13 @@ int main(int argc, char **argv) {
   CUdeviceptr blas_ws = upload(NULL, blas_ws_bytes);
   cublasSetWorkspace(h, (void *)(uintptr_t)blas_ws, blas_ws_bytes);
 
-  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples each\n", gpu, arch, sms, argv[1], bundle.n, samples);
-  printf("%-46s %-10s %10s %10s %7s %10s %10s %7s  %s\n", "workload", "template", "kernel", "record", "ratio",
-         "cublas", "record-vnd", "batch", "check");
+  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds\n", gpu, arch,
+         sms, argv[1], bundle.n, samples, rounds);
+  if (bundle.n > MAX_KERNELS) {
+    fprintf(stderr, "error: the bundle has %d kernels; this example checks at most %d\n", bundle.n, MAX_KERNELS);
+    return 2;
+  }
+  slot *slots = (slot *)calloc((size_t)bundle.n, sizeof(slot));
   int checked = 0, failures = 0, within = 0;
   for (int i = 0; i < bundle.n; i++) {
     const tt_entry *e = &bundle.entries[i];
@@ -318,13 +343,13 @@ int main(int argc, char **argv) {
     tt_matmul q = {e->shape[0], e->shape[1], e->shape[2], e->layout, e->input, e->acc, e->output, e->alpha, e->beta};
     int nearest = 1, found = tt_bundle_find_matmul(&bundle, &q, arch, sms, &nearest);
     int lookup_ok = found >= 0 && !nearest && !memcmp(bundle.entries[found].shape, e->shape, sizeof e->shape);
-    tt_kernel k;
-    if (tt_kernel_load(&k, &bundle, i, arch) != 0) {
-      printf("%s: cannot load: %s\n", e->name, k.error);
+    slot *sl = &slots[checked];
+    if (tt_kernel_load(&sl->k, &bundle, i, arch) != 0) {
+      printf("%s: cannot load: %s\n", e->name, sl->k.error);
       failures++;
       continue;
     }
-    e = k.entry;
+    e = sl->k.entry;
     size_t m = e->shape[0], n = e->shape[1], kk = e->shape[2];
     size_t in = dsize(e->input), out = dsize(e->output);
     void *ha = fill(e->input, m * kk, 1), *hb = fill(e->input, kk * n, 1), *hc = fill(e->output, m * n, 1);
@@ -334,7 +359,7 @@ int main(int argc, char **argv) {
     CUdeviceptr d = upload(NULL, m * n * out), dref = upload(hc, m * n * out);
     CU(cuMemsetD8(d, 0xff, m * n * out)); /* poison: unwritten elements show */
 
-    ours_call oc = {&k, a, b, e->beta != 0 ? c : 0, d};
+    ours_call oc = {&sl->k, a, b, e->beta != 0 ? c : 0, d};
     blas_call bc = {h, e, a, b, dref};
     int ok_launch = enqueue_ours(&oc, stream) == 0 && blas_gemm(&bc) == 0;
     CU(cuStreamSynchronize(stream));
@@ -359,35 +384,52 @@ int main(int argc, char **argv) {
       }
       if (err > max_err || err != err) max_err = err;
     }
-    char check[160];
-    if (!ok_launch) snprintf(check, sizeof check, "FAILED: a launch failed");
-    else if (!lookup_ok) snprintf(check, sizeof check, "FAILED: the lookup of its own shape was not exact");
+    char *check = sl->check;
+    if (!ok_launch) snprintf(check, sizeof sl->check, "FAILED: a launch failed");
+    else if (!lookup_ok) snprintf(check, sizeof sl->check, "FAILED: the lookup of its own shape was not exact");
     else if (bad)
-      snprintf(check, sizeof check, "FAILED: %zu of %zu differ, first D[%zu, %zu] = %g, cuBLAS %g", bad, m * n,
+      snprintf(check, sizeof sl->check, "FAILED: %zu of %zu differ, first D[%zu, %zu] = %g, cuBLAS %g", bad, m * n,
                first % m, first / m, value(e->output, got, first), value(e->output, want, first));
-    else snprintf(check, sizeof check, "ok: all %zu match (max |diff| %.3g)", m * n, max_err);
+    else snprintf(check, sizeof sl->check, "ok: all %zu match (max |diff| %.3g)", m * n, max_err);
     failures += !ok_launch || !lookup_ok || bad;
+    printf("%-46s checked: %s\n", e->name, check);
+    fflush(stdout);
+    snprintf(sl->key, sizeof sl->key, "%zux%zux%zu %s %s>%s", m, n, kk, e->layout, e->input, e->output);
+    sl->at = at, sl->bt = bt, sl->c = c, sl->d = d, sl->dref = dref;
+    sl->ours = (ours_call){&sl->k, at, bt, e->beta != 0 ? c : 0, d};
+    sl->blas = (blas_call){h, e, at, bt, dref};
     checked++;
+    free(ha), free(hb), free(hc), free(ta), free(tb), free(got), free(want);
+    cuMemFree(a), cuMemFree(b);
+  }
 
+  for (int r = 0; r < rounds; r++) {
+    for (int i = 0; i < checked; i++) {
+      slot *sl = &slots[i];
+      int blas_batch = 0;
+      double ours = time_us(stream, samples, enqueue_ours, &sl->ours, &sl->batch);
+      double blas = time_us(stream, samples, enqueue_blas, &sl->blas, &blas_batch);
+      if (ours > 0 && blas > 0) sl->ours_us[sl->timed] = ours, sl->blas_us[sl->timed++] = blas;
+    }
+  }
 
-    ours_call ot = {&k, at, bt, e->beta != 0 ? c : 0, d};
-    blas_call btc = {h, e, at, bt, dref};
-    int batch = 0, blas_batch = 0;
-    double ours = time_us(stream, samples, enqueue_ours, &ot, &batch);
-    double blas = time_us(stream, samples, enqueue_blas, &btc, &blas_batch);
-    char key[64];
-    snprintf(key, sizeof key, "%zux%zux%zu %s %s>%s", m, n, kk, e->layout, e->input, e->output);
+  printf("%-46s %-10s %10s %10s %7s %10s %10s %7s  %s\n", "workload", "template", "kernel", "record", "ratio",
+         "cublas", "record-vnd", "batch", "check");
+  for (int i = 0; i < checked; i++) {
+    slot *sl = &slots[i];
+    const tt_entry *e = sl->k.entry;
+    double ours = sl->timed ? median(sl->ours_us, sl->timed) : -1;
+    double blas = sl->timed ? median(sl->blas_us, sl->timed) : -1;
     char vendor[32] = "-";
     if (e->vendor_us >= 0) snprintf(vendor, sizeof vendor, "%.2f us", e->vendor_us);
     const char *tmpl = strstr(e->name, "wgmma") ? "wgmma_gemm" : strstr(e->name, "wmma") ? "wmma_gemm" : "?";
     within += ours > 0 && fabs(ours / e->time_us - 1.0) <= 0.03;
-    printf("%-46s %-10s %7.2f us %7.2f us %7.3f %7.2f us %10s %7d  %s\n", key, tmpl, ours, e->time_us,
-           ours / e->time_us, blas, vendor, batch, check);
-    fflush(stdout);
-    free(ha), free(hb), free(hc), free(ta), free(tb), free(got), free(want);
-    cuMemFree(a), cuMemFree(b), cuMemFree(c), cuMemFree(at), cuMemFree(bt), cuMemFree(d), cuMemFree(dref);
-    tt_kernel_unload(&k);
+    printf("%-46s %-10s %7.2f us %7.2f us %7.3f %7.2f us %10s %7d  %s\n", sl->key, tmpl, ours, e->time_us,
+           ours / e->time_us, blas, vendor, sl->batch, sl->check);
+    cuMemFree(sl->at), cuMemFree(sl->bt), cuMemFree(sl->c), cuMemFree(sl->d), cuMemFree(sl->dref);
+    tt_kernel_unload(&sl->k);
   }
+  free(slots);
   printf("%d kernels checked, %d failed; %d of %d within 3%% of their record's time\n", checked, failures, within,
          checked);
   cublasDestroy(h);
