@@ -485,9 +485,14 @@ step_export() {
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
   head -20 "$LOGS/gemm_check-build.log" | tee -a "$SUMMARY"
-  timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-5}" >"$LOGS/gemm_check.log" 2>&1
-  say "gemm_check exit $?"
-  tee -a "$SUMMARY" <"$LOGS/gemm_check.log"
+  # EXPORT_WARMS: warm-up milliseconds before each measurement, one gemm_check run per value.
+  local warm
+  for warm in ${EXPORT_WARMS:-0}; do
+    timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-5}" "$warm" \
+      >"$LOGS/gemm_check-warm$warm.log" 2>&1
+    say "gemm_check (warm-up $warm ms) exit $?"
+    grep -v '^round ' "$LOGS/gemm_check-warm$warm.log" | tee -a "$SUMMARY"
+  done
   rm -f "$LOGS/gemm_check"
 }
 

@@ -206,9 +206,9 @@ static int cmp_double(const void *x, const void *y) {
 }
 
 /* Per-launch microseconds, as the worker takes them: a warm-up launch, a probe graph of 8, one
- * untimed replay of a graph of `batch` launches, then `samples` back-to-back replays of it, the
+ * untimed replay of a graph of `batch` launches (more, until `warm_ms` have passed), then `samples` back-to-back replays of it, the
  * median sample. */
-static double time_us(CUstream s, int samples, enqueue_fn f, void *ctx, int *batch_out) {
+static double time_us(CUstream s, int samples, double warm_ms, enqueue_fn f, void *ctx, int *batch_out) {
   if (f(ctx, s) != 0) return -1;
   CU(cuStreamSynchronize(s));
   CUgraphExec probe = capture(s, PROBE_BATCH, f, ctx);
@@ -220,7 +220,8 @@ static double time_us(CUstream s, int samples, enqueue_fn f, void *ctx, int *bat
   if (batch < 1) batch = 1;
   if (batch > MAX_BATCH) batch = MAX_BATCH;
   CUgraphExec g = capture(s, batch, f, ctx);
-  replay_ms(g, s);
+  double warm = replay_ms(g, s);
+  while (warm < warm_ms) warm += replay_ms(g, s);
   CUevent *ev = (CUevent *)malloc(sizeof(CUevent) * (size_t)(samples + 1));
   for (int i = 0; i <= samples; i++) CU(cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
   CU(cuEventRecord(ev[0], s));
@@ -281,7 +282,7 @@ static int enqueue_blas(void *p, CUstream s) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s BUNDLE_DIR [SAMPLES [ROUNDS]]\n", argv[0]);
+    fprintf(stderr, "usage: %s BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS]]]\n", argv[0]);
     return 2;
   }
   int samples = argc > 2 ? atoi(argv[2]) : 10;
@@ -292,6 +293,11 @@ int main(int argc, char **argv) {
   int rounds = argc > 3 ? atoi(argv[3]) : 5;
   if (rounds < 1 || rounds > MAX_ROUNDS) {
     fprintf(stderr, "error: ROUNDS must be 1 ..= %d, not %s\n", MAX_ROUNDS, argv[3]);
+    return 2;
+  }
+  double warm_ms = argc > 4 ? atof(argv[4]) : 0.0;
+  if (!(warm_ms >= 0 && warm_ms <= 1000)) {
+    fprintf(stderr, "error: WARM_MS must be 0 ..= 1000, not %s\n", argv[4]);
     return 2;
   }
   tt_bundle bundle;
@@ -321,8 +327,8 @@ int main(int argc, char **argv) {
   CUdeviceptr blas_ws = upload(NULL, blas_ws_bytes);
   cublasSetWorkspace(h, (void *)(uintptr_t)blas_ws, blas_ws_bytes);
 
-  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds\n", gpu, arch,
-         sms, argv[1], bundle.n, samples, rounds);
+  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds, %g ms warm-up\n",
+         gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms);
   if (bundle.n > MAX_KERNELS) {
     fprintf(stderr, "error: the bundle has %d kernels; this example checks at most %d\n", bundle.n, MAX_KERNELS);
     return 2;
@@ -407,9 +413,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < checked; i++) {
       slot *sl = &slots[i];
       int blas_batch = 0;
-      double ours = time_us(stream, samples, enqueue_ours, &sl->ours, &sl->batch);
-      double blas = time_us(stream, samples, enqueue_blas, &sl->blas, &blas_batch);
+      double ours = time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch);
+      double blas = time_us(stream, samples, warm_ms, enqueue_blas, &sl->blas, &blas_batch);
       if (ours > 0 && blas > 0) sl->ours_us[sl->timed] = ours, sl->blas_us[sl->timed++] = blas;
+      printf("round %d %-30s kernel %9.2f us  cublas %9.2f us\n", r + 1, sl->key, ours, blas);
     }
   }
 
