@@ -485,13 +485,15 @@ step_export() {
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
   head -20 "$LOGS/gemm_check-build.log" | tee -a "$SUMMARY"
-  # EXPORT_WARMS: warm-up milliseconds before each measurement, one gemm_check run per value.
-  local warm
-  for warm in ${EXPORT_WARMS:-0}; do
-    timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-5}" "$warm" \
-      >"$LOGS/gemm_check-warm$warm.log" 2>&1
-    say "gemm_check (warm-up $warm ms) exit $?"
-    grep -v '^round ' "$LOGS/gemm_check-warm$warm.log" | tee -a "$SUMMARY"
+  # EXPORT_RUNS: one gemm_check run per WARM_MS:PAUSE_MS pair (warm-up before each measurement,
+  # idle pause before each kernel's rounds).
+  local run warm pause
+  for run in ${EXPORT_RUNS:-0:0}; do
+    warm=${run%%:*} pause=${run#*:}
+    timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-5}" "$warm" "$pause" \
+      >"$LOGS/gemm_check-$warm-$pause.log" 2>&1
+    say "gemm_check (warm-up $warm ms, pause $pause ms) exit $?"
+    grep -v '^round ' "$LOGS/gemm_check-$warm-$pause.log" | tee -a "$SUMMARY"
   done
   rm -f "$LOGS/gemm_check"
 }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tensortune_bundle.h"
 
@@ -282,7 +283,7 @@ static int enqueue_blas(void *p, CUstream s) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS]]]\n", argv[0]);
+    fprintf(stderr, "usage: %s BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS [PAUSE_MS]]]]\n", argv[0]);
     return 2;
   }
   int samples = argc > 2 ? atoi(argv[2]) : 10;
@@ -298,6 +299,11 @@ int main(int argc, char **argv) {
   double warm_ms = argc > 4 ? atof(argv[4]) : 0.0;
   if (!(warm_ms >= 0 && warm_ms <= 1000)) {
     fprintf(stderr, "error: WARM_MS must be 0 ..= 1000, not %s\n", argv[4]);
+    return 2;
+  }
+  double pause_ms = argc > 5 ? atof(argv[5]) : 0.0;
+  if (!(pause_ms >= 0 && pause_ms <= 60000)) {
+    fprintf(stderr, "error: PAUSE_MS must be 0 ..= 60000, not %s\n", argv[5]);
     return 2;
   }
   tt_bundle bundle;
@@ -327,8 +333,8 @@ int main(int argc, char **argv) {
   CUdeviceptr blas_ws = upload(NULL, blas_ws_bytes);
   cublasSetWorkspace(h, (void *)(uintptr_t)blas_ws, blas_ws_bytes);
 
-  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds, %g ms warm-up\n",
-         gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms);
+  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds, %g ms warm-up, %g ms pause\n",
+         gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms, pause_ms);
   if (bundle.n > MAX_KERNELS) {
     fprintf(stderr, "error: the bundle has %d kernels; this example checks at most %d\n", bundle.n, MAX_KERNELS);
     return 2;
@@ -409,9 +415,13 @@ int main(int argc, char **argv) {
     cuMemFree(a), cuMemFree(b);
   }
 
-  for (int r = 0; r < rounds; r++) {
-    for (int i = 0; i < checked; i++) {
-      slot *sl = &slots[i];
+  for (int i = 0; i < checked; i++) {
+    slot *sl = &slots[i];
+    if (pause_ms > 0) {
+      struct timespec ts = {(time_t)(pause_ms / 1000), (long)(fmod(pause_ms, 1000.0) * 1e6)};
+      nanosleep(&ts, NULL);
+    }
+    for (int r = 0; r < rounds; r++) {
       int blas_batch = 0;
       double ours = time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch);
       double blas = time_us(stream, samples, warm_ms, enqueue_blas, &sl->blas, &blas_batch);
