@@ -481,20 +481,34 @@ step_export() {
   "$BIN/tensortune" --db "$db" export --suite suites/default.json -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
   say "export exit $?"
   tee -a "$SUMMARY" <"$LOGS/export.log"
-  nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm \
+  nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm -ldl \
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
   head -20 "$LOGS/gemm_check-build.log" | tee -a "$SUMMARY"
   # EXPORT_RUNS: one gemm_check run per WARM_MS:PAUSE_MS pair (warm-up before each measurement,
   # idle pause before each kernel's rounds).
-  local run warm pause
+  # A third field `noblas` runs it with TT_NO_BLAS=1 (no cuBLAS in the process, nothing checked).
+  local run warm pause noblas
   for run in ${EXPORT_RUNS:-0:0}; do
-    warm=${run%%:*} pause=${run#*:}
-    timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-5}" "$warm" "$pause" \
-      >"$LOGS/gemm_check-$warm-$pause.log" 2>&1
-    say "gemm_check (warm-up $warm ms, pause $pause ms) exit $?"
-    grep -v '^round ' "$LOGS/gemm_check-$warm-$pause.log" | tee -a "$SUMMARY"
+    IFS=: read -r warm pause noblas <<<"$run"
+    TT_NO_BLAS=$([ "$noblas" = noblas ] && echo 1 || echo 0) timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" \
+      "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-5}" "$warm" "$pause" >"$LOGS/gemm_check-$warm-$pause$noblas.log" 2>&1
+    say "gemm_check (warm-up $warm ms, pause $pause ms${noblas:+, no cuBLAS}) exit $?"
+    grep -v '^round ' "$LOGS/gemm_check-$warm-$pause$noblas.log" | tee -a "$SUMMARY"
   done
+  # EXPORT_RUNONE=N: the first N kernels of the bundle timed again through the worker's own path
+  # (run_one: NVRTC compile, cudarc launch, the worker's timing), for comparison with gemm_check.
+  if [ "${EXPORT_RUNONE:-0}" -gt 0 ]; then
+    python3 - "$LOGS/bundle/manifest.json" "${EXPORT_RUNONE}" >"$LOGS/runone.txt" <<'PY'
+import json, sys
+for k in json.load(open(sys.argv[1]))["kernels"][: int(sys.argv[2])]:
+    print(k["template"], k["workload_key"], json.dumps(k["config"], separators=(",", ":")), sep="\t")
+PY
+    local tmpl key cfg
+    while IFS=$'\t' read -r tmpl key cfg; do
+      TT_TEMPLATE=$tmpl timeout 120 "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | grep -v '^ *$' | cut -c1-300 | tail -4 | tee -a "$SUMMARY"
+    done <"$LOGS/runone.txt"
+  fi
   rm -f "$LOGS/gemm_check"
 }
 
