@@ -1,12 +1,18 @@
 /* gemm_check: loads a tensortune export bundle and, for each matmul kernel that has a cubin for
  * this GPU, checks every output element against cuBLAS (cublasGemmEx with the same types,
- * layout, alpha and beta) and times both the way tensortune's worker does: a CUDA graph holding a
- * batch of launches (batch sized so one sample lasts >= 1 ms), replayed back to back between
- * events, median of the samples. Prints one row per kernel: its time, the time in its record,
- * the ratio, cuBLAS's time and the check.
+ * layout, alpha and beta) and times both the way tensortune's worker does: a warm-up launch, then
+ * a CUDA graph holding a batch of launches (batch sized so one sample lasts >= 1 ms) replayed
+ * SAMPLES times back to back between events, the median sample. Every kernel is checked first;
+ * then each is timed ROUNDS times (median over rounds) after an idle pause of PAUSE_MS. The
+ * defaults (10 samples, 1 round, 2000 ms) are one worker measurement on a GPU that is not still
+ * paying for the kernel before: on an H200 a few hundred milliseconds of 4096^3 GEMMs pull the SM
+ * clock from 1980 to 1530 MHz, and it stays there for the next seconds, whatever runs. WARM_MS of
+ * replays before each measurement are optional. Prints one row per kernel: its time, the time in
+ * its record, the ratio, cuBLAS's time and the check. TT_NO_BLAS=1 leaves cuBLAS out of the
+ * process (nothing is checked; only the bundle's kernels are timed).
  *
- *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas
- *   ./gemm_check BUNDLE_DIR [SAMPLES]
+ *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -ldl
+ *   ./gemm_check BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS [PAUSE_MS]]]]
  *
  * Inputs of the check are multiples of 1/8 in [-1, 1] (integers in [-8, 8] for i8), so with f32
  * or i32 accumulation every product and sum is exact and both libraries must agree to the
@@ -314,7 +320,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: SAMPLES must be 1 ..= 1000, not %s\n", argv[2]);
     return 2;
   }
-  int rounds = argc > 3 ? atoi(argv[3]) : 5;
+  int rounds = argc > 3 ? atoi(argv[3]) : 1;
   if (rounds < 1 || rounds > MAX_ROUNDS) {
     fprintf(stderr, "error: ROUNDS must be 1 ..= %d, not %s\n", MAX_ROUNDS, argv[3]);
     return 2;
@@ -324,7 +330,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: WARM_MS must be 0 ..= 1000, not %s\n", argv[4]);
     return 2;
   }
-  double pause_ms = argc > 5 ? atof(argv[5]) : 0.0;
+  double pause_ms = argc > 5 ? atof(argv[5]) : 2000.0;
   if (!(pause_ms >= 0 && pause_ms <= 60000)) {
     fprintf(stderr, "error: PAUSE_MS must be 0 ..= 60000, not %s\n", argv[5]);
     return 2;
