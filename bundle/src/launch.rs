@@ -10,7 +10,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use crate::manifest::{Bundle, DType, Entry, MapRecipe, Operand, Param};
+use crate::manifest::{Bundle, DType, Entry, Im2colRecipe, MapRecipe, Operand, Param};
 use crate::{Error, Result};
 
 /// Shared memory a block may use without opting in.
@@ -135,6 +135,10 @@ impl LoadedKernel {
                     let ptr = pointer(ops, ws, recipe.operand, &self.entry.name)?;
                     encode(recipe, ptr).map(Arg::Map)
                 }
+                Param::Im2colMap(recipe) => {
+                    let ptr = pointer(ops, ws, recipe.operand, &self.entry.name)?;
+                    encode_im2col(recipe, ptr).map(Arg::Map)
+                }
             })
             .collect::<Result<_>>()?;
         self.ctx.bind_to_thread().map_err(cuda("binding the context"))?;
@@ -179,16 +183,51 @@ fn pointer(ops: &Operands, ws: u64, operand: Operand, name: &str) -> Result<u64>
     Ok(p)
 }
 
-/// Encodes `recipe` over `ptr` with `cuTensorMapEncodeTiled`.
-fn encode(recipe: &MapRecipe, ptr: u64) -> Result<MapParam> {
+/// The tensor-map element type of `dtype` (a copy does not care about signedness).
+fn map_dtype(dtype: DType) -> sys::CUtensorMapDataType {
     use sys::CUtensorMapDataType as Ty;
-    let dtype = match recipe.dtype {
+    match dtype {
         DType::F16 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::Bf16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         DType::F32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         DType::I32 => Ty::CU_TENSOR_MAP_DATA_TYPE_INT32,
         DType::I8 => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+    }
+}
+
+/// Encodes `recipe` over `ptr` with `cuTensorMapEncodeIm2col` (rank 4).
+fn encode_im2col(recipe: &Im2colRecipe, ptr: u64) -> Result<MapParam> {
+    let mut out = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    // SAFETY: every pointer is to a live array of the length the call reads for rank 4 (dims and
+    // element strides 4, strides 3, corners 2); `out` is written by the driver on success and read
+    // only then.
+    let r = unsafe {
+        sys::cuTensorMapEncodeIm2col(
+            out.as_mut_ptr(),
+            map_dtype(recipe.dtype),
+            4,
+            ptr as *mut std::ffi::c_void,
+            recipe.dims.as_ptr(),
+            recipe.strides_bytes.as_ptr(),
+            recipe.lower_corner.as_ptr(),
+            recipe.upper_corner.as_ptr(),
+            recipe.channels_per_pixel,
+            recipe.pixels_per_column,
+            recipe.element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
     };
+    r.result().map_err(cuda(format!("when encoding an im2col tensor map over {}", recipe.operand.name())))?;
+    // SAFETY: the driver filled the map (checked above).
+    Ok(MapParam(unsafe { out.assume_init() }))
+}
+
+/// Encodes `recipe` over `ptr` with `cuTensorMapEncodeTiled`.
+fn encode(recipe: &MapRecipe, ptr: u64) -> Result<MapParam> {
+    let dtype = map_dtype(recipe.dtype);
     let mut out = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     // SAFETY: every pointer is to a live array of the rank given (2; strides has rank - 1
     // entries); `out` is written by the driver on success and read only then.

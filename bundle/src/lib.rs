@@ -19,7 +19,7 @@ pub mod select;
 mod tests;
 
 pub use launch::{LoadedKernel, Operands};
-pub use manifest::{Bundle, DType, Device, Entry, Launch, Layout, MapRecipe, Operand, Param, Problem};
+pub use manifest::{Bundle, DType, Device, Entry, Im2colRecipe, Launch, Layout, MapRecipe, Operand, Param, Problem};
 pub use select::{Selection, select};
 
 use std::path::PathBuf;

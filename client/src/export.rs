@@ -12,7 +12,7 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use tensortune_bundle::manifest::{FORMAT, INDEX, MANIFEST, Manifest, Provenance};
-use tensortune_bundle::{Bundle, Device, Entry, Launch, MapRecipe, Operand, Param, Problem};
+use tensortune_bundle::{Bundle, Device, Entry, Im2colRecipe, Launch, MapRecipe, Operand, Param, Problem};
 use tensortune_kernels::support::operand_elements;
 use tensortune_kernels::{Arg, Config, KernelSpec, Target, TensorOperand, Workload, short_digest, template};
 use tensortune_proto::{convert, pb};
@@ -268,6 +268,21 @@ pub fn param(arg: &Arg) -> Param {
             };
             Param::TensorMap(MapRecipe::tiled(operand, dtype(m.dtype), m.dims, m.row_bytes, m.box_dims))
         }
+        Arg::Im2col(m) => Param::Im2colMap(Im2colRecipe {
+            operand: match m.operand {
+                TensorOperand::A => Operand::A,
+                TensorOperand::B => Operand::B,
+                TensorOperand::D => Operand::D,
+            },
+            dtype: dtype(m.dtype),
+            dims: m.dims,
+            strides_bytes: m.strides_bytes,
+            lower_corner: m.lower,
+            upper_corner: m.upper,
+            channels_per_pixel: m.channels,
+            pixels_per_column: m.pixels,
+            element_strides: m.element_strides,
+        }),
     }
 }
 

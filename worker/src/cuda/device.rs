@@ -153,19 +153,58 @@ pub(crate) struct MapParam(sys::CUtensorMap);
 // generated kernels declare it (an opaque 128-byte struct).
 unsafe impl cudarc::driver::DeviceRepr for MapParam {}
 
-/// Encodes `map` over the buffer at `ptr` (`cuTensorMapEncodeTiled`): 128-byte swizzle, no
-/// interleave, out-of-bounds elements read as zero.
-pub(crate) fn encode_map(map: &tensortune_kernels::TensorMap, ptr: sys::CUdeviceptr) -> Result<MapParam, CudaFailure> {
+/// The tensor-map element type of `dtype`.
+fn map_dtype(dtype: tensortune_kernels::DType) -> sys::CUtensorMapDataType {
     use sys::CUtensorMapDataType as Ty;
     use tensortune_kernels::DType;
-    let dtype = match map.dtype {
+    match dtype {
         DType::F16 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::Bf16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         DType::F32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         DType::I32 => Ty::CU_TENSOR_MAP_DATA_TYPE_INT32,
         // TMA copies bytes: signedness does not matter to a copy.
         DType::I8 => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+    }
+}
+
+/// Encodes `map` over the convolution input at `ptr` (`cuTensorMapEncodeIm2col`, rank 4):
+/// 128-byte swizzle, no interleave, out-of-bounds elements read as zero.
+pub(crate) fn encode_im2col(
+    map: &tensortune_kernels::Im2colMap,
+    ptr: sys::CUdeviceptr,
+) -> Result<MapParam, CudaFailure> {
+    let mut out = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    // SAFETY: every pointer is to a live array of the length the call reads for rank 4 (dims and
+    // element strides 4, strides 3, corners 2); `out` is written by the driver on success and read
+    // only then.
+    let r = unsafe {
+        sys::cuTensorMapEncodeIm2col(
+            out.as_mut_ptr(),
+            map_dtype(map.dtype),
+            4,
+            ptr as *mut std::ffi::c_void,
+            map.dims.as_ptr(),
+            map.strides_bytes.as_ptr(),
+            map.lower.as_ptr(),
+            map.upper.as_ptr(),
+            map.channels,
+            map.pixels,
+            map.element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
     };
+    r.result().when(|| format!("when encoding an im2col tensor map {map:?}"))?;
+    // SAFETY: the driver filled the map (checked above).
+    Ok(MapParam(unsafe { out.assume_init() }))
+}
+
+/// Encodes `map` over the buffer at `ptr` (`cuTensorMapEncodeTiled`): 128-byte swizzle, no
+/// interleave, out-of-bounds elements read as zero.
+pub(crate) fn encode_map(map: &tensortune_kernels::TensorMap, ptr: sys::CUdeviceptr) -> Result<MapParam, CudaFailure> {
+    let dtype = map_dtype(map.dtype);
     let mut out = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     let strides = [map.row_bytes];
     let elem_strides = [1u32, 1];

@@ -9,7 +9,7 @@ use cudarc::nvrtc::Ptx;
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::{Arg, TensorOperand, Workload};
 
-use super::device::{Context, CudaFailure, DevBuf, KArg, encode_map, grid_for, launch};
+use super::device::{Context, CudaFailure, DevBuf, KArg, encode_im2col, encode_map, grid_for, launch};
 
 /// Seeds of the generated inputs: fixed, so every worker checks against the same data.
 const SEED_A_CHECK: u32 = 0x0a11;
@@ -152,6 +152,14 @@ impl WorkloadState {
                             TensorOperand::D => self.d.ptr,
                         };
                         return encode_map(map, ptr).map(KArg::Map);
+                    }
+                    Arg::Im2col(map) => {
+                        let ptr = match map.operand {
+                            TensorOperand::A => a,
+                            TensorOperand::B => b,
+                            TensorOperand::D => self.d.ptr,
+                        };
+                        return encode_im2col(map, ptr).map(KArg::Map);
                     }
                 }))
             })
