@@ -432,9 +432,12 @@ step_wconv() {
   SELFTEST_TEMPLATE=wgmma_conv2d timeout "${WCONV_TIMEOUT:-900}" "$BIN/gpu_selftest" "${WCONV_CONFIGS:-6}" 3 conv >"$LOGS/wconv-check.log" 2>&1
   say "wconv check exit $?: $(grep SUMMARY "$LOGS/wconv-check.log")"
   grep -v ": Ok " "$LOGS/wconv-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -30 | tee -a "$SUMMARY"
-  # A 1x1, stride-1, unpadded layer is loaded by TMA (pointwise); every other layer is gathered.
-  local pw='r1s1/pad0x0,stride1x1,'
-  say "gathered ok: $(grep ': Ok ' "$LOGS/wconv-check.log" | grep -vc "$pw"), pointwise ok: $(grep ': Ok ' "$LOGS/wconv-check.log" | grep -c "$pw")"
+  # A 1x1, stride-1, unpadded layer is loaded by TMA tiles (pointwise); a layer whose channels are
+  # a multiple of 64 (128 for i8) by TMA in im2col mode; every other layer is gathered.
+  local pw='r1s1/pad0x0,stride1x1,' ok
+  ok=$(grep ': Ok ' "$LOGS/wconv-check.log")
+  say "pointwise ok: $(grep -c "$pw" <<<"$ok"), im2col ok: $(grep -v "$pw" <<<"$ok" | grep -cE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')," \
+    "gathered ok: $(grep -v "$pw" <<<"$ok" | grep -vcE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')"
 }
 
 # wgmma_conv2d configs for the sanitizers and the smoke test: gathered f16 ragged, gathered bf16
@@ -443,6 +446,8 @@ CONV_CASES=(
     'conv2d/n2h7w5c16/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n4h14w14c64/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/bf16,f32,bf16 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
     'conv2d/n3h5w7c32/k48r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/f16,f32,f16 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n3h9w9c128/k48r3s3/pad1x1,stride2x2,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
 )
 
 # Each of CONV_CASES once through run_one, with a short timeout (a hang shows here, not in wconv).
