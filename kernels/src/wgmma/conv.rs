@@ -235,6 +235,15 @@ mod tests {
         let spec = WgmmaConv2d.generate(&dilated, &config(&dilated, "inline"), &target).unwrap();
         let Arg::Im2col(x) = &spec.args[0] else { panic!("{:?}", spec.args) };
         assert_eq!((x.lower, x.upper), ([-3, -2], [3 - 2 * 3, 2 - 2 * 2]));
+        // i8: a K tile is 128 channels, one copy's 128 bytes.
+        let i8_layer = Workload::from_key("conv2d/n3h9w9c128/k48r3s3/pad1x1,stride2x2,dil1x1/nhwc/i8,i32,i32").unwrap();
+        let c = Config::from_json(
+            r#"{"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}"#,
+        )
+        .unwrap();
+        let spec = WgmmaConv2d.generate(&i8_layer, &c, &target).unwrap();
+        let Arg::Im2col(x) = &spec.args[0] else { panic!("{:?}", spec.args) };
+        assert_eq!((x.channels, x.pixels, x.dims), (128, 64, [128, 9, 9, 3]));
     }
 
     #[test]
