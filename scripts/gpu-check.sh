@@ -345,10 +345,13 @@ step_conv() {
 
 step_convbench() {
   local start=$(date +%s.%N)
-  timeout 900 "$BIN/tensortune" bench --suite suites/conv.json --trials "${CONV_TRIALS:-300}" ${CONV_ARGS:-} \
-    --json "$OUT/conv-bench.json" >"$LOGS/conv-bench.log" 2>&1
+  # CONV_SUITE: another suite (e.g. suites/conv-heldout.json); its JSON is named after it.
+  local suite=${CONV_SUITE:-suites/conv.json} name
+  name=$(basename "$suite" .json)
+  timeout 900 "$BIN/tensortune" bench --suite "$suite" --trials "${CONV_TRIALS:-300}" ${CONV_ARGS:-} \
+    --json "$OUT/$name-bench.json" >"$LOGS/$name-bench.log" 2>&1
   say "convbench exit $? in $(since "$start") s"
-  sed -n '/^suite/,$p' "$LOGS/conv-bench.log" | tee -a "$SUMMARY"
+  sed -n '/^suite/,$p' "$LOGS/$name-bench.log" | tee -a "$SUMMARY"
 }
 
 # wgmma_gemm: correctness on WGMMA_KEYS (default: one workload per type and layout, a ragged one and
