@@ -30,10 +30,17 @@ pub struct Operands {
     pub d: sys::CUdeviceptr,
 }
 
-/// A CUtensorMap as a kernel parameter (a `const __grid_constant__` 128-byte value).
+/// A CUtensorMap as a kernel parameter (a `const __grid_constant__` 128-byte value), pushed onto
+/// a cudarc launch with `arg`.
 #[derive(Clone, Copy)]
 #[repr(transparent)]
-struct MapParam(sys::CUtensorMap);
+pub struct MapParam(sys::CUtensorMap);
+
+impl std::fmt::Debug for MapParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MapParam(..)")
+    }
+}
 
 // SAFETY: a plain 128-byte value the driver copies into the kernel's parameter space, as the
 // generated kernels declare it.
@@ -131,13 +138,9 @@ impl LoadedKernel {
             .iter()
             .map(|p| match p {
                 Param::Pointer { operand } => Ok(Arg::Ptr(pointer(ops, ws, *operand, &self.entry.name)?)),
-                Param::TensorMap(recipe) => {
-                    let ptr = pointer(ops, ws, recipe.operand, &self.entry.name)?;
-                    encode(recipe, ptr).map(Arg::Map)
-                }
-                Param::Im2colMap(recipe) => {
-                    let ptr = pointer(ops, ws, recipe.operand, &self.entry.name)?;
-                    encode_im2col(recipe, ptr).map(Arg::Map)
+                Param::TensorMap(MapRecipe { operand, .. }) | Param::Im2colMap(Im2colRecipe { operand, .. }) => {
+                    let ptr = pointer(ops, ws, *operand, &self.entry.name)?;
+                    encode_map(p, ptr).map(|m| Arg::Map(m.expect("a map parameter encodes to a map")))
                 }
             })
             .collect::<Result<_>>()?;
@@ -181,6 +184,17 @@ fn pointer(ops: &Operands, ws: u64, operand: Operand, name: &str) -> Result<u64>
         return Err(Error::Operands(format!("kernel {name} needs operand {}, which is null", operand.name())));
     }
     Ok(p)
+}
+
+/// Encodes a tensor-map parameter over the device buffer at `ptr` (`cuTensorMapEncodeTiled` or
+/// `cuTensorMapEncodeIm2col`, as the recipe says); `None` for a pointer parameter. tensortune's
+/// worker encodes the maps of the kernels it measures with this function too.
+pub fn encode_map(param: &Param, ptr: sys::CUdeviceptr) -> Result<Option<MapParam>> {
+    match param {
+        Param::Pointer { .. } => Ok(None),
+        Param::TensorMap(recipe) => encode(recipe, ptr).map(Some),
+        Param::Im2colMap(recipe) => encode_im2col(recipe, ptr).map(Some),
+    }
 }
 
 /// The tensor-map element type of `dtype` (a copy does not care about signedness).

@@ -18,7 +18,7 @@ pub mod select;
 #[cfg(test)]
 mod tests;
 
-pub use launch::{LoadedKernel, Operands};
+pub use launch::{LoadedKernel, MapParam, Operands, encode_map};
 pub use manifest::{Bundle, DType, Device, Entry, Im2colRecipe, Launch, Layout, MapRecipe, Operand, Param, Problem};
 pub use select::{Selection, select};
 

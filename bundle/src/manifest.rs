@@ -568,7 +568,12 @@ fn manifest_check(e: &Entry) -> std::result::Result<(), String> {
                 return Err(format!(
                     "kernel {}: im2col map corners {:?} {:?}, {} channels x {} pixels, strides {:?}: outside what a \
                      rank-4 im2col map takes (corners -128..=127, 1..=256 each, strides 1..=8)",
-                    e.name, m.lower_corner, m.upper_corner, m.channels_per_pixel, m.pixels_per_column, m.element_strides
+                    e.name,
+                    m.lower_corner,
+                    m.upper_corner,
+                    m.channels_per_pixel,
+                    m.pixels_per_column,
+                    m.element_strides
                 ));
             }
         }

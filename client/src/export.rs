@@ -12,9 +12,9 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use tensortune_bundle::manifest::{FORMAT, INDEX, MANIFEST, Manifest, Provenance};
-use tensortune_bundle::{Bundle, Device, Entry, Im2colRecipe, Launch, MapRecipe, Operand, Param, Problem};
+use tensortune_bundle::{Bundle, Device, Entry, Launch, Problem};
 use tensortune_kernels::support::operand_elements;
-use tensortune_kernels::{Arg, Config, KernelSpec, Target, TensorOperand, Workload, short_digest, template};
+use tensortune_kernels::{Config, KernelSpec, Target, Workload, short_digest, template};
 use tensortune_proto::{convert, pb};
 use tensortune_worker::nvrtc;
 
@@ -252,51 +252,8 @@ pub fn launch(spec: &KernelSpec) -> Launch {
     Launch { grid: spec.grid, block: spec.block, dynamic_smem_bytes: spec.smem_bytes, cluster: spec.cluster_dims() }
 }
 
-/// A generated kernel's argument as a bundle parameter.
-pub fn param(arg: &Arg) -> Param {
-    match arg {
-        Arg::A => Param::Pointer { operand: Operand::A },
-        Arg::B => Param::Pointer { operand: Operand::B },
-        Arg::C => Param::Pointer { operand: Operand::C },
-        Arg::D => Param::Pointer { operand: Operand::D },
-        Arg::Workspace => Param::Pointer { operand: Operand::Workspace },
-        Arg::Map(m) => {
-            let operand = match m.operand {
-                TensorOperand::A => Operand::A,
-                TensorOperand::B => Operand::B,
-                TensorOperand::D => Operand::D,
-            };
-            Param::TensorMap(MapRecipe::tiled(operand, dtype(m.dtype), m.dims, m.row_bytes, m.box_dims))
-        }
-        Arg::Im2col(m) => Param::Im2colMap(Im2colRecipe {
-            operand: match m.operand {
-                TensorOperand::A => Operand::A,
-                TensorOperand::B => Operand::B,
-                TensorOperand::D => Operand::D,
-            },
-            dtype: dtype(m.dtype),
-            dims: m.dims,
-            strides_bytes: m.strides_bytes,
-            lower_corner: m.lower,
-            upper_corner: m.upper,
-            channels_per_pixel: m.channels,
-            pixels_per_column: m.pixels,
-            element_strides: m.element_strides,
-        }),
-    }
-}
-
-fn dtype(d: tensortune_kernels::DType) -> tensortune_bundle::DType {
-    use tensortune_bundle::DType as B;
-    use tensortune_kernels::DType as K;
-    match d {
-        K::F16 => B::F16,
-        K::Bf16 => B::Bf16,
-        K::F32 => B::F32,
-        K::I8 => B::I8,
-        K::I32 => B::I32,
-    }
-}
+use tensortune_worker::params::dtype;
+pub use tensortune_worker::params::param;
 
 /// The problem a workload states.
 pub fn problem(w: &Workload) -> Problem {

@@ -757,7 +757,8 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
                 (Param::Im2colMap(r), Arg::Im2col(map)) => {
                     r.operand == Operand::A
                         && map.operand == TensorOperand::A
-                        && (r.dims, r.strides_bytes, r.element_strides) == (map.dims, map.strides_bytes, map.element_strides)
+                        && (r.dims, r.strides_bytes, r.element_strides)
+                            == (map.dims, map.strides_bytes, map.element_strides)
                         && (r.lower_corner, r.upper_corner) == (map.lower, map.upper)
                         && (r.channels_per_pixel, r.pixels_per_column) == (map.channels, map.pixels)
                 }

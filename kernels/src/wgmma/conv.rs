@@ -135,8 +135,8 @@ impl Template for WgmmaConv2d {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use super::super::ConvX;
+    use super::*;
     use crate::template::{Arg, TensorOperand, valid_configs};
     use crate::{Layout, Types};
 

@@ -1,0 +1,52 @@
+//! A generated kernel's arguments as bundle parameters: one description of every tensor map, which
+//! the worker encodes for the kernels it measures (through `tensortune_bundle::encode_map`, the
+//! same function a bundle's loader calls) and `tensortune export` writes into manifests.
+
+use tensortune_bundle::{Im2colRecipe, MapRecipe, Operand, Param};
+use tensortune_kernels::{Arg, TensorOperand};
+
+/// A generated kernel's argument as a bundle parameter.
+pub fn param(arg: &Arg) -> Param {
+    match arg {
+        Arg::A => Param::Pointer { operand: Operand::A },
+        Arg::B => Param::Pointer { operand: Operand::B },
+        Arg::C => Param::Pointer { operand: Operand::C },
+        Arg::D => Param::Pointer { operand: Operand::D },
+        Arg::Workspace => Param::Pointer { operand: Operand::Workspace },
+        Arg::Map(m) => {
+            Param::TensorMap(MapRecipe::tiled(operand(m.operand), dtype(m.dtype), m.dims, m.row_bytes, m.box_dims))
+        }
+        Arg::Im2col(m) => Param::Im2colMap(Im2colRecipe {
+            operand: operand(m.operand),
+            dtype: dtype(m.dtype),
+            dims: m.dims,
+            strides_bytes: m.strides_bytes,
+            lower_corner: m.lower,
+            upper_corner: m.upper,
+            channels_per_pixel: m.channels,
+            pixels_per_column: m.pixels,
+            element_strides: m.element_strides,
+        }),
+    }
+}
+
+/// The bundle's name for an element type.
+pub fn dtype(d: tensortune_kernels::DType) -> tensortune_bundle::DType {
+    use tensortune_bundle::DType as B;
+    use tensortune_kernels::DType as K;
+    match d {
+        K::F16 => B::F16,
+        K::Bf16 => B::Bf16,
+        K::F32 => B::F32,
+        K::I8 => B::I8,
+        K::I32 => B::I32,
+    }
+}
+
+fn operand(o: TensorOperand) -> Operand {
+    match o {
+        TensorOperand::A => Operand::A,
+        TensorOperand::B => Operand::B,
+        TensorOperand::D => Operand::D,
+    }
+}
