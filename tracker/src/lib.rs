@@ -4,7 +4,7 @@
 //!
 //! # Layout
 //!
-//! - [`TrackerConfig`] (`config.rs`): database path, lease, heartbeat and retry settings.
+//! - [`TrackerConfig`] (`config.rs`): database (path or URL), lease, heartbeat and retry settings.
 //! - [`run`] (here): opens the store, resumes unfinished jobs, serves until shutdown.
 //! - `tracker.rs`: the shared state and `Write`, the unit of change (writer lock + transaction +
 //!   the in-memory searches it keeps in step).
@@ -26,7 +26,8 @@
 //!   `token` commands' store functions. `limits.rs`: per-token rate limits.
 //! - `http.rs`: the read-only HTTP side: the dashboard (`dashboard.html`), its JSON, `/metrics`.
 //! - `events.rs`: change notifications for job watchers and waiting workers.
-//! - `store/`: the SQLite queries, one function each, per table.
+//! - `store/`: the queries, one function each, per table, on SQLite or PostgreSQL (several trackers
+//!   may share one PostgreSQL database).
 //! - `service/`: the tonic services and the wire <-> domain conversions.
 //! - `model.rs`, `error.rs`: domain types and the error enum with its one `tonic::Status` mapping.
 //! - [`load`]: the `tensortune-load` tool: many `sim` workers and faults (killed and stopped
@@ -127,7 +128,7 @@ pub async fn run_with_http(
             }
         });
     }
-    let db = tracker.config.db.display().to_string();
+    let db = store::redact(&tracker.config.db.to_string_lossy());
     tracing::info!(
         addr = %local,
         db = %db,

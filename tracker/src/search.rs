@@ -137,6 +137,11 @@ impl Searches {
     }
 
     /// Forgets everything written by a write that failed: it is reloaded from the database.
+    /// Forgets every search and prior (another tracker changed the tables they mirror).
+    pub(crate) fn clear(&mut self) {
+        *self = Searches::default();
+    }
+
     pub(crate) fn remove_keys(&mut self, keys: impl IntoIterator<Item = SearchKey>, priors: &[PriorKey]) {
         for key in keys {
             self.map.remove(&key);

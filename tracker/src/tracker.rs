@@ -9,10 +9,9 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
@@ -23,12 +22,13 @@ use crate::events::Events;
 use crate::http::Counters;
 use crate::model::{JobId, now_ms};
 use crate::search::{PriorKey, Search, SearchKey, Searches};
+use crate::store::{Exec, Pool, Tx};
 use crate::tuner::{Observed, Point};
 use tensortune_search::tuner::Prior;
 
 /// State shared by the services and the background tasks.
 pub(crate) struct Tracker {
-    pub(crate) pool: SqlitePool,
+    pub(crate) pool: Pool,
     pub(crate) config: TrackerConfig,
     pub(crate) events: Events,
     /// The tokens the services' interceptors check calls against.
@@ -45,11 +45,15 @@ pub(crate) struct Tracker {
     /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
     /// guards, and spares writers SQLite's busy-wait.
     searches: Mutex<Searches>,
+    /// The `write_epoch` count after this tracker's last committed write on PostgreSQL, which
+    /// other trackers may share: when a write finds the count moved on by more than its own step,
+    /// the searches are reloaded from the tables. -1: none yet.
+    epoch: AtomicI64,
 }
 
 impl Tracker {
     /// A tracker over an opened, migrated database.
-    pub(crate) fn new(pool: SqlitePool, config: TrackerConfig, shutdown: CancellationToken) -> Arc<Tracker> {
+    pub(crate) fn new(pool: Pool, config: TrackerConfig, shutdown: CancellationToken) -> Arc<Tracker> {
         Arc::new(Tracker {
             pool,
             config,
@@ -59,17 +63,27 @@ impl Tracker {
             shutdown,
             outage: AtomicBool::new(false),
             searches: Mutex::new(Searches::default()),
+            epoch: AtomicI64::new(-1),
         })
     }
 
     /// Starts a write.
     pub(crate) async fn write(&self) -> Result<Write<'_>> {
         let searches = self.searches.lock().await;
-        // IMMEDIATE takes SQLite's write lock now rather than at the first write, so a transaction
-        // never has to upgrade a read lock (which fails instead of waiting).
-        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // The database's write lock is taken now rather than at the first write (see
+        // `Pool::begin_write`).
+        let mut tx = self.pool.begin_write().await?;
+        let mut searches = searches;
+        let epoch = crate::store::next_epoch(&mut tx).await?;
+        if let Some(epoch) = epoch
+            && epoch - 1 != self.epoch.load(Ordering::Acquire)
+        {
+            // Another tracker wrote since this one last did: what is in memory may be behind.
+            searches.clear();
+        }
         Ok(Write {
             tx: Some(tx),
+            epoch: epoch.map(|n| (n, &self.epoch)),
             searches,
             now: now_ms(),
             touched: HashSet::new(),
@@ -105,7 +119,9 @@ pub(crate) fn millis(d: Duration) -> i64 {
 /// One atomic change: commit it, or drop it to roll back.
 pub(crate) struct Write<'a> {
     /// `None` once committing.
-    tx: Option<Transaction<'static, Sqlite>>,
+    tx: Option<Tx>,
+    /// On PostgreSQL, the `write_epoch` count this write made and where to keep it once committed.
+    epoch: Option<(i64, &'a AtomicI64)>,
     searches: MutexGuard<'a, Searches>,
     now: i64,
     /// Searches loaded or created by this write; forgotten if it does not commit.
@@ -128,9 +144,9 @@ pub(crate) struct Write<'a> {
 
 impl Write<'_> {
     /// The transaction's connection.
-    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+    pub(crate) fn conn(&mut self) -> Exec<'_> {
         // `tx` is only taken by `commit`, which consumes the write.
-        self.tx.as_deref_mut().expect("a write keeps its transaction until it commits")
+        self.tx.as_mut().expect("a write keeps its transaction until it commits").exec()
     }
 
     /// The time this write happens at (one clock reading for all its rows).
@@ -219,6 +235,9 @@ impl Write<'_> {
     pub(crate) async fn commit(mut self, events: &Events) -> Result<()> {
         let tx = self.tx.take().expect("a write commits once");
         tx.commit().await?;
+        if let Some((epoch, last)) = self.epoch {
+            last.store(epoch, Ordering::Release);
+        }
         for (key, configs) in std::mem::take(&mut self.proposed) {
             if let Some(search) = self.searches.get_mut(key) {
                 search.take(configs);
