@@ -94,6 +94,10 @@ CREATE TABLE job_workloads (
     end_state      TEXT CHECK (end_state IN ('done', 'early_stopped', 'exhausted')),
     finalist_gap   DOUBLE PRECISION,
     chance_better  DOUBLE PRECISION,
+    -- Bumped by every write that proposes or finishes tasks of the workload. Trackers sharing the
+    -- database keep each workload's search in memory; one whose copy mirrors an older version
+    -- than this reloads it from the tables (PostgreSQL only: a SQLite file has one tracker).
+    version        BIGINT NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, idx),
     CHECK ((state = 'finalizing') = (end_state IS NOT NULL))
 );
@@ -177,13 +181,4 @@ CREATE INDEX records_vendor ON records (workload_key, device_class, worker_id)
     WHERE status = 'ok' AND untrusted IS NULL AND baseline_us > 0;
 
 ALTER TABLE tasks ADD FOREIGN KEY (record_id) REFERENCES records (id);
-
--- Counts committed writes (each write adds one, under the writer lock). A tracker that finds the
--- count moved since its own last write knows another tracker wrote meanwhile, and reloads the
--- searches it keeps in memory from the tables instead of trusting them.
-CREATE TABLE write_epoch (
-    one   BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
-    epoch BIGINT NOT NULL
-);
-INSERT INTO write_epoch (one, epoch) VALUES (TRUE, 0);
 ALTER TABLE job_workloads ADD FOREIGN KEY (best_record_id) REFERENCES records (id);

@@ -18,10 +18,6 @@ use crate::store::workers::WorkerRow;
 use crate::store::{self};
 use crate::tracker::{Tracker, Write};
 
-/// How often a long-polling lease looks for tasks again on PostgreSQL, where another tracker may
-/// have proposed them (it does not wake this tracker's waiters).
-const SHARED_POLL: Duration = Duration::from_millis(200);
-
 /// What became of a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Report {
@@ -79,12 +75,8 @@ impl Tracker {
             if !tasks.is_empty() || Instant::now() >= deadline {
                 return Ok(tasks);
             }
-            // Another tracker on a shared PostgreSQL database proposes tasks without waking this
-            // one's waiters: look again every SHARED_POLL there.
-            let poll = tokio::time::sleep(SHARED_POLL);
             tokio::select! {
                 () = ready => {}
-                () = poll, if self.pool.is_postgres() => {}
                 () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
                 () = self.shutdown.cancelled() => return Ok(Vec::new()),
             }

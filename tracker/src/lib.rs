@@ -117,6 +117,7 @@ pub async fn run_with_http(
 
     let tasks = TaskTracker::new();
     tasks.spawn(leases::reaper(Arc::clone(&tracker), stop.clone()));
+    tasks.spawn(relay_notifications(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(Arc::clone(&tracker.tokens).refresh(pool.clone(), stop.clone()));
     if let Some(http) = http {
         let addr = http.local_addr().context("reading the HTTP listener's address")?;
@@ -168,4 +169,34 @@ pub async fn run_with_http(
     pool.close().await;
     tracing::info!(addr = %local, "tracker stopped");
     served.context("serving gRPC")
+}
+
+/// On PostgreSQL, wakes this tracker's long-polling leases when any tracker on the database made
+/// tasks pending (the `pg_notify` of `Write::commit`), until `stop`. A notification lost while the
+/// listening connection is down costs a waiting worker at most its long poll, after which it asks
+/// again. Nothing to do on SQLite, where this tracker makes every change itself.
+async fn relay_notifications(tracker: Arc<Tracker>, stop: CancellationToken) {
+    let store::Pool::Postgres(pool) = &tracker.pool else { return };
+    loop {
+        let relay = async {
+            let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+            listener.listen(store::TASKS_CHANNEL).await?;
+            loop {
+                listener.recv().await?;
+                tracker.events.tasks_ready();
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), sqlx::Error>(())
+        };
+        let relayed = tokio::select! {
+            () = stop.cancelled() => return,
+            r = relay => r,
+        };
+        let Err(failed) = relayed else { continue };
+        tracing::warn!(error = %failed, "listening for other trackers' tasks failed; listening again in 1 s");
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
 }

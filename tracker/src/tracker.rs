@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, MutexGuard};
@@ -45,10 +45,6 @@ pub(crate) struct Tracker {
     /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
     /// guards, and spares writers SQLite's busy-wait.
     searches: Mutex<Searches>,
-    /// The `write_epoch` count after this tracker's last committed write on PostgreSQL, which
-    /// other trackers may share: when a write finds the count moved on by more than its own step,
-    /// the searches are reloaded from the tables. -1: none yet.
-    epoch: AtomicI64,
 }
 
 impl Tracker {
@@ -63,7 +59,6 @@ impl Tracker {
             shutdown,
             outage: AtomicBool::new(false),
             searches: Mutex::new(Searches::default()),
-            epoch: AtomicI64::new(-1),
         })
     }
 
@@ -74,16 +69,22 @@ impl Tracker {
         // `Pool::begin_write`).
         let mut tx = self.pool.begin_write().await?;
         let mut searches = searches;
-        let epoch = crate::store::next_epoch(&mut tx).await?;
-        if let Some(epoch) = epoch
-            && epoch - 1 != self.epoch.load(Ordering::Acquire)
-        {
-            // Another tracker wrote since this one last did: what is in memory may be behind.
-            searches.clear();
-        }
+        let versions = if self.pool.is_postgres() {
+            // Other trackers may have proposed or finished tasks since this one last wrote: a
+            // search mirroring an older version of its workload is reloaded when next needed.
+            let current: HashMap<SearchKey, i64> = crate::store::workloads::versions(&mut tx)
+                .await?
+                .into_iter()
+                .map(|(job, idx, v)| ((job, idx), v))
+                .collect();
+            searches.keep_current(&current);
+            Some(current)
+        } else {
+            None
+        };
         Ok(Write {
             tx: Some(tx),
-            epoch: epoch.map(|n| (n, &self.epoch)),
+            versions,
             searches,
             now: now_ms(),
             touched: HashSet::new(),
@@ -120,8 +121,9 @@ pub(crate) fn millis(d: Duration) -> i64 {
 pub(crate) struct Write<'a> {
     /// `None` once committing.
     tx: Option<Tx>,
-    /// On PostgreSQL, the `write_epoch` count this write made and where to keep it once committed.
-    epoch: Option<(i64, &'a AtomicI64)>,
+    /// On PostgreSQL, the version of every unfinished workload when this write began (see
+    /// `Searches::keep_current`); `None` on SQLite.
+    versions: Option<HashMap<SearchKey, i64>>,
     searches: MutexGuard<'a, Searches>,
     now: i64,
     /// Searches loaded or created by this write; forgotten if it does not commit.
@@ -165,6 +167,16 @@ impl Write<'_> {
         self.touched.insert(key);
         self.observed.remove(&key);
         self.searches.insert(key, search);
+        if let Some(versions) = &self.versions {
+            // Read under the writer lock: it mirrors the version this write began with (0 for a
+            // workload this write made).
+            self.searches.set_version(key, versions.get(&key).copied().unwrap_or(0));
+        }
+    }
+
+    /// The tuner of a search another tracker made stale (see `Searches::stale_tuner`).
+    pub(crate) fn stale_tuner(&self, key: SearchKey) -> Option<Arc<dyn crate::tuner::Tuner>> {
+        self.searches.stale_tuner(key)
     }
 
     /// A transfer prior of a job, if built.
@@ -233,10 +245,24 @@ impl Write<'_> {
 
     /// Commits, brings the searches in step, then tells watchers and waiting workers.
     pub(crate) async fn commit(mut self, events: &Events) -> Result<()> {
-        let tx = self.tx.take().expect("a write commits once");
+        let mut tx = self.tx.take().expect("a write commits once");
+        let mut bumped = Vec::new();
+        if self.versions.is_some() {
+            // Other trackers learn from the versions which searches this write changed, and from
+            // the notification (sent at commit) that tasks became pending.
+            let mut keys: Vec<SearchKey> = self.proposed.keys().chain(self.observed.keys()).copied().collect();
+            keys.sort_unstable();
+            keys.dedup();
+            if !keys.is_empty() {
+                bumped = crate::store::workloads::bump_versions(&mut tx, &keys).await?;
+            }
+            if self.tasks_ready {
+                crate::store::notify_tasks(&mut tx).await?;
+            }
+        }
         tx.commit().await?;
-        if let Some((epoch, last)) = self.epoch {
-            last.store(epoch, Ordering::Release);
+        for (job, idx, version) in bumped {
+            self.searches.set_version((job, idx), version);
         }
         for (key, configs) in std::mem::take(&mut self.proposed) {
             if let Some(search) = self.searches.get_mut(key) {

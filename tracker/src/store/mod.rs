@@ -415,18 +415,20 @@ pub(crate) fn sql(pg: bool, sqlite: &'static str) -> &'static str {
     })
 }
 
-/// On PostgreSQL, inside a write: counts it in `write_epoch` and returns the new count (see the
-/// migration). `None` on SQLite, which one tracker owns.
-pub(crate) async fn next_epoch(e: impl Into<Exec<'_>>) -> crate::error::Result<Option<i64>> {
-    Ok(match e.into() {
-        Exec::PgPool(c) => Some(epoch_query().fetch_one(c).await?),
-        Exec::Postgres(c) => Some(epoch_query().fetch_one(c).await?),
-        Exec::SqlitePool(_) | Exec::Sqlite(_) => None,
-    })
-}
+/// The channel a write that made tasks pending notifies on PostgreSQL, so that every tracker on
+/// the database wakes its long-polling leases (see `lib::relay_notifications`).
+pub(crate) const TASKS_CHANNEL: &str = "tensortune_tasks";
 
-fn epoch_query() -> sqlx::query::QueryScalar<'static, Postgres, i64, sqlx::postgres::PgArguments> {
-    sqlx::query_scalar("UPDATE write_epoch SET epoch = epoch + 1 RETURNING epoch")
+/// On PostgreSQL, inside a write: tells every tracker listening that tasks became pending (sent
+/// when the write commits). Nothing on SQLite.
+pub(crate) async fn notify_tasks(e: impl Into<Exec<'_>>) -> crate::error::Result<()> {
+    let notify = || sqlx::query("SELECT pg_notify($1, '')").bind(TASKS_CHANNEL);
+    match e.into() {
+        Exec::PgPool(c) => notify().execute(c).await.map(|_| ())?,
+        Exec::Postgres(c) => notify().execute(c).await.map(|_| ())?,
+        Exec::SqlitePool(_) | Exec::Sqlite(_) => {}
+    }
+    Ok(())
 }
 
 /// A stored count or index as the `u32` the tracker uses (every integer column is 64-bit on

@@ -166,3 +166,30 @@ pub(crate) async fn drop_untrusted_winners(e: impl Into<Exec<'_>>) -> Result<Vec
     .await)?;
     Ok(rows.into_iter().map(|(job, idx)| (job, small(idx))).collect())
 }
+
+/// On PostgreSQL: the version of every workload still tuning or re-measuring (see the `version`
+/// column). Empty on SQLite, which has no such column and one tracker per file.
+pub(crate) async fn versions(e: impl Into<Exec<'_>>) -> Result<Vec<(JobId, u32, i64)>> {
+    let rows: Vec<(JobId, i64, i64)> = match e.into() {
+        Exec::PgPool(c) => sqlx::query_as(VERSIONS).fetch_all(c).await?,
+        Exec::Postgres(c) => sqlx::query_as(VERSIONS).fetch_all(c).await?,
+        Exec::SqlitePool(_) | Exec::Sqlite(_) => Vec::new(),
+    };
+    Ok(rows.into_iter().map(|(job, idx, v)| (job, small(idx), v)).collect())
+}
+
+const VERSIONS: &str = "SELECT job_id, idx, version FROM job_workloads WHERE state IN ('running', 'finalizing')";
+
+/// On PostgreSQL: bumps the version of the workloads `keys` (job, index); returns their new
+/// versions. Nothing on SQLite.
+pub(crate) async fn bump_versions(e: impl Into<Exec<'_>>, keys: &[(JobId, u32)]) -> Result<Vec<(JobId, u32, i64)>> {
+    const BUMP: &str = "UPDATE job_workloads SET version = version + 1
+         WHERE (job_id, idx) IN (SELECT (k ->> 0)::bigint, (k ->> 1)::bigint FROM json_array_elements($1::json) AS k)
+         RETURNING job_id, idx, version";
+    let rows: Vec<(JobId, i64, i64)> = match e.into() {
+        Exec::PgPool(c) => sqlx::query_as(BUMP).bind(json(keys)).fetch_all(c).await?,
+        Exec::Postgres(c) => sqlx::query_as(BUMP).bind(json(keys)).fetch_all(c).await?,
+        Exec::SqlitePool(_) | Exec::Sqlite(_) => Vec::new(),
+    };
+    Ok(rows.into_iter().map(|(job, idx, v)| (job, small(idx), v)).collect())
+}
