@@ -171,19 +171,32 @@ pub async fn run_with_http(
     served.context("serving gRPC")
 }
 
-/// On PostgreSQL, wakes this tracker's long-polling leases when any tracker on the database made
-/// tasks pending (the `pg_notify` of `Write::commit`), until `stop`. A notification lost while the
-/// listening connection is down costs a waiting worker at most its long poll, after which it asks
-/// again. Nothing to do on SQLite, where this tracker makes every change itself.
+/// On PostgreSQL, wakes this tracker's long-polling leases when another tracker on the database
+/// made tasks pending, and its job watchers when another changed their job (the `pg_notify`s of
+/// `Write::commit`), until `stop`. A notification lost while the listening connection is down
+/// costs a waiting worker at most its long poll, after which it asks again, and a watcher the
+/// change (the next one shows it). Nothing to do on SQLite, where this tracker makes every change
+/// itself.
 async fn relay_notifications(tracker: Arc<Tracker>, stop: CancellationToken) {
     let store::Pool::Postgres(pool) = &tracker.pool else { return };
     loop {
         let relay = async {
             let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
-            listener.listen(store::TASKS_CHANNEL).await?;
+            listener.listen_all([store::TASKS_CHANNEL, store::JOBS_CHANNEL]).await?;
+            let me = tracker.instance.to_string();
             loop {
-                listener.recv().await?;
-                tracker.events.tasks_ready();
+                let n = listener.recv().await?;
+                let (from, jobs) = n.payload().split_once(':').unwrap_or((n.payload(), ""));
+                if from == me {
+                    continue;
+                }
+                if n.channel() == store::TASKS_CHANNEL {
+                    tracker.events.tasks_ready();
+                } else {
+                    for id in jobs.split(',').filter_map(|id| id.parse().ok()) {
+                        tracker.events.job_changed(id);
+                    }
+                }
             }
             #[allow(unreachable_code)]
             Ok::<(), sqlx::Error>(())

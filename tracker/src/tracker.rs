@@ -45,6 +45,9 @@ pub(crate) struct Tracker {
     /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
     /// guards, and spares writers SQLite's busy-wait.
     searches: Mutex<Searches>,
+    /// A random number naming this tracker process in its PostgreSQL notifications, so that it
+    /// skips its own (it has woken its waiters already).
+    pub(crate) instance: u64,
 }
 
 impl Tracker {
@@ -59,6 +62,7 @@ impl Tracker {
             shutdown,
             outage: AtomicBool::new(false),
             searches: Mutex::new(Searches::default()),
+            instance: rand::random(),
         })
     }
 
@@ -84,6 +88,7 @@ impl Tracker {
         };
         Ok(Write {
             tx: Some(tx),
+            instance: self.instance,
             versions,
             searches,
             now: now_ms(),
@@ -121,6 +126,8 @@ pub(crate) fn millis(d: Duration) -> i64 {
 pub(crate) struct Write<'a> {
     /// `None` once committing.
     tx: Option<Tx>,
+    /// The tracker's instance number (see `Tracker::instance`).
+    instance: u64,
     /// On PostgreSQL, the version of every unfinished workload when this write began (see
     /// `Searches::keep_current`); `None` on SQLite.
     versions: Option<HashMap<SearchKey, i64>>,
@@ -257,7 +264,12 @@ impl Write<'_> {
                 bumped = crate::store::workloads::bump_versions(&mut tx, &keys).await?;
             }
             if self.tasks_ready {
-                crate::store::notify_tasks(&mut tx).await?;
+                crate::store::notify(&mut tx, crate::store::TASKS_CHANNEL, &self.instance.to_string()).await?;
+            }
+            if !self.changed.is_empty() {
+                let ids: Vec<String> = self.changed.iter().map(JobId::to_string).collect();
+                let payload = format!("{}:{}", self.instance, ids.join(","));
+                crate::store::notify(&mut tx, crate::store::JOBS_CHANNEL, &payload).await?;
             }
         }
         tx.commit().await?;

@@ -416,13 +416,18 @@ pub(crate) fn sql(pg: bool, sqlite: &'static str) -> &'static str {
 }
 
 /// The channel a write that made tasks pending notifies on PostgreSQL, so that every tracker on
-/// the database wakes its long-polling leases (see `lib::relay_notifications`).
+/// the database wakes its long-polling leases (see `lib::relay_notifications`). Payload: the
+/// writing tracker's instance number.
 pub(crate) const TASKS_CHANNEL: &str = "tensortune_tasks";
 
-/// On PostgreSQL, inside a write: tells every tracker listening that tasks became pending (sent
-/// when the write commits). Nothing on SQLite.
-pub(crate) async fn notify_tasks(e: impl Into<Exec<'_>>) -> crate::error::Result<()> {
-    let notify = || sqlx::query("SELECT pg_notify($1, '')").bind(TASKS_CHANNEL);
+/// The channel a write that changed jobs notifies on PostgreSQL, so that every tracker wakes its
+/// job watchers. Payload: the writing tracker's instance number, `:`, the job ids comma-separated.
+pub(crate) const JOBS_CHANNEL: &str = "tensortune_jobs";
+
+/// On PostgreSQL, inside a write: notifies `channel` with `payload` (delivered when the write
+/// commits). Nothing on SQLite.
+pub(crate) async fn notify(e: impl Into<Exec<'_>>, channel: &str, payload: &str) -> crate::error::Result<()> {
+    let notify = || sqlx::query("SELECT pg_notify($1, $2)").bind(channel).bind(payload);
     match e.into() {
         Exec::PgPool(c) => notify().execute(c).await.map(|_| ())?,
         Exec::Postgres(c) => notify().execute(c).await.map(|_| ())?,

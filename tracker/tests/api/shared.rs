@@ -67,3 +67,33 @@ async fn two_trackers_on_one_postgres_database_finish_a_job_without_duplicates()
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test]
+async fn a_watch_on_one_tracker_follows_a_job_run_through_another() {
+    if !on_postgres() {
+        eprintln!("SKIPPED: TENSORTUNE_TEST_PG is not set (two trackers need a shared PostgreSQL database)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = TestTracker::start(config(&dir)).await;
+    let b = TestTracker::start(config(&dir)).await;
+    let mut tuning_a = a.tuning().await;
+    let mut worker = FakeWorker::register(&a, "box/a").await;
+    let id = submit(&mut tuning_a, job(vec![matmul(256, 128, 256)], 8, 4)).await;
+    let mut watch = b.tuning().await.watch_job(pb::JobRef { job_id: id }).await.unwrap().into_inner();
+    drive(&mut worker, &mut tuning_a, id).await;
+    // Every change was made through tracker a; b's watchers hear of them through the database.
+    let last = tokio::time::timeout(PATIENCE, async {
+        let mut last = None;
+        while let Some(job) = watch.message().await.unwrap() {
+            last = Some(job);
+        }
+        last
+    })
+    .await
+    .expect("the watch on b did not end with the job");
+    let last = last.expect("the watch sent nothing");
+    assert_eq!((last.state, last.workloads[0].trials_done), (pb::JobState::Done as i32, 8));
+    a.stop().await;
+    b.stop().await;
+}
