@@ -144,8 +144,13 @@ impl Location {
             })?;
             return Ok(Location::Postgres(Box::new(options)));
         }
-        if let Some(rest) = text.strip_prefix("sqlite://") {
-            let path = rest.split('?').next().unwrap_or_default();
+        if let Some(path) = text.strip_prefix("sqlite://") {
+            if path.contains('?') {
+                anyhow::bail!(
+                    "--db {text:?}: options in a sqlite:// URL are not taken (the tracker sets WAL, full sync and \
+                     foreign keys itself); give sqlite://PATH"
+                );
+            }
             if path.is_empty() {
                 anyhow::bail!("--db {text:?} names no file; expected sqlite://PATH (or just PATH)");
             }
@@ -484,7 +489,9 @@ mod tests {
 
     #[test]
     fn a_bad_db_is_refused_naming_the_flag_and_never_the_password() {
-        for bad in ["mysql://tt:secret@db/x", "sqlite://", "", "postgres://tt:secret@db:notaport/x"] {
+        for bad in
+            ["mysql://tt:secret@db/x", "sqlite://", "sqlite://t.db?mode=ro", "", "postgres://tt:secret@db:notaport/x"]
+        {
             let e = Location::parse(Path::new(bad)).unwrap_err().to_string();
             assert!(e.contains("--db"), "{bad}: {e}");
             assert!(!e.contains("secret"), "{bad}: {e}");
