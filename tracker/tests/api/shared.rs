@@ -97,3 +97,51 @@ async fn a_watch_on_one_tracker_follows_a_job_run_through_another() {
     a.stop().await;
     b.stop().await;
 }
+
+#[tokio::test]
+async fn connections_the_postgres_server_drops_are_replaced_and_nothing_is_lost() {
+    if !on_postgres() {
+        eprintln!("SKIPPED: TENSORTUNE_TEST_PG is not set");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir);
+    let tracker = TestTracker::start(cfg.clone()).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    let id = submit(&mut tuning, job(vec![matmul(256, 128, 256)], 12, 4)).await;
+    let admin = sqlx::PgPool::connect(&cfg.db.to_string_lossy()).await.unwrap();
+    let mut reported = 0;
+    let mut refused = Vec::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !is_terminal(&get_job(&mut tuning, id).await) {
+        assert!(tokio::time::Instant::now() < deadline, "job {id} did not finish");
+        // The server ends every other session on the database (the tracker's pool) between calls.
+        sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            .execute(&admin)
+            .await
+            .unwrap();
+        for task in worker.lease(2, 100).await {
+            loop {
+                match worker.report(&task, measure(&task)).await {
+                    Ok(r) => {
+                        assert!(r.stored, "task {} was not stored", task.task_id);
+                        reported += 1;
+                        break;
+                    }
+                    // A call that met a dropped connection changed nothing and says to retry.
+                    Err(status) => {
+                        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+                        refused.push(status);
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(reported, 12);
+    let done = get_job(&mut tuning, id).await;
+    assert_eq!((done.state, done.workloads[0].trials_done), (pb::JobState::Done as i32, 12));
+    assert_eq!(all_records(&mut tuning).await.len(), 12, "one record per trial ({} reports refused)", refused.len());
+    admin.close().await;
+    tracker.stop().await;
+}
