@@ -90,12 +90,35 @@ pub(crate) fn on_postgres() -> bool {
     std::env::var("TENSORTUNE_TEST_PG").is_ok_and(|s| !s.is_empty())
 }
 
+/// Drops, once per process, the test databases that earlier test processes left on the server
+/// (named `tt_PID_...`, PID no longer running). A run's own databases stay until the next run, or
+/// go with the throwaway server `scripts/test.sh` starts.
+async fn drop_leftovers(conn: &mut sqlx::PgConnection) {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'tt\\_%'")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap_or_default();
+    for name in names {
+        let pid = name.split('_').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|pid| pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                .execute(&mut *conn)
+                .await;
+        }
+    }
+}
+
 /// Creates (when missing) the database of `dir` on the PostgreSQL `server`; returns its URL.
 fn pg_database(server: &str, dir: &Path) -> String {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     dir.hash(&mut hasher);
-    let name = format!("tt_{:016x}", hasher.finish());
+    // The process id in the name lets a later run drop what this one left (see below).
+    let name = format!("tt_{}_{:016x}", std::process::id(), hasher.finish());
     let Some((scheme, rest)) = server.split_once("://") else {
         panic!("TENSORTUNE_TEST_PG {server:?} is not a postgres:// URL");
     };
@@ -111,6 +134,7 @@ fn pg_database(server: &str, dir: &Path) -> String {
             let mut conn = sqlx::PgConnection::connect(&server)
                 .await
                 .unwrap_or_else(|e| panic!("TENSORTUNE_TEST_PG is set but {server:?} cannot be reached: {e}"));
+            drop_leftovers(&mut conn).await;
             match sqlx::query(sqlx::AssertSqlSafe(create)).execute(&mut conn).await {
                 Ok(_) => {}
                 // 42P04: it exists (a restart of the same test's tracker).
