@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command (README, CI). Installs NVRTC from PyPI when needed, then runs every test of the
 # workspace with it: code generation, NVRTC compilation of generated kernels, the gRPC services,
-# SQLite and the `sim` device end to end. GPU-only checks live in scripts/gpu-check.sh.
+# SQLite and the `sim` device end to end; then the tracker's suite again on a throwaway PostgreSQL
+# server (scripts/pg-throwaway.sh; Debian's postgresql is installed when missing, as root).
+# TENSORTUNE_TEST_PG=URL uses a server of your own instead. GPU-only checks live in
+# scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cuda=$(scripts/setup-nvrtc.sh)
@@ -28,4 +31,15 @@ if [ -z "${TENSORTUNE_FONT:-}" ] && ! find /usr/share/fonts /usr/local/share/fon
         echo "no TrueType font and no root apt-get: the plot test will fail; set TENSORTUNE_FONT to a .ttf file" >&2
     fi
 fi
-cargo test --workspace --locked --no-fail-fast "$@"
+# The tracker's tests on PostgreSQL: each test makes a database of its own on this server.
+pg_dir=
+if [ -z "${TENSORTUNE_TEST_PG:-}" ]; then
+    pg_dir=$(mktemp -d /tmp/tensortune-pg.XXXXXX)
+    trap 'scripts/pg-throwaway.sh stop "$pg_dir"; rm -rf "$pg_dir"' EXIT
+    TENSORTUNE_TEST_PG=$(scripts/pg-throwaway.sh start "$pg_dir")
+fi
+status=0
+cargo test --workspace --locked --no-fail-fast "$@" || status=$?
+echo "tracker tests on PostgreSQL ($TENSORTUNE_TEST_PG)" >&2
+TENSORTUNE_TEST_PG=$TENSORTUNE_TEST_PG cargo test -p tensortune-tracker --locked --no-fail-fast --test api "$@" || status=$?
+exit $status

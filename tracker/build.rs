@@ -1,5 +1,6 @@
-//! `sqlx::migrate!` embeds `migrations/` at compile time; rebuild when a migration is added.
+//! `sqlx::migrate!` embeds `migrations/sqlite/` and `migrations/postgres/` at compile time; rebuild when a migration is added.
 
 fn main() {
-    println!("cargo:rerun-if-changed=../migrations");
+    println!("cargo:rerun-if-changed=../migrations/sqlite");
+    println!("cargo:rerun-if-changed=../migrations/postgres");
 }

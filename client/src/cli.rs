@@ -14,8 +14,9 @@ use tensortune_kernels::{DType, Error, Workload};
 #[derive(Debug, Parser)]
 #[command(name = "tensortune", version, about, long_about = None)]
 pub struct Cli {
-    /// Tracker to talk to, e.g. http://tracker:7070. Without it, commands run against the local
-    /// database with an embedded tracker.
+    /// Tracker to talk to, e.g. http://tracker:7070, or several comma-separated (trackers sharing
+    /// one PostgreSQL database: the first that answers is used, and the next when it goes away).
+    /// Without it, commands run against the local database with an embedded tracker.
     #[arg(long, global = true, env = "TENSORTUNE_TRACKER")]
     pub tracker: Option<String>,
 

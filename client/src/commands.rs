@@ -112,6 +112,7 @@ async fn rewatch(
         bar.set_message(format!("the tracker went away ({why}); reconnecting"));
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(RECONNECT_MAX_DELAY);
+        session.fail_over().await;
         match session.client.watch_job(pb::JobRef { job_id }).await {
             Ok(stream) => {
                 tracing::info!(job = job_id, "reconnected to the tracker at {url}");

@@ -49,10 +49,26 @@ fn access() -> Access {
     ACCESS.get().cloned().unwrap_or_default()
 }
 
+/// Connects to the first tracker of `url` that answers: one address, or several comma-separated
+/// (trackers sharing one PostgreSQL database, any of which serves every job).
 async fn connect(url: &str, access: &Access) -> anyhow::Result<TuningClient<Authed>> {
-    let endpoint = access.endpoint(url).context("--tracker")?.connect_timeout(Duration::from_secs(10));
-    let channel = endpoint.connect().await.with_context(|| format!("cannot reach the tracker at {url}"))?;
-    Ok(TuningClient::with_interceptor(channel, access.bearer()).max_decoding_message_size(64 << 20))
+    let mut failures = Vec::new();
+    for one in url.split(',').map(str::trim) {
+        if one.is_empty() {
+            bail!("invalid --tracker {url:?}: an empty address in the list; give URLs separated by commas");
+        }
+        let endpoint = access.endpoint(one).context("--tracker")?.connect_timeout(Duration::from_secs(10));
+        match endpoint.connect().await {
+            Ok(channel) => {
+                return Ok(TuningClient::with_interceptor(channel, access.bearer()).max_decoding_message_size(64 << 20));
+            }
+            Err(e) => failures.push(format!("{one}: {e}")),
+        }
+    }
+    match failures.as_slice() {
+        [one] => bail!("cannot reach the tracker at {one}"),
+        all => bail!("cannot reach any tracker of --tracker {url}: {}", all.join("; ")),
+    }
 }
 
 impl Session {
@@ -65,6 +81,16 @@ impl Session {
     pub async fn remote_with(url: &str, access: &Access) -> anyhow::Result<Session> {
         let client = connect(url, access).await?;
         Ok(Session { client, local_class: None, remote_url: Some(url.to_owned()), embedded: None })
+    }
+
+    /// After the tracker went away: connects again to the first of the `--tracker` addresses that
+    /// answers, when several were given (with one, the channel reconnects by itself).
+    pub(crate) async fn fail_over(&mut self) {
+        if let Some(url) = self.remote_url.as_deref().filter(|u| u.contains(','))
+            && let Ok(client) = connect(url, &access()).await
+        {
+            self.client = client;
+        }
     }
 
     /// Starts a tracker on `db` (loopback, ephemeral port) and, with `local`, a worker on it; waits

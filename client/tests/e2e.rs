@@ -926,3 +926,21 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains(&format!("NEAREST tuned shape {wmma}")), "{table}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_given_several_trackers_uses_the_first_that_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = Tracker::start(&dir.path().join("tt.db"), Duration::from_secs(5)).await;
+    // Ports nothing listens on: trackers that are down.
+    let dead = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (a, b) = (dead(), dead());
+    let list = format!("http://127.0.0.1:{a},{}", tracker.url);
+    let mut client = tensortune::api::Client::connect(&list).await.unwrap();
+    let err = client.job(7).await.unwrap_err().to_string();
+    assert!(err.contains("7"), "the tracker that answered does not know job 7: {err}");
+
+    let none = format!("http://127.0.0.1:{a},http://127.0.0.1:{b}");
+    let err = tensortune::api::Client::connect(&none).await.err().expect("no tracker answers").to_string();
+    assert!(err.contains("cannot reach any tracker") && err.contains(&format!(":{b}")), "{err}");
+    tracker.stop().await;
+}

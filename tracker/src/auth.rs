@@ -25,7 +25,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::Rng as _;
 use sha2::{Digest, Sha256};
-use sqlx::SqlitePool;
 use subtle::ConstantTimeEq;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataMap;
@@ -33,6 +32,7 @@ use tonic::{Request, Status};
 
 use crate::error::{Error, Result};
 use crate::model::now_ms;
+use crate::store::{Pool, on};
 
 /// How often a running tracker re-reads the tokens table.
 pub(crate) const REFRESH: Duration = Duration::from_secs(1);
@@ -134,11 +134,12 @@ pub(crate) struct Tokens {
 
 impl Tokens {
     /// Reads the table now.
-    pub(crate) async fn load(&self, pool: &SqlitePool) -> Result<()> {
+    pub(crate) async fn load(&self, pool: &Pool) -> Result<()> {
         /// id, name, role, secret_sha256, revoked_ms.
         type Row = (i64, String, String, Vec<u8>, Option<i64>);
-        let rows: Vec<Row> =
-            sqlx::query_as("SELECT id, name, role, secret_sha256, revoked_ms FROM tokens").fetch_all(pool).await?;
+        let rows: Vec<Row> = on!(pool, |c, pg| {
+            sqlx::query_as("SELECT id, name, role, secret_sha256, revoked_ms FROM tokens").fetch_all(c).await
+        })?;
         let mut known = HashMap::with_capacity(rows.len());
         for (id, name, role, hash, revoked) in rows {
             let (Ok(role), Ok(secret_sha256)) = (role.parse(), <[u8; 32]>::try_from(hash.as_slice())) else {
@@ -197,7 +198,7 @@ impl Tokens {
     }
 
     /// Re-reads the table every [`REFRESH`] until `stop`.
-    pub(crate) async fn refresh(self: Arc<Self>, pool: SqlitePool, stop: CancellationToken) {
+    pub(crate) async fn refresh(self: Arc<Self>, pool: Pool, stop: CancellationToken) {
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -288,23 +289,25 @@ pub async fn add_token(db: &Path, name: &str, role: Role) -> anyhow::Result<Stri
     let mut secret = [0u8; SECRET_BYTES];
     rand::rng().fill_bytes(&mut secret);
     let secret = URL_SAFE_NO_PAD.encode(secret);
-    let inserted =
-        sqlx::query("INSERT INTO tokens (name, role, secret_sha256, created_ms) VALUES (?1, ?2, ?3, ?4) RETURNING id")
-            .bind(name)
-            .bind(role.as_str())
-            .bind(sha256(&secret).as_slice())
-            .bind(now_ms())
-            .fetch_one(&pool)
-            .await;
+    let inserted: Result<i64, sqlx::Error> = on!(&pool, |c, pg| {
+        sqlx::query_scalar(
+            "INSERT INTO tokens (name, role, secret_sha256, created_ms) VALUES ($1, $2, $3, $4) RETURNING id",
+        )
+        .bind(name)
+        .bind(role.as_str())
+        .bind(sha256(&secret).as_slice())
+        .bind(now_ms())
+        .fetch_one(c)
+        .await
+    });
     pool.close().await;
-    let row = match inserted {
-        Ok(row) => row,
+    let id = match inserted {
+        Ok(id) => id,
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
             anyhow::bail!("a token named {name:?} exists already; pick another name or revoke it first")
         }
         Err(e) => return Err(anyhow::Error::new(e).context("storing the token")),
     };
-    let id: i64 = sqlx::Row::get(&row, 0);
     Ok(format!("tt_{id}_{secret}"))
 }
 
@@ -312,9 +315,9 @@ pub async fn add_token(db: &Path, name: &str, role: Role) -> anyhow::Result<Stri
 pub async fn list_tokens(db: &Path) -> anyhow::Result<Vec<TokenInfo>> {
     let pool = crate::store::open(db).await?;
     let rows: Vec<(i64, String, String, i64, Option<i64>)> =
-        sqlx::query_as("SELECT id, name, role, created_ms, revoked_ms FROM tokens ORDER BY id")
-            .fetch_all(&pool)
-            .await?;
+        on!(&pool, |c, pg| sqlx::query_as("SELECT id, name, role, created_ms, revoked_ms FROM tokens ORDER BY id")
+            .fetch_all(c)
+            .await)?;
     pool.close().await;
     rows.into_iter()
         .map(|(id, name, role, created_ms, revoked_ms)| {
@@ -328,17 +331,25 @@ pub async fn list_tokens(db: &Path) -> anyhow::Result<Vec<TokenInfo>> {
 /// [`REFRESH`]. Returns false when it was revoked already.
 pub async fn revoke_token(db: &Path, name: &str) -> anyhow::Result<bool> {
     let pool = crate::store::open(db).await?;
-    let id: Option<(i64, Option<i64>)> =
-        sqlx::query_as("SELECT id, revoked_ms FROM tokens WHERE name = ?1 OR CAST(id AS TEXT) = ?1")
-            .bind(name)
-            .fetch_optional(&pool)
-            .await?;
+    let id: Option<(i64, Option<i64>)> = on!(&pool, |c, pg| sqlx::query_as(
+        "SELECT id, revoked_ms FROM tokens WHERE name = $1 OR CAST(id AS TEXT) = $1"
+    )
+    .bind(name)
+    .fetch_optional(c)
+    .await)?;
     let Some((id, revoked)) = id else {
         pool.close().await;
         anyhow::bail!("no token named {name:?}; `tensortune-tracker token list` shows them");
     };
     if revoked.is_none() {
-        sqlx::query("UPDATE tokens SET revoked_ms = ?2 WHERE id = ?1").bind(id).bind(now_ms()).execute(&pool).await?;
+        on!(&pool, |c, pg| {
+            sqlx::query("UPDATE tokens SET revoked_ms = $2 WHERE id = $1")
+                .bind(id)
+                .bind(now_ms())
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected())
+        })?;
     }
     pool.close().await;
     Ok(revoked.is_none())

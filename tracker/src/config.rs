@@ -10,7 +10,9 @@ const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 /// Settings of a tracker.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrackerConfig {
-    /// The SQLite database file; created, and its migrations applied, when missing.
+    /// The database: a SQLite file (a path or `sqlite://PATH`; created, and its migrations applied,
+    /// when missing) or a PostgreSQL database (`postgres://` or `postgresql://` URL, migrated at
+    /// start), which several trackers may share.
     pub db: PathBuf,
     /// How long a worker holds a task without a heartbeat before it goes back to the queue.
     pub lease: Duration,
@@ -73,6 +75,7 @@ impl Default for TrackerConfig {
 impl TrackerConfig {
     /// Checks that the settings make sense together.
     pub(crate) fn validate(&self) -> anyhow::Result<()> {
+        crate::store::Location::parse(&self.db)?;
         if self.lease < Duration::from_millis(10) || self.lease > MAX_LEASE {
             anyhow::bail!("lease {:?} is out of range; use 10 ms ..= 1 day (30 s is the default)", self.lease);
         }

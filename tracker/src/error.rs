@@ -90,11 +90,11 @@ impl From<FieldError> for Error {
 impl From<sqlx::Error> for Error {
     fn from(e: sqlx::Error) -> Self {
         // SQLite does not report constraint names, but its message names the columns of the
-        // violated UNIQUE constraint; the one on records (task_id, finalist_pos) is what makes
-        // reports idempotent.
+        // violated UNIQUE constraint; PostgreSQL names the constraint. The one on records
+        // (task_id, finalist_pos) is what makes reports idempotent.
         if let sqlx::Error::Database(db) = &e
             && db.is_unique_violation()
-            && db.message().contains("records.task_id")
+            && (db.message().contains("records.task_id") || db.constraint() == Some("records_task_unique"))
         {
             return Error::DuplicateRecord;
         }
@@ -102,10 +102,19 @@ impl From<sqlx::Error> for Error {
     }
 }
 
-/// Why SQLite could not write, when `e` is a failure of the storage under the database (full,
-/// read-only, an I/O error, locked by another process) rather than of the query.
+/// Why the database could not write, when `e` is a failure of the storage under the database
+/// (full, read-only, an I/O error, locked by another process) or, on PostgreSQL, of reaching the
+/// server, rather than of the query.
 pub(crate) fn unwritable(e: &sqlx::Error) -> Option<&'static str> {
-    let sqlx::Error::Database(db) = e else { return None };
+    let db = match e {
+        sqlx::Error::Database(db) => db,
+        // A PostgreSQL server gone (its connection broke, or none could be had in time).
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut => return Some("database server unreachable"),
+        _ => return None,
+    };
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return pg_unwritable(pg.code());
+    }
     // Extended result codes carry the primary code in their low byte.
     let code: i64 = db.code()?.parse().ok()?;
     match code & 0xff {
@@ -114,6 +123,19 @@ pub(crate) fn unwritable(e: &sqlx::Error) -> Option<&'static str> {
         10 => Some("i/o error"),
         14 => Some("cannot open a database file"),
         5 | 6 => Some("database locked by another process"),
+        _ => None,
+    }
+}
+
+/// [`unwritable`] for a PostgreSQL SQLSTATE.
+fn pg_unwritable(code: &str) -> Option<&'static str> {
+    match code {
+        "53100" => Some("disk full"),
+        "25006" => Some("read-only database"),
+        "58030" => Some("i/o error"),
+        "57P01" | "57P02" | "57P03" => Some("database server shutting down or starting"),
+        "53300" => Some("too many connections to the database server"),
+        _ if code.starts_with("08") => Some("database server unreachable"),
         _ => None,
     }
 }

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::jobs::JobView;
 use crate::model::{JobState, Status, now_ms};
-use crate::store;
+use crate::store::{self, on};
 use crate::tracker::Tracker;
 
 /// Jobs the dashboard lists (the most recent).
@@ -229,7 +229,9 @@ async fn render_metrics(tracker: &Tracker) -> crate::error::Result<String> {
     let pool = &tracker.pool;
     let mut out = String::new();
     let tasks: Vec<(String, String, i64)> =
-        sqlx::query_as("SELECT state, kind, COUNT(*) FROM tasks GROUP BY state, kind").fetch_all(pool).await?;
+        on!(pool, |c, pg| sqlx::query_as("SELECT state, kind, COUNT(*) FROM tasks GROUP BY state, kind")
+            .fetch_all(c)
+            .await)?;
     family(&mut out, "tensortune_tasks", "gauge", "Tasks by state (pending is the queue) and kind.");
     for state in ["pending", "leased", "done", "cancelled"] {
         for kind in ["tuning", "finalist"] {
@@ -237,20 +239,20 @@ async fn render_metrics(tracker: &Tracker) -> crate::error::Result<String> {
             sample(&mut out, "tensortune_tasks", &[("state", state), ("kind", kind)], n as f64);
         }
     }
-    let records: Vec<(String, bool, i64)> =
+    let records: Vec<(String, bool, i64)> = on!(pool, |c, pg| {
         sqlx::query_as("SELECT status, untrusted IS NULL, COUNT(*) FROM records GROUP BY status, untrusted IS NULL")
-            .fetch_all(pool)
-            .await?;
+            .fetch_all(c)
+            .await
+    })?;
     family(&mut out, "tensortune_records", "gauge", "Records in the store by status and trust.");
     for (status, trusted, n) in &records {
         let trust = if *trusted { "trusted" } else { "untrusted" };
         sample(&mut out, "tensortune_records", &[("status", status), ("trust", trust)], *n as f64);
     }
     let minute_ago = now_ms() - 60_000;
-    let recent: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM records WHERE created_ms >= ?1")
-        .bind(minute_ago)
-        .fetch_one(pool)
-        .await?;
+    let recent: i64 = on!(pool, |c, pg| {
+        sqlx::query_scalar("SELECT COUNT(*) FROM records WHERE created_ms >= $1").bind(minute_ago).fetch_one(c).await
+    })?;
     family(&mut out, "tensortune_records_per_second", "gauge", "Records stored per second over the last minute.");
     sample(&mut out, "tensortune_records_per_second", &[], recent as f64 / 60.0);
 
@@ -291,7 +293,7 @@ async fn render_metrics(tracker: &Tracker) -> crate::error::Result<String> {
     }
 
     let jobs: Vec<(String, i64)> =
-        sqlx::query_as("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetch_all(pool).await?;
+        on!(pool, |c, pg| sqlx::query_as("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetch_all(c).await)?;
     family(&mut out, "tensortune_jobs", "gauge", "Jobs by state.");
     for state in [JobState::Queued, JobState::Running, JobState::Done, JobState::Cancelled, JobState::Failed] {
         let n = jobs.iter().find(|(s, _)| s == state.name()).map_or(0, |j| j.1);

@@ -4,7 +4,6 @@
 use std::collections::{BTreeSet, HashMap};
 
 use rand::RngExt;
-use sqlx::SqliteConnection;
 use tensortune_kernels::template;
 use tensortune_kernels::{Template, Workload};
 
@@ -17,7 +16,7 @@ use crate::search::{self, Rejection, Rejections, Search};
 use crate::store::jobs::{JobRow, NewJob};
 use crate::store::records::Record;
 use crate::store::workloads::{NewWorkload, WorkloadRow};
-use crate::store::{self};
+use crate::store::{self, Tx};
 use crate::tracker::Tracker;
 use crate::tuner::{Point, WorkloadSpace};
 
@@ -243,14 +242,14 @@ impl Tracker {
     pub(crate) async fn job(&self, id: JobId) -> Result<JobView> {
         // One read transaction: the job, its workloads and their records from the same instant.
         let mut tx = self.pool.begin().await?;
-        let job = store::jobs::get(&mut *tx, id).await?.ok_or(Error::JobNotFound(id))?;
+        let job = store::jobs::get(&mut tx, id).await?.ok_or(Error::JobNotFound(id))?;
         view(&mut tx, job).await
     }
 
     /// Jobs in `states` (all when empty), newest first.
     pub(crate) async fn jobs(&self, states: &[JobState], limit: u32) -> Result<Vec<JobView>> {
         let mut tx = self.pool.begin().await?;
-        let rows = store::jobs::list(&mut *tx, states, limit).await?;
+        let rows = store::jobs::list(&mut tx, states, limit).await?;
         let mut out = Vec::with_capacity(rows.len());
         for job in rows {
             out.push(view(&mut tx, job).await?);
@@ -310,7 +309,7 @@ impl Tracker {
 }
 
 /// The snapshot of `job` read through `conn`.
-async fn view(conn: &mut SqliteConnection, job: JobRow) -> Result<JobView> {
+async fn view(conn: &mut Tx, job: JobRow) -> Result<JobView> {
     let rows = store::workloads::list(&mut *conn, job.id).await?;
     let best_ids: Vec<RecordId> = rows.iter().filter_map(|w| w.best_record_id).collect();
     let mut best: HashMap<RecordId, Record> =

@@ -4,7 +4,7 @@
 //!
 //! # Layout
 //!
-//! - [`TrackerConfig`] (`config.rs`): database path, lease, heartbeat and retry settings.
+//! - [`TrackerConfig`] (`config.rs`): database (path or URL), lease, heartbeat and retry settings.
 //! - [`run`] (here): opens the store, resumes unfinished jobs, serves until shutdown.
 //! - `tracker.rs`: the shared state and `Write`, the unit of change (writer lock + transaction +
 //!   the in-memory searches it keeps in step).
@@ -26,7 +26,8 @@
 //!   `token` commands' store functions. `limits.rs`: per-token rate limits.
 //! - `http.rs`: the read-only HTTP side: the dashboard (`dashboard.html`), its JSON, `/metrics`.
 //! - `events.rs`: change notifications for job watchers and waiting workers.
-//! - `store/`: the SQLite queries, one function each, per table.
+//! - `store/`: the queries, one function each, per table, on SQLite or PostgreSQL (several trackers
+//!   may share one PostgreSQL database).
 //! - `service/`: the tonic services and the wire <-> domain conversions.
 //! - `model.rs`, `error.rs`: domain types and the error enum with its one `tonic::Status` mapping.
 //! - [`load`]: the `tensortune-load` tool: many `sim` workers and faults (killed and stopped
@@ -116,6 +117,7 @@ pub async fn run_with_http(
 
     let tasks = TaskTracker::new();
     tasks.spawn(leases::reaper(Arc::clone(&tracker), stop.clone()));
+    tasks.spawn(relay_notifications(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(Arc::clone(&tracker.tokens).refresh(pool.clone(), stop.clone()));
     if let Some(http) = http {
         let addr = http.local_addr().context("reading the HTTP listener's address")?;
@@ -127,7 +129,7 @@ pub async fn run_with_http(
             }
         });
     }
-    let db = tracker.config.db.display().to_string();
+    let db = store::redact(&tracker.config.db.to_string_lossy());
     tracing::info!(
         addr = %local,
         db = %db,
@@ -167,4 +169,47 @@ pub async fn run_with_http(
     pool.close().await;
     tracing::info!(addr = %local, "tracker stopped");
     served.context("serving gRPC")
+}
+
+/// On PostgreSQL, wakes this tracker's long-polling leases when another tracker on the database
+/// made tasks pending, and its job watchers when another changed their job (the `pg_notify`s of
+/// `Write::commit`), until `stop`. A notification lost while the listening connection is down
+/// costs a waiting worker at most its long poll, after which it asks again, and a watcher the
+/// change (the next one shows it). Nothing to do on SQLite, where this tracker makes every change
+/// itself.
+async fn relay_notifications(tracker: Arc<Tracker>, stop: CancellationToken) {
+    let store::Pool::Postgres(pool) = &tracker.pool else { return };
+    loop {
+        let relay = async {
+            let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+            listener.listen_all([store::TASKS_CHANNEL, store::JOBS_CHANNEL]).await?;
+            let me = tracker.instance.to_string();
+            loop {
+                let n = listener.recv().await?;
+                let (from, jobs) = n.payload().split_once(':').unwrap_or((n.payload(), ""));
+                if from == me {
+                    continue;
+                }
+                if n.channel() == store::TASKS_CHANNEL {
+                    tracker.events.tasks_ready();
+                } else {
+                    for id in jobs.split(',').filter_map(|id| id.parse().ok()) {
+                        tracker.events.job_changed(id);
+                    }
+                }
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), sqlx::Error>(())
+        };
+        let relayed = tokio::select! {
+            () = stop.cancelled() => return,
+            r = relay => r,
+        };
+        let Err(failed) = relayed else { continue };
+        tracing::warn!(error = %failed, "listening for other trackers' tasks failed; listening again in 1 s");
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+    }
 }

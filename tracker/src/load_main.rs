@@ -76,6 +76,14 @@ struct RunArgs {
     /// Also write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run on this PostgreSQL server (postgres://USER@HOST:PORT/DB) instead of a SQLite file: a
+    /// fresh database `tensortune_load` is made there for the run.
+    #[arg(long)]
+    pg: Option<String>,
+    /// Tracker processes sharing the database (more than one needs --pg); kill-tracker then
+    /// SIGKILLs the first and never restarts it.
+    #[arg(long, default_value_t = 1)]
+    trackers: u32,
 }
 
 #[derive(Args, Debug)]
@@ -148,6 +156,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         hold: Duration::from_secs(args.hold_secs),
         tmpfs_mib: args.tmpfs_mib,
         seed: args.seed,
+        pg: args.pg,
+        trackers: args.trackers,
     };
     let summary = load::run(config).await?;
     println!("{summary}");

@@ -49,13 +49,13 @@ enum TokenAction {
         /// Write the token to this file (created readable by its owner only) instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
-        /// SQLite database file.
+        /// The database: a SQLite file (PATH or sqlite://PATH) or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE.
         #[arg(long, default_value = "tensortune.db")]
         db: PathBuf,
     },
     /// List tokens (names, roles, dates; never secrets).
     List {
-        /// SQLite database file.
+        /// The database: a SQLite file (PATH or sqlite://PATH) or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE.
         #[arg(long, default_value = "tensortune.db")]
         db: PathBuf,
     },
@@ -63,7 +63,7 @@ enum TokenAction {
     Revoke {
         /// The token's name or id.
         name: String,
-        /// SQLite database file.
+        /// The database: a SQLite file (PATH or sqlite://PATH) or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE.
         #[arg(long, default_value = "tensortune.db")]
         db: PathBuf,
     },
@@ -74,7 +74,8 @@ struct ServeArgs {
     /// Address to serve gRPC on. Addresses other than loopback need tokens and TLS (or --insecure).
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
-    /// SQLite database file (created when missing).
+    /// The database: a SQLite file (PATH or sqlite://PATH, created when missing) or a PostgreSQL
+    /// database (postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE), which several trackers may share.
     #[arg(long, default_value = "tensortune.db")]
     db: PathBuf,
     /// Seconds a worker holds a task without a heartbeat.

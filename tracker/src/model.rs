@@ -22,8 +22,7 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// Lifecycle of a job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
-#[sqlx(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum JobState {
     /// Submitted; no task leased yet.
     Queued,
@@ -56,8 +55,7 @@ impl JobState {
 }
 
 /// Progress state of one workload of a job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
-#[sqlx(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WorkloadState {
     /// Still proposing or measuring.
     Running,
@@ -85,8 +83,7 @@ impl WorkloadState {
 }
 
 /// Lifecycle of a task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
-#[sqlx(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TaskState {
     /// Waiting for a worker.
     Pending,
@@ -99,8 +96,7 @@ pub(crate) enum TaskState {
 }
 
 /// What a task asks a worker to do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
-#[sqlx(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TaskKind {
     /// Measure one config: a trial of the tuner.
     Tuning,
@@ -133,8 +129,7 @@ pub(crate) enum Reported {
 }
 
 /// Outcome of a measurement (the names are `convert::status_name`'s).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, sqlx::Type)]
-#[sqlx(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Status {
     /// Verified and timed.
     Ok,
@@ -297,3 +292,41 @@ pub(crate) struct RecordFilter {
     pub(crate) job_id: Option<JobId>,
     pub(crate) ok_only: bool,
 }
+
+crate::store::text_column!(JobState {
+    JobState::Queued => "queued",
+    JobState::Running => "running",
+    JobState::Done => "done",
+    JobState::Cancelled => "cancelled",
+    JobState::Failed => "failed",
+});
+
+crate::store::text_column!(WorkloadState {
+    WorkloadState::Running => "running",
+    WorkloadState::Finalizing => "finalizing",
+    WorkloadState::Done => "done",
+    WorkloadState::EarlyStopped => "early_stopped",
+    WorkloadState::Exhausted => "exhausted",
+});
+
+crate::store::text_column!(TaskState {
+    TaskState::Pending => "pending",
+    TaskState::Leased => "leased",
+    TaskState::Done => "done",
+    TaskState::Cancelled => "cancelled",
+});
+
+crate::store::text_column!(TaskKind {
+    TaskKind::Tuning => "tuning",
+    TaskKind::Finalist => "finalist",
+});
+
+crate::store::text_column!(Status {
+    Status::Ok => "ok",
+    Status::InvalidConfig => "invalid_config",
+    Status::CompileError => "compile_error",
+    Status::LaunchError => "launch_error",
+    Status::WrongResult => "wrong_result",
+    Status::Timeout => "timeout",
+    Status::DeviceLost => "device_lost",
+});

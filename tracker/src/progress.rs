@@ -149,6 +149,14 @@ impl Tracker {
             return Ok(());
         }
         let templates = JobTemplates::of(job)?;
+        // Another tracker on the database changed this workload's tasks: its tuner (a function of
+        // the space, seed and prior, which never change) is kept; what was taken and observed is
+        // read again.
+        if let Some(tuner) = w.stale_tuner(key) {
+            let (taken, observed) = self.search_state(w, job, &templates, wl.idx).await?;
+            w.insert_search(key, Search::new(tuner, taken, observed));
+            return Ok(());
+        }
         let target = store::classes::target(w.conn(), &job.device_class).await?.ok_or_else(|| {
             Error::Internal(format!("device class {:?} of job {} is missing from the store", job.device_class, job.id))
         })?;
@@ -168,19 +176,32 @@ impl Tracker {
             None => return Err(Error::Internal("a space was asked for and none came".to_owned())),
         };
         let prior = self.job_prior(w, job, &templates, &space, &target).await?;
-        let taken: Vec<Point> = store::tasks::taken(w.conn(), job.id, wl.idx)
+        let (taken, observed) = self.search_state(w, job, &templates, wl.idx).await?;
+        let tuner = job.tuner.build(&space, job.seed(), wl.idx, prior)?;
+        w.insert_search(key, Search::new(tuner, taken, observed));
+        Ok(())
+    }
+
+    /// The configs of workload `idx` that have a task, and the outcomes of its finished trials in
+    /// the order they finished.
+    async fn search_state(
+        &self,
+        w: &mut Write<'_>,
+        job: &JobRow,
+        templates: &JobTemplates,
+        idx: u32,
+    ) -> Result<(Vec<Point>, Vec<Observed>)> {
+        let taken: Vec<Point> = store::tasks::taken(w.conn(), job.id, idx)
             .await?
             .into_iter()
             .filter_map(|(name, version, index)| Some(Point::new(templates.slot(&name, version)?, index as u64)))
             .collect();
-        let observed = store::records::trial_outcomes(w.conn(), job.id, wl.idx)
+        let observed = store::records::trial_outcomes(w.conn(), job.id, idx)
             .await?
             .into_iter()
-            .filter_map(|t| as_observed(&templates, t))
+            .filter_map(|t| as_observed(templates, t))
             .collect();
-        let tuner = job.tuner.build(&space, job.seed(), wl.idx, prior)?;
-        w.insert_search(key, Search::new(tuner, taken, observed));
-        Ok(())
+        Ok((taken, observed))
     }
 
     /// The transfer prior of a model job with transfer on (`None` otherwise) for a workload's

@@ -99,6 +99,12 @@ pub(crate) struct Searches {
     /// that a workload whose search is reloaded (after a restart or a failed write) does not
     /// rebuild it.
     priors: HashMap<PriorKey, Arc<Prior>>,
+    /// On PostgreSQL, where trackers share the tables: the `job_workloads.version` each loaded
+    /// search mirrors (see `Tracker::write`).
+    versions: HashMap<SearchKey, i64>,
+    /// The tuners of searches dropped because another tracker changed their workload: a tuner
+    /// depends only on what never changes (space, seed, prior), so a reload reuses it.
+    stale: HashMap<SearchKey, Arc<dyn Tuner>>,
 }
 
 impl Searches {
@@ -114,6 +120,7 @@ impl Searches {
 
     /// Adds (or replaces) the search of a workload.
     pub(crate) fn insert(&mut self, key: SearchKey, search: Search) {
+        self.stale.remove(&key);
         self.map.insert(key, search);
     }
 
@@ -131,9 +138,35 @@ impl Searches {
     /// prior).
     pub(crate) fn remove(&mut self, job: JobId, idx: Option<u32>) {
         self.map.retain(|(j, i), _| *j != job || idx.is_some_and(|idx| idx != *i));
+        self.stale.retain(|(j, i), _| *j != job || idx.is_some_and(|idx| idx != *i));
         if idx.is_none() {
             self.priors.retain(|(j, _), _| *j != job);
         }
+    }
+
+    /// Forgets every search whose workload's version in the database is not the one it mirrors
+    /// (another tracker changed the workload's tasks since): it is reloaded when next needed.
+    pub(crate) fn keep_current(&mut self, current: &HashMap<SearchKey, i64>) {
+        let (versions, stale) = (&self.versions, &mut self.stale);
+        self.map.retain(|key, search| {
+            let fresh = versions.get(key).is_some_and(|v| current.get(key) == Some(v));
+            if !fresh && current.contains_key(key) {
+                stale.insert(*key, Arc::clone(&search.tuner));
+            }
+            fresh
+        });
+        self.versions.retain(|key, _| self.map.contains_key(key));
+        self.stale.retain(|key, _| current.contains_key(key));
+    }
+
+    /// The tuner of a search dropped by [`Searches::keep_current`], for its reload.
+    pub(crate) fn stale_tuner(&self, key: SearchKey) -> Option<Arc<dyn Tuner>> {
+        self.stale.get(&key).cloned()
+    }
+
+    /// Notes the database version of workload `key` that its search now mirrors.
+    pub(crate) fn set_version(&mut self, key: SearchKey, version: i64) {
+        self.versions.insert(key, version);
     }
 
     /// Forgets everything written by a write that failed: it is reloaded from the database.

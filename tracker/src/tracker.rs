@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
@@ -23,12 +22,13 @@ use crate::events::Events;
 use crate::http::Counters;
 use crate::model::{JobId, now_ms};
 use crate::search::{PriorKey, Search, SearchKey, Searches};
+use crate::store::{Exec, Pool, Tx};
 use crate::tuner::{Observed, Point};
 use tensortune_search::tuner::Prior;
 
 /// State shared by the services and the background tasks.
 pub(crate) struct Tracker {
-    pub(crate) pool: SqlitePool,
+    pub(crate) pool: Pool,
     pub(crate) config: TrackerConfig,
     pub(crate) events: Events,
     /// The tokens the services' interceptors check calls against.
@@ -45,11 +45,14 @@ pub(crate) struct Tracker {
     /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
     /// guards, and spares writers SQLite's busy-wait.
     searches: Mutex<Searches>,
+    /// A random number naming this tracker process in its PostgreSQL notifications, so that it
+    /// skips its own (it has woken its waiters already).
+    pub(crate) instance: u64,
 }
 
 impl Tracker {
     /// A tracker over an opened, migrated database.
-    pub(crate) fn new(pool: SqlitePool, config: TrackerConfig, shutdown: CancellationToken) -> Arc<Tracker> {
+    pub(crate) fn new(pool: Pool, config: TrackerConfig, shutdown: CancellationToken) -> Arc<Tracker> {
         Arc::new(Tracker {
             pool,
             config,
@@ -59,17 +62,34 @@ impl Tracker {
             shutdown,
             outage: AtomicBool::new(false),
             searches: Mutex::new(Searches::default()),
+            instance: rand::random(),
         })
     }
 
     /// Starts a write.
     pub(crate) async fn write(&self) -> Result<Write<'_>> {
         let searches = self.searches.lock().await;
-        // IMMEDIATE takes SQLite's write lock now rather than at the first write, so a transaction
-        // never has to upgrade a read lock (which fails instead of waiting).
-        let tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // The database's write lock is taken now rather than at the first write (see
+        // `Pool::begin_write`).
+        let mut tx = self.pool.begin_write().await?;
+        let mut searches = searches;
+        let versions = if self.pool.is_postgres() {
+            // Other trackers may have proposed or finished tasks since this one last wrote: a
+            // search mirroring an older version of its workload is reloaded when next needed.
+            let current: HashMap<SearchKey, i64> = crate::store::workloads::versions(&mut tx)
+                .await?
+                .into_iter()
+                .map(|(job, idx, v)| ((job, idx), v))
+                .collect();
+            searches.keep_current(&current);
+            Some(current)
+        } else {
+            None
+        };
         Ok(Write {
             tx: Some(tx),
+            instance: self.instance,
+            versions,
             searches,
             now: now_ms(),
             touched: HashSet::new(),
@@ -105,7 +125,12 @@ pub(crate) fn millis(d: Duration) -> i64 {
 /// One atomic change: commit it, or drop it to roll back.
 pub(crate) struct Write<'a> {
     /// `None` once committing.
-    tx: Option<Transaction<'static, Sqlite>>,
+    tx: Option<Tx>,
+    /// The tracker's instance number (see `Tracker::instance`).
+    instance: u64,
+    /// On PostgreSQL, the version of every unfinished workload when this write began (see
+    /// `Searches::keep_current`); `None` on SQLite.
+    versions: Option<HashMap<SearchKey, i64>>,
     searches: MutexGuard<'a, Searches>,
     now: i64,
     /// Searches loaded or created by this write; forgotten if it does not commit.
@@ -128,9 +153,9 @@ pub(crate) struct Write<'a> {
 
 impl Write<'_> {
     /// The transaction's connection.
-    pub(crate) fn conn(&mut self) -> &mut SqliteConnection {
+    pub(crate) fn conn(&mut self) -> Exec<'_> {
         // `tx` is only taken by `commit`, which consumes the write.
-        self.tx.as_deref_mut().expect("a write keeps its transaction until it commits")
+        self.tx.as_mut().expect("a write keeps its transaction until it commits").exec()
     }
 
     /// The time this write happens at (one clock reading for all its rows).
@@ -149,6 +174,16 @@ impl Write<'_> {
         self.touched.insert(key);
         self.observed.remove(&key);
         self.searches.insert(key, search);
+        if let Some(versions) = &self.versions {
+            // Read under the writer lock: it mirrors the version this write began with (0 for a
+            // workload this write made).
+            self.searches.set_version(key, versions.get(&key).copied().unwrap_or(0));
+        }
+    }
+
+    /// The tuner of a search another tracker made stale (see `Searches::stale_tuner`).
+    pub(crate) fn stale_tuner(&self, key: SearchKey) -> Option<Arc<dyn crate::tuner::Tuner>> {
+        self.searches.stale_tuner(key)
     }
 
     /// A transfer prior of a job, if built.
@@ -217,8 +252,30 @@ impl Write<'_> {
 
     /// Commits, brings the searches in step, then tells watchers and waiting workers.
     pub(crate) async fn commit(mut self, events: &Events) -> Result<()> {
-        let tx = self.tx.take().expect("a write commits once");
+        let mut tx = self.tx.take().expect("a write commits once");
+        let mut bumped = Vec::new();
+        if self.versions.is_some() {
+            // Other trackers learn from the versions which searches this write changed, and from
+            // the notification (sent at commit) that tasks became pending.
+            let mut keys: Vec<SearchKey> = self.proposed.keys().chain(self.observed.keys()).copied().collect();
+            keys.sort_unstable();
+            keys.dedup();
+            if !keys.is_empty() {
+                bumped = crate::store::workloads::bump_versions(&mut tx, &keys).await?;
+            }
+            if self.tasks_ready {
+                crate::store::notify(&mut tx, crate::store::TASKS_CHANNEL, &self.instance.to_string()).await?;
+            }
+            if !self.changed.is_empty() {
+                let ids: Vec<String> = self.changed.iter().map(JobId::to_string).collect();
+                let payload = format!("{}:{}", self.instance, ids.join(","));
+                crate::store::notify(&mut tx, crate::store::JOBS_CHANNEL, &payload).await?;
+            }
+        }
         tx.commit().await?;
+        for (job, idx, version) in bumped {
+            self.searches.set_version((job, idx), version);
+        }
         for (key, configs) in std::mem::take(&mut self.proposed) {
             if let Some(search) = self.searches.get_mut(key) {
                 search.take(configs);

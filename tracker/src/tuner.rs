@@ -30,8 +30,7 @@ use tensortune_search::tuner::{Candidate, ModelGuided, Observation, Prior, Tuner
 use crate::error::{Error, Result};
 
 /// The search strategies a job can name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, sqlx::Type)]
-#[sqlx(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TunerKind {
     /// A seeded random permutation of the valid configs.
     Random,
@@ -437,3 +436,9 @@ mod tests {
         assert!(mean(late) < mean(early), "{} vs {}", mean(late), mean(early));
     }
 }
+
+crate::store::text_column!(TunerKind {
+    TunerKind::Random => "random",
+    TunerKind::Grid => "grid",
+    TunerKind::Model => "model",
+});

@@ -2,8 +2,12 @@
 //! with backoff while the tracker is unreachable, so a tracker restart loses nothing. When the
 //! tracker no longer knows the worker (`NotFound`, e.g. after losing its state) the link registers
 //! again with `previous_id`, once for all callers, and repeats the call.
+//!
+//! Several trackers sharing one PostgreSQL database may be given (`--tracker A,B`): the link calls
+//! one and moves to the next, in turn, when a call fails with a transient error. They share the
+//! worker's id and its leases, so nothing else changes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tensortune_proto::access::{Access, Authed};
@@ -55,7 +59,12 @@ pub(crate) enum LinkError {
 
 /// A registered connection to the tracker.
 pub(crate) struct Link {
-    client: DispatchClient<Authed>,
+    /// One client per tracker address, in the order given.
+    clients: Vec<DispatchClient<Authed>>,
+    /// The tracker calls go to now (an index into `clients`).
+    at: AtomicUsize,
+    /// The addresses, for messages.
+    urls: Vec<String>,
     /// What Register sends (with `previous_id` filled in on re-registration).
     registration: pb::RegisterRequest,
     worker_id: AtomicU64,
@@ -67,16 +76,27 @@ pub(crate) struct Link {
 
 impl Link {
     /// Connects (lazily: an unreachable tracker only delays the first call) and registers,
-    /// retrying until the tracker answers or `shutdown` fires.
+    /// retrying until a tracker answers or `shutdown` fires. `url` is one address or several,
+    /// comma-separated (trackers sharing one database).
     pub(crate) async fn connect(
         url: &str,
         access: &Access,
         registration: pb::RegisterRequest,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Link> {
-        let endpoint = access.endpoint(url)?.connect_timeout(Duration::from_secs(5)).tcp_nodelay(true);
+        let urls: Vec<String> = url.split(',').map(|u| u.trim().to_owned()).collect();
+        let mut clients = Vec::with_capacity(urls.len());
+        for u in &urls {
+            if u.is_empty() {
+                anyhow::bail!("invalid --tracker {url:?}: an empty address in the list; give URLs separated by commas");
+            }
+            let endpoint = access.endpoint(u)?.connect_timeout(Duration::from_secs(5)).tcp_nodelay(true);
+            clients.push(DispatchClient::with_interceptor(endpoint.connect_lazy(), access.bearer()));
+        }
         let link = Link {
-            client: DispatchClient::with_interceptor(endpoint.connect_lazy(), access.bearer()),
+            clients,
+            at: AtomicUsize::new(0),
+            urls,
             registration,
             worker_id: AtomicU64::new(0),
             heartbeat_ms: AtomicU64::new(DEFAULT_HEARTBEAT.as_millis() as u64),
@@ -85,6 +105,23 @@ impl Link {
         };
         link.register(0).await.map_err(|e| anyhow::anyhow!("registering with the tracker at {url}: {e}"))?;
         Ok(link)
+    }
+
+    /// The client of the tracker calls go to now, and its index.
+    fn client(&self) -> (usize, DispatchClient<Authed>) {
+        let at = self.at.load(Ordering::Acquire) % self.clients.len();
+        (at, self.clients[at].clone())
+    }
+
+    /// After a transient failure on tracker `failed`: the next tracker, when there are several
+    /// (once for all callers that saw the same one fail).
+    fn fail_over(&self, failed: usize) {
+        if self.clients.len() > 1 {
+            let next = (failed + 1) % self.clients.len();
+            if self.at.compare_exchange(failed, next, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                tracing::warn!(from = %self.urls[failed], to = %self.urls[next], "moving to the next tracker");
+            }
+        }
     }
 
     /// The id the tracker gave this worker.
@@ -151,7 +188,8 @@ impl Link {
         let mut reregistered = false;
         loop {
             let worker_id = self.worker_id();
-            let status = match tokio::time::timeout(deadline, rpc(self.client.clone(), worker_id)).await {
+            let (at, client) = self.client();
+            let status = match tokio::time::timeout(deadline, rpc(client, worker_id)).await {
                 Ok(Ok(response)) => {
                     if failures > 0 {
                         tracing::info!("{name} went through after {failures} failed attempts");
@@ -172,6 +210,7 @@ impl Link {
                 }
                 code if tensortune_proto::transient(code) => {
                     failures += 1;
+                    self.fail_over(at);
                     if self.shutdown.is_cancelled() {
                         return Err(LinkError::Cancelled);
                     }
@@ -203,8 +242,8 @@ impl Link {
         let mut failures = 0u32;
         let request = pb::RegisterRequest { previous_id, ..self.registration.clone() };
         loop {
-            let status = match tokio::time::timeout(CALL_DEADLINE, self.client.clone().register(request.clone())).await
-            {
+            let (at, mut client) = self.client();
+            let status = match tokio::time::timeout(CALL_DEADLINE, client.register(request.clone())).await {
                 Ok(Ok(response)) => {
                     let r = response.into_inner();
                     self.worker_id.store(r.worker_id, Ordering::Release);
@@ -231,6 +270,7 @@ impl Link {
                 return Err(LinkError::Register(format!("{:?}: {}", status.code(), status.message())));
             }
             failures += 1;
+            self.fail_over(at);
             if failures == 1 || failures.is_multiple_of(10) {
                 tracing::warn!(
                     "the tracker is unreachable ({}); retrying registration (attempt {failures})",

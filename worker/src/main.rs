@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// The tracker's address.
+    /// The tracker's address, or several comma-separated (trackers sharing one PostgreSQL
+    /// database): calls move to the next when one is unreachable.
     #[arg(long, env = "TENSORTUNE_TRACKER", default_value = "http://127.0.0.1:7070")]
     tracker: String,
     /// The device to measure on: cuda, cuda:N, sim, or several GPUs with one worker each:

@@ -266,8 +266,18 @@ fn worker_config(url: &str, cache: &Path) -> WorkerConfig {
 /// Runs a worker against `fake` until `done` holds, then shuts it down and checks it stopped
 /// cleanly.
 async fn run_until(fake: &Arc<Fake>, config: WorkerConfig, done: impl Fn(&State) -> bool) {
+    run_until_at(fake, config, str::to_owned, done).await;
+}
+
+/// [`run_until`], the worker given `tracker(url of fake)` as its tracker address(es).
+async fn run_until_at(
+    fake: &Arc<Fake>,
+    config: WorkerConfig,
+    tracker: impl Fn(&str) -> String,
+    done: impl Fn(&State) -> bool,
+) {
     let (url, server) = serve(fake.clone()).await;
-    let config = WorkerConfig { tracker: url, ..config };
+    let config = WorkerConfig { tracker: tracker(&url), ..config };
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn(tensortune_worker::run(config, shutdown.clone()));
     let deadline = Instant::now() + TEST_DEADLINE;
@@ -327,6 +337,23 @@ async fn every_task_is_compiled_measured_and_then_served_from_the_cache() {
         let m = st.report(id);
         assert_eq!(status(m), pb::RecordStatus::Ok, "{}", m.error);
         assert!(m.cache_hit && m.compile_ms == 0.0, "task {id} came from the disk cache: {m:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_given_several_trackers_moves_past_one_that_is_down() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    // A port nothing listens on: the first tracker of the list refuses every connection.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let indices = valid_indices(2);
+    let fake = Fake::new(vec![indices.iter().enumerate().map(|(i, &c)| task(1 + i as u64, c)).collect()]);
+    let list = |url: &str| format!("http://127.0.0.1:{dead},{url}");
+    run_until_at(&fake, worker_config("", cache.path()), list, |st| st.reports.len() == 2).await;
+    let st = fake.state();
+    assert_eq!(st.registrations.len(), 1, "registered once, with the tracker that answered");
+    for id in 1..=2 {
+        assert_eq!(status(st.report(id)), pb::RecordStatus::Ok);
     }
 }
 

@@ -34,7 +34,9 @@ const FLUSH_EVERY: Duration = Duration::from_millis(500);
 /// What a worker group does.
 #[derive(Clone, Debug)]
 pub struct GroupConfig {
-    /// The tracker's URL, `http://127.0.0.1:PORT`.
+    /// The tracker's URL, `http://127.0.0.1:PORT`, or several, comma-separated (trackers sharing
+    /// one PostgreSQL database): each worker calls the first and moves on to the next, in turn,
+    /// when a call fails with a transient error.
     pub tracker: String,
     /// Workers in this process.
     pub workers: u32,
@@ -112,9 +114,11 @@ fn flush(path: &PathBuf, stats: &Mutex<GroupStats>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One worker: its own connection, id and loop.
+/// One worker: its own connection to each tracker, id and loop.
 struct Worker<'a> {
-    client: DispatchClient<Channel>,
+    clients: Vec<DispatchClient<Channel>>,
+    /// The tracker it calls now (an index into `clients`).
+    at: usize,
     id: u64,
     stats: &'a Mutex<GroupStats>,
     stop: &'a CancellationToken,
@@ -133,7 +137,7 @@ impl Worker<'_> {
             let started = Instant::now();
             let answer = tokio::select! {
                 () = self.stop.cancelled() => return Err(()),
-                r = tokio::time::timeout(CALL_DEADLINE, rpc(self.client.clone(), self.id)) => r,
+                r = tokio::time::timeout(CALL_DEADLINE, rpc(self.clients[self.at].clone(), self.id)) => r,
             };
             let status = match answer {
                 Ok(Ok(response)) => {
@@ -149,6 +153,9 @@ impl Worker<'_> {
                 return Ok(Err(status));
             }
             self.stats.lock().expect("stats lock").retried(name, &status);
+            // The next tracker, if there are several: they share the database, so the worker's
+            // id and leases hold there too.
+            self.at = (self.at + 1) % self.clients.len();
             tokio::select! {
                 () = self.stop.cancelled() => return Err(()),
                 () = tokio::time::sleep(backoff) => {}
@@ -164,11 +171,15 @@ async fn worker(
     stats: &Arc<Mutex<GroupStats>>,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let channel = Endpoint::from_shared(config.tracker.clone())?
-        .connect_timeout(Duration::from_secs(2))
-        .tcp_nodelay(true)
-        .connect_lazy();
-    let mut w = Worker { client: DispatchClient::new(channel), id: 0, stats, stop };
+    let mut clients = Vec::new();
+    for url in config.tracker.split(',') {
+        let channel = Endpoint::from_shared(url.to_owned())?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .connect_lazy();
+        clients.push(DispatchClient::new(channel));
+    }
+    let mut w = Worker { clients, at: 0, id: 0, stats, stop };
     let registration = pb::RegisterRequest {
         name: format!("{}/{index}", config.name),
         device: Some(device_from_target(&Target::sim())),
@@ -189,7 +200,8 @@ async fn worker(
     let heartbeat = Duration::from_millis(u64::from(registered.heartbeat_ms.max(100)));
     let held: Arc<Mutex<Vec<u64>>> = Arc::default();
     let beats = {
-        let (mut client, held, stop, id) = (w.client.clone(), Arc::clone(&held), stop.clone(), w.id);
+        let (clients, held, stop, id) = (w.clients.clone(), Arc::clone(&held), stop.clone(), w.id);
+        let mut at = 0;
         let stats = Arc::clone(stats);
         async move {
             loop {
@@ -200,11 +212,19 @@ async fn worker(
                 let task_ids = held.lock().expect("held lock").clone();
                 // A lost heartbeat only shortens a lease; the next one renews it.
                 let started = Instant::now();
-                let beat = client.heartbeat(pb::HeartbeatRequest { worker_id: id, task_ids, reference_us: 0.0 }).await;
+                let beat = clients[at]
+                    .clone()
+                    .heartbeat(pb::HeartbeatRequest { worker_id: id, task_ids, reference_us: 0.0 })
+                    .await;
                 let mut stats = stats.lock().expect("stats lock");
                 match beat {
                     Ok(_) => stats.latency("heartbeat", started.elapsed()),
-                    Err(status) => stats.retried("heartbeat", &status),
+                    Err(status) => {
+                        stats.retried("heartbeat", &status);
+                        if tensortune_proto::transient(status.code()) {
+                            at = (at + 1) % clients.len();
+                        }
+                    }
                 }
             }
         }

@@ -20,6 +20,7 @@ mod check;
 mod faults;
 mod group;
 mod procs;
+mod shared;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -77,6 +78,11 @@ pub struct LoadConfig {
     pub tmpfs_mib: Option<u64>,
     /// Seed of the jobs and of the choice of worker groups to fault.
     pub seed: u64,
+    /// A PostgreSQL server (`postgres://...`) to run on instead of a SQLite file: the run makes a
+    /// fresh database `tensortune_load` there and starts `trackers` trackers on it.
+    pub pg: Option<String>,
+    /// Tracker processes on the one database (more than one needs `pg`).
+    pub trackers: u32,
 }
 
 /// Latency of one rpc, microseconds.
@@ -110,6 +116,10 @@ pub struct Summary {
     pub workers: u32,
     /// Worker processes.
     pub groups: u32,
+    /// Tracker processes (sharing one PostgreSQL database when more than one).
+    pub trackers: u32,
+    /// `sqlite` or `postgres`.
+    pub database: String,
     /// Jobs.
     pub jobs: u32,
     /// Trials per job.
@@ -120,8 +130,12 @@ pub struct Summary {
     pub tasks_per_s: f64,
     /// The tracker's CPU seconds (user + system, every incarnation).
     pub tracker_cpu_s: f64,
-    /// The tracker's peak resident memory over its incarnations, MiB.
+    /// The tracker's peak resident memory over its incarnations, MiB (the largest of the
+    /// trackers when several).
     pub tracker_peak_rss_mib: f64,
+    /// On PostgreSQL, the CPU seconds of the server's processes on this machine over the load
+    /// (a lower bound: processes that ended meanwhile are missed).
+    pub db_server_cpu_s: Option<f64>,
     /// Client-side latency of the workers' calls, by rpc, and of all but the lease long polls
     /// (which include waiting for work).
     pub latency: BTreeMap<String, Latency>,
@@ -164,6 +178,7 @@ impl fmt::Display for Summary {
             "workers x jobs x trials     {} ({} processes) x {} x {}",
             self.workers, self.groups, self.jobs, self.trials
         )?;
+        writeln!(f, "trackers, database          {} on {}", self.trackers, self.database)?;
         writeln!(
             f,
             "every job ended             {} ({} of {} done, {:.1} s)",
@@ -203,6 +218,9 @@ impl fmt::Display for Summary {
             )?;
         }
         writeln!(f, "tracker cpu, peak rss       {:.1} s, {:.1} MiB", self.tracker_cpu_s, self.tracker_peak_rss_mib)?;
+        if let Some(cpu) = self.db_server_cpu_s {
+            writeln!(f, "database server cpu         {cpu:.1} s")?;
+        }
         writeln!(
             f,
             "reports                     stored {}, duplicate {}, refused {}",
@@ -256,14 +274,26 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Summary> {
         "invalid --trials {}: allowed 1 ..= 10000",
         config.trials
     );
+    anyhow::ensure!((1..=8).contains(&config.trackers), "invalid --trackers {}: allowed 1 ..= 8", config.trackers);
+    anyhow::ensure!(
+        config.trackers == 1 || config.pg.is_some(),
+        "--trackers {} needs --pg: trackers share a PostgreSQL database (a SQLite file has one tracker)",
+        config.trackers
+    );
     std::fs::create_dir_all(&config.dir).with_context(|| format!("creating {}", config.dir.display()))?;
     let mut summary = Summary {
         workers: config.workers,
         groups: config.groups,
+        trackers: config.trackers,
+        database: if config.pg.is_some() { "postgres" } else { "sqlite" }.into(),
         jobs: config.jobs,
         trials: config.trials,
         ..Summary::default()
     };
+    if let Some(server) = &config.pg {
+        shared::run_shared(&config, server, &mut summary).await?;
+        return Ok(summary);
+    }
     for fault in config.faults.iter().filter(|f| f.at_start()) {
         summary.start_checks.push(faults::start_check(*fault, &config.tracker_bin, &config.dir).await?);
     }

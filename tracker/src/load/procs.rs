@@ -173,7 +173,7 @@ pub(crate) async fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
 }
 
 /// User plus system CPU seconds of `pid`.
-fn cpu_seconds(pid: u32) -> Option<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the command name (which may hold spaces) start at state, field 3.
     let rest = &stat[stat.rfind(')')? + 2..];

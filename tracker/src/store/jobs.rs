@@ -1,8 +1,6 @@
 //! Queries on `jobs`.
 
-use sqlx::SqliteExecutor;
-
-use super::{Json, json};
+use super::{Exec, Json, json, on, sql};
 use crate::error::Result;
 use crate::model::{JobId, JobState};
 use crate::tuner::TunerKind;
@@ -15,27 +13,35 @@ pub(crate) struct JobRow {
     /// Display name: the template, or the templates joined with '+' (`wmma_gemm+wgmma_gemm`).
     pub(crate) template: String,
     /// The version of a single template; 0 when the job searches several.
+    #[sqlx(try_from = "i64")]
     pub(crate) template_version: u32,
     /// `name@version` of each template the job searches, in slot order (`tuner::Point::slot`).
     #[sqlx(try_from = "String")]
     pub(crate) templates: Json<Vec<String>>,
     pub(crate) tuner: TunerKind,
     pub(crate) device_class: String,
+    #[sqlx(try_from = "i64")]
     pub(crate) trials: u32,
+    #[sqlx(try_from = "i64")]
     pub(crate) batch_size: u32,
     /// The u64 seed's bit pattern.
     pub(crate) seed: i64,
+    #[sqlx(try_from = "i64")]
     pub(crate) samples: u32,
     pub(crate) label: String,
+    #[sqlx(try_from = "i64")]
     pub(crate) early_stop_trials: u32,
     pub(crate) early_stop_margin: f64,
     /// Finalists re-measured per workload (1: none).
+    #[sqlx(try_from = "i64")]
     pub(crate) finalists: u32,
+    #[sqlx(try_from = "i64")]
     pub(crate) finalist_rounds: u32,
     pub(crate) flush_l2: bool,
     /// Whether a model search starts from other workloads' records.
     pub(crate) transfer: bool,
     /// Trials the whole job may measure, shared by expected gain; 0: none.
+    #[sqlx(try_from = "i64")]
     pub(crate) total_trials: u32,
     /// Why the job failed or was cancelled, or what went wrong on the way to done (workloads that
     /// finished without their finalists).
@@ -84,110 +90,118 @@ pub(crate) struct NewJob<'a> {
 }
 
 /// Inserts a queued job.
-pub(crate) async fn insert(e: impl SqliteExecutor<'_>, job: &NewJob<'_>, now: i64) -> Result<JobId> {
-    let id = sqlx::query_scalar(
+pub(crate) async fn insert(e: impl Into<Exec<'_>>, job: &NewJob<'_>, now: i64) -> Result<JobId> {
+    let id = on!(e, |c, pg| {
+        sqlx::query_scalar(
         "INSERT INTO jobs (state, template, template_version, tuner, device_class, trials, batch_size, seed, samples,
                            label, early_stop_trials, early_stop_margin, finalists, finalist_rounds, flush_l2,
                            transfer, total_trials, templates, created_ms, updated_ms, token_id)
-         VALUES ('queued', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?18, ?17, ?17, ?19)
+         VALUES ('queued', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $18, $17, $17, $19)
          RETURNING id",
     )
     .bind(job.template)
-    .bind(job.template_version)
+    .bind(i64::from(job.template_version))
     .bind(job.tuner)
     .bind(job.device_class)
-    .bind(job.trials)
-    .bind(job.batch_size)
+    .bind(i64::from(job.trials))
+    .bind(i64::from(job.batch_size))
     .bind(job.seed as i64)
-    .bind(job.samples)
+    .bind(i64::from(job.samples))
     .bind(job.label)
-    .bind(job.early_stop_trials)
+    .bind(i64::from(job.early_stop_trials))
     .bind(job.early_stop_margin)
-    .bind(job.finalists)
-    .bind(job.finalist_rounds)
+    .bind(i64::from(job.finalists))
+    .bind(i64::from(job.finalist_rounds))
     .bind(job.flush_l2)
     .bind(job.transfer)
-    .bind(job.total_trials)
+    .bind(i64::from(job.total_trials))
     .bind(now)
     .bind(json(job.templates))
     .bind(job.token_id)
-    .fetch_one(e)
-    .await?;
+    .fetch_one(c).await
+    })?;
     Ok(id)
 }
 
 /// The job `id`.
-pub(crate) async fn get(e: impl SqliteExecutor<'_>, id: JobId) -> Result<Option<JobRow>> {
-    Ok(sqlx::query_as("SELECT * FROM jobs WHERE id = ?1").bind(id).fetch_optional(e).await?)
+pub(crate) async fn get(e: impl Into<Exec<'_>>, id: JobId) -> Result<Option<JobRow>> {
+    Ok(on!(e, |c, pg| sqlx::query_as("SELECT * FROM jobs WHERE id = $1").bind(id).fetch_optional(c).await)?)
 }
 
 /// Jobs in `states` (all when empty), newest first, at most `limit`.
-pub(crate) async fn list(e: impl SqliteExecutor<'_>, states: &[JobState], limit: u32) -> Result<Vec<JobRow>> {
+pub(crate) async fn list(e: impl Into<Exec<'_>>, states: &[JobState], limit: u32) -> Result<Vec<JobRow>> {
     let names: Vec<&str> = states.iter().map(|s| s.name()).collect();
-    Ok(sqlx::query_as(
+    Ok(on!(e, |c, pg| sqlx::query_as(sql(
+        pg,
         "SELECT * FROM jobs
-         WHERE ?1 = '[]' OR state IN (SELECT value FROM json_each(?1))
-         ORDER BY id DESC LIMIT ?2",
-    )
+         WHERE $1 = '[]' OR state IN (SELECT value FROM json_each($1))
+         ORDER BY id DESC LIMIT $2",
+    ))
     .bind(json(&names))
-    .bind(limit)
-    .fetch_all(e)
-    .await?)
+    .bind(i64::from(limit))
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Jobs that are queued or running, oldest first.
-pub(crate) async fn active(e: impl SqliteExecutor<'_>) -> Result<Vec<JobRow>> {
-    Ok(sqlx::query_as("SELECT * FROM jobs WHERE state IN ('queued', 'running') ORDER BY id").fetch_all(e).await?)
+pub(crate) async fn active(e: impl Into<Exec<'_>>) -> Result<Vec<JobRow>> {
+    Ok(on!(e, |c, pg| sqlx::query_as("SELECT * FROM jobs WHERE state IN ('queued', 'running') ORDER BY id")
+        .fetch_all(c)
+        .await)?)
 }
 
 /// Marks the queued jobs among `ids` running; returns those that changed.
-pub(crate) async fn mark_running(e: impl SqliteExecutor<'_>, ids: &[JobId], now: i64) -> Result<Vec<JobId>> {
-    Ok(sqlx::query_scalar(
-        "UPDATE jobs SET state = 'running', updated_ms = ?2
-         WHERE state = 'queued' AND id IN (SELECT value FROM json_each(?1))
+pub(crate) async fn mark_running(e: impl Into<Exec<'_>>, ids: &[JobId], now: i64) -> Result<Vec<JobId>> {
+    Ok(on!(e, |c, pg| sqlx::query_scalar(sql(
+        pg,
+        "UPDATE jobs SET state = 'running', updated_ms = $2
+         WHERE state = 'queued' AND id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))
          RETURNING id",
-    )
+    ))
     .bind(json(ids))
     .bind(now)
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Records that the job's progress changed.
-pub(crate) async fn touch(e: impl SqliteExecutor<'_>, id: JobId, now: i64) -> Result<()> {
-    sqlx::query("UPDATE jobs SET updated_ms = ?2 WHERE id = ?1").bind(id).bind(now).execute(e).await?;
+pub(crate) async fn touch(e: impl Into<Exec<'_>>, id: JobId, now: i64) -> Result<()> {
+    on!(e, |c, pg| sqlx::query("UPDATE jobs SET updated_ms = $2 WHERE id = $1")
+        .bind(id)
+        .bind(now)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
     Ok(())
 }
 
 /// Ends the job in a terminal `state`, with `error` saying why when it did not succeed.
-pub(crate) async fn finish(
-    e: impl SqliteExecutor<'_>,
-    id: JobId,
-    state: JobState,
-    error: &str,
-    now: i64,
-) -> Result<()> {
+pub(crate) async fn finish(e: impl Into<Exec<'_>>, id: JobId, state: JobState, error: &str, now: i64) -> Result<()> {
     debug_assert!(state.is_terminal());
-    sqlx::query("UPDATE jobs SET state = ?2, error = ?3, updated_ms = ?4, finished_ms = ?4 WHERE id = ?1")
-        .bind(id)
-        .bind(state)
-        .bind(error)
-        .bind(now)
-        .execute(e)
-        .await?;
+    on!(e, |c, pg| sqlx::query(
+        "UPDATE jobs SET state = $2, error = $3, updated_ms = $4, finished_ms = $4 WHERE id = $1"
+    )
+    .bind(id)
+    .bind(state)
+    .bind(error)
+    .bind(now)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
     Ok(())
 }
 
 /// Adds `note` to the job's error text (joined with "; "), for what went wrong without failing it.
-pub(crate) async fn add_note(e: impl SqliteExecutor<'_>, id: JobId, note: &str, now: i64) -> Result<()> {
-    sqlx::query(
-        "UPDATE jobs SET error = CASE WHEN error = '' THEN ?2 ELSE error || '; ' || ?2 END, updated_ms = ?3
-         WHERE id = ?1",
+pub(crate) async fn add_note(e: impl Into<Exec<'_>>, id: JobId, note: &str, now: i64) -> Result<()> {
+    on!(e, |c, pg| sqlx::query(
+        "UPDATE jobs SET error = CASE WHEN error = '' THEN $2 ELSE error || '; ' || $2 END, updated_ms = $3
+         WHERE id = $1",
     )
     .bind(id)
     .bind(note)
     .bind(now)
-    .execute(e)
-    .await?;
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
     Ok(())
 }

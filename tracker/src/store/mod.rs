@@ -1,9 +1,16 @@
-//! The SQLite store, one function per query. The database is the source of truth: everything the
-//! tracker knows about jobs, tasks and records can be rebuilt from it after a crash.
+//! The store, one function per query, on SQLite or PostgreSQL. The database is the source of
+//! truth: everything the tracker knows about jobs, tasks and records can be rebuilt from it after a
+//! crash.
 //!
-//! Functions take any executor (the pool for reads, `&mut *tx` inside a write) and return the
-//! tracker's [`Error`](crate::error::Error), so a database failure reaches callers as a plain
-//! "internal" status with the detail only in the log.
+//! Functions take any [`Exec`] (the [`Pool`] for reads, a write's or a snapshot's [`Tx`]) and
+//! return the tracker's [`Error`](crate::error::Error), so a database failure reaches callers as a
+//! plain "internal" status with the detail only in the log. Each function's body is written once
+//! and compiled for both databases by [`on!`]; where the dialects differ (JSON arrays, aggregates)
+//! it picks the SQL text by the `pg` flag [`on!`] gives it.
+//!
+//! Several trackers may share one PostgreSQL database: a write takes a transaction-scoped advisory
+//! lock first ([`Pool::begin_write`]), so writes stay one at a time across every tracker, as they
+//! are on SQLite, and each read-decide-write sequence (leasing, reporting, proposing) stays atomic.
 
 pub(crate) mod classes;
 pub(crate) mod jobs;
@@ -12,13 +19,16 @@ pub(crate) mod tasks;
 pub(crate) mod workers;
 pub(crate) mod workloads;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::Duration;
 
+use anyhow::Context;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, SqlitePool};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, SqlitePool, Transaction};
 
 /// How long a statement waits for SQLite's write lock before failing. Writes are serialised by the
 /// tracker itself, so this only matters when another process (a backup, the sqlite3 shell) holds it.
@@ -27,8 +37,287 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections in the pool: reads (snapshots, watches, exports) run beside the one writer.
 const MAX_CONNECTIONS: u32 = 8;
 
-/// Opens (creating if needed) the database at `path` and applies the migrations.
-pub(crate) async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
+/// How long a call waits for a PostgreSQL connection (the server unreachable, or the pool busy)
+/// before it fails with `Unavailable`: shorter than a worker's lease, so it retries in time.
+const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The advisory lock key every tracker's writes take on PostgreSQL ("tensortn" in ASCII): one
+/// writer at a time across all trackers on the database.
+const WRITER_LOCK: i64 = 0x7465_6e73_6f72_746e;
+
+/// Runs `$body` with `$c` bound to the executor inside `$e` (anything `Into<Exec>`) and `$pg` to
+/// whether it is PostgreSQL. The body is compiled once per database, so it must type-check on both.
+macro_rules! on {
+    ($e:expr, |$c:ident, $pg:ident| $body:expr) => {
+        match ::std::convert::Into::<$crate::store::Exec<'_>>::into($e) {
+            $crate::store::Exec::SqlitePool($c) => {
+                #[allow(unused_variables)]
+                let $pg = false;
+                $body
+            }
+            $crate::store::Exec::Sqlite($c) => {
+                #[allow(unused_variables)]
+                let $pg = false;
+                $body
+            }
+            $crate::store::Exec::PgPool($c) => {
+                #[allow(unused_variables)]
+                let $pg = true;
+                $body
+            }
+            $crate::store::Exec::Postgres($c) => {
+                #[allow(unused_variables)]
+                let $pg = true;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on;
+
+/// Stores a fieldless enum as its name in a TEXT column, on either database: `text_column!(Type {
+/// Type::Variant => "name", ... })`.
+macro_rules! text_column {
+    ($ty:ident { $($variant:path => $name:literal),+ $(,)? }) => {
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $ty
+        where
+            str: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <str as sqlx::Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <str as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for $ty
+        where
+            &'static str: sqlx::Encode<'q, DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <DB as sqlx::Database>::ArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                let name: &'static str = match self {
+                    $($variant => $name,)+
+                };
+                <&'static str as sqlx::Encode<'q, DB>>::encode(name, buf)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $ty
+        where
+            &'r str: sqlx::Decode<'r, DB>,
+        {
+            fn decode(value: <DB as sqlx::Database>::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                match <&'r str as sqlx::Decode<'r, DB>>::decode(value)? {
+                    $($name => Ok($variant),)+
+                    other => Err(format!("unknown {} {other:?} in the database", stringify!($ty)).into()),
+                }
+            }
+        }
+    };
+}
+pub(crate) use text_column;
+
+/// Where the database is: what `--db` names.
+#[derive(Clone, Debug)]
+pub(crate) enum Location {
+    /// A SQLite file (a path, or a `sqlite://` URL).
+    Sqlite(PathBuf),
+    /// A PostgreSQL server and database (a `postgres://` or `postgresql://` URL).
+    Postgres(Box<PgConnectOptions>),
+}
+
+impl Location {
+    /// Reads `--db`: a `postgres://` or `postgresql://` URL, a `sqlite://` URL, or a file path.
+    pub(crate) fn parse(db: &Path) -> anyhow::Result<Location> {
+        let text = db.to_string_lossy();
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            let options = PgConnectOptions::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "--db {:?} is not a usable PostgreSQL URL ({e}); expected postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE",
+                    redact(&text)
+                )
+            })?;
+            return Ok(Location::Postgres(Box::new(options)));
+        }
+        if let Some(path) = text.strip_prefix("sqlite://") {
+            if path.contains('?') {
+                anyhow::bail!(
+                    "--db {text:?}: options in a sqlite:// URL are not taken (the tracker sets WAL, full sync and \
+                     foreign keys itself); give sqlite://PATH"
+                );
+            }
+            if path.is_empty() {
+                anyhow::bail!("--db {text:?} names no file; expected sqlite://PATH (or just PATH)");
+            }
+            return Ok(Location::Sqlite(PathBuf::from(path)));
+        }
+        if let Some((scheme, _)) = text.split_once("://") {
+            anyhow::bail!(
+                "--db {:?} has an unknown scheme {scheme:?}; expected a file path, sqlite://PATH or postgres://...",
+                redact(&text)
+            );
+        }
+        if text.is_empty() {
+            anyhow::bail!("--db is empty; expected a file path, sqlite://PATH or postgres://...");
+        }
+        Ok(Location::Sqlite(db.to_path_buf()))
+    }
+}
+
+/// `--db` as it may be shown: a URL's password replaced by `***`.
+pub(crate) fn redact(db: &str) -> String {
+    let Some((scheme, rest)) = db.split_once("://") else { return db.to_owned() };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{scheme}://{name}:***@{host}{tail}"),
+            None => db.to_owned(),
+        },
+        None => db.to_owned(),
+    }
+}
+
+/// The connection pool of either database.
+#[derive(Clone, Debug)]
+pub(crate) enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// A transaction on either database; dropped without [`Tx::commit`], it rolls back.
+pub(crate) enum Tx {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+/// Something a query runs on: a pool or a transaction's connection, of either database.
+pub(crate) enum Exec<'e> {
+    SqlitePool(&'e SqlitePool),
+    Sqlite(&'e mut SqliteConnection),
+    PgPool(&'e PgPool),
+    Postgres(&'e mut PgConnection),
+}
+
+impl<'e> From<&'e Pool> for Exec<'e> {
+    fn from(pool: &'e Pool) -> Self {
+        match pool {
+            Pool::Sqlite(p) => Exec::SqlitePool(p),
+            Pool::Postgres(p) => Exec::PgPool(p),
+        }
+    }
+}
+
+impl<'e> From<&'e mut Tx> for Exec<'e> {
+    fn from(tx: &'e mut Tx) -> Self {
+        tx.exec()
+    }
+}
+
+impl Pool {
+    /// A transaction for reads that must see one instant (a job with its workloads and records).
+    pub(crate) async fn begin(&self) -> sqlx::Result<Tx> {
+        Ok(match self {
+            Pool::Sqlite(p) => Tx::Sqlite(p.begin().await?),
+            // READ COMMITTED would give each statement its own snapshot.
+            Pool::Postgres(p) => Tx::Postgres(p.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ").await?),
+        })
+    }
+
+    /// A write transaction, holding the database's write lock from its start: SQLite's (IMMEDIATE,
+    /// so it never has to upgrade a read lock, which fails instead of waiting), or on PostgreSQL
+    /// the advisory lock that every tracker on the database takes for its writes.
+    pub(crate) async fn begin_write(&self) -> sqlx::Result<Tx> {
+        Ok(match self {
+            Pool::Sqlite(p) => Tx::Sqlite(p.begin_with("BEGIN IMMEDIATE").await?),
+            Pool::Postgres(p) => {
+                let mut tx = p.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(WRITER_LOCK).execute(&mut *tx).await?;
+                Tx::Postgres(tx)
+            }
+        })
+    }
+
+    /// Whether this is PostgreSQL (several trackers may share it).
+    pub(crate) fn is_postgres(&self) -> bool {
+        matches!(self, Pool::Postgres(_))
+    }
+
+    /// Closes every connection.
+    pub(crate) async fn close(&self) {
+        match self {
+            Pool::Sqlite(p) => p.close().await,
+            Pool::Postgres(p) => p.close().await,
+        }
+    }
+}
+
+impl Tx {
+    /// The transaction's connection.
+    pub(crate) fn exec(&mut self) -> Exec<'_> {
+        match self {
+            Tx::Sqlite(tx) => Exec::Sqlite(tx),
+            Tx::Postgres(tx) => Exec::Postgres(tx),
+        }
+    }
+
+    /// Commits.
+    pub(crate) async fn commit(self) -> sqlx::Result<()> {
+        match self {
+            Tx::Sqlite(tx) => tx.commit().await,
+            Tx::Postgres(tx) => tx.commit().await,
+        }
+    }
+}
+
+/// Opens the database `db` names (a path or URL, see [`Location::parse`]), creating a SQLite file
+/// when missing, and applies the migrations.
+pub(crate) async fn open(db: &Path) -> anyhow::Result<Pool> {
+    match Location::parse(db)? {
+        Location::Sqlite(path) => open_sqlite(&path).await.map(Pool::Sqlite),
+        Location::Postgres(options) => {
+            open_postgres(*options, &redact(&db.to_string_lossy())).await.map(Pool::Postgres)
+        }
+    }
+}
+
+/// Connects to the PostgreSQL database and applies its migrations; `shown` is the URL without its
+/// password, for errors.
+async fn open_postgres(options: PgConnectOptions, shown: &str) -> anyhow::Result<PgPool> {
+    let pool = PgPoolOptions::new()
+        .max_connections(MAX_CONNECTIONS)
+        .acquire_timeout(PG_ACQUIRE_TIMEOUT)
+        .connect_with(options)
+        .await
+        .with_context(|| format!("connecting to the PostgreSQL database {shown}"))?;
+    sqlx::migrate!("../migrations/postgres")
+        .run(&pool)
+        .await
+        .with_context(|| format!("applying migrations to the PostgreSQL database {shown}"))?;
+    // As on SQLite: a database the tracker can read but not write (a standby, a role without
+    // rights) would take jobs and then refuse every report, so it refuses to start instead.
+    let probe = async {
+        let mut tx = pool.begin().await?;
+        sqlx::query("LOCK TABLE jobs, tasks, records, workers IN ROW EXCLUSIVE MODE").execute(&mut *tx).await?;
+        tx.rollback().await
+    };
+    probe.await.with_context(|| {
+        format!(
+            "the PostgreSQL database {shown} cannot be written (a read-only standby, or a role without write rights?)"
+        )
+    })?;
+    Ok(pool)
+}
+
+/// Opens (creating if needed) the SQLite database at `path` and applies the migrations.
+async fn open_sqlite(path: &Path) -> anyhow::Result<SqlitePool> {
     let options = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
@@ -54,7 +343,7 @@ pub(crate) async fn open(path: &Path) -> anyhow::Result<SqlitePool> {
         .connect_with(options)
         .await
         .map_err(|e| unusable(path, "opening", e))?;
-    sqlx::migrate!("../migrations").run(&pool).await.map_err(|e| match e {
+    sqlx::migrate!("../migrations/sqlite").run(&pool).await.map_err(|e| match e {
         sqlx::migrate::MigrateError::Execute(e) | sqlx::migrate::MigrateError::ExecuteMigration(e, _) => {
             unusable(path, "applying migrations to", e)
         }
@@ -99,6 +388,66 @@ fn unusable(path: &Path, doing: &str, e: sqlx::Error) -> anyhow::Error {
     anyhow::Error::new(e).context(hint)
 }
 
+/// The SQL text of a query for the database at hand: `sqlite` as written, or for PostgreSQL (`pg`)
+/// with each `json_each($N)` (the elements of a JSON array parameter, as rows of one `value`
+/// column) spelled `json_array_elements_text($N::json)`. Elements come back as text on
+/// PostgreSQL, so queries compare numbers as `CAST(value AS BIGINT)`, which both read alike.
+/// Everything else must already mean the same on both; queries that differ more pick their text
+/// by `pg` themselves.
+pub(crate) fn sql(pg: bool, sqlite: &'static str) -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    // Rewritten once per query text (a fixed, small set) and kept for the process's life.
+    static REWRITTEN: OnceLock<Mutex<HashMap<&'static str, &'static str>>> = OnceLock::new();
+    if !pg || !sqlite.contains("json_each($") {
+        return sqlite;
+    }
+    let mut cache = REWRITTEN.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    cache.entry(sqlite).or_insert_with(|| {
+        let mut out = String::with_capacity(sqlite.len() + 32);
+        let mut rest = sqlite;
+        while let Some(at) = rest.find("json_each($") {
+            out.push_str(&rest[..at]);
+            let after = &rest[at + "json_each(".len()..];
+            let end = after.find(')').unwrap_or(after.len());
+            out.push_str("json_array_elements_text(");
+            out.push_str(&after[..end]);
+            out.push_str("::json");
+            rest = &after[end..];
+        }
+        out.push_str(rest);
+        Box::leak(out.into_boxed_str())
+    })
+}
+
+/// The channel a write that made tasks pending notifies on PostgreSQL, so that every tracker on
+/// the database wakes its long-polling leases (see `lib::relay_notifications`). Payload: the
+/// writing tracker's instance number.
+pub(crate) const TASKS_CHANNEL: &str = "tensortune_tasks";
+
+/// The channel a write that changed jobs notifies on PostgreSQL, so that every tracker wakes its
+/// job watchers. Payload: the writing tracker's instance number, `:`, the job ids comma-separated.
+pub(crate) const JOBS_CHANNEL: &str = "tensortune_jobs";
+
+/// On PostgreSQL, inside a write: notifies `channel` with `payload` (delivered when the write
+/// commits). Nothing on SQLite.
+pub(crate) async fn notify(e: impl Into<Exec<'_>>, channel: &str, payload: &str) -> crate::error::Result<()> {
+    let notify = || sqlx::query("SELECT pg_notify($1, $2)").bind(channel).bind(payload);
+    match e.into() {
+        Exec::PgPool(c) => notify().execute(c).await.map(|_| ())?,
+        Exec::Postgres(c) => notify().execute(c).await.map(|_| ())?,
+        Exec::SqlitePool(_) | Exec::Sqlite(_) => {}
+    }
+    Ok(())
+}
+
+/// A stored count or index as the `u32` the tracker uses (every integer column is 64-bit on
+/// PostgreSQL, which has no unsigned types); out-of-range values, which the tracker never writes,
+/// saturate.
+pub(crate) fn small(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
 /// A JSON column, decoded with `#[sqlx(try_from = "String")]`.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Json<T>(pub(crate) T);
@@ -115,4 +464,40 @@ impl<T: DeserializeOwned> TryFrom<String> for Json<T> {
 pub(crate) fn json<T: Serialize + ?Sized>(value: &T) -> String {
     // Only plain data (numbers, strings, maps with string keys) is stored, which always serialises.
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn db_names_a_file_a_sqlite_url_or_a_postgres_url() {
+        assert!(
+            matches!(Location::parse(Path::new("a/t.db")).unwrap(), Location::Sqlite(p) if p == Path::new("a/t.db"))
+        );
+        assert!(
+            matches!(Location::parse(Path::new("sqlite://a/t.db")).unwrap(), Location::Sqlite(p) if p == Path::new("a/t.db"))
+        );
+        match Location::parse(Path::new("postgresql://tt:pw@db.example:6543/tune")).unwrap() {
+            Location::Postgres(o) => {
+                assert_eq!((o.get_host(), o.get_port(), o.get_username()), ("db.example", 6543, "tt"));
+                assert_eq!(o.get_database(), Some("tune"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_db_is_refused_naming_the_flag_and_never_the_password() {
+        for bad in
+            ["mysql://tt:secret@db/x", "sqlite://", "sqlite://t.db?mode=ro", "", "postgres://tt:secret@db:notaport/x"]
+        {
+            let e = Location::parse(Path::new(bad)).unwrap_err().to_string();
+            assert!(e.contains("--db"), "{bad}: {e}");
+            assert!(!e.contains("secret"), "{bad}: {e}");
+        }
+        assert_eq!(redact("postgres://tt:secret@db:5/x?sslmode=require"), "postgres://tt:***@db:5/x?sslmode=require");
+        assert_eq!(redact("postgres://tt@db/x"), "postgres://tt@db/x");
+        assert_eq!(redact("t.db"), "t.db");
+    }
 }

@@ -1,9 +1,8 @@
 //! Queries on `records`.
 
-use sqlx::SqliteExecutor;
 use tensortune_kernels::Workload;
 
-use super::{Json, json};
+use super::{Exec, Json, json, on, sql};
 use crate::error::Result;
 use crate::model::{JobId, Provenance, RecordFilter, RecordId, Status, TaskId, WorkerId};
 
@@ -18,6 +17,7 @@ pub(crate) struct Record {
     #[sqlx(try_from = "String")]
     pub(crate) workload: Json<Workload>,
     pub(crate) template: String,
+    #[sqlx(try_from = "i64")]
     pub(crate) template_version: u32,
     pub(crate) config: String,
     pub(crate) config_index: i64,
@@ -30,12 +30,15 @@ pub(crate) struct Record {
     pub(crate) samples: Json<Vec<f64>>,
     pub(crate) median_us: f64,
     pub(crate) spread: f64,
+    #[sqlx(try_from = "i64")]
     pub(crate) batch: u32,
     pub(crate) baseline_us: Option<f64>,
     pub(crate) baseline_kind: String,
     pub(crate) max_abs_err: Option<f64>,
     pub(crate) max_rel_err: Option<f64>,
+    #[sqlx(try_from = "i64")]
     pub(crate) registers: u32,
+    #[sqlx(try_from = "i64")]
     pub(crate) smem_bytes: u32,
     pub(crate) cache_hit: bool,
     #[sqlx(try_from = "String")]
@@ -89,7 +92,7 @@ pub(crate) struct NewRecord<'a> {
 }
 
 /// Inserts a record, deriving TFLOP/s and the speedup over the vendor baseline.
-pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &NewRecord<'_>, now: i64) -> Result<RecordId> {
+pub(crate) async fn insert(e: impl Into<Exec<'_>>, r: &NewRecord<'_>, now: i64) -> Result<RecordId> {
     let m = r.measurement;
     let ok = m.status == Status::Ok && m.median_us > 0.0;
     let tflops = if ok { r.workload.flops() / m.median_us / 1e6 } else { 0.0 };
@@ -97,14 +100,14 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &NewRecord<'_>, now: i
         Some(baseline) if ok && baseline > 0.0 => baseline / m.median_us,
         _ => 0.0,
     };
-    Ok(sqlx::query_scalar(
+    Ok(on!(e, |c, pg| sqlx::query_scalar(
         "INSERT INTO records (task_id, job_id, worker_id, workload_key, workload, template, template_version, config,
                               config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
                               spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers,
                               smem_bytes, cache_hit, provenance, tflops, speedup, created_ms, remeasure, finalist_pos,
                               token_id, untrusted)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22,
-                 ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+                 $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33)
          RETURNING id",
     )
     .bind(r.task_id)
@@ -113,7 +116,7 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &NewRecord<'_>, now: i
     .bind(r.workload.key())
     .bind(json(r.workload))
     .bind(r.template)
-    .bind(r.template_version)
+    .bind(i64::from(r.template_version))
     .bind(r.config)
     .bind(r.config_index)
     .bind(r.device_class)
@@ -124,32 +127,35 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, r: &NewRecord<'_>, now: i
     .bind(json(&m.samples_us))
     .bind(m.median_us)
     .bind(m.spread)
-    .bind(m.batch)
+    .bind(i64::from(m.batch))
     .bind(m.baseline_us)
     .bind(&m.baseline_kind)
     .bind(m.max_abs_err)
     .bind(m.max_rel_err)
-    .bind(m.registers)
-    .bind(m.smem_bytes)
+    .bind(i64::from(m.registers))
+    .bind(i64::from(m.smem_bytes))
     .bind(m.cache_hit)
     .bind(json(&m.provenance))
     .bind(tflops)
     .bind(speedup)
     .bind(now)
     .bind(r.finalist.is_some())
-    .bind(r.finalist.unwrap_or(0))
+    .bind(i64::from(r.finalist.unwrap_or(0)))
     .bind(r.token_id)
     .bind(r.untrusted)
-    .fetch_one(e)
-    .await?)
+    .fetch_one(c)
+    .await)?)
 }
 
 /// The records `ids`.
-pub(crate) async fn get_many(e: impl SqliteExecutor<'_>, ids: &[RecordId]) -> Result<Vec<Record>> {
-    Ok(sqlx::query_as("SELECT * FROM records WHERE id IN (SELECT value FROM json_each(?1))")
-        .bind(json(ids))
-        .fetch_all(e)
-        .await?)
+pub(crate) async fn get_many(e: impl Into<Exec<'_>>, ids: &[RecordId]) -> Result<Vec<Record>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(sql(
+        pg,
+        "SELECT * FROM records WHERE id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))"
+    ))
+    .bind(json(ids))
+    .fetch_all(c)
+    .await)?)
 }
 
 /// The content key of a measurement: records with equal keys measured the same kernel.
@@ -164,26 +170,27 @@ pub(crate) struct ContentKey<'a> {
 /// The oldest tuning record with this content whose status would repeat if measured again: every
 /// status but `timeout` and `device_lost`, which say more about the worker than about the kernel.
 /// Re-measurements are left out so that a trial always points at a tuning record.
-pub(crate) async fn reusable(e: impl SqliteExecutor<'_>, key: &ContentKey<'_>) -> Result<Option<Outcome>> {
-    Ok(sqlx::query_as(
+pub(crate) async fn reusable(e: impl Into<Exec<'_>>, key: &ContentKey<'_>) -> Result<Option<Outcome>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(
         "SELECT id, status, median_us, untrusted IS NULL AS trusted FROM records
-         WHERE workload_key = ?1 AND template = ?2 AND template_version = ?3 AND device_class = ?4 AND config = ?5
-           AND status NOT IN ('timeout', 'device_lost') AND remeasure = 0 AND untrusted IS NULL
+         WHERE workload_key = $1 AND template = $2 AND template_version = $3 AND device_class = $4 AND config = $5
+           AND status NOT IN ('timeout', 'device_lost') AND NOT remeasure AND untrusted IS NULL
          ORDER BY id LIMIT 1",
     )
     .bind(key.workload_key)
     .bind(key.template)
-    .bind(key.template_version)
+    .bind(i64::from(key.template_version))
     .bind(key.device_class)
     .bind(key.config)
-    .fetch_optional(e)
-    .await?)
+    .fetch_optional(c)
+    .await)?)
 }
 
 /// An ok trial of a workload: its config and the record its task points at.
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub(crate) struct Trial {
     pub(crate) template: String,
+    #[sqlx(try_from = "i64")]
     pub(crate) template_version: u32,
     pub(crate) config_index: i64,
     pub(crate) config: String,
@@ -193,26 +200,27 @@ pub(crate) struct Trial {
 
 /// The `limit` fastest ok trials of workload `idx` of `job` (by the median of the record each
 /// trial points at, reused records included), fastest first. Each trial has its own config.
-pub(crate) async fn fastest_trials(e: impl SqliteExecutor<'_>, job: JobId, idx: u32, limit: u32) -> Result<Vec<Trial>> {
-    Ok(sqlx::query_as(
+pub(crate) async fn fastest_trials(e: impl Into<Exec<'_>>, job: JobId, idx: u32, limit: u32) -> Result<Vec<Trial>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(
         "SELECT t.template, t.template_version, t.config_index, t.config, r.id AS record_id, r.median_us
          FROM tasks t JOIN records r ON r.id = t.record_id
-         WHERE t.job_id = ?1 AND t.workload_idx = ?2 AND t.kind = 'tuning' AND t.state = 'done' AND r.status = 'ok'
+         WHERE t.job_id = $1 AND t.workload_idx = $2 AND t.kind = 'tuning' AND t.state = 'done' AND r.status = 'ok'
            AND r.untrusted IS NULL
          ORDER BY r.median_us, r.id
-         LIMIT ?3",
+         LIMIT $3",
     )
     .bind(job)
-    .bind(idx)
-    .bind(limit)
-    .fetch_all(e)
-    .await?)
+    .bind(i64::from(idx))
+    .bind(i64::from(limit))
+    .fetch_all(c)
+    .await)?)
 }
 
 /// The outcome of one finished tuning trial of a workload, as a model search reads it.
 #[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
 pub(crate) struct TrialOutcome {
     pub(crate) template: String,
+    #[sqlx(try_from = "i64")]
     pub(crate) template_version: u32,
     pub(crate) config_index: i64,
     pub(crate) status: Status,
@@ -224,18 +232,18 @@ pub(crate) struct TrialOutcome {
 /// The outcomes of the finished tuning trials of workload `idx` of `job` (the record each points
 /// at, reused records included), in the order they finished. Trials finished before the `trial`
 /// column existed come first, in the order their tasks were last updated.
-pub(crate) async fn trial_outcomes(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<TrialOutcome>> {
-    Ok(sqlx::query_as(
+pub(crate) async fn trial_outcomes(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Result<Vec<TrialOutcome>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(
         "SELECT t.template, t.template_version, t.config_index, r.status, r.median_us,
                 r.untrusted IS NULL AS trusted
          FROM tasks t JOIN records r ON r.id = t.record_id
-         WHERE t.job_id = ?1 AND t.workload_idx = ?2 AND t.kind = 'tuning' AND t.state = 'done'
+         WHERE t.job_id = $1 AND t.workload_idx = $2 AND t.kind = 'tuning' AND t.state = 'done'
          ORDER BY t.trial, t.updated_ms, t.id",
     )
     .bind(job)
-    .bind(idx)
-    .fetch_all(e)
-    .await?)
+    .bind(i64::from(idx))
+    .fetch_all(c)
+    .await)?)
 }
 
 /// A stored tuning record as transfer reads it.
@@ -264,28 +272,31 @@ pub(crate) struct PriorScope<'a> {
 
 /// The `limit` most recent tuning records in `scope`, newest first, whose status would repeat if
 /// measured again (as for reuse: not `timeout` or `device_lost`).
-pub(crate) async fn prior_records(e: impl SqliteExecutor<'_>, scope: &PriorScope<'_>) -> Result<Vec<PriorRecord>> {
-    Ok(sqlx::query_as(
+pub(crate) async fn prior_records(e: impl Into<Exec<'_>>, scope: &PriorScope<'_>) -> Result<Vec<PriorRecord>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(sql(
+        pg,
         "SELECT workload_key, workload, config, status, median_us FROM records
-         WHERE device_class = ?1 AND template = ?2 AND template_version = ?3
-           AND workload_key NOT IN (SELECT value FROM json_each(?4)) AND created_ms < ?5
-           AND remeasure = 0 AND status NOT IN ('timeout', 'device_lost') AND untrusted IS NULL
-         ORDER BY id DESC LIMIT ?6",
-    )
+         WHERE device_class = $1 AND template = $2 AND template_version = $3
+           AND workload_key NOT IN (SELECT value FROM json_each($4)) AND created_ms < $5
+           AND NOT remeasure AND status NOT IN ('timeout', 'device_lost') AND untrusted IS NULL
+         ORDER BY id DESC LIMIT $6",
+    ))
     .bind(scope.device_class)
     .bind(scope.template)
-    .bind(scope.template_version)
+    .bind(i64::from(scope.template_version))
     .bind(json(scope.exclude))
     .bind(scope.before_ms)
-    .bind(scope.limit)
-    .fetch_all(e)
-    .await?)
+    .bind(i64::from(scope.limit))
+    .fetch_all(c)
+    .await)?)
 }
 
 /// A re-measurement record of a finalist.
 #[derive(Clone, Copy, Debug, PartialEq, sqlx::FromRow)]
 pub(crate) struct Remeasure {
+    #[sqlx(try_from = "i64")]
     pub(crate) workload_idx: u32,
+    #[sqlx(try_from = "i64")]
     pub(crate) finalist_pos: u32,
     pub(crate) id: RecordId,
     pub(crate) status: Status,
@@ -293,154 +304,168 @@ pub(crate) struct Remeasure {
 }
 
 /// The re-measurement records of every finalist task of `job`, by workload and position.
-pub(crate) async fn remeasured(e: impl SqliteExecutor<'_>, job: JobId) -> Result<Vec<Remeasure>> {
-    Ok(sqlx::query_as(
+pub(crate) async fn remeasured(e: impl Into<Exec<'_>>, job: JobId) -> Result<Vec<Remeasure>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(
         "SELECT t.workload_idx, r.finalist_pos, r.id, r.status, r.median_us
          FROM tasks t JOIN records r ON r.task_id = t.id
-         WHERE t.job_id = ?1 AND t.kind = 'finalist' AND r.remeasure = 1
+         WHERE t.job_id = $1 AND t.kind = 'finalist' AND r.remeasure
          ORDER BY t.workload_idx, r.finalist_pos",
     )
     .bind(job)
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// The fastest ok record of a workload per device class (only `device_class` when given) among
 /// the records of `templates` (each `name@version`), fastest first.
 pub(crate) async fn best(
-    e: impl SqliteExecutor<'_>,
+    e: impl Into<Exec<'_>>,
     workload_key: &str,
     templates: &[String],
     device_class: Option<&str>,
 ) -> Result<Vec<Record>> {
-    Ok(sqlx::query_as(
+    Ok(on!(e, |c, pg| sqlx::query_as(sql(
+        pg,
         "SELECT * FROM (
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class ORDER BY median_us, id) AS rank
              FROM records
-             WHERE workload_key = ?1 AND template || '@' || template_version IN (SELECT value FROM json_each(?2))
-               AND status = 'ok' AND untrusted IS NULL AND (?3 IS NULL OR device_class = ?3))
+             WHERE workload_key = $1 AND template || '@' || template_version IN (SELECT value FROM json_each($2))
+               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3)) AS ranked
          WHERE rank = 1
          ORDER BY median_us, id",
-    )
+    ))
     .bind(workload_key)
     .bind(json(templates))
     .bind(device_class)
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// The best trusted ok record per (device class, workload) among workloads whose key matches the
 /// SQL `LIKE` pattern `key_like` (of the templates `name@version` in `templates`, on
 /// `device_class` when given): the candidates of a nearest-shape answer.
 pub(crate) async fn best_per_workload(
-    e: impl SqliteExecutor<'_>,
+    e: impl Into<Exec<'_>>,
     key_like: &str,
     templates: &[String],
     device_class: Option<&str>,
 ) -> Result<Vec<Record>> {
-    Ok(sqlx::query_as(
+    Ok(on!(e, |c, pg| sqlx::query_as(sql(
+        pg,
         "SELECT * FROM (
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class, workload_key ORDER BY median_us, id) AS rank
              FROM records
-             WHERE workload_key LIKE ?1 AND template || '@' || template_version IN (SELECT value FROM json_each(?2))
-               AND status = 'ok' AND untrusted IS NULL AND (?3 IS NULL OR device_class = ?3))
+             WHERE workload_key LIKE $1 AND template || '@' || template_version IN (SELECT value FROM json_each($2))
+               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3)) AS ranked
          WHERE rank = 1
          ORDER BY device_class, workload_key",
-    )
+    ))
     .bind(key_like)
     .bind(json(templates))
     .bind(device_class)
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Up to `limit` records matching `filter` with ids above `after`, oldest first.
 pub(crate) async fn page(
-    e: impl SqliteExecutor<'_>,
+    e: impl Into<Exec<'_>>,
     filter: &RecordFilter,
     after: RecordId,
     limit: u32,
 ) -> Result<Vec<Record>> {
-    Ok(sqlx::query_as(
+    Ok(on!(e, |c, pg| sqlx::query_as(
         "SELECT * FROM records
-         WHERE id > ?1 AND (?2 IS NULL OR workload_key = ?2) AND (?3 IS NULL OR device_class = ?3)
-           AND (?4 IS NULL OR job_id = ?4) AND (NOT ?5 OR (status = 'ok' AND untrusted IS NULL))
-         ORDER BY id LIMIT ?6",
+         WHERE id > $1 AND ($2 IS NULL OR workload_key = $2) AND ($3 IS NULL OR device_class = $3)
+           AND ($4 IS NULL OR job_id = $4) AND (NOT $5 OR (status = 'ok' AND untrusted IS NULL))
+         ORDER BY id LIMIT $6",
     )
     .bind(after)
     .bind(filter.workload_key.as_deref())
     .bind(filter.device_class.as_deref())
     .bind(filter.job_id)
     .bind(filter.ok_only)
-    .bind(limit)
-    .fetch_all(e)
-    .await?)
+    .bind(i64::from(limit))
+    .fetch_all(c)
+    .await)?)
 }
 
 /// The latest trusted vendor time of `workload_key` on `device_class` from each worker other than
 /// `worker`: the same vendor kernel, so they should agree.
 pub(crate) async fn vendor_times(
-    e: impl SqliteExecutor<'_>,
+    e: impl Into<Exec<'_>>,
     workload_key: &str,
     device_class: &str,
     worker: WorkerId,
 ) -> Result<Vec<f64>> {
-    // SQLite takes the bare column from the row holding MAX(id).
-    let rows: Vec<(f64, i64)> = sqlx::query_as(
+    let rows: Vec<(f64, i64)> = on!(e, |c, pg| sqlx::query_as(if pg {
+        "SELECT DISTINCT ON (worker_id) baseline_us, id FROM records
+         WHERE workload_key = $1 AND device_class = $2 AND status = 'ok' AND untrusted IS NULL AND baseline_us > 0
+           AND worker_id IS NOT NULL AND worker_id != $3
+         ORDER BY worker_id, id DESC"
+    } else {
+        // SQLite takes the bare column from the row holding MAX(id).
         "SELECT baseline_us, MAX(id) FROM records
-         WHERE workload_key = ?1 AND device_class = ?2 AND status = 'ok' AND untrusted IS NULL AND baseline_us > 0
-           AND worker_id IS NOT NULL AND worker_id != ?3
-         GROUP BY worker_id",
-    )
+         WHERE workload_key = $1 AND device_class = $2 AND status = 'ok' AND untrusted IS NULL AND baseline_us > 0
+           AND worker_id IS NOT NULL AND worker_id != $3
+         GROUP BY worker_id"
+    })
     .bind(workload_key)
     .bind(device_class)
     .bind(worker)
-    .fetch_all(e)
-    .await?;
+    .fetch_all(c)
+    .await)?;
     Ok(rows.into_iter().map(|(t, _)| t).collect())
 }
 
 /// The highest speedup over the vendor of a trusted tuning record of a template on a class.
 pub(crate) async fn best_speedup(
-    e: impl SqliteExecutor<'_>,
+    e: impl Into<Exec<'_>>,
     template: &str,
     template_version: u32,
     device_class: &str,
 ) -> Result<Option<f64>> {
-    Ok(sqlx::query_scalar(
+    Ok(on!(e, |c, pg| sqlx::query_scalar(
         "SELECT MAX(speedup) FROM records
-         WHERE template = ?1 AND template_version = ?2 AND device_class = ?3 AND status = 'ok' AND untrusted IS NULL
-           AND remeasure = 0",
+         WHERE template = $1 AND template_version = $2 AND device_class = $3 AND status = 'ok' AND untrusted IS NULL
+           AND NOT remeasure",
     )
     .bind(template)
-    .bind(template_version)
+    .bind(i64::from(template_version))
     .bind(device_class)
-    .fetch_one(e)
-    .await?)
+    .fetch_one(c)
+    .await)?)
 }
 
 /// Marks every record of worker `id` untrusted with `reason` (records already untrusted keep
 /// their first reason); returns how many it marked.
-pub(crate) async fn quarantine_worker(e: impl SqliteExecutor<'_>, id: WorkerId, reason: &str) -> Result<u64> {
-    let done = sqlx::query("UPDATE records SET untrusted = ?2 WHERE worker_id = ?1 AND untrusted IS NULL")
-        .bind(id)
-        .bind(reason)
-        .execute(e)
-        .await?;
-    Ok(done.rows_affected())
+pub(crate) async fn quarantine_worker(e: impl Into<Exec<'_>>, id: WorkerId, reason: &str) -> Result<u64> {
+    let done =
+        on!(e, |c, pg| sqlx::query("UPDATE records SET untrusted = $2 WHERE worker_id = $1 AND untrusted IS NULL")
+            .bind(id)
+            .bind(reason)
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
+    Ok(done)
 }
 
 /// The worker that produced record `id`.
-pub(crate) async fn worker_of(e: impl SqliteExecutor<'_>, id: RecordId) -> Result<Option<WorkerId>> {
-    Ok(sqlx::query_scalar("SELECT worker_id FROM records WHERE id = ?1").bind(id).fetch_optional(e).await?.flatten())
+pub(crate) async fn worker_of(e: impl Into<Exec<'_>>, id: RecordId) -> Result<Option<WorkerId>> {
+    Ok(on!(e, |c, pg| sqlx::query_scalar("SELECT worker_id FROM records WHERE id = $1")
+        .bind(id)
+        .fetch_optional(c)
+        .await)?
+    .flatten())
 }
 
 /// Marks record `id` untrusted with `reason` unless it already is.
-pub(crate) async fn distrust(e: impl SqliteExecutor<'_>, id: RecordId, reason: &str) -> Result<()> {
-    sqlx::query("UPDATE records SET untrusted = ?2 WHERE id = ?1 AND untrusted IS NULL")
+pub(crate) async fn distrust(e: impl Into<Exec<'_>>, id: RecordId, reason: &str) -> Result<()> {
+    on!(e, |c, pg| sqlx::query("UPDATE records SET untrusted = $2 WHERE id = $1 AND untrusted IS NULL")
         .bind(id)
         .bind(reason)
-        .execute(e)
-        .await?;
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
     Ok(())
 }

@@ -1,9 +1,8 @@
 //! Queries on `tasks`.
 
-use sqlx::SqliteExecutor;
 use tensortune_kernels::Workload;
 
-use super::{Json, json};
+use super::{Exec, Json, json, on, small, sql};
 use crate::error::Result;
 use crate::model::{Finalist, JobId, RecordId, TaskId, TaskKind, TaskState, WorkerId};
 
@@ -16,11 +15,13 @@ const FINALIST_CONFIG_INDEX: i64 = -1;
 pub(crate) struct TaskRow {
     pub(crate) id: TaskId,
     pub(crate) job_id: JobId,
+    #[sqlx(try_from = "i64")]
     pub(crate) workload_idx: u32,
     pub(crate) kind: TaskKind,
     /// The template of a tuning task's config ('' and 0 for a finalist task, whose finalists each
     /// name theirs).
     pub(crate) template: String,
+    #[sqlx(try_from = "i64")]
     pub(crate) template_version: u32,
     /// The config of a tuning task (-1 and empty for a finalist task).
     pub(crate) config_index: i64,
@@ -30,6 +31,7 @@ pub(crate) struct TaskRow {
     pub(crate) finalists: Json<Vec<Finalist>>,
     pub(crate) state: TaskState,
     pub(crate) worker_id: Option<WorkerId>,
+    #[sqlx(try_from = "i64")]
     pub(crate) attempts: u32,
     /// A tuning task's record; a finalist task's winning re-measurement (the first one when none
     /// was ok).
@@ -46,17 +48,21 @@ pub(crate) struct LeasedTask {
     pub(crate) workload_key: String,
     /// A tuning task's template ('' and 0 for a finalist task: each finalist names its own).
     pub(crate) template: String,
+    #[sqlx(try_from = "i64")]
     pub(crate) template_version: u32,
     pub(crate) config: String,
     pub(crate) config_index: i64,
+    #[sqlx(try_from = "i64")]
     pub(crate) samples: u32,
     pub(crate) lease_expires_ms: i64,
     pub(crate) flush_l2: bool,
     pub(crate) kind: TaskKind,
     #[sqlx(try_from = "String")]
     pub(crate) finalists: Json<Vec<Finalist>>,
+    #[sqlx(try_from = "i64")]
     pub(crate) finalist_rounds: u32,
     /// Leases of the task so far, this one included: the lease's serial.
+    #[sqlx(try_from = "i64")]
     pub(crate) attempts: u32,
 }
 
@@ -73,16 +79,16 @@ pub(crate) struct NewTask<'a> {
 }
 
 /// Inserts a task.
-pub(crate) async fn insert(e: impl SqliteExecutor<'_>, t: &NewTask<'_>, now: i64) -> Result<TaskId> {
+pub(crate) async fn insert(e: impl Into<Exec<'_>>, t: &NewTask<'_>, now: i64) -> Result<TaskId> {
     let state = if t.reuses.is_some() { TaskState::Done } else { TaskState::Pending };
-    Ok(sqlx::query_scalar(
+    Ok(on!(e, |c, pg| sqlx::query_scalar(
         "INSERT INTO tasks (job_id, workload_idx, template, template_version, config_index, config, state, record_id,
                             reused, created_ms, updated_ms)
-         VALUES (?1, ?2, ?9, ?10, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+         VALUES ($1, $2, $9, $10, $3, $4, $5, $6, $7, $8, $8)
          RETURNING id",
     )
     .bind(t.job_id)
-    .bind(t.workload_idx)
+    .bind(i64::from(t.workload_idx))
     .bind(i64::try_from(t.config_index).unwrap_or(i64::MAX))
     .bind(t.config)
     .bind(state)
@@ -90,76 +96,131 @@ pub(crate) async fn insert(e: impl SqliteExecutor<'_>, t: &NewTask<'_>, now: i64
     .bind(t.reuses.is_some())
     .bind(now)
     .bind(t.template)
-    .bind(t.template_version)
-    .fetch_one(e)
-    .await?)
+    .bind(i64::from(t.template_version))
+    .fetch_one(c)
+    .await)?)
 }
 
 /// Inserts the pending finalist task of workload `idx` of `job`.
 pub(crate) async fn insert_finalist(
-    e: impl SqliteExecutor<'_>,
+    e: impl Into<Exec<'_>>,
     job: JobId,
     idx: u32,
     finalists: &[Finalist],
     now: i64,
 ) -> Result<TaskId> {
-    Ok(sqlx::query_scalar(
+    Ok(on!(e, |c, pg| sqlx::query_scalar(
         "INSERT INTO tasks (job_id, workload_idx, kind, template, template_version, config_index, config, finalists,
                             state, created_ms, updated_ms)
-         VALUES (?1, ?2, 'finalist', '', 0, ?3, '', ?4, 'pending', ?5, ?5)
+         VALUES ($1, $2, 'finalist', '', 0, $3, '', $4, 'pending', $5, $5)
          RETURNING id",
     )
     .bind(job)
-    .bind(idx)
+    .bind(i64::from(idx))
     .bind(FINALIST_CONFIG_INDEX)
     .bind(json(finalists))
     .bind(now)
-    .fetch_one(e)
-    .await?)
+    .fetch_one(c)
+    .await)?)
 }
 
 /// The task `id`.
-pub(crate) async fn get(e: impl SqliteExecutor<'_>, id: TaskId) -> Result<Option<TaskRow>> {
-    Ok(sqlx::query_as("SELECT * FROM tasks WHERE id = ?1").bind(id).fetch_optional(e).await?)
+pub(crate) async fn get(e: impl Into<Exec<'_>>, id: TaskId) -> Result<Option<TaskRow>> {
+    Ok(on!(e, |c, pg| sqlx::query_as("SELECT * FROM tasks WHERE id = $1").bind(id).fetch_optional(c).await)?)
 }
 
 /// Tuning tasks of a workload that are pending or leased.
-pub(crate) async fn outstanding(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<u32> {
-    Ok(sqlx::query_scalar(
+pub(crate) async fn outstanding(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Result<u32> {
+    let n: i64 = on!(e, |c, pg| sqlx::query_scalar(
         "SELECT COUNT(*) FROM tasks
-         WHERE job_id = ?1 AND workload_idx = ?2 AND kind = 'tuning' AND state IN ('pending', 'leased')",
+         WHERE job_id = $1 AND workload_idx = $2 AND kind = 'tuning' AND state IN ('pending', 'leased')",
     )
     .bind(job)
-    .bind(idx)
-    .fetch_one(e)
-    .await?)
+    .bind(i64::from(idx))
+    .fetch_one(c)
+    .await)?;
+    Ok(small(n))
 }
 
 /// Tuning tasks of `job` that are pending or leased, per workload: (workload index, count), only
 /// workloads that have some.
-pub(crate) async fn outstanding_by_workload(e: impl SqliteExecutor<'_>, job: JobId) -> Result<Vec<(u32, u32)>> {
-    Ok(sqlx::query_as(
+pub(crate) async fn outstanding_by_workload(e: impl Into<Exec<'_>>, job: JobId) -> Result<Vec<(u32, u32)>> {
+    let rows: Vec<(i64, i64)> = on!(e, |c, pg| sqlx::query_as(
         "SELECT workload_idx, COUNT(*) FROM tasks
-         WHERE job_id = ?1 AND kind = 'tuning' AND state IN ('pending', 'leased')
+         WHERE job_id = $1 AND kind = 'tuning' AND state IN ('pending', 'leased')
          GROUP BY workload_idx ORDER BY workload_idx",
     )
     .bind(job)
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?;
+    Ok(rows.into_iter().map(|(idx, n)| (small(idx), small(n))).collect())
 }
 
 /// The configs of a workload that already have a tuning task (in any state): (template, template
 /// version, config index).
-pub(crate) async fn taken(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> Result<Vec<(String, u32, i64)>> {
-    Ok(sqlx::query_as(
+pub(crate) async fn taken(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Result<Vec<(String, u32, i64)>> {
+    let rows: Vec<(String, i64, i64)> = on!(e, |c, pg| sqlx::query_as(
         "SELECT template, template_version, config_index FROM tasks
-         WHERE job_id = ?1 AND workload_idx = ?2 AND kind = 'tuning'",
+         WHERE job_id = $1 AND workload_idx = $2 AND kind = 'tuning'",
     )
     .bind(job)
-    .bind(idx)
-    .fetch_all(e)
-    .await?)
+    .bind(i64::from(idx))
+    .fetch_all(c)
+    .await)?;
+    Ok(rows.into_iter().map(|(template, version, index)| (template, small(version), index)).collect())
 }
+
+/// [`lease`] on SQLite, where the writer lock already keeps a task from being leased twice.
+const LEASE_SQLITE: &str =
+    "UPDATE tasks SET state = 'leased', worker_id = $1, lease_expires_ms = $2, attempts = attempts + 1,
+                          updated_ms = $3
+         WHERE id IN (
+             SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
+             WHERE t.state = 'pending' AND j.state IN ('queued', 'running') AND j.device_class = $4
+               AND CASE t.kind
+                   WHEN 'tuning' THEN t.template || '@' || t.template_version IN (SELECT value FROM json_each($5))
+                   ELSE NOT EXISTS (
+                       SELECT 1 FROM json_each(t.finalists) f
+                       WHERE json_extract(f.value, '$.template') || '@' || json_extract(f.value, '$.template_version')
+                             NOT IN (SELECT value FROM json_each($5)))
+                     -- The winner is confirmed on another worker than the one that timed the
+                     -- fastest finalist, when another online one of the class exists.
+                     AND ($1 IS NOT (SELECT r.worker_id FROM records r
+                                      WHERE r.id = json_extract(t.finalists, '$[0].record_id'))
+                          OR NOT EXISTS (SELECT 1 FROM workers o
+                                         WHERE o.device_class = $4 AND o.state = 'online' AND o.id != $1
+                                           AND o.quarantined IS NULL))
+                   END
+             ORDER BY t.job_id, t.id
+             LIMIT $6)
+         RETURNING id";
+
+/// [`lease`] on PostgreSQL: the same choice, and the chosen rows locked (`SKIP LOCKED`: rows another
+/// tracker's transaction is leasing are passed over, never waited for or handed out twice), as a
+/// second guard beside the writer lock that all trackers take.
+const LEASE_PG: &str =
+    "UPDATE tasks SET state = 'leased', worker_id = $1, lease_expires_ms = $2, attempts = attempts + 1,
+                          updated_ms = $3
+         WHERE id IN (
+             SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
+             WHERE t.state = 'pending' AND j.state IN ('queued', 'running') AND j.device_class = $4
+               AND CASE t.kind
+                   WHEN 'tuning' THEN t.template || '@' || t.template_version
+                                      IN (SELECT json_array_elements_text($5::json))
+                   ELSE NOT EXISTS (
+                       SELECT 1 FROM json_array_elements(t.finalists::json) AS f (value)
+                       WHERE (f.value ->> 'template') || '@' || (f.value ->> 'template_version')
+                             NOT IN (SELECT json_array_elements_text($5::json)))
+                     AND ($1 IS DISTINCT FROM (SELECT r.worker_id FROM records r
+                                               WHERE r.id = (t.finalists::json -> 0 ->> 'record_id')::bigint)
+                          OR NOT EXISTS (SELECT 1 FROM workers o
+                                         WHERE o.device_class = $4 AND o.state = 'online' AND o.id != $1
+                                           AND o.quarantined IS NULL))
+                   END
+             ORDER BY t.job_id, t.id
+             LIMIT $6
+             FOR UPDATE OF t SKIP LOCKED)
+         RETURNING id";
 
 /// Leases up to `limit` pending tasks to `worker`: tasks of queued or running jobs bound to
 /// `device_class` that it can run, oldest job first. It can run a tuning task whose template
@@ -167,7 +228,7 @@ pub(crate) async fn taken(e: impl SqliteExecutor<'_>, job: JobId, idx: u32) -> R
 /// is (a worker with only some of a job's templates gets only their tasks) and, when another
 /// online worker of the class exists, it did not time the fastest finalist.
 pub(crate) async fn lease(
-    e: impl SqliteExecutor<'_>,
+    e: impl Into<Exec<'_>>,
     worker: WorkerId,
     device_class: &str,
     templates: &[String],
@@ -175,170 +236,161 @@ pub(crate) async fn lease(
     expires_ms: i64,
     now: i64,
 ) -> Result<Vec<TaskId>> {
-    Ok(sqlx::query_scalar(
-        "UPDATE tasks SET state = 'leased', worker_id = ?1, lease_expires_ms = ?2, attempts = attempts + 1,
-                          updated_ms = ?3
-         WHERE id IN (
-             SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
-             WHERE t.state = 'pending' AND j.state IN ('queued', 'running') AND j.device_class = ?4
-               AND CASE t.kind
-                   WHEN 'tuning' THEN t.template || '@' || t.template_version IN (SELECT value FROM json_each(?5))
-                   ELSE NOT EXISTS (
-                       SELECT 1 FROM json_each(t.finalists) f
-                       WHERE json_extract(f.value, '$.template') || '@' || json_extract(f.value, '$.template_version')
-                             NOT IN (SELECT value FROM json_each(?5)))
-                     -- The winner is confirmed on another worker than the one that timed the
-                     -- fastest finalist, when another online one of the class exists.
-                     AND (?1 IS NOT (SELECT r.worker_id FROM records r
-                                      WHERE r.id = json_extract(t.finalists, '$[0].record_id'))
-                          OR NOT EXISTS (SELECT 1 FROM workers o
-                                         WHERE o.device_class = ?4 AND o.state = 'online' AND o.id != ?1
-                                           AND o.quarantined IS NULL))
-                   END
-             ORDER BY t.job_id, t.id
-             LIMIT ?6)
-         RETURNING id",
-    )
-    .bind(worker)
-    .bind(expires_ms)
-    .bind(now)
-    .bind(device_class)
-    .bind(json(templates))
-    .bind(limit)
-    .fetch_all(e)
-    .await?)
+    Ok(on!(e, |c, pg| sqlx::query_scalar(if pg { LEASE_PG } else { LEASE_SQLITE })
+        .bind(worker)
+        .bind(expires_ms)
+        .bind(now)
+        .bind(device_class)
+        .bind(json(templates))
+        .bind(i64::from(limit))
+        .fetch_all(c)
+        .await)?)
 }
 
 /// What a worker needs to measure each of the tasks `ids`, oldest job first.
-pub(crate) async fn leased_details(e: impl SqliteExecutor<'_>, ids: &[TaskId]) -> Result<Vec<LeasedTask>> {
-    Ok(sqlx::query_as(
+pub(crate) async fn leased_details(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Result<Vec<LeasedTask>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(sql(
+        pg,
         "SELECT t.id, t.job_id, w.workload, w.workload_key, t.template, t.template_version, t.config, t.config_index,
                 j.samples, t.lease_expires_ms, j.flush_l2, t.kind, t.finalists, j.finalist_rounds, t.attempts
          FROM tasks t
          JOIN jobs j ON j.id = t.job_id
          JOIN job_workloads w ON w.job_id = t.job_id AND w.idx = t.workload_idx
-         WHERE t.id IN (SELECT value FROM json_each(?1))
+         WHERE t.id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))
          ORDER BY t.job_id, t.id",
-    )
+    ))
     .bind(json(ids))
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Renews the leases `worker` holds among `ids`; returns the renewed ones.
 pub(crate) async fn renew(
-    e: impl SqliteExecutor<'_>,
+    e: impl Into<Exec<'_>>,
     worker: WorkerId,
     ids: &[TaskId],
     expires_ms: i64,
 ) -> Result<Vec<TaskId>> {
-    Ok(sqlx::query_scalar(
-        "UPDATE tasks SET lease_expires_ms = ?3
-         WHERE state = 'leased' AND worker_id = ?1 AND id IN (SELECT value FROM json_each(?2))
+    Ok(on!(e, |c, pg| sqlx::query_scalar(sql(
+        pg,
+        "UPDATE tasks SET lease_expires_ms = $3
+         WHERE state = 'leased' AND worker_id = $1 AND id IN (SELECT CAST(value AS BIGINT) FROM json_each($2))
          RETURNING id",
-    )
+    ))
     .bind(worker)
     .bind(json(ids))
     .bind(expires_ms)
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Gives every leased task a lease ending at `expires_ms` (at start: the holders may have survived
 /// the tracker). Returns how many.
-pub(crate) async fn renew_all(e: impl SqliteExecutor<'_>, expires_ms: i64) -> Result<u64> {
-    Ok(sqlx::query("UPDATE tasks SET lease_expires_ms = ?1 WHERE state = 'leased'")
+pub(crate) async fn renew_all(e: impl Into<Exec<'_>>, expires_ms: i64) -> Result<u64> {
+    Ok(on!(e, |c, pg| sqlx::query("UPDATE tasks SET lease_expires_ms = $1 WHERE state = 'leased'")
         .bind(expires_ms)
-        .execute(e)
-        .await?
-        .rows_affected())
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?)
 }
 
 /// Marks the task done with its record.
-pub(crate) async fn complete(e: impl SqliteExecutor<'_>, id: TaskId, record: RecordId, now: i64) -> Result<()> {
-    sqlx::query(
-        "UPDATE tasks SET state = 'done', record_id = ?2, lease_expires_ms = NULL, updated_ms = ?3 WHERE id = ?1",
+pub(crate) async fn complete(e: impl Into<Exec<'_>>, id: TaskId, record: RecordId, now: i64) -> Result<()> {
+    on!(e, |c, pg| sqlx::query(
+        "UPDATE tasks SET state = 'done', record_id = $2, lease_expires_ms = NULL, updated_ms = $3 WHERE id = $1",
     )
     .bind(id)
     .bind(record)
     .bind(now)
-    .execute(e)
-    .await?;
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
     Ok(())
 }
 
 /// Numbers a finished tuning task among its workload's finished trials (1, 2, ...).
-pub(crate) async fn set_trial(e: impl SqliteExecutor<'_>, id: TaskId, trial: u32) -> Result<()> {
-    sqlx::query("UPDATE tasks SET trial = ?2 WHERE id = ?1").bind(id).bind(trial).execute(e).await?;
+pub(crate) async fn set_trial(e: impl Into<Exec<'_>>, id: TaskId, trial: u32) -> Result<()> {
+    on!(e, |c, pg| sqlx::query("UPDATE tasks SET trial = $2 WHERE id = $1")
+        .bind(id)
+        .bind(i64::from(trial))
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
     Ok(())
 }
 
 /// Leased tasks whose lease ended before `now`.
-pub(crate) async fn expired(e: impl SqliteExecutor<'_>, now: i64) -> Result<Vec<TaskRow>> {
-    Ok(sqlx::query_as("SELECT * FROM tasks WHERE state = 'leased' AND lease_expires_ms < ?1 ORDER BY id")
-        .bind(now)
-        .fetch_all(e)
-        .await?)
+pub(crate) async fn expired(e: impl Into<Exec<'_>>, now: i64) -> Result<Vec<TaskRow>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(
+        "SELECT * FROM tasks WHERE state = 'leased' AND lease_expires_ms < $1 ORDER BY id"
+    )
+    .bind(now)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Returns a task whose lease expired to the queue; `worker_id` keeps its last holder, whose late
 /// report is still accepted until someone else leases it.
-pub(crate) async fn release(e: impl SqliteExecutor<'_>, id: TaskId, now: i64) -> Result<()> {
-    sqlx::query("UPDATE tasks SET state = 'pending', lease_expires_ms = NULL, updated_ms = ?2 WHERE id = ?1")
-        .bind(id)
-        .bind(now)
-        .execute(e)
-        .await?;
+pub(crate) async fn release(e: impl Into<Exec<'_>>, id: TaskId, now: i64) -> Result<()> {
+    on!(e, |c, pg| sqlx::query(
+        "UPDATE tasks SET state = 'pending', lease_expires_ms = NULL, updated_ms = $2 WHERE id = $1"
+    )
+    .bind(id)
+    .bind(now)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
     Ok(())
 }
 
 /// Puts every task worker `id` holds back in the queue; returns how many.
-pub(crate) async fn release_worker(e: impl SqliteExecutor<'_>, id: WorkerId, now: i64) -> Result<u64> {
-    let done = sqlx::query(
-        "UPDATE tasks SET state = 'pending', lease_expires_ms = NULL, updated_ms = ?2
-         WHERE worker_id = ?1 AND state = 'leased'",
+pub(crate) async fn release_worker(e: impl Into<Exec<'_>>, id: WorkerId, now: i64) -> Result<u64> {
+    let done = on!(e, |c, pg| sqlx::query(
+        "UPDATE tasks SET state = 'pending', lease_expires_ms = NULL, updated_ms = $2
+         WHERE worker_id = $1 AND state = 'leased'",
     )
     .bind(id)
     .bind(now)
-    .execute(e)
-    .await?;
-    Ok(done.rows_affected())
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
+    Ok(done)
 }
 
 /// Cancels task `id` (a finalist task given up on); its holder learns it from its next heartbeat.
-pub(crate) async fn cancel(e: impl SqliteExecutor<'_>, id: TaskId, now: i64) -> Result<()> {
-    sqlx::query("UPDATE tasks SET state = 'cancelled', lease_expires_ms = NULL, updated_ms = ?2 WHERE id = ?1")
-        .bind(id)
-        .bind(now)
-        .execute(e)
-        .await?;
+pub(crate) async fn cancel(e: impl Into<Exec<'_>>, id: TaskId, now: i64) -> Result<()> {
+    on!(e, |c, pg| sqlx::query(
+        "UPDATE tasks SET state = 'cancelled', lease_expires_ms = NULL, updated_ms = $2 WHERE id = $1"
+    )
+    .bind(id)
+    .bind(now)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
     Ok(())
 }
 
 /// The finalist tasks of `job`, by workload.
-pub(crate) async fn finalist_tasks(e: impl SqliteExecutor<'_>, job: JobId) -> Result<Vec<TaskRow>> {
-    Ok(sqlx::query_as("SELECT * FROM tasks WHERE job_id = ?1 AND kind = 'finalist' ORDER BY workload_idx")
-        .bind(job)
-        .fetch_all(e)
-        .await?)
+pub(crate) async fn finalist_tasks(e: impl Into<Exec<'_>>, job: JobId) -> Result<Vec<TaskRow>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(
+        "SELECT * FROM tasks WHERE job_id = $1 AND kind = 'finalist' ORDER BY workload_idx"
+    )
+    .bind(job)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Cancels the pending and leased tasks of `job` (of workload `idx` only, when given); returns how
 /// many. Holders learn it from their next heartbeat.
-pub(crate) async fn cancel_unfinished(
-    e: impl SqliteExecutor<'_>,
-    job: JobId,
-    idx: Option<u32>,
-    now: i64,
-) -> Result<u64> {
-    Ok(sqlx::query(
-        "UPDATE tasks SET state = 'cancelled', lease_expires_ms = NULL, updated_ms = ?3
-         WHERE job_id = ?1 AND (?2 IS NULL OR workload_idx = ?2) AND state IN ('pending', 'leased')",
+pub(crate) async fn cancel_unfinished(e: impl Into<Exec<'_>>, job: JobId, idx: Option<u32>, now: i64) -> Result<u64> {
+    Ok(on!(e, |c, pg| sqlx::query(
+        "UPDATE tasks SET state = 'cancelled', lease_expires_ms = NULL, updated_ms = $3
+         WHERE job_id = $1 AND ($2 IS NULL OR workload_idx = $2) AND state IN ('pending', 'leased')",
     )
     .bind(job)
-    .bind(idx)
+    .bind(idx.map(i64::from))
     .bind(now)
-    .execute(e)
-    .await?
-    .rows_affected())
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?)
 }

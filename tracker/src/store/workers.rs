@@ -1,8 +1,6 @@
 //! Queries on `workers`.
 
-use sqlx::SqliteExecutor;
-
-use super::{Json, json};
+use super::{Exec, Json, json, on};
 use crate::error::Result;
 use crate::model::{Device, Registration, WorkerId};
 
@@ -21,6 +19,7 @@ pub(crate) struct WorkerRow {
     pub(crate) last_seen_ms: i64,
     pub(crate) state: String,
     /// Tasks it holds now.
+    #[sqlx(try_from = "i64")]
     pub(crate) leased: u32,
     /// Records it reported (records the tracker wrote for it, `device_lost`, do not count).
     pub(crate) reported: i64,
@@ -50,25 +49,28 @@ macro_rules! select_workers {
 
 /// `name@version` of every template some registered worker of `device_class` implements (online or
 /// not: a job waits for its workers), sorted.
-pub(crate) async fn class_templates(e: impl SqliteExecutor<'_>, device_class: &str) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(
-        "SELECT DISTINCT t.value FROM workers w, json_each(w.templates) t WHERE w.device_class = ?1 ORDER BY 1",
-    )
+pub(crate) async fn class_templates(e: impl Into<Exec<'_>>, device_class: &str) -> Result<Vec<String>> {
+    Ok(on!(e, |c, pg| sqlx::query_scalar(if pg {
+        "SELECT DISTINCT t.value FROM workers w, json_array_elements_text(w.templates::json) AS t (value)
+         WHERE w.device_class = $1 ORDER BY 1"
+    } else {
+        "SELECT DISTINCT t.value FROM workers w, json_each(w.templates) t WHERE w.device_class = $1 ORDER BY 1"
+    })
     .bind(device_class)
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Registers a new worker; returns its id.
 pub(crate) async fn insert(
-    e: impl SqliteExecutor<'_>,
+    e: impl Into<Exec<'_>>,
     r: &Registration,
     token_id: Option<i64>,
     now: i64,
 ) -> Result<WorkerId> {
-    Ok(sqlx::query_scalar(
+    Ok(on!(e, |c, pg| sqlx::query_scalar(
         "INSERT INTO workers (name, device_class, device, templates, registered_ms, last_seen_ms, state, token_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'online', ?6)
+         VALUES ($1, $2, $3, $4, $5, $5, 'online', $6)
          RETURNING id",
     )
     .bind(&r.name)
@@ -77,18 +79,18 @@ pub(crate) async fn insert(
     .bind(json(&r.templates.iter().map(|t| t.spelled()).collect::<Vec<_>>()))
     .bind(now)
     .bind(token_id)
-    .fetch_one(e)
-    .await?)
+    .fetch_one(c)
+    .await)?)
 }
 
 /// Refreshes worker `id` from a new registration (it keeps its id and leases); false when unknown.
 /// Its reference timing is forgotten: the new session (possibly on another GPU, or after a reset)
 /// has not timed the reference kernel yet.
-pub(crate) async fn reregister(e: impl SqliteExecutor<'_>, id: WorkerId, r: &Registration, now: i64) -> Result<bool> {
-    let done = sqlx::query(
-        "UPDATE workers SET name = ?2, device_class = ?3, device = ?4, templates = ?5, last_seen_ms = ?6,
-                            state = 'online', reference_us = NULL, drift_flagged = 0
-         WHERE id = ?1",
+pub(crate) async fn reregister(e: impl Into<Exec<'_>>, id: WorkerId, r: &Registration, now: i64) -> Result<bool> {
+    let done = on!(e, |c, pg| sqlx::query(
+        "UPDATE workers SET name = $2, device_class = $3, device = $4, templates = $5, last_seen_ms = $6,
+                            state = 'online', reference_us = NULL, drift_flagged = FALSE
+         WHERE id = $1",
     )
     .bind(id)
     .bind(&r.name)
@@ -96,67 +98,83 @@ pub(crate) async fn reregister(e: impl SqliteExecutor<'_>, id: WorkerId, r: &Reg
     .bind(json(&r.device))
     .bind(json(&r.templates.iter().map(|t| t.spelled()).collect::<Vec<_>>()))
     .bind(now)
-    .execute(e)
-    .await?;
-    Ok(done.rows_affected() == 1)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
+    Ok(done == 1)
 }
 
 /// The worker `id`.
-pub(crate) async fn get(e: impl SqliteExecutor<'_>, id: WorkerId) -> Result<Option<WorkerRow>> {
-    Ok(sqlx::query_as(select_workers!(" WHERE w.id = ?1")).bind(id).fetch_optional(e).await?)
+pub(crate) async fn get(e: impl Into<Exec<'_>>, id: WorkerId) -> Result<Option<WorkerRow>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(select_workers!(" WHERE w.id = $1")).bind(id).fetch_optional(c).await)?)
 }
 
 /// Every worker, by id.
-pub(crate) async fn list(e: impl SqliteExecutor<'_>) -> Result<Vec<WorkerRow>> {
-    Ok(sqlx::query_as(select_workers!(" ORDER BY w.id")).fetch_all(e).await?)
+pub(crate) async fn list(e: impl Into<Exec<'_>>) -> Result<Vec<WorkerRow>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(select_workers!(" ORDER BY w.id")).fetch_all(c).await)?)
 }
 
 /// Records that the worker was heard from; false when unknown.
-pub(crate) async fn touch(e: impl SqliteExecutor<'_>, id: WorkerId, now: i64) -> Result<bool> {
-    let done = sqlx::query("UPDATE workers SET last_seen_ms = ?2, state = 'online' WHERE id = ?1")
+pub(crate) async fn touch(e: impl Into<Exec<'_>>, id: WorkerId, now: i64) -> Result<bool> {
+    let done = on!(e, |c, pg| sqlx::query("UPDATE workers SET last_seen_ms = $2, state = 'online' WHERE id = $1")
         .bind(id)
         .bind(now)
-        .execute(e)
-        .await?;
-    Ok(done.rows_affected() == 1)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
+    Ok(done == 1)
 }
 
 /// Marks online workers not heard from since `before` offline; returns them.
-pub(crate) async fn mark_offline(e: impl SqliteExecutor<'_>, before: i64) -> Result<Vec<WorkerId>> {
-    Ok(sqlx::query_scalar(
-        "UPDATE workers SET state = 'offline' WHERE state = 'online' AND last_seen_ms < ?1 RETURNING id",
+pub(crate) async fn mark_offline(e: impl Into<Exec<'_>>, before: i64) -> Result<Vec<WorkerId>> {
+    Ok(on!(e, |c, pg| sqlx::query_scalar(
+        "UPDATE workers SET state = 'offline' WHERE state = 'online' AND last_seen_ms < $1 RETURNING id",
     )
     .bind(before)
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Stores the worker's latest timing of the reference kernel.
-pub(crate) async fn set_reference(e: impl SqliteExecutor<'_>, id: WorkerId, reference_us: f64) -> Result<()> {
-    sqlx::query("UPDATE workers SET reference_us = ?2 WHERE id = ?1").bind(id).bind(reference_us).execute(e).await?;
+pub(crate) async fn set_reference(e: impl Into<Exec<'_>>, id: WorkerId, reference_us: f64) -> Result<()> {
+    on!(e, |c, pg| sqlx::query("UPDATE workers SET reference_us = $2 WHERE id = $1")
+        .bind(id)
+        .bind(reference_us)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
     Ok(())
 }
 
 /// Stores whether the worker was last found drifting.
-pub(crate) async fn set_drift_flagged(e: impl SqliteExecutor<'_>, id: WorkerId, flagged: bool) -> Result<()> {
-    sqlx::query("UPDATE workers SET drift_flagged = ?2 WHERE id = ?1").bind(id).bind(flagged).execute(e).await?;
+pub(crate) async fn set_drift_flagged(e: impl Into<Exec<'_>>, id: WorkerId, flagged: bool) -> Result<()> {
+    on!(e, |c, pg| sqlx::query("UPDATE workers SET drift_flagged = $2 WHERE id = $1")
+        .bind(id)
+        .bind(flagged)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
     Ok(())
 }
 
 /// Reference timings of the online workers of `device_class` that have one.
-pub(crate) async fn class_references(e: impl SqliteExecutor<'_>, device_class: &str) -> Result<Vec<f64>> {
-    Ok(sqlx::query_scalar(
+pub(crate) async fn class_references(e: impl Into<Exec<'_>>, device_class: &str) -> Result<Vec<f64>> {
+    Ok(on!(e, |c, pg| sqlx::query_scalar(
         "SELECT reference_us FROM workers
-         WHERE device_class = ?1 AND state = 'online' AND reference_us IS NOT NULL",
+         WHERE device_class = $1 AND state = 'online' AND reference_us IS NOT NULL",
     )
     .bind(device_class)
-    .fetch_all(e)
-    .await?)
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Quarantines worker `id` with `reason`; false when unknown.
-pub(crate) async fn quarantine(e: impl SqliteExecutor<'_>, id: WorkerId, reason: &str) -> Result<bool> {
-    let done =
-        sqlx::query("UPDATE workers SET quarantined = ?2 WHERE id = ?1").bind(id).bind(reason).execute(e).await?;
-    Ok(done.rows_affected() == 1)
+pub(crate) async fn quarantine(e: impl Into<Exec<'_>>, id: WorkerId, reason: &str) -> Result<bool> {
+    let done = on!(e, |c, pg| sqlx::query("UPDATE workers SET quarantined = $2 WHERE id = $1")
+        .bind(id)
+        .bind(reason)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
+    Ok(done == 1)
 }

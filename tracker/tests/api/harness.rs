@@ -2,6 +2,7 @@
 //! worker played by the test.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tempfile::TempDir;
@@ -63,9 +64,88 @@ impl TestTracker {
     }
 }
 
-/// A configuration on a database in `dir`.
+/// A configuration on a database of its own for `dir` (see [`database`]).
 pub(crate) fn config(dir: &TempDir) -> TrackerConfig {
+    TrackerConfig { db: database(dir), ..TrackerConfig::default() }
+}
+
+/// A configuration on a SQLite file in `dir`, for tests of SQLite itself (upgrades of its files).
+pub(crate) fn sqlite_config(dir: &TempDir) -> TrackerConfig {
     TrackerConfig { db: dir.path().join("tracker.db"), ..TrackerConfig::default() }
+}
+
+/// The database a test on `dir` uses: a SQLite file in `dir`, or, when `TENSORTUNE_TEST_PG` names a
+/// PostgreSQL server (`postgres://USER@HOST:PORT/DB`), a database of its own there, created now
+/// (the same one every time for the same `dir`, so that a restarted tracker finds its data). A
+/// server that cannot be reached fails the test: the suite never quietly runs on SQLite instead.
+pub(crate) fn database(dir: &TempDir) -> PathBuf {
+    match std::env::var("TENSORTUNE_TEST_PG") {
+        Ok(server) if !server.is_empty() => PathBuf::from(pg_database(&server, dir.path())),
+        _ => dir.path().join("tracker.db"),
+    }
+}
+
+/// Whether the suite runs on PostgreSQL (`TENSORTUNE_TEST_PG` set).
+pub(crate) fn on_postgres() -> bool {
+    std::env::var("TENSORTUNE_TEST_PG").is_ok_and(|s| !s.is_empty())
+}
+
+/// Drops, once per process, the test databases that earlier test processes left on the server
+/// (named `tt_PID_...`, PID no longer running). A run's own databases stay until the next run, or
+/// go with the throwaway server `scripts/test.sh` starts.
+async fn drop_leftovers(conn: &mut sqlx::PgConnection) {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'tt\\_%'")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap_or_default();
+    for name in names {
+        let pid = name.split('_').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|pid| pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                .execute(&mut *conn)
+                .await;
+        }
+    }
+}
+
+/// Creates (when missing) the database of `dir` on the PostgreSQL `server`; returns its URL.
+fn pg_database(server: &str, dir: &Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    dir.hash(&mut hasher);
+    // The process id in the name lets a later run drop what this one left (see below).
+    let name = format!("tt_{}_{:016x}", std::process::id(), hasher.finish());
+    let Some((scheme, rest)) = server.split_once("://") else {
+        panic!("TENSORTUNE_TEST_PG {server:?} is not a postgres:// URL");
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let url = format!("{scheme}://{authority}/{name}");
+    // Tests call this from inside their runtime, where blocking on another future would panic: a
+    // thread with a runtime of its own makes the database.
+    let (server, create) = (server.to_owned(), format!("CREATE DATABASE {name}"));
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            use sqlx::Connection as _;
+            let mut conn = sqlx::PgConnection::connect(&server)
+                .await
+                .unwrap_or_else(|e| panic!("TENSORTUNE_TEST_PG is set but {server:?} cannot be reached: {e}"));
+            drop_leftovers(&mut conn).await;
+            match sqlx::query(sqlx::AssertSqlSafe(create)).execute(&mut conn).await {
+                Ok(_) => {}
+                // 42P04: it exists (a restart of the same test's tracker).
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P04") => {}
+                Err(e) => panic!("cannot create a test database on {server:?}: {e}"),
+            }
+        });
+    })
+    .join()
+    .expect("creating the test database failed");
+    url
 }
 
 /// A configuration with short leases, for expiry tests.

@@ -41,6 +41,8 @@ async fn a_small_load_with_a_killed_worker_group_and_a_tracker_restart_loses_not
         hold: Duration::from_secs(1),
         tmpfs_mib: None,
         seed: 3,
+        pg: None,
+        trackers: 1,
     };
     let summary = load::run(config).await.unwrap();
     let text = summary.to_string();
@@ -202,4 +204,44 @@ async fn garbage_on_the_port_leaves_the_tracker_serving() {
     assert_eq!(drive(&mut worker, &mut tuning, id).await.len(), 4);
     assert_eq!(get_job(&mut fresh, id).await.state, pb::JobState::Done as i32);
     tracker.stop().await;
+}
+
+/// Two trackers on one PostgreSQL database, the workers spread over both, one tracker SIGKILLed
+/// mid-run and never restarted: the other carries every job to the end, nothing lost or
+/// duplicated (runs only when `TENSORTUNE_TEST_PG` names a server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_trackers_on_postgres_survive_one_killed() {
+    let Ok(server) = std::env::var("TENSORTUNE_TEST_PG") else {
+        eprintln!("SKIPPED: TENSORTUNE_TEST_PG is not set (the shared-tracker load needs PostgreSQL)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = LoadConfig {
+        dir: dir.path().to_path_buf(),
+        tracker_bin: TRACKER.into(),
+        load_bin: LOAD.into(),
+        workers: 20,
+        groups: 4,
+        jobs: 3,
+        trials: 60,
+        measure: Duration::from_millis(300),
+        lease_secs: 2,
+        heartbeat_secs: 1,
+        deadline: Duration::from_secs(90),
+        faults: vec![Fault::KillTracker],
+        hold: Duration::from_secs(1),
+        tmpfs_mib: None,
+        seed: 5,
+        pg: Some(server),
+        trackers: 2,
+    };
+    let summary = load::run(config).await.unwrap();
+    let text = summary.to_string();
+    assert!(summary.ok(), "{text}");
+    assert_eq!((summary.trackers, summary.database.as_str()), (2, "postgres"), "{text}");
+    assert_eq!(summary.db.records, 3 * 60, "{text}");
+    let round = &summary.faults[0];
+    assert!(round.fault == Fault::KillTracker && round.recovered && round.at_s > 0.0, "{text}");
+    // The workers whose first tracker was killed moved to the other one.
+    assert!(summary.retried.keys().any(|k| k.contains("Unavailable") || k.contains("Unknown")), "{text}");
 }

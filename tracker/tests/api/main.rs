@@ -14,6 +14,7 @@ mod load;
 mod model;
 mod restart;
 mod reuse;
+mod shared;
 mod streams;
 mod union;
 mod validation;

@@ -205,7 +205,7 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
     pool.close().await;
 
     // The new tracker migrates the file and resumes the job; the old job did not ask for finalists.
-    let tracker = TestTracker::start(config(&dir)).await;
+    let tracker = TestTracker::start(sqlite_config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     let job = get_job(&mut tuning, 1).await;
     assert_eq!(job.state, pb::JobState::Running as i32);
@@ -251,7 +251,7 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
     tracker.stop().await;
 
     // And a restart on the migrated file changes nothing.
-    let tracker = TestTracker::start(config(&dir)).await;
+    let tracker = TestTracker::start(sqlite_config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     assert_eq!(get_job(&mut tuning, id).await, job);
     assert_eq!(all_records(&mut tuning).await.len(), 6);
@@ -267,7 +267,7 @@ const FINALISTS: &[&str] = &["20261122000000_init.sql", "20261123000000_finalist
 async fn old_database(path: &std::path::Path, migrations: &[&str]) -> SqlitePool {
     let dir = tempfile::tempdir().unwrap();
     for name in migrations {
-        let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations").join(name);
+        let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/sqlite").join(name);
         std::fs::copy(from, dir.path().join(name)).unwrap();
     }
     let options = SqliteConnectOptions::new().filename(path).create_if_missing(true).foreign_keys(true);
@@ -402,7 +402,7 @@ async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
 
     // The new tracker migrates the file and resumes the job, with the settings it had and the new
     // ones at their defaults (transfer on, which a random job ignores; no job-wide budget).
-    let tracker = TestTracker::start(config(&dir)).await;
+    let tracker = TestTracker::start(sqlite_config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     let job = get_job(&mut tuning, 1).await;
     assert_eq!((job.state, job.tuner.as_str()), (pb::JobState::Running as i32, "random"));
@@ -443,7 +443,7 @@ async fn a_database_of_the_schema_before_model_search_is_upgraded_in_place() {
     tracker.stop().await;
 
     // And a restart on the migrated file changes nothing.
-    let tracker = TestTracker::start(config(&dir)).await;
+    let tracker = TestTracker::start(sqlite_config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     assert_eq!(get_job(&mut tuning, id).await, job);
     tracker.stop().await;
@@ -541,7 +541,7 @@ async fn a_database_of_the_schema_before_template_unions_is_upgraded_in_place() 
     pool.close().await;
 
     // The new tracker migrates the file: the job searches its one template, and its tasks are of it.
-    let tracker = TestTracker::start(config(&dir)).await;
+    let tracker = TestTracker::start(sqlite_config(&dir)).await;
     let mut tuning = tracker.tuning().await;
     let old = get_job(&mut tuning, 1).await;
     assert_eq!((old.template.as_str(), old.template_version), ("wmma_gemm", version));
@@ -605,10 +605,19 @@ async fn leases_held_across_a_restart_run_from_when_serving_starts() {
     all_records(&mut tuning).await;
     // The tracker answered, so it was serving no later than this.
     let serving = clock();
-    let options = SqliteConnectOptions::new().filename(dir.path().join("tracker.db")).read_only(true);
-    let pool = SqlitePool::connect_with(options).await.unwrap();
-    let deadlines: Vec<i64> =
-        sqlx::query_scalar("SELECT lease_expires_ms FROM tasks WHERE state = 'leased'").fetch_all(&pool).await.unwrap();
+    let leased = "SELECT lease_expires_ms FROM tasks WHERE state = 'leased'";
+    let deadlines: Vec<i64> = if on_postgres() {
+        let pool = sqlx::PgPool::connect(&cfg().db.to_string_lossy()).await.unwrap();
+        let deadlines = sqlx::query_scalar(leased).fetch_all(&pool).await.unwrap();
+        pool.close().await;
+        deadlines
+    } else {
+        let options = SqliteConnectOptions::new().filename(dir.path().join("tracker.db")).read_only(true);
+        let pool = SqlitePool::connect_with(options).await.unwrap();
+        let deadlines = sqlx::query_scalar(leased).fetch_all(&pool).await.unwrap();
+        pool.close().await;
+        deadlines
+    };
     assert_eq!(deadlines.len(), held.len());
     // A first answer comes within a few milliseconds of serving; resuming took far longer.
     let slack = 150;
@@ -621,6 +630,5 @@ async fn leases_held_across_a_restart_run_from_when_serving_starts() {
             serving - started
         );
     }
-    pool.close().await;
     tracker.stop().await;
 }
