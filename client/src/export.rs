@@ -190,6 +190,13 @@ async fn workloads_of(tracker: Option<&str>, db: &Path, args: &ExportArgs) -> an
 pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInfo) -> anyhow::Result<(Entry, String)> {
     let target =
         convert::target_from_device(device).map_err(|e| anyhow::anyhow!("the device class is unusable: {e}"))?;
+    let types = workload.types();
+    if let Some(d) = [types.input, types.accumulator, types.output].into_iter().find(|d| bundle_dtype(*d).is_none()) {
+        bail!(
+            "bundles carry no {d} workloads yet (the bundle's problem has no spelling for {d}); {} stays out",
+            workload.key()
+        );
+    }
     let t = template::by_name(&record.template)?;
     if t.version() != record.template_version {
         bail!(
@@ -271,16 +278,29 @@ pub fn param(arg: &Arg) -> Param {
     }
 }
 
-fn dtype(d: tensortune_kernels::DType) -> tensortune_bundle::DType {
+/// The bundle's spelling of a type; `None` for the types a bundle cannot state yet (tf32, whose
+/// data is f32 but whose results are not, and the packed types).
+fn bundle_dtype(d: tensortune_kernels::DType) -> Option<tensortune_bundle::DType> {
     use tensortune_bundle::DType as B;
     use tensortune_kernels::DType as K;
     match d {
-        K::F16 => B::F16,
-        K::Bf16 => B::Bf16,
-        K::F32 => B::F32,
-        K::I8 => B::I8,
-        K::I32 => B::I32,
+        K::F16 => Some(B::F16),
+        K::Bf16 => Some(B::Bf16),
+        K::F32 => Some(B::F32),
+        K::I8 => Some(B::I8),
+        K::I32 => Some(B::I32),
+        K::Tf32 | K::S4 | K::U4 | K::B1Xor | K::B1And => None,
     }
+}
+
+/// The bundle's spelling of a type [`entry_of`] has let through (tf32 reads as its storage, f32,
+/// and a packed type as i8: only for [`problem`]'s callers that skip the check).
+fn dtype(d: tensortune_kernels::DType) -> tensortune_bundle::DType {
+    use tensortune_kernels::DType as K;
+    bundle_dtype(d).unwrap_or(match d {
+        K::Tf32 => tensortune_bundle::DType::F32,
+        _ => tensortune_bundle::DType::I8,
+    })
 }
 
 /// The problem a workload states.

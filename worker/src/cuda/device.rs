@@ -163,8 +163,16 @@ pub(crate) fn encode_map(map: &tensortune_kernels::TensorMap, ptr: sys::CUdevice
         DType::Bf16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         DType::F32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         DType::I32 => Ty::CU_TENSOR_MAP_DATA_TYPE_INT32,
+        // TF32 operands are f32 in memory.
+        DType::Tf32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         // TMA copies bytes: signedness does not matter to a copy.
         DType::I8 => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => {
+            return Err(CudaFailure {
+                code: sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                context: format!("no tensor map over packed {} operands (no template loads them with TMA)", map.dtype),
+            });
+        }
     };
     let mut out = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     let strides = [map.row_bytes];
