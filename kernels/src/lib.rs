@@ -14,6 +14,7 @@
 //! - [`conv`]: the `wmma_conv2d` template, an implicit GEMM (`src/cuda/wmma_conv2d.cu`).
 //! - [`wgmma`]: the Hopper family (sm_90a): `wgmma_gemm`, with TMA, mbarriers, warp
 //!   specialization, clusters and a persistent tile walk; everything about it is in its folder.
+//! - [`simt`]: the `simt_gemm` template, exact f32 on the CUDA cores (`src/cuda/simt_gemm.cu`).
 //! - [`support`]: input generation, the float64 reference and the comparison kernels.
 //! - [`cuda`]: the typed emitter for generated headers and the filler of template holes;
 //!   `src/cuda/wmma_core.cu` is the block-level WMMA GEMM both templates' kernels share.
@@ -23,6 +24,7 @@ pub mod cuda;
 pub mod dtype;
 pub mod error;
 pub mod gemm;
+pub mod simt;
 pub mod space;
 pub mod support;
 pub mod target;
