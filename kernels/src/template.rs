@@ -178,6 +178,7 @@ pub fn all() -> Vec<&'static dyn Template> {
         &crate::wgmma::WgmmaGemm,
         &crate::wgmma::conv::WgmmaConv2d,
         &crate::simt::SimtGemm,
+        &crate::ext::MmaExtGemm,
     ]
 }
 
