@@ -164,7 +164,10 @@ impl Tracker {
 
     /// The templates a job that names none may search on `class`: per op of `workloads`, those
     /// that some registered worker of the class runs (name and version), or every one of the op
-    /// when no worker runs any (its tasks then wait for one, as a named template's would).
+    /// when no worker runs any (its tasks then wait for one, as a named template's would). Only
+    /// templates that take one of the job's workloads of that op at all (`check_workload`) join,
+    /// so an f16 job searches wmma_gemm+wgmma_gemm and an f32 one simt_gemm, whatever else the
+    /// registry holds.
     async fn union_candidates(&self, class: &str, workloads: &[Workload]) -> Result<Vec<&'static dyn Template>> {
         let run = store::workers::class_templates(&self.pool, class).await?;
         let runs = |t: &&'static dyn Template| run.contains(&format!("{}@{}", t.name(), t.version()));
@@ -173,7 +176,10 @@ impl Tracker {
             if out.iter().any(|t| t.op() == op) {
                 continue;
             }
-            let all = template::templates_for(op);
+            let takes_one = |t: &&'static dyn Template| {
+                workloads.iter().filter(|w| w.op() == op).any(|w| t.check_workload(w).is_ok())
+            };
+            let all: Vec<_> = template::templates_for(op).into_iter().filter(takes_one).collect();
             let ran: Vec<_> = all.iter().copied().filter(runs).collect();
             out.extend(if ran.is_empty() { all } else { ran });
         }

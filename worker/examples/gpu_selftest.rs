@@ -4,15 +4,19 @@
 //! launches) and time them in-process, and print one line per kernel plus a summary. Each workload
 //! gets its op's template (wmma_gemm, wmma_conv2d).
 //!
-//! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | workload keys...]`; `matrix`
-//! replaces the default workloads with every type combination x every layout x three shapes (one
-//! ragged); `conv` with every conv type combination x the 15 conv shapes of [`conv_matrix`]
+//! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | types | workload keys...]`;
+//! `matrix` replaces the default workloads with every type combination x every layout x three
+//! shapes (one ragged); `types` with the f32, tf32, s4, u4, b1xor and b1and workloads of
+//! [`types_matrix`] (the types suite's shapes and ragged ones; simt_gemm and mma_ext_gemm);
+//! `conv` with every conv type combination x the 15 conv shapes of [`conv_matrix`]
 //! (padding, stride 2, dilation 2, ragged tiles, 1x3, 3x1 and 7x7 filters, pointwise layers, the
 //! seven tuning layers).
 //! Configs are spread over the valid space and over the kinds of config that run different code
 //! (conv path and gather, split-K and its reduction; wgmma producer, cluster and persistence).
-//! `SELFTEST_TEMPLATE=wgmma_gemm` checks that template instead of the op's default; workloads it
-//! does not support are then listed and skipped. The exit status is non-zero when any kernel is
+//! `SELFTEST_TEMPLATE=wgmma_gemm` checks that template instead of the op's default (the first
+//! template of the op that supports the workload: wmma_gemm for the tensor-core types, simt_gemm
+//! for f32, mma_ext_gemm for tf32 and the packed types); workloads it does not support are then
+//! listed and skipped. The exit status is non-zero when any kernel is
 //! not `Ok`.
 //! Run on a GPU machine with libnvrtc and the CUDA headers reachable (LD_LIBRARY_PATH,
 //! TENSORTUNE_CUDA_INCLUDE).
@@ -59,6 +63,7 @@ fn main() -> anyhow::Result<()> {
     let keys: Vec<String> = match extra.first().map(String::as_str) {
         Some("matrix") => matrix(),
         Some("conv") => conv_matrix(),
+        Some("types") => types_matrix(),
         _ => keys.iter().map(|k| k.to_string()).chain(extra).collect(),
     };
     let workloads = keys.iter().map(|k| Workload::from_key(k)).collect::<Result<Vec<_>, _>>()?;
@@ -80,7 +85,10 @@ fn main() -> anyhow::Result<()> {
         };
         let template = match &chosen_template {
             Some(t) => *t,
-            None => template::default_for(w.op())?,
+            None => template::templates_for(w.op())
+                .into_iter()
+                .find(|t| t.supports(w, &target).is_ok())
+                .map_or_else(|| template::default_for(w.op()), Ok)?,
         };
         let valid = match valid_configs(template, w, &target) {
             Ok(v) => v,
@@ -226,6 +234,31 @@ fn matrix() -> Vec<String> {
                 keys.push(format!("matmul/m{m}n{n}k{k}/{layout}/{t}/alpha=1,beta=0"));
             }
         }
+    }
+    keys
+}
+
+/// The new types' workloads for a correctness run: the types suite's shapes (f32 exact and tf32
+/// at 1024^3 and 4096^3; s4 and b1 at 4096^3 and 512x64x4096), every layout of f32 and tf32 and
+/// every packed type (u4, b1and too) on a small square, a ragged shape with an epilogue reading C,
+/// and a K of one MMA step past a stage.
+fn types_matrix() -> Vec<String> {
+    let mut keys = Vec::new();
+    for t in ["f32,f32,f32", "tf32,f32,f32"] {
+        for (m, n, k) in [(1024, 1024, 1024), (4096, 4096, 4096)] {
+            keys.push(format!("matmul/m{m}n{n}k{k}/nn/{t}/alpha=1,beta=0"));
+        }
+        for layout in ["nn", "nt", "tn", "tt"] {
+            keys.push(format!("matmul/m256n256k256/{layout}/{t}/alpha=1,beta=0"));
+            keys.push(format!("matmul/m1000n72k260/{layout}/{t}/alpha=0.5,beta=-1"));
+        }
+    }
+    for t in ["s4", "u4", "b1xor", "b1and"] {
+        let k_step = if t.starts_with("b1") { 128 } else { 32 };
+        for (m, n, k) in [(4096, 4096, 4096), (512, 64, 4096), (256, 256, 256), (1000, 72, 1024 + k_step)] {
+            keys.push(format!("matmul/m{m}n{n}k{k}/tn/{t},i32,i32/alpha=1,beta=0"));
+        }
+        keys.push(format!("matmul/m200n136k{}/tn/{t},i32,i32/alpha=2,beta=3", 4 * k_step));
     }
     keys
 }
