@@ -508,6 +508,11 @@ step_types() {
     --json "$OUT/types-bench.json" >"$LOGS/types-bench.log" 2>&1
   say "types bench exit $? in $(since "$start") s"
   sed -n '/^suite/,$p' "$LOGS/types-bench.log" | tee -a "$SUMMARY"
+  # Which vendor kernel each row was measured against (cuBLAS 32F, 32F_FAST_TF32, or i8 for s4/b1).
+  python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["rows"]:
+    print("vendor of %s: %s" % (r["workload"], r.get("vendor_kind") or "none"))' "$OUT/types-bench.json" 2>&1 |
+    tee -a "$SUMMARY"
 }
 
 # DEADLINE (seconds since the script started) skips the steps that would start after it, so that

@@ -20,7 +20,7 @@ use std::time::Instant;
 use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
-use tensortune_kernels::{Matmul, Workload};
+use tensortune_kernels::{DType, Matmul, Workload};
 
 use crate::protocol::{DeviceFacts, Executor, MeasureOutcome, MeasureRequest, Status};
 use device::{Context, CudaFailure, DevBuf, launch};
@@ -329,10 +329,17 @@ impl CudaExecutor {
                 return (None, format!("none: {f}"));
             }
         };
-        match self.lt_baseline(wi, &mm, req) {
-            Some((us, lt_kind)) if us < gemm_us => (Some(us), lt_kind),
-            _ => (Some(gemm_us), kind),
-        }
+        let (us, kind) = match self.lt_baseline(wi, &mm, req) {
+            Some((us, lt_kind)) if us < gemm_us => (us, lt_kind),
+            _ => (gemm_us, kind),
+        };
+        // f32 data is multiplied two ways: the kind says which (the other types have one).
+        let kind = match mm.types.input {
+            DType::F32 => format!("{kind} CUBLAS_COMPUTE_32F"),
+            DType::Tf32 => format!("{kind} CUBLAS_COMPUTE_32F_FAST_TF32"),
+            _ => kind,
+        };
+        (Some(us), kind)
     }
 
     /// The baseline of a workload with packed inputs (s4, u4, b1), which cuBLAS has no GEMM for:
