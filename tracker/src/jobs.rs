@@ -375,6 +375,16 @@ fn refusal(
     candidates: &[&'static dyn Template],
     rejections: Rejections,
 ) -> Error {
+    // A template built for other types (simt_gemm for f32, mma_ext_gemm for tf32 and the packed
+    // types) has nothing to say about an f16 workload's K: where some template takes the input
+    // type, only those templates' reasons are given.
+    let other_type =
+        |r: &Rejection| matches!(r, Rejection::Unsupported(tensortune_kernels::Error::Invalid { field: "input", .. }));
+    let rejections: Rejections = if rejections.iter().all(|(_, r)| other_type(r)) {
+        rejections
+    } else {
+        rejections.into_iter().filter(|(_, r)| !other_type(r)).collect()
+    };
     let fields: BTreeSet<Option<String>> = rejections
         .iter()
         .map(|(_, r)| match r {
