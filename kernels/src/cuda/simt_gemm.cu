@@ -40,6 +40,10 @@ constexpr int B_VECS = BN * BK / VEC;
 constexpr int A_ITERS = (A_VECS + THREADS - 1) / THREADS;
 constexpr int B_ITERS = (B_VECS + THREADS - 1) / THREADS;
 constexpr int COUNTERS_BYTES = ((TILES_M * TILES_N * 4 + 255) / 256) * 256;
+// Tiles that divide the matrix need no bounds checks (the shape is compiled in).
+constexpr bool EVEN_M = M % BM == 0;
+constexpr bool EVEN_N = N % BN == 0;
+constexpr bool EVEN_K = K % BK == 0;
 
 static_assert(BM % TM == 0 && BN % TN == 0 && TM % VT == 0 && TN % VT == 0, "thread tile");
 static_assert(SUB_M % VS_A == 0 && SUB_N % VS_B == 0 && SUB_M % VD == 0, "vector widths");
@@ -72,7 +76,7 @@ __device__ __forceinline__ void load_global(const float* __restrict__ A, const f
       const int c = (v % PER_ROW) * VEC;
       const int gm = m0 + (A_K_CONTIG ? r : c);
       const int gk = k0 + (A_K_CONTIG ? c : r);
-      if (gm < M && gk < K) {
+      if ((EVEN_M || gm < M) && (EVEN_K || gk < K)) {
         x.v = *reinterpret_cast<const decltype(x.v)*>(A + (A_K_CONTIG ? (size_t)gm * K + gk : (size_t)gk * M + gm));
       }
     }
@@ -89,7 +93,7 @@ __device__ __forceinline__ void load_global(const float* __restrict__ A, const f
       const int c = (v % PER_ROW) * VEC;
       const int gn = n0 + (B_K_CONTIG ? r : c);
       const int gk = k0 + (B_K_CONTIG ? c : r);
-      if (gn < N && gk < K) {
+      if ((EVEN_N || gn < N) && (EVEN_K || gk < K)) {
         x.v = *reinterpret_cast<const decltype(x.v)*>(B + (B_K_CONTIG ? (size_t)gn * K + gk : (size_t)gk * N + gn));
       }
     }
@@ -177,7 +181,7 @@ __device__ __forceinline__ void epilogue(const float* __restrict__ C, float* __r
 #pragma unroll
     for (int i = 0; i < TM; i += VD) {
       const int gm = m0 + row_of(tx, i);
-      if (gn < N && gm < M) {
+      if ((EVEN_N || gn < N) && (EVEN_M || gm < M)) {
         const size_t off = (size_t)gn * M + gm;
         SVec<VD> o;
         if constexpr (READ_C) {
