@@ -350,10 +350,13 @@ step_conv() {
 
 step_convbench() {
   local start=$(date +%s.%N)
-  timeout 900 "$BIN/tensortune" bench --suite suites/conv.json --trials "${CONV_TRIALS:-300}" ${CONV_ARGS:-} \
-    --json "$OUT/conv-bench.json" >"$LOGS/conv-bench.log" 2>&1
+  # CONV_SUITE: another suite (e.g. suites/conv-heldout.json); its JSON is named after it.
+  local suite=${CONV_SUITE:-suites/conv.json} name
+  name=$(basename "$suite" .json)
+  timeout 900 "$BIN/tensortune" bench --suite "$suite" --trials "${CONV_TRIALS:-300}" ${CONV_ARGS:-} \
+    --json "$OUT/$name-bench.json" >"$LOGS/$name-bench.log" 2>&1
   say "convbench exit $? in $(since "$start") s"
-  sed -n '/^suite/,$p' "$LOGS/conv-bench.log" | tee -a "$SUMMARY"
+  sed -n '/^suite/,$p' "$LOGS/$name-bench.log" | tee -a "$SUMMARY"
 }
 
 # wgmma_gemm: correctness on WGMMA_KEYS (default: one workload per type and layout, a ragged one and
@@ -437,9 +440,12 @@ step_wconv() {
   SELFTEST_TEMPLATE=wgmma_conv2d timeout "${WCONV_TIMEOUT:-900}" "$BIN/gpu_selftest" "${WCONV_CONFIGS:-6}" 3 conv >"$LOGS/wconv-check.log" 2>&1
   say "wconv check exit $?: $(grep SUMMARY "$LOGS/wconv-check.log")"
   grep -v ": Ok " "$LOGS/wconv-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -30 | tee -a "$SUMMARY"
-  # A 1x1, stride-1, unpadded layer is loaded by TMA (pointwise); every other layer is gathered.
-  local pw='r1s1/pad0x0,stride1x1,'
-  say "gathered ok: $(grep ': Ok ' "$LOGS/wconv-check.log" | grep -vc "$pw"), pointwise ok: $(grep ': Ok ' "$LOGS/wconv-check.log" | grep -c "$pw")"
+  # A 1x1, stride-1, unpadded layer is loaded by TMA tiles (pointwise); a layer whose channels are
+  # a multiple of 64 (128 for i8) by TMA in im2col mode; every other layer is gathered.
+  local pw='r1s1/pad0x0,stride1x1,' ok
+  ok=$(grep ': Ok ' "$LOGS/wconv-check.log")
+  say "pointwise ok: $(grep -c "$pw" <<<"$ok"), im2col ok: $(grep -v "$pw" <<<"$ok" | grep -cE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')," \
+    "gathered ok: $(grep -v "$pw" <<<"$ok" | grep -vcE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')"
 }
 
 # wgmma_conv2d configs for the sanitizers and the smoke test: gathered f16 ragged, gathered bf16
@@ -448,6 +454,8 @@ CONV_CASES=(
     'conv2d/n2h7w5c16/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n4h14w14c64/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/bf16,f32,bf16 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
     'conv2d/n3h5w7c32/k48r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/f16,f32,f16 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n3h9w9c128/k48r3s3/pad1x1,stride2x2,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
 )
 
 # Each of CONV_CASES once through run_one, with a short timeout (a hang shows here, not in wconv).
@@ -486,13 +494,34 @@ step_export() {
   "$BIN/tensortune" --db "$db" export --suite suites/default.json -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
   say "export exit $?"
   tee -a "$SUMMARY" <"$LOGS/export.log"
-  nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm \
+  nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm -ldl \
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
   head -20 "$LOGS/gemm_check-build.log" | tee -a "$SUMMARY"
-  timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" >"$LOGS/gemm_check.log" 2>&1
-  say "gemm_check exit $?"
-  tee -a "$SUMMARY" <"$LOGS/gemm_check.log"
+  # EXPORT_RUNS: one gemm_check run per WARM_MS:PAUSE_MS pair (warm-up before each measurement,
+  # idle pause before each kernel's rounds).
+  # A third field `noblas` runs it with TT_NO_BLAS=1 (no cuBLAS in the process, nothing checked).
+  local run warm pause noblas
+  for run in ${EXPORT_RUNS:-0:2000}; do
+    IFS=: read -r warm pause noblas <<<"$run"
+    TT_NO_BLAS=$([ "$noblas" = noblas ] && echo 1 || echo 0) timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" \
+      "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-1}" "$warm" "$pause" >"$LOGS/gemm_check-$warm-$pause$noblas.log" 2>&1
+    say "gemm_check (warm-up $warm ms, pause $pause ms${noblas:+, no cuBLAS}) exit $?"
+    grep -v '^round ' "$LOGS/gemm_check-$warm-$pause$noblas.log" | tee -a "$SUMMARY"
+  done
+  # EXPORT_RUNONE=N: the first N kernels of the bundle timed again through the worker's own path
+  # (run_one: NVRTC compile, cudarc launch, the worker's timing), for comparison with gemm_check.
+  if [ "${EXPORT_RUNONE:-0}" -gt 0 ]; then
+    python3 - "$LOGS/bundle/manifest.json" "${EXPORT_RUNONE}" >"$LOGS/runone.txt" <<'PY'
+import json, sys
+for k in json.load(open(sys.argv[1]))["kernels"][: int(sys.argv[2])]:
+    print(k["template"], k["workload_key"], json.dumps(k["config"], separators=(",", ":")), sep="\t")
+PY
+    local tmpl key cfg
+    while IFS=$'\t' read -r tmpl key cfg; do
+      TT_TEMPLATE=$tmpl timeout 120 "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | grep -v '^ *$' | cut -c1-300 | tail -4 | tee -a "$SUMMARY"
+    done <"$LOGS/runone.txt"
+  fi
   rm -f "$LOGS/gemm_check"
 }
 

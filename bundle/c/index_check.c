@@ -22,7 +22,14 @@ int main(int argc, char **argv) {
              (unsigned long long)e->workspace, tt_entry_cubin(e, e->arch) ? tt_entry_cubin(e, e->arch) : "-");
       for (int p = 0; p < e->nparams; p++) {
         const tt_param *q = &e->params[p];
-        if (q->is_map)
+        if (q->is_map == 2)
+          printf(" im2col:%s:%s:%llu,%llu,%llu,%llu:%llu,%llu,%llu:%d,%d:%d,%d:%u,%u:%u,%u,%u,%u", q->operand, q->dtype,
+                 (unsigned long long)q->dims[0], (unsigned long long)q->dims[1], (unsigned long long)q->dims[2],
+                 (unsigned long long)q->dims[3], (unsigned long long)q->im2col_strides[0],
+                 (unsigned long long)q->im2col_strides[1], (unsigned long long)q->im2col_strides[2], q->lower[0],
+                 q->lower[1], q->upper[0], q->upper[1], q->channels, q->pixels, q->elem_strides[0], q->elem_strides[1],
+                 q->elem_strides[2], q->elem_strides[3]);
+        else if (q->is_map)
           printf(" map:%s:%s:%llu,%llu:%llu:%u,%u", q->operand, q->dtype, (unsigned long long)q->dims[0],
                  (unsigned long long)q->dims[1], (unsigned long long)q->stride_bytes, q->box[0], q->box[1]);
         else

@@ -29,6 +29,9 @@
  *   types INPUT ACC OUTPUT | device ARCH SMS | cubin SM_XX FILE (one or more) | entry SYMBOL
  *   grid X Y Z | block X Y Z | smem BYTES | cluster X Y Z | workspace BYTES
  *   param ptr a|b|c|d|workspace | param map OPERAND DTYPE DIM0 DIM1 STRIDE_BYTES BOX0 BOX1
+ *   | param im2col OPERAND DTYPE C W H N STRIDE_W STRIDE_H STRIDE_N LOWER_W LOWER_H UPPER_W UPPER_H
+ *     CHANNELS PIXELS ESTRIDE_C ESTRIDE_W ESTRIDE_H ESTRIDE_N   (strides in bytes; a rank-4
+ *     cuTensorMapEncodeIm2col over a convolution's NHWC input)
  *   time_us T | vendor_us T|- | end
  * Cluster dimensions are compiled into the kernels (__cluster_dims__): cuLaunchKernel forms them.
  */
@@ -48,12 +51,15 @@
 #define TT_PATH 1024
 
 typedef struct {
-  int is_map;        /* 0: a device pointer; 1: a CUtensorMap by value */
+  int is_map;        /* 0: a device pointer; 1: a tiled CUtensorMap by value; 2: an im2col one */
   char operand[16];  /* a, b, c, d, workspace */
   char dtype[8];     /* maps: f16, bf16, f32, i8, i32 */
-  cuuint64_t dims[2];
-  cuuint64_t stride_bytes;
+  cuuint64_t dims[4];  /* tiled: 2 used */
+  cuuint64_t stride_bytes, im2col_strides[3];
   cuuint32_t box[2];
+  int lower[2], upper[2];          /* im2col: bounding-box corners (W, H) */
+  cuuint32_t channels, pixels;     /* im2col: channels per pixel, pixels per column */
+  cuuint32_t elem_strides[4];      /* im2col: traversal strides (C, W, H, N) */
 } tt_param;
 
 typedef struct {
@@ -187,6 +193,16 @@ static inline int tt_bundle_open(tt_bundle *b, const char *dir) {
                           &b1) == 7) {
           p->is_map = 1;
           p->dims[0] = d0, p->dims[1] = d1, p->stride_bytes = st, p->box[0] = b0, p->box[1] = b1;
+        } else if (!strncmp(line, "param im2col ", 13)) {
+          unsigned long long d[4], sb[3];
+          unsigned ch, px, es[4];
+          ok = sscanf(line, "param im2col %15s %7s %llu %llu %llu %llu %llu %llu %llu %d %d %d %d %u %u %u %u %u %u",
+                      p->operand, p->dtype, &d[0], &d[1], &d[2], &d[3], &sb[0], &sb[1], &sb[2], &p->lower[0],
+                      &p->lower[1], &p->upper[0], &p->upper[1], &ch, &px, &es[0], &es[1], &es[2], &es[3]) == 19;
+          p->is_map = 2;
+          for (int j = 0; j < 4; j++) p->dims[j] = d[j], p->elem_strides[j] = es[j];
+          for (int j = 0; j < 3; j++) p->im2col_strides[j] = sb[j];
+          p->channels = ch, p->pixels = px;
         } else {
           ok = 0;
         }
@@ -349,6 +365,15 @@ static inline int tt_kernel_launch(tt_kernel *k, CUstream stream, CUdeviceptr a,
     if (!p->is_map) {
       ptrs[i] = ptr;
       args[i] = &ptrs[i];
+      continue;
+    }
+    if (p->is_map == 2) {
+      CUresult r = cuTensorMapEncodeIm2col(&maps[i], tt__map_type(p->dtype), 4, (void *)(uintptr_t)ptr, p->dims,
+                                           p->im2col_strides, p->lower, p->upper, p->channels, p->pixels,
+                                           p->elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      if (r != CUDA_SUCCESS) return tt__fail(k->error, sizeof k->error, "cuTensorMapEncodeIm2col", r), -1;
+      args[i] = &maps[i];
       continue;
     }
     const cuuint64_t strides[1] = {p->stride_bytes};

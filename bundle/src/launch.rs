@@ -10,7 +10,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use crate::manifest::{Bundle, DType, Entry, MapRecipe, Operand, Param};
+use crate::manifest::{Bundle, DType, Entry, Im2colRecipe, MapRecipe, Operand, Param};
 use crate::{Error, Result};
 
 /// Shared memory a block may use without opting in.
@@ -30,10 +30,17 @@ pub struct Operands {
     pub d: sys::CUdeviceptr,
 }
 
-/// A CUtensorMap as a kernel parameter (a `const __grid_constant__` 128-byte value).
+/// A CUtensorMap as a kernel parameter (a `const __grid_constant__` 128-byte value), pushed onto
+/// a cudarc launch with `arg`.
 #[derive(Clone, Copy)]
 #[repr(transparent)]
-struct MapParam(sys::CUtensorMap);
+pub struct MapParam(sys::CUtensorMap);
+
+impl std::fmt::Debug for MapParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MapParam(..)")
+    }
+}
 
 // SAFETY: a plain 128-byte value the driver copies into the kernel's parameter space, as the
 // generated kernels declare it.
@@ -131,9 +138,9 @@ impl LoadedKernel {
             .iter()
             .map(|p| match p {
                 Param::Pointer { operand } => Ok(Arg::Ptr(pointer(ops, ws, *operand, &self.entry.name)?)),
-                Param::TensorMap(recipe) => {
-                    let ptr = pointer(ops, ws, recipe.operand, &self.entry.name)?;
-                    encode(recipe, ptr).map(Arg::Map)
+                Param::TensorMap(MapRecipe { operand, .. }) | Param::Im2colMap(Im2colRecipe { operand, .. }) => {
+                    let ptr = pointer(ops, ws, *operand, &self.entry.name)?;
+                    encode_map(p, ptr).map(|m| Arg::Map(m.expect("a map parameter encodes to a map")))
                 }
             })
             .collect::<Result<_>>()?;
@@ -179,16 +186,62 @@ fn pointer(ops: &Operands, ws: u64, operand: Operand, name: &str) -> Result<u64>
     Ok(p)
 }
 
-/// Encodes `recipe` over `ptr` with `cuTensorMapEncodeTiled`.
-fn encode(recipe: &MapRecipe, ptr: u64) -> Result<MapParam> {
+/// Encodes a tensor-map parameter over the device buffer at `ptr` (`cuTensorMapEncodeTiled` or
+/// `cuTensorMapEncodeIm2col`, as the recipe says); `None` for a pointer parameter. tensortune's
+/// worker encodes the maps of the kernels it measures with this function too.
+pub fn encode_map(param: &Param, ptr: sys::CUdeviceptr) -> Result<Option<MapParam>> {
+    match param {
+        Param::Pointer { .. } => Ok(None),
+        Param::TensorMap(recipe) => encode(recipe, ptr).map(Some),
+        Param::Im2colMap(recipe) => encode_im2col(recipe, ptr).map(Some),
+    }
+}
+
+/// The tensor-map element type of `dtype` (a copy does not care about signedness).
+fn map_dtype(dtype: DType) -> sys::CUtensorMapDataType {
     use sys::CUtensorMapDataType as Ty;
-    let dtype = match recipe.dtype {
+    match dtype {
         DType::F16 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::Bf16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         DType::F32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         DType::I32 => Ty::CU_TENSOR_MAP_DATA_TYPE_INT32,
         DType::I8 => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+    }
+}
+
+/// Encodes `recipe` over `ptr` with `cuTensorMapEncodeIm2col` (rank 4).
+fn encode_im2col(recipe: &Im2colRecipe, ptr: u64) -> Result<MapParam> {
+    let mut out = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    // SAFETY: every pointer is to a live array of the length the call reads for rank 4 (dims and
+    // element strides 4, strides 3, corners 2); `out` is written by the driver on success and read
+    // only then.
+    let r = unsafe {
+        sys::cuTensorMapEncodeIm2col(
+            out.as_mut_ptr(),
+            map_dtype(recipe.dtype),
+            4,
+            ptr as *mut std::ffi::c_void,
+            recipe.dims.as_ptr(),
+            recipe.strides_bytes.as_ptr(),
+            recipe.lower_corner.as_ptr(),
+            recipe.upper_corner.as_ptr(),
+            recipe.channels_per_pixel,
+            recipe.pixels_per_column,
+            recipe.element_strides.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
     };
+    r.result().map_err(cuda(format!("when encoding an im2col tensor map over {}", recipe.operand.name())))?;
+    // SAFETY: the driver filled the map (checked above).
+    Ok(MapParam(unsafe { out.assume_init() }))
+}
+
+/// Encodes `recipe` over `ptr` with `cuTensorMapEncodeTiled`.
+fn encode(recipe: &MapRecipe, ptr: u64) -> Result<MapParam> {
+    let dtype = map_dtype(recipe.dtype);
     let mut out = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     // SAFETY: every pointer is to a live array of the rank given (2; strides has rank - 1
     // entries); `out` is written by the driver on success and read only then.

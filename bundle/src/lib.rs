@@ -18,8 +18,8 @@ pub mod select;
 #[cfg(test)]
 mod tests;
 
-pub use launch::{LoadedKernel, Operands};
-pub use manifest::{Bundle, DType, Device, Entry, Launch, Layout, MapRecipe, Operand, Param, Problem};
+pub use launch::{LoadedKernel, MapParam, Operands, encode_map};
+pub use manifest::{Bundle, DType, Device, Entry, Im2colRecipe, Launch, Layout, MapRecipe, Operand, Param, Problem};
 pub use select::{Selection, select};
 
 use std::path::PathBuf;

@@ -240,6 +240,31 @@ impl MapRecipe {
     }
 }
 
+/// How to build a TMA tensor map in im2col mode over a convolution's NHWC input with
+/// `cuTensorMapEncodeIm2col`: rank 4, innermost first (C, W, H, N); 128-byte swizzle, no
+/// interleave, L2 promotion 256 B, zero fill, as [`MapRecipe`]. Passed by value like it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Im2colRecipe {
+    /// The buffer it views (a: the input).
+    pub operand: Operand,
+    /// `tensorDataType`, as for [`MapRecipe`].
+    pub dtype: DType,
+    /// `globalDim` (C, W, H, N), elements.
+    pub dims: [u64; 4],
+    /// `globalStrides` (W, H, N), bytes.
+    pub strides_bytes: [u64; 3],
+    /// `pixelBoxLowerCorner` (W, H).
+    pub lower_corner: [i32; 2],
+    /// `pixelBoxUpperCorner` (W, H).
+    pub upper_corner: [i32; 2],
+    /// `channelsPerPixel`.
+    pub channels_per_pixel: u32,
+    /// `pixelsPerColumn`.
+    pub pixels_per_column: u32,
+    /// `elementStrides` (C, W, H, N): the layer's strides on W and H.
+    pub element_strides: [u32; 4],
+}
+
 /// One kernel parameter, in order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -251,6 +276,8 @@ pub enum Param {
     },
     /// A 128-byte `CUtensorMap` encoded over the operand's buffer, passed by value.
     TensorMap(MapRecipe),
+    /// A 128-byte `CUtensorMap` in im2col mode over a convolution's input, passed by value.
+    Im2colMap(Im2colRecipe),
 }
 
 /// How to launch a kernel.
@@ -461,6 +488,22 @@ impl Bundle {
                             m.box_dims[1]
                         );
                     }
+                    Param::Im2colMap(m) => {
+                        let n = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(" ");
+                        let _ = writeln!(
+                            out,
+                            "param im2col {} {} {} {} {} {} {} {} {}",
+                            m.operand.name(),
+                            m.dtype.name(),
+                            n(&m.dims.map(|v| v as i64)),
+                            n(&m.strides_bytes.map(|v| v as i64)),
+                            n(&m.lower_corner.map(i64::from)),
+                            n(&m.upper_corner.map(i64::from)),
+                            m.channels_per_pixel,
+                            m.pixels_per_column,
+                            n(&m.element_strides.map(i64::from)),
+                        );
+                    }
                 }
             }
             let _ = writeln!(out, "time_us {:?}", e.time_us);
@@ -506,6 +549,34 @@ fn manifest_check(e: &Entry) -> std::result::Result<(), String> {
         ));
     }
     for p in &e.params {
+        if let Param::Im2colMap(m) = p {
+            if m.operand != Operand::A {
+                return Err(format!("kernel {}: an im2col map over {} is not supported", e.name, m.operand.name()));
+            }
+            if m.strides_bytes.iter().any(|s| s % 16 != 0) || m.dims.contains(&0) {
+                return Err(format!(
+                    "kernel {}: im2col map dims {:?} / strides {:?} (bytes, multiples of 16)",
+                    e.name, m.dims, m.strides_bytes
+                ));
+            }
+            let corners = m.lower_corner.iter().chain(&m.upper_corner);
+            if corners.clone().any(|c| !(-128..=127).contains(c))
+                || !(1..=256).contains(&m.channels_per_pixel)
+                || !(1..=256).contains(&m.pixels_per_column)
+                || m.element_strides.iter().any(|s| !(1..=8).contains(s))
+            {
+                return Err(format!(
+                    "kernel {}: im2col map corners {:?} {:?}, {} channels x {} pixels, strides {:?}: outside what a \
+                     rank-4 im2col map takes (corners -128..=127, 1..=256 each, strides 1..=8)",
+                    e.name,
+                    m.lower_corner,
+                    m.upper_corner,
+                    m.channels_per_pixel,
+                    m.pixels_per_column,
+                    m.element_strides
+                ));
+            }
+        }
         if let Param::TensorMap(m) = p {
             if !matches!(m.operand, Operand::A | Operand::B | Operand::D) {
                 return Err(format!("kernel {}: a tensor map over {} is not supported", e.name, m.operand.name()));

@@ -133,12 +133,13 @@ fn row(workload: &Workload, job: &pb::Job, wall_s: f64) -> BenchRow {
 pub fn table(rows: &[BenchRow]) -> String {
     let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map(f).unwrap_or_else(|| "-".into());
     let mut s = format!(
-        "{:<52} {:>11} {:>11} {:>8} {:>8} {:>7} {:>8} {:>7}\n",
-        "workload", "best", "vendor", "speedup", "TFLOP/s", "trials", "wall", "cfg/s"
+        "{:<52} {:>11} {:>11} {:>8} {:>8} {:>7} {:>8} {:>7}  {}\n",
+        "workload", "best", "vendor", "speedup", "TFLOP/s", "trials", "wall", "cfg/s", "template"
     );
     for r in rows {
+        let template = r.job.workloads.first().and_then(|w| w.best.as_ref()).map_or("-", |b| b.template.as_str());
         s.push_str(&format!(
-            "{:<52} {:>11} {:>11} {:>8} {:>8} {:>7} {:>7.1}s {:>7.1}\n",
+            "{:<52} {:>11} {:>11} {:>8} {:>8} {:>7} {:>7.1}s {:>7.1}  {template}\n",
             r.workload,
             opt(r.best_us, &report::fmt_us),
             opt(r.vendor_us, &report::fmt_us),

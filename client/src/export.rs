@@ -12,9 +12,9 @@ use std::path::Path;
 
 use anyhow::{Context, bail};
 use tensortune_bundle::manifest::{FORMAT, INDEX, MANIFEST, Manifest, Provenance};
-use tensortune_bundle::{Bundle, Device, Entry, Launch, MapRecipe, Operand, Param, Problem};
+use tensortune_bundle::{Bundle, Device, Entry, Launch, Problem};
 use tensortune_kernels::support::operand_elements;
-use tensortune_kernels::{Arg, Config, KernelSpec, Target, TensorOperand, Workload, short_digest, template};
+use tensortune_kernels::{Config, KernelSpec, Target, Workload, short_digest, template};
 use tensortune_proto::{convert, pb};
 use tensortune_worker::nvrtc;
 
@@ -259,49 +259,8 @@ pub fn launch(spec: &KernelSpec) -> Launch {
     Launch { grid: spec.grid, block: spec.block, dynamic_smem_bytes: spec.smem_bytes, cluster: spec.cluster_dims() }
 }
 
-/// A generated kernel's argument as a bundle parameter.
-pub fn param(arg: &Arg) -> Param {
-    match arg {
-        Arg::A => Param::Pointer { operand: Operand::A },
-        Arg::B => Param::Pointer { operand: Operand::B },
-        Arg::C => Param::Pointer { operand: Operand::C },
-        Arg::D => Param::Pointer { operand: Operand::D },
-        Arg::Workspace => Param::Pointer { operand: Operand::Workspace },
-        Arg::Map(m) => {
-            let operand = match m.operand {
-                TensorOperand::A => Operand::A,
-                TensorOperand::B => Operand::B,
-                TensorOperand::D => Operand::D,
-            };
-            Param::TensorMap(MapRecipe::tiled(operand, dtype(m.dtype), m.dims, m.row_bytes, m.box_dims))
-        }
-    }
-}
-
-/// The bundle's spelling of a type; `None` for the types a bundle cannot state yet (tf32, whose
-/// data is f32 but whose results are not, and the packed types).
-fn bundle_dtype(d: tensortune_kernels::DType) -> Option<tensortune_bundle::DType> {
-    use tensortune_bundle::DType as B;
-    use tensortune_kernels::DType as K;
-    match d {
-        K::F16 => Some(B::F16),
-        K::Bf16 => Some(B::Bf16),
-        K::F32 => Some(B::F32),
-        K::I8 => Some(B::I8),
-        K::I32 => Some(B::I32),
-        K::Tf32 | K::S4 | K::U4 | K::B1Xor | K::B1And => None,
-    }
-}
-
-/// The bundle's spelling of a type [`entry_of`] has let through (tf32 reads as its storage, f32,
-/// and a packed type as i8: only for [`problem`]'s callers that skip the check).
-fn dtype(d: tensortune_kernels::DType) -> tensortune_bundle::DType {
-    use tensortune_kernels::DType as K;
-    bundle_dtype(d).unwrap_or(match d {
-        K::Tf32 => tensortune_bundle::DType::F32,
-        _ => tensortune_bundle::DType::I8,
-    })
-}
+pub use tensortune_worker::params::param;
+use tensortune_worker::params::{bundle_dtype, dtype};
 
 /// The problem a workload states.
 pub fn problem(w: &Workload) -> Problem {

@@ -664,6 +664,30 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
             "--template",
             "wgmma_gemm",
         ][..],
+        &[
+            "tune",
+            "conv2d",
+            "--n",
+            "2",
+            "--h",
+            "9",
+            "--w",
+            "9",
+            "--c",
+            "64",
+            "--k",
+            "64",
+            "--r",
+            "3",
+            "--s",
+            "3",
+            "--pad",
+            "1",
+            "--stride",
+            "2",
+            "--template",
+            "wgmma_conv2d",
+        ][..],
     ] {
         let out = cli(&[args, &["--trials", "6", "--seed", "3", "--device", "sim", "--compile-threads", "1"]].concat());
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -677,8 +701,19 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
     assert!(!bundle_dir.exists(), "nothing is written when a workload has no record");
 
     let nvrtc = tensortune_worker::nvrtc::available() && tensortune_worker::nvrtc::find_include_dir().is_some();
-    let mut args =
-        vec!["export", "--workload", wmma, "--workload", wgmma, "-o", bundle_dir.to_str().unwrap(), "--json"];
+    let conv = "conv2d/n2h9w9c64/k64r3s3/pad1x1,stride2x2,dil1x1/nhwc/f16,f32,f32";
+    let mut args = vec![
+        "export",
+        "--workload",
+        wmma,
+        "--workload",
+        wgmma,
+        "--workload",
+        conv,
+        "-o",
+        bundle_dir.to_str().unwrap(),
+        "--json",
+    ];
     if !nvrtc {
         args.push("--no-cubin");
     }
@@ -689,7 +724,7 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
 
     let bundle = Bundle::open(&bundle_dir).unwrap();
     let m = &bundle.manifest;
-    assert_eq!(m.kernels.len(), 2, "one entry per workload on the one class");
+    assert_eq!(m.kernels.len(), 3, "one entry per workload on the one class");
     let index = std::fs::read_to_string(bundle_dir.join("index.txt")).unwrap();
     assert_eq!(index, Bundle::index_text(m));
     for e in &m.kernels {
@@ -719,6 +754,14 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
                     );
                     same_operand && *dims == map.dims && strides_bytes[0] == map.row_bytes && *box_dims == map.box_dims
                 }
+                (Param::Im2colMap(r), Arg::Im2col(map)) => {
+                    r.operand == Operand::A
+                        && map.operand == TensorOperand::A
+                        && (r.dims, r.strides_bytes, r.element_strides)
+                            == (map.dims, map.strides_bytes, map.element_strides)
+                        && (r.lower_corner, r.upper_corner) == (map.lower, map.upper)
+                        && (r.channels_per_pixel, r.pixels_per_column) == (map.channels, map.pixels)
+                }
                 _ => false,
             };
             assert!(ok, "{}: parameter {p:?} is not the generator's {a:?}", e.name);
@@ -731,6 +774,12 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
             assert!(e.cubins.is_empty());
         }
     }
+    let im2col = m.kernels.iter().find(|e| e.workload_key == conv).unwrap();
+    assert!(
+        im2col.params.iter().any(|p| matches!(p, Param::Im2colMap(r) if r.element_strides == [1, 2, 2, 1])),
+        "the stride-2 3x3 layer of 64 channels loads its input by an im2col map: {:?}",
+        im2col.params
+    );
     let tma = m.kernels.iter().find(|e| e.template == "wgmma_gemm").unwrap();
     assert!(tma.params.iter().any(|p| matches!(p, Param::TensorMap(_))), "the wgmma kernel takes tensor maps");
     assert!(tma.launch.grid.iter().zip(tma.launch.cluster).all(|(g, c)| g % c == 0));
@@ -777,9 +826,10 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
             for (line, e) in lines.iter().zip(&m.kernels) {
                 let l = &e.launch;
                 let mut want = format!(
-                    "{} {} matmul {},{},{} {},{},{} {} {},{},{} {} {}",
+                    "{} {} {} {},{},{} {},{},{} {} {},{},{} {} {}",
                     e.name,
                     e.entry,
+                    e.problem.op(),
                     l.grid[0],
                     l.grid[1],
                     l.grid[2],
@@ -806,6 +856,21 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
                                 r.strides_bytes[0],
                                 r.box_dims[0],
                                 r.box_dims[1]
+                            )
+                        }
+                        Param::Im2colMap(r) => {
+                            let j = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+                            want += &format!(
+                                " im2col:{}:{}:{}:{}:{}:{}:{},{}:{}",
+                                r.operand.name(),
+                                r.dtype.name(),
+                                j(&r.dims.map(|v| v as i64)),
+                                j(&r.strides_bytes.map(|v| v as i64)),
+                                j(&r.lower_corner.map(i64::from)),
+                                j(&r.upper_corner.map(i64::from)),
+                                r.channels_per_pixel,
+                                r.pixels_per_column,
+                                j(&r.element_strides.map(i64::from)),
                             )
                         }
                     }

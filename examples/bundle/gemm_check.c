@@ -1,12 +1,18 @@
 /* gemm_check: loads a tensortune export bundle and, for each matmul kernel that has a cubin for
  * this GPU, checks every output element against cuBLAS (cublasGemmEx with the same types,
- * layout, alpha and beta) and times both the way tensortune's worker does: a CUDA graph holding a
- * batch of launches (batch sized so one sample lasts >= 1 ms), replayed back to back between
- * events, median of the samples. Prints one row per kernel: its time, the time in its record,
- * the ratio, cuBLAS's time and the check.
+ * layout, alpha and beta) and times both the way tensortune's worker does: a warm-up launch, then
+ * a CUDA graph holding a batch of launches (batch sized so one sample lasts >= 1 ms) replayed
+ * SAMPLES times back to back between events, the median sample. Every kernel is checked first;
+ * then each is timed ROUNDS times (median over rounds) after an idle pause of PAUSE_MS. The
+ * defaults (10 samples, 1 round, 2000 ms) are one worker measurement on a GPU that is not still
+ * paying for the kernel before: on an H200 a few hundred milliseconds of 4096^3 GEMMs pull the SM
+ * clock from 1980 to 1530 MHz, and it stays there for the next seconds, whatever runs. WARM_MS of
+ * replays before each measurement are optional. Prints one row per kernel: its time, the time in
+ * its record, the ratio, cuBLAS's time and the check. TT_NO_BLAS=1 leaves cuBLAS out of the
+ * process (nothing is checked; only the bundle's kernels are timed).
  *
- *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas
- *   ./gemm_check BUNDLE_DIR [SAMPLES]
+ *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -ldl
+ *   ./gemm_check BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS [PAUSE_MS]]]]
  *
  * Inputs of the check are multiples of 1/8 in [-1, 1] (integers in [-8, 8] for i8), so with f32
  * or i32 accumulation every product and sum is exact and both libraries must agree to the
@@ -18,16 +24,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <dlfcn.h>
 
 #include "tensortune_bundle.h"
 
+/* The worker's constants (worker/src/cuda/timing.rs, worker/src/plan.rs). */
 #define MIN_SAMPLE_MS 1.0
-#define MIN_BATCH 50
 #define MAX_BATCH 20000
 #define PROBE_BATCH 8
-/* Replays before the timed samples: the GPU idles at a low clock while the host loads and checks,
- * and takes tens of milliseconds under load to reach its boost clock. */
-#define WARM_MS 200.0
+#define MAX_ROUNDS 100
+#define MAX_KERNELS 1024
 
 #define CU(call)                                                                         \
   do {                                                                                   \
@@ -168,6 +175,28 @@ static int blas_gemm(const blas_call *c) {
   return s == CUBLAS_STATUS_SUCCESS ? 0 : -1;
 }
 
+
+/* The SM clock now, MHz, through NVML loaded at run time (0 when it is missing). */
+static unsigned sm_clock_mhz(void) {
+  static void *lib;
+  static int (*get_handle)(unsigned, void **);
+  static int (*clock_info)(void *, unsigned, unsigned *);
+  static int tried;
+  if (!tried) {
+    tried = 1;
+    lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    int (*init)(void) = lib ? (int (*)(void))dlsym(lib, "nvmlInit_v2") : NULL;
+    if (init && init() == 0) {
+      get_handle = (int (*)(unsigned, void **))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+      clock_info = (int (*)(void *, unsigned, unsigned *))dlsym(lib, "nvmlDeviceGetClockInfo");
+    }
+  }
+  void *dev;
+  unsigned mhz = 0;
+  if (get_handle && clock_info && get_handle(0, &dev) == 0) clock_info(dev, 1 /* NVML_CLOCK_SM */, &mhz);
+  return mhz;
+}
+
 typedef int (*enqueue_fn)(void *ctx, CUstream s);
 
 static CUgraphExec capture(CUstream s, int batch, enqueue_fn f, void *ctx) {
@@ -206,9 +235,10 @@ static int cmp_double(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-/* Per-launch microseconds: a warm-up launch, a probe graph of 8, WARM_MS of replays, then
- * `samples` back-to-back replays of a graph of `batch` launches, the median sample. */
-static double time_us(CUstream s, int samples, enqueue_fn f, void *ctx, int *batch_out) {
+/* Per-launch microseconds, as the worker takes them: a warm-up launch, a probe graph of 8, one
+ * untimed replay of a graph of `batch` launches (more, until `warm_ms` have passed), then `samples` back-to-back replays of it, the
+ * median sample. */
+static double time_us(CUstream s, int samples, double warm_ms, enqueue_fn f, void *ctx, int *batch_out) {
   if (f(ctx, s) != 0) return -1;
   CU(cuStreamSynchronize(s));
   CUgraphExec probe = capture(s, PROBE_BATCH, f, ctx);
@@ -217,10 +247,11 @@ static double time_us(CUstream s, int samples, enqueue_fn f, void *ctx, int *bat
   cuGraphExecDestroy(probe);
   if (per < 1e-6) per = 1e-6;
   int batch = (int)(MIN_SAMPLE_MS / per + 0.999);
-  if (batch < MIN_BATCH) batch = MIN_BATCH;
+  if (batch < 1) batch = 1;
   if (batch > MAX_BATCH) batch = MAX_BATCH;
   CUgraphExec g = capture(s, batch, f, ctx);
-  for (double warm = 0; warm < WARM_MS;) warm += replay_ms(g, s);
+  double warm = replay_ms(g, s);
+  while (warm < warm_ms) warm += replay_ms(g, s);
   CUevent *ev = (CUevent *)malloc(sizeof(CUevent) * (size_t)(samples + 1));
   for (int i = 0; i <= samples; i++) CU(cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
   CU(cuEventRecord(ev[0], s));
@@ -249,6 +280,22 @@ typedef struct {
   CUdeviceptr a, b, c, d;
 } ours_call;
 
+/* One checked kernel, kept loaded with its timing inputs until the rounds are done. */
+typedef struct {
+  tt_kernel k;
+  CUdeviceptr at, bt, c, d, dref;
+  ours_call ours;
+  blas_call blas;
+  char key[64], check[160];
+  double ours_us[MAX_ROUNDS], blas_us[MAX_ROUNDS];
+  int batch, timed;
+} slot;
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static int enqueue_ours(void *p, CUstream s) {
   ours_call *c = (ours_call *)p;
   if (tt_kernel_launch(c->k, s, c->a, c->b, c->c, c->d) != 0) {
@@ -265,12 +312,27 @@ static int enqueue_blas(void *p, CUstream s) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s BUNDLE_DIR [SAMPLES]\n", argv[0]);
+    fprintf(stderr, "usage: %s BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS [PAUSE_MS]]]]\n", argv[0]);
     return 2;
   }
   int samples = argc > 2 ? atoi(argv[2]) : 10;
   if (samples < 1 || samples > 1000) {
     fprintf(stderr, "error: SAMPLES must be 1 ..= 1000, not %s\n", argv[2]);
+    return 2;
+  }
+  int rounds = argc > 3 ? atoi(argv[3]) : 1;
+  if (rounds < 1 || rounds > MAX_ROUNDS) {
+    fprintf(stderr, "error: ROUNDS must be 1 ..= %d, not %s\n", MAX_ROUNDS, argv[3]);
+    return 2;
+  }
+  double warm_ms = argc > 4 ? atof(argv[4]) : 0.0;
+  if (!(warm_ms >= 0 && warm_ms <= 1000)) {
+    fprintf(stderr, "error: WARM_MS must be 0 ..= 1000, not %s\n", argv[4]);
+    return 2;
+  }
+  double pause_ms = argc > 5 ? atof(argv[5]) : 2000.0;
+  if (!(pause_ms >= 0 && pause_ms <= 60000)) {
+    fprintf(stderr, "error: PAUSE_MS must be 0 ..= 60000, not %s\n", argv[5]);
     return 2;
   }
   tt_bundle bundle;
@@ -290,19 +352,28 @@ int main(int argc, char **argv) {
   CU(tt_device_arch(dev, &arch, &sms));
   char gpu[256];
   CU(cuDeviceGetName(gpu, sizeof gpu, dev));
-  cublasHandle_t h;
-  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
-    fprintf(stderr, "error: cublasCreate failed\n");
+  /* TT_NO_BLAS=1: no cuBLAS in the process (nothing checked; only the bundle's kernels timed). */
+  int no_blas = getenv("TT_NO_BLAS") && !strcmp(getenv("TT_NO_BLAS"), "1");
+  cublasHandle_t h = NULL;
+  CUdeviceptr blas_ws = 0;
+  if (!no_blas) {
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+      fprintf(stderr, "error: cublasCreate failed\n");
+      return 2;
+    }
+    cublasSetStream(h, (cudaStream_t)stream);
+    size_t blas_ws_bytes = 32u << 20; /* set up front: no allocation inside a graph capture */
+    blas_ws = upload(NULL, blas_ws_bytes);
+    cublasSetWorkspace(h, (void *)(uintptr_t)blas_ws, blas_ws_bytes);
+  }
+
+  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds, %g ms warm-up, %g ms pause\n",
+         gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms, pause_ms);
+  if (bundle.n > MAX_KERNELS) {
+    fprintf(stderr, "error: the bundle has %d kernels; this example checks at most %d\n", bundle.n, MAX_KERNELS);
     return 2;
   }
-  cublasSetStream(h, (cudaStream_t)stream);
-  size_t blas_ws_bytes = 32u << 20; /* set up front: no allocation inside a graph capture */
-  CUdeviceptr blas_ws = upload(NULL, blas_ws_bytes);
-  cublasSetWorkspace(h, (void *)(uintptr_t)blas_ws, blas_ws_bytes);
-
-  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples each\n", gpu, arch, sms, argv[1], bundle.n, samples);
-  printf("%-46s %-10s %10s %10s %7s %10s %10s %7s  %s\n", "workload", "template", "kernel", "record", "ratio",
-         "cublas", "record-vnd", "batch", "check");
+  slot *slots = (slot *)calloc((size_t)bundle.n, sizeof(slot));
   int checked = 0, failures = 0, within = 0;
   for (int i = 0; i < bundle.n; i++) {
     const tt_entry *e = &bundle.entries[i];
@@ -318,13 +389,13 @@ int main(int argc, char **argv) {
     tt_matmul q = {e->shape[0], e->shape[1], e->shape[2], e->layout, e->input, e->acc, e->output, e->alpha, e->beta};
     int nearest = 1, found = tt_bundle_find_matmul(&bundle, &q, arch, sms, &nearest);
     int lookup_ok = found >= 0 && !nearest && !memcmp(bundle.entries[found].shape, e->shape, sizeof e->shape);
-    tt_kernel k;
-    if (tt_kernel_load(&k, &bundle, i, arch) != 0) {
-      printf("%s: cannot load: %s\n", e->name, k.error);
+    slot *sl = &slots[checked];
+    if (tt_kernel_load(&sl->k, &bundle, i, arch) != 0) {
+      printf("%s: cannot load: %s\n", e->name, sl->k.error);
       failures++;
       continue;
     }
-    e = k.entry;
+    e = sl->k.entry;
     size_t m = e->shape[0], n = e->shape[1], kk = e->shape[2];
     size_t in = dsize(e->input), out = dsize(e->output);
     void *ha = fill(e->input, m * kk, 1), *hb = fill(e->input, kk * n, 1), *hc = fill(e->output, m * n, 1);
@@ -334,9 +405,9 @@ int main(int argc, char **argv) {
     CUdeviceptr d = upload(NULL, m * n * out), dref = upload(hc, m * n * out);
     CU(cuMemsetD8(d, 0xff, m * n * out)); /* poison: unwritten elements show */
 
-    ours_call oc = {&k, a, b, e->beta != 0 ? c : 0, d};
+    ours_call oc = {&sl->k, a, b, e->beta != 0 ? c : 0, d};
     blas_call bc = {h, e, a, b, dref};
-    int ok_launch = enqueue_ours(&oc, stream) == 0 && blas_gemm(&bc) == 0;
+    int ok_launch = enqueue_ours(&oc, stream) == 0 && (no_blas || blas_gemm(&bc) == 0);
     CU(cuStreamSynchronize(stream));
     void *got = malloc(m * n * out), *want = malloc(m * n * out);
     CU(cuMemcpyDtoH(got, d, m * n * out));
@@ -359,38 +430,62 @@ int main(int argc, char **argv) {
       }
       if (err > max_err || err != err) max_err = err;
     }
-    char check[160];
-    if (!ok_launch) snprintf(check, sizeof check, "FAILED: a launch failed");
-    else if (!lookup_ok) snprintf(check, sizeof check, "FAILED: the lookup of its own shape was not exact");
+    char *check = sl->check;
+    if (!ok_launch) snprintf(check, sizeof sl->check, "FAILED: a launch failed");
+    else if (!lookup_ok) snprintf(check, sizeof sl->check, "FAILED: the lookup of its own shape was not exact");
+    else if (no_blas) snprintf(check, sizeof sl->check, "not checked (TT_NO_BLAS=1)"), bad = 0;
     else if (bad)
-      snprintf(check, sizeof check, "FAILED: %zu of %zu differ, first D[%zu, %zu] = %g, cuBLAS %g", bad, m * n,
+      snprintf(check, sizeof sl->check, "FAILED: %zu of %zu differ, first D[%zu, %zu] = %g, cuBLAS %g", bad, m * n,
                first % m, first / m, value(e->output, got, first), value(e->output, want, first));
-    else snprintf(check, sizeof check, "ok: all %zu match (max |diff| %.3g)", m * n, max_err);
+    else snprintf(check, sizeof sl->check, "ok: all %zu match (max |diff| %.3g)", m * n, max_err);
     failures += !ok_launch || !lookup_ok || bad;
+    printf("%-46s checked: %s\n", e->name, check);
+    fflush(stdout);
+    snprintf(sl->key, sizeof sl->key, "%zux%zux%zu %s %s>%s", m, n, kk, e->layout, e->input, e->output);
+    sl->at = at, sl->bt = bt, sl->c = c, sl->d = d, sl->dref = dref;
+    sl->ours = (ours_call){&sl->k, at, bt, e->beta != 0 ? c : 0, d};
+    sl->blas = (blas_call){h, e, at, bt, dref};
     checked++;
+    free(ha), free(hb), free(hc), free(ta), free(tb), free(got), free(want);
+    cuMemFree(a), cuMemFree(b);
+  }
 
+  for (int i = 0; i < checked; i++) {
+    slot *sl = &slots[i];
+    if (pause_ms > 0) {
+      struct timespec ts = {(time_t)(pause_ms / 1000), (long)(fmod(pause_ms, 1000.0) * 1e6)};
+      nanosleep(&ts, NULL);
+    }
+    for (int r = 0; r < rounds; r++) {
+      int blas_batch = 0;
+      double ours = time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch);
+      double blas = no_blas ? 0 : time_us(stream, samples, warm_ms, enqueue_blas, &sl->blas, &blas_batch);
+      if (ours > 0 && (no_blas || blas > 0)) sl->ours_us[sl->timed] = ours, sl->blas_us[sl->timed++] = blas;
+      printf("round %d %-30s kernel %9.2f us  cublas %9.2f us  clock %u MHz\n", r + 1, sl->key, ours, blas,
+             sm_clock_mhz());
+    }
+  }
 
-    ours_call ot = {&k, at, bt, e->beta != 0 ? c : 0, d};
-    blas_call btc = {h, e, at, bt, dref};
-    int batch = 0, blas_batch = 0;
-    double ours = time_us(stream, samples, enqueue_ours, &ot, &batch);
-    double blas = time_us(stream, samples, enqueue_blas, &btc, &blas_batch);
-    char key[64];
-    snprintf(key, sizeof key, "%zux%zux%zu %s %s>%s", m, n, kk, e->layout, e->input, e->output);
+  printf("%-46s %-10s %10s %10s %7s %10s %10s %7s  %s\n", "workload", "template", "kernel", "record", "ratio",
+         "cublas", "record-vnd", "batch", "check");
+  for (int i = 0; i < checked; i++) {
+    slot *sl = &slots[i];
+    const tt_entry *e = sl->k.entry;
+    double ours = sl->timed ? median(sl->ours_us, sl->timed) : -1;
+    double blas = sl->timed ? median(sl->blas_us, sl->timed) : -1;
     char vendor[32] = "-";
     if (e->vendor_us >= 0) snprintf(vendor, sizeof vendor, "%.2f us", e->vendor_us);
     const char *tmpl = strstr(e->name, "wgmma") ? "wgmma_gemm" : strstr(e->name, "wmma") ? "wmma_gemm" : "?";
     within += ours > 0 && fabs(ours / e->time_us - 1.0) <= 0.03;
-    printf("%-46s %-10s %7.2f us %7.2f us %7.3f %7.2f us %10s %7d  %s\n", key, tmpl, ours, e->time_us,
-           ours / e->time_us, blas, vendor, batch, check);
-    fflush(stdout);
-    free(ha), free(hb), free(hc), free(ta), free(tb), free(got), free(want);
-    cuMemFree(a), cuMemFree(b), cuMemFree(c), cuMemFree(at), cuMemFree(bt), cuMemFree(d), cuMemFree(dref);
-    tt_kernel_unload(&k);
+    printf("%-46s %-10s %7.2f us %7.2f us %7.3f %7.2f us %10s %7d  %s\n", sl->key, tmpl, ours, e->time_us,
+           ours / e->time_us, blas, vendor, sl->batch, sl->check);
+    cuMemFree(sl->at), cuMemFree(sl->bt), cuMemFree(sl->c), cuMemFree(sl->d), cuMemFree(sl->dref);
+    tt_kernel_unload(&sl->k);
   }
+  free(slots);
   printf("%d kernels checked, %d failed; %d of %d within 3%% of their record's time\n", checked, failures, within,
          checked);
-  cublasDestroy(h);
+  if (h) cublasDestroy(h);
   cuMemFree(blas_ws);
   tt_bundle_close(&bundle);
   return failures ? 1 : 0;

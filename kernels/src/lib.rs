@@ -40,7 +40,7 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use space::{Config, Knob, KnobValue, Space};
 pub use target::Target;
-pub use template::{Arg, KernelSpec, Resources, Template, TensorMap, TensorOperand};
+pub use template::{Arg, Im2colMap, KernelSpec, Resources, Template, TensorMap, TensorOperand};
 pub use workload::{Conv2d, Layout, Matmul, Op, Types, Workload};
 
 /// The first 8 hex digits of the SHA-256 of `text`: short, stable names for long keys.

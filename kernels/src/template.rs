@@ -25,6 +25,8 @@ pub enum Arg {
     Workspace,
     /// A TMA tensor map of an operand, passed by value (a `__grid_constant__` CUtensorMap).
     Map(TensorMap),
+    /// A TMA tensor map in im2col mode over a convolution's input, passed by value.
+    Im2col(Im2colMap),
 }
 
 /// How the launcher builds a TMA tensor map (`cuTensorMapEncodeTiled`) over an operand: a 2-D
@@ -42,6 +44,35 @@ pub struct TensorMap {
     pub row_bytes: u64,
     /// Box copied per load, innermost first (elements; the inner box is 128 bytes).
     pub box_dims: [u32; 2],
+}
+
+/// How the launcher builds a TMA tensor map in im2col mode (`cuTensorMapEncodeIm2col`) over a
+/// convolution's NHWC input: rank 4, innermost first (C, W, H, N); each copy brings `pixels`
+/// output pixels' `channels` channels of one filter tap into 128-byte-swizzled shared memory,
+/// walking the output pixels' windows through the bounding box by the layer's strides, with
+/// what lies outside the input read as zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Im2colMap {
+    /// The buffer it views (the convolution's input, [`TensorOperand::A`]).
+    pub operand: TensorOperand,
+    /// Element type.
+    pub dtype: crate::DType,
+    /// Extents C, W, H, N (elements).
+    pub dims: [u64; 4],
+    /// Distances between consecutive W, H and N positions, bytes (multiples of 16).
+    pub strides_bytes: [u64; 3],
+    /// `pixelBoxLowerCorner` (W, H): where the first window starts, relative to the input's
+    /// first column and row (minus the padding).
+    pub lower: [i32; 2],
+    /// `pixelBoxUpperCorner` (W, H): where the last window starts, relative to the input's last
+    /// column and row (the padding less the window's extent).
+    pub upper: [i32; 2],
+    /// `channelsPerPixel`: channels per copy (128 bytes).
+    pub channels: u32,
+    /// `pixelsPerColumn`: output pixels per copy.
+    pub pixels: u32,
+    /// `elementStrides` (C, W, H, N): the layer's strides on W and H.
+    pub element_strides: [u32; 4],
 }
 
 /// The buffer a [`TensorMap`] views.

@@ -288,6 +288,12 @@ fn conv_matrix() -> Vec<String> {
         (1, 30, 30, 16, 64, 7, 7, "3x3", "2x2", "1x1"),
         (3, 5, 7, 32, 48, 1, 1, "0x0", "1x1", "1x1"),
         (4, 14, 14, 64, 96, 1, 1, "0x0", "2x2", "1x1"),
+        // Channels a multiple of a K tile (wgmma_conv2d's TMA im2col loads; 128 for i8): dilated,
+        // strided and ragged, non-square windows and strides.
+        (2, 10, 11, 64, 40, 3, 3, "2x2", "1x1", "2x2"),
+        (3, 9, 9, 128, 48, 3, 3, "1x1", "2x2", "1x1"),
+        (1, 13, 17, 64, 48, 1, 3, "0x1", "1x1", "1x1"),
+        (2, 12, 9, 128, 32, 3, 1, "1x0", "1x2", "1x1"),
         // The tuning layers: MobileNet pointwise, ResNet 3x3, a stride-2 3x3.
         (1, 56, 56, 64, 128, 1, 1, "0x0", "1x1", "1x1"),
         (1, 28, 28, 128, 256, 1, 1, "0x0", "1x1", "1x1"),

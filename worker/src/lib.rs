@@ -28,6 +28,7 @@
 mod compile_child;
 pub mod cuda;
 pub mod nvrtc;
+pub mod params;
 pub mod protocol;
 pub mod sim;
 

@@ -1,5 +1,6 @@
 //! NVRTC compiles what `wgmma_conv2d` emits for sm_90a, on the CPU: over 300 configs spread over
-//! every input type, both load paths (a pointwise layer read by TMA, the gather everywhere else),
+//! every input type, all three load paths (a pointwise layer read by TMA tiles, TMA im2col where
+//! the channels are a multiple of a K tile, the gather everywhere else),
 //! padding, stride 2, dilation 2, ragged tiles, non-square filters, the fewest channels each type
 //! allows, and every kind of config (producer, schedule, cluster, persistence, stream-K,
 //! epilogue). A serialized wgmma or an ignored setmaxnreg counts as a failure, as in the worker.
@@ -44,7 +45,7 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
     let target = Target::sm90();
     let mut specs: Vec<KernelSpec> = Vec::new();
     let mut kinds = std::collections::BTreeSet::new();
-    let (mut gathered, mut pointwise) = (0, 0);
+    let (mut gathered, mut im2col, mut pointwise) = (0, 0, 0);
     let mut turn = 0usize;
     // The tensor-core types wgmma_conv2d takes (not f32, tf32 or the packed matmul-only types).
     for (input, acc, outs) in Types::SUPPORTED.iter().filter(|r| matches!(r.0, DType::F16 | DType::Bf16 | DType::I8)) {
@@ -58,6 +59,8 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
                 layer(2, (7, 9), unit, 40, (3, 3), (1, 1), 1, 2, t),
                 layer(3, (13, 17), 2 * unit, 48, (1, 3), (0, 1), 1, 1, t),
                 layer(3, (5, 7), 4 * unit, 72, (1, 1), (0, 0), 1, 1, t),
+                // A K tile's channels (64, or 128 for i8), dilated and strided, ragged output.
+                layer(2, (11, 13), 8 * unit, 40, (3, 2), (2, 1), 2, 2, t),
             ];
             for l in layers {
                 let w = Workload::Conv2d(l);
@@ -69,6 +72,8 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
                     let spec = WgmmaConv2d.generate(&w, c, &target).unwrap();
                     if spec.name.contains("gather") {
                         gathered += 1
+                    } else if spec.name.contains("im2col") {
+                        im2col += 1
                     } else {
                         pointwise += 1
                     }
@@ -78,9 +83,16 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
             }
         }
     }
-    eprintln!("{} sampled configs ({gathered} gathered, {pointwise} pointwise) of {} kinds", specs.len(), kinds.len());
+    eprintln!(
+        "{} sampled configs ({gathered} gathered, {im2col} im2col, {pointwise} pointwise) of {} kinds",
+        specs.len(),
+        kinds.len()
+    );
     assert!(specs.len() >= 300, "only {} sampled configs", specs.len());
-    assert!(gathered >= 200 && pointwise >= 60, "{gathered} gathered, {pointwise} pointwise");
+    assert!(
+        gathered >= 100 && im2col >= 80 && pointwise >= 60,
+        "{gathered} gathered, {im2col} im2col, {pointwise} pointwise"
+    );
     assert!(kinds.len() >= 20, "only {} kinds of config: {kinds:?}", kinds.len());
     assert_all_compile(&specs, &target);
 }

@@ -6,6 +6,10 @@
 //!
 //! - A 1x1, stride-1, unpadded layer's activations are a plain [N*H*W][C] matrix: loaded by TMA
 //!   like a matmul operand (a pointwise layer is a GEMM).
+//! - A layer whose channel count is a multiple of a K tile (64 f16/bf16, 128 i8 channels: a K tile
+//!   lies within one filter tap), with strides up to 8 and small enough padding (`im2col_fits`),
+//!   has its activations loaded by TMA in im2col mode: one copy per K tile brings BP output
+//!   pixels' channels of one tap, zeros where the window leaves the input (version 2).
 //! - Any other layer's activations are gathered: the producer warpgroup's 128 threads copy the
 //!   im2col tile 16 bytes at a time with `cp.async` into the swizzled layout the TMA would have
 //!   written, zero-filling what lies in the padding or past the edges (`gemm.cu`, `gather_x`). A
@@ -43,7 +47,8 @@ impl Template for WgmmaConv2d {
     }
 
     fn version(&self) -> u32 {
-        1
+        // 2: TMA im2col loads for layers whose channels are a multiple of a K tile (gathered in 1).
+        2
     }
 
     fn op(&self) -> Op {
@@ -130,6 +135,7 @@ impl Template for WgmmaConv2d {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ConvX;
     use super::*;
     use crate::template::{Arg, TensorOperand, valid_configs};
     use crate::{Layout, Types};
@@ -161,10 +167,16 @@ mod tests {
     fn a_layer_is_the_gemm_of_its_output_channels_pixels_and_taps() {
         let Workload::Conv2d(c) = layer(32, 56, 64, 128, 3, 1, 2, DType::F16) else { unreachable!() };
         let (cg, gemm) = ConvGemm::of(&c);
-        assert!(cg.gather);
+        assert_eq!(cg.x, ConvX::Im2col, "64 channels: a K tile is one tap's");
         assert_eq!((gemm.m, gemm.n, gemm.k, gemm.layout), (128, 32 * 28 * 28, 9 * 64, Layout::Tn));
         let Workload::Conv2d(p) = layer(32, 56, 64, 128, 1, 0, 1, DType::F16) else { unreachable!() };
-        assert!(!ConvGemm::of(&p).0.gather, "a 1x1 stride-1 unpadded layer is a plain GEMM");
+        assert_eq!(ConvGemm::of(&p).0.x, ConvX::Tiled, "a 1x1 stride-1 unpadded layer is a plain GEMM");
+        let Workload::Conv2d(g) = layer(32, 56, 96, 128, 3, 1, 1, DType::F16) else { unreachable!() };
+        assert_eq!(ConvGemm::of(&g).0.x, ConvX::Gather, "96 channels: a K tile of 64 straddles two taps");
+        let Workload::Conv2d(i) = layer(8, 28, 128, 128, 3, 1, 1, DType::I8) else { unreachable!() };
+        assert_eq!(ConvGemm::of(&i).0.x, ConvX::Im2col, "i8: a K tile is 128 channels");
+        let Workload::Conv2d(wide) = layer(1, 300, 64, 64, 3, 200, 1, DType::F16) else { unreachable!() };
+        assert_eq!(ConvGemm::of(&wide).0.x, ConvX::Gather, "padding past the bounding box's range");
     }
 
     #[test]
@@ -191,9 +203,47 @@ mod tests {
         {
             assert!(spec.source.contains(line), "{line} missing");
         }
-        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v1_"), "{}", spec.name);
+        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v2_"), "{}", spec.name);
         let f = WgmmaConv2d.features(&padded, &c, &target).unwrap();
         assert_eq!(f.last(), Some(&("gather", 1.0)));
+    }
+
+    #[test]
+    fn layers_with_whole_k_tiles_of_channels_load_by_tma_in_im2col_mode() {
+        let target = Target::sm90();
+        // 2x9x9x64, 3x3 pad 1 stride 2, dilation 1: output 5x5.
+        let layer = layer(2, 9, 64, 40, 3, 1, 2, DType::F16);
+        let c = config(&layer, "inline");
+        let spec = WgmmaConv2d.generate(&layer, &c, &target).unwrap();
+        let Arg::Im2col(x) = &spec.args[0] else { panic!("{:?}", spec.args) };
+        assert_eq!((x.operand, x.dims, x.strides_bytes), (TensorOperand::A, [64, 9, 9, 2], [128, 9 * 128, 81 * 128]));
+        // The first window starts a pad before the input; the last at pad - (3 - 1) past its end.
+        assert_eq!((x.lower, x.upper, x.element_strides), ([-1, -1], [-1, -1], [1, 2, 2, 1]));
+        assert_eq!(x.channels, 64);
+        assert_eq!(x.pixels, c.int("block_n").unwrap() as u32);
+        let Arg::Map(y) = &spec.args[1] else { panic!("{:?}", spec.args) };
+        assert_eq!((y.operand, y.dims), (TensorOperand::B, [9 * 64, 40]));
+        for line in ["IM2COL = true;", "GATHER = false;", "CONV_C = 64;", "OUT_W = 5;", "STRIDE_H = 2;"] {
+            assert!(spec.source.contains(line), "{line} missing");
+        }
+        assert!(spec.name.starts_with("tt_wgmma_conv2d_im2col_v2_"), "{}", spec.name);
+        // The window's extent and dilation set the upper corner.
+        let Workload::Conv2d(mut d) = layer else { unreachable!() };
+        d.dilation = (2, 3);
+        d.pad = (2, 3);
+        let dilated = Workload::Conv2d(d);
+        let spec = WgmmaConv2d.generate(&dilated, &config(&dilated, "inline"), &target).unwrap();
+        let Arg::Im2col(x) = &spec.args[0] else { panic!("{:?}", spec.args) };
+        assert_eq!((x.lower, x.upper), ([-3, -2], [3 - 2 * 3, 2 - 2 * 2]));
+        // i8: a K tile is 128 channels, one copy's 128 bytes.
+        let i8_layer = Workload::from_key("conv2d/n3h9w9c128/k48r3s3/pad1x1,stride2x2,dil1x1/nhwc/i8,i32,i32").unwrap();
+        let c = Config::from_json(
+            r#"{"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}"#,
+        )
+        .unwrap();
+        let spec = WgmmaConv2d.generate(&i8_layer, &c, &target).unwrap();
+        let Arg::Im2col(x) = &spec.args[0] else { panic!("{:?}", spec.args) };
+        assert_eq!((x.channels, x.pixels, x.dims), (128, 64, [128, 9, 9, 3]));
     }
 
     #[test]

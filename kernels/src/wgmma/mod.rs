@@ -16,7 +16,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::space::{Config, Knob, Space, positions_at};
 use crate::target::Target;
-use crate::template::{Arg, KernelSpec, Resources, Template, TensorMap, TensorOperand};
+use crate::template::{Arg, Im2colMap, KernelSpec, Resources, Template, TensorMap, TensorOperand};
 use crate::workload::{Matmul, Op, Workload};
 
 /// The fixed kernel body (holes: `mma_tile`).
@@ -110,9 +110,20 @@ pub struct Plan {
 pub struct ConvGemm {
     /// The layer.
     pub conv: crate::workload::Conv2d,
-    /// Whether the activations are gathered by the producer warpgroup (any layer); otherwise the
-    /// layer is 1x1, stride 1, unpadded and its input is a plain [N*H*W][C] matrix read by TMA.
-    pub gather: bool,
+    /// How the activations reach shared memory.
+    pub x: ConvX,
+}
+
+/// How a convolution's activations (the implicit GEMM's X) are loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConvX {
+    /// 1x1, stride 1, unpadded: the input is a plain [N*H*W][C] matrix, loaded by TMA tiles.
+    Tiled,
+    /// TMA in im2col mode: C a multiple of a K tile (128 bytes), strides at most 8, and padding and
+    /// windows within the range a 4-D im2col map's bounding box takes.
+    Im2col,
+    /// Any other layer: the producer warpgroup's 128 threads copy it with cp.async.
+    Gather,
 }
 
 impl ConvGemm {
@@ -129,8 +140,34 @@ impl ConvGemm {
             alpha: 1.0,
             beta: 0.0,
         };
-        (ConvGemm { conv: c, gather: !pointwise }, gemm)
+        let x = if pointwise {
+            ConvX::Tiled
+        } else if im2col_fits(&c) {
+            ConvX::Im2col
+        } else {
+            ConvX::Gather
+        };
+        (ConvGemm { conv: c, x }, gemm)
     }
+}
+
+/// Whether a 4-D im2col tensor map can load the layer's activations: a K tile (128 bytes of
+/// channels) within one filter tap, traversal strides of at most 8, and bounding-box corners in
+/// [-128, 127] (the limits of `cuTensorMapEncodeIm2col` for rank 4).
+fn im2col_fits(c: &crate::workload::Conv2d) -> bool {
+    let per_tile = 128 / c.types.input.bytes() as u64;
+    let corner = |pad: u64, extent: u64, dil: u64| -> bool {
+        let lower = -(pad as i64);
+        let upper = pad as i64 - ((extent as i64 - 1) * dil as i64);
+        (-128..=127).contains(&lower) && (-128..=127).contains(&upper)
+    };
+    c.c.is_multiple_of(per_tile)
+        && c.stride.0 <= 8
+        && c.stride.1 <= 8
+        && corner(c.pad.0, c.r, c.dilation.0)
+        && corner(c.pad.1, c.s, c.dilation.1)
+        && (c.s - 1) * c.dilation.1 < 1 << 16
+        && (c.r - 1) * c.dilation.0 < 1 << 16
 }
 
 /// The view's dimensions and tile counts.
@@ -204,9 +241,14 @@ impl Plan {
         Plan { conv: Some(conv), ..Plan::at(gemm, index) }
     }
 
-    /// Whether the producer gathers X.
+    /// Whether the producer warpgroup gathers X with cp.async.
     fn gather(&self) -> bool {
-        self.conv.is_some_and(|c| c.gather)
+        self.conv.is_some_and(|c| c.x == ConvX::Gather)
+    }
+
+    /// Whether X is loaded by TMA in im2col mode.
+    fn im2col(&self) -> bool {
+        self.conv.is_some_and(|c| c.x == ConvX::Im2col)
     }
 
     fn producer_regs(&self) -> u32 {
@@ -539,7 +581,11 @@ impl Plan {
         let t = &self.w.types;
         let (family, version, key) = match &self.conv {
             Some(c) => (
-                if c.gather { "wgmma_conv2d_gather" } else { "wgmma_conv2d" },
+                match c.x {
+                    ConvX::Tiled => "wgmma_conv2d",
+                    ConvX::Im2col => "wgmma_conv2d_im2col",
+                    ConvX::Gather => "wgmma_conv2d_gather",
+                },
                 conv::WgmmaConv2d.version(),
                 Workload::Conv2d(c.conv).key(),
             ),
@@ -580,6 +626,25 @@ impl Plan {
             row_bytes: w.m * e as u64,
             box_dims: [128 / e, 64],
         }
+    }
+
+    /// The im2col tensor map of a convolution's input, when X is loaded that way: BP output pixels
+    /// of BK channels (128 bytes) per copy.
+    fn im2col_map(&self) -> Option<Im2colMap> {
+        let c = self.conv.filter(|c| c.x == ConvX::Im2col)?.conv;
+        let e = c.types.input.bytes() as u64;
+        let upper = |pad: u64, extent: u64, dil: u64| (pad as i64 - (extent as i64 - 1) * dil as i64) as i32;
+        Some(Im2colMap {
+            operand: TensorOperand::A,
+            dtype: c.types.input,
+            dims: [c.c, c.w, c.h, c.n],
+            strides_bytes: [c.c * e, c.w * c.c * e, c.h * c.w * c.c * e],
+            lower: [-(c.pad.1 as i32), -(c.pad.0 as i32)],
+            upper: [upper(c.pad.1, c.s, c.dilation.1), upper(c.pad.0, c.r, c.dilation.0)],
+            channels: self.bk(),
+            pixels: self.bp,
+            element_strides: [1, c.stride.1 as u32, c.stride.0 as u32, 1],
+        })
     }
 
     /// The tensor maps of X (the user's B) and Y (the user's A).
@@ -626,7 +691,11 @@ impl Plan {
                 .comment(format!(
                     "wgmma_conv2d v{}: the convolution as an implicit GEMM on the wgmma_gemm body ({})",
                     conv::WgmmaConv2d.version(),
-                    if c.gather { "activations gathered" } else { "pointwise: activations by TMA" }
+                    match c.x {
+                        ConvX::Tiled => "pointwise: activations by TMA",
+                        ConvX::Im2col => "activations by TMA in im2col mode",
+                        ConvX::Gather => "activations gathered",
+                    }
                 ))
                 .comment(format!("workload {}", Workload::Conv2d(c.conv).key())),
             None => h
@@ -672,6 +741,7 @@ impl Plan {
             .define("TT_MAP_D", if self.tma_store { "const __grid_constant__ tt::TmaDesc mapD," } else { "" })
             .define("TT_MAP_D_PTR", if self.tma_store { "&mapD" } else { "nullptr" })
             .flag("GATHER", self.gather())
+            .flag("IM2COL", self.im2col())
             .int("GATHER_LAG", self.gather_lag() as i64)
             .int("CONV_C", dim(|c| c.c, 8))
             .int("CONV_S", dim(|c| c.s, 1))
@@ -770,7 +840,13 @@ impl Plan {
     fn spec(&self, target: &Target, res: &Resources) -> KernelSpec {
         let name = self.name();
         let [x, y] = self.maps();
-        let x = if self.gather() { Arg::A } else { Arg::Map(x) };
+        let x = if self.gather() {
+            Arg::A
+        } else if let Some(m) = self.im2col_map() {
+            Arg::Im2col(m)
+        } else {
+            Arg::Map(x)
+        };
         KernelSpec {
             source: self.source(target),
             entry: name.clone(),

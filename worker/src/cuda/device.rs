@@ -141,63 +141,7 @@ pub(crate) enum KArg {
     /// A double.
     F64(f64),
     /// A TMA tensor map, passed by value.
-    Map(MapParam),
-}
-
-/// A CUtensorMap as a kernel parameter (`const __grid_constant__`, 128 bytes).
-#[derive(Clone, Copy, Debug)]
-#[repr(transparent)]
-pub(crate) struct MapParam(sys::CUtensorMap);
-
-// SAFETY: a plain 128-byte value the driver copies into the kernel's parameter space, as the
-// generated kernels declare it (an opaque 128-byte struct).
-unsafe impl cudarc::driver::DeviceRepr for MapParam {}
-
-/// Encodes `map` over the buffer at `ptr` (`cuTensorMapEncodeTiled`): 128-byte swizzle, no
-/// interleave, out-of-bounds elements read as zero.
-pub(crate) fn encode_map(map: &tensortune_kernels::TensorMap, ptr: sys::CUdeviceptr) -> Result<MapParam, CudaFailure> {
-    use sys::CUtensorMapDataType as Ty;
-    use tensortune_kernels::DType;
-    let dtype = match map.dtype {
-        DType::F16 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        DType::Bf16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        DType::F32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-        DType::I32 => Ty::CU_TENSOR_MAP_DATA_TYPE_INT32,
-        // TF32 operands are f32 in memory.
-        DType::Tf32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-        // TMA copies bytes: signedness does not matter to a copy.
-        DType::I8 => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
-        DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => {
-            return Err(CudaFailure {
-                code: sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
-                context: format!("no tensor map over packed {} operands (no template loads them with TMA)", map.dtype),
-            });
-        }
-    };
-    let mut out = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
-    let strides = [map.row_bytes];
-    let elem_strides = [1u32, 1];
-    // SAFETY: every pointer is to a live local array of the rank the call is given (2; strides
-    // has rank - 1 entries); `out` is written by the driver on success and read only then.
-    let r = unsafe {
-        sys::cuTensorMapEncodeTiled(
-            out.as_mut_ptr(),
-            dtype,
-            2,
-            ptr as *mut std::ffi::c_void,
-            map.dims.as_ptr(),
-            strides.as_ptr(),
-            map.box_dims.as_ptr(),
-            elem_strides.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    };
-    r.result().when(|| format!("when encoding a tensor map {map:?}"))?;
-    // SAFETY: the driver filled the map (checked above).
-    Ok(MapParam(unsafe { out.assume_init() }))
+    Map(tensortune_bundle::MapParam),
 }
 
 /// Launches `func` on `stream` with the given arguments.

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, result};
 use cudarc::nvrtc::Ptx;
 use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::{Arg, DType, TensorOperand, Workload};
+use tensortune_kernels::{Arg, DType, Im2colMap, TensorMap, TensorOperand, Workload};
 
-use super::device::{Context, CudaFailure, DevBuf, KArg, encode_map, grid_for, launch};
+use super::device::{Context, CudaFailure, DevBuf, KArg, grid_for, launch};
 
 /// Seeds of the generated inputs: fixed, so every worker checks against the same data.
 const SEED_A_CHECK: u32 = 0x0a11;
@@ -145,13 +145,13 @@ impl WorkloadState {
                     Arg::D => self.d.ptr,
                     // A kernel that needs no workspace still gets a valid pointer.
                     Arg::Workspace => workspace.map_or(self.stats.ptr, |w| w.ptr),
-                    Arg::Map(map) => {
-                        let ptr = match map.operand {
+                    Arg::Map(TensorMap { operand, .. }) | Arg::Im2col(Im2colMap { operand, .. }) => {
+                        let ptr = match operand {
                             TensorOperand::A => a,
                             TensorOperand::B => b,
                             TensorOperand::D => self.d.ptr,
                         };
-                        return encode_map(map, ptr).map(KArg::Map);
+                        return encode(arg, ptr);
                     }
                 }))
             })
@@ -262,5 +262,20 @@ impl WorkloadState {
         .iter()
         .map(|b| b.bytes)
         .sum()
+    }
+}
+
+/// A generated kernel's tensor-map argument encoded over `ptr`, through the bundle crate's
+/// encoder (the one a bundle's loader uses, so a measured kernel and an exported one get the
+/// same maps).
+fn encode(arg: &Arg, ptr: cudarc::driver::sys::CUdeviceptr) -> Result<KArg, CudaFailure> {
+    match tensortune_bundle::encode_map(&crate::params::param(arg), ptr) {
+        Ok(Some(map)) => Ok(KArg::Map(map)),
+        Ok(None) => Ok(KArg::Ptr(ptr)),
+        Err(tensortune_bundle::Error::Cuda { context, source }) => Err(CudaFailure::new(source, context)),
+        Err(e) => Err(CudaFailure {
+            code: cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            context: format!("when encoding {arg:?}: {e}"),
+        }),
     }
 }

@@ -49,6 +49,7 @@ constexpr bool STREAM_K = false;
 constexpr bool TMA_STORE = false;
 constexpr int EPI_COLS = 32;
 constexpr bool GATHER = false;
+constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
 constexpr int CONV_C = 8;
 constexpr int CONV_S = 1;
@@ -241,8 +242,11 @@ union OutVec {
 // leaves a partial sum in the workspace (each block's first job, so nobody waits long for it);
 // the block whose range ends a tile (its last job) adds the partials of the clusters before it
 // and stores the tile.
-// With GATHER (wgmma_conv2d) X is the im2col matrix of a convolution, which no tensor map can
-// describe in general: the whole producer warpgroup copies it 16 bytes at a time with cp.async
+// With IM2COL (wgmma_conv2d, CONV_C a multiple of BK) X is the im2col matrix of a convolution,
+// loaded by TMA in its im2col mode: one copy per K tile brings BP output pixels' BK channels of
+// one filter tap, zeros where the window leaves the input.
+// With GATHER (wgmma_conv2d, any other channel count) no tensor map describes X: the whole
+// producer warpgroup copies it 16 bytes at a time with cp.async
 // into the same swizzled layout the TMA would have written (zeros outside the input), and
 // releases a stage's full barrier GATHER_LAG tiles later, once those copies have landed.
 
@@ -373,6 +377,21 @@ __device__ __forceinline__ void tma_load_multicast(void* dst, const TmaDesc* map
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
       "%3}], [%4], %5;\n" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar)), "h"(mask)
+      : "memory");
+}
+
+// IM2COL: copies BP output pixels' channels c.. of one filter tap from a 4-D im2col map of an NHWC
+// input into `dst`. (w, h, n) is the input position the first pixel's window starts at (it may
+// lie in the padding), (ow, oh) the tap's offset in that window; the copy walks the pixels of the
+// map's bounding box from there, W fastest, by the layer's strides, and reads what lies outside
+// the input as zeros.
+__device__ __forceinline__ void tma_load_im2col(void* dst, const TmaDesc* map, int c, int w, int h, int n,
+                                                unsigned short ow, unsigned short oh, unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6], {%7, %8};\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c), "r"(w), "r"(h), "r"(n), "r"(smem_u32(bar)), "h"(ow),
+      "h"(oh)
       : "memory");
 }
 
@@ -621,7 +640,13 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
   const int p0 = tp * BP, q0 = tq * BQ, k0 = L.kt * BK;
   unsigned char* x = sX + L.stage * X_STAGE;
   unsigned char* y = sY + L.stage * Y_STAGE;
-  if constexpr (X_KMAJOR) {
+  if constexpr (IM2COL) {
+    // K index k0 = (r * CONV_S + s) * CONV_C + c; a K tile lies within one tap (CONV_C % BK == 0).
+    const int tap = k0 / CONV_C, c = k0 % CONV_C;
+    const int img = p0 / (OUT_H * OUT_W), pix = p0 % (OUT_H * OUT_W);
+    tma_load_im2col(x, mapX, c, (pix % OUT_W) * STRIDE_W - PAD_W, (pix / OUT_W) * STRIDE_H - PAD_H, img,
+                    (unsigned short)((tap % CONV_S) * DIL_W), (unsigned short)((tap / CONV_S) * DIL_H), bar);
+  } else if constexpr (X_KMAJOR) {
     tma_load(x, mapX, k0, p0, bar);
   } else {
 #pragma unroll
