@@ -43,6 +43,12 @@
 #     csmoke     each sanitizer config once through run_one (a quick check before wconv)
 #     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on a gathered and a pointwise
 #                wgmma_conv2d config
+#     types      issue 13's types: gpu_selftest types (f32 on simt_gemm, tf32 on mma_ext_gemm and in
+#                tn on wgmma_gemm, s4/u4/b1xor/b1and on mma_ext_gemm; TYPES_CONFIGS per workload and
+#                template, every output element checked, exact for the integer types)
+#     typesbench `tensortune bench --suite suites/types.json` (TYPES_TRIALS per workload, default
+#                200; TYPES_ARGS) against cuBLAS 32F, cuBLAS 32F_FAST_TF32 and, for s4/b1, cuBLAS's
+#                i8 GEMM of the same shape (each row's vendor kind printed)
 #     export     `tensortune bench` of the default suite (BENCH_TRIALS, default 100) with its database
 #                kept, `tensortune export` of its best kernels, examples/bundle/gemm_check.c built
 #                with nvcc and run on the bundle: every output element against cuBLAS, time against
@@ -520,6 +526,30 @@ PY
   rm -f "$LOGS/gemm_check"
 }
 
+step_types() {
+  timeout 560 "$BIN/gpu_selftest" "${TYPES_CONFIGS:-4}" 5 types >"$LOGS/types.log" 2>&1
+  say "types selftest exit $?: $(grep SUMMARY "$LOGS/types.log")"
+  grep -v ": Ok " "$LOGS/types.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
+  say "workloads checked: $(grep ': Ok ' "$LOGS/types.log" | cut -d' ' -f1 | sort -u | wc -l)"
+  # The baselines each workload was timed against, as the records name them.
+  sed -n 's/^\([^ ]*\) .* base Some(\([0-9.]*\)) \(.*\) err .*/\1: \2 us, \3/p' "$LOGS/types.log" | cut -c1-200 | tee -a "$SUMMARY"
+}
+
+# The types suite's bench (a step of its own, so each fits one device call; TYPES_ARGS="--filter
+# tf32" and the like split it further).
+step_typesbench() {
+  local start=$(date +%s.%N)
+  timeout "${TYPES_TIMEOUT:-560}" "$BIN/tensortune" bench --suite suites/types.json --trials "${TYPES_TRIALS:-200}" ${TYPES_ARGS:-} \
+    --json "$OUT/types-bench.json" >"$LOGS/types-bench.log" 2>&1
+  say "types bench exit $? in $(since "$start") s"
+  sed -n '/^suite/,$p' "$LOGS/types-bench.log" | tee -a "$SUMMARY"
+  # Which vendor kernel each row was measured against (cuBLAS 32F, 32F_FAST_TF32, or i8 for s4/b1).
+  python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["rows"]:
+    print("vendor of %s: %s" % (r["workload"], r.get("vendor_kind") or "none"))' "$OUT/types-bench.json" 2>&1 |
+    tee -a "$SUMMARY"
+}
+
 # DEADLINE (seconds since the script started) skips the steps that would start after it, so that
 # one device call ends inside its limit with its logs packed.
 T0=$(date +%s)
@@ -531,7 +561,7 @@ for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
-    wconv | csanitize | csmoke | export) "step_$step" ;;
+    wconv | csanitize | csmoke | export | types | typesbench) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

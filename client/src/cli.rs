@@ -427,10 +427,16 @@ impl BestCmd {
 /// Element types.
 #[derive(Debug, Args, Clone)]
 pub struct TypeArgs {
-    /// Input type: f16, bf16 or i8.
+    /// Input type: f16, bf16, i8, f32 (exact, on the CUDA cores; see --allow-tf32), or for tn
+    /// matmul the packed s4, u4, b1xor and b1and (K a multiple of 32, or 128 for the bit types).
     #[arg(long, default_value = "f16")]
     pub dtype: String,
-    /// Accumulator: f32 or f16 (f16 input), f32 (bf16), i32 (i8). Default: f32, or i32 for i8.
+    /// With --dtype f32: multiply on the TF32 tensor cores (a different workload, `tf32`, whose
+    /// results differ from exact f32 and are checked with TF32's tolerance).
+    #[arg(long)]
+    pub allow_tf32: bool,
+    /// Accumulator: f32 or f16 (f16 input), f32 (bf16, f32, tf32), i32 (i8 and the packed types).
+    /// Default: f32, or i32 for integer inputs.
     #[arg(long)]
     pub acc: Option<String>,
     /// Output type (default: the accumulator's).
@@ -566,7 +572,13 @@ fn flag_error(e: Error) -> anyhow::Error {
 }
 
 fn parse_types(t: &TypeArgs) -> anyhow::Result<Types> {
-    let input: DType = t.dtype.parse().map_err(flag_error)?;
+    let mut input: DType = t.dtype.parse().map_err(flag_error)?;
+    if t.allow_tf32 {
+        if input != DType::F32 {
+            anyhow::bail!("invalid --allow-tf32: TF32 math is for f32 inputs; --dtype is {input}");
+        }
+        input = DType::Tf32;
+    }
     let acc = match &t.acc {
         Some(a) => a.parse::<DType>().map_err(|e| flag_error(rename(e, "accumulator")))?,
         None => Types::default_for(input).map_err(flag_error)?.accumulator,
@@ -677,6 +689,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("invalid --acc:") && e.contains("i32"), "{e}");
+        let key = |args: &[&str]| workload(args).map(|w| w.key()).map_err(|e| e.to_string());
+        let f32_args = ["tune", "matmul", "--m", "64", "--n", "64", "--k", "64", "--dtype", "f32"];
+        assert_eq!(key(&f32_args).unwrap(), "matmul/m64n64k64/nn/f32,f32,f32/alpha=1,beta=0");
+        let tf32_args = [&f32_args[..], &["--allow-tf32"]].concat();
+        assert_eq!(key(&tf32_args).unwrap(), "matmul/m64n64k64/nn/tf32,f32,f32/alpha=1,beta=0");
+        let e = key(&["tune", "matmul", "--m", "64", "--n", "64", "--k", "64", "--allow-tf32"]).unwrap_err();
+        assert!(e.starts_with("invalid --allow-tf32:") && e.contains("f16"), "{e}");
+        let s4 = ["tune", "matmul", "--m", "64", "--n", "64", "--k", "4096", "--dtype", "s4", "--layout", "tn"];
+        assert_eq!(key(&s4).unwrap(), "matmul/m64n64k4096/tn/s4,i32,i32/alpha=1,beta=0");
+        let e = key(&["tune", "matmul", "--m", "64", "--n", "64", "--k", "100", "--dtype", "s4", "--layout", "tn"])
+            .unwrap_err();
+        assert!(e.starts_with("invalid --k:") && e.contains("multiple of 32"), "{e}");
+        let e = key(&["tune", "matmul", "--m", "64", "--n", "64", "--k", "128", "--dtype", "b1xor"]).unwrap_err();
+        assert!(e.starts_with("invalid --layout:") && e.contains("tn"), "{e}");
+        let e = key(&["tune", "matmul", "--m", "64", "--n", "64", "--k", "128", "--dtype", "b1", "--layout", "tn"])
+            .unwrap_err();
+        assert!(e.starts_with("invalid --dtype:") && e.contains("b1xor"), "{e}");
+        let b1 = ["tune", "matmul", "--m", "64", "--n", "64", "--k", "256", "--dtype", "b1and", "--layout", "tn"];
+        assert_eq!(key(&b1).unwrap(), "matmul/m64n64k256/tn/b1and,i32,i32/alpha=1,beta=0");
         let e = workload(&["tune", "matmul", "--m", "8", "--n", "8", "--k", "8", "--layout", "xx"])
             .unwrap_err()
             .to_string();

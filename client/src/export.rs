@@ -190,6 +190,13 @@ async fn workloads_of(tracker: Option<&str>, db: &Path, args: &ExportArgs) -> an
 pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInfo) -> anyhow::Result<(Entry, String)> {
     let target =
         convert::target_from_device(device).map_err(|e| anyhow::anyhow!("the device class is unusable: {e}"))?;
+    let types = workload.types();
+    if let Some(d) = [types.input, types.accumulator, types.output].into_iter().find(|d| bundle_dtype(*d).is_none()) {
+        bail!(
+            "bundles carry no {d} workloads yet (the bundle's problem has no spelling for {d}); {} stays out",
+            workload.key()
+        );
+    }
     let t = template::by_name(&record.template)?;
     if t.version() != record.template_version {
         bail!(
@@ -252,8 +259,8 @@ pub fn launch(spec: &KernelSpec) -> Launch {
     Launch { grid: spec.grid, block: spec.block, dynamic_smem_bytes: spec.smem_bytes, cluster: spec.cluster_dims() }
 }
 
-use tensortune_worker::params::dtype;
 pub use tensortune_worker::params::param;
+use tensortune_worker::params::{bundle_dtype, dtype};
 
 /// The problem a workload states.
 pub fn problem(w: &Workload) -> Problem {

@@ -253,7 +253,7 @@ fn the_cli_tunes_a_conv_on_sim() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "tune conv2d failed:\n{stdout}\n{stderr}");
     for want in [
-        "wmma_conv2d v1 + wgmma_conv2d v1 on sim",
+        "wmma_conv2d v1 + wgmma_conv2d v2 on sim",
         "trials  12/12",
         "(ok 12)",
         "best ",
@@ -942,5 +942,56 @@ async fn a_client_given_several_trackers_uses_the_first_that_answers() {
     let none = format!("http://127.0.0.1:{a},http://127.0.0.1:{b}");
     let err = tensortune::api::Client::connect(&none).await.err().expect("no tracker answers").to_string();
     assert!(err.contains("cannot reach any tracker") && err.contains(&format!(":{b}")), "{err}");
+    tracker.stop().await;
+}
+
+/// Issue 13's types on sim through the real tracker, worker daemon and measuring child (NVRTC
+/// compiling each kernel where it is reachable): one job of an exact-f32, a tf32 and an s4
+/// workload that names no template searches simt_gemm for the first and mma_ext_gemm for the
+/// others; every record is ok and of the template that takes its workload, and `best` answers
+/// each workload with a record of its own key (tf32 and f32 never mix).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_of_f32_tf32_and_s4_workloads_tunes_on_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = Tracker::start(&dir.path().join("tt.db"), Duration::from_secs(5)).await;
+    let mut client = tracker.client().await;
+    let workers = CancellationToken::new();
+    let w = spawn_worker(&tracker.url, "sim-types", &workers);
+    wait_workers(&mut client, 1).await;
+
+    let matmul = |input, layout, k| {
+        Workload::Matmul(Matmul::new(512, 64, k, layout, Types::default_for(input).unwrap()).unwrap())
+    };
+    let loads = [
+        (matmul(DType::F32, Layout::Nn, 512), "simt_gemm"),
+        (matmul(DType::Tf32, Layout::Nn, 512), "mma_ext_gemm"),
+        (matmul(DType::S4, Layout::Tn, 4096), "mma_ext_gemm"),
+    ];
+    let req = pb::SubmitJobRequest {
+        workloads: loads.iter().map(|(w, _)| pb::Workload::from(w)).collect(),
+        finalists: Some(0),
+        ..submit(6, 3)
+    };
+    let job_id = client.submit_job(req).await.unwrap().into_inner().job_id;
+    let job = wait_done(&mut client, job_id).await;
+    assert_eq!(job.state(), pb::JobState::Done, "{job:?}");
+    assert_eq!(job.template, "simt_gemm+mma_ext_gemm");
+    let records = export(&mut client, job_id).await;
+    for (workload, template) in &loads {
+        let key = workload.key();
+        let mine: Vec<&pb::Record> = records.iter().filter(|r| r.workload_key == key && !r.remeasure).collect();
+        assert_eq!(mine.len(), 6, "{key}: {} records", mine.len());
+        for r in &mine {
+            assert_eq!(r.template, *template, "{key}");
+            assert_eq!(r.measurement.as_ref().unwrap().status(), pb::RecordStatus::Ok, "{r:?}");
+        }
+        let req = pb::QueryBestRequest { workload: Some(pb::Workload::from(workload)), ..Default::default() };
+        let best = client.query_best(req).await.unwrap().into_inner().best;
+        assert_eq!(best.len(), 1, "{key}");
+        assert_eq!((best[0].workload_key.as_str(), best[0].template.as_str()), (key.as_str(), *template));
+    }
+
+    workers.cancel();
+    w.await.unwrap().unwrap();
     tracker.stop().await;
 }

@@ -308,10 +308,18 @@ fn model(p: &Plan, target: &Target) -> f64 {
 }
 
 /// Analytic time of the vendor library (the `sim` device's cuBLAS): 80% of the tensor-core peak
-/// or of memory bandwidth, whichever binds, plus launch cost.
+/// (of the CUDA cores' FMA peak for exact f32; half the 16-bit peak for TF32; for the packed
+/// types, the i8 GEMM their baseline runs) or of memory bandwidth, whichever binds, plus launch
+/// cost.
 pub fn vendor_model_us(w: &Matmul) -> f64 {
-    let per_gpu = 650e6 * 1.3 * if w.types.input == DType::I8 { 2.0 } else { 1.0 };
-    let e = w.types.input.bytes() as f64;
+    let per_gpu = match w.types.input {
+        DType::F32 => 67e6,
+        DType::Tf32 => 650e6 * 1.3 * 0.5,
+        DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => 650e6 * 1.3 * 2.0,
+        DType::F16 | DType::Bf16 | DType::I32 => 650e6 * 1.3,
+    };
+    // Packed inputs are timed on their i8 stand-in: a byte per element.
+    let e = if w.types.input.is_packed() { 1.0 } else { w.types.input.bits() as f64 / 8.0 };
     let bytes = (w.m * w.k + w.k * w.n) as f64 * e + (w.m * w.n) as f64 * w.types.output.bytes() as f64;
     (w.flops() / (per_gpu * 0.8)).max(bytes / 3.0e6) + 2.0
 }

@@ -14,6 +14,9 @@
 //! - [`conv`]: the `wmma_conv2d` template, an implicit GEMM (`src/cuda/wmma_conv2d.cu`).
 //! - [`wgmma`]: the Hopper family (sm_90a): `wgmma_gemm`, with TMA, mbarriers, warp
 //!   specialization, clusters and a persistent tile walk; everything about it is in its folder.
+//! - [`ext`]: the `mma_ext_gemm` template, tensor-core matmul of tf32 (WMMA m16n16k8) and the
+//!   packed s4, u4 and b1 types (mma.sync m8n8k32 / m8n8k128) (`src/cuda/mma_ext.cu`).
+//! - [`simt`]: the `simt_gemm` template, exact f32 on the CUDA cores (`src/cuda/simt_gemm.cu`).
 //! - [`support`]: input generation, the float64 reference and the comparison kernels.
 //! - [`cuda`]: the typed emitter for generated headers and the filler of template holes;
 //!   `src/cuda/wmma_core.cu` is the block-level WMMA GEMM both templates' kernels share.
@@ -22,7 +25,9 @@ pub mod conv;
 pub mod cuda;
 pub mod dtype;
 pub mod error;
+pub mod ext;
 pub mod gemm;
+pub mod simt;
 pub mod space;
 pub mod support;
 pub mod target;

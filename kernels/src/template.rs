@@ -203,7 +203,14 @@ pub trait Template: Send + Sync {
 
 /// Every template this build knows.
 pub fn all() -> Vec<&'static dyn Template> {
-    vec![&crate::gemm::WmmaGemm, &crate::conv::WmmaConv2d, &crate::wgmma::WgmmaGemm, &crate::wgmma::conv::WgmmaConv2d]
+    vec![
+        &crate::gemm::WmmaGemm,
+        &crate::conv::WmmaConv2d,
+        &crate::wgmma::WgmmaGemm,
+        &crate::wgmma::conv::WgmmaConv2d,
+        &crate::simt::SimtGemm,
+        &crate::ext::MmaExtGemm,
+    ]
 }
 
 /// The template called `name`.

@@ -87,27 +87,39 @@ pub struct Types {
 }
 
 impl Types {
-    /// The combinations the tensor cores (through WMMA) support, as (input, accumulator, outputs).
+    /// The combinations a workload may have, as (input, accumulator, outputs): the tensor cores'
+    /// (through WMMA), exact f32 (on the CUDA cores), TF32 (f32 data, tensor-core math) and the
+    /// packed integer types, which accumulate in i32.
     pub const SUPPORTED: &'static [(DType, DType, &'static [DType])] = &[
         (DType::F16, DType::F32, &[DType::F32, DType::F16]),
         (DType::F16, DType::F16, &[DType::F16]),
         (DType::Bf16, DType::F32, &[DType::F32, DType::Bf16]),
         (DType::I8, DType::I32, &[DType::I32]),
+        (DType::F32, DType::F32, &[DType::F32]),
+        (DType::Tf32, DType::F32, &[DType::F32]),
+        (DType::S4, DType::I32, &[DType::I32]),
+        (DType::U4, DType::I32, &[DType::I32]),
+        (DType::B1Xor, DType::I32, &[DType::I32]),
+        (DType::B1And, DType::I32, &[DType::I32]),
     ];
 
-    /// Types from an input type alone: f16 -> f32 -> f32, bf16 -> f32 -> f32, i8 -> i32 -> i32.
+    /// The input types of [`Types::SUPPORTED`], for messages.
+    fn inputs() -> String {
+        let mut names: Vec<&str> = Self::SUPPORTED.iter().map(|r| r.0.name()).collect();
+        names.dedup();
+        names.join(", ")
+    }
+
+    /// Types from an input type alone: f16, bf16, f32 and tf32 accumulate in f32, the integer
+    /// types in i32; the output is the accumulator's type.
     pub fn default_for(input: DType) -> Result<Types> {
-        let accumulator = match input {
-            DType::F16 | DType::Bf16 => DType::F32,
-            DType::I8 => DType::I32,
-            other => {
-                return Err(Error::invalid(
-                    "input",
-                    format!("{other} is not a tensor-core input type; expected f16, bf16 or i8"),
-                ));
-            }
+        let Some(row) = Self::SUPPORTED.iter().find(|r| r.0 == input) else {
+            return Err(Error::invalid(
+                "input",
+                format!("{input} is not an input type; expected one of {}", Self::inputs()),
+            ));
         };
-        Types::new(input, accumulator, None)
+        Types::new(input, row.1, None)
     }
 
     /// Checks a combination; `output` defaults to the accumulator type.
@@ -116,7 +128,7 @@ impl Types {
         if !Self::SUPPORTED.iter().any(|r| r.0 == input) {
             return Err(Error::invalid(
                 "input",
-                format!("{input} is not a tensor-core input type; expected f16, bf16 or i8"),
+                format!("{input} is not an input type; expected one of {}", Self::inputs()),
             ));
         }
         let Some(row) = Self::SUPPORTED.iter().find(|r| r.0 == input && r.1 == accumulator) else {
@@ -196,6 +208,26 @@ impl Matmul {
             }
         }
         Types::new(self.types.input, self.types.accumulator, Some(self.types.output))?;
+        let input = self.types.input;
+        if input.is_packed() {
+            // Packed operands are stored K-contiguous (TN) and cut into whole sub-byte MMA steps.
+            if self.layout != Layout::Tn {
+                return Err(Error::invalid(
+                    "layout",
+                    format!(
+                        "{} for {input} inputs; packed sub-byte operands are K-contiguous, so the layout must be tn",
+                        self.layout
+                    ),
+                ));
+            }
+            let multiple = input.k_multiple();
+            if !self.k.is_multiple_of(multiple) {
+                return Err(Error::invalid(
+                    "k",
+                    format!("{} must be a multiple of {multiple} for {input} inputs (one sub-byte MMA step)", self.k),
+                ));
+            }
+        }
         for (field, v) in [("alpha", self.alpha), ("beta", self.beta)] {
             if !v.is_finite() {
                 return Err(Error::invalid(field, format!("{v} is not finite")));
@@ -334,6 +366,15 @@ impl Conv2d {
         }
         let _ = k;
         Types::new(self.types.input, self.types.accumulator, Some(self.types.output))?;
+        if self.types.input.is_packed() {
+            return Err(Error::invalid(
+                "input",
+                format!(
+                    "{} convolutions are not supported; packed sub-byte types are for tn matmul only",
+                    self.types.input
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -660,10 +701,55 @@ mod tests {
     }
 
     #[test]
+    fn new_type_keys_round_trip() {
+        for (input, layout, k) in [
+            (DType::F32, Layout::Nn, 1000),
+            (DType::Tf32, Layout::Nt, 1000),
+            (DType::S4, Layout::Tn, 4096),
+            (DType::U4, Layout::Tn, 32),
+            (DType::B1Xor, Layout::Tn, 128),
+            (DType::B1And, Layout::Tn, 4096),
+        ] {
+            let w = Workload::Matmul(Matmul::new(512, 64, k, layout, Types::default_for(input).unwrap()).unwrap());
+            assert_eq!(Workload::from_key(&w.key()).unwrap(), w, "{}", w.key());
+        }
+        let tf32 =
+            Workload::Matmul(Matmul::new(64, 64, 64, Layout::Nn, Types::default_for(DType::Tf32).unwrap()).unwrap());
+        assert_eq!(tf32.key(), "matmul/m64n64k64/nn/tf32,f32,f32/alpha=1,beta=0");
+        let exact =
+            Workload::Matmul(Matmul::new(64, 64, 64, Layout::Nn, Types::default_for(DType::F32).unwrap()).unwrap());
+        assert_eq!(exact.key(), "matmul/m64n64k64/nn/f32,f32,f32/alpha=1,beta=0");
+        // TF32 and exact f32 are different problems: never comparable, never the same key.
+        assert_eq!(tf32.shape_distance(&exact), None);
+        let b1 =
+            Workload::Matmul(Matmul::new(64, 64, 128, Layout::Tn, Types::default_for(DType::B1Xor).unwrap()).unwrap());
+        assert_eq!(b1.key(), "matmul/m64n64k128/tn/b1xor,i32,i32/alpha=1,beta=0");
+    }
+
+    #[test]
+    fn packed_types_name_k_and_layout() {
+        let s4 = Types::default_for(DType::S4).unwrap();
+        let e = Matmul::new(64, 64, 48, Layout::Tn, s4).unwrap_err();
+        assert_eq!(e.field(), Some("k"));
+        assert!(e.to_string().contains("multiple of 32"), "{e}");
+        let e = Matmul::new(64, 64, 64, Layout::Tn, Types::default_for(DType::B1And).unwrap()).unwrap_err();
+        assert_eq!(e.field(), Some("k"));
+        assert!(e.to_string().contains("multiple of 128"), "{e}");
+        let e = Matmul::new(64, 64, 64, Layout::Nn, s4).unwrap_err();
+        assert_eq!(e.field(), Some("layout"));
+        assert!(e.to_string().contains("must be tn"), "{e}");
+        assert_eq!(Types::new(DType::S4, DType::F32, None).unwrap_err().field(), Some("accumulator"));
+        assert_eq!(Types::new(DType::Tf32, DType::F32, Some(DType::F16)).unwrap_err().field(), Some("output"));
+        let e = Workload::from_key("matmul/m64n64k64/nn/u4,i32,i32/alpha=1,beta=0").unwrap_err();
+        assert_eq!(e.field(), Some("layout"));
+    }
+
+    #[test]
     fn type_combinations() {
         assert!(Types::new(DType::I8, DType::F32, None).unwrap_err().to_string().contains("allowed: i32"));
         assert_eq!(Types::new(DType::F16, DType::F32, Some(DType::I32)).unwrap_err().field(), Some("output"));
-        assert_eq!(Types::new(DType::F32, DType::F32, None).unwrap_err().field(), Some("input"));
+        assert_eq!(Types::new(DType::I32, DType::I32, None).unwrap_err().field(), Some("input"));
+        assert_eq!(Types::default_for(DType::F32).unwrap().accumulator, DType::F32);
         assert_eq!(Types::default_for(DType::Bf16).unwrap().output, DType::F32);
     }
 

@@ -45,6 +45,11 @@ pub fn dtype_to_pb(d: DType) -> pb::Dtype {
         DType::I8 => pb::Dtype::I8,
         DType::F32 => pb::Dtype::F32,
         DType::I32 => pb::Dtype::I32,
+        DType::Tf32 => pb::Dtype::Tf32,
+        DType::S4 => pb::Dtype::S4,
+        DType::U4 => pb::Dtype::U4,
+        DType::B1Xor => pb::Dtype::B1Xor,
+        DType::B1And => pb::Dtype::B1And,
     }
 }
 
@@ -57,7 +62,15 @@ pub fn dtype_from_pb(field: &str, v: i32) -> Result<Option<DType>, FieldError> {
         Ok(pb::Dtype::I8) => Ok(Some(DType::I8)),
         Ok(pb::Dtype::F32) => Ok(Some(DType::F32)),
         Ok(pb::Dtype::I32) => Ok(Some(DType::I32)),
-        Err(_) => Err(FieldError::new(field, format!("unknown dtype value {v}; expected f16, bf16, i8, f32 or i32"))),
+        Ok(pb::Dtype::Tf32) => Ok(Some(DType::Tf32)),
+        Ok(pb::Dtype::S4) => Ok(Some(DType::S4)),
+        Ok(pb::Dtype::U4) => Ok(Some(DType::U4)),
+        Ok(pb::Dtype::B1Xor) => Ok(Some(DType::B1Xor)),
+        Ok(pb::Dtype::B1And) => Ok(Some(DType::B1And)),
+        Err(_) => Err(FieldError::new(
+            field,
+            format!("unknown dtype value {v}; expected f16, bf16, i8, f32, i32, tf32, s4, u4, b1xor or b1and"),
+        )),
     }
 }
 

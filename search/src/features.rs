@@ -25,8 +25,9 @@ pub fn workload_row(w: &Workload) -> [f64; 7] {
         (m as f64).log2(),
         (n as f64).log2(),
         (k as f64).log2(),
-        t.input.bytes() as f64,
-        t.accumulator.bytes() as f64,
+        // Bits, so packed types get their fraction of a byte (the same values as bytes for the rest).
+        t.input.bits() as f64 / 8.0,
+        t.accumulator.bits() as f64 / 8.0,
         a_k as u8 as f64,
         b_k as u8 as f64,
     ]

@@ -163,7 +163,10 @@ impl Tracker {
 
     /// The templates a job that names none may search on `class`: per op of `workloads`, those
     /// that some registered worker of the class runs (name and version), or every one of the op
-    /// when no worker runs any (its tasks then wait for one, as a named template's would).
+    /// when no worker runs any (its tasks then wait for one, as a named template's would). Only
+    /// templates that take one of the job's workloads of that op at all (`check_workload`) join,
+    /// so an f16 job searches wmma_gemm+wgmma_gemm and an f32 one simt_gemm, whatever else the
+    /// registry holds.
     async fn union_candidates(&self, class: &str, workloads: &[Workload]) -> Result<Vec<&'static dyn Template>> {
         let run = store::workers::class_templates(&self.pool, class).await?;
         let runs = |t: &&'static dyn Template| run.contains(&format!("{}@{}", t.name(), t.version()));
@@ -172,7 +175,10 @@ impl Tracker {
             if out.iter().any(|t| t.op() == op) {
                 continue;
             }
-            let all = template::templates_for(op);
+            let takes_one = |t: &&'static dyn Template| {
+                workloads.iter().filter(|w| w.op() == op).any(|w| t.check_workload(w).is_ok())
+            };
+            let all: Vec<_> = template::templates_for(op).into_iter().filter(takes_one).collect();
             let ran: Vec<_> = all.iter().copied().filter(runs).collect();
             out.extend(if ran.is_empty() { all } else { ran });
         }
@@ -368,6 +374,16 @@ fn refusal(
     candidates: &[&'static dyn Template],
     rejections: Rejections,
 ) -> Error {
+    // A template built for other types (simt_gemm for f32, mma_ext_gemm for tf32 and the packed
+    // types) has nothing to say about an f16 workload's K: where some template takes the input
+    // type, only those templates' reasons are given.
+    let other_type =
+        |r: &Rejection| matches!(r, Rejection::Unsupported(tensortune_kernels::Error::Invalid { field: "input", .. }));
+    let rejections: Rejections = if rejections.iter().all(|(_, r)| other_type(r)) {
+        rejections
+    } else {
+        rejections.into_iter().filter(|(_, r)| !other_type(r)).collect()
+    };
     let fields: BTreeSet<Option<String>> = rejections
         .iter()
         .map(|(_, r)| match r {

@@ -54,8 +54,21 @@ fn peak_flops_per_sm_clock(arch: u32, input: DType) -> f64 {
     };
     match input {
         DType::I8 => f16 * 2.0,
-        DType::F32 | DType::I32 => f16 / 2.0,
+        // Exact f32 runs on the CUDA cores: 128 FMA lanes per SM from Ampere on (64 before, so
+        // this only loosens the check there); newer parts again take twice.
+        DType::F32 => {
+            if arch >= 100 {
+                512.0
+            } else {
+                256.0
+            }
+        }
+        DType::Tf32 | DType::I32 => f16 / 2.0,
         DType::F16 | DType::Bf16 => f16,
+        // A100: int4 at twice i8, binary at 16 times f16; Hopper lists neither, so its bound
+        // takes Ampere's ratios, which can only loosen the check.
+        DType::S4 | DType::U4 => f16 * 4.0,
+        DType::B1Xor | DType::B1And => f16 * 16.0,
     }
 }
 

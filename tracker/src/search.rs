@@ -423,7 +423,10 @@ mod tests {
         use tensortune_kernels::template::templates_for;
         use tensortune_kernels::{DType, Layout, Matmul, Op, Types};
         let templates = templates_for(Op::Matmul);
-        assert_eq!(templates.iter().map(|t| t.name()).collect::<Vec<_>>(), ["wmma_gemm", "wgmma_gemm"]);
+        assert_eq!(
+            templates.iter().map(|t| t.name()).collect::<Vec<_>>(),
+            ["wmma_gemm", "wgmma_gemm", "simt_gemm", "mma_ext_gemm"]
+        );
         let matmul = |layout, input| {
             Workload::Matmul(Matmul::new(256, 128, 256, layout, Types::default_for(input).unwrap()).unwrap())
         };
@@ -444,7 +447,12 @@ mod tests {
         assert_eq!(slots_of(&sm80), [0]);
         let i8 = space(&templates, &matmul(Layout::Nn, DType::I8), &Target::sm90(), false).unwrap().unwrap();
         assert_eq!(slots_of(&i8), [0]);
-        let wgmma_only = space(&templates[1..], &matmul(Layout::Nn, DType::I8), &Target::sm90(), false).unwrap();
+        // Exact f32 is simt_gemm's alone; tf32 and the packed types are mma_ext_gemm's.
+        let f32 = space(&templates, &matmul(Layout::Nn, DType::F32), &Target::sm90(), false).unwrap().unwrap();
+        assert_eq!(slots_of(&f32), [2]);
+        let tf32 = space(&templates, &matmul(Layout::Nt, DType::Tf32), &Target::sm90(), false).unwrap().unwrap();
+        assert_eq!(slots_of(&tf32), [3]);
+        let wgmma_only = space(&templates[1..2], &matmul(Layout::Nn, DType::I8), &Target::sm90(), false).unwrap();
         let Err(rejections) = wgmma_only else { panic!("wgmma_gemm took i8 in nn") };
         assert!(
             matches!(&rejections[..], [("wgmma_gemm", Rejection::Unsupported(e))] if e.to_string().contains("layout"))

@@ -4,15 +4,20 @@
 //! launches) and time them in-process, and print one line per kernel plus a summary. Each workload
 //! gets its op's template (wmma_gemm, wmma_conv2d).
 //!
-//! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | workload keys...]`; `matrix`
-//! replaces the default workloads with every type combination x every layout x three shapes (one
-//! ragged); `conv` with every conv type combination x the 15 conv shapes of [`conv_matrix`]
+//! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | types | workload keys...]`;
+//! `matrix` replaces the default workloads with every type combination x every layout x three
+//! shapes (one ragged); `types` with the f32, tf32, s4, u4, b1xor and b1and workloads of
+//! [`types_matrix`] (the types suite's shapes and ragged ones), each on every template that
+//! supports it (simt_gemm, mma_ext_gemm, and wgmma_gemm for tf32 in tn);
+//! `conv` with every conv type combination x the 15 conv shapes of [`conv_matrix`]
 //! (padding, stride 2, dilation 2, ragged tiles, 1x3, 3x1 and 7x7 filters, pointwise layers, the
 //! seven tuning layers).
 //! Configs are spread over the valid space and over the kinds of config that run different code
 //! (conv path and gather, split-K and its reduction; wgmma producer, cluster and persistence).
-//! `SELFTEST_TEMPLATE=wgmma_gemm` checks that template instead of the op's default; workloads it
-//! does not support are then listed and skipped. The exit status is non-zero when any kernel is
+//! `SELFTEST_TEMPLATE=wgmma_gemm` checks that template instead of the op's default (the first
+//! template of the op that supports the workload: wmma_gemm for the tensor-core types, simt_gemm
+//! for f32, mma_ext_gemm for tf32 and the packed types); workloads it does not support are then
+//! listed and skipped. The exit status is non-zero when any kernel is
 //! not `Ok`.
 //! Run on a GPU machine with libnvrtc and the CUDA headers reachable (LD_LIBRARY_PATH,
 //! TENSORTUNE_CUDA_INCLUDE).
@@ -56,9 +61,11 @@ fn main() -> anyhow::Result<()> {
         "matmul/m1024n1024k1024/nn/f16,f32,f32/alpha=1,beta=0",
     ];
     let extra: Vec<String> = args.iter().skip(3).cloned().collect();
+    let every_template = extra.first().is_some_and(|m| m == "types");
     let keys: Vec<String> = match extra.first().map(String::as_str) {
         Some("matrix") => matrix(),
         Some("conv") => conv_matrix(),
+        Some("types") => types_matrix(),
         _ => keys.iter().map(|k| k.to_string()).chain(extra).collect(),
     };
     let workloads = keys.iter().map(|k| Workload::from_key(k)).collect::<Result<Vec<_>, _>>()?;
@@ -78,78 +85,86 @@ fn main() -> anyhow::Result<()> {
                 continue;
             }
         };
-        let template = match &chosen_template {
-            Some(t) => *t,
-            None => template::default_for(w.op())?,
+        // The named template; else the first of the op that supports the workload, or in `types`
+        // mode every one that does (tf32 in tn is both wgmma_gemm's and mma_ext_gemm's).
+        let supporting: Vec<_> =
+            template::templates_for(w.op()).into_iter().filter(|t| t.supports(w, &target).is_ok()).collect();
+        let templates = match (&chosen_template, supporting.first()) {
+            (Some(t), _) => vec![*t],
+            (None, None) => vec![template::default_for(w.op())?],
+            (None, Some(first)) if !every_template => vec![*first],
+            (None, Some(_)) => supporting,
         };
-        let valid = match valid_configs(template, w, &target) {
-            Ok(v) => v,
-            Err(e) => {
-                println!("{key}: not supported by {}: {e}", template.name());
-                let what = if chosen_template.is_some() { "skipped_unsupported" } else { "unsupported" };
-                *counts.entry(what.into()).or_default() += 1;
-                continue;
-            }
-        };
-        let chosen = spread(&valid, per);
-        let specs = chosen.iter().map(|(_, c)| template.generate(w, c, &target)).collect::<Result<Vec<_>, _>>()?;
-        // Compile them all at once on a few threads; measure one by one.
-        let compiled: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = specs
-                .iter()
-                .map(|spec| s.spawn(|| nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)))
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("compile thread")).collect()
-        });
-        let mut first = true;
-        for (((index, config), spec), compiled) in chosen.into_iter().zip(&specs).zip(compiled) {
-            let compiled = match compiled {
-                Ok(c) => c,
+        for template in templates {
+            let valid = match valid_configs(template, w, &target) {
+                Ok(v) => v,
                 Err(e) => {
-                    println!("{key} #{index}: compile error: {e}");
-                    *counts.entry("compile_error".into()).or_default() += 1;
+                    println!("{key}: not supported by {}: {e}", template.name());
+                    let what = if chosen_template.is_some() { "skipped_unsupported" } else { "unsupported" };
+                    *counts.entry(what.into()).or_default() += 1;
                     continue;
                 }
             };
-            let req = MeasureRequest {
-                task_id: *index,
-                workload: *w,
-                workload_key: key.clone(),
-                launch: Launch::of(spec),
-                cubin: compiled.cubin,
-                support_cubin: if first { support_cubin.clone() } else { Vec::new() },
-                tolerance: Tolerance::for_workload(w),
-                samples,
-                min_sample_ms: 1.0,
-                min_batch: 50,
-                flush_l2: false,
-                baseline: first,
-                fresh_baseline: false,
-                model_us: 0.0,
-                vendor_model_us: 0.0,
-            };
-            first = false;
-            let o = exec.measure(&req);
-            let status = format!("{:?}", o.status);
-            *counts.entry(status.clone()).or_default() += 1;
-            println!(
-                "{key} #{index} {config}: {status} {:.2} us (x{} spread {:.3}) base {:?} {} err {:?}/{:?} regs {} smem {} {:.0} ms {}",
-                o.median_us,
-                o.batch,
-                o.spread,
-                o.baseline_us,
-                o.baseline_kind,
-                o.max_abs_err,
-                o.max_rel_err,
-                o.registers,
-                o.smem_bytes,
-                o.measure_ms,
-                if o.status == Status::Ok { String::new() } else { o.error.chars().take(400).collect::<String>() }
-            );
-            if exec.poisoned() {
-                println!("context poisoned; reopening");
-                exec = CudaExecutor::new(0)?;
-                first = true;
+            let chosen = spread(&valid, per);
+            let specs = chosen.iter().map(|(_, c)| template.generate(w, c, &target)).collect::<Result<Vec<_>, _>>()?;
+            // Compile them all at once on a few threads; measure one by one.
+            let compiled: Vec<_> = std::thread::scope(|s| {
+                let handles: Vec<_> = specs
+                    .iter()
+                    .map(|spec| s.spawn(|| nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)))
+                    .collect();
+                handles.into_iter().map(|h| h.join().expect("compile thread")).collect()
+            });
+            let mut first = true;
+            for (((index, config), spec), compiled) in chosen.into_iter().zip(&specs).zip(compiled) {
+                let compiled = match compiled {
+                    Ok(c) => c,
+                    Err(e) => {
+                        println!("{key} #{index}: compile error: {e}");
+                        *counts.entry("compile_error".into()).or_default() += 1;
+                        continue;
+                    }
+                };
+                let req = MeasureRequest {
+                    task_id: *index,
+                    workload: *w,
+                    workload_key: key.clone(),
+                    launch: Launch::of(spec),
+                    cubin: compiled.cubin,
+                    support_cubin: if first { support_cubin.clone() } else { Vec::new() },
+                    tolerance: Tolerance::for_workload(w),
+                    samples,
+                    min_sample_ms: 1.0,
+                    min_batch: 50,
+                    flush_l2: false,
+                    baseline: first,
+                    fresh_baseline: false,
+                    model_us: 0.0,
+                    vendor_model_us: 0.0,
+                };
+                first = false;
+                let o = exec.measure(&req);
+                let status = format!("{:?}", o.status);
+                *counts.entry(status.clone()).or_default() += 1;
+                println!(
+                    "{key} #{index} {config}: {status} {:.2} us (x{} spread {:.3}) base {:?} {} err {:?}/{:?} regs {} smem {} {:.0} ms {}",
+                    o.median_us,
+                    o.batch,
+                    o.spread,
+                    o.baseline_us,
+                    o.baseline_kind,
+                    o.max_abs_err,
+                    o.max_rel_err,
+                    o.registers,
+                    o.smem_bytes,
+                    o.measure_ms,
+                    if o.status == Status::Ok { String::new() } else { o.error.chars().take(400).collect::<String>() }
+                );
+                if exec.poisoned() {
+                    println!("context poisoned; reopening");
+                    exec = CudaExecutor::new(0)?;
+                    first = true;
+                }
             }
         }
     }
@@ -226,6 +241,34 @@ fn matrix() -> Vec<String> {
                 keys.push(format!("matmul/m{m}n{n}k{k}/{layout}/{t}/alpha=1,beta=0"));
             }
         }
+    }
+    keys
+}
+
+/// The new types' workloads for a correctness run, each on every template that supports it: the
+/// types suite's shapes (f32 exact and tf32 at 1024^3 and 4096^3, nn and tn: tf32 in tn is
+/// wgmma_gemm's too; s4 and b1 at 4096^3 and 512x64x4096), every layout of f32 and tf32 and
+/// every packed type (u4, b1and too) on a small square, a ragged shape with an epilogue reading C,
+/// and a K of one MMA step past a stage.
+fn types_matrix() -> Vec<String> {
+    let mut keys = Vec::new();
+    for t in ["f32,f32,f32", "tf32,f32,f32"] {
+        for (m, n, k) in [(1024, 1024, 1024), (4096, 4096, 4096)] {
+            for layout in ["nn", "tn"] {
+                keys.push(format!("matmul/m{m}n{n}k{k}/{layout}/{t}/alpha=1,beta=0"));
+            }
+        }
+        for layout in ["nn", "nt", "tn", "tt"] {
+            keys.push(format!("matmul/m256n256k256/{layout}/{t}/alpha=1,beta=0"));
+            keys.push(format!("matmul/m1000n72k260/{layout}/{t}/alpha=0.5,beta=-1"));
+        }
+    }
+    for t in ["s4", "u4", "b1xor", "b1and"] {
+        let k_step = if t.starts_with("b1") { 128 } else { 32 };
+        for (m, n, k) in [(4096, 4096, 4096), (512, 64, 4096), (256, 256, 256), (1000, 72, 1024 + k_step)] {
+            keys.push(format!("matmul/m{m}n{n}k{k}/tn/{t},i32,i32/alpha=1,beta=0"));
+        }
+        keys.push(format!("matmul/m200n136k{}/tn/{t},i32,i32/alpha=2,beta=3", 4 * k_step));
     }
     keys
 }

@@ -115,6 +115,18 @@ fn check(r: sys::nvrtcResult) -> Result<(), sys::nvrtcResult> {
 
 /// Compiles `source` to a cubin for `arch` (e.g. `sm_90`), with headers from `include_dir`.
 pub fn compile(source: &str, name: &str, arch: &str, include_dir: &Path) -> Result<Compiled, CompileError> {
+    compile_with(source, name, arch, include_dir, &[])
+}
+
+/// [`compile`] with `extra` flags after [`flags`]' (compile tests ask ptxas for its spill
+/// warnings with `--ptxas-options=--warn-on-spills`; the worker compiles with none).
+pub fn compile_with(
+    source: &str,
+    name: &str,
+    arch: &str,
+    include_dir: &Path,
+    extra: &[&str],
+) -> Result<Compiled, CompileError> {
     if !available() {
         return Err(CompileError::Unavailable(
             "libnvrtc.so.13 was not found; put its directory on LD_LIBRARY_PATH (scripts/setup-nvrtc.sh installs it)"
@@ -122,7 +134,8 @@ pub fn compile(source: &str, name: &str, arch: &str, include_dir: &Path) -> Resu
         ));
     }
     let start = Instant::now();
-    let flags = flags(arch, include_dir);
+    let mut flags = flags(arch, include_dir);
+    flags.extend(extra.iter().map(|f| f.to_string()));
     let src = CString::new(source).map_err(|_| CompileError::Unavailable("source contains a NUL byte".into()))?;
     let cname =
         CString::new(format!("{name}.cu")).map_err(|_| CompileError::Unavailable("name contains a NUL byte".into()))?;

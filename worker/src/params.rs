@@ -30,17 +30,30 @@ pub fn param(arg: &Arg) -> Param {
     }
 }
 
-/// The bundle's name for an element type.
-pub fn dtype(d: tensortune_kernels::DType) -> tensortune_bundle::DType {
+/// The bundle's name for an element type a bundle can state; `None` for tf32 (its data is f32
+/// but its results are not, so a bundle would pass it off as exact f32) and the packed types.
+pub fn bundle_dtype(d: tensortune_kernels::DType) -> Option<tensortune_bundle::DType> {
     use tensortune_bundle::DType as B;
     use tensortune_kernels::DType as K;
     match d {
-        K::F16 => B::F16,
-        K::Bf16 => B::Bf16,
-        K::F32 => B::F32,
-        K::I8 => B::I8,
-        K::I32 => B::I32,
+        K::F16 => Some(B::F16),
+        K::Bf16 => Some(B::Bf16),
+        K::F32 => Some(B::F32),
+        K::I8 => Some(B::I8),
+        K::I32 => Some(B::I32),
+        K::Tf32 | K::S4 | K::U4 | K::B1Xor | K::B1And => None,
     }
+}
+
+/// The bundle's name for the storage of an element type, as tensor maps see it: tf32 operands
+/// are f32 in memory (wgmma_gemm's TF32 maps copy f32). No template makes a map over a packed
+/// operand; one would read as bytes.
+pub fn dtype(d: tensortune_kernels::DType) -> tensortune_bundle::DType {
+    use tensortune_kernels::DType as K;
+    bundle_dtype(d).unwrap_or(match d {
+        K::Tf32 => tensortune_bundle::DType::F32,
+        _ => tensortune_bundle::DType::I8,
+    })
 }
 
 fn operand(o: TensorOperand) -> Operand {

@@ -5,6 +5,15 @@
 // [-128, 127] for i8): products are then exact, and so are f32 sums up to K = 2^18, so a correct
 // f32-accumulating kernel matches the float64 reference to the last bit before its epilogue. The
 // timing set draws full-precision uniform values, so timings see realistic bit patterns.
+//
+// Exact f32 inputs (FINE_CHECK) draw multiples of 1/2048 instead: twelve significant bits, one
+// more than TF32 keeps, so a kernel that rounds its inputs to TF32 misses the reference by far
+// more than f32 accumulation can. Their products are still exact in f32; their sums round, and
+// the tolerance allows for it.
+//
+// Packed inputs (IN_BITS < 8: s4, u4, b1) are 32-bit words of 32 / IN_BITS elements, the first
+// in the lowest bits; both sets are random words (integer products are exact). IN_OP says how
+// two elements multiply: 0 a * b, 1 a ^ b (b1xor), 2 a & b (b1and).
 
 namespace tt {
 
@@ -17,9 +26,10 @@ __device__ __forceinline__ unsigned hash32(unsigned x) {
   return x;
 }
 
-// Uniform in [-1, 1): quantised to multiples of 1/8 for the check set.
-__device__ __forceinline__ float draw(unsigned long long i, unsigned seed, bool check) {
+// Uniform in [-1, 1): quantised to multiples of 1/8 for the check set (of 1/2048 when `fine`).
+__device__ __forceinline__ float draw(unsigned long long i, unsigned seed, bool check, bool fine = false) {
   const unsigned h = hash32((unsigned)i * 0x9e3779b9U ^ hash32(seed + (unsigned)(i >> 32)));
+  if (check && fine) return (float)((int)(h % 4097u) - 2048) / 2048.0f;
   if (check) return (float)((int)(h % 17u) - 8) / 8.0f;
   return (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
 }
@@ -40,12 +50,37 @@ template <> __device__ __forceinline__ signed char make<signed char>(unsigned lo
 template <> __device__ __forceinline__ int make<int>(unsigned long long i, unsigned seed, bool) {
   return (int)(hash32((unsigned)i * 0x9e3779b9U ^ hash32(seed + (unsigned)(i >> 32))) % 2001u) - 1000;
 }
+template <> __device__ __forceinline__ unsigned make<unsigned>(unsigned long long i, unsigned seed, bool) {
+  return hash32((unsigned)i * 0x9e3779b9U ^ hash32(seed + (unsigned)(i >> 32)));
+}
+
 
 __device__ __forceinline__ double to_f64(half x) { return (double)__half2float(x); }
 __device__ __forceinline__ double to_f64(__nv_bfloat16 x) { return (double)__bfloat162float(x); }
 __device__ __forceinline__ double to_f64(float x) { return (double)x; }
 __device__ __forceinline__ double to_f64(signed char x) { return (double)x; }
 __device__ __forceinline__ double to_f64(int x) { return (double)x; }
+__device__ __forceinline__ double to_f64(unsigned x) { return (double)x; }
+
+// Element `idx` of an input operand, as a double: packed elements are unpacked (s4 sign-extended).
+__device__ __forceinline__ double in_elem(const T_IN* p, long long idx) {
+  if constexpr (cfg::IN_BITS < 8) {
+    const unsigned long long bit = (unsigned long long)idx * cfg::IN_BITS;
+    const unsigned word = reinterpret_cast<const unsigned*>(p)[bit / 32];
+    const unsigned v = (word >> (bit % 32)) & ((1u << cfg::IN_BITS) - 1u);
+    if constexpr (cfg::IN_SIGNED) return (double)((int)(v << (32 - cfg::IN_BITS)) >> (32 - cfg::IN_BITS));
+    return (double)v;
+  } else {
+    return to_f64(p[idx]);
+  }
+}
+
+// The product of two input elements: a * b, or for bits XOR / AND.
+__device__ __forceinline__ double in_mul(double a, double b) {
+  if constexpr (cfg::IN_OP == 1) return (double)((int)a ^ (int)b);
+  if constexpr (cfg::IN_OP == 2) return (double)((int)a & (int)b);
+  return a * b;
+}
 
 // Output poison: NaN for float types, a sentinel for integers.
 template <typename T> __device__ __forceinline__ T poison_value();
@@ -66,10 +101,17 @@ __device__ __forceinline__ bool is_poison(int x) { return x == (int)0x80000001; 
 using namespace tt;
 using namespace cfg;
 
+// n counts elements; packed inputs are filled a word (32 / IN_BITS elements) at a time.
 extern "C" __global__ void tt_fill_in(T_IN* p, unsigned long long n, unsigned seed, int check) {
-  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-       i += (unsigned long long)gridDim.x * blockDim.x)
-    p[i] = make<T_IN>(i, seed, check != 0);
+  const unsigned long long units = IN_BITS < 8 ? n * IN_BITS / 32 : n;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < units;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    if constexpr (FINE_CHECK) {
+      p[i] = draw(i, seed, check != 0, true);
+    } else {
+      p[i] = make<T_IN>(i, seed, check != 0);
+    }
+  }
 }
 
 extern "C" __global__ void tt_fill_out(T_OUT* p, unsigned long long n, unsigned seed, int check) {
@@ -109,7 +151,7 @@ extern "C" __global__ void tt_reference(const T_IN* __restrict__ A, const T_IN* 
         const T_IN* x = A + ((nb * H + h) * W + w) * CI;
         const T_IN* f = B + ((k * R + r) * S + s) * CI;
         for (int c = 0; c < CI; ++c) {
-          const double prod = to_f64(x[c]) * to_f64(f[c]);
+          const double prod = in_mul(in_elem(x, c), in_elem(f, c));
           sum += prod;
           sum_sq += prod * prod;
         }
@@ -120,9 +162,9 @@ extern "C" __global__ void tt_reference(const T_IN* __restrict__ A, const T_IN* 
     const long long m = (long long)(o % M);
     const long long n = (long long)(o / M);
     for (long long kk = 0; kk < K; ++kk) {
-      const double a = to_f64(A_K_CONTIG ? A[kk + m * K] : A[m + kk * M]);
-      const double b = to_f64(B_K_CONTIG ? B[kk + n * K] : B[n + kk * N]);
-      const double prod = a * b;
+      const double a = in_elem(A, A_K_CONTIG ? kk + m * K : m + kk * M);
+      const double b = in_elem(B, B_K_CONTIG ? kk + n * K : n + kk * N);
+      const double prod = in_mul(a, b);
       sum += prod;
       sum_sq += prod * prod;
     }

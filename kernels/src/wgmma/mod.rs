@@ -781,6 +781,8 @@ impl Plan {
         let regs = self.acc_regs();
         let (shape, constraint) = match (t.input, t.accumulator) {
             (DType::I8, _) => (format!("m64n{n}k32.s32.s8.s8"), "+r"),
+            // TF32: K 8 (32 bytes, as every type's step), f32 accumulators.
+            (DType::Tf32, _) => (format!("m64n{n}k8.f32.tf32.tf32"), "+f"),
             (DType::F16, DType::F16) => (format!("m64n{n}k16.f16.f16.f16"), "+r"),
             (input, _) => (format!("m64n{n}k16.f32.{0}.{0}", input.name()), "+f"),
         };
@@ -789,6 +791,9 @@ impl Plan {
         // K-major) the scale-a/b immediates and the transpose bits of MN-major operands.
         let tail = if t.input == DType::I8 {
             "p".to_string()
+        } else if t.input == DType::Tf32 {
+            // TF32 has the scale immediates but no transpose bits: its operands are K-major.
+            "p, 1, 1".to_string()
         } else {
             format!("p, 1, 1, {}, {}", u32::from(!self.x_kmajor()), u32::from(!self.y_kmajor()))
         };
@@ -900,14 +905,15 @@ impl Template for WgmmaGemm {
         let w = matmul(workload)?;
         w.validate()?;
         let input = w.types.input;
-        if !matches!(input, DType::F16 | DType::Bf16 | DType::I8) {
-            return Err(Error::invalid("input", format!("wgmma_gemm takes f16, bf16 or i8 inputs, not {input}")));
+        if !matches!(input, DType::F16 | DType::Bf16 | DType::I8 | DType::Tf32) {
+            return Err(Error::invalid("input", format!("wgmma_gemm takes f16, bf16, i8 or tf32 inputs, not {input}")));
         }
-        if input == DType::I8 && w.layout != crate::Layout::Tn {
+        if matches!(input, DType::I8 | DType::Tf32) && w.layout != crate::Layout::Tn {
+            let other = if input == DType::I8 { "wmma_gemm" } else { "mma_ext_gemm" };
             return Err(Error::invalid(
                 "layout",
                 format!(
-                    "wgmma reads i8 operands K-major only, so wgmma_gemm takes i8 in layout tn, not {}; wmma_gemm takes it",
+                    "wgmma reads {input} operands K-major only, so wgmma_gemm takes {input} in layout tn, not {}; {other} takes it",
                     w.layout
                 ),
             ));
@@ -1033,7 +1039,12 @@ fn tile_efficiency(p: &Plan, g: &Grid) -> f64 {
 /// tiles imply; plus launch cost. Crude on purpose: the tuner's cold start and `sim`'s clock.
 fn model(p: &Plan, target: &Target) -> f64 {
     let g = p.grid(target);
-    let peak = 989e6 * if p.w.types.input == DType::I8 { 2.0 } else { 1.0 } * target.sm_count as f64 / 132.0;
+    let rate = match p.w.types.input {
+        DType::I8 => 2.0,
+        DType::Tf32 => 0.5,
+        _ => 1.0,
+    };
+    let peak = 989e6 * rate * target.sm_count as f64 / 132.0;
     let per_block_peak = peak / target.sm_count as f64;
     // Feeding: a 64xN wgmma reads 64+N rows of shared memory per 64*N products.
     let reuse = (p.bq as f64 * p.bp as f64) / (p.bq as f64 + p.bp as f64) / 85.3;

@@ -326,3 +326,26 @@ fn gathered_stages_are_marked_full_before_the_producer_needs_them_back() {
     }
     assert!(stages_seen.contains(&2) && stages_seen.len() >= 3, "{stages_seen:?}");
 }
+
+#[test]
+fn tf32_is_k_major_only_and_issues_k8_tf32_wgmmas() {
+    let t = &WgmmaGemm;
+    let sm90 = Target::sm90();
+    let e = t.supports(&mm(4096, 4096, 4096, Layout::Nn, DType::Tf32), &sm90).unwrap_err();
+    assert_eq!(e.field(), Some("layout"));
+    assert!(e.to_string().contains("mma_ext_gemm"), "{e}");
+    let w = mm(4096, 4096, 4096, Layout::Tn, DType::Tf32);
+    let valid = crate::template::valid_configs(t, &w, &sm90).unwrap();
+    assert!(valid.len() >= 50, "{} valid tf32 configs", valid.len());
+    let spec = t.generate(&w, &config(BIG), &sm90).unwrap();
+    // K 8 per wgmma (32 bytes, as for every type), scale immediates, no transpose bits; a stage
+    // row of 128 bytes holds 32 floats.
+    let line = spec.source.lines().find(|l| l.contains("wgmma.mma_async")).unwrap_or("");
+    assert!(line.contains("k8.f32.tf32.tf32"), "no tf32 wgmma: {line}");
+    assert!(spec.source.contains("p, 1, 1;"), "tf32 takes the scale immediates only");
+    assert!(spec.source.contains("constexpr int BK = 32;"));
+    assert!(spec.args.iter().any(|a| matches!(a, crate::Arg::Map(m) if m.dtype == DType::Tf32)));
+    // Exact f32 is not wgmma's: it would round.
+    let e = t.supports(&mm(4096, 4096, 4096, Layout::Tn, DType::F32), &sm90).unwrap_err();
+    assert_eq!(e.field(), Some("input"));
+}

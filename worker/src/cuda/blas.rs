@@ -70,17 +70,41 @@ impl Ops {
     }
 }
 
+/// The compute type of a workload's vendor GEMM: exact f32 for f32 (`CUBLAS_COMPUTE_32F` never
+/// uses TF32), TF32 tensor cores for tf32 (`CUBLAS_COMPUTE_32F_FAST_TF32`), f16 for f16
+/// accumulation and i32 for the integer types. cuBLASLt (`blaslt`) uses the same.
+pub(super) fn compute_type(w: &Matmul) -> cublasComputeType_t {
+    match (w.types.input, Scalars::of(w)) {
+        (DType::Tf32, _) => cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        (_, Scalars::F32(..)) => cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        (_, Scalars::F16(..)) => cublasComputeType_t::CUBLAS_COMPUTE_16F,
+        (_, Scalars::I32(..)) => cublasComputeType_t::CUBLAS_COMPUTE_32I,
+    }
+}
+
+/// The stand-in cuBLAS runs for a workload with packed inputs, which it has no GEMM for: the
+/// same M, N, K and layout (tn) in i8, the nearest integer GEMM. `None` for other workloads.
+pub(crate) fn packed_stand_in(w: &Matmul) -> Option<Matmul> {
+    if !w.types.input.is_packed() {
+        return None;
+    }
+    let types = tensortune_kernels::Types::default_for(DType::I8).expect("i8 has default types");
+    Some(Matmul { types, ..*w })
+}
+
 /// BLAS's operation for a transposed or plain operand.
 pub(super) fn operation(transposed: bool) -> cublasOperation_t {
     if transposed { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N }
 }
 
-fn data_type(d: DType) -> cudaDataType {
+/// cuBLAS's data type for one of ours. Packed types have none: their baseline runs the i8
+/// stand-in ([`packed_stand_in`]), so they never reach here; they map to i8, the stand-in's type.
+pub(super) fn data_type(d: DType) -> cudaDataType {
     match d {
         DType::F16 => cudaDataType::CUDA_R_16F,
         DType::Bf16 => cudaDataType::CUDA_R_16BF,
-        DType::I8 => cudaDataType::CUDA_R_8I,
-        DType::F32 => cudaDataType::CUDA_R_32F,
+        DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => cudaDataType::CUDA_R_8I,
+        DType::F32 | DType::Tf32 => cudaDataType::CUDA_R_32F,
         DType::I32 => cudaDataType::CUDA_R_32I,
     }
 }
@@ -109,11 +133,7 @@ impl Blas {
     pub(crate) fn gemm(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
         let t = &w.types;
         let scalars = Scalars::of(w);
-        let compute = match scalars {
-            Scalars::F32(..) => cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            Scalars::F16(..) => cublasComputeType_t::CUBLAS_COMPUTE_16F,
-            Scalars::I32(..) => cublasComputeType_t::CUBLAS_COMPUTE_32I,
-        };
+        let compute = compute_type(w);
         let (alpha, beta) = scalars.ptrs();
         let ops = Ops::of(w);
         // SAFETY: a, b, d are live buffers sized for this workload (operand_elements); alpha and

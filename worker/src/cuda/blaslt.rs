@@ -86,7 +86,11 @@ impl Lt {
     pub(crate) fn plan(&self, w: &Matmul) -> Result<Plan<'_>, String> {
         self.stream.context().bind_to_thread().map_err(|e| format!("binding the context: {e:?}"))?;
         let scalars = Scalars::of(w);
+        // The compute types of `blas::compute_type`, in cuBLASLt's own binding of the enum.
         let (compute, scale) = match scalars {
+            _ if w.types.input == DType::Tf32 => {
+                (cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32, cudaDataType::CUDA_R_32F)
+            }
             Scalars::F32(..) => (cublasComputeType_t::CUBLAS_COMPUTE_32F, cudaDataType::CUDA_R_32F),
             Scalars::F16(..) => (cublasComputeType_t::CUBLAS_COMPUTE_16F, cudaDataType::CUDA_R_16F),
             Scalars::I32(..) => (cublasComputeType_t::CUBLAS_COMPUTE_32I, cudaDataType::CUDA_R_32I),
@@ -272,13 +276,13 @@ fn layout(ty: cudaDataType, (rows, cols, ld): Stored) -> Result<sys::cublasLtMat
     lt::create_matrix_layout(ty, rows, cols, ld as i64).map_err(|e| format!("cublasLtMatrixLayoutCreate failed: {e:?}"))
 }
 
-/// cuBLASLt's data type for one of ours (as `blas::data_type`).
+/// cuBLASLt's data type for one of ours (as `blas::data_type`, packed types included).
 fn data_type(d: DType) -> cudaDataType {
     match d {
         DType::F16 => cudaDataType::CUDA_R_16F,
         DType::Bf16 => cudaDataType::CUDA_R_16BF,
-        DType::I8 => cudaDataType::CUDA_R_8I,
-        DType::F32 => cudaDataType::CUDA_R_32F,
+        DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => cudaDataType::CUDA_R_8I,
+        DType::F32 | DType::Tf32 => cudaDataType::CUDA_R_32F,
         DType::I32 => cudaDataType::CUDA_R_32I,
     }
 }

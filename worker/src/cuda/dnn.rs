@@ -388,8 +388,12 @@ fn data_type(d: DType) -> u32 {
         DType::F16 => cudnnDataType_t::CUDNN_DATA_HALF,
         DType::Bf16 => cudnnDataType_t::CUDNN_DATA_BFLOAT16,
         DType::I8 => cudnnDataType_t::CUDNN_DATA_INT8,
-        DType::F32 => cudnnDataType_t::CUDNN_DATA_FLOAT,
+        // TF32 data is f32 in memory.
+        DType::F32 | DType::Tf32 => cudnnDataType_t::CUDNN_DATA_FLOAT,
         DType::I32 => cudnnDataType_t::CUDNN_DATA_INT32,
+        // Conv2d::validate refuses packed types, so no conv descriptor meets one; their nearest
+        // storage is bytes.
+        DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => cudnnDataType_t::CUDNN_DATA_INT8,
     }) as u32
 }
 

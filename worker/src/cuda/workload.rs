@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, result};
 use cudarc::nvrtc::Ptx;
 use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::{Arg, Im2colMap, TensorMap, TensorOperand, Workload};
+use tensortune_kernels::{Arg, DType, Im2colMap, TensorMap, TensorOperand, Workload};
 
 use super::device::{Context, CudaFailure, DevBuf, KArg, grid_for, launch};
 
@@ -77,21 +77,21 @@ impl WorkloadState {
 
         let t = workload.types();
         let (a_elems, b_elems, out_elems) = support::operand_elements(workload);
-        let (ein, eout) = (t.input.bytes() as usize, t.output.bytes() as usize);
-        let alloc = |elems: u64, size: usize| DevBuf::new(ctx, elems as usize * size);
+        // Sizes in bits: packed inputs hold several elements per byte.
+        let alloc = |elems: u64, ty: DType| DevBuf::new(ctx, ty.storage_bytes(elems) as usize);
         let state = WorkloadState {
             workload: *workload,
             f_poison,
             f_compare,
-            a_check: alloc(a_elems, ein)?,
-            b_check: alloc(b_elems, ein)?,
-            a_time: alloc(a_elems, ein)?,
-            b_time: alloc(b_elems, ein)?,
-            c: alloc(out_elems, eout)?,
-            d: alloc(out_elems, eout)?,
-            reference: alloc(out_elems, 8)?,
-            sq: alloc(out_elems, 8)?,
-            mag: alloc(out_elems, 8)?,
+            a_check: alloc(a_elems, t.input)?,
+            b_check: alloc(b_elems, t.input)?,
+            a_time: alloc(a_elems, t.input)?,
+            b_time: alloc(b_elems, t.input)?,
+            c: alloc(out_elems, t.output)?,
+            d: alloc(out_elems, t.output)?,
+            reference: DevBuf::new(ctx, out_elems as usize * 8)?,
+            sq: DevBuf::new(ctx, out_elems as usize * 8)?,
+            mag: DevBuf::new(ctx, out_elems as usize * 8)?,
             stats: DevBuf::new(ctx, 256)?,
             out_elems,
             _module: module.clone(),
@@ -209,7 +209,6 @@ impl WorkloadState {
 
     /// The output element `index` and its reference value, read back to the host.
     pub(crate) fn value_at(&self, stream: &CudaStream, index: u64) -> Result<(f64, f64), CudaFailure> {
-        use tensortune_kernels::DType;
         stream.synchronize().when(|| "waiting for the stream".into())?;
         let out = self.workload.types().output;
         let size = out.bytes() as u64;
@@ -225,9 +224,10 @@ impl WorkloadState {
         let got = match out {
             DType::F16 => half::f16::from_le_bytes([raw[0], raw[1]]).to_f64(),
             DType::Bf16 => half::bf16::from_le_bytes([raw[0], raw[1]]).to_f64(),
-            DType::F32 => f32::from_le_bytes(raw) as f64,
+            DType::F32 | DType::Tf32 => f32::from_le_bytes(raw) as f64,
             DType::I32 => i32::from_le_bytes(raw) as f64,
-            DType::I8 => raw[0] as i8 as f64,
+            // Outputs are never packed (Types::SUPPORTED): a byte is the nearest reading.
+            DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => raw[0] as i8 as f64,
         };
         Ok((got, expected[0]))
     }

@@ -76,6 +76,52 @@ pub(crate) fn assert_all_compile(specs: &[KernelSpec], target: &Target) {
     );
 }
 
+/// ptxas's spill warnings for `specs` on `arch` (compiled in batches with
+/// `--ptxas-options=--warn-on-spills`): one line per kernel that spills registers to local memory,
+/// naming it. Compile errors are [`compile_all`]'s business; a batch that fails here is reported
+/// as a line too.
+pub(crate) fn spills(specs: &[KernelSpec], arch: &str) -> Vec<String> {
+    let inc = include_dir();
+    let batches: Vec<&[KernelSpec]> = specs.chunks(BATCH).collect();
+    let next = Mutex::new(0usize);
+    let found = Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        *n += 1;
+                        *n - 1
+                    };
+                    let Some(batch) = batches.get(i) else { break };
+                    let mut source = String::from(cuda::PREAMBLE);
+                    for spec in *batch {
+                        source.push_str(
+                            spec.source.strip_prefix(cuda::PREAMBLE).expect("every source starts with the preamble"),
+                        );
+                    }
+                    let lines = match nvrtc::compile_with(
+                        &source,
+                        "batch",
+                        arch,
+                        &inc,
+                        &["--ptxas-options=--warn-on-spills"],
+                    ) {
+                        Ok(c) => {
+                            c.log.lines().filter(|l| l.contains("spill")).map(|l| format!("{arch}: {l}")).collect()
+                        }
+                        Err(e) => vec![format!("{arch}: a batch failed to compile: {e}")],
+                    };
+                    found.lock().unwrap().extend(lines);
+                }
+            });
+        }
+    });
+    found.into_inner().unwrap()
+}
+
 /// The kind of a wgmma config the compile tests sample by: producer, schedule, cluster,
 /// persistence, stream-K and epilogue (the knobs that change the generated code's shape).
 pub(crate) fn wgmma_kind(c: &Config) -> String {
