@@ -16,3 +16,18 @@ test_bin=$(cargo test --release --locked -p tensortune-worker --test daemon --no
   | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
 strip -o .gpu/worker-gpu-tests "$test_bin"
 ls -la .gpu
+# The device tool carries at most 64 MiB (the working tree and .gpu together). GPU_PACK_ONLY
+# (space-separated names) keeps only those binaries in .gpu; the others go to .gpu-spare/ (also
+# ignored), from where a later pack or a `mv` brings them back.
+if [ -n "${GPU_PACK_ONLY:-}" ]; then
+  mkdir -p .gpu-spare
+  grep -qx '/.gpu-spare/' "$exclude" 2>/dev/null || echo '/.gpu-spare/' >> "$exclude"
+  for f in .gpu/*; do
+    case " $GPU_PACK_ONLY " in *" $(basename "$f") "*) ;; *) mv "$f" .gpu-spare/ ;; esac
+  done
+fi
+size=$(du -sm .gpu | cut -f1)
+echo ".gpu holds ${size} MiB"
+if [ "$size" -gt 56 ]; then
+  echo "warning: .gpu is ${size} MiB; with the tree it may pass the device tool's 64 MiB: set GPU_PACK_ONLY to the binaries the steps need (e.g. 'tensortune gpu_selftest run_one')" >&2
+fi
