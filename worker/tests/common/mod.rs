@@ -24,12 +24,15 @@ pub(crate) fn include_dir() -> PathBuf {
         .expect("CUDA headers not found: run scripts/setup-nvrtc.sh or set TENSORTUNE_CUDA_INCLUDE")
 }
 
-/// Compiles every spec for `arch`, in batches on all cores; returns "name: log" per failure.
-pub(crate) fn compile_all(specs: &[KernelSpec], arch: &str) -> Vec<String> {
-    let inc = include_dir();
+/// Runs `work` on every batch of `specs` (BATCH kernels behind one preamble, byte for byte as the
+/// worker compiles them one at a time) on all cores, and gathers the lines it returns.
+fn each_batch<F>(specs: &[KernelSpec], work: F) -> Vec<String>
+where
+    F: Fn(&[KernelSpec], &str) -> Vec<String> + Sync,
+{
     let batches: Vec<&[KernelSpec]> = specs.chunks(BATCH).collect();
     let next = Mutex::new(0usize);
-    let failures = Mutex::new(Vec::new());
+    let found = Mutex::new(Vec::new());
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -47,19 +50,31 @@ pub(crate) fn compile_all(specs: &[KernelSpec], arch: &str) -> Vec<String> {
                             spec.source.strip_prefix(cuda::PREAMBLE).expect("every source starts with the preamble"),
                         );
                     }
-                    if nvrtc::compile(&source, "batch", arch, &inc).is_ok() {
-                        continue;
-                    }
-                    for spec in *batch {
-                        if let Err(e) = nvrtc::compile(&spec.source, &spec.name, arch, &inc) {
-                            failures.lock().unwrap().push(format!("{} ({arch}): {e}", spec.name));
-                        }
-                    }
+                    let lines = work(batch, &source);
+                    found.lock().unwrap().extend(lines);
                 }
             });
         }
     });
-    failures.into_inner().unwrap()
+    found.into_inner().unwrap()
+}
+
+/// Compiles every spec for `arch`, in batches on all cores; returns "name: log" per failure. A
+/// failing batch is recompiled kernel by kernel to name the culprit.
+pub(crate) fn compile_all(specs: &[KernelSpec], arch: &str) -> Vec<String> {
+    let inc = include_dir();
+    each_batch(specs, |batch, source| {
+        if nvrtc::compile(source, "batch", arch, &inc).is_ok() {
+            return Vec::new();
+        }
+        batch
+            .iter()
+            .filter_map(|spec| {
+                let e = nvrtc::compile(&spec.source, &spec.name, arch, &inc).err()?;
+                Some(format!("{} ({arch}): {e}", spec.name))
+            })
+            .collect()
+    })
 }
 
 /// Compiles every spec for `target` ([`compile_all`]) and fails naming each kernel that did not
@@ -82,44 +97,12 @@ pub(crate) fn assert_all_compile(specs: &[KernelSpec], target: &Target) {
 /// as a line too.
 pub(crate) fn spills(specs: &[KernelSpec], arch: &str) -> Vec<String> {
     let inc = include_dir();
-    let batches: Vec<&[KernelSpec]> = specs.chunks(BATCH).collect();
-    let next = Mutex::new(0usize);
-    let found = Mutex::new(Vec::new());
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let i = {
-                        let mut n = next.lock().unwrap();
-                        *n += 1;
-                        *n - 1
-                    };
-                    let Some(batch) = batches.get(i) else { break };
-                    let mut source = String::from(cuda::PREAMBLE);
-                    for spec in *batch {
-                        source.push_str(
-                            spec.source.strip_prefix(cuda::PREAMBLE).expect("every source starts with the preamble"),
-                        );
-                    }
-                    let lines = match nvrtc::compile_with(
-                        &source,
-                        "batch",
-                        arch,
-                        &inc,
-                        &["--ptxas-options=--warn-on-spills"],
-                    ) {
-                        Ok(c) => {
-                            c.log.lines().filter(|l| l.contains("spill")).map(|l| format!("{arch}: {l}")).collect()
-                        }
-                        Err(e) => vec![format!("{arch}: a batch failed to compile: {e}")],
-                    };
-                    found.lock().unwrap().extend(lines);
-                }
-            });
+    each_batch(specs, |_, source| {
+        match nvrtc::compile_with(source, "batch", arch, &inc, &["--ptxas-options=--warn-on-spills"]) {
+            Ok(c) => c.log.lines().filter(|l| l.contains("spill")).map(|l| format!("{arch}: {l}")).collect(),
+            Err(e) => vec![format!("{arch}: a batch failed to compile: {e}")],
         }
-    });
-    found.into_inner().unwrap()
+    })
 }
 
 /// The kind of a wgmma config the compile tests sample by: producer, schedule, cluster,
