@@ -151,23 +151,26 @@ impl ConvGemm {
     }
 }
 
+/// The bounding box of a 4-D im2col map over the layer's input, (W, H) each: the lower corner is
+/// where the first window starts relative to the input's first column and row (minus the
+/// padding), the upper one where the last window starts relative to its last (the padding less
+/// the window's dilated extent).
+fn im2col_corners(c: &crate::workload::Conv2d) -> ([i64; 2], [i64; 2]) {
+    let upper = |pad: u64, extent: u64, dil: u64| pad as i64 - (extent as i64 - 1) * dil as i64;
+    ([-(c.pad.1 as i64), -(c.pad.0 as i64)], [upper(c.pad.1, c.s, c.dilation.1), upper(c.pad.0, c.r, c.dilation.0)])
+}
+
 /// Whether a 4-D im2col tensor map can load the layer's activations: a K tile (128 bytes of
 /// channels) within one filter tap, traversal strides of at most 8, and bounding-box corners in
-/// [-128, 127] (the limits of `cuTensorMapEncodeIm2col` for rank 4).
+/// [-128, 127] (the limits of `cuTensorMapEncodeIm2col` for rank 4). The corners bound a window's
+/// extent to 256, so the copy's 16-bit tap offsets always fit.
 fn im2col_fits(c: &crate::workload::Conv2d) -> bool {
     let per_tile = 128 / c.types.input.bytes() as u64;
-    let corner = |pad: u64, extent: u64, dil: u64| -> bool {
-        let lower = -(pad as i64);
-        let upper = pad as i64 - ((extent as i64 - 1) * dil as i64);
-        (-128..=127).contains(&lower) && (-128..=127).contains(&upper)
-    };
+    let (lower, upper) = im2col_corners(c);
     c.c.is_multiple_of(per_tile)
         && c.stride.0 <= 8
         && c.stride.1 <= 8
-        && corner(c.pad.0, c.r, c.dilation.0)
-        && corner(c.pad.1, c.s, c.dilation.1)
-        && (c.s - 1) * c.dilation.1 < 1 << 16
-        && (c.r - 1) * c.dilation.0 < 1 << 16
+        && lower.iter().chain(&upper).all(|v| (-128..=127).contains(v))
 }
 
 /// The view's dimensions and tile counts.
@@ -633,14 +636,15 @@ impl Plan {
     fn im2col_map(&self) -> Option<Im2colMap> {
         let c = self.conv.filter(|c| c.x == ConvX::Im2col)?.conv;
         let e = c.types.input.bytes() as u64;
-        let upper = |pad: u64, extent: u64, dil: u64| (pad as i64 - (extent as i64 - 1) * dil as i64) as i32;
+        // In range for i32: im2col_fits chose this path only with corners in [-128, 127].
+        let (lower, upper) = im2col_corners(&c);
         Some(Im2colMap {
             operand: TensorOperand::A,
             dtype: c.types.input,
             dims: [c.c, c.w, c.h, c.n],
             strides_bytes: [c.c * e, c.w * c.c * e, c.h * c.w * c.c * e],
-            lower: [-(c.pad.1 as i32), -(c.pad.0 as i32)],
-            upper: [upper(c.pad.1, c.s, c.dilation.1), upper(c.pad.0, c.r, c.dilation.0)],
+            lower: lower.map(|v| v as i32),
+            upper: upper.map(|v| v as i32),
             channels: self.bk(),
             pixels: self.bp,
             element_strides: [1, c.stride.1 as u32, c.stride.0 as u32, 1],
