@@ -34,7 +34,6 @@
 #define MAX_BATCH 20000
 #define PROBE_BATCH 8
 #define MAX_ROUNDS 100
-#define MAX_KERNELS 1024
 
 #define CU(call)                                                                         \
   do {                                                                                   \
@@ -369,10 +368,6 @@ int main(int argc, char **argv) {
 
   printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds, %g ms warm-up, %g ms pause\n",
          gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms, pause_ms);
-  if (bundle.n > MAX_KERNELS) {
-    fprintf(stderr, "error: the bundle has %d kernels; this example checks at most %d\n", bundle.n, MAX_KERNELS);
-    return 2;
-  }
   slot *slots = (slot *)calloc((size_t)bundle.n, sizeof(slot));
   int checked = 0, failures = 0, within = 0;
   for (int i = 0; i < bundle.n; i++) {
