@@ -395,17 +395,21 @@ step_large() {
 }
 
 # compute-sanitizer memcheck, racecheck and synccheck on one wgmma_gemm config per input type (a
-# stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8, and the
-# TMA-store epilogue reading C on a ragged shape), each alone in its process (no vendor baseline).
+# stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8, the
+# TMA-store epilogue reading C on a ragged shape, and a 192-column A tile shared out two chunks and
+# one in a cluster), each alone in its process (no vendor baseline).
 step_wsanitize() {
   local cases=(
     'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
     'matmul/m1024n1024k1024/nt/bf16,f32,bf16/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"direct"}'
     'matmul/m1024n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
     'matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
+    'matmul/m1000n1000k1024/nn/f16,f32,f32/alpha=1,beta=0 {"block_m":192,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"tma"}'
   )
+  # WSANITIZE_ONLY=N runs the Nth case alone.
   local n=0
   for c in "${cases[@]}"; do
+    if [ -n "${WSANITIZE_ONLY:-}" ] && [ "$((n + 1))" != "$WSANITIZE_ONLY" ]; then n=$((n + 1)); continue; fi
     local key=${c%% *} cfg=${c#* }
     n=$((n + 1))
     say "wsanitize $key $cfg"
@@ -428,7 +432,8 @@ step_ab() {
   say "ab: $(grep -vc '^#' "$file") configs from $file"
   grep -v '^#' "$file" | while read -r key cfg; do
     local line
-    line=$(TT_TEMPLATE=${AB_TEMPLATE:-wgmma_gemm} timeout 60 "$BIN/run_one" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 | tail -1)
+    line=$(TT_TEMPLATE=${AB_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0 timeout 60 "$BIN/run_one" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 |
+      grep -v '^ *$' | grep -m1 -E ' (Ok|[A-Z][A-Za-z]*) median |^Error' || echo "no result")
     local us vendor
     us=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
     vendor=$(echo "$line" | sed -n 's/.*vendor Some(\([0-9.]*\)).*/\1/p')
@@ -485,30 +490,46 @@ step_csanitize() {
 }
 
 step_export() {
-  timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" --json "$LOGS/export-bench.json" \
+  local suite=${EXPORT_SUITE:-suites/default.json}
+  timeout 1500 "$BIN/tensortune" bench --suite "$suite" --trials "${BENCH_TRIALS:-100}" --json "$LOGS/export-bench.json" \
     >"$LOGS/export-bench.log" 2>&1
   say "export: bench exit $?"
   sed -n '/^suite/,$p' "$LOGS/export-bench.log" | tee -a "$SUMMARY"
   # bench names its database after --json (with a suffix when that file exists) and says which.
   local db
   db=$(sed -n 's/^bench database: //p' "$LOGS/export-bench.log" | head -1)
-  "$BIN/tensortune" --db "$db" export --suite suites/default.json -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
+  "$BIN/tensortune" --db "$db" export --suite "$suite" -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
   say "export exit $?"
   tee -a "$SUMMARY" <"$LOGS/export.log"
   nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm -ldl \
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
   head -20 "$LOGS/gemm_check-build.log" | tee -a "$SUMMARY"
-  # EXPORT_RUNS: one gemm_check run per WARM_MS:PAUSE_MS pair (warm-up before each measurement,
-  # idle pause before each kernel's rounds).
-  # A third field `noblas` runs it with TT_NO_BLAS=1 (no cuBLAS in the process, nothing checked).
-  local run warm pause noblas
+  # EXPORT_RUNS: one gemm_check run per WARM_MS:PAUSE_MS[:FLAGS] entry (warm-up before each
+  # measurement, idle pause before each kernel's rounds). FLAGS, comma-separated: `noblas` runs it
+  # with TT_NO_BLAS=1 (no cuBLAS in the process, nothing checked), `only=S` with TT_ONLY=S (only
+  # the kernels matching S loaded), `timeonly=S` with TT_TIME_ONLY=S (all checked, those timed),
+  # `norun=S` with TT_NORUN=S (modules loaded, no buffers, never launched), `carveout=P` with
+  # TT_CARVEOUT=P, `extra=N` with TT_EXTRA_MB=N (N MiB of device memory allocated first).
+  local run warm pause flags f log
   for run in ${EXPORT_RUNS:-0:2000}; do
-    IFS=: read -r warm pause noblas <<<"$run"
-    TT_NO_BLAS=$([ "$noblas" = noblas ] && echo 1 || echo 0) timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" \
-      "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-1}" "$warm" "$pause" >"$LOGS/gemm_check-$warm-$pause$noblas.log" 2>&1
-    say "gemm_check (warm-up $warm ms, pause $pause ms${noblas:+, no cuBLAS}) exit $?"
-    grep -v '^round ' "$LOGS/gemm_check-$warm-$pause$noblas.log" | tee -a "$SUMMARY"
+    IFS=: read -r warm pause flags <<<"$run"
+    local env=(TT_NO_BLAS=0)
+    for f in ${flags//,/ }; do
+      case "$f" in
+        noblas) env+=(TT_NO_BLAS=1) ;;
+        only=*) env+=("TT_ONLY=${f#only=}") ;;
+        timeonly=*) env+=("TT_TIME_ONLY=${f#timeonly=}") ;;
+        norun=*) env+=("TT_NORUN=${f#norun=}") ;;
+        carveout=*) env+=("TT_CARVEOUT=${f#carveout=}") ;;
+        extra=*) env+=("TT_EXTRA_MB=${f#extra=}") ;;
+      esac
+    done
+    log="$LOGS/gemm_check-$warm-$pause-${flags//[^a-z0-9]/_}.log"
+    env "${env[@]}" timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-1}" \
+      "$warm" "$pause" >"$log" 2>&1
+    say "gemm_check (warm-up $warm ms, pause $pause ms, ${flags:-no flags}) exit $?"
+    grep -v '^round ' "$log" | tee -a "$SUMMARY"
   done
   # EXPORT_RUNONE=N: the first N kernels of the bundle timed again through the worker's own path
   # (run_one: NVRTC compile, cudarc launch, the worker's timing), for comparison with gemm_check.
@@ -523,7 +544,72 @@ PY
       TT_TEMPLATE=$tmpl timeout 120 "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | grep -v '^ *$' | cut -c1-300 | tail -4 | tee -a "$SUMMARY"
     done <"$LOGS/runone.txt"
   fi
+  [ -n "${EXPORT_DIAG:-}" ] && export_diag
   rm -f "$LOGS/gemm_check"
+}
+
+# EXPORT_DIAG=1 (after `export`): where a small kernel's time differs between gemm_check and the
+# worker. The same kernels run under Nsight Systems (every kernel's start and duration inside the
+# replayed graphs: a kernel's own time apart from the gaps between launches) and Nsight Compute
+# (duration, cycles, instructions, registers, shared memory, L2 sectors of a few launches), once in
+# gemm_check (no cuBLAS) and once in run_one (the worker's path).
+export_diag() {
+  python3 - "$LOGS/bundle/manifest.json" 2 >"$LOGS/diag.txt" <<'PY'
+import json, sys
+for k in json.load(open(sys.argv[1]))["kernels"][: int(sys.argv[2])]:
+    print(k["template"], k["workload_key"], json.dumps(k["config"], separators=(",", ":")), k["name"], sep="\t")
+PY
+  local metrics=gpu__time_duration.sum,sm__cycles_elapsed.max,smsp__inst_executed.sum,launch__registers_per_thread
+  metrics+=,launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static,launch__grid_size,launch__block_size
+  metrics+=,lts__t_sectors.sum,dram__bytes_read.sum,smsp__cycles_active.avg,sm__warps_active.avg.pct_of_peak_sustained_active
+  say "nsys: $(command -v nsys || echo absent), ncu: $(command -v ncu || echo absent)"
+  if command -v nsys >/dev/null; then
+    TT_NO_BLAS=1 timeout 300 nsys profile --trace=cuda --cuda-graph-trace=node --force-overwrite true -o "$LOGS/nsys-gc" \
+      "$LOGS/gemm_check" "$LOGS/bundle" 10 1 0 500 >"$LOGS/nsys-gc.log" 2>&1
+    say "nsys gemm_check exit $?"
+    local i=0 tmpl key cfg name
+    while IFS=$'\t' read -r tmpl key cfg name; do
+      i=$((i + 1))
+      TT_TEMPLATE=$tmpl timeout 300 nsys profile --trace=cuda --cuda-graph-trace=node --force-overwrite true \
+        -o "$LOGS/nsys-r$i" "$BIN/run_one" "$key" "$cfg" 10 1 >"$LOGS/nsys-r$i.log" 2>&1
+      say "nsys run_one $i exit $?: $(grep -o 'median [0-9.]* us' "$LOGS/nsys-r$i.log" | tail -1)"
+    done <"$LOGS/diag.txt"
+    for rep in "$LOGS"/nsys-*.nsys-rep; do
+      nsys stats --report cuda_gpu_trace --format csv --force-export true -o "${rep%.nsys-rep}" "$rep" >/dev/null 2>&1
+    done
+    python3 - "$LOGS"/nsys-*cuda_gpu_trace.csv <<'PY' 2>&1 | tee -a "$SUMMARY"
+import csv, statistics, sys
+for path in sys.argv[1:]:
+    rows = [r for r in csv.DictReader(open(path)) if r.get("Name", "").startswith("tt_")]
+    by = {}
+    for r in rows:
+        by.setdefault(r["Name"], []).append((int(r["Start (ns)"]), int(r["Duration (ns)"])))
+    for name, ks in by.items():
+        ks.sort()
+        durs = [d for _, d in ks]
+        gaps = [b[0] - (a[0] + a[1]) for a, b in zip(ks, ks[1:]) if b[0] - (a[0] + a[1]) < 5000]
+        print("%s %s: %d launches, duration median %.0f ns, gap median %.0f ns, period median %.0f ns" % (
+            path.rsplit("/", 1)[-1].split("_cuda")[0], name[:60], len(ks), statistics.median(durs),
+            statistics.median(gaps) if gaps else -1, statistics.median(durs) + (statistics.median(gaps) if gaps else 0)))
+PY
+    rm -f "$LOGS"/nsys-*.nsys-rep "$LOGS"/nsys-*.sqlite
+  fi
+  if command -v ncu >/dev/null; then
+    local i=0 tmpl key cfg name
+    while IFS=$'\t' read -r tmpl key cfg name; do
+      i=$((i + 1))
+      TT_NO_BLAS=1 timeout 300 ncu --clock-control none --kernel-name "$name" --launch-skip 40 --launch-count 3 \
+        --metrics "$metrics" --csv "$LOGS/gemm_check" "$LOGS/bundle" 3 1 0 0 >"$LOGS/ncu-gc$i.csv" 2>&1
+      say "ncu gemm_check $i exit $?"
+      TT_TEMPLATE=$tmpl timeout 300 ncu --clock-control none --kernel-name "$name" --launch-skip 40 --launch-count 3 \
+        --metrics "$metrics" --csv "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu-r$i.csv" 2>&1
+      say "ncu run_one $i exit $?"
+    done <"$LOGS/diag.txt"
+    for f in "$LOGS"/ncu-*.csv; do
+      say "== $(basename "$f")"
+      grep '"tt_' "$f" | awk -F'","' '{ print $(NF-2) " = " $NF }' | sed 's/"//g' | sort | uniq -c | cut -c1-160 | tee -a "$SUMMARY"
+    done
+  fi
 }
 
 step_types() {

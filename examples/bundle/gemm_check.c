@@ -9,7 +9,11 @@
  * clock from 1980 to 1530 MHz, and it stays there for the next seconds, whatever runs. WARM_MS of
  * replays before each measurement are optional. Prints one row per kernel: its time, the time in
  * its record, the ratio, cuBLAS's time and the check. TT_NO_BLAS=1 leaves cuBLAS out of the
- * process (nothing is checked; only the bundle's kernels are timed).
+ * process (nothing is checked; only the bundle's kernels are timed). TT_ONLY=S loads only the
+ * kernels whose name or "MxNxK layout input" contains S; TT_TIME_ONLY=S checks every kernel but
+ * times only those; TT_NORUN=S loads those modules but allocates nothing for them and never
+ * launches them; TT_CARVEOUT=P sets every kernel's preferred shared-memory carveout to P percent;
+ * TT_EXTRA_MB=N allocates N MiB of device memory first.
  *
  *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -ldl
  *   ./gemm_check BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS [PAUSE_MS]]]]
@@ -196,6 +200,16 @@ static unsigned sm_clock_mhz(void) {
   return mhz;
 }
 
+/* Whether an entry is selected by a TT_ONLY / TT_TIME_ONLY filter: a substring of its kernel name
+ * or of "MxNxK layout input" (e.g. "512x32x512", "tn i8"); no filter selects everything. */
+static int selected(const tt_entry *e, const char *filter) {
+  if (!filter || !*filter) return 1;
+  char key[96];
+  snprintf(key, sizeof key, "%llux%llux%llu %s %s", (unsigned long long)e->shape[0], (unsigned long long)e->shape[1],
+           (unsigned long long)e->shape[2], e->layout, e->input);
+  return strstr(key, filter) != NULL || strstr(e->name, filter) != NULL;
+}
+
 typedef int (*enqueue_fn)(void *ctx, CUstream s);
 
 static CUgraphExec capture(CUstream s, int batch, enqueue_fn f, void *ctx) {
@@ -353,6 +367,20 @@ int main(int argc, char **argv) {
   CU(cuDeviceGetName(gpu, sizeof gpu, dev));
   /* TT_NO_BLAS=1: no cuBLAS in the process (nothing checked; only the bundle's kernels timed). */
   int no_blas = getenv("TT_NO_BLAS") && !strcmp(getenv("TT_NO_BLAS"), "1");
+  /* TT_ONLY: only the selected kernels are loaded at all; TT_TIME_ONLY: every kernel is loaded and
+   * checked, only the selected ones are timed (to tell apart what the others' presence does). */
+  const char *only = getenv("TT_ONLY"), *time_only = getenv("TT_TIME_ONLY");
+  /* TT_NORUN: the selected kernels' modules are loaded, with no buffers, and never launched.
+   * TT_CARVEOUT=P: every kernel's preferred shared-memory carveout, percent (-1 no preference).
+   * TT_EXTRA_MB=N: N MiB of device memory allocated and written before any kernel is loaded. */
+  const char *norun = getenv("TT_NORUN"), *carveout = getenv("TT_CARVEOUT");
+  CUdeviceptr extra = 0;
+  if (getenv("TT_EXTRA_MB") && atoi(getenv("TT_EXTRA_MB")) > 0) {
+    size_t bytes = (size_t)atoi(getenv("TT_EXTRA_MB")) << 20;
+    CU(cuMemAlloc(&extra, bytes));
+    CU(cuMemsetD8(extra, 1, bytes));
+    printf("%zu MiB of extra device memory allocated\n", bytes >> 20);
+  }
   cublasHandle_t h = NULL;
   CUdeviceptr blas_ws = 0;
   if (!no_blas) {
@@ -369,7 +397,7 @@ int main(int argc, char **argv) {
   printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds, %g ms warm-up, %g ms pause\n",
          gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms, pause_ms);
   slot *slots = (slot *)calloc((size_t)bundle.n, sizeof(slot));
-  int checked = 0, failures = 0, within = 0;
+  int checked = 0, failures = 0, within = 0, timed = 0;
   for (int i = 0; i < bundle.n; i++) {
     const tt_entry *e = &bundle.entries[i];
     if (strcmp(e->op, "matmul")) {
@@ -378,6 +406,10 @@ int main(int argc, char **argv) {
     }
     if (!tt_entry_cubin(e, arch)) {
       printf("%-46s skipped: no cubin for sm_%d\n", e->name, arch);
+      continue;
+    }
+    if (!selected(e, only)) {
+      printf("%-46s skipped: not selected by TT_ONLY=%s\n", e->name, only);
       continue;
     }
     /* The loader's lookup of this entry's own problem must be exact. */
@@ -391,7 +423,15 @@ int main(int argc, char **argv) {
       continue;
     }
     e = sl->k.entry;
+    if (carveout) CU(cuFuncSetAttribute(sl->k.func, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, atoi(carveout)));
     size_t m = e->shape[0], n = e->shape[1], kk = e->shape[2];
+    if (norun && *norun && selected(e, norun)) { /* the module stays loaded; no buffers, no launch */
+      snprintf(sl->key, sizeof sl->key, "%zux%zux%zu %s %s>%s", m, n, kk, e->layout, e->input, e->output);
+      snprintf(sl->check, sizeof sl->check, "loaded, not run (TT_NORUN)");
+      printf("%-46s %s\n", e->name, sl->check);
+      checked++;
+      continue;
+    }
     size_t in = dsize(e->input), out = dsize(e->output);
     void *ha = fill(e->input, m * kk, 1), *hb = fill(e->input, kk * n, 1), *hc = fill(e->output, m * n, 1);
     void *ta = fill(e->input, m * kk, 0), *tb = fill(e->input, kk * n, 0);
@@ -447,6 +487,7 @@ int main(int argc, char **argv) {
 
   for (int i = 0; i < checked; i++) {
     slot *sl = &slots[i];
+    if (!selected(sl->k.entry, time_only) || (norun && *norun && selected(sl->k.entry, norun))) continue;
     if (pause_ms > 0) {
       struct timespec ts = {(time_t)(pause_ms / 1000), (long)(fmod(pause_ms, 1000.0) * 1e6)};
       nanosleep(&ts, NULL);
@@ -472,16 +513,19 @@ int main(int argc, char **argv) {
     if (e->vendor_us >= 0) snprintf(vendor, sizeof vendor, "%.2f us", e->vendor_us);
     const char *tmpl = strstr(e->name, "wgmma") ? "wgmma_gemm" : strstr(e->name, "wmma") ? "wmma_gemm" : "?";
     within += ours > 0 && fabs(ours / e->time_us - 1.0) <= 0.03;
-    printf("%-46s %-10s %7.2f us %7.2f us %7.3f %7.2f us %10s %7d  %s\n", sl->key, tmpl, ours, e->time_us,
+    timed += sl->timed > 0;
+    if (!sl->timed) printf("%-46s %-10s not timed  %s\n", sl->key, tmpl, sl->check);
+    else printf("%-46s %-10s %7.2f us %7.2f us %7.3f %7.2f us %10s %7d  %s\n", sl->key, tmpl, ours, e->time_us,
            ours / e->time_us, blas, vendor, sl->batch, sl->check);
     cuMemFree(sl->at), cuMemFree(sl->bt), cuMemFree(sl->c), cuMemFree(sl->d), cuMemFree(sl->dref);
     tt_kernel_unload(&sl->k);
   }
   free(slots);
-  printf("%d kernels checked, %d failed; %d of %d within 3%% of their record's time\n", checked, failures, within,
-         checked);
+  printf("%d kernels checked, %d failed; %d of %d timed within 3%% of their record's time\n", checked, failures,
+         within, timed);
   if (h) cublasDestroy(h);
   cuMemFree(blas_ws);
+  if (extra) cuMemFree(extra);
   tt_bundle_close(&bundle);
   return failures ? 1 : 0;
 }
