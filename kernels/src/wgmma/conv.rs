@@ -329,5 +329,16 @@ mod tests {
             .map(|t| t.name())
             .collect();
         assert_eq!(names, ["wmma_conv2d", "wgmma_conv2d"]);
+        // TF32 too; exact f32 is neither's.
+        for (input, want) in [(DType::Tf32, &["wmma_conv2d", "wgmma_conv2d"][..]), (DType::F32, &[][..])] {
+            let w = layer(32, 56, 64, 64, 3, 1, 1, input);
+            let names: Vec<_> = crate::template::all()
+                .into_iter()
+                .filter(|t| t.op() == Op::Conv2d && t.supports(&w, &Target::sm90()).is_ok())
+                .map(|t| t.name())
+                .filter(|n| n.starts_with("wmma") || n.starts_with("wgmma"))
+                .collect();
+            assert_eq!(names, want, "{input}");
+        }
     }
 }
