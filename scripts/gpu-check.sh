@@ -45,10 +45,14 @@
 #                wgmma_conv2d config
 #     types      issue 13's types: gpu_selftest types (f32 on simt_gemm, tf32 on mma_ext_gemm and in
 #                tn on wgmma_gemm, s4/u4/b1xor/b1and on mma_ext_gemm; TYPES_CONFIGS per workload and
-#                template, every output element checked, exact for the integer types)
+#                template, every output element checked, exact for the integer types);
+#                TYPES_MODE=conv32: the f32 and tf32 conv layers instead (gpu_selftest conv32: every
+#                template that supports each, wgmma_conv2d's im2col, gathered and pointwise paths)
 #     typesbench `tensortune bench --suite suites/types.json` (TYPES_TRIALS per workload, default
 #                200; TYPES_ARGS) against cuBLAS 32F, cuBLAS 32F_FAST_TF32 and, for s4/b1, cuBLAS's
-#                i8 GEMM of the same shape (each row's vendor kind printed)
+#                i8 GEMM of the same shape (each row's vendor kind printed); TYPES_SUITE another
+#                suite (suites/types-conv.json: f32 and tf32 convs against cuDNN FLOAT_CONFIG with
+#                FMA or tensor-op math), its JSON named after it
 #     export     `tensortune bench` of the default suite (BENCH_TRIALS, default 100) with its database
 #                kept, `tensortune export` of its best kernels, examples/bundle/gemm_check.c built
 #                with nvcc and run on the bundle: every output element against cuBLAS, time against
@@ -527,7 +531,7 @@ PY
 }
 
 step_types() {
-  timeout 560 "$BIN/gpu_selftest" "${TYPES_CONFIGS:-4}" 5 types >"$LOGS/types.log" 2>&1
+  timeout 560 "$BIN/gpu_selftest" "${TYPES_CONFIGS:-4}" 5 "${TYPES_MODE:-types}" >"$LOGS/types.log" 2>&1
   say "types selftest exit $?: $(grep SUMMARY "$LOGS/types.log")"
   grep -v ": Ok " "$LOGS/types.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
   say "workloads checked: $(grep ': Ok ' "$LOGS/types.log" | cut -d' ' -f1 | sort -u | wc -l)"
@@ -539,14 +543,16 @@ step_types() {
 # tf32" and the like split it further).
 step_typesbench() {
   local start=$(date +%s.%N)
-  timeout "${TYPES_TIMEOUT:-560}" "$BIN/tensortune" bench --suite suites/types.json --trials "${TYPES_TRIALS:-200}" ${TYPES_ARGS:-} \
-    --json "$OUT/types-bench.json" >"$LOGS/types-bench.log" 2>&1
-  say "types bench exit $? in $(since "$start") s"
-  sed -n '/^suite/,$p' "$LOGS/types-bench.log" | tee -a "$SUMMARY"
+  local suite=${TYPES_SUITE:-suites/types.json} name
+  name=$(basename "$suite" .json)
+  timeout "${TYPES_TIMEOUT:-560}" "$BIN/tensortune" bench --suite "$suite" --trials "${TYPES_TRIALS:-200}" ${TYPES_ARGS:-} \
+    --json "$OUT/$name-bench.json" >"$LOGS/$name-bench.log" 2>&1
+  say "$name bench exit $? in $(since "$start") s"
+  sed -n '/^suite/,$p' "$LOGS/$name-bench.log" | tee -a "$SUMMARY"
   # Which vendor kernel each row was measured against (cuBLAS 32F, 32F_FAST_TF32, or i8 for s4/b1).
   python3 -c 'import json, sys
 for r in json.load(open(sys.argv[1]))["rows"]:
-    print("vendor of %s: %s" % (r["workload"], r.get("vendor_kind") or "none"))' "$OUT/types-bench.json" 2>&1 |
+    print("vendor of %s: %s" % (r["workload"], r.get("vendor_kind") or "none"))' "$OUT/$name-bench.json" 2>&1 |
     tee -a "$SUMMARY"
 }
 
