@@ -29,7 +29,8 @@
 #     multigpu   `tensortune-worker --device cuda:all`: one worker per GPU, a 100-trial job, the
 #                drift reference each one timed
 #     cudnn      the cuDNN baseline alone (cudnn_check): the conv suite's shapes x f16->f16,
-#                f16->f32, i8->i32, with its algorithm and cross-check; and a run without cuDNN
+#                f16->f32, i8->i32, f32->f32 (FMA math) and tf32->f32 (tensor-op math), with its
+#                algorithm and cross-check; and a run without cuDNN
 #     conv       conv2d correctness: every dtype x shapes with padding, stride 2, dilation 2,
 #                ragged edges, both paths, every output element checked (gpu_selftest conv,
 #                CONV_CONFIGS per workload)
@@ -343,7 +344,7 @@ step_cudnn() {
   RUST_LOG=tensortune_worker=debug timeout 600 "$BIN/cudnn_check" "${CUDNN_SAMPLES:-10}" warm \
     >"$LOGS/cudnn.txt" 2>"$LOGS/cudnn.log"
   say "cudnn exit $?"
-  tail -25 "$LOGS/cudnn.txt" | tee -a "$SUMMARY"
+  tail -39 "$LOGS/cudnn.txt" | tee -a "$SUMMARY"
   TENSORTUNE_CUDNN_LIB=/nonexistent timeout 120 "$BIN/cudnn_check" 3 warm 2>/dev/null | tail -1 | tee -a "$SUMMARY"
 }
 
