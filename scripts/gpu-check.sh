@@ -42,8 +42,9 @@
 #     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
 #                workload), both load paths (gathered, pointwise)
 #     csmoke     each sanitizer config once through run_one (a quick check before wconv)
-#     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on a gathered and a pointwise
-#                wgmma_conv2d config
+#     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on each wgmma_conv2d config of
+#                CONV_CASES (gathered, im2col and pointwise; f16, bf16, i8, tf32); CONV_CASES_MATCH
+#                (e.g. tf32) keeps only the cases whose line contains it, for csmoke too
 #     types      issue 13's types: gpu_selftest types (f32 on simt_gemm, tf32 on mma_ext_gemm and in
 #                tn on wgmma_gemm, s4/u4/b1xor/b1and on mma_ext_gemm; TYPES_CONFIGS per workload and
 #                template, every output element checked, exact for the integer types);
@@ -455,18 +456,22 @@ step_wconv() {
 }
 
 # wgmma_conv2d configs for the sanitizers and the smoke test: gathered f16 ragged, gathered bf16
-# stride 2 in a 2-block ping-pong cluster with the TMA-store epilogue, pointwise i8 inline.
+# stride 2 in a 2-block ping-pong cluster with the TMA-store epilogue, pointwise i8 inline, and
+# tf32 gathered (12 channels, ragged) and loaded by TMA im2col (64 channels, dilated).
 CONV_CASES=(
     'conv2d/n2h7w5c16/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n4h14w14c64/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/bf16,f32,bf16 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
     'conv2d/n3h5w7c32/k48r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/f16,f32,f16 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n3h9w9c128/k48r3s3/pad1x1,stride2x2,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n2h7w5c12/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/tf32,f32,f32 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/tf32,f32,f32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
 )
 
 # Each of CONV_CASES once through run_one, with a short timeout (a hang shows here, not in wconv).
 step_csmoke() {
   for c in "${CONV_CASES[@]}"; do
+    [[ "$c" == *"${CONV_CASES_MATCH:-}"* ]] || continue
     local key=${c%% *} cfg=${c#* }
     say "csmoke $key: $(TT_TEMPLATE=wgmma_conv2d timeout 40 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | tail -1 | cut -c1-240)"
   done
@@ -475,6 +480,7 @@ step_csmoke() {
 step_csanitize() {
   local n=0
   for c in "${CONV_CASES[@]}"; do
+    [[ "$c" == *"${CONV_CASES_MATCH:-}"* ]] || continue
     local key=${c%% *} cfg=${c#* }
     n=$((n + 1))
     say "csanitize $key $cfg"
