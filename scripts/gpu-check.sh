@@ -29,7 +29,8 @@
 #     multigpu   `tensortune-worker --device cuda:all`: one worker per GPU, a 100-trial job, the
 #                drift reference each one timed
 #     cudnn      the cuDNN baseline alone (cudnn_check): the conv suite's shapes x f16->f16,
-#                f16->f32, i8->i32, with its algorithm and cross-check; and a run without cuDNN
+#                f16->f32, i8->i32, f32->f32 (FMA math) and tf32->f32 (tensor-op math), with its
+#                algorithm and cross-check; and a run without cuDNN
 #     conv       conv2d correctness: every dtype x shapes with padding, stride 2, dilation 2,
 #                ragged edges, both paths, every output element checked (gpu_selftest conv,
 #                CONV_CONFIGS per workload)
@@ -41,14 +42,19 @@
 #     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
 #                workload), both load paths (gathered, pointwise)
 #     csmoke     each sanitizer config once through run_one (a quick check before wconv)
-#     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on a gathered and a pointwise
-#                wgmma_conv2d config
+#     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on each wgmma_conv2d config of
+#                CONV_CASES (gathered, im2col and pointwise; f16, bf16, i8, tf32); CONV_CASES_MATCH
+#                (e.g. tf32) keeps only the cases whose line contains it, for csmoke too
 #     types      issue 13's types: gpu_selftest types (f32 on simt_gemm, tf32 on mma_ext_gemm and in
 #                tn on wgmma_gemm, s4/u4/b1xor/b1and on mma_ext_gemm; TYPES_CONFIGS per workload and
-#                template, every output element checked, exact for the integer types)
+#                template, every output element checked, exact for the integer types);
+#                TYPES_MODE=conv32: the f32 and tf32 conv layers instead (gpu_selftest conv32: every
+#                template that supports each, wgmma_conv2d's im2col, gathered and pointwise paths)
 #     typesbench `tensortune bench --suite suites/types.json` (TYPES_TRIALS per workload, default
 #                200; TYPES_ARGS) against cuBLAS 32F, cuBLAS 32F_FAST_TF32 and, for s4/b1, cuBLAS's
-#                i8 GEMM of the same shape (each row's vendor kind printed)
+#                i8 GEMM of the same shape (each row's vendor kind printed); TYPES_SUITE another
+#                suite (suites/types-conv.json: f32 and tf32 convs against cuDNN FLOAT_CONFIG with
+#                FMA or tensor-op math), its JSON named after it
 #     export     `tensortune bench` of the default suite (BENCH_TRIALS, default 100) with its database
 #                kept, `tensortune export` of its best kernels, examples/bundle/gemm_check.c built
 #                with nvcc and run on the bundle: every output element against cuBLAS, time against
@@ -339,7 +345,7 @@ step_cudnn() {
   RUST_LOG=tensortune_worker=debug timeout 600 "$BIN/cudnn_check" "${CUDNN_SAMPLES:-10}" warm \
     >"$LOGS/cudnn.txt" 2>"$LOGS/cudnn.log"
   say "cudnn exit $?"
-  tail -25 "$LOGS/cudnn.txt" | tee -a "$SUMMARY"
+  tail -39 "$LOGS/cudnn.txt" | tee -a "$SUMMARY"
   TENSORTUNE_CUDNN_LIB=/nonexistent timeout 120 "$BIN/cudnn_check" 3 warm 2>/dev/null | tail -1 | tee -a "$SUMMARY"
 }
 
@@ -455,18 +461,22 @@ step_wconv() {
 }
 
 # wgmma_conv2d configs for the sanitizers and the smoke test: gathered f16 ragged, gathered bf16
-# stride 2 in a 2-block ping-pong cluster with the TMA-store epilogue, pointwise i8 inline.
+# stride 2 in a 2-block ping-pong cluster with the TMA-store epilogue, pointwise i8 inline, and
+# tf32 gathered (12 channels, ragged) and loaded by TMA im2col (64 channels, dilated).
 CONV_CASES=(
     'conv2d/n2h7w5c16/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n4h14w14c64/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/bf16,f32,bf16 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
     'conv2d/n3h5w7c32/k48r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/f16,f32,f16 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n3h9w9c128/k48r3s3/pad1x1,stride2x2,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n2h7w5c12/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/tf32,f32,f32 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/tf32,f32,f32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
 )
 
 # Each of CONV_CASES once through run_one, with a short timeout (a hang shows here, not in wconv).
 step_csmoke() {
   for c in "${CONV_CASES[@]}"; do
+    [[ "$c" == *"${CONV_CASES_MATCH:-}"* ]] || continue
     local key=${c%% *} cfg=${c#* }
     say "csmoke $key: $(TT_TEMPLATE=wgmma_conv2d timeout 40 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | tail -1 | cut -c1-240)"
   done
@@ -475,6 +485,7 @@ step_csmoke() {
 step_csanitize() {
   local n=0
   for c in "${CONV_CASES[@]}"; do
+    [[ "$c" == *"${CONV_CASES_MATCH:-}"* ]] || continue
     local key=${c%% *} cfg=${c#* }
     n=$((n + 1))
     say "csanitize $key $cfg"
@@ -613,7 +624,7 @@ PY
 }
 
 step_types() {
-  timeout 560 "$BIN/gpu_selftest" "${TYPES_CONFIGS:-4}" 5 types >"$LOGS/types.log" 2>&1
+  timeout 560 "$BIN/gpu_selftest" "${TYPES_CONFIGS:-4}" 5 "${TYPES_MODE:-types}" >"$LOGS/types.log" 2>&1
   say "types selftest exit $?: $(grep SUMMARY "$LOGS/types.log")"
   grep -v ": Ok " "$LOGS/types.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
   say "workloads checked: $(grep ': Ok ' "$LOGS/types.log" | cut -d' ' -f1 | sort -u | wc -l)"
@@ -625,14 +636,16 @@ step_types() {
 # tf32" and the like split it further).
 step_typesbench() {
   local start=$(date +%s.%N)
-  timeout "${TYPES_TIMEOUT:-560}" "$BIN/tensortune" bench --suite suites/types.json --trials "${TYPES_TRIALS:-200}" ${TYPES_ARGS:-} \
-    --json "$OUT/types-bench.json" >"$LOGS/types-bench.log" 2>&1
-  say "types bench exit $? in $(since "$start") s"
-  sed -n '/^suite/,$p' "$LOGS/types-bench.log" | tee -a "$SUMMARY"
+  local suite=${TYPES_SUITE:-suites/types.json} name
+  name=$(basename "$suite" .json)
+  timeout "${TYPES_TIMEOUT:-560}" "$BIN/tensortune" bench --suite "$suite" --trials "${TYPES_TRIALS:-200}" ${TYPES_ARGS:-} \
+    --json "$OUT/$name-bench.json" >"$LOGS/$name-bench.log" 2>&1
+  say "$name bench exit $? in $(since "$start") s"
+  sed -n '/^suite/,$p' "$LOGS/$name-bench.log" | tee -a "$SUMMARY"
   # Which vendor kernel each row was measured against (cuBLAS 32F, 32F_FAST_TF32, or i8 for s4/b1).
   python3 -c 'import json, sys
 for r in json.load(open(sys.argv[1]))["rows"]:
-    print("vendor of %s: %s" % (r["workload"], r.get("vendor_kind") or "none"))' "$OUT/types-bench.json" 2>&1 |
+    print("vendor of %s: %s" % (r["workload"], r.get("vendor_kind") or "none"))' "$OUT/$name-bench.json" 2>&1 |
     tee -a "$SUMMARY"
 }
 

@@ -11,7 +11,9 @@
 //! supports it (simt_gemm, mma_ext_gemm, and wgmma_gemm for tf32 in tn);
 //! `conv` with every conv type combination x the 15 conv shapes of [`conv_matrix`]
 //! (padding, stride 2, dilation 2, ragged tiles, 1x3, 3x1 and 7x7 filters, pointwise layers, the
-//! seven tuning layers).
+//! seven tuning layers); `conv32` with the exact f32 and tf32 conv layers of [`conv32_matrix`],
+//! each on every template that supports it, as `types` does (tf32: wmma_conv2d and, on sm_90,
+//! wgmma_conv2d on both its TMA im2col and gathered paths).
 //! Configs are spread over the valid space and over the kinds of config that run different code
 //! (conv path and gather, split-K and its reduction; wgmma producer, cluster and persistence).
 //! `SELFTEST_TEMPLATE=wgmma_gemm` checks that template instead of the op's default (the first
@@ -61,11 +63,12 @@ fn main() -> anyhow::Result<()> {
         "matmul/m1024n1024k1024/nn/f16,f32,f32/alpha=1,beta=0",
     ];
     let extra: Vec<String> = args.iter().skip(3).cloned().collect();
-    let every_template = extra.first().is_some_and(|m| m == "types");
+    let every_template = extra.first().is_some_and(|m| m == "types" || m == "conv32");
     let keys: Vec<String> = match extra.first().map(String::as_str) {
         Some("matrix") => matrix(),
         Some("conv") => conv_matrix(),
         Some("types") => types_matrix(),
+        Some("conv32") => conv32_matrix(),
         _ => keys.iter().map(|k| k.to_string()).chain(extra).collect(),
     };
     let workloads = keys.iter().map(|k| Workload::from_key(k)).collect::<Result<Vec<_>, _>>()?;
@@ -305,6 +308,41 @@ fn conv_matrix() -> Vec<String> {
     ];
     let mut keys = Vec::new();
     for t in types {
+        for (n, h, w, c, k, r, s, pad, stride, dil) in shapes {
+            keys.push(format!("conv2d/n{n}h{h}w{w}c{c}/k{k}r{r}s{s}/pad{pad},stride{stride},dil{dil}/nhwc/{t}"));
+        }
+    }
+    keys
+}
+
+/// Exact f32 and tf32 conv layers for a correctness run: padding, stride 2, dilation 2, ragged
+/// output tiles, non-square filters and strides, pointwise layers, the fewest channels (4: one
+/// 16-byte vector of floats), and the types-conv suite's layers. On wgmma_conv2d (tf32), channels
+/// that are a multiple of 32 (a K tile of floats) load by TMA in im2col mode, the others (12, 16,
+/// 4) are gathered, and 1x1 stride-1 unpadded layers load by TMA tiles.
+fn conv32_matrix() -> Vec<String> {
+    // (n, h, w, c, k, r, s, pad, stride, dilation), pad/stride/dilation as "HxW".
+    let shapes = [
+        // Gathered on wgmma_conv2d: channels not a multiple of 32.
+        (2, 7, 5, 16, 24, 3, 3, "1x1", "1x1", "1x1"),
+        (3, 9, 9, 16, 40, 3, 3, "1x1", "2x2", "1x1"),
+        (1, 10, 11, 16, 40, 3, 3, "2x2", "1x1", "2x2"),
+        (1, 13, 17, 12, 48, 1, 3, "0x1", "1x1", "1x1"),
+        (1, 30, 30, 4, 64, 7, 7, "3x3", "2x2", "1x1"),
+        // Im2col on wgmma_conv2d: whole K tiles of 32 channels.
+        (2, 10, 11, 64, 40, 3, 3, "2x2", "1x1", "2x2"),
+        (3, 9, 9, 32, 48, 3, 3, "1x1", "2x2", "1x1"),
+        (2, 12, 9, 96, 32, 3, 1, "1x0", "1x2", "1x1"),
+        // Pointwise (TMA tiles) and a strided 1x1 (not pointwise).
+        (3, 5, 7, 32, 48, 1, 1, "0x0", "1x1", "1x1"),
+        (4, 14, 14, 64, 96, 1, 1, "0x0", "2x2", "1x1"),
+        // The types-conv suite's layers.
+        (8, 56, 56, 64, 64, 3, 3, "1x1", "1x1", "1x1"),
+        (32, 28, 28, 128, 128, 1, 1, "0x0", "1x1", "1x1"),
+        (8, 56, 56, 64, 128, 3, 3, "1x1", "2x2", "1x1"),
+    ];
+    let mut keys = Vec::new();
+    for t in ["f32,f32,f32", "tf32,f32,f32"] {
         for (n, h, w, c, k, r, s, pad, stride, dil) in shapes {
             keys.push(format!("conv2d/n{n}h{h}w{w}c{c}/k{k}r{r}s{s}/pad{pad},stride{stride},dil{dil}/nhwc/{t}"));
         }
