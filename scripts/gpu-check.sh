@@ -59,6 +59,8 @@
 #                kept, `tensortune export` of its best kernels, examples/bundle/gemm_check.c built
 #                with nvcc and run on the bundle: every output element against cuBLAS, time against
 #                the record (bundle and logs in logs.tar.gz)
+#     vendorkern the cuBLAS kernels run_one's baseline launches for VENDOR_KEYS (ncu: name, grid, block,
+#                cluster, shared memory, duration)
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
@@ -519,9 +521,8 @@ step_export() {
   # EXPORT_RUNS: one gemm_check run per WARM_MS:PAUSE_MS[:FLAGS] entry (warm-up before each
   # measurement, idle pause before each kernel's rounds). FLAGS, comma-separated: `noblas` runs it
   # with TT_NO_BLAS=1 (no cuBLAS in the process, nothing checked), `only=S` with TT_ONLY=S (only
-  # the kernels matching S loaded), `timeonly=S` with TT_TIME_ONLY=S (all checked, those timed),
-  # `norun=S` with TT_NORUN=S (modules loaded, no buffers, never launched), `carveout=P` with
-  # TT_CARVEOUT=P, `extra=N` with TT_EXTRA_MB=N (N MiB of device memory allocated first).
+  # the kernels matching S loaded), `keep` with TT_KEEP=1 (all checked first, every buffer held
+  # until all are timed), `extra=N` and `pieces=P` with TT_EXTRA_MB=N TT_EXTRA_PIECES=P.
   local run warm pause flags f log
   for run in ${EXPORT_RUNS:-0:2000}; do
     IFS=: read -r warm pause flags <<<"$run"
@@ -530,10 +531,9 @@ step_export() {
       case "$f" in
         noblas) env+=(TT_NO_BLAS=1) ;;
         only=*) env+=("TT_ONLY=${f#only=}") ;;
-        timeonly=*) env+=("TT_TIME_ONLY=${f#timeonly=}") ;;
-        norun=*) env+=("TT_NORUN=${f#norun=}") ;;
-        carveout=*) env+=("TT_CARVEOUT=${f#carveout=}") ;;
+        keep) env+=(TT_KEEP=1) ;;
         extra=*) env+=("TT_EXTRA_MB=${f#extra=}") ;;
+        pieces=*) env+=("TT_EXTRA_PIECES=${f#pieces=}") ;;
       esac
     done
     log="$LOGS/gemm_check-$warm-$pause-${flags//[^a-z0-9]/_}.log"
@@ -623,6 +623,37 @@ PY
   fi
 }
 
+# The vendor's kernel for each workload of VENDOR_KEYS (default: the large suite's shapes where
+# wgmma_gemm is furthest behind): run_one's baseline under Nsight Compute, which names the cuBLAS
+# kernel it launched (tile size, stream-K "segment_k", cluster) with its grid, block, cluster and
+# shared memory. Our config (VENDOR_CONFIG) is only there to give run_one something to compare.
+step_vendorkern() {
+  local keys=${VENDOR_KEYS:-"matmul/m2048n5120k5120/nt/bf16,f32,f32/alpha=1,beta=0 matmul/m4096n14336k4096/nn/f16,f32,f32/alpha=1,beta=0 matmul/m8192n8192k8192/nn/f16,f32,f32/alpha=1,beta=0"}
+  local cfg=${VENDOR_CONFIG:-'{"block_m":256,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4,"stream_k":0}'}
+  local key n=0
+  for key in $keys; do
+    n=$((n + 1))
+    TT_TEMPLATE=wgmma_gemm timeout 300 ncu --clock-control none --kernel-name regex:'^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)' \
+      --launch-skip 0 --launch-count 40 --csv \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__cluster_dim_y,launch__shared_mem_per_block_dynamic,launch__registers_per_thread \
+      "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/vendorkern-$n.csv" 2>&1
+    say "vendor kernels of $key (ncu exit $?):"
+    python3 - "$LOGS/vendorkern-$n.csv" <<'PY' 2>&1 | tee -a "$SUMMARY"
+import csv, collections, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10 and r[0] != "ID"]
+by = collections.defaultdict(dict)
+for r in rows:
+    by[(r[0], r[4])][r[-3]] = r[-1]
+seen = collections.OrderedDict()
+for (i, name), m in by.items():
+    seen.setdefault(name, []).append(m)
+for name, ms in seen.items():
+    m = ms[-1]
+    print("  %s x%d: %s" % (name[:150], len(ms), ", ".join("%s=%s" % (k.replace("launch__", ""), v) for k, v in sorted(m.items()))))
+PY
+  done
+}
+
 step_types() {
   timeout 560 "$BIN/gpu_selftest" "${TYPES_CONFIGS:-4}" 5 "${TYPES_MODE:-types}" >"$LOGS/types.log" 2>&1
   say "types selftest exit $?: $(grep SUMMARY "$LOGS/types.log")"
@@ -660,7 +691,7 @@ for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
-    wconv | csanitize | csmoke | export | types | typesbench) "step_$step" ;;
+    wconv | csanitize | csmoke | export | types | typesbench | vendorkern) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2
