@@ -249,6 +249,18 @@ step_profile() {
   fi
   grep -E "stalled" "$LOGS/ncu.txt" | sort -k3 -n -r | head -12 | tee -a "$SUMMARY"
   grep -E "Throughput|Duration|Pipe|Stall|Warp Cycles|Issued|Occupancy|Bank|L2 Hit|L1/TEX Hit|Registers|Eligible|Active Warps|SM Frequency|Memory \[%\]|Compute \(SM\)" "$LOGS/ncu.txt" | head -60 | tee -a "$SUMMARY"
+  # PROFILE_VENDOR=1: the same sections of the vendor kernel run_one times beside ours (cuBLAS's
+  # nvjet/xmma kernels), for a side-by-side reading.
+  if [ -n "${PROFILE_VENDOR:-}" ]; then
+    timeout 300 ncu --clock-control none --kernel-name regex:'^(nvjet|sm90_xmma|cutlass)' --launch-skip 1 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+      --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
+      "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu-vendor.txt" 2>&1
+    say "ncu vendor exit $?: $(grep -m1 -E '^  [a-z_]*(nvjet|xmma|cutlass)' "$LOGS/ncu-vendor.txt" | cut -c1-120)"
+    grep -E "stalled" "$LOGS/ncu-vendor.txt" | sort -k3 -n -r | head -12 | tee -a "$SUMMARY"
+    grep -E "Throughput|Duration|Pipe|Stall|Warp Cycles|Issued|Occupancy|Bank|L2 Hit|L1/TEX Hit|Registers|Eligible|Active Warps|SM Frequency|Memory \[%\]|Compute \(SM\)" "$LOGS/ncu-vendor.txt" | head -60 | tee -a "$SUMMARY"
+  fi
 }
 
 # Waits until the tracker at $1 lists at least $2 online workers (60 s at most).
@@ -540,7 +552,7 @@ step_export() {
     env "${env[@]}" timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-1}" \
       "$warm" "$pause" >"$log" 2>&1
     say "gemm_check (warm-up $warm ms, pause $pause ms, ${flags:-no flags}) exit $?"
-    grep -v '^round ' "$log" | tee -a "$SUMMARY"
+    tee -a "$SUMMARY" <"$log"
   done
   # EXPORT_RUNONE=N: the first N kernels of the bundle timed again through the worker's own path
   # (run_one: NVRTC compile, cudarc launch, the worker's timing), for comparison with gemm_check.

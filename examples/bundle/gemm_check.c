@@ -182,10 +182,17 @@ static int blas_gemm(const blas_call *c) {
 
 
 /* The SM clock now, MHz, through NVML loaded at run time (0 when it is missing). */
-static unsigned sm_clock_mhz(void) {
+/* The GPU's state through NVML (dlopen'ed, so the program runs without it): SM and memory clocks,
+ * MHz, and the performance state (0 = P0). Zeros when NVML is not there. */
+typedef struct {
+  unsigned sm_mhz, mem_mhz, pstate;
+} gpu_state;
+
+static gpu_state gpu_now(void) {
   static void *lib;
   static int (*get_handle)(unsigned, void **);
   static int (*clock_info)(void *, unsigned, unsigned *);
+  static int (*perf_state)(void *, int *);
   static int tried;
   if (!tried) {
     tried = 1;
@@ -194,12 +201,18 @@ static unsigned sm_clock_mhz(void) {
     if (init && init() == 0) {
       get_handle = (int (*)(unsigned, void **))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
       clock_info = (int (*)(void *, unsigned, unsigned *))dlsym(lib, "nvmlDeviceGetClockInfo");
+      perf_state = (int (*)(void *, int *))dlsym(lib, "nvmlDeviceGetPerformanceState");
     }
   }
   void *dev;
-  unsigned mhz = 0;
-  if (get_handle && clock_info && get_handle(0, &dev) == 0) clock_info(dev, 1 /* NVML_CLOCK_SM */, &mhz);
-  return mhz;
+  gpu_state g = {0, 0, 0};
+  if (get_handle && clock_info && get_handle(0, &dev) == 0) {
+    clock_info(dev, 1 /* NVML_CLOCK_SM */, &g.sm_mhz);
+    clock_info(dev, 2 /* NVML_CLOCK_MEM */, &g.mem_mhz);
+    int p = 0;
+    if (perf_state && perf_state(dev, &p) == 0) g.pstate = (unsigned)p;
+  }
+  return g;
 }
 
 /* Whether an entry is selected by a TT_ONLY / TT_TIME_ONLY filter: a substring of its kernel name
@@ -335,11 +348,12 @@ static void time_slot(slot *sl, CUstream stream, int samples, int rounds, double
   }
   for (int r = 0; r < rounds; r++) {
     int blas_batch = 0;
+    gpu_state g = gpu_now(); /* before the replays: the state the measurement starts in */
     double ours = time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch);
     double blas = no_blas ? 0 : time_us(stream, samples, warm_ms, enqueue_blas, &sl->blas, &blas_batch);
     if (ours > 0 && (no_blas || blas > 0)) sl->ours_us[sl->timed] = ours, sl->blas_us[sl->timed++] = blas;
-    printf("round %d %-30s kernel %9.2f us  cublas %9.2f us  clock %u MHz\n", r + 1, sl->key, ours, blas,
-           sm_clock_mhz());
+    printf("round %d %-30s kernel %9.2f us  cublas %9.2f us  SM %u MHz  memory %u MHz  P%u\n", r + 1, sl->key, ours,
+           blas, g.sm_mhz, g.mem_mhz, g.pstate);
   }
 }
 
