@@ -528,13 +528,11 @@ impl Plan {
             }
         }
         let g = self.grid(target);
-        if self.cluster > 1 {
-            if self.w.n.div_ceil(self.bp as u64) < 2 {
-                return Err(Error::Rejected(format!(
-                    "a cluster of 2 needs at least two block_n tiles (N={} is one tile of {})",
-                    self.w.n, self.bp
-                )));
-            }
+        if self.cluster > 1 && self.w.n.div_ceil(self.bp as u64) < 2 {
+            return Err(Error::Rejected(format!(
+                "a cluster of 2 needs at least two block_n tiles (N={} is one tile of {})",
+                self.w.n, self.bp
+            )));
         }
         let wave = self.wave(target);
         if self.stream_k {
