@@ -46,6 +46,9 @@
 #     types      issue 13's types: gpu_selftest types (f32 on simt_gemm, tf32 on mma_ext_gemm and in
 #                tn on wgmma_gemm, s4/u4/b1xor/b1and on mma_ext_gemm; TYPES_CONFIGS per workload and
 #                template, every output element checked, exact for the integer types)
+#     conv32     exact f32 conv2d correctness on simt_conv2d: the conv matrix's shapes in f32 plus
+#                channels 3 and 6 (gpu_selftest conv32, CONV32_CONFIGS per workload, every output
+#                element checked)
 #     typesbench `tensortune bench --suite suites/types.json` (TYPES_TRIALS per workload, default
 #                200; TYPES_ARGS) against cuBLAS 32F, cuBLAS 32F_FAST_TF32 and, for s4/b1, cuBLAS's
 #                i8 GEMM of the same shape (each row's vendor kind printed)
@@ -535,6 +538,13 @@ step_types() {
   sed -n 's/^\([^ ]*\) .* base Some(\([0-9.]*\)) \(.*\) err .*/\1: \2 us, \3/p' "$LOGS/types.log" | cut -c1-200 | tee -a "$SUMMARY"
 }
 
+step_conv32() {
+  timeout 560 "$BIN/gpu_selftest" "${CONV32_CONFIGS:-6}" 3 conv32 >"$LOGS/conv32.log" 2>&1
+  say "conv32 selftest exit $?: $(grep SUMMARY "$LOGS/conv32.log")"
+  grep -v ": Ok " "$LOGS/conv32.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
+  say "workloads checked: $(grep ': Ok ' "$LOGS/conv32.log" | cut -d' ' -f1 | sort -u | wc -l)"
+}
+
 # The types suite's bench (a step of its own, so each fits one device call; TYPES_ARGS="--filter
 # tf32" and the like split it further).
 step_typesbench() {
@@ -561,7 +571,7 @@ for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
-    wconv | csanitize | csmoke | export | types | typesbench) "step_$step" ;;
+    wconv | csanitize | csmoke | export | types | typesbench | conv32) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

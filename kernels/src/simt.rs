@@ -2,8 +2,9 @@
 //! classic blocking through shared memory and registers. Knobs: block tile, thread tile (register
 //! blocking), K step, global vector width, virtual threads (thread interleaving), double buffering,
 //! split-K, the warp tile (how a warp's threads are laid over the block tile) and the blocks per SM
-//! ptxas must leave registers for. Valid on sm_70 and newer. Its CUDA body is `src/cuda/simt_gemm.cu`; like
-//! `wmma_gemm`, everything derives from one [`Plan`].
+//! ptxas must leave registers for. Valid on sm_70 and newer. Its CUDA body is `src/cuda/simt_gemm.cu`,
+//! whose B loader is a hole (`simt_dense.cu` fills it here; `simt_conv2d` fills it with the im2col
+//! gather, [`crate::simt_conv`]); like `wmma_gemm`, everything derives from one [`Plan`].
 
 use crate::cuda::{Header, Scalar, ident};
 use crate::dtype::DType;
@@ -12,9 +13,25 @@ use crate::space::{Config, Knob, Space, positions_at};
 use crate::target::Target;
 use crate::template::{Arg, KernelSpec, Resources, Template};
 use crate::tiling::{LAUNCH_US, Tiling};
-use crate::workload::{Matmul, Op, Workload};
+use crate::workload::{Conv2d, Layout, Matmul, Op, Workload};
 
-const BODY: &str = include_str!("cuda/simt_gemm.cu");
+/// The body, with a hole for B's loader.
+const CORE: &str = include_str!("cuda/simt_gemm.cu");
+/// simt_gemm's loader: a dense B.
+const DENSE: &str = include_str!("cuda/simt_dense.cu");
+/// simt_conv2d's loader: the im2col gather of an NHWC input.
+const IM2COL: &str = include_str!("cuda/simt_conv2d.cu");
+
+/// The body with the loader of a dense B or of a convolution's input, once each.
+fn body(conv: bool) -> &'static str {
+    static DENSE_BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static CONV_BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if conv {
+        CONV_BODY.get_or_init(|| crate::cuda::fill_holes(CORE, IM2COL))
+    } else {
+        DENSE_BODY.get_or_init(|| crate::cuda::fill_holes(CORE, DENSE))
+    }
+}
 
 // The knob domains, in the order of the space (the last varies fastest in the index).
 const BLOCK_M: &[u32] = &[32, 64, 128, 256];
@@ -63,8 +80,10 @@ pub struct SimtGemm;
 /// Every quantity a config implies for a workload.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// The workload.
+    /// The GEMM: the workload, or a convolution's implicit GEMM ([`Plan::for_conv`]).
     pub w: Matmul,
+    /// The convolution whose implicit GEMM `w` is, if any.
+    pub conv: Option<Conv2d>,
     /// Block tile.
     pub bm: u32,
     /// Block tile.
@@ -103,9 +122,29 @@ impl Plan {
         Plan::from_positions(w, &positions_at(index, &DOMAIN_SIZES))
     }
 
+    /// The plan of `config` for a convolution: the GEMM D^T = filter x im2col(input), whose M is
+    /// the output channels, N the output pixels N*P*Q and K the taps R*S*C, both operands
+    /// K-contiguous (layout tn) and D column-major M x N, which is the NPQK output.
+    pub fn for_conv(c: &Conv2d, config: &Config) -> Result<Plan> {
+        let positions = SimtGemm.space().positions(config)?;
+        Ok(Plan::conv_at_positions(c, &positions))
+    }
+
+    /// [`Plan::for_conv`] of the config at `index` of the space.
+    pub fn conv_at(c: &Conv2d, index: u64) -> Plan {
+        Plan::conv_at_positions(c, &positions_at(index, &DOMAIN_SIZES))
+    }
+
+    fn conv_at_positions(c: &Conv2d, pos: &[usize]) -> Plan {
+        let (pixels, channels, taps) = c.gemm_dims();
+        let w = Matmul { m: channels, n: pixels, k: taps, layout: Layout::Tn, types: c.types, alpha: 1.0, beta: 0.0 };
+        Plan { conv: Some(*c), ..Plan::from_positions(&w, pos) }
+    }
+
     fn from_positions(w: &Matmul, pos: &[usize]) -> Plan {
         Plan {
             w: *w,
+            conv: None,
             bm: BLOCK_M[pos[0]],
             bn: BLOCK_N[pos[1]],
             bk: BLOCK_K[pos[2]],
@@ -166,19 +205,31 @@ impl Plan {
     /// shared-memory reads of the next k with the current FMAs), the prefetched floats and
     /// addressing (fitted to ptxas's counts for sm_80 over a spread of 4096^3 configs).
     pub fn regs(&self) -> u32 {
-        self.tm * self.tn + 2 * (self.tm + self.tn) + self.prefetch() + 40
+        self.tm * self.tn + 2 * (self.tm + self.tn) + self.prefetch() + 40 + self.gather_regs()
+    }
+
+    /// Global loads of B a thread issues per step.
+    fn b_loads(&self) -> u32 {
+        (self.bn * self.bk / self.vec).div_ceil(self.threads().max(1))
+    }
+
+    /// Registers a convolution's gather adds: each B load's pixel origin (its row's base, h and
+    /// w), kept across steps (ptxas held to 128 spilled a 64x128 tile of 8 B loads without them).
+    fn gather_regs(&self) -> u32 {
+        if self.conv.is_some() { 3 * self.b_loads() } else { 0 }
     }
 
     /// The fewest registers a thread can do with: accumulators, two k's operands, the prefetched
     /// floats, two or three per global load (its address; narrower loads take more arithmetic)
     /// and about 20 for the rest. Fitted to ptxas held to 128 on sm_90: 128x128 over 8x8 fits at
     /// a K step of 8 with vec 4 (127 used) and spills at 16; at a K step of 32, 128x64 and
-    /// 128x32 spilled with vec 1 and 2 (12 to 20 loads per step).
+    /// 128x32 spilled with vec 1 and 2 (12 to 20 loads per step). A convolution's gather adds
+    /// its own.
     pub fn min_regs(&self) -> u32 {
         let threads = self.threads().max(1);
-        let loads = (self.bm * self.bk / self.vec).div_ceil(threads) + (self.bn * self.bk / self.vec).div_ceil(threads);
+        let loads = (self.bm * self.bk / self.vec).div_ceil(threads) + self.b_loads();
         let per_load = if self.vec == 4 { 2 } else { 3 };
-        self.tm * self.tn + 2 * (self.tm + self.tn) + self.prefetch() + per_load * loads + 20
+        self.tm * self.tn + 2 * (self.tm + self.tn) + self.prefetch() + per_load * loads + 20 + self.gather_regs()
     }
 
     /// Registers per thread ptxas may use: 255, or what leaves room for `min_blocks` blocks of
@@ -284,7 +335,9 @@ impl Plan {
                 self.vt, self.tm, self.tn
             ));
         }
-        for (name, tile, dim, axis) in [("block_m", self.bm, w.m, "M"), ("block_n", self.bn, w.n, "N")] {
+        let (axis_m, axis_n) =
+            if self.conv.is_some() { ("K (output channels)", "N*P*Q (output pixels)") } else { ("M", "N") };
+        for (name, tile, dim, axis) in [("block_m", self.bm, w.m, axis_m), ("block_n", self.bn, w.n, axis_n)] {
             if tile > 32 && dim.div_ceil(tile as u64 / 2) == dim.div_ceil(tile as u64) {
                 return reject(format!(
                     "{name} {tile} covers {axis} = {dim} no better than {name} {}: wasted work",
@@ -371,6 +424,14 @@ impl Plan {
                 self.regs()
             ));
         }
+        if let Some(c) = &self.conv
+            && !c.c.is_multiple_of(self.vec as u64)
+        {
+            return reject(format!(
+                "vec {} needs c = {} to be a multiple of {}: a vector of the input may not straddle two filter taps",
+                self.vec, c.c, self.vec
+            ));
+        }
         let a_run = if w.layout.a_k_contiguous() { ("K", w.k, "A") } else { ("M", w.m, "A") };
         let b_run = if w.layout.b_k_contiguous() { ("K", w.k, "B") } else { ("N", w.n, "B") };
         for (axis, extent, operand) in [a_run, b_run] {
@@ -429,10 +490,14 @@ impl Plan {
 
     /// The kernel's identity: template, version, knobs and a digest of the workload key.
     pub fn name(&self) -> String {
+        let (prefix, key) = match &self.conv {
+            Some(c) => {
+                (format!("tt_simt_conv2d_v{}", crate::simt_conv::SimtConv2d.version()), Workload::Conv2d(*c).key())
+            }
+            None => (format!("tt_simt_gemm_v{}_{}", SimtGemm.version(), self.w.layout), Workload::Matmul(self.w).key()),
+        };
         ident(&format!(
-            "tt_simt_gemm_v{}_{}_b{}x{}x{}_t{}x{}_v{}_vt{}_db{}_k{}_w{}_mb{}_{}",
-            SimtGemm.version(),
-            self.w.layout,
+            "{prefix}_b{}x{}x{}_t{}x{}_v{}_vt{}_db{}_k{}_w{}_mb{}_{}",
             self.bm,
             self.bn,
             self.bk,
@@ -444,7 +509,7 @@ impl Plan {
             self.split_k,
             self.warp_tile_name(),
             self.min_blocks,
-            crate::short_digest(&Workload::Matmul(self.w).key())
+            crate::short_digest(&key)
         ))
     }
 
@@ -455,12 +520,15 @@ impl Plan {
         let (pa, pb) = self.pads();
         let (vs_a, vs_b, vd) = self.vectors();
         let mut h = Header::default();
-        h.comment(format!("tensortune simt_gemm v{}: {name}", SimtGemm.version()))
-            .comment(format!("workload: {}", Workload::Matmul(*w).key()))
-            .define("KERNEL_NAME", &name)
-            .typedef("T_IN", "float")
-            .typedef("T_OUT", "float")
-            .typedef("T_EPI", "float");
+        match &self.conv {
+            Some(c) => h
+                .comment(format!("tensortune simt_conv2d v{}: {name}", crate::simt_conv::SimtConv2d.version()))
+                .comment(format!("workload: {}", Workload::Conv2d(*c).key())),
+            None => h
+                .comment(format!("tensortune simt_gemm v{}: {name}", SimtGemm.version()))
+                .comment(format!("workload: {}", Workload::Matmul(*w).key())),
+        };
+        h.define("KERNEL_NAME", &name).typedef("T_IN", "float").typedef("T_OUT", "float").typedef("T_EPI", "float");
         h.int("M", w.m as i64)
             .int("N", w.n as i64)
             .int("K", w.k as i64)
@@ -486,7 +554,51 @@ impl Plan {
             .flag("READ_C", w.reads_c())
             .value("float", "ALPHA", Scalar::Float(w.alpha))
             .value("float", "BETA", Scalar::Float(w.beta));
-        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, BODY])
+        if let Some(c) = &self.conv {
+            for (key, v) in crate::support::conv_geometry(c) {
+                h.int(key, v as i64);
+            }
+        }
+        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, body(self.conv.is_some())])
+    }
+
+    /// Numeric features for cost models.
+    pub fn features(&self, target: &Target) -> Vec<(&'static str, f64)> {
+        let p = self;
+        let (tm, tn) = p.tiles();
+        let (_, kt_split) = p.ktiles();
+        let occ = p.blocks_per_sm(target);
+        let waves = p.blocks() as f64 / (target.sm_count * occ) as f64;
+        vec![
+            ("log2_block_m", (p.bm as f64).log2()),
+            ("log2_block_n", (p.bn as f64).log2()),
+            ("log2_block_k", (p.bk as f64).log2()),
+            ("log2_thread_m", (p.tm as f64).log2()),
+            ("log2_thread_n", (p.tn as f64).log2()),
+            ("vec", p.vec as f64),
+            ("vthreads", p.vt as f64),
+            ("double_buffer", u8::from(p.double_buffer) as f64),
+            ("log2_split_k", (p.split_k as f64).log2()),
+            ("threads", p.threads() as f64),
+            ("smem_kib", p.smem_bytes() as f64 / 1024.0),
+            ("regs", p.regs_used(target) as f64),
+            ("warp_tiled", f64::from(u8::from(p.warp_tm > 0))),
+            ("min_blocks", p.min_blocks as f64),
+            ("smem_wavefronts_per_fma", p.smem_wavefronts() as f64 / (p.tm * p.tn) as f64),
+            ("thread_reuse", (p.tm * p.tn) as f64 / (p.tm + p.tn) as f64),
+            ("block_intensity", (p.bm * p.bn) as f64 / (p.bm + p.bn) as f64),
+            ("blocks_per_sm", occ as f64),
+            ("waves", waves),
+            ("wave_efficiency", waves / waves.ceil().max(1.0)),
+            ("log2_tiles", ((tm * tn) as f64).log2()),
+            ("ksteps_per_split", kt_split as f64),
+            ("model_log_us", model(p, target).ln()),
+        ]
+    }
+
+    /// The analytic time in microseconds (the `sim` device's clock, the tuner's prior).
+    pub fn model_us(&self, target: &Target) -> f64 {
+        model(self, target)
     }
 
     /// The launch of a checked config.
@@ -501,7 +613,12 @@ impl Plan {
             block: [res.threads, 1, 1],
             smem_bytes: res.smem_bytes,
             workspace_bytes: res.workspace_bytes,
-            args: vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace],
+            // A convolution's GEMM multiplies the filter (Arg::B) by the input (Arg::A).
+            args: if self.conv.is_some() {
+                vec![Arg::B, Arg::A, Arg::C, Arg::D, Arg::Workspace]
+            } else {
+                vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace]
+            },
         }
     }
 }
@@ -596,36 +713,7 @@ impl Template for SimtGemm {
     }
 
     fn features(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Vec<(&'static str, f64)>> {
-        let p = Plan::new(matmul(workload)?, config)?;
-        let (tm, tn) = p.tiles();
-        let (_, kt_split) = p.ktiles();
-        let occ = p.blocks_per_sm(target);
-        let waves = p.blocks() as f64 / (target.sm_count * occ) as f64;
-        Ok(vec![
-            ("log2_block_m", (p.bm as f64).log2()),
-            ("log2_block_n", (p.bn as f64).log2()),
-            ("log2_block_k", (p.bk as f64).log2()),
-            ("log2_thread_m", (p.tm as f64).log2()),
-            ("log2_thread_n", (p.tn as f64).log2()),
-            ("vec", p.vec as f64),
-            ("vthreads", p.vt as f64),
-            ("double_buffer", u8::from(p.double_buffer) as f64),
-            ("log2_split_k", (p.split_k as f64).log2()),
-            ("threads", p.threads() as f64),
-            ("smem_kib", p.smem_bytes() as f64 / 1024.0),
-            ("regs", p.regs_used(target) as f64),
-            ("warp_tiled", f64::from(u8::from(p.warp_tm > 0))),
-            ("min_blocks", p.min_blocks as f64),
-            ("smem_wavefronts_per_fma", p.smem_wavefronts() as f64 / (p.tm * p.tn) as f64),
-            ("thread_reuse", (p.tm * p.tn) as f64 / (p.tm + p.tn) as f64),
-            ("block_intensity", (p.bm * p.bn) as f64 / (p.bm + p.bn) as f64),
-            ("blocks_per_sm", occ as f64),
-            ("waves", waves),
-            ("wave_efficiency", waves / waves.ceil().max(1.0)),
-            ("log2_tiles", ((tm * tn) as f64).log2()),
-            ("ksteps_per_split", kt_split as f64),
-            ("model_log_us", model(&p, target).ln()),
-        ])
+        Ok(Plan::new(matmul(workload)?, config)?.features(target))
     }
 
     fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64> {
@@ -640,7 +728,8 @@ impl Template for SimtGemm {
 /// scaled by what one warp's k-step costs the SM (its multiply-adds and shared-memory loads take
 /// issue slots, its loads take wavefronts of the shared-memory pipe; see
 /// [`Plan::smem_wavefronts`]), by the barrier stalls a single buffer leaves (hidden in part by a
-/// second block on the SM), by registers held below what ptxas would take, and by occupancy;
+/// second block on the SM), by registers held below what ptxas would take, by a convolution's
+/// gather, and by occupancy;
 /// memory traffic and the load-latency floor combined as [`Tiling::bound_us`] does, plus launch
 /// and split-K costs.
 fn model(p: &Plan, target: &Target) -> f64 {
@@ -658,6 +747,10 @@ fn model(p: &Plan, target: &Target) -> f64 {
     };
     if p.regs() > p.register_cap(target) {
         eff *= 0.97;
+    }
+    if p.conv.is_some() {
+        // The im2col gather splits each input vector's index into pixel and tap every step.
+        eff *= 0.95;
     }
     let warps = (occ * p.threads() / 32) as f64;
     eff *= (warps / 16.0).min(1.0).powf(0.3);

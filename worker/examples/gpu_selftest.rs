@@ -4,14 +4,15 @@
 //! launches) and time them in-process, and print one line per kernel plus a summary. Each workload
 //! gets its op's template (wmma_gemm, wmma_conv2d).
 //!
-//! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | types | workload keys...]`;
+//! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | conv32 | types | workload keys...]`;
 //! `matrix` replaces the default workloads with every type combination x every layout x three
 //! shapes (one ragged); `types` with the f32, tf32, s4, u4, b1xor and b1and workloads of
 //! [`types_matrix`] (the types suite's shapes and ragged ones), each on every template that
 //! supports it (simt_gemm, mma_ext_gemm, and wgmma_gemm for tf32 in tn);
 //! `conv` with every conv type combination x the 15 conv shapes of [`conv_matrix`]
 //! (padding, stride 2, dilation 2, ragged tiles, 1x3, 3x1 and 7x7 filters, pointwise layers, the
-//! seven tuning layers).
+//! seven tuning layers); `conv32` with those shapes in exact f32 (simt_conv2d), plus channels
+//! that no 4-float vector divides.
 //! Configs are spread over the valid space and over the kinds of config that run different code
 //! (conv path and gather, split-K and its reduction; wgmma producer, cluster and persistence).
 //! `SELFTEST_TEMPLATE=wgmma_gemm` checks that template instead of the op's default (the first
@@ -65,6 +66,7 @@ fn main() -> anyhow::Result<()> {
     let keys: Vec<String> = match extra.first().map(String::as_str) {
         Some("matrix") => matrix(),
         Some("conv") => conv_matrix(),
+        Some("conv32") => conv32_matrix(),
         Some("types") => types_matrix(),
         _ => keys.iter().map(|k| k.to_string()).chain(extra).collect(),
     };
@@ -309,5 +311,18 @@ fn conv_matrix() -> Vec<String> {
             keys.push(format!("conv2d/n{n}h{h}w{w}c{c}/k{k}r{r}s{s}/pad{pad},stride{stride},dil{dil}/nhwc/{t}"));
         }
     }
+    keys
+}
+
+/// Exact f32 conv workloads (simt_conv2d): [`conv_matrix`]'s shapes in f32, and two layers whose
+/// channels (3, 6) leave only 1- and 2-float vectors.
+fn conv32_matrix() -> Vec<String> {
+    let f32 = "/nhwc/f32,f32,f32";
+    let mut keys: Vec<String> = conv_matrix()
+        .into_iter()
+        .filter_map(|k| k.strip_suffix("/nhwc/f16,f32,f32").map(|shape| format!("{shape}{f32}")))
+        .collect();
+    keys.push(format!("conv2d/n2h9w7c3/k20r5s5/pad2x2,stride1x1,dil1x1{f32}"));
+    keys.push(format!("conv2d/n1h12w10c6/k48r3s2/pad1x0,stride2x1,dil1x2{f32}"));
     keys
 }

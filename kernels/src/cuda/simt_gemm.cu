@@ -1,5 +1,7 @@
 // tensortune simt_gemm: D = alpha * op(A) * op(B) + beta * C in exact f32 on the CUDA cores (no
-// tensor cores, no TF32), C and D column-major M x N.
+// tensor cores, no TF32), C and D column-major M x N. The body of simt_gemm and simt_conv2d: the
+// hole `load_b` says where B's vectors come from (simt_gemm: a dense matrix, `simt_dense.cu`;
+// simt_conv2d: the im2col view of an NHWC input, `simt_conv2d.cu`).
 //
 // One block computes a BM x BN tile of D over one split of K. Its THREADS_M x THREADS_N threads
 // each own TM x TN accumulators in registers. With VT = 1 a thread's rows are TM consecutive
@@ -74,6 +76,10 @@ union SVec {
   float e[W];
 };
 
+// load_b(B, gn, gk, v): reads B's VEC floats from (gk, gn) on into v, which holds zeros, for gn < N
+// and gk < K (the caller checks); a loader may leave zeros where its operand has none.
+// @hole(load_b)
+
 // Reads step kt's A and B vectors into registers (zeros outside the matrices).
 __device__ __forceinline__ void load_global(const float* __restrict__ A, const float* __restrict__ B, int kt, int m0,
                                             int n0, FVec (&ra)[A_ITERS], FVec (&rb)[B_ITERS]) {
@@ -107,9 +113,7 @@ __device__ __forceinline__ void load_global(const float* __restrict__ A, const f
       const int c = (v % PER_ROW) * VEC;
       const int gn = n0 + (B_K_CONTIG ? r : c);
       const int gk = k0 + (B_K_CONTIG ? c : r);
-      if ((EVEN_N || gn < N) && (EVEN_K || gk < K)) {
-        x.v = *reinterpret_cast<const decltype(x.v)*>(B + (B_K_CONTIG ? (size_t)gn * K + gk : (size_t)gk * N + gn));
-      }
+      if ((EVEN_N || gn < N) && (EVEN_K || gk < K)) load_b(B, gn, gk, x.v);
     }
     rb[it] = x;
   }
