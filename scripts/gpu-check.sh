@@ -29,7 +29,8 @@
 #     multigpu   `tensortune-worker --device cuda:all`: one worker per GPU, a 100-trial job, the
 #                drift reference each one timed
 #     cudnn      the cuDNN baseline alone (cudnn_check): the conv suite's shapes x f16->f16,
-#                f16->f32, i8->i32, with its algorithm and cross-check; and a run without cuDNN
+#                f16->f32, i8->i32, f32->f32 (FMA math) and tf32->f32 (tensor-op math), with its
+#                algorithm and cross-check; and a run without cuDNN
 #     conv       conv2d correctness: every dtype x shapes with padding, stride 2, dilation 2,
 #                ragged edges, both paths, every output element checked (gpu_selftest conv,
 #                CONV_CONFIGS per workload)
@@ -41,21 +42,26 @@
 #     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
 #                workload), both load paths (gathered, pointwise)
 #     csmoke     each sanitizer config once through run_one (a quick check before wconv)
-#     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on a gathered and a pointwise
-#                wgmma_conv2d config
+#     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on each wgmma_conv2d config of
+#                CONV_CASES (gathered, im2col and pointwise; f16, bf16, i8, tf32); CONV_CASES_MATCH
+#                (e.g. tf32) keeps only the cases whose line contains it, for csmoke too
 #     types      issue 13's types: gpu_selftest types (f32 on simt_gemm, tf32 on mma_ext_gemm and in
 #                tn on wgmma_gemm, s4/u4/b1xor/b1and on mma_ext_gemm; TYPES_CONFIGS per workload and
-#                template, every output element checked, exact for the integer types)
-#     conv32     exact f32 conv2d correctness on simt_conv2d: the conv matrix's shapes in f32 plus
-#                channels 3 and 6 (gpu_selftest conv32, CONV32_CONFIGS per workload, every output
-#                element checked)
+#                template, every output element checked, exact for the integer types);
+#                TYPES_MODE=conv32: the f32 and tf32 conv layers instead (gpu_selftest conv32: every
+#                template that supports each, wgmma_conv2d's im2col, gathered and pointwise paths;
+#                exact f32 on simt_conv2d, with 3 and 6 channels too)
 #     typesbench `tensortune bench --suite suites/types.json` (TYPES_TRIALS per workload, default
 #                200; TYPES_ARGS) against cuBLAS 32F, cuBLAS 32F_FAST_TF32 and, for s4/b1, cuBLAS's
-#                i8 GEMM of the same shape (each row's vendor kind printed)
+#                i8 GEMM of the same shape (each row's vendor kind printed); TYPES_SUITE another
+#                suite (suites/types-conv.json: f32 and tf32 convs against cuDNN FLOAT_CONFIG with
+#                FMA or tensor-op math), its JSON named after it
 #     export     `tensortune bench` of the default suite (BENCH_TRIALS, default 100) with its database
 #                kept, `tensortune export` of its best kernels, examples/bundle/gemm_check.c built
 #                with nvcc and run on the bundle: every output element against cuBLAS, time against
 #                the record (bundle and logs in logs.tar.gz)
+#     vendorkern the cuBLAS kernels run_one's baseline launches for VENDOR_KEYS (ncu: name, grid, block,
+#                cluster, shared memory, duration)
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
@@ -342,7 +348,7 @@ step_cudnn() {
   RUST_LOG=tensortune_worker=debug timeout 600 "$BIN/cudnn_check" "${CUDNN_SAMPLES:-10}" warm \
     >"$LOGS/cudnn.txt" 2>"$LOGS/cudnn.log"
   say "cudnn exit $?"
-  tail -25 "$LOGS/cudnn.txt" | tee -a "$SUMMARY"
+  tail -39 "$LOGS/cudnn.txt" | tee -a "$SUMMARY"
   TENSORTUNE_CUDNN_LIB=/nonexistent timeout 120 "$BIN/cudnn_check" 3 warm 2>/dev/null | tail -1 | tee -a "$SUMMARY"
 }
 
@@ -398,17 +404,21 @@ step_large() {
 }
 
 # compute-sanitizer memcheck, racecheck and synccheck on one wgmma_gemm config per input type (a
-# stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8, and the
-# TMA-store epilogue reading C on a ragged shape), each alone in its process (no vendor baseline).
+# stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8, the
+# TMA-store epilogue reading C on a ragged shape, and a 192-column A tile shared out two chunks and
+# one in a cluster), each alone in its process (no vendor baseline).
 step_wsanitize() {
   local cases=(
     'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
     'matmul/m1024n1024k1024/nt/bf16,f32,bf16/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"direct"}'
     'matmul/m1024n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
     'matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
+    'matmul/m1000n1000k1024/nn/f16,f32,f32/alpha=1,beta=0 {"block_m":192,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"tma"}'
   )
+  # WSANITIZE_ONLY=N runs the Nth case alone.
   local n=0
   for c in "${cases[@]}"; do
+    if [ -n "${WSANITIZE_ONLY:-}" ] && [ "$((n + 1))" != "$WSANITIZE_ONLY" ]; then n=$((n + 1)); continue; fi
     local key=${c%% *} cfg=${c#* }
     n=$((n + 1))
     say "wsanitize $key $cfg"
@@ -431,7 +441,8 @@ step_ab() {
   say "ab: $(grep -vc '^#' "$file") configs from $file"
   grep -v '^#' "$file" | while read -r key cfg; do
     local line
-    line=$(TT_TEMPLATE=${AB_TEMPLATE:-wgmma_gemm} timeout 60 "$BIN/run_one" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 | tail -1)
+    line=$(TT_TEMPLATE=${AB_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0 timeout 60 "$BIN/run_one" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 |
+      grep -v '^ *$' | grep -m1 -E ' (Ok|[A-Z][A-Za-z]*) median |^Error' || echo "no result")
     local us vendor
     us=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
     vendor=$(echo "$line" | sed -n 's/.*vendor Some(\([0-9.]*\)).*/\1/p')
@@ -453,18 +464,22 @@ step_wconv() {
 }
 
 # wgmma_conv2d configs for the sanitizers and the smoke test: gathered f16 ragged, gathered bf16
-# stride 2 in a 2-block ping-pong cluster with the TMA-store epilogue, pointwise i8 inline.
+# stride 2 in a 2-block ping-pong cluster with the TMA-store epilogue, pointwise i8 inline, and
+# tf32 gathered (12 channels, ragged) and loaded by TMA im2col (64 channels, dilated).
 CONV_CASES=(
     'conv2d/n2h7w5c16/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n4h14w14c64/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/bf16,f32,bf16 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
     'conv2d/n3h5w7c32/k48r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/f16,f32,f16 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
     'conv2d/n3h9w9c128/k48r3s3/pad1x1,stride2x2,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n2h7w5c12/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/tf32,f32,f32 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
+    'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/tf32,f32,f32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
 )
 
 # Each of CONV_CASES once through run_one, with a short timeout (a hang shows here, not in wconv).
 step_csmoke() {
   for c in "${CONV_CASES[@]}"; do
+    [[ "$c" == *"${CONV_CASES_MATCH:-}"* ]] || continue
     local key=${c%% *} cfg=${c#* }
     say "csmoke $key: $(TT_TEMPLATE=wgmma_conv2d timeout 40 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | tail -1 | cut -c1-240)"
   done
@@ -473,6 +488,7 @@ step_csmoke() {
 step_csanitize() {
   local n=0
   for c in "${CONV_CASES[@]}"; do
+    [[ "$c" == *"${CONV_CASES_MATCH:-}"* ]] || continue
     local key=${c%% *} cfg=${c#* }
     n=$((n + 1))
     say "csanitize $key $cfg"
@@ -488,30 +504,44 @@ step_csanitize() {
 }
 
 step_export() {
-  timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" --json "$LOGS/export-bench.json" \
+  local suite=${EXPORT_SUITE:-suites/default.json}
+  timeout 1500 "$BIN/tensortune" bench --suite "$suite" --trials "${BENCH_TRIALS:-100}" --json "$LOGS/export-bench.json" \
     >"$LOGS/export-bench.log" 2>&1
   say "export: bench exit $?"
   sed -n '/^suite/,$p' "$LOGS/export-bench.log" | tee -a "$SUMMARY"
   # bench names its database after --json (with a suffix when that file exists) and says which.
   local db
   db=$(sed -n 's/^bench database: //p' "$LOGS/export-bench.log" | head -1)
-  "$BIN/tensortune" --db "$db" export --suite suites/default.json -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
+  "$BIN/tensortune" --db "$db" export --suite "$suite" -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
   say "export exit $?"
   tee -a "$SUMMARY" <"$LOGS/export.log"
   nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm -ldl \
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
   head -20 "$LOGS/gemm_check-build.log" | tee -a "$SUMMARY"
-  # EXPORT_RUNS: one gemm_check run per WARM_MS:PAUSE_MS pair (warm-up before each measurement,
-  # idle pause before each kernel's rounds).
-  # A third field `noblas` runs it with TT_NO_BLAS=1 (no cuBLAS in the process, nothing checked).
-  local run warm pause noblas
+  # EXPORT_RUNS: one gemm_check run per WARM_MS:PAUSE_MS[:FLAGS] entry (warm-up before each
+  # measurement, idle pause before each kernel's rounds). FLAGS, comma-separated: `noblas` runs it
+  # with TT_NO_BLAS=1 (no cuBLAS in the process, nothing checked), `only=S` with TT_ONLY=S (only
+  # the kernels matching S loaded), `keep` with TT_KEEP=1 (all checked first, every buffer held
+  # until all are timed), `extra=N` and `pieces=P` with TT_EXTRA_MB=N TT_EXTRA_PIECES=P.
+  local run warm pause flags f log
   for run in ${EXPORT_RUNS:-0:2000}; do
-    IFS=: read -r warm pause noblas <<<"$run"
-    TT_NO_BLAS=$([ "$noblas" = noblas ] && echo 1 || echo 0) timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" \
-      "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-1}" "$warm" "$pause" >"$LOGS/gemm_check-$warm-$pause$noblas.log" 2>&1
-    say "gemm_check (warm-up $warm ms, pause $pause ms${noblas:+, no cuBLAS}) exit $?"
-    grep -v '^round ' "$LOGS/gemm_check-$warm-$pause$noblas.log" | tee -a "$SUMMARY"
+    IFS=: read -r warm pause flags <<<"$run"
+    local env=(TT_NO_BLAS=0)
+    for f in ${flags//,/ }; do
+      case "$f" in
+        noblas) env+=(TT_NO_BLAS=1) ;;
+        only=*) env+=("TT_ONLY=${f#only=}") ;;
+        keep) env+=(TT_KEEP=1) ;;
+        extra=*) env+=("TT_EXTRA_MB=${f#extra=}") ;;
+        pieces=*) env+=("TT_EXTRA_PIECES=${f#pieces=}") ;;
+      esac
+    done
+    log="$LOGS/gemm_check-$warm-$pause-${flags//[^a-z0-9]/_}.log"
+    env "${env[@]}" timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-1}" \
+      "$warm" "$pause" >"$log" 2>&1
+    say "gemm_check (warm-up $warm ms, pause $pause ms, ${flags:-no flags}) exit $?"
+    grep -v '^round ' "$log" | tee -a "$SUMMARY"
   done
   # EXPORT_RUNONE=N: the first N kernels of the bundle timed again through the worker's own path
   # (run_one: NVRTC compile, cudarc launch, the worker's timing), for comparison with gemm_check.
@@ -526,11 +556,107 @@ PY
       TT_TEMPLATE=$tmpl timeout 120 "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | grep -v '^ *$' | cut -c1-300 | tail -4 | tee -a "$SUMMARY"
     done <"$LOGS/runone.txt"
   fi
+  [ -n "${EXPORT_DIAG:-}" ] && export_diag
   rm -f "$LOGS/gemm_check"
 }
 
+# EXPORT_DIAG=1 (after `export`): where a small kernel's time differs between gemm_check and the
+# worker. The same kernels run under Nsight Systems (every kernel's start and duration inside the
+# replayed graphs: a kernel's own time apart from the gaps between launches) and Nsight Compute
+# (duration, cycles, instructions, registers, shared memory, L2 sectors of a few launches), once in
+# gemm_check (no cuBLAS) and once in run_one (the worker's path).
+export_diag() {
+  python3 - "$LOGS/bundle/manifest.json" 2 >"$LOGS/diag.txt" <<'PY'
+import json, sys
+for k in json.load(open(sys.argv[1]))["kernels"][: int(sys.argv[2])]:
+    print(k["template"], k["workload_key"], json.dumps(k["config"], separators=(",", ":")), k["name"], sep="\t")
+PY
+  local metrics=gpu__time_duration.sum,sm__cycles_elapsed.max,smsp__inst_executed.sum,launch__registers_per_thread
+  metrics+=,launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static,launch__grid_size,launch__block_size
+  metrics+=,lts__t_sectors.sum,dram__bytes_read.sum,smsp__cycles_active.avg,sm__warps_active.avg.pct_of_peak_sustained_active
+  say "nsys: $(command -v nsys || echo absent), ncu: $(command -v ncu || echo absent)"
+  if command -v nsys >/dev/null; then
+    TT_NO_BLAS=1 timeout 300 nsys profile --trace=cuda --cuda-graph-trace=node --force-overwrite true -o "$LOGS/nsys-gc" \
+      "$LOGS/gemm_check" "$LOGS/bundle" 10 1 0 500 >"$LOGS/nsys-gc.log" 2>&1
+    say "nsys gemm_check exit $?"
+    local i=0 tmpl key cfg name
+    while IFS=$'\t' read -r tmpl key cfg name; do
+      i=$((i + 1))
+      TT_TEMPLATE=$tmpl timeout 300 nsys profile --trace=cuda --cuda-graph-trace=node --force-overwrite true \
+        -o "$LOGS/nsys-r$i" "$BIN/run_one" "$key" "$cfg" 10 1 >"$LOGS/nsys-r$i.log" 2>&1
+      say "nsys run_one $i exit $?: $(grep -o 'median [0-9.]* us' "$LOGS/nsys-r$i.log" | tail -1)"
+    done <"$LOGS/diag.txt"
+    for rep in "$LOGS"/nsys-*.nsys-rep; do
+      nsys stats --report cuda_gpu_trace --format csv --force-export true -o "${rep%.nsys-rep}" "$rep" >/dev/null 2>&1
+    done
+    python3 - "$LOGS"/nsys-*cuda_gpu_trace.csv <<'PY' 2>&1 | tee -a "$SUMMARY"
+import csv, statistics, sys
+for path in sys.argv[1:]:
+    rows = [r for r in csv.DictReader(open(path)) if r.get("Name", "").startswith("tt_")]
+    by = {}
+    for r in rows:
+        by.setdefault(r["Name"], []).append((int(r["Start (ns)"]), int(r["Duration (ns)"])))
+    for name, ks in by.items():
+        ks.sort()
+        durs = [d for _, d in ks]
+        gaps = [b[0] - (a[0] + a[1]) for a, b in zip(ks, ks[1:]) if b[0] - (a[0] + a[1]) < 5000]
+        print("%s %s: %d launches, duration median %.0f ns, gap median %.0f ns, period median %.0f ns" % (
+            path.rsplit("/", 1)[-1].split("_cuda")[0], name[:60], len(ks), statistics.median(durs),
+            statistics.median(gaps) if gaps else -1, statistics.median(durs) + (statistics.median(gaps) if gaps else 0)))
+PY
+    rm -f "$LOGS"/nsys-*.nsys-rep "$LOGS"/nsys-*.sqlite
+  fi
+  if command -v ncu >/dev/null; then
+    local i=0 tmpl key cfg name
+    while IFS=$'\t' read -r tmpl key cfg name; do
+      i=$((i + 1))
+      TT_NO_BLAS=1 timeout 300 ncu --clock-control none --kernel-name "$name" --launch-skip 40 --launch-count 3 \
+        --metrics "$metrics" --csv "$LOGS/gemm_check" "$LOGS/bundle" 3 1 0 0 >"$LOGS/ncu-gc$i.csv" 2>&1
+      say "ncu gemm_check $i exit $?"
+      TT_TEMPLATE=$tmpl timeout 300 ncu --clock-control none --kernel-name "$name" --launch-skip 40 --launch-count 3 \
+        --metrics "$metrics" --csv "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu-r$i.csv" 2>&1
+      say "ncu run_one $i exit $?"
+    done <"$LOGS/diag.txt"
+    for f in "$LOGS"/ncu-*.csv; do
+      say "== $(basename "$f")"
+      grep '"tt_' "$f" | awk -F'","' '{ print $(NF-2) " = " $NF }' | sed 's/"//g' | sort | uniq -c | cut -c1-160 | tee -a "$SUMMARY"
+    done
+  fi
+}
+
+# The vendor's kernel for each workload of VENDOR_KEYS (default: the large suite's shapes where
+# wgmma_gemm is furthest behind): run_one's baseline under Nsight Compute, which names the cuBLAS
+# kernel it launched (tile size, stream-K "segment_k", cluster) with its grid, block, cluster and
+# shared memory. Our config (VENDOR_CONFIG) is only there to give run_one something to compare.
+step_vendorkern() {
+  local keys=${VENDOR_KEYS:-"matmul/m2048n5120k5120/nt/bf16,f32,f32/alpha=1,beta=0 matmul/m4096n14336k4096/nn/f16,f32,f32/alpha=1,beta=0 matmul/m8192n8192k8192/nn/f16,f32,f32/alpha=1,beta=0"}
+  local cfg=${VENDOR_CONFIG:-'{"block_m":256,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4,"stream_k":0}'}
+  local key n=0
+  for key in $keys; do
+    n=$((n + 1))
+    TT_TEMPLATE=wgmma_gemm timeout 300 ncu --clock-control none --kernel-name regex:'^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)' \
+      --launch-skip 0 --launch-count 40 --csv \
+      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__cluster_dim_y,launch__shared_mem_per_block_dynamic,launch__registers_per_thread \
+      "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/vendorkern-$n.csv" 2>&1
+    say "vendor kernels of $key (ncu exit $?):"
+    python3 - "$LOGS/vendorkern-$n.csv" <<'PY' 2>&1 | tee -a "$SUMMARY"
+import csv, collections, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10 and r[0] != "ID"]
+by = collections.defaultdict(dict)
+for r in rows:
+    by[(r[0], r[4])][r[-3]] = r[-1]
+seen = collections.OrderedDict()
+for (i, name), m in by.items():
+    seen.setdefault(name, []).append(m)
+for name, ms in seen.items():
+    m = ms[-1]
+    print("  %s x%d: %s" % (name[:150], len(ms), ", ".join("%s=%s" % (k.replace("launch__", ""), v) for k, v in sorted(m.items()))))
+PY
+  done
+}
+
 step_types() {
-  timeout 560 "$BIN/gpu_selftest" "${TYPES_CONFIGS:-4}" 5 types >"$LOGS/types.log" 2>&1
+  timeout 560 "$BIN/gpu_selftest" "${TYPES_CONFIGS:-4}" 5 "${TYPES_MODE:-types}" >"$LOGS/types.log" 2>&1
   say "types selftest exit $?: $(grep SUMMARY "$LOGS/types.log")"
   grep -v ": Ok " "$LOGS/types.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
   say "workloads checked: $(grep ': Ok ' "$LOGS/types.log" | cut -d' ' -f1 | sort -u | wc -l)"
@@ -538,25 +664,20 @@ step_types() {
   sed -n 's/^\([^ ]*\) .* base Some(\([0-9.]*\)) \(.*\) err .*/\1: \2 us, \3/p' "$LOGS/types.log" | cut -c1-200 | tee -a "$SUMMARY"
 }
 
-step_conv32() {
-  timeout 560 "$BIN/gpu_selftest" "${CONV32_CONFIGS:-6}" 3 conv32 >"$LOGS/conv32.log" 2>&1
-  say "conv32 selftest exit $?: $(grep SUMMARY "$LOGS/conv32.log")"
-  grep -v ": Ok " "$LOGS/conv32.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
-  say "workloads checked: $(grep ': Ok ' "$LOGS/conv32.log" | cut -d' ' -f1 | sort -u | wc -l)"
-}
-
 # The types suite's bench (a step of its own, so each fits one device call; TYPES_ARGS="--filter
 # tf32" and the like split it further).
 step_typesbench() {
   local start=$(date +%s.%N)
-  timeout "${TYPES_TIMEOUT:-560}" "$BIN/tensortune" bench --suite suites/types.json --trials "${TYPES_TRIALS:-200}" ${TYPES_ARGS:-} \
-    --json "$OUT/types-bench.json" >"$LOGS/types-bench.log" 2>&1
-  say "types bench exit $? in $(since "$start") s"
-  sed -n '/^suite/,$p' "$LOGS/types-bench.log" | tee -a "$SUMMARY"
+  local suite=${TYPES_SUITE:-suites/types.json} name
+  name=$(basename "$suite" .json)
+  timeout "${TYPES_TIMEOUT:-560}" "$BIN/tensortune" bench --suite "$suite" --trials "${TYPES_TRIALS:-200}" ${TYPES_ARGS:-} \
+    --json "$OUT/$name-bench.json" >"$LOGS/$name-bench.log" 2>&1
+  say "$name bench exit $? in $(since "$start") s"
+  sed -n '/^suite/,$p' "$LOGS/$name-bench.log" | tee -a "$SUMMARY"
   # Which vendor kernel each row was measured against (cuBLAS 32F, 32F_FAST_TF32, or i8 for s4/b1).
   python3 -c 'import json, sys
 for r in json.load(open(sys.argv[1]))["rows"]:
-    print("vendor of %s: %s" % (r["workload"], r.get("vendor_kind") or "none"))' "$OUT/types-bench.json" 2>&1 |
+    print("vendor of %s: %s" % (r["workload"], r.get("vendor_kind") or "none"))' "$OUT/$name-bench.json" 2>&1 |
     tee -a "$SUMMARY"
 }
 
@@ -571,7 +692,7 @@ for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
-    wconv | csanitize | csmoke | export | types | typesbench | conv32) "step_$step" ;;
+    wconv | csanitize | csmoke | export | types | typesbench | vendorkern) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

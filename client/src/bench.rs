@@ -281,6 +281,24 @@ mod tests {
     }
 
     #[test]
+    fn types_conv_suite_pairs_exact_f32_and_tf32_layers() {
+        use tensortune_kernels::DType;
+        let (_, workloads) = Suite::parse(include_str!("../../suites/types-conv.json"), "types-conv").unwrap();
+        assert_eq!(workloads.len(), 6);
+        let inputs: Vec<_> = workloads.iter().map(|w| w.types().input).collect();
+        assert_eq!(inputs.iter().filter(|d| **d == DType::F32).count(), 3);
+        assert_eq!(inputs.iter().filter(|d| **d == DType::Tf32).count(), 3);
+        // Every tf32 layer has a real space in both tensor-core conv templates on sm_90.
+        for w in workloads.iter().filter(|w| w.types().input == DType::Tf32) {
+            for name in ["wmma_conv2d", "wgmma_conv2d"] {
+                let template = tensortune_kernels::template::by_name(name).unwrap();
+                let valid = template.valid_indices(w, &tensortune_kernels::Target::sm90()).unwrap();
+                assert!(valid.len() >= 50, "{} with {name}: {} valid configs", w.key(), valid.len());
+            }
+        }
+    }
+
+    #[test]
     fn bad_suites_are_explained() {
         let e = Suite::parse(
             r#"{"name":"x","workloads":[{"workload":"matmul/m0n1k8/nn/f16,f32,f32/alpha=1,beta=0"}]}"#,

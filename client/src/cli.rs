@@ -429,6 +429,7 @@ impl BestCmd {
 pub struct TypeArgs {
     /// Input type: f16, bf16, i8, f32 (exact, on the CUDA cores; see --allow-tf32), or for tn
     /// matmul the packed s4, u4, b1xor and b1and (K a multiple of 32, or 128 for the bit types).
+    /// Matmul and conv2d alike take f32 and --allow-tf32.
     #[arg(long, default_value = "f16")]
     pub dtype: String,
     /// With --dtype f32: multiply on the TF32 tensor cores (a different workload, `tf32`, whose
@@ -720,6 +721,26 @@ mod tests {
         .to_string();
         assert!(e.starts_with("invalid --pad:"), "{e}");
         assert!(Cli::try_parse_from(["tensortune", "tune", "matmul", "--m", "-1", "--n", "1", "--k", "8"]).is_err());
+    }
+
+    #[test]
+    fn conv2d_takes_exact_f32_and_tf32() {
+        let key = |args: &[&str]| workload(args).map(|w| w.key()).map_err(|e| e.to_string());
+        let f32_args = [
+            "tune", "conv2d", "--n", "8", "--h", "56", "--w", "56", "--c", "64", "--k", "64", "--r", "3", "--s", "3",
+            "--pad", "1", "--dtype", "f32",
+        ];
+        assert_eq!(key(&f32_args).unwrap(), "conv2d/n8h56w56c64/k64r3s3/pad1x1,stride1x1,dil1x1/nhwc/f32,f32,f32");
+        let tf32_args = [&f32_args[..], &["--allow-tf32"]].concat();
+        assert_eq!(key(&tf32_args).unwrap(), "conv2d/n8h56w56c64/k64r3s3/pad1x1,stride1x1,dil1x1/nhwc/tf32,f32,f32");
+        let e = key(&[&tf32_args[..], &["--out", "f16"]].concat()).unwrap_err();
+        assert!(e.starts_with("invalid --out:") && e.contains("allowed: f32"), "{e}");
+        let e = key(&["tune", "conv2d", "--n", "1", "--h", "8", "--w", "8", "--c", "8", "--k", "8", "--allow-tf32"])
+            .unwrap_err();
+        assert!(e.starts_with("invalid --allow-tf32:") && e.contains("f16"), "{e}");
+        let e = key(&["tune", "conv2d", "--n", "1", "--h", "8", "--w", "8", "--c", "8", "--k", "8", "--dtype", "s4"])
+            .unwrap_err();
+        assert!(e.starts_with("invalid --dtype:") && e.contains("tn matmul only"), "{e}");
     }
 
     #[test]

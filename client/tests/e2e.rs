@@ -285,6 +285,42 @@ fn the_cli_tunes_a_conv_on_sim() {
     assert!(read(&["workers", "--json"]).is_array());
 }
 
+/// A tf32 conv end to end on `sim`: `tune conv2d --dtype f32 --allow-tf32` searches the union of
+/// the two tensor-core conv templates (both take TF32 on an sm_90 class), every trial is measured,
+/// and the records carry the tf32 workload key, never the exact f32 one.
+#[test]
+fn the_cli_tunes_a_tf32_conv_on_sim() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tt.db");
+    let run = |args: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["--db", db.to_str().unwrap()])
+            .args(args)
+            .env("XDG_CACHE_HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let layer = ["conv2d", "--n", "2", "--h", "14", "--w", "14", "--c", "64", "--k", "64", "--r", "3", "--s", "3"];
+    let tune = [&["tune"][..], &layer, &["--pad", "1", "--dtype", "f32", "--allow-tf32"]].concat();
+    let out =
+        run(&[&tune[..], &["--trials", "10", "--seed", "7", "--device", "sim", "--compile-threads", "1"]].concat());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tune conv2d tf32 failed:\n{stdout}\n{stderr}");
+    for want in ["wmma_conv2d v1 + wgmma_conv2d v2 on sim", "trials  10/10", "(ok 10)", "best "] {
+        assert!(stdout.contains(want), "missing {want:?} in:\n{stdout}\n{stderr}");
+    }
+    let out = run(&["jobs", "--json"]);
+    let jobs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let key = jobs[0]["workloads"][0]["workload"].as_str().map(str::to_owned);
+    assert_eq!(key.as_deref(), Some("conv2d/n2h14w14c64/k64r3s3/pad1x1,stride1x1,dil1x1/nhwc/tf32,f32,f32"), "{jobs}");
+    // The exact f32 layer is another workload: nothing tuned for it.
+    let best = [&["best"][..], &layer, &["--pad", "1", "--dtype", "f32", "--json"]].concat();
+    let out = run(&best);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("tf32,f32,f32") && !text.contains("\"median_us\""), "{text}");
+}
+
 /// A client following a job through `--tracker` keeps following it when the tracker goes away
 /// and comes back on the same address, and the job finishes there with nothing lost (seen on an
 /// H200: `tune` exited with "h2 protocol error" while its job finished on the restarted tracker).

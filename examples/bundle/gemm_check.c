@@ -2,14 +2,20 @@
  * this GPU, checks every output element against cuBLAS (cublasGemmEx with the same types,
  * layout, alpha and beta) and times both the way tensortune's worker does: a warm-up launch, then
  * a CUDA graph holding a batch of launches (batch sized so one sample lasts >= 1 ms) replayed
- * SAMPLES times back to back between events, the median sample. Every kernel is checked first;
- * then each is timed ROUNDS times (median over rounds) after an idle pause of PAUSE_MS. The
- * defaults (10 samples, 1 round, 2000 ms) are one worker measurement on a GPU that is not still
- * paying for the kernel before: on an H200 a few hundred milliseconds of 4096^3 GEMMs pull the SM
- * clock from 1980 to 1530 MHz, and it stays there for the next seconds, whatever runs. WARM_MS of
- * replays before each measurement are optional. Prints one row per kernel: its time, the time in
- * its record, the ratio, cuBLAS's time and the check. TT_NO_BLAS=1 leaves cuBLAS out of the
- * process (nothing is checked; only the bundle's kernels are timed).
+ * SAMPLES times back to back between events, the median sample. One kernel at a time is loaded,
+ * checked, timed ROUNDS times (median over rounds) after an idle pause of PAUSE_MS, and freed with
+ * its buffers, as the worker holds only the workloads it measures. The defaults (10 samples, 1
+ * round, 2000 ms) are one worker measurement on a GPU that is not still paying for the kernel
+ * before: on an H200 a few hundred milliseconds of 4096^3 GEMMs pull the SM clock from 1980 to
+ * 1530 MHz, and it stays there for the next seconds, whatever runs. WARM_MS of replays before each
+ * measurement are optional. Prints one row per kernel: its time, the time in its record, the
+ * ratio, cuBLAS's time and the check. TT_NO_BLAS=1 leaves cuBLAS out of the process (nothing is
+ * checked; only the bundle's kernels are timed). TT_ONLY=S loads only the kernels whose name or
+ * "MxNxK layout input" contains S. TT_KEEP=1 checks every kernel first and keeps every module and
+ * buffer until all are timed: on an H200 that holds about 1.3 GB in 20 allocations for the default
+ * suite's bundle, and every 2-6 us kernel, ours and cuBLAS's alike, then takes 0.15 us a launch
+ * more (docs/BENCHMARKS.md). TT_EXTRA_MB=N allocates N MiB of device memory first, in
+ * TT_EXTRA_PIECES allocations.
  *
  *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -ldl
  *   ./gemm_check BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS [PAUSE_MS]]]]
@@ -196,6 +202,16 @@ static unsigned sm_clock_mhz(void) {
   return mhz;
 }
 
+/* Whether an entry is selected by a TT_ONLY / TT_TIME_ONLY filter: a substring of its kernel name
+ * or of "MxNxK layout input" (e.g. "512x32x512", "tn i8"); no filter selects everything. */
+static int selected(const tt_entry *e, const char *filter) {
+  if (!filter || !*filter) return 1;
+  char key[96];
+  snprintf(key, sizeof key, "%llux%llux%llu %s %s", (unsigned long long)e->shape[0], (unsigned long long)e->shape[1],
+           (unsigned long long)e->shape[2], e->layout, e->input);
+  return strstr(key, filter) != NULL || strstr(e->name, filter) != NULL;
+}
+
 typedef int (*enqueue_fn)(void *ctx, CUstream s);
 
 static CUgraphExec capture(CUstream s, int batch, enqueue_fn f, void *ctx) {
@@ -282,6 +298,7 @@ typedef struct {
 /* One checked kernel, kept loaded with its timing inputs until the rounds are done. */
 typedef struct {
   tt_kernel k;
+  const tt_entry *entry; /* kept after the kernel is unloaded */
   CUdeviceptr at, bt, c, d, dref;
   ours_call ours;
   blas_call blas;
@@ -307,6 +324,33 @@ static int enqueue_ours(void *p, CUstream s) {
 static int enqueue_blas(void *p, CUstream s) {
   (void)s; /* the handle is bound to the stream */
   return blas_gemm((const blas_call *)p);
+}
+
+/* Times one checked kernel ROUNDS times, ours then cuBLAS each round, after an idle pause. */
+static void time_slot(slot *sl, CUstream stream, int samples, int rounds, double warm_ms, double pause_ms,
+                      int no_blas) {
+  if (pause_ms > 0) {
+    struct timespec ts = {(time_t)(pause_ms / 1000), (long)(fmod(pause_ms, 1000.0) * 1e6)};
+    nanosleep(&ts, NULL);
+  }
+  for (int r = 0; r < rounds; r++) {
+    int blas_batch = 0;
+    double ours = time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch);
+    double blas = no_blas ? 0 : time_us(stream, samples, warm_ms, enqueue_blas, &sl->blas, &blas_batch);
+    if (ours > 0 && (no_blas || blas > 0)) sl->ours_us[sl->timed] = ours, sl->blas_us[sl->timed++] = blas;
+    printf("round %d %-30s kernel %9.2f us  cublas %9.2f us  clock %u MHz\n", r + 1, sl->key, ours, blas,
+           sm_clock_mhz());
+  }
+}
+
+/* Frees a kernel's buffers and unloads it (once; its entry and timings stay). */
+static void release_slot(slot *sl) {
+  CUdeviceptr *bufs[] = {&sl->at, &sl->bt, &sl->c, &sl->d, &sl->dref};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
+    if (*bufs[i]) cuMemFree(*bufs[i]);
+    *bufs[i] = 0;
+  }
+  if (sl->k.module) tt_kernel_unload(&sl->k);
 }
 
 int main(int argc, char **argv) {
@@ -353,6 +397,26 @@ int main(int argc, char **argv) {
   CU(cuDeviceGetName(gpu, sizeof gpu, dev));
   /* TT_NO_BLAS=1: no cuBLAS in the process (nothing checked; only the bundle's kernels timed). */
   int no_blas = getenv("TT_NO_BLAS") && !strcmp(getenv("TT_NO_BLAS"), "1");
+  /* TT_ONLY: only the selected kernels are loaded at all. TT_KEEP=1: every kernel is checked first
+   * and keeps its module and buffers until all are timed (the other kernels' buffers stay in the
+   * process while one is timed). TT_EXTRA_MB=N (in TT_EXTRA_PIECES allocations): device memory
+   * allocated and written before any kernel is loaded. */
+  const char *only = getenv("TT_ONLY");
+  int keep = getenv("TT_KEEP") && !strcmp(getenv("TT_KEEP"), "1");
+  int pieces = getenv("TT_EXTRA_PIECES") ? atoi(getenv("TT_EXTRA_PIECES")) : 1;
+  CUdeviceptr extra[64] = {0};
+  if (pieces < 1 || pieces > 64) {
+    fprintf(stderr, "error: TT_EXTRA_PIECES must be 1 ..= 64, not %s\n", getenv("TT_EXTRA_PIECES"));
+    return 2;
+  }
+  if (getenv("TT_EXTRA_MB") && atoi(getenv("TT_EXTRA_MB")) > 0) {
+    size_t bytes = ((size_t)atoi(getenv("TT_EXTRA_MB")) << 20) / (size_t)pieces;
+    for (int p = 0; p < pieces; p++) {
+      CU(cuMemAlloc(&extra[p], bytes));
+      CU(cuMemsetD8(extra[p], 1, bytes));
+    }
+    printf("%zu MiB of extra device memory in %d allocations\n", (bytes * (size_t)pieces) >> 20, pieces);
+  }
   cublasHandle_t h = NULL;
   CUdeviceptr blas_ws = 0;
   if (!no_blas) {
@@ -369,7 +433,7 @@ int main(int argc, char **argv) {
   printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds, %g ms warm-up, %g ms pause\n",
          gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms, pause_ms);
   slot *slots = (slot *)calloc((size_t)bundle.n, sizeof(slot));
-  int checked = 0, failures = 0, within = 0;
+  int checked = 0, failures = 0, within = 0, timed = 0;
   for (int i = 0; i < bundle.n; i++) {
     const tt_entry *e = &bundle.entries[i];
     if (strcmp(e->op, "matmul")) {
@@ -378,6 +442,10 @@ int main(int argc, char **argv) {
     }
     if (!tt_entry_cubin(e, arch)) {
       printf("%-46s skipped: no cubin for sm_%d\n", e->name, arch);
+      continue;
+    }
+    if (!selected(e, only)) {
+      printf("%-46s skipped: not selected by TT_ONLY=%s\n", e->name, only);
       continue;
     }
     /* The loader's lookup of this entry's own problem must be exact. */
@@ -391,6 +459,7 @@ int main(int argc, char **argv) {
       continue;
     }
     e = sl->k.entry;
+    sl->entry = e;
     size_t m = e->shape[0], n = e->shape[1], kk = e->shape[2];
     size_t in = dsize(e->input), out = dsize(e->output);
     void *ha = fill(e->input, m * kk, 1), *hb = fill(e->input, kk * n, 1), *hc = fill(e->output, m * n, 1);
@@ -443,45 +512,32 @@ int main(int argc, char **argv) {
     checked++;
     free(ha), free(hb), free(hc), free(ta), free(tb), free(got), free(want);
     cuMemFree(a), cuMemFree(b);
+    if (!keep) time_slot(sl, stream, samples, rounds, warm_ms, pause_ms, no_blas), release_slot(sl);
   }
-
-  for (int i = 0; i < checked; i++) {
-    slot *sl = &slots[i];
-    if (pause_ms > 0) {
-      struct timespec ts = {(time_t)(pause_ms / 1000), (long)(fmod(pause_ms, 1000.0) * 1e6)};
-      nanosleep(&ts, NULL);
-    }
-    for (int r = 0; r < rounds; r++) {
-      int blas_batch = 0;
-      double ours = time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch);
-      double blas = no_blas ? 0 : time_us(stream, samples, warm_ms, enqueue_blas, &sl->blas, &blas_batch);
-      if (ours > 0 && (no_blas || blas > 0)) sl->ours_us[sl->timed] = ours, sl->blas_us[sl->timed++] = blas;
-      printf("round %d %-30s kernel %9.2f us  cublas %9.2f us  clock %u MHz\n", r + 1, sl->key, ours, blas,
-             sm_clock_mhz());
-    }
-  }
+  for (int i = 0; keep && i < checked; i++) time_slot(&slots[i], stream, samples, rounds, warm_ms, pause_ms, no_blas);
 
   printf("%-46s %-10s %10s %10s %7s %10s %10s %7s  %s\n", "workload", "template", "kernel", "record", "ratio",
          "cublas", "record-vnd", "batch", "check");
   for (int i = 0; i < checked; i++) {
     slot *sl = &slots[i];
-    const tt_entry *e = sl->k.entry;
+    const tt_entry *e = sl->entry;
     double ours = sl->timed ? median(sl->ours_us, sl->timed) : -1;
     double blas = sl->timed ? median(sl->blas_us, sl->timed) : -1;
     char vendor[32] = "-";
     if (e->vendor_us >= 0) snprintf(vendor, sizeof vendor, "%.2f us", e->vendor_us);
     const char *tmpl = strstr(e->name, "wgmma") ? "wgmma_gemm" : strstr(e->name, "wmma") ? "wmma_gemm" : "?";
     within += ours > 0 && fabs(ours / e->time_us - 1.0) <= 0.03;
+    timed += sl->timed > 0;
     printf("%-46s %-10s %7.2f us %7.2f us %7.3f %7.2f us %10s %7d  %s\n", sl->key, tmpl, ours, e->time_us,
            ours / e->time_us, blas, vendor, sl->batch, sl->check);
-    cuMemFree(sl->at), cuMemFree(sl->bt), cuMemFree(sl->c), cuMemFree(sl->d), cuMemFree(sl->dref);
-    tt_kernel_unload(&sl->k);
+    release_slot(sl);
   }
   free(slots);
-  printf("%d kernels checked, %d failed; %d of %d within 3%% of their record's time\n", checked, failures, within,
-         checked);
+  printf("%d kernels checked, %d failed; %d of %d timed within 3%% of their record's time\n", checked, failures,
+         within, timed);
   if (h) cublasDestroy(h);
   cuMemFree(blas_ws);
+  for (int p = 0; p < pieces; p++) cuMemFree(extra[p]);
   tt_bundle_close(&bundle);
   return failures ? 1 : 0;
 }

@@ -18,10 +18,17 @@
 //! - Knob `gather` (implicit path): where each A row's receptive-field origin lives once the block
 //!   has computed it: `regs` (each thread keeps its rows' in registers, 3 per row) or `smem` (a
 //!   16-byte-per-row table in shared memory after the ring, read every stage).
+//! - TF32 (`tf32,f32,f32`, sm_80 and newer): f32 tensors, staged as f32, read into WMMA's one TF32
+//!   fragment shape, m16n16k8, and rounded to TF32 before the MMAs. The `frag` knob's m16n16k16
+//!   stands for it (a 16x16 warp fragment, K steps of 8); m32n8k16 and m8n32k16 have no TF32 form.
+//!   Channels come in 16-byte vectors of 4. Exact f32 is refused: the tensor cores would round it.
+//!   The TF32 code is behind `TT_TF32`, defined for tf32 kernels only, so the kernels of the other
+//!   types preprocess to what they were and the version stays.
 //! - Blocks run along output channels first, so the blocks that share a tile of activations (the
 //!   large operand) run together and read it from DRAM about once: no swizzle knob.
 
 use crate::cuda::{Scalar, ident};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::space::{Config, Knob, KnobValue, Space};
 use crate::target::Target;
@@ -72,6 +79,8 @@ const MAX_GATHER_REG_ROWS: u32 = 8;
 const MIN_GATHER_SMEM_ROWS: u32 = 4;
 /// Bytes of the shared-memory row table per A row (origin offset, h0, w0, padding: one int4).
 const TABLE_ROW_BYTES: u32 = 16;
+/// WMMA's one TF32 fragment shape, which the `frag` knob's m16n16k16 stands for on tf32 layers.
+const TF32_FRAG: (&str, u32, u32, u32) = ("m16n16k8", 16, 16, 8);
 
 fn domain_len(k: usize) -> usize {
     match KNOBS[k].1 {
@@ -140,7 +149,10 @@ impl Plan {
         let (bm, bn, bk) = (int_at(pos, 0), int_at(pos, 1), int_at(pos, 2));
         let pointwise = name_at(pos, 12) == "pointwise";
         let gather_smem = name_at(pos, 13) == "smem";
-        let frag = FRAGS.iter().find(|f| f.0 == name_at(pos, 6)).copied().expect("frag names come from FRAGS");
+        let mut frag = FRAGS.iter().find(|f| f.0 == name_at(pos, 6)).copied().expect("frag names come from FRAGS");
+        if w.types.input == DType::Tf32 && frag.0 == "m16n16k16" {
+            frag = TF32_FRAG;
+        }
         Plan {
             w: *w,
             t: Tiling {
@@ -191,6 +203,12 @@ impl Plan {
     /// [`TILE_KNOBS`]): a config failing them fails whatever its other knobs are.
     pub fn check_tile(&self, target: &Target) -> Result<()> {
         channels(&self.w)?;
+        if self.w.types.input == DType::Tf32 && self.frag != TF32_FRAG {
+            return Err(Error::Rejected(format!(
+                "frag {} on a tf32 layer: TF32 WMMA has one fragment shape, m16n16k8, which frag m16n16k16 stands for",
+                self.frag.0
+            )));
+        }
         self.t.check_shape()?;
         self.t.check_warp_tile(target)
     }
@@ -288,6 +306,10 @@ impl Plan {
         for (name, v) in crate::support::conv_geometry(w) {
             h.int(name, v as i64);
         }
+        if t.input == DType::Tf32 {
+            // Only tf32 kernels define it: the others' sources preprocess to what they were.
+            h.define("TT_TF32", 1);
+        }
         h.flag("PATH_POINTWISE", self.pointwise)
             .flag("GATHER_SMEM", self.gather_smem)
             .int("SMEM_BYTES", self.smem_bytes() as i64);
@@ -337,12 +359,25 @@ impl Template for WmmaConv2d {
 
     fn supports(&self, workload: &Workload, target: &Target) -> Result<()> {
         self.check_workload(workload)?;
-        check_tensor_cores("wmma_conv2d", conv(workload)?.types.input, target)
+        match conv(workload)?.types.input {
+            DType::Tf32 if target.arch < 80 => Err(Error::Unsupported {
+                template: "wmma_conv2d",
+                what: format!("tf32 tensor cores on sm_{} (needs sm_80 or newer)", target.arch),
+            }),
+            DType::Tf32 => Ok(()),
+            input => check_tensor_cores("wmma_conv2d", input, target),
+        }
     }
 
     fn check_workload(&self, workload: &Workload) -> Result<()> {
         let w = conv(workload)?;
         w.validate()?;
+        if w.types.input == DType::F32 {
+            return Err(Error::invalid(
+                "input",
+                "wmma_conv2d multiplies f32 data as tf32 (--allow-tf32), never exactly: exact f32 convolutions are for the CUDA-core templates".to_string(),
+            ));
+        }
         channels(w)
     }
 
@@ -514,6 +549,54 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn tf32_layers_use_m16n16k8_fragments_rounded_to_tf32() {
+        let tf32 = |c: Conv2d| Workload::Conv2d(Conv2d { types: Types::default_for(DType::Tf32).unwrap(), ..c });
+        let layer = tf32(conv2d(8, (56, 56), 64, 64, (3, 3), (1, 1), (1, 1)));
+        for t in [Target::sm90(), Target::sm80()] {
+            let valid = valid_configs(&WmmaConv2d, &layer, &t).unwrap();
+            assert!(valid.len() >= 50, "sm_{}: {} valid tf32 configs", t.arch, valid.len());
+            for (_, c) in valid.iter().step_by(23) {
+                assert_eq!(c.name("frag").unwrap(), "m16n16k16", "the only frag value with a tf32 form");
+                let spec = WmmaConv2d.generate(&layer, c, &t).unwrap();
+                assert!(spec.name.contains("m16n16k8") && spec.name.contains("tf32f32f32"), "{}", spec.name);
+                for line in ["#define TT_TF32 1", "constexpr int FK = 8;", "typedef float T_IN;", "constexpr int SKEW"]
+                {
+                    assert!(spec.source.contains(line), "{line} missing from {}", spec.name);
+                }
+                assert!(spec.source.contains("wmma::__float_to_tf32(af[i].x[t])"));
+            }
+        }
+        // The other fragment shapes have no TF32 form; the rule says which one stands for it.
+        let c = cfg(&[
+            ("block_m", i(64)),
+            ("block_n", i(64)),
+            ("warps_m", i(2)),
+            ("warps_n", i(2)),
+            ("frag", s("m32n8k16")),
+        ]);
+        let e = WmmaConv2d.check(&layer, &c, &Target::sm90()).unwrap_err().to_string();
+        assert!(e.contains("m16n16k8") && e.contains("m32n8k16"), "{e}");
+        // An f16 layer's kernel does not define TT_TF32, so it preprocesses to what it was.
+        let f16 = square(8, 56, 64, 64, 3, 1, 1);
+        let (_, c) = valid_configs(&WmmaConv2d, &f16, &Target::sm90()).unwrap().swap_remove(0);
+        assert!(!WmmaConv2d.generate(&f16, &c, &Target::sm90()).unwrap().source.contains("#define TT_TF32"));
+        // Channels come in 16-byte vectors: 4 floats.
+        let e = WmmaConv2d.check_workload(&tf32(conv2d(1, (9, 9), 6, 16, (3, 3), (1, 1), (1, 1)))).unwrap_err();
+        assert!(e.field() == Some("c") && e.to_string().contains("multiple of 4"), "{e}");
+        WmmaConv2d.check_workload(&tf32(conv2d(1, (9, 9), 4, 16, (3, 3), (1, 1), (1, 1)))).unwrap();
+        // Exact f32 is refused with the reason; tf32 needs sm_80.
+        let exact = Workload::Conv2d(Conv2d {
+            types: Types::default_for(DType::F32).unwrap(),
+            ..conv2d(8, (56, 56), 64, 64, (3, 3), (1, 1), (1, 1))
+        });
+        let e = WmmaConv2d.supports(&exact, &Target::sm90()).unwrap_err();
+        assert!(e.field() == Some("input") && e.to_string().contains("exact"), "{e}");
+        let volta = Target { arch: 70, ..Target::sm80() };
+        let e = WmmaConv2d.supports(&layer, &volta).unwrap_err().to_string();
+        assert!(e.contains("sm_80"), "{e}");
     }
 
     #[test]

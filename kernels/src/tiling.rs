@@ -245,8 +245,9 @@ impl Tiling {
         }
         let (wm, wn) = (self.bm / self.warps_m, self.bn / self.warps_n);
         // m32n8k16 and m8n32k16 issue the same MMAs as m16n16k16 (the hardware's m16n8k16); they
-        // only pay where m16n16k16 cannot tile the warp (8-wide or 8-tall warp tiles).
-        if fname != "m16n16k16" && wm % 16 == 0 && wn % 16 == 0 {
+        // only pay where m16n16k16 cannot tile the warp (8-wide or 8-tall warp tiles). (TF32's
+        // m16n16k8 is square too.)
+        if fm != fn_ && wm % 16 == 0 && wn % 16 == 0 {
             return reject(format!("{fname} on a {wm}x{wn} warp tile: m16n16k16 tiles it with the same MMAs"));
         }
         if wm > 2 * wn || wn > 2 * wm {
@@ -449,8 +450,14 @@ impl Tiling {
         let warps_per_sm = (occ * self.warps_m * self.warps_n * self.warps_k) as f64;
         eff *= (warps_per_sm / 8.0).min(1.0).sqrt();
         eff *= efficiency;
-        // WMMA (HMMA) peak per SM, FLOP/us: ~650 TFLOP/s over 132 SMs for 16-bit, twice that for i8.
-        let per_sm = 650e6 / 132.0 * if self.g.types.input == DType::I8 { 2.0 } else { 1.0 };
+        // WMMA (HMMA) peak per SM, FLOP/us: ~650 TFLOP/s over 132 SMs for 16-bit, twice that for
+        // i8, half for TF32.
+        let rate = match self.g.types.input {
+            DType::I8 => 2.0,
+            DType::Tf32 => 0.5,
+            _ => 1.0,
+        };
+        let per_sm = 650e6 / 132.0 * rate;
         let (_, kt_split) = self.ktiles();
         let block_flops = 2.0 * (self.bm * self.bn * self.bk) as f64 * kt_split as f64 / self.warps_k as f64;
         let concurrent = (target.sm_count * occ) as f64;

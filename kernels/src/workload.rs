@@ -268,7 +268,9 @@ impl Matmul {
     }
 }
 
-/// Forward 2-D convolution: NHWC input, KRSC filter, NPQK output.
+/// Forward 2-D convolution: NHWC input, KRSC filter, NPQK output. Its types are those of
+/// [`Types::SUPPORTED`] but the packed ones: f16, bf16, i8, exact f32 (`f32,f32,f32`) and TF32
+/// (`tf32,f32,f32`: f32 tensors, TF32 products), two different workloads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conv2d {
     /// Batch.
@@ -684,6 +686,44 @@ mod tests {
         assert_eq!(c.gemm_dims(), (32 * 28 * 28, 128, 64 * 9));
         let w = Workload::Conv2d(c);
         assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
+    }
+
+    #[test]
+    fn f32_and_tf32_conv_keys_round_trip_and_never_compare() {
+        let layer = |types| Conv2d {
+            n: 8,
+            h: 56,
+            w: 56,
+            c: 64,
+            k: 64,
+            r: 3,
+            s: 3,
+            pad: (1, 1),
+            stride: (1, 1),
+            dilation: (1, 1),
+            types,
+        };
+        let exact = Workload::Conv2d(layer(Types::default_for(DType::F32).unwrap()));
+        let tf32 = Workload::Conv2d(layer(Types::default_for(DType::Tf32).unwrap()));
+        exact.validate().unwrap();
+        tf32.validate().unwrap();
+        assert_eq!(exact.key(), "conv2d/n8h56w56c64/k64r3s3/pad1x1,stride1x1,dil1x1/nhwc/f32,f32,f32");
+        assert_eq!(tf32.key(), "conv2d/n8h56w56c64/k64r3s3/pad1x1,stride1x1,dil1x1/nhwc/tf32,f32,f32");
+        for w in [exact, tf32] {
+            assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
+        }
+        // Different numbers, so different problems: never each other's nearest shape.
+        assert_eq!(exact.shape_distance(&tf32), None);
+        assert!(exact.comparable_key_pattern().ends_with("/nhwc/f32,f32,f32"));
+        // Both accumulate and write f32 only; the errors name the field and what is allowed.
+        for (key, field, allowed) in [
+            ("conv2d/n1h8w8c4/k4r1s1/pad0x0,stride1x1,dil1x1/nhwc/tf32,f32,f16", "output", "allowed: f32"),
+            ("conv2d/n1h8w8c4/k4r1s1/pad0x0,stride1x1,dil1x1/nhwc/f32,f16,f16", "accumulator", "allowed: f32"),
+        ] {
+            let e = Workload::from_key(key).unwrap_err();
+            assert_eq!(e.field(), Some(field), "{e}");
+            assert!(e.to_string().contains(allowed), "{e}");
+        }
     }
 
     #[test]

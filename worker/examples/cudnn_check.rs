@@ -4,7 +4,8 @@
 //! the worker does for conv records. Prints one line per workload and a table last.
 //!
 //! `cudnn_check [samples] [warm|flush] [conv2d workload keys...]`; without keys, seven ResNet-like
-//! shapes, each with f16 inputs (f16 and f32 output) and i8 inputs. Needs libnvrtc, the CUDA
+//! shapes, each with f16 inputs (f16 and f32 output), i8 inputs, exact f32 (`FLOAT_CONFIG` with
+//! FMA math: the check fails if cuDNN ran TF32) and tf32 (tensor-op math). Needs libnvrtc, the CUDA
 //! headers (TENSORTUNE_CUDA_INCLUDE) and cuDNN 9 (on the loader's path, or TENSORTUNE_CUDNN_LIB).
 //! Logs go to stderr; `RUST_LOG=tensortune_worker=debug` adds every algorithm cuDNN offered, with
 //! cuDNN's own time and ours.
@@ -155,6 +156,8 @@ fn default_workloads() -> anyhow::Result<Vec<(String, Workload)>> {
         Types::new(DType::F16, DType::F32, Some(DType::F16))?,
         Types::new(DType::F16, DType::F32, Some(DType::F32))?,
         Types::new(DType::I8, DType::I32, Some(DType::I32))?,
+        Types::default_for(DType::F32)?,
+        Types::default_for(DType::Tf32)?,
     ];
     let mut out = Vec::new();
     for sh in SHAPES {

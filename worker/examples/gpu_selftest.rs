@@ -11,8 +11,9 @@
 //! supports it (simt_gemm, mma_ext_gemm, and wgmma_gemm for tf32 in tn);
 //! `conv` with every conv type combination x the 15 conv shapes of [`conv_matrix`]
 //! (padding, stride 2, dilation 2, ragged tiles, 1x3, 3x1 and 7x7 filters, pointwise layers, the
-//! seven tuning layers); `conv32` with those shapes in exact f32 (simt_conv2d), plus channels
-//! that no 4-float vector divides.
+//! seven tuning layers); `conv32` with the exact f32 and tf32 conv layers of [`conv32_matrix`],
+//! each on every template that supports it, as `types` does (tf32: wmma_conv2d and, on sm_90,
+//! wgmma_conv2d on both its TMA im2col and gathered paths).
 //! Configs are spread over the valid space and over the kinds of config that run different code
 //! (conv path and gather, split-K and its reduction; wgmma producer, cluster and persistence).
 //! `SELFTEST_TEMPLATE=wgmma_gemm` checks that template instead of the op's default (the first
@@ -62,12 +63,12 @@ fn main() -> anyhow::Result<()> {
         "matmul/m1024n1024k1024/nn/f16,f32,f32/alpha=1,beta=0",
     ];
     let extra: Vec<String> = args.iter().skip(3).cloned().collect();
-    let every_template = extra.first().is_some_and(|m| m == "types");
+    let every_template = extra.first().is_some_and(|m| m == "types" || m == "conv32");
     let keys: Vec<String> = match extra.first().map(String::as_str) {
         Some("matrix") => matrix(),
         Some("conv") => conv_matrix(),
-        Some("conv32") => conv32_matrix(),
         Some("types") => types_matrix(),
+        Some("conv32") => conv32_matrix(),
         _ => keys.iter().map(|k| k.to_string()).chain(extra).collect(),
     };
     let workloads = keys.iter().map(|k| Workload::from_key(k)).collect::<Result<Vec<_>, _>>()?;
@@ -314,15 +315,41 @@ fn conv_matrix() -> Vec<String> {
     keys
 }
 
-/// Exact f32 conv workloads (simt_conv2d): [`conv_matrix`]'s shapes in f32, and two layers whose
-/// channels (3, 6) leave only 1- and 2-float vectors.
+/// Exact f32 and tf32 conv layers for a correctness run: padding, stride 2, dilation 2, ragged
+/// output tiles, non-square filters and strides, pointwise layers, the fewest channels (4: one
+/// 16-byte vector of floats), and the types-conv suite's layers. On wgmma_conv2d (tf32), channels
+/// that are a multiple of 32 (a K tile of floats) load by TMA in im2col mode, the others (12, 16,
+/// 4) are gathered, and 1x1 stride-1 unpadded layers load by TMA tiles. Exact f32 goes to
+/// simt_conv2d, which also gets two layers of 3 and 6 channels.
 fn conv32_matrix() -> Vec<String> {
-    let f32 = "/nhwc/f32,f32,f32";
-    let mut keys: Vec<String> = conv_matrix()
-        .into_iter()
-        .filter_map(|k| k.strip_suffix("/nhwc/f16,f32,f32").map(|shape| format!("{shape}{f32}")))
-        .collect();
-    keys.push(format!("conv2d/n2h9w7c3/k20r5s5/pad2x2,stride1x1,dil1x1{f32}"));
-    keys.push(format!("conv2d/n1h12w10c6/k48r3s2/pad1x0,stride2x1,dil1x2{f32}"));
+    // (n, h, w, c, k, r, s, pad, stride, dilation), pad/stride/dilation as "HxW".
+    let shapes = [
+        // Gathered on wgmma_conv2d: channels not a multiple of 32.
+        (2, 7, 5, 16, 24, 3, 3, "1x1", "1x1", "1x1"),
+        (3, 9, 9, 16, 40, 3, 3, "1x1", "2x2", "1x1"),
+        (1, 10, 11, 16, 40, 3, 3, "2x2", "1x1", "2x2"),
+        (1, 13, 17, 12, 48, 1, 3, "0x1", "1x1", "1x1"),
+        (1, 30, 30, 4, 64, 7, 7, "3x3", "2x2", "1x1"),
+        // Im2col on wgmma_conv2d: whole K tiles of 32 channels.
+        (2, 10, 11, 64, 40, 3, 3, "2x2", "1x1", "2x2"),
+        (3, 9, 9, 32, 48, 3, 3, "1x1", "2x2", "1x1"),
+        (2, 12, 9, 96, 32, 3, 1, "1x0", "1x2", "1x1"),
+        // Pointwise (TMA tiles) and a strided 1x1 (not pointwise).
+        (3, 5, 7, 32, 48, 1, 1, "0x0", "1x1", "1x1"),
+        (4, 14, 14, 64, 96, 1, 1, "0x0", "2x2", "1x1"),
+        // The types-conv suite's layers.
+        (8, 56, 56, 64, 64, 3, 3, "1x1", "1x1", "1x1"),
+        (32, 28, 28, 128, 128, 1, 1, "0x0", "1x1", "1x1"),
+        (8, 56, 56, 64, 128, 3, 3, "1x1", "2x2", "1x1"),
+    ];
+    let mut keys = Vec::new();
+    for t in ["f32,f32,f32", "tf32,f32,f32"] {
+        for (n, h, w, c, k, r, s, pad, stride, dil) in shapes {
+            keys.push(format!("conv2d/n{n}h{h}w{w}c{c}/k{k}r{r}s{s}/pad{pad},stride{stride},dil{dil}/nhwc/{t}"));
+        }
+    }
+    // Exact f32 only (simt_conv2d): channels that leave 1- and 2-float vectors.
+    keys.push("conv2d/n2h9w7c3/k20r5s5/pad2x2,stride1x1,dil1x1/nhwc/f32,f32,f32".into());
+    keys.push("conv2d/n1h12w10c6/k48r3s2/pad1x0,stride2x1,dil1x2/nhwc/f32,f32,f32".into());
     keys
 }

@@ -2,7 +2,8 @@
 //! over the layers the template is tuned for (MobileNet pointwise layers, ResNet 3x3 layers, a
 //! stride-2 3x3) and shapes that exercise the gather (padding, stride 2, dilation 2, ragged output
 //! tiles, 1x3 and 3x1 filters, a 7x7 stride-2 stem, the fewest channels each input type allows),
-//! in every type combination, on both paths. No GPU needed.
+//! in every type combination, on both paths; and the same shapes as tf32 (f32 data, m16n16k8 TF32
+//! fragments). No GPU needed.
 //!
 //! As in `generated_kernels_compile.rs`, kernels are compiled in batches (the shared preamble,
 //! then each kernel's self-contained block), on every core; a failing batch is recompiled kernel
@@ -139,4 +140,35 @@ fn a_sample_of_conv_configs_compiles_for_sm80_and_sm90() {
     }
     assert!(seen_kinds.keys().any(|k| k.ends_with("/cluster")), "no cluster split-K in the sample: {seen_kinds:?}");
     eprintln!("{total} conv kernels compiled in {:.1} s; kinds {seen_kinds:?}", started.elapsed().as_secs_f64());
+}
+
+/// The same shapes as tf32 layers: f32 tiles, m16n16k8 TF32 fragments rounded to TF32, channels
+/// in vectors of 4 floats (every shape's channels qualify).
+#[test]
+fn a_sample_of_tf32_conv_configs_compiles_for_sm80_and_sm90() {
+    let started = Instant::now();
+    let mut seed = 0x7f32_c0de_u64;
+    let types = Types::default_for(DType::Tf32).unwrap();
+    let mut seen_kinds = BTreeMap::new();
+    let mut total = 0;
+    for target in [Target::sm80(), Target::sm90()] {
+        let mut specs = Vec::new();
+        for (label, shape) in shapes() {
+            let w = Workload::Conv2d(Conv2d { types, ..shape });
+            let valid = valid_configs(&WmmaConv2d, &w, &target).unwrap();
+            assert!(valid.len() >= PER_WORKLOAD, "{label} {}: {} valid configs", w.key(), valid.len());
+            for c in sample(&valid, PER_WORKLOAD, &mut seed) {
+                *seen_kinds.entry(kind(&c)).or_insert(0) += 1;
+                let spec = WmmaConv2d.generate(&w, &c, &target).unwrap();
+                assert!(spec.source.contains("#define TT_TF32 1"), "{}", spec.name);
+                specs.push(spec);
+            }
+        }
+        total += specs.len();
+        assert_all_compile(&specs, &target);
+    }
+    for want in ["pointwise/regs/none", "implicit/regs/none", "implicit/smem/none"] {
+        assert!(seen_kinds.contains_key(want), "no {want} config in the sample: {seen_kinds:?}");
+    }
+    eprintln!("{total} tf32 conv kernels compiled in {:.1} s; kinds {seen_kinds:?}", started.elapsed().as_secs_f64());
 }

@@ -1,5 +1,6 @@
 //! NVRTC compiles what `wgmma_conv2d` emits for sm_90a, on the CPU: over 300 configs spread over
-//! every input type, all three load paths (a pointwise layer read by TMA tiles, TMA im2col where
+//! every 16-bit and 8-bit input type, and a further sample of tf32 layers (f32 data, TF32
+//! wgmmas), all three load paths (a pointwise layer read by TMA tiles, TMA im2col where
 //! the channels are a multiple of a K tile, the gather everywhere else),
 //! padding, stride 2, dilation 2, ragged tiles, non-square filters, the fewest channels each type
 //! allows, and every kind of config (producer, schedule, cluster, persistence, stream-K,
@@ -94,5 +95,50 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
         "{gathered} gathered, {im2col} im2col, {pointwise} pointwise"
     );
     assert!(kinds.len() >= 20, "only {} kinds of config: {kinds:?}", kinds.len());
+    assert_all_compile(&specs, &target);
+}
+
+/// TF32 (f32 data, `m64nNk8.f32.tf32.tf32`): a K tile is 32 channels and a 16-byte unit 4, so the
+/// layers put each load path at its tf32 boundary: im2col from 32 channels, the gather at the
+/// fewest (4) and where a K tile straddles taps (48), pointwise TMA tiles of floats.
+#[test]
+fn a_sample_of_tf32_wgmma_conv_configs_compiles_for_sm90a() {
+    let target = Target::sm90();
+    let t = Types::default_for(DType::Tf32).unwrap();
+    let layers = [
+        layer(8, (56, 56), 64, 64, (3, 3), (1, 1), 1, 1, t),
+        layer(32, (28, 28), 128, 128, (1, 1), (0, 0), 1, 1, t),
+        layer(2, (11, 13), 32, 40, (3, 2), (2, 1), 2, 2, t),
+        layer(2, (7, 9), 4, 40, (3, 3), (1, 1), 1, 2, t),
+        layer(3, (13, 17), 48, 48, (1, 3), (0, 1), 2, 1, t),
+        layer(3, (5, 7), 12, 72, (1, 1), (0, 0), 1, 1, t),
+    ];
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    let mut kinds = std::collections::BTreeSet::new();
+    let (mut gathered, mut im2col, mut pointwise) = (0, 0, 0);
+    for (turn, l) in layers.into_iter().enumerate() {
+        let w = Workload::Conv2d(l);
+        let valid = valid_configs(&WgmmaConv2d, &w, &target).unwrap();
+        assert!(!valid.is_empty(), "no valid config for {}", w.key());
+        for (_, c) in valid.iter().skip(turn % 5).step_by(valid.len() / 8 + 1) {
+            kinds.insert(kind(c));
+            let spec = WgmmaConv2d.generate(&w, c, &target).unwrap();
+            assert!(spec.source.contains("k8.f32.tf32.tf32"), "{} issues no tf32 wgmma", spec.name);
+            if spec.name.contains("gather") {
+                gathered += 1
+            } else if spec.name.contains("im2col") {
+                im2col += 1
+            } else {
+                pointwise += 1
+            }
+            specs.push(spec);
+        }
+    }
+    eprintln!("{} sampled tf32 configs ({gathered} gathered, {im2col} im2col, {pointwise} pointwise)", specs.len());
+    assert!(
+        gathered >= 10 && im2col >= 10 && pointwise >= 10,
+        "{gathered} gathered, {im2col} im2col, {pointwise} pointwise"
+    );
+    assert!(kinds.len() >= 8, "only {} kinds of config: {kinds:?}", kinds.len());
     assert_all_compile(&specs, &target);
 }

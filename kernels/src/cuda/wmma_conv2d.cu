@@ -1,6 +1,8 @@
 //@ wmma_conv2d's fills of wmma_core.cu's holes (see that file): its title, its loaders (a filter
 //@ tile loaded as a plain matrix, an input tile gathered or, on the pointwise path, loaded as a
-//@ plain matrix too) and the per-block setup of the gather.
+//@ plain matrix too), the per-block setup of the gather, and the fragments: T_IN's, or with TT_TF32
+//@ (tf32 workloads only; other types' kernels preprocess to what they were) tf32 fragments whose
+//@ loaded floats are rounded to TF32 before the MMAs.
 // @fill(title)
 // tensortune wmma_conv2d: forward convolution as an implicit GEMM; NHWC input, KRSC filter, NPQK
 // output. The GEMM is computed transposed, so that the NPQK output is the column-major D below:
@@ -132,3 +134,26 @@ struct ConvLoader {
 
   // The loader of this block; the K loop's calls to load_stage find it before any function.
   const ConvLoader load_stage(smem, n0);
+// @fill(fragments)
+#ifdef TT_TF32
+    // TF32: f32 tiles in shared memory, read into m16n16k8 tf32 fragments.
+    wmma::fragment<wmma::matrix_a, FM, FN, FK, wmma::precision::tf32, A_FRAG_LAYOUT> af[FRAGS_M];
+    wmma::fragment<wmma::matrix_b, FM, FN, FK, wmma::precision::tf32, B_FRAG_LAYOUT> bf[FRAGS_N];
+#else
+    wmma::fragment<wmma::matrix_a, FM, FN, FK, T_IN, A_FRAG_LAYOUT> af[FRAGS_M];
+    wmma::fragment<wmma::matrix_b, FM, FN, FK, T_IN, B_FRAG_LAYOUT> bf[FRAGS_N];
+#endif
+// @fill(fragment_fix)
+#ifdef TT_TF32
+    // Round the loaded floats to TF32 (to nearest) rather than let the MMA drop their low bits.
+#pragma unroll
+    for (int i = 0; i < FRAGS_M; ++i) {
+#pragma unroll
+      for (int t = 0; t < af[i].num_elements; ++t) af[i].x[t] = wmma::__float_to_tf32(af[i].x[t]);
+    }
+#pragma unroll
+    for (int j = 0; j < FRAGS_N; ++j) {
+#pragma unroll
+      for (int t = 0; t < bf[j].num_elements; ++t) bf[j].x[t] = wmma::__float_to_tf32(bf[j].x[t]);
+    }
+#endif

@@ -15,6 +15,10 @@
 //@ - block_setup: statements in the kernel once the block's tile (m0, n0), split and warp roles are
 //@   known, before the K loop; `smem` is the dynamic shared memory. A loader that keeps per-block
 //@   state declares it here as a local object named load_stage, which the K loop's calls then find.
+//@ - fragments: in compute_stage, the declarations of one K step's A fragments af[FRAGS_M] and B
+//@   fragments bf[FRAGS_N] (their element type: T_IN, or wmma::precision::tf32 for f32 data).
+//@ - fragment_fix: in compute_stage, statements between loading af/bf and the MMAs (TF32's
+//@   rounding of the loaded floats), possibly none.
 // @hole(title)
 //
 // One block computes a BM x BN tile of D over one split of K. Its warps form a
@@ -82,8 +86,7 @@ __device__ __forceinline__ void compute_stage(const T_IN* as, const T_IN* bs, in
 #pragma unroll
   for (int step = 0; step < BK / (FK * WARPS_K); ++step) {
     const int kk = (step * WARPS_K + wk) * FK;
-    wmma::fragment<wmma::matrix_a, FM, FN, FK, T_IN, A_FRAG_LAYOUT> af[FRAGS_M];
-    wmma::fragment<wmma::matrix_b, FM, FN, FK, T_IN, B_FRAG_LAYOUT> bf[FRAGS_N];
+// @hole(fragments)
 #pragma unroll
     for (int i = 0; i < FRAGS_M; ++i) {
       const int mm = wm0 + i * FM;
@@ -96,6 +99,7 @@ __device__ __forceinline__ void compute_stage(const T_IN* as, const T_IN* bs, in
       const T_IN* p = B_K_CONTIG ? bs + nn * B_LD + kk : bs + kk * B_LD + nn;
       wmma::load_matrix_sync(bf[j], p, B_LD);
     }
+// @hole(fragment_fix)
 #pragma unroll
     for (int i = 0; i < FRAGS_M; ++i) {
 #pragma unroll

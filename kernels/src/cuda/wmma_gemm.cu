@@ -19,3 +19,7 @@ __device__ __forceinline__ void load_stage(T_IN* As, T_IN* Bs, const T_IN* __res
   }
 }
 // @fill(block_setup)
+// @fill(fragments)
+    wmma::fragment<wmma::matrix_a, FM, FN, FK, T_IN, A_FRAG_LAYOUT> af[FRAGS_M];
+    wmma::fragment<wmma::matrix_b, FM, FN, FK, T_IN, B_FRAG_LAYOUT> bf[FRAGS_N];
+// @fill(fragment_fix)

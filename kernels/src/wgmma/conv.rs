@@ -6,15 +6,21 @@
 //!
 //! - A 1x1, stride-1, unpadded layer's activations are a plain [N*H*W][C] matrix: loaded by TMA
 //!   like a matmul operand (a pointwise layer is a GEMM).
-//! - A layer whose channel count is a multiple of a K tile (64 f16/bf16, 128 i8 channels: a K tile
-//!   lies within one filter tap), with strides up to 8 and small enough padding (`im2col_fits`),
-//!   has its activations loaded by TMA in im2col mode: one copy per K tile brings BP output
-//!   pixels' channels of one tap, zeros where the window leaves the input (version 2).
+//! - A layer whose channel count is a multiple of a K tile (64 f16/bf16, 128 i8, 32 tf32 channels:
+//!   a K tile lies within one filter tap), with strides up to 8 and small enough padding
+//!   (`im2col_fits`), has its activations loaded by TMA in im2col mode: one copy per K tile brings
+//!   BP output pixels' channels of one tap, zeros where the window leaves the input (version 2).
 //! - Any other layer's activations are gathered: the producer warpgroup's 128 threads copy the
 //!   im2col tile 16 bytes at a time with `cp.async` into the swizzled layout the TMA would have
 //!   written, zero-filling what lies in the padding or past the edges (`gemm.cu`, `gather_x`). A
-//!   16-byte unit is 8 channels (16 for i8) of one filter tap, so C must be a multiple of that;
-//!   a K tile may straddle taps. These configs need the producer warpgroup.
+//!   16-byte unit is 8 channels (16 for i8, 4 for tf32) of one filter tap, so C must be a multiple
+//!   of that; a K tile may straddle taps. These configs need the producer warpgroup.
+//! - TF32 (`tf32,f32,f32`: f32 in memory, TF32 products): wgmma reads TF32 operands K-major only,
+//!   and in NHWC/KRSC both the filter's rows and the im2col rows are channels, K-major, so every
+//!   layer qualifies, as `wgmma_gemm` takes tf32 in layout tn. A 128-byte stage row is 32 floats,
+//!   so a K tile is 32 channels; the wgmma is `m64nNk8.f32.tf32.tf32`, which reads an f32's
+//!   leading 19 bits (truncation, within the TF32 tolerance). Exact f32 is refused: wgmma would
+//!   round it. The f16/bf16/i8 kernels are generated as before, so the version stays.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -70,8 +76,17 @@ impl Template for WgmmaConv2d {
         let c = conv(workload)?;
         c.validate()?;
         let input = c.types.input;
-        if !matches!(input, DType::F16 | DType::Bf16 | DType::I8) {
-            return Err(Error::invalid("input", format!("wgmma_conv2d takes f16, bf16 or i8 inputs, not {input}")));
+        if input == DType::F32 {
+            return Err(Error::invalid(
+                "input",
+                "wgmma_conv2d multiplies f32 data as tf32 (--allow-tf32), never exactly: exact f32 convolutions are for the CUDA-core templates".to_string(),
+            ));
+        }
+        if !matches!(input, DType::F16 | DType::Bf16 | DType::I8 | DType::Tf32) {
+            return Err(Error::invalid(
+                "input",
+                format!("wgmma_conv2d takes f16, bf16, i8 or tf32 inputs, not {input}"),
+            ));
         }
         // A 16-byte copy (or a TMA row) never straddles two filter taps or two pixels.
         let unit = 16 / input.bytes() as u64;
@@ -268,6 +283,44 @@ mod tests {
     }
 
     #[test]
+    fn tf32_layers_take_k_tiles_of_32_channels_and_issue_k8_tf32_wgmmas() {
+        let target = Target::sm90();
+        // 64 channels: two K tiles of 32 per tap, loaded by TMA in im2col mode.
+        let l = layer(2, 9, 64, 40, 3, 1, 2, DType::Tf32);
+        let Workload::Conv2d(c) = l else { unreachable!() };
+        assert_eq!(ConvGemm::of(&c).0.x, ConvX::Im2col);
+        assert_eq!(l.key(), "conv2d/n2h9w9c64/k40r3s3/pad1x1,stride2x2,dil1x1/nhwc/tf32,f32,f32");
+        let spec = WgmmaConv2d.generate(&l, &config(&l, "inline"), &target).unwrap();
+        let Arg::Im2col(x) = &spec.args[0] else { panic!("{:?}", spec.args) };
+        assert_eq!((x.dtype, x.channels), (DType::Tf32, 32));
+        assert_eq!((x.dims, x.strides_bytes), ([64, 9, 9, 2], [256, 9 * 256, 81 * 256]));
+        let Arg::Map(y) = &spec.args[1] else { panic!("{:?}", spec.args) };
+        assert_eq!((y.dtype, y.dims, y.box_dims[0]), (DType::Tf32, [9 * 64, 40], 32));
+        let line = spec.source.lines().find(|l| l.contains("wgmma.mma_async")).unwrap_or("");
+        assert!(line.contains("k8.f32.tf32.tf32"), "no tf32 wgmma: {line}");
+        assert!(spec.source.contains("constexpr int BK = 32;") && spec.source.contains("p, 1, 1;"));
+        // 48 channels: a K tile of 32 straddles taps, so the activations are gathered 4 floats
+        // (16 bytes) at a time; 4 channels is the fewest.
+        let Workload::Conv2d(g) = layer(2, 9, 48, 40, 3, 1, 1, DType::Tf32) else { unreachable!() };
+        assert_eq!(ConvGemm::of(&g).0.x, ConvX::Gather);
+        let few = layer(2, 9, 4, 40, 3, 1, 1, DType::Tf32);
+        let spec = WgmmaConv2d.generate(&few, &config(&few, "warpgroup"), &target).unwrap();
+        assert!(spec.source.contains("CONV_C = 4;") && spec.name.starts_with("tt_wgmma_conv2d_gather_v2_"));
+        let e = WgmmaConv2d.supports(&layer(2, 9, 6, 40, 3, 1, 1, DType::Tf32), &target).unwrap_err();
+        assert!(e.field() == Some("c") && e.to_string().contains("multiple of 4"), "{e}");
+        // A pointwise layer: plain TMA tiles of floats.
+        let p = layer(4, 14, 64, 128, 1, 0, 1, DType::Tf32);
+        let valid = valid_configs(&WgmmaConv2d, &p, &target).unwrap();
+        assert!(valid.len() >= 50, "{} valid configs", valid.len());
+        let spec = WgmmaConv2d.generate(&p, &valid[valid.len() / 2].1, &target).unwrap();
+        assert!(matches!(&spec.args[0], Arg::Map(x) if x.dtype == DType::Tf32 && x.box_dims[0] == 32));
+        // Exact f32 is not wgmma's: it would round to TF32.
+        let e = WgmmaConv2d.supports(&layer(2, 9, 64, 40, 3, 1, 1, DType::F32), &target).unwrap_err();
+        assert_eq!(e.field(), Some("input"));
+        assert!(e.to_string().contains("tf32") && e.to_string().contains("exact"), "{e}");
+    }
+
+    #[test]
     fn conv_layers_search_both_templates_on_hopper() {
         let w = layer(32, 56, 64, 64, 3, 1, 1, DType::F16);
         let names: Vec<_> = crate::template::all()
@@ -276,5 +329,16 @@ mod tests {
             .map(|t| t.name())
             .collect();
         assert_eq!(names, ["wmma_conv2d", "wgmma_conv2d"]);
+        // TF32 too; exact f32 is neither's.
+        for (input, want) in [(DType::Tf32, &["wmma_conv2d", "wgmma_conv2d"][..]), (DType::F32, &[][..])] {
+            let w = layer(32, 56, 64, 64, 3, 1, 1, input);
+            let names: Vec<_> = crate::template::all()
+                .into_iter()
+                .filter(|t| t.op() == Op::Conv2d && t.supports(&w, &Target::sm90()).is_ok())
+                .map(|t| t.name())
+                .filter(|n| n.starts_with("wmma") || n.starts_with("wgmma"))
+                .collect();
+            assert_eq!(names, want, "{input}");
+        }
     }
 }

@@ -535,12 +535,6 @@ impl Plan {
                     self.w.n, self.bp
                 )));
             }
-            if !self.y_kmajor() && !(self.bq / 64).is_multiple_of(self.cluster) {
-                return Err(Error::Rejected(format!(
-                    "a cluster of {} multicasts A in 64-column blocks: block_m {} does not split in {}",
-                    self.cluster, self.bq, self.cluster
-                )));
-            }
         }
         let wave = self.wave(target);
         if self.stream_k {

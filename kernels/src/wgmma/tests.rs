@@ -92,6 +92,20 @@ fn tensor_maps_follow_the_layout() {
 }
 
 #[test]
+fn a_192_column_tile_of_an_m_contiguous_a_is_shared_out_in_a_cluster() {
+    let sm90 = Target::sm90();
+    // nn: A (Y) is M-contiguous, loaded in 64-column chunks; three chunks in a cluster of 2 are
+    // loaded two by the first block and one by the second, each multicast to both.
+    let w = mm(3000, 3000, 4096, Layout::Nn, DType::F16);
+    let c = config(&BIG.replace(r#""block_m":256"#, r#""block_m":192"#));
+    WgmmaGemm.check(&w, &c, &sm90).unwrap();
+    let spec = WgmmaGemm.generate(&w, &c, &sm90).unwrap();
+    let Arg::Map(y) = spec.args[1] else { panic!("Y's map second") };
+    assert_eq!((y.operand, y.box_dims), (TensorOperand::A, [64, 64]));
+    assert!(spec.source.contains("__cluster_dims__(2, 1, 1)") && spec.source.contains("m64n192k16"));
+}
+
+#[test]
 fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
     let sm90 = Target::sm90();
     let mut checked = 0;

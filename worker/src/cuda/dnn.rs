@@ -15,6 +15,8 @@
 //! | f16, f16, f16 | `PSEUDO_HALF_CONFIG` | half | float, where ours accumulates in f16 | half |
 //! | bf16, f32, bf16 or f32 | `PSEUDO_BFLOAT16_CONFIG` | bfloat16 | float | bfloat16 |
 //! | i8, i32, i32 | `INT8_EXT_CONFIG` | int8 | int32 | float: no configuration writes int32 |
+//! | f32, f32, f32 (exact) | `FLOAT_CONFIG`, math `CUDNN_FMA_MATH` | float | float | float |
+//! | tf32, f32, f32 | `FLOAT_CONFIG`, math `CUDNN_TENSOR_OP_MATH` | float | float | float |
 //!
 //! Where cuDNN's output type differs from ours it writes into a buffer of its own; the cross-check
 //! converts that (exactly) into our output buffer and allows for cuDNN's output rounding. For i8
@@ -24,6 +26,22 @@
 //! tensor cores) would need other buffers than ours, so it is not used. Half compute
 //! (`TRUE_HALF_CONFIG`) is not tried for f16 accumulation: frameworks run half convolutions as
 //! `PSEUDO_HALF_CONFIG`, and that is the baseline a user would meet.
+//!
+//! # f32 and TF32
+//!
+//! Exact f32 and TF32 are one cuDNN configuration, `FLOAT_CONFIG`; what tells them apart is the
+//! convolution descriptor's math type ([`Math`]). cuDNN documents `CUDNN_DEFAULT_MATH` as allowing
+//! TF32 tensor-core kernels for FLOAT convolutions on sm_80 and newer, so on the GPUs we tune a
+//! FLOAT convolution left at its default would be a TF32 one. The exact-f32 baseline therefore
+//! runs with `CUDNN_FMA_MATH` (FMA kernels only): it is set before the search and before every
+//! call, whatever math type cuDNN lists a candidate with, and each algorithm is timed once. Its
+//! cross-check uses exact f32's tolerance, which a kernel that rounded its inputs to TF32 fails
+//! (see `Tolerance::for_workload`), so a baseline that was TF32 after all would say so in its
+//! kind. The TF32 baseline runs with `CUDNN_TENSOR_OP_MATH`, the math type cuDNN's legacy-API
+//! guide names as what lets a convolution use the tensor cores (rather than `DEFAULT_MATH`, whose
+//! TF32 depends on the GPU and on `NVIDIA_TF32_OVERRIDE`); each candidate is timed with the math
+//! type cuDNN reports for it, which the kind names. With `NVIDIA_TF32_OVERRIDE=0` in the
+//! environment cuDNN runs no TF32 at all, and the kind would show FMA math.
 //!
 //! # Algorithm
 //!
@@ -279,6 +297,47 @@ pub(crate) enum TypeConfig {
     PseudoBf16,
     /// x, w int8; compute int32; y float.
     Int8Ext,
+    /// x, w, y float; compute float (exact f32 or TF32, by the math type).
+    Float,
+}
+
+/// The math type a convolution descriptor gets, which for `FLOAT_CONFIG` decides between exact
+/// f32 and TF32 (see the module notes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Math {
+    /// `CUDNN_TENSOR_OP_MATH` for the search; each candidate runs with the math type cuDNN
+    /// reports for it.
+    TensorOps,
+    /// `CUDNN_FMA_MATH` for the search and for every call: no tensor-core (TF32) kernel.
+    FmaOnly,
+}
+
+impl Math {
+    /// The math type set on the descriptor before the search.
+    fn descriptor(self) -> u32 {
+        match self {
+            Math::TensorOps => MathType::CUDNN_TENSOR_OP_MATH as u32,
+            Math::FmaOnly => MathType::CUDNN_FMA_MATH as u32,
+        }
+    }
+
+    /// The candidates to time, from the search's usable rows (fastest first): all of them as
+    /// cuDNN listed them, or for [`Math::FmaOnly`] each algorithm once, with FMA math whatever
+    /// math type it was listed with.
+    fn candidates(self, usable: &[AlgoPerf]) -> Vec<AlgoPerf> {
+        match self {
+            Math::TensorOps => usable.to_vec(),
+            Math::FmaOnly => {
+                let mut out: Vec<AlgoPerf> = Vec::with_capacity(usable.len());
+                for p in usable {
+                    if !out.iter().any(|q| q.algo == p.algo) {
+                        out.push(AlgoPerf { math_type: self.descriptor(), ..*p });
+                    }
+                }
+                out
+            }
+        }
+    }
 }
 
 impl TypeConfig {
@@ -288,6 +347,7 @@ impl TypeConfig {
             TypeConfig::PseudoHalf => "PSEUDO_HALF_CONFIG",
             TypeConfig::PseudoBf16 => "PSEUDO_BFLOAT16_CONFIG",
             TypeConfig::Int8Ext => "INT8_EXT_CONFIG",
+            TypeConfig::Float => "FLOAT_CONFIG",
         }
     }
 }
@@ -306,6 +366,8 @@ pub(crate) struct ConvPlan {
     pub(crate) output: DType,
     /// Our workload's types.
     pub(crate) ours: Types,
+    /// The descriptor's math type.
+    pub(crate) math: Math,
     /// x as cuDNN counts it (n, c, h, w), stored NHWC.
     pub(crate) x_dims: [c_int; 4],
     /// w as cuDNN counts it (k, c, r, s), stored KRSC (cuDNN's NHWC filter format).
@@ -331,17 +393,21 @@ impl ConvPlan {
                 return Err(format!("INT8_EXT_CONFIG needs the input channels to be a multiple of 4; C = {}", c.c));
             }
             DType::I8 => (TypeConfig::Int8Ext, DType::I32, DType::F32),
+            DType::F32 | DType::Tf32 => (TypeConfig::Float, DType::F32, DType::F32),
             other => return Err(format!("{other} inputs have no cuDNN convolution configuration")),
         };
         let int = |what: &str, v: u64| {
             c_int::try_from(v).map_err(|_| format!("{what} = {v} does not fit cuDNN's 32-bit dimensions"))
         };
+        let math = if ours.input == DType::F32 { Math::FmaOnly } else { Math::TensorOps };
         Ok(ConvPlan {
             config,
-            input: ours.input,
+            // TF32 data is f32 in memory.
+            input: if ours.input == DType::Tf32 { DType::F32 } else { ours.input },
             compute,
             output,
             ours,
+            math,
             x_dims: [int("n", c.n)?, int("c", c.c)?, int("h", c.h)?, int("w", c.w)?],
             w_dims: [int("k", c.k)?, int("c", c.c)?, int("r", c.r)?, int("s", c.s)?],
             y_dims: [int("n", c.n)?, int("k", c.k)?, int("p", c.p())?, int("q", c.q())?],
@@ -368,6 +434,11 @@ impl ConvPlan {
     /// `PSEUDO_HALF_CONFIG f16->f16 (our output f32)`.
     pub(crate) fn describe(&self) -> String {
         let mut notes = Vec::new();
+        match (self.config, self.math) {
+            (TypeConfig::Float, Math::FmaOnly) => notes.push("FMA math only: exact f32".to_string()),
+            (TypeConfig::Float, Math::TensorOps) => notes.push("tensor-op math: TF32".to_string()),
+            _ => {}
+        }
         if self.compute != self.ours.accumulator {
             notes.push(format!("{} accumulation, ours {}", self.compute, self.ours.accumulator));
         }
@@ -501,7 +572,7 @@ impl Dnn {
                 ));
             }
         }
-        d.set_math(MathType::CUDNN_TENSOR_OP_MATH as u32)?;
+        d.set_math(plan.math.descriptor())?;
         Ok(d)
     }
 }
@@ -795,13 +866,15 @@ where
             "cuDNN candidate"
         );
     }
-    let usable: Vec<AlgoPerf> =
-        found.iter().copied().filter(|p| p.status == SUCCESS && p.memory <= workspace.bytes).collect();
+    let usable: Vec<AlgoPerf> = plan.math.candidates(
+        &found.iter().copied().filter(|p| p.status == SUCCESS && p.memory <= workspace.bytes).collect::<Vec<_>>(),
+    );
     if usable.is_empty() {
         let tried: Vec<String> =
             found.iter().map(|p| format!("{} {}", algo_name(p.algo), dnn.api.status_text(p.status))).collect();
         let hint = match plan.config {
             TypeConfig::Int8Ext => "; cuDNN documents INT8_EXT_CONFIG for NHWC with channels multiples of 4",
+            TypeConfig::Float if plan.math == Math::FmaOnly => "; CUDNN_FMA_MATH lets only FMA kernels run",
             _ => "",
         };
         return Err(Why::Cudnn(format!(
@@ -949,6 +1022,47 @@ mod tests {
     fn i8_with_channels_not_a_multiple_of_4_is_unsupported() {
         let e = ConvPlan::new(&conv(DType::I8, DType::I32, DType::I32, 3, 64)).unwrap_err();
         assert!(e.contains("INT8_EXT_CONFIG") && e.contains("C = 3"), "{e}");
+    }
+
+    #[test]
+    fn f32_runs_as_float_config_with_fma_math_and_tf32_with_tensor_ops() {
+        let exact = conv(DType::F32, DType::F32, DType::F32, 64, 128);
+        let p = ConvPlan::new(&exact).unwrap();
+        assert_eq!((p.config, p.input, p.compute, p.output), (TypeConfig::Float, DType::F32, DType::F32, DType::F32));
+        assert_eq!(p.math, Math::FmaOnly);
+        assert!(!p.output_differs());
+        assert_eq!(p.describe(), "FLOAT_CONFIG f32->f32 (FMA math only: exact f32)");
+        assert_eq!(p.math.descriptor(), MathType::CUDNN_FMA_MATH as u32);
+        assert_eq!(p.tolerance(&exact), Tolerance::for_workload(&Workload::Conv2d(exact)));
+
+        let tf32 = conv(DType::Tf32, DType::F32, DType::F32, 64, 128);
+        let p = ConvPlan::new(&tf32).unwrap();
+        // TF32 data is f32 in memory: the same descriptors, another math type.
+        assert_eq!((p.config, p.input, p.compute, p.output), (TypeConfig::Float, DType::F32, DType::F32, DType::F32));
+        assert_eq!(p.math, Math::TensorOps);
+        assert_eq!(p.describe(), "FLOAT_CONFIG f32->f32 (tensor-op math: TF32)");
+        assert_eq!(p.math.descriptor(), MathType::CUDNN_TENSOR_OP_MATH as u32);
+        assert_eq!(data_type(p.input), cudnnDataType_t::CUDNN_DATA_FLOAT as u32);
+        // TF32's cross-check is looser than exact f32's.
+        assert!(p.tolerance(&tf32).acc > 100.0 * ConvPlan::new(&exact).unwrap().tolerance(&exact).acc);
+    }
+
+    #[test]
+    fn fma_only_times_each_algorithm_once_with_fma_math() {
+        let row =
+            |algo: Algo, math: MathType| AlgoPerf { algo: algo as u32, math_type: math as u32, ..AlgoPerf::default() };
+        let found = [
+            row(Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, MathType::CUDNN_TENSOR_OP_MATH),
+            row(Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, MathType::CUDNN_DEFAULT_MATH),
+            row(Algo::CUDNN_CONVOLUTION_FWD_ALGO_GEMM, MathType::CUDNN_FMA_MATH),
+        ];
+        let fma = Math::FmaOnly.candidates(&found);
+        assert_eq!(fma.len(), 2, "{fma:?}");
+        assert!(fma.iter().all(|p| p.math_type == MathType::CUDNN_FMA_MATH as u32), "{fma:?}");
+        assert_eq!(fma[0].algo, Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM as u32, "the order is kept");
+        let ops = Math::TensorOps.candidates(&found);
+        assert_eq!(ops.iter().map(|p| p.math_type).collect::<Vec<_>>(), found.map(|p| p.math_type));
+        assert_eq!(math_name(MathType::CUDNN_FMA_MATH as u32), "FMA only");
     }
 
     #[test]

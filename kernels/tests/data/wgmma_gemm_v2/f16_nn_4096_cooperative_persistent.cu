@@ -231,11 +231,12 @@ union OutVec {
 // registers given to the consumers with setmaxnreg) runs ahead through every tile of the block;
 // otherwise thread 0 of the first consumer issues each load STAGES tiles ahead.
 // With CLUSTER == 2, the two blocks of a cluster own vertically adjacent tiles that share Y: each
-// loads half of Y and multicasts it to both, so a stage is free only when both blocks' consumers
-// have released it. With PINGPONG the two consumers take alternate tiles of the block whole, so
-// one stores its results while the other multiplies. With PERSISTENT the grid is one wave (of
-// BLOCKS_PER_SM blocks per SM) and each block walks tiles; tiles are
-// ordered in groups of GROUP cluster rows, so the Y panels a wave shares stay in L2.
+// loads half of Y (of an MN-major Y of three 64-column chunks, two and one) and multicasts it to
+// both, so a stage is free only when both blocks' consumers have released it. With PINGPONG the
+// two consumers take alternate tiles of the block whole, so one stores its results while the
+// other multiplies. With PERSISTENT the grid is one wave (of BLOCKS_PER_SM blocks per SM) and each
+// block walks tiles; tiles are ordered in groups of GROUP cluster rows, so the Y panels a wave
+// shares stay in L2.
 // With STREAM_K (persistent, cooperative) the tiles that would leave the last wave ragged are
 // shared out by K tiles instead: all but the last whole wave go tile by tile as above, and the
 // K tiles of the rest are cut into equal ranges, one per cluster. A range that ends inside a tile
@@ -276,7 +277,8 @@ constexpr int THREADS = 128 * (CONSUMERS + (SPECIALIZED ? 1 : 0));
 // in every block of the cluster.
 constexpr int RELEASES = (PINGPONG ? 1 : CONSUMERS) * CLUSTER;
 constexpr int Y_ROWS = BQ / CLUSTER;  // rows of Y (K-major) each block of a cluster loads
-constexpr int Y_CHUNKS = BQ / 64 / CLUSTER;  // chunks of Y (MN-major) each block loads
+constexpr int Y_CHUNKS = BQ / 64;  // 64-column chunks of an MN-major Y tile
+constexpr int Y_PER_BLOCK = (Y_CHUNKS + CLUSTER - 1) / CLUSTER;  // of which each block of a cluster loads
 constexpr int ACC_ALL = MT * ACC_REGS;         // accumulator registers of a consumer thread
 static_assert(ACC_ALL % 4 == 0, "partial sums move in 16-byte vectors");
 static_assert(EPI_COLS * sizeof(T_OUT) == 128, "a TMA-store piece is one 128-byte swizzle span wide");
@@ -601,12 +603,14 @@ __device__ __forceinline__ void load_y(unsigned char* y, const TmaDesc* mapY, in
       tma_load_multicast(y + r0 * ROW_BYTES, mapY, k0, q0 + r0, bar);
     }
   } else {
+    // Each block loads a run of Y_PER_BLOCK chunks; with an odd number of chunks (192 columns)
+    // the last block's run is shorter.
 #pragma unroll
-    for (int i = 0; i < Y_CHUNKS; ++i) {
-      const int c = rank * Y_CHUNKS + i;
+    for (int i = 0; i < Y_PER_BLOCK; ++i) {
+      const int c = rank * Y_PER_BLOCK + i;
       if constexpr (CLUSTER == 1) {
         tma_load(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
-      } else {
+      } else if (Y_CHUNKS % CLUSTER == 0 || c < Y_CHUNKS) {
         tma_load_multicast(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
       }
     }
