@@ -49,7 +49,8 @@
 #                tn on wgmma_gemm, s4/u4/b1xor/b1and on mma_ext_gemm; TYPES_CONFIGS per workload and
 #                template, every output element checked, exact for the integer types);
 #                TYPES_MODE=conv32: the f32 and tf32 conv layers instead (gpu_selftest conv32: every
-#                template that supports each, wgmma_conv2d's im2col, gathered and pointwise paths)
+#                template that supports each, wgmma_conv2d's im2col, gathered and pointwise paths;
+#                exact f32 on simt_conv2d, with 3 and 6 channels too)
 #     typesbench `tensortune bench --suite suites/types.json` (TYPES_TRIALS per workload, default
 #                200; TYPES_ARGS) against cuBLAS 32F, cuBLAS 32F_FAST_TF32 and, for s4/b1, cuBLAS's
 #                i8 GEMM of the same shape (each row's vendor kind printed); TYPES_SUITE another

@@ -17,6 +17,8 @@
 //! - [`ext`]: the `mma_ext_gemm` template, tensor-core matmul of tf32 (WMMA m16n16k8) and the
 //!   packed s4, u4 and b1 types (mma.sync m8n8k32 / m8n8k128) (`src/cuda/mma_ext.cu`).
 //! - [`simt`]: the `simt_gemm` template, exact f32 on the CUDA cores (`src/cuda/simt_gemm.cu`).
+//! - [`simt_conv`]: the `simt_conv2d` template, exact f32 convolution on `simt_gemm`'s body with an
+//!   im2col loader (`src/cuda/simt_conv2d.cu`).
 //! - [`support`]: input generation, the float64 reference and the comparison kernels.
 //! - [`cuda`]: the typed emitter for generated headers and the filler of template holes;
 //!   `src/cuda/wmma_core.cu` is the block-level WMMA GEMM both templates' kernels share.
@@ -28,6 +30,7 @@ pub mod error;
 pub mod ext;
 pub mod gemm;
 pub mod simt;
+pub mod simt_conv;
 pub mod space;
 pub mod support;
 pub mod target;

@@ -1,8 +1,10 @@
 //! `simt_gemm`: exact f32 matmul on the CUDA cores (no tensor cores, so no TF32 rounding): the
 //! classic blocking through shared memory and registers. Knobs: block tile, thread tile (register
-//! blocking), K step, global vector width, virtual threads (thread interleaving), double buffering
-//! and split-K. Valid on sm_70 and newer. Its CUDA body is `src/cuda/simt_gemm.cu`; like
-//! `wmma_gemm`, everything derives from one [`Plan`].
+//! blocking), K step, global vector width, virtual threads (thread interleaving), double buffering,
+//! split-K, the warp tile (how a warp's threads are laid over the block tile) and the blocks per SM
+//! ptxas must leave registers for. Valid on sm_70 and newer. Its CUDA body is `src/cuda/simt_gemm.cu`,
+//! whose B loader is a hole (`simt_dense.cu` fills it here; `simt_conv2d` fills it with the im2col
+//! gather, [`crate::simt_conv`]); like `wmma_gemm`, everything derives from one [`Plan`].
 
 use crate::cuda::{Header, Scalar, ident};
 use crate::dtype::DType;
@@ -11,9 +13,25 @@ use crate::space::{Config, Knob, Space, positions_at};
 use crate::target::Target;
 use crate::template::{Arg, KernelSpec, Resources, Template};
 use crate::tiling::{LAUNCH_US, Tiling};
-use crate::workload::{Matmul, Op, Workload};
+use crate::workload::{Conv2d, Layout, Matmul, Op, Workload};
 
-const BODY: &str = include_str!("cuda/simt_gemm.cu");
+/// The body, with a hole for B's loader.
+const CORE: &str = include_str!("cuda/simt_gemm.cu");
+/// simt_gemm's loader: a dense B.
+const DENSE: &str = include_str!("cuda/simt_dense.cu");
+/// simt_conv2d's loader: the im2col gather of an NHWC input.
+const IM2COL: &str = include_str!("cuda/simt_conv2d.cu");
+
+/// The body with the loader of a dense B or of a convolution's input, once each.
+fn body(conv: bool) -> &'static str {
+    static DENSE_BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static CONV_BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if conv {
+        CONV_BODY.get_or_init(|| crate::cuda::fill_holes(CORE, IM2COL))
+    } else {
+        DENSE_BODY.get_or_init(|| crate::cuda::fill_holes(CORE, DENSE))
+    }
+}
 
 // The knob domains, in the order of the space (the last varies fastest in the index).
 const BLOCK_M: &[u32] = &[32, 64, 128, 256];
@@ -25,7 +43,11 @@ const VEC: &[u32] = &[1, 2, 4];
 const VTHREADS: &[u32] = &[1, 2];
 const DOUBLE_BUFFER: &[u32] = &[0, 1];
 const SPLIT_K: &[u32] = &[1, 2, 4, 8];
-const KNOBS: usize = 9;
+/// A warp's threads along M x N: `none` is v1's layout (threads numbered along M across the whole
+/// block), the others lay a warp's 32 thread tiles out as a grid and the warps over the block.
+const WARP_TILE: &[(&str, u32, u32)] = &[("none", 0, 0), ("8x4", 8, 4), ("4x8", 4, 8)];
+const MIN_BLOCKS: &[u32] = &[1, 2];
+const KNOBS: usize = 11;
 const DOMAIN_SIZES: [usize; KNOBS] = [
     BLOCK_M.len(),
     BLOCK_N.len(),
@@ -36,6 +58,8 @@ const DOMAIN_SIZES: [usize; KNOBS] = [
     VTHREADS.len(),
     DOUBLE_BUFFER.len(),
     SPLIT_K.len(),
+    WARP_TILE.len(),
+    MIN_BLOCKS.len(),
 ];
 
 /// Accumulators per thread above which register blocking spills (with the operand registers and
@@ -56,8 +80,10 @@ pub struct SimtGemm;
 /// Every quantity a config implies for a workload.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// The workload.
+    /// The GEMM: the workload, or a convolution's implicit GEMM ([`Plan::for_conv`]).
     pub w: Matmul,
+    /// The convolution whose implicit GEMM `w` is, if any.
+    pub conv: Option<Conv2d>,
     /// Block tile.
     pub bm: u32,
     /// Block tile.
@@ -76,6 +102,12 @@ pub struct Plan {
     pub double_buffer: bool,
     /// K splits.
     pub split_k: u32,
+    /// A warp's threads along M (0: v1's layout, threads along M across the block).
+    pub warp_tm: u32,
+    /// A warp's threads along N (0 with `warp_tm`).
+    pub warp_tn: u32,
+    /// Blocks per SM that `__launch_bounds__` asks ptxas to leave registers for.
+    pub min_blocks: u32,
 }
 
 impl Plan {
@@ -90,9 +122,29 @@ impl Plan {
         Plan::from_positions(w, &positions_at(index, &DOMAIN_SIZES))
     }
 
+    /// The plan of `config` for a convolution: the GEMM D^T = filter x im2col(input), whose M is
+    /// the output channels, N the output pixels N*P*Q and K the taps R*S*C, both operands
+    /// K-contiguous (layout tn) and D column-major M x N, which is the NPQK output.
+    pub fn for_conv(c: &Conv2d, config: &Config) -> Result<Plan> {
+        let positions = SimtGemm.space().positions(config)?;
+        Ok(Plan::conv_at_positions(c, &positions))
+    }
+
+    /// [`Plan::for_conv`] of the config at `index` of the space.
+    pub fn conv_at(c: &Conv2d, index: u64) -> Plan {
+        Plan::conv_at_positions(c, &positions_at(index, &DOMAIN_SIZES))
+    }
+
+    fn conv_at_positions(c: &Conv2d, pos: &[usize]) -> Plan {
+        let (pixels, channels, taps) = c.gemm_dims();
+        let w = Matmul { m: channels, n: pixels, k: taps, layout: Layout::Tn, types: c.types, alpha: 1.0, beta: 0.0 };
+        Plan { conv: Some(*c), ..Plan::from_positions(&w, pos) }
+    }
+
     fn from_positions(w: &Matmul, pos: &[usize]) -> Plan {
         Plan {
             w: *w,
+            conv: None,
             bm: BLOCK_M[pos[0]],
             bn: BLOCK_N[pos[1]],
             bk: BLOCK_K[pos[2]],
@@ -102,6 +154,9 @@ impl Plan {
             vt: VTHREADS[pos[6]],
             double_buffer: DOUBLE_BUFFER[pos[7]] == 1,
             split_k: SPLIT_K[pos[8]],
+            warp_tm: WARP_TILE[pos[9]].1,
+            warp_tn: WARP_TILE[pos[9]].2,
+            min_blocks: MIN_BLOCKS[pos[10]],
         }
     }
 
@@ -150,13 +205,79 @@ impl Plan {
     /// shared-memory reads of the next k with the current FMAs), the prefetched floats and
     /// addressing (fitted to ptxas's counts for sm_80 over a spread of 4096^3 configs).
     pub fn regs(&self) -> u32 {
-        self.tm * self.tn + 2 * (self.tm + self.tn) + self.prefetch() + 40
+        self.tm * self.tn + 2 * (self.tm + self.tn) + self.prefetch() + 40 + self.gather_regs()
     }
 
-    /// Registers per thread a block of this size may have: 255, or the register file shared by
-    /// its threads.
+    /// Global loads of B a thread issues per step.
+    fn b_loads(&self) -> u32 {
+        (self.bn * self.bk / self.vec).div_ceil(self.threads().max(1))
+    }
+
+    /// Registers a convolution's gather adds: each B load's pixel origin (its row's base, h and
+    /// w), kept across steps (ptxas held to 128 spilled a 64x128 tile of 8 B loads without them).
+    fn gather_regs(&self) -> u32 {
+        if self.conv.is_some() { 3 * self.b_loads() } else { 0 }
+    }
+
+    /// The fewest registers a thread can do with: accumulators, two k's operands, the prefetched
+    /// floats, two or three per global load (its address; narrower loads take more arithmetic)
+    /// and about 20 for the rest. Fitted to ptxas held to 128 on sm_90: 128x128 over 8x8 fits at
+    /// a K step of 8 with vec 4 (127 used) and spills at 16; at a K step of 32, 128x64 and
+    /// 128x32 spilled with vec 1 and 2 (12 to 20 loads per step). A convolution's gather adds
+    /// its own.
+    pub fn min_regs(&self) -> u32 {
+        let threads = self.threads().max(1);
+        let loads = (self.bm * self.bk / self.vec).div_ceil(threads) + self.b_loads();
+        let per_load = if self.vec == 4 { 2 } else { 3 };
+        self.tm * self.tn + 2 * (self.tm + self.tn) + self.prefetch() + per_load * loads + 20 + self.gather_regs()
+    }
+
+    /// Registers per thread ptxas may use: 255, or what leaves room for `min_blocks` blocks of
+    /// this size in the register file (allocated 8 at a time).
     pub fn register_cap(&self, target: &Target) -> u32 {
-        (target.regs_per_sm / self.threads().max(1) / 8 * 8).min(255)
+        (target.regs_per_sm / (self.threads().max(1) * self.min_blocks) / 8 * 8).min(255)
+    }
+
+    /// Registers per thread ptxas is expected to use: the estimate, held to the cap.
+    pub fn regs_used(&self, target: &Target) -> u32 {
+        self.regs().min(self.register_cap(target))
+    }
+
+    /// The thread tile (tx, ty) of each lane of warp 0 (all warps see the same pattern).
+    fn lane_tiles(&self) -> [(u32, u32); 32] {
+        let threads_m = self.bm / self.tm;
+        let mut tiles = [(0, 0); 32];
+        for (lane, tile) in tiles.iter_mut().enumerate() {
+            let lane = lane as u32;
+            *tile = if self.warp_tm == 0 {
+                (lane % threads_m, lane / threads_m)
+            } else {
+                (lane % self.warp_tm, lane / self.warp_tm)
+            };
+        }
+        tiles
+    }
+
+    /// Shared-memory wavefronts one warp spends reading one k's operands: per load instruction,
+    /// the most distinct 4-byte words that fall into one of the 32 banks (broadcasts are free).
+    pub fn smem_wavefronts(&self) -> u32 {
+        let (vs_a, vs_b, _) = self.vectors();
+        let tiles = self.lane_tiles();
+        let mut total = 0;
+        for (sub, vs, of) in [(self.tm / self.vt, vs_a, 0usize), (self.tn / self.vt, vs_b, 1)] {
+            for i in (0..sub).step_by(vs as usize) {
+                let mut words: Vec<u32> =
+                    tiles.iter().flat_map(|t| (0..vs).map(move |e| [t.0, t.1][of] * sub + i + e)).collect();
+                words.sort_unstable();
+                words.dedup();
+                let mut per_bank = [0u32; 32];
+                for w in words {
+                    per_bank[(w % 32) as usize] += 1;
+                }
+                total += per_bank.iter().max().copied().unwrap_or(1) * self.vt;
+            }
+        }
+        total
     }
 
     /// Split-K scratch: a counter per output tile (256-byte aligned), then the partial tiles.
@@ -174,7 +295,7 @@ impl Plan {
         let by_threads = 2048 / threads;
         // The driver reserves 1 KiB of shared memory per block.
         let by_smem = target.smem_per_sm / (self.smem_bytes() + 1024);
-        let by_regs = target.regs_per_sm / (self.regs().min(self.register_cap(target)) * threads);
+        let by_regs = target.regs_per_sm / (self.regs_used(target) * threads);
         by_threads.min(by_smem).min(by_regs).clamp(1, 32)
     }
 
@@ -214,7 +335,9 @@ impl Plan {
                 self.vt, self.tm, self.tn
             ));
         }
-        for (name, tile, dim, axis) in [("block_m", self.bm, w.m, "M"), ("block_n", self.bn, w.n, "N")] {
+        let (axis_m, axis_n) =
+            if self.conv.is_some() { ("K (output channels)", "N*P*Q (output pixels)") } else { ("M", "N") };
+        for (name, tile, dim, axis) in [("block_m", self.bm, w.m, axis_m), ("block_n", self.bn, w.n, axis_n)] {
             if tile > 32 && dim.div_ceil(tile as u64 / 2) == dim.div_ceil(tile as u64) {
                 return reject(format!(
                     "{name} {tile} covers {axis} = {dim} no better than {name} {}: wasted work",
@@ -250,15 +373,63 @@ impl Plan {
                 self.prefetch()
             ));
         }
+        if self.warp_tm > 0 {
+            let (threads_m, threads_n) = (self.bm / self.tm, self.bn / self.tn);
+            if threads_m % self.warp_tm != 0 || threads_n % self.warp_tn != 0 {
+                return reject(format!(
+                    "warp_tile {}x{} needs the {threads_m}x{threads_n} thread tiles of block tile {}x{} over thread tile {}x{} to be a multiple of it",
+                    self.warp_tm, self.warp_tn, self.bm, self.bn, self.tm, self.tn
+                ));
+            }
+        }
         let cap = self.register_cap(target);
-        // ptxas's count runs up to ~10% over the estimate on large tiles: keep that margin.
-        if self.regs() + self.regs() / 10 > cap {
+        if self.min_blocks > 1 {
+            let free = (target.regs_per_sm / threads / 8 * 8).min(255);
+            if cap == free {
+                return reject(format!(
+                    "min_blocks {} on {threads} threads changes nothing: {free} registers per thread already let {} blocks share an SM",
+                    self.min_blocks, self.min_blocks
+                ));
+            }
+            if self.min_regs() > cap {
+                return reject(format!(
+                    "min_blocks {} holds {threads} threads to {cap} registers each; thread tile {}x{} with {} floats per step needs at least {}",
+                    self.min_blocks,
+                    self.tm,
+                    self.tn,
+                    self.prefetch(),
+                    self.min_regs()
+                ));
+            }
+            // The driver reserves 1 KiB of shared memory per block.
+            let need = (self.smem_bytes() + 1024) * self.min_blocks;
+            if need > target.smem_per_sm {
+                return reject(format!(
+                    "min_blocks {} needs {} KiB of shared memory per SM ({} KiB per block); this GPU has {} KiB",
+                    self.min_blocks,
+                    need.div_ceil(1024),
+                    (self.smem_bytes() + 1024).div_ceil(1024),
+                    target.smem_per_sm / 1024
+                ));
+            }
+        }
+        // ptxas's count runs up to ~10% over the estimate on large tiles: keep that margin where
+        // ptxas is free to take what it wants (a held count is min_regs's business).
+        if self.min_blocks == 1 && self.regs() + self.regs() / 10 > cap {
             return reject(format!(
                 "thread tile {}x{} with {} floats per step needs about {} registers per thread; {threads} threads may have {cap}",
                 self.tm,
                 self.tn,
                 self.prefetch(),
                 self.regs()
+            ));
+        }
+        if let Some(c) = &self.conv
+            && !c.c.is_multiple_of(self.vec as u64)
+        {
+            return reject(format!(
+                "vec {} needs c = {} to be a multiple of {}: a vector of the input may not straddle two filter taps",
+                self.vec, c.c, self.vec
             ));
         }
         let a_run = if w.layout.a_k_contiguous() { ("K", w.k, "A") } else { ("M", w.m, "A") };
@@ -312,12 +483,21 @@ impl Plan {
         Ok(Resources { threads, smem_bytes: smem, blocks: self.blocks(), workspace_bytes: self.workspace_bytes() })
     }
 
+    /// The warp tile's spelling in configs and names.
+    pub fn warp_tile_name(&self) -> &'static str {
+        WARP_TILE.iter().find(|w| (w.1, w.2) == (self.warp_tm, self.warp_tn)).map_or("none", |w| w.0)
+    }
+
     /// The kernel's identity: template, version, knobs and a digest of the workload key.
     pub fn name(&self) -> String {
+        let (prefix, key) = match &self.conv {
+            Some(c) => {
+                (format!("tt_simt_conv2d_v{}", crate::simt_conv::SimtConv2d.version()), Workload::Conv2d(*c).key())
+            }
+            None => (format!("tt_simt_gemm_v{}_{}", SimtGemm.version(), self.w.layout), Workload::Matmul(self.w).key()),
+        };
         ident(&format!(
-            "tt_simt_gemm_v{}_{}_b{}x{}x{}_t{}x{}_v{}_vt{}_db{}_k{}_{}",
-            SimtGemm.version(),
-            self.w.layout,
+            "{prefix}_b{}x{}x{}_t{}x{}_v{}_vt{}_db{}_k{}_w{}_mb{}_{}",
             self.bm,
             self.bn,
             self.bk,
@@ -327,7 +507,9 @@ impl Plan {
             self.vt,
             u8::from(self.double_buffer),
             self.split_k,
-            crate::short_digest(&Workload::Matmul(self.w).key())
+            self.warp_tile_name(),
+            self.min_blocks,
+            crate::short_digest(&key)
         ))
     }
 
@@ -338,12 +520,15 @@ impl Plan {
         let (pa, pb) = self.pads();
         let (vs_a, vs_b, vd) = self.vectors();
         let mut h = Header::default();
-        h.comment(format!("tensortune simt_gemm v{}: {name}", SimtGemm.version()))
-            .comment(format!("workload: {}", Workload::Matmul(*w).key()))
-            .define("KERNEL_NAME", &name)
-            .typedef("T_IN", "float")
-            .typedef("T_OUT", "float")
-            .typedef("T_EPI", "float");
+        match &self.conv {
+            Some(c) => h
+                .comment(format!("tensortune simt_conv2d v{}: {name}", crate::simt_conv::SimtConv2d.version()))
+                .comment(format!("workload: {}", Workload::Conv2d(*c).key())),
+            None => h
+                .comment(format!("tensortune simt_gemm v{}: {name}", SimtGemm.version()))
+                .comment(format!("workload: {}", Workload::Matmul(*w).key())),
+        };
+        h.define("KERNEL_NAME", &name).typedef("T_IN", "float").typedef("T_OUT", "float").typedef("T_EPI", "float");
         h.int("M", w.m as i64)
             .int("N", w.n as i64)
             .int("K", w.k as i64)
@@ -363,10 +548,57 @@ impl Plan {
             .int("VD", vd as i64)
             .flag("DOUBLE_BUFFER", self.double_buffer)
             .int("SPLIT_K", self.split_k as i64)
+            .int("WARP_TM", self.warp_tm as i64)
+            .int("WARP_TN", self.warp_tn as i64)
+            .int("MIN_BLOCKS", self.min_blocks as i64)
             .flag("READ_C", w.reads_c())
             .value("float", "ALPHA", Scalar::Float(w.alpha))
             .value("float", "BETA", Scalar::Float(w.beta));
-        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, BODY])
+        if let Some(c) = &self.conv {
+            for (key, v) in crate::support::conv_geometry(c) {
+                h.int(key, v as i64);
+            }
+        }
+        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, body(self.conv.is_some())])
+    }
+
+    /// Numeric features for cost models.
+    pub fn features(&self, target: &Target) -> Vec<(&'static str, f64)> {
+        let p = self;
+        let (tm, tn) = p.tiles();
+        let (_, kt_split) = p.ktiles();
+        let occ = p.blocks_per_sm(target);
+        let waves = p.blocks() as f64 / (target.sm_count * occ) as f64;
+        vec![
+            ("log2_block_m", (p.bm as f64).log2()),
+            ("log2_block_n", (p.bn as f64).log2()),
+            ("log2_block_k", (p.bk as f64).log2()),
+            ("log2_thread_m", (p.tm as f64).log2()),
+            ("log2_thread_n", (p.tn as f64).log2()),
+            ("vec", p.vec as f64),
+            ("vthreads", p.vt as f64),
+            ("double_buffer", u8::from(p.double_buffer) as f64),
+            ("log2_split_k", (p.split_k as f64).log2()),
+            ("threads", p.threads() as f64),
+            ("smem_kib", p.smem_bytes() as f64 / 1024.0),
+            ("regs", p.regs_used(target) as f64),
+            ("warp_tiled", f64::from(u8::from(p.warp_tm > 0))),
+            ("min_blocks", p.min_blocks as f64),
+            ("smem_wavefronts_per_fma", p.smem_wavefronts() as f64 / (p.tm * p.tn) as f64),
+            ("thread_reuse", (p.tm * p.tn) as f64 / (p.tm + p.tn) as f64),
+            ("block_intensity", (p.bm * p.bn) as f64 / (p.bm + p.bn) as f64),
+            ("blocks_per_sm", occ as f64),
+            ("waves", waves),
+            ("wave_efficiency", waves / waves.ceil().max(1.0)),
+            ("log2_tiles", ((tm * tn) as f64).log2()),
+            ("ksteps_per_split", kt_split as f64),
+            ("model_log_us", model(p, target).ln()),
+        ]
+    }
+
+    /// The analytic time in microseconds (the `sim` device's clock, the tuner's prior).
+    pub fn model_us(&self, target: &Target) -> f64 {
+        model(self, target)
     }
 
     /// The launch of a checked config.
@@ -381,7 +613,12 @@ impl Plan {
             block: [res.threads, 1, 1],
             smem_bytes: res.smem_bytes,
             workspace_bytes: res.workspace_bytes,
-            args: vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace],
+            // A convolution's GEMM multiplies the filter (Arg::B) by the input (Arg::A).
+            args: if self.conv.is_some() {
+                vec![Arg::B, Arg::A, Arg::C, Arg::D, Arg::Workspace]
+            } else {
+                vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace]
+            },
         }
     }
 }
@@ -400,7 +637,9 @@ impl Template for SimtGemm {
     }
 
     fn version(&self) -> u32 {
-        1
+        // 2: warp_tile and min_blocks; without double buffering the next step's loads are issued
+        // before the current step's multiply-adds.
+        2
     }
 
     fn op(&self) -> Op {
@@ -446,6 +685,8 @@ impl Template for SimtGemm {
                 ints("vthreads", VTHREADS),
                 ints("double_buffer", DOUBLE_BUFFER),
                 ints("split_k", SPLIT_K),
+                Knob::names("warp_tile", &WARP_TILE.iter().map(|w| w.0).collect::<Vec<_>>()),
+                ints("min_blocks", MIN_BLOCKS),
             ],
         }
     }
@@ -472,33 +713,7 @@ impl Template for SimtGemm {
     }
 
     fn features(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Vec<(&'static str, f64)>> {
-        let p = Plan::new(matmul(workload)?, config)?;
-        let (tm, tn) = p.tiles();
-        let (_, kt_split) = p.ktiles();
-        let occ = p.blocks_per_sm(target);
-        let waves = p.blocks() as f64 / (target.sm_count * occ) as f64;
-        Ok(vec![
-            ("log2_block_m", (p.bm as f64).log2()),
-            ("log2_block_n", (p.bn as f64).log2()),
-            ("log2_block_k", (p.bk as f64).log2()),
-            ("log2_thread_m", (p.tm as f64).log2()),
-            ("log2_thread_n", (p.tn as f64).log2()),
-            ("vec", p.vec as f64),
-            ("vthreads", p.vt as f64),
-            ("double_buffer", u8::from(p.double_buffer) as f64),
-            ("log2_split_k", (p.split_k as f64).log2()),
-            ("threads", p.threads() as f64),
-            ("smem_kib", p.smem_bytes() as f64 / 1024.0),
-            ("regs", p.regs() as f64),
-            ("thread_reuse", (p.tm * p.tn) as f64 / (p.tm + p.tn) as f64),
-            ("block_intensity", (p.bm * p.bn) as f64 / (p.bm + p.bn) as f64),
-            ("blocks_per_sm", occ as f64),
-            ("waves", waves),
-            ("wave_efficiency", waves / waves.ceil().max(1.0)),
-            ("log2_tiles", ((tm * tn) as f64).log2()),
-            ("ksteps_per_split", kt_split as f64),
-            ("model_log_us", model(&p, target).ln()),
-        ])
+        Ok(Plan::new(matmul(workload)?, config)?.features(target))
     }
 
     fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64> {
@@ -510,20 +725,35 @@ impl Template for SimtGemm {
 }
 
 /// Analytic time of a plan in microseconds: FMA work at the CUDA-core peak (wave-quantised),
-/// scaled by how many operands a thread reads from shared memory per multiply-add, by bank
-/// conflicts of runs wider than a vector, by the overlap double buffering buys and by
-/// occupancy; memory traffic and the load-latency floor combined as [`Tiling::bound_us`] does,
-/// plus launch and split-K costs.
+/// scaled by what one warp's k-step costs the SM (its multiply-adds and shared-memory loads take
+/// issue slots, its loads take wavefronts of the shared-memory pipe; see
+/// [`Plan::smem_wavefronts`]), by the barrier stalls a single buffer leaves (hidden in part by a
+/// second block on the SM), by registers held below what ptxas would take, by a convolution's
+/// gather, and by occupancy;
+/// memory traffic and the load-latency floor combined as [`Tiling::bound_us`] does, plus launch
+/// and split-K costs.
 fn model(p: &Plan, target: &Target) -> f64 {
-    let reuse = (p.tm * p.tn) as f64 / (p.tm + p.tn) as f64;
-    let mut eff = reuse / (reuse + 1.0);
-    if p.tm / p.vt > 4 || p.tn / p.vt > 4 {
-        eff *= 0.85;
-    }
-    eff *= if p.double_buffer { 0.95 } else { 0.75 };
+    let (vs_a, vs_b, _) = p.vectors();
+    // Per warp and k, in SM clocks: 4 warp instructions issue per clock, 1 wavefront is served.
+    let fma = (p.tm * p.tn) as f64 / 4.0;
+    let loads = (p.tm / vs_a + p.tn / vs_b) as f64 / 4.0;
+    let wavefronts = p.smem_wavefronts() as f64;
+    let mut eff = fma / ((fma + loads).max(wavefronts) + 0.3 * wavefronts);
     let occ = p.blocks_per_sm(target);
+    eff *= match (p.double_buffer, occ) {
+        (true, _) => 0.95,
+        (false, 1) => 0.75,
+        (false, _) => 0.85,
+    };
+    if p.regs() > p.register_cap(target) {
+        eff *= 0.97;
+    }
+    if p.conv.is_some() {
+        // The im2col gather splits each input vector's index into pixel and tap every step.
+        eff *= 0.95;
+    }
     let warps = (occ * p.threads() / 32) as f64;
-    eff *= (warps / 8.0).min(1.0).sqrt();
+    eff *= (warps / 16.0).min(1.0).powf(0.3);
     let (_, kt_split) = p.ktiles();
     let block_flops = 2.0 * (p.bm * p.bn * p.bk) as f64 * kt_split as f64;
     let concurrent = (target.sm_count * occ) as f64;
@@ -618,6 +848,84 @@ mod tests {
     }
 
     #[test]
+    fn warp_tile_and_min_blocks_rules_give_reasons() {
+        let t = Target::sm90();
+        let w = mm(4096, 4096, 4096, Layout::Nn);
+        let check = |pairs: &[(&str, i64)], warp: &str| {
+            let mut c = cfg(pairs);
+            c.0.insert("warp_tile".into(), warp.into());
+            SimtGemm.check(&w, &c, &t).map_err(|e| e.to_string())
+        };
+        let classic = [("block_m", 128), ("block_n", 128), ("block_k", 8), ("thread_m", 8), ("thread_n", 8)];
+        // The classic SGEMM: 256 threads held to 128 registers, double buffered, two blocks per SM.
+        let mut two = classic.to_vec();
+        two.extend([("double_buffer", 1), ("min_blocks", 2), ("vthreads", 2), ("vec", 4)]);
+        for warp in ["none", "8x4", "4x8"] {
+            assert_eq!(check(&two, warp).unwrap().threads, 256, "{warp}");
+        }
+        let plan = |pairs: &[(&str, i64)], warp: &str| {
+            let mut c = cfg(pairs);
+            c.0.insert("warp_tile".into(), warp.into());
+            Plan::new(matmul(&w).unwrap(), &c).unwrap()
+        };
+        let p = plan(&two, "8x4");
+        assert_eq!((p.register_cap(&t), p.blocks_per_sm(&t)), (128, 2));
+        assert_eq!(plan(&classic, "8x4").register_cap(&t), 255);
+        // 32x128 over 8x4 makes 4x32 thread tiles: a warp of 8 along M does not fit.
+        let narrow = [("block_m", 32), ("block_n", 128), ("thread_m", 8), ("thread_n", 4)];
+        let e = check(&narrow, "8x4").unwrap_err();
+        assert!(e.contains("warp_tile 8x4") && e.contains("4x32"), "{e}");
+        check(&narrow, "4x8").unwrap();
+        // 64 threads may have 255 registers either way.
+        let e = check(&[("block_m", 64), ("block_n", 64), ("thread_m", 8), ("thread_n", 8), ("min_blocks", 2)], "none")
+            .unwrap_err();
+        assert!(e.contains("changes nothing"), "{e}");
+        // 128 accumulators and their operands do not fit in 128 registers.
+        let e =
+            check(&[("block_m", 256), ("block_n", 128), ("thread_m", 8), ("thread_n", 16), ("min_blocks", 2)], "8x4")
+                .unwrap_err();
+        assert!(e.contains("min_blocks 2 holds 256 threads to 128 registers"), "{e}");
+        // ptxas spilled the classic tile at a K step of 16 when held to 128 registers.
+        let mut deep = two.clone();
+        deep.push(("block_k", 16));
+        let e = check(&deep, "8x4").unwrap_err();
+        assert!(e.contains("16 floats per step needs at least 140"), "{e}");
+        // Two blocks' shared memory must fit the SM.
+        let mut small = t.clone();
+        small.smem_per_sm = 32 * 1024;
+        let e = SimtGemm.check(&w, &cfg(&two), &small).unwrap_err().to_string();
+        assert!(e.contains("min_blocks 2 needs 35 KiB of shared memory per SM (18 KiB per block)"), "{e}");
+    }
+
+    #[test]
+    fn warp_tiles_read_fewer_wavefronts() {
+        let w = mm(4096, 4096, 4096, Layout::Nn);
+        let p = |warp: &str, vt: i64| {
+            let mut c = cfg(&[
+                ("block_m", 128),
+                ("block_n", 128),
+                ("block_k", 8),
+                ("thread_m", 8),
+                ("thread_n", 8),
+                ("vthreads", vt),
+            ]);
+            c.0.insert("warp_tile".into(), warp.into());
+            Plan::new(matmul(&w).unwrap(), &c).unwrap()
+        };
+        // v1's layout: 16 lanes along M read 8 floats 32 bytes apart (two 4-way bank conflicts),
+        // the two rows of lanes along N read two B vectors (one wavefront each).
+        assert_eq!(p("none", 1).smem_wavefronts(), 2 * 4 + 2);
+        // 16 lanes x 16 contiguous bytes: 2 wavefronts per A load.
+        assert_eq!(p("none", 2).smem_wavefronts(), 2 * 2 + 2);
+        // A warp of 8x4 lanes with split runs reads 128 contiguous bytes of A, 64 of B per load.
+        assert_eq!(p("8x4", 2).smem_wavefronts(), 4);
+        assert_eq!(p("4x8", 2).smem_wavefronts(), 4);
+        let t = Target::sm90();
+        let at = |pl: &Plan| model(pl, &t);
+        assert!(at(&p("8x4", 2)) < at(&p("none", 1)));
+    }
+
+    #[test]
     fn only_exact_f32_is_taken() {
         let t = Target::sm90();
         let tf32 =
@@ -646,7 +954,10 @@ mod tests {
             ("vec", 4),
             ("vthreads", 2),
             ("double_buffer", 1),
+            ("min_blocks", 2),
         ]);
+        let mut c = c;
+        c.0.insert("warp_tile".into(), "4x8".into());
         let spec = SimtGemm.generate(&w, &c, &t).unwrap();
         for want in [
             "constexpr int TM = 8;",
@@ -655,6 +966,9 @@ mod tests {
             "constexpr bool DOUBLE_BUFFER = true;",
             "constexpr int VS_A = 4;",
             "constexpr int VS_B = 2;",
+            "constexpr int WARP_TM = 4;",
+            "constexpr int WARP_TN = 8;",
+            "constexpr int MIN_BLOCKS = 2;",
         ] {
             assert!(spec.source.contains(want), "missing {want}");
         }

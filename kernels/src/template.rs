@@ -210,6 +210,7 @@ pub fn all() -> Vec<&'static dyn Template> {
         &crate::wgmma::conv::WgmmaConv2d,
         &crate::simt::SimtGemm,
         &crate::ext::MmaExtGemm,
+        &crate::simt_conv::SimtConv2d,
     ]
 }
 

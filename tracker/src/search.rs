@@ -458,4 +458,36 @@ mod tests {
             matches!(&rejections[..], [("wgmma_gemm", Rejection::Unsupported(e))] if e.to_string().contains("layout"))
         );
     }
+
+    #[test]
+    fn an_exact_f32_conv_is_simt_conv2d_s_alone() {
+        use tensortune_kernels::template::templates_for;
+        use tensortune_kernels::{Conv2d, DType, Op, Types};
+        let templates = templates_for(Op::Conv2d);
+        let names: Vec<_> = templates.iter().map(|t| t.name()).collect();
+        assert_eq!(names, ["wmma_conv2d", "wgmma_conv2d", "simt_conv2d"]);
+        let layer = |input, c| {
+            Workload::Conv2d(Conv2d {
+                n: 2,
+                h: 14,
+                w: 14,
+                c,
+                k: 64,
+                r: 3,
+                s: 3,
+                pad: (1, 1),
+                stride: (1, 1),
+                dilation: (1, 1),
+                types: Types::default_for(input).unwrap(),
+            })
+        };
+        // Any channel count in f32 (an RGB stem too); f16 stays with the tensor-core templates.
+        for c in [64, 3] {
+            let f32 = space(&templates, &layer(DType::F32, c), &Target::sm90(), true).unwrap().unwrap();
+            assert_eq!(slots_of(&f32), [2], "c = {c}");
+            assert_eq!(f32.candidates.as_ref().unwrap().len(), f32.valid.len());
+        }
+        let f16 = space(&templates, &layer(DType::F16, 64), &Target::sm90(), false).unwrap().unwrap();
+        assert_eq!(slots_of(&f16), [0, 1]);
+    }
 }

@@ -4,7 +4,7 @@
 //! launches) and time them in-process, and print one line per kernel plus a summary. Each workload
 //! gets its op's template (wmma_gemm, wmma_conv2d).
 //!
-//! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | types | workload keys...]`;
+//! `gpu_selftest [configs-per-workload] [samples] [matrix | conv | conv32 | types | workload keys...]`;
 //! `matrix` replaces the default workloads with every type combination x every layout x three
 //! shapes (one ragged); `types` with the f32, tf32, s4, u4, b1xor and b1and workloads of
 //! [`types_matrix`] (the types suite's shapes and ragged ones), each on every template that
@@ -319,7 +319,8 @@ fn conv_matrix() -> Vec<String> {
 /// output tiles, non-square filters and strides, pointwise layers, the fewest channels (4: one
 /// 16-byte vector of floats), and the types-conv suite's layers. On wgmma_conv2d (tf32), channels
 /// that are a multiple of 32 (a K tile of floats) load by TMA in im2col mode, the others (12, 16,
-/// 4) are gathered, and 1x1 stride-1 unpadded layers load by TMA tiles.
+/// 4) are gathered, and 1x1 stride-1 unpadded layers load by TMA tiles. Exact f32 goes to
+/// simt_conv2d, which also gets two layers of 3 and 6 channels.
 fn conv32_matrix() -> Vec<String> {
     // (n, h, w, c, k, r, s, pad, stride, dilation), pad/stride/dilation as "HxW".
     let shapes = [
@@ -347,5 +348,8 @@ fn conv32_matrix() -> Vec<String> {
             keys.push(format!("conv2d/n{n}h{h}w{w}c{c}/k{k}r{r}s{s}/pad{pad},stride{stride},dil{dil}/nhwc/{t}"));
         }
     }
+    // Exact f32 only (simt_conv2d): channels that leave 1- and 2-float vectors.
+    keys.push("conv2d/n2h9w7c3/k20r5s5/pad2x2,stride1x1,dil1x1/nhwc/f32,f32,f32".into());
+    keys.push("conv2d/n1h12w10c6/k48r3s2/pad1x0,stride2x1,dil1x2/nhwc/f32,f32,f32".into());
     keys
 }

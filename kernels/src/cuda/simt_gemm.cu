@@ -1,5 +1,7 @@
 // tensortune simt_gemm: D = alpha * op(A) * op(B) + beta * C in exact f32 on the CUDA cores (no
-// tensor cores, no TF32), C and D column-major M x N.
+// tensor cores, no TF32), C and D column-major M x N. The body of simt_gemm and simt_conv2d: the
+// hole `load_b` says where B's vectors come from (simt_gemm: a dense matrix, `simt_dense.cu`;
+// simt_conv2d: the im2col view of an NHWC input, `simt_conv2d.cu`).
 //
 // One block computes a BM x BN tile of D over one split of K. Its THREADS_M x THREADS_N threads
 // each own TM x TN accumulators in registers. With VT = 1 a thread's rows are TM consecutive
@@ -7,12 +9,22 @@
 // for columns), so neighbouring threads read neighbouring 16-byte vectors of shared memory and
 // write neighbouring vectors of D.
 //
+// Which thread owns which thread tile: with WARP_TM = 0 threads are numbered along M across the
+// whole block (tx = tid % THREADS_M), so a warp spans up to 32 thread tiles along M and reads as
+// many distinct A vectors per k. With WARP_TM x WARP_TN = 32 a warp's lanes form a WARP_TM x
+// WARP_TN grid of thread tiles and the warps tile the block, so a warp reads WARP_TM distinct A
+// vectors and WARP_TN distinct B vectors per k (the rest are broadcasts): fewer shared-memory
+// wavefronts per multiply-add.
+//
 // A and B move through shared memory BK deep per step, stored K-major ([k][m] and [k][n]) so a
 // thread reads its TM + TN operands of one k as vectors. An operand stored K-contiguous in global
 // memory is transposed on the way in (its rows padded by PAD floats against bank conflicts).
 // Global loads are VEC floats wide. With DOUBLE_BUFFER the next step's tiles are loaded into
 // registers while the current one is computed, then stored into the other half of a two-step
-// ring: one barrier per step.
+// ring: one barrier per step. Without it the next step's loads are still issued before the
+// current step's multiply-adds (into the same registers), so their latency hides behind them.
+// MIN_BLOCKS goes to __launch_bounds__: 2 holds ptxas to the registers that let two blocks share
+// an SM.
 //
 // With SPLIT_K > 1 each split writes its partial tile to the workspace and the last split to
 // arrive sums them in split order (results do not depend on scheduling), then resets the tile's
@@ -44,10 +56,14 @@ constexpr int COUNTERS_BYTES = ((TILES_M * TILES_N * 4 + 255) / 256) * 256;
 constexpr bool EVEN_M = M % BM == 0;
 constexpr bool EVEN_N = N % BN == 0;
 constexpr bool EVEN_K = K % BK == 0;
+constexpr bool WARP_TILED = WARP_TM > 0;
+constexpr int WARPS_M = WARP_TILED ? THREADS_M / WARP_TM : 1;
 
 static_assert(BM % TM == 0 && BN % TN == 0 && TM % VT == 0 && TN % VT == 0, "thread tile");
 static_assert(SUB_M % VS_A == 0 && SUB_N % VS_B == 0 && SUB_M % VD == 0, "vector widths");
 static_assert((A_K_CONTIG ? K : M) % VEC == 0 && (B_K_CONTIG ? K : N) % VEC == 0, "global vectors");
+static_assert(!WARP_TILED || (WARP_TM * WARP_TN == 32 && THREADS_M % WARP_TM == 0 && THREADS_N % WARP_TN == 0),
+              "warp tile");
 
 union FVec {
   typename vec_t<VEC * 4>::type v;
@@ -59,6 +75,10 @@ union SVec {
   typename vec_t<W * 4>::type v;
   float e[W];
 };
+
+// load_b(B, gn, gk, v): reads B's VEC floats from (gk, gn) on into v, which holds zeros, for gn < N
+// and gk < K (the caller checks); a loader may leave zeros where its operand has none.
+// @hole(load_b)
 
 // Reads step kt's A and B vectors into registers (zeros outside the matrices).
 __device__ __forceinline__ void load_global(const float* __restrict__ A, const float* __restrict__ B, int kt, int m0,
@@ -93,9 +113,7 @@ __device__ __forceinline__ void load_global(const float* __restrict__ A, const f
       const int c = (v % PER_ROW) * VEC;
       const int gn = n0 + (B_K_CONTIG ? r : c);
       const int gk = k0 + (B_K_CONTIG ? c : r);
-      if ((EVEN_N || gn < N) && (EVEN_K || gk < K)) {
-        x.v = *reinterpret_cast<const decltype(x.v)*>(B + (B_K_CONTIG ? (size_t)gn * K + gk : (size_t)gk * N + gn));
-      }
+      if ((EVEN_N || gn < N) && (EVEN_K || gk < K)) load_b(B, gn, gk, x.v);
     }
     rb[it] = x;
   }
@@ -168,6 +186,18 @@ __device__ __forceinline__ void compute_step(const float* as, const float* bs, i
   }
 }
 
+// The thread tile (tx, ty) of this thread in the THREADS_M x THREADS_N grid.
+__device__ __forceinline__ int2 thread_tile() {
+  const int tid = (int)threadIdx.x;
+  if constexpr (WARP_TILED) {
+    const int lane = tid % 32;
+    const int warp = tid / 32;
+    return make_int2((warp % WARPS_M) * WARP_TM + lane % WARP_TM, (warp / WARPS_M) * WARP_TN + lane / WARP_TM);
+  } else {
+    return make_int2(tid % THREADS_M, tid / THREADS_M);
+  }
+}
+
 // The tile-local row of accumulator row i and column of accumulator column j.
 __device__ __forceinline__ int row_of(int tx, int i) { return (i / SUB_M) * (BM / VT) + tx * SUB_M + i % SUB_M; }
 __device__ __forceinline__ int col_of(int ty, int j) { return (j / SUB_N) * (BN / VT) + ty * SUB_N + j % SUB_N; }
@@ -201,7 +231,7 @@ __device__ __forceinline__ void epilogue(const float* __restrict__ C, float* __r
 
 }  // namespace tt
 
-extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
+extern "C" __global__ void __launch_bounds__(tt::THREADS, tt::MIN_BLOCKS)
     KERNEL_NAME(const float* __restrict__ A, const float* __restrict__ B, const float* __restrict__ C,
                 float* __restrict__ D, unsigned char* __restrict__ workspace) {
   using namespace tt;
@@ -218,8 +248,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
   const int split = blockIdx.z;
   const int kt0 = split * KT_PER_SPLIT;
   const int nk = min(KTILES - kt0, KT_PER_SPLIT);
-  const int tx = (int)threadIdx.x % THREADS_M;
-  const int ty = (int)threadIdx.x / THREADS_M;
+  const int2 t = thread_tile();
+  const int tx = t.x;
+  const int ty = t.y;
 
   float acc[TM][TN];
 #pragma unroll
@@ -244,9 +275,10 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, 1)
       if (i + 1 < nk) store_shared(As + (cur ^ 1) * A_STAGE, Bs + (cur ^ 1) * B_STAGE, ra, rb);
       __syncthreads();
     } else {
+      // The loads fly while this step computes; the one slot is refilled between two barriers.
+      if (i + 1 < nk) load_global(A, B, kt0 + i + 1, m0, n0, ra, rb);
       compute_step(As, Bs, tx, ty, acc);
       if (i + 1 < nk) {
-        load_global(A, B, kt0 + i + 1, m0, n0, ra, rb);
         __syncthreads();
         store_shared(As, Bs, ra, rb);
       }
