@@ -711,7 +711,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   }
   cluster_sync();
 
-  const int wg = threadIdx.x / 128;
+  // The warpgroup, warp-uniform as far as the compiler can tell (a broadcast), so that what
+  // derives from it (the consumer's wgmma descriptors) lives in uniform registers.
+  const int wg = __shfl_sync(0xffffffff, (int)threadIdx.x / 128, 0);
   Loader loader;
   loader_init(loader, wl);
   if constexpr (SPECIALIZED) {
@@ -744,6 +746,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   // one's stages at its place in the ring (the producer fills the ring with every job in order).
   // Cooperative: both consumers take every job, so the ring position just runs on.
   constexpr int JOB_STEP = PINGPONG ? CONSUMERS : 1;
+  // Shared-memory descriptors of this consumer's first X rows and of Y in ring slot 0; a slot,
+  // K step or row tile further is a constant added to the address field (addresses stay below
+  // 2^18, so the 14-bit field never carries).
+  const unsigned long long desc_x0 =
+      X_KMAJOR ? make_desc(smem_u32(sX) + (PINGPONG ? 0 : cw * MT) * 64 * ROW_BYTES, 16)
+               : make_desc(smem_u32(sX) + (PINGPONG ? 0 : cw * MT) * CHUNK_BYTES, CHUNK_BYTES);
+  const unsigned long long desc_y0 = Y_KMAJOR ? make_desc(smem_u32(sY), 16) : make_desc(smem_u32(sY), CHUNK_BYTES);
   int stage = 0, phase = 0;
   int stored = 0;  // pieces this consumer handed to the TMA store (its staging buffers alternate)
   const int jobs = wl.count();
@@ -768,19 +777,16 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll 1
     for (int kt = work.k0; kt < work.k1; ++kt) {
       bar_wait(&full[stage], phase);
-      const unsigned x = smem_u32(sX + stage * X_STAGE);
-      const unsigned y = smem_u32(sY + stage * Y_STAGE);
+      const unsigned long long desc_x = desc_x0 + (unsigned)(stage * (X_STAGE >> 4));
+      const unsigned long long desc_y = desc_y0 + (unsigned)(stage * (Y_STAGE >> 4));
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
-        const unsigned long long dy =
-            Y_KMAJOR ? make_desc(y + ks * KSTEP_BYTES, 16) : make_desc(y + ks * MN_KSTEP_BYTES, CHUNK_BYTES);
+        const unsigned long long dy = desc_y + (Y_KMAJOR ? ks * KSTEP_BYTES : ks * MN_KSTEP_BYTES) / 16;
 #pragma unroll
         for (int t = 0; t < MT; ++t) {
-          const int row_tile = (PINGPONG ? 0 : cw * MT) + t;
           const unsigned long long dx =
-              X_KMAJOR ? make_desc(x + row_tile * 64 * ROW_BYTES + ks * KSTEP_BYTES, 16)
-                       : make_desc(x + row_tile * CHUNK_BYTES + ks * MN_KSTEP_BYTES, CHUNK_BYTES);
+              desc_x + (X_KMAJOR ? t * 64 * ROW_BYTES + ks * KSTEP_BYTES : t * CHUNK_BYTES + ks * MN_KSTEP_BYTES) / 16;
           mma_tile(acc[t], dx, dy);
         }
       }

@@ -879,7 +879,9 @@ impl Template for WgmmaGemm {
     }
 
     fn version(&self) -> u32 {
-        2
+        // 3: the consumers' wgmma descriptors are computed once and advanced by constants in
+        // uniform registers (v2 rebuilt them per K step), and a 192-column A tile may multicast.
+        3
     }
 
     fn op(&self) -> Op {

@@ -8,44 +8,44 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v2: D = alpha * op(A) op(B) + beta * C
-// workload matmul/m3000n3000k4096/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v2_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
-#define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
+// wgmma_gemm v3: D = alpha * op(A) op(B) + beta * C
+// workload matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0
+#define KERNEL_NAME tt_wgmma_gemm_v3_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
+#define TT_CLUSTER_ATTR 
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v2_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500 {
+namespace ns_tt_wgmma_gemm_v3_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6 {
 typedef half T_IN;
 typedef float T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 3000;
-constexpr int Q = 3000;
+constexpr int P = 4096;
+constexpr int Q = 4096;
 constexpr int K = 4096;
 constexpr int BP = 128;
 constexpr int BQ = 256;
 constexpr int BK = 64;
 constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
-constexpr int CLUSTER = 2;
-constexpr int GROUP = 1;
-constexpr int TILES_P = 24;
-constexpr int TILES_Q = 12;
+constexpr int CLUSTER = 1;
+constexpr int GROUP = 8;
+constexpr int TILES_P = 32;
+constexpr int TILES_Q = 16;
 constexpr int ACC_REGS = 128;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 66;
-constexpr int SK_DP_TILES = 66;
-constexpr int SK_ITERS = 4992;
+constexpr int GRID_CLUSTERS = 132;
+constexpr int SK_DP_TILES = 0;
+constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
 constexpr bool PINGPONG = false;
-constexpr bool STREAM_K = true;
+constexpr bool STREAM_K = false;
 constexpr bool TMA_STORE = false;
 constexpr int EPI_COLS = 32;
 constexpr bool GATHER = false;
@@ -65,8 +65,8 @@ constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
 constexpr bool Y_KMAJOR = false;
-constexpr bool EVEN_P = false;
-constexpr bool EVEN_Q = false;
+constexpr bool EVEN_P = true;
+constexpr bool EVEN_Q = true;
 constexpr bool PAIRS_ALIGNED = true;
 constexpr bool READ_C = false;
 constexpr T_EPI ALPHA = 1.0f;
@@ -937,7 +937,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   }
   cluster_sync();
 
-  const int wg = threadIdx.x / 128;
+  // The warpgroup, warp-uniform as far as the compiler can tell (a broadcast), so that what
+  // derives from it (the consumer's wgmma descriptors) lives in uniform registers.
+  const int wg = __shfl_sync(0xffffffff, (int)threadIdx.x / 128, 0);
   Loader loader;
   loader_init(loader, wl);
   if constexpr (SPECIALIZED) {
@@ -970,6 +972,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   // one's stages at its place in the ring (the producer fills the ring with every job in order).
   // Cooperative: both consumers take every job, so the ring position just runs on.
   constexpr int JOB_STEP = PINGPONG ? CONSUMERS : 1;
+  // Shared-memory descriptors of this consumer's first X rows and of Y in ring slot 0; a slot,
+  // K step or row tile further is a constant added to the address field (addresses stay below
+  // 2^18, so the 14-bit field never carries).
+  const unsigned long long desc_x0 =
+      X_KMAJOR ? make_desc(smem_u32(sX) + (PINGPONG ? 0 : cw * MT) * 64 * ROW_BYTES, 16)
+               : make_desc(smem_u32(sX) + (PINGPONG ? 0 : cw * MT) * CHUNK_BYTES, CHUNK_BYTES);
+  const unsigned long long desc_y0 = Y_KMAJOR ? make_desc(smem_u32(sY), 16) : make_desc(smem_u32(sY), CHUNK_BYTES);
   int stage = 0, phase = 0;
   int stored = 0;  // pieces this consumer handed to the TMA store (its staging buffers alternate)
   const int jobs = wl.count();
@@ -994,19 +1003,16 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll 1
     for (int kt = work.k0; kt < work.k1; ++kt) {
       bar_wait(&full[stage], phase);
-      const unsigned x = smem_u32(sX + stage * X_STAGE);
-      const unsigned y = smem_u32(sY + stage * Y_STAGE);
+      const unsigned long long desc_x = desc_x0 + (unsigned)(stage * (X_STAGE >> 4));
+      const unsigned long long desc_y = desc_y0 + (unsigned)(stage * (Y_STAGE >> 4));
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
-        const unsigned long long dy =
-            Y_KMAJOR ? make_desc(y + ks * KSTEP_BYTES, 16) : make_desc(y + ks * MN_KSTEP_BYTES, CHUNK_BYTES);
+        const unsigned long long dy = desc_y + (Y_KMAJOR ? ks * KSTEP_BYTES : ks * MN_KSTEP_BYTES) / 16;
 #pragma unroll
         for (int t = 0; t < MT; ++t) {
-          const int row_tile = (PINGPONG ? 0 : cw * MT) + t;
           const unsigned long long dx =
-              X_KMAJOR ? make_desc(x + row_tile * 64 * ROW_BYTES + ks * KSTEP_BYTES, 16)
-                       : make_desc(x + row_tile * CHUNK_BYTES + ks * MN_KSTEP_BYTES, CHUNK_BYTES);
+              desc_x + (X_KMAJOR ? t * 64 * ROW_BYTES + ks * KSTEP_BYTES : t * CHUNK_BYTES + ks * MN_KSTEP_BYTES) / 16;
           mma_tile(acc[t], dx, dy);
         }
       }
@@ -1074,7 +1080,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v2_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
+}  // namespace ns_tt_wgmma_gemm_v3_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
