@@ -450,16 +450,24 @@ step_wsanitize() {
 # taken at the clock of its moment.
 step_ab() {
   local file=${AB_FILE:-scripts/ab-wgmma.txt}
-  say "ab: $(grep -vc '^#' "$file") configs from $file"
+  # AB_BINS: run_one binaries in .gpu/ to compare (each config runs through each in turn, twice
+  # over in ABBA order when there are two, so a drifting clock falls on both alike).
+  local bins=(${AB_BINS:-run_one})
+  local order=("${bins[@]}")
+  [ "${#bins[@]}" -eq 2 ] && order=("${bins[0]}" "${bins[1]}" "${bins[1]}" "${bins[0]}")
+  say "ab: $(grep -vc '^#' "$file") configs from $file, binaries ${order[*]}"
   grep -v '^#' "$file" | while read -r key cfg; do
-    local line
-    line=$(TT_TEMPLATE=${AB_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0 timeout 60 "$BIN/run_one" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 |
-      grep -v '^ *$' | grep -m1 -E ' (Ok|[A-Z][A-Za-z]*) median |^Error' || echo "no result")
-    local us vendor
-    us=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
-    vendor=$(echo "$line" | sed -n 's/.*vendor Some(\([0-9.]*\)).*/\1/p')
-    local ratio=$(awk -v a="$vendor" -v b="$us" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else print "-" }')
-    say "ab $ratio $(echo "$line" | grep -o 'Ok\|[A-Z][a-z]*Error\|Timeout\|Mismatch' | head -1) $(echo "$key" | cut -d/ -f2-4) $cfg :: $(echo "$line" | cut -c1-220)"
+    local bin
+    for bin in "${order[@]}"; do
+      local line
+      line=$(TT_TEMPLATE=${AB_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0 timeout 60 "$BIN/$bin" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 |
+        grep -v '^ *$' | grep -m1 -E ' (Ok|[A-Z][A-Za-z]*) median |^Error' || echo "no result")
+      local us vendor
+      us=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
+      vendor=$(echo "$line" | sed -n 's/.*vendor Some(\([0-9.]*\)).*/\1/p')
+      local ratio=$(awk -v a="$vendor" -v b="$us" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else print "-" }')
+      say "ab $ratio $(echo "$line" | grep -o 'Ok\|[A-Z][a-z]*Error\|Timeout\|Mismatch' | head -1) [$bin] $(echo "$key" | cut -d/ -f2-4) $cfg :: $(echo "$line" | cut -c1-220)"
+    done
   done
 }
 
@@ -550,7 +558,7 @@ step_export() {
       esac
     done
     log="$LOGS/gemm_check-$warm-$pause-${flags//[^a-z0-9]/_}.log"
-    env "${env[@]}" timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-1}" \
+    env "${env[@]}" timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-3}" \
       "$warm" "$pause" >"$log" 2>&1
     say "gemm_check (warm-up $warm ms, pause $pause ms, ${flags:-no flags}) exit $?"
     tee -a "$SUMMARY" <"$log"
