@@ -558,7 +558,7 @@ step_export() {
       esac
     done
     log="$LOGS/gemm_check-$warm-$pause-${flags//[^a-z0-9]/_}.log"
-    env "${env[@]}" timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-3}" \
+    env "${env[@]}" timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-1}" \
       "$warm" "$pause" >"$log" 2>&1
     say "gemm_check (warm-up $warm ms, pause $pause ms, ${flags:-no flags}) exit $?"
     tee -a "$SUMMARY" <"$log"

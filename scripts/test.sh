@@ -31,6 +31,17 @@ if [ -z "${TENSORTUNE_FONT:-}" ] && ! find /usr/share/fonts /usr/local/share/fon
         echo "no TrueType font and no root apt-get: the plot test will fail; set TENSORTUNE_FONT to a .ttf file" >&2
     fi
 fi
+# kernels/tests/simt_cpu.rs runs generated CUDA on the CPU through a C++20 compiler ($CXX, else
+# c++): Debian's g++ is installed when there is none.
+if [ -z "${CXX:-}" ] && ! command -v c++ >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        echo "installing g++ for the simt_cpu test" >&2
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++) >&2 \
+            || echo "g++ could not be installed: the simt_cpu test will fail; set CXX to a C++20 compiler" >&2
+    else
+        echo "no c++ and no root apt-get: the simt_cpu test will fail; set CXX to a C++20 compiler" >&2
+    fi
+fi
 # The tracker's tests on PostgreSQL: each test makes a database of its own on this server.
 pg_dir=
 if [ -z "${TENSORTUNE_TEST_PG:-}" ]; then

@@ -4,11 +4,12 @@
  * a CUDA graph holding a batch of launches (batch sized so one sample lasts >= 1 ms) replayed
  * SAMPLES times back to back between events, the median sample. One kernel at a time is loaded,
  * checked, timed ROUNDS times (median over rounds) after an idle pause of PAUSE_MS, and freed with
- * its buffers, as the worker holds only the workloads it measures. The defaults (10 samples, 3
- * rounds, 2000 ms) are how the worker takes a finalist's record (the median of 3 rounds' medians,
- * tracker/src/service/convert.rs) on a GPU that is not still paying for the kernel before: on an
- * H200 a few hundred milliseconds of 4096^3 GEMMs pull the SM clock from 1980 to 1530 MHz, and it
- * stays there for the next seconds, whatever runs. WARM_MS of replays before each measurement are
+ * its buffers, as the worker holds only the workloads it measures. The defaults (10 samples, 1
+ * round, 2000 ms) are one worker measurement on a GPU that is not still paying for the kernel
+ * before: on an H200 a few hundred milliseconds of 4096^3 GEMMs pull the SM clock from 1980 to
+ * 1530 MHz, and it stays there for the next seconds, whatever runs; 3 rounds in a row (a finalist's
+ * record is the median of 3 rounds, but interleaved with other kernels) measured the 4096^3 kernels
+ * 10% slow on the second and third. WARM_MS of replays before each measurement are
  * optional. Prints one row per kernel: its time, the time in its record, the
  * ratio, cuBLAS's time and the check. TT_NO_BLAS=1 leaves cuBLAS out of the process (nothing is
  * checked; only the bundle's kernels are timed). TT_ONLY=S loads only the kernels whose name or
@@ -378,7 +379,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "error: SAMPLES must be 1 ..= 1000, not %s\n", argv[2]);
     return 2;
   }
-  int rounds = argc > 3 ? atoi(argv[3]) : 3;
+  int rounds = argc > 3 ? atoi(argv[3]) : 1;
   if (rounds < 1 || rounds > MAX_ROUNDS) {
     fprintf(stderr, "error: ROUNDS must be 1 ..= %d, not %s\n", MAX_ROUNDS, argv[3]);
     return 2;
