@@ -60,6 +60,8 @@
 #                kept, `tensortune export` of its best kernels, examples/bundle/gemm_check.c built
 #                with nvcc and run on the bundle: every output element against cuBLAS, time against
 #                the record (bundle and logs in logs.tar.gz)
+#     convdiag   conv layers against the memory: a bench of CDIAG_SUITE, then each best kernel and cuDNN's
+#                under ncu (duration, DRAM bytes and throughput, L2 hit rate, clock)
 #     vendorkern the cuBLAS kernels run_one's baseline launches for VENDOR_KEYS (ncu: name, grid, block,
 #                cluster, shared memory, duration)
 set -uo pipefail
@@ -701,6 +703,67 @@ for r in json.load(open(sys.argv[1]))["rows"]:
     tee -a "$SUMMARY"
 }
 
+# Where conv layers stand against the memory (CDIAG_SUITE, default suites/conv-diag.json): a bench
+# of the suite (CDIAG_TRIALS) keeps its database; each workload's fastest record is run by run_one
+# under Nsight Compute (cold L2, as ncu flushes caches between passes): ours alone in its process,
+# then cuDNN's kernels, each with its duration, DRAM bytes read and written, DRAM throughput
+# against its peak, L2 hit rate and SM clock. A first run (H100, 2026-11-25) caught only the
+# support kernels (tt_fill_*) for ours; the filter now names the templates' kernels.
+step_convdiag() {
+  local suite=${CDIAG_SUITE:-suites/conv-diag.json} db="$LOGS/cdiag.db" start=$(date +%s.%N)
+  timeout 600 "$BIN/tensortune" --db "$db" bench --suite "$suite" --trials "${CDIAG_TRIALS:-150}" \
+    --json "$OUT/cdiag-bench.json" >"$LOGS/cdiag-bench.log" 2>&1
+  say "convdiag bench exit $? in $(since "$start") s"
+  sed -n '/^suite/,$p' "$LOGS/cdiag-bench.log" | tee -a "$SUMMARY"
+  "$BIN/tensortune" --db "$db" records export --ok-only -o "$LOGS/cdiag-records.jsonl" >/dev/null 2>&1
+  python3 - "$LOGS/cdiag-records.jsonl" >"$LOGS/cdiag-best.txt" <<'PY2'
+import json, sys
+best = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    t = r.get("median_us") or 0
+    if t > 0 and (r["workload"] not in best or t < best[r["workload"]][0]):
+        best[r["workload"]] = (t, r["template"], json.dumps(r["config"], separators=(",", ":")))
+for w, (t, tmpl, cfg) in best.items():
+    print(w, tmpl, cfg)
+PY2
+  local key tmpl cfg n=0
+  while read -r key tmpl cfg; do
+    n=$((n + 1))
+    say "convdiag $n: $key $tmpl $cfg"
+    TT_TEMPLATE=$tmpl "$BIN/run_one" "$key" "$cfg" 10 2 2>&1 | grep -m2 ' median ' | cut -c1-240 | tee -a "$SUMMARY"
+    # Ours alone in its process (a few launches), then cuDNN's kernels (those of Find, and the
+    # chosen one's timed replays) in a process of their own.
+    local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,sm__cycles_elapsed.avg.per_second,launch__grid_size
+    TT_NO_BASELINE=1 TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:'^tt_(w|simt|mma)' \
+      --launch-skip 1 --launch-count 3 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 >"$LOGS/cdiag-$n.csv" 2>&1
+    TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:'xmma|cutlass|cudnn|implicit|fprop|nhwc|sm90|sm80' \
+      --launch-skip 0 --launch-count 60 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 \
+      >"$LOGS/cdiag-$n-vendor.csv" 2>&1
+    python3 - "$LOGS/cdiag-$n.csv" "$LOGS/cdiag-$n-vendor.csv" <<'PY2' 2>&1 | tee -a "$SUMMARY"
+import csv, collections, statistics, sys
+rows = [r for f in sys.argv[1:] for r in csv.reader(open(f)) if len(r) > 10 and r[0] != "ID"]
+by = collections.defaultdict(lambda: collections.defaultdict(list))
+for r in rows:
+    try:
+        by[r[4]][r[-3]].append(float(r[-1].replace(",", "")))
+    except ValueError:
+        pass
+units = {}
+for name, m in by.items():
+    dur = m.get("gpu__time_duration.sum", [0])
+    i = dur.index(min(dur))
+    def at(k):
+        v = m.get(k, [])
+        return v[i] if i < len(v) else float("nan")
+    print("  %-70s x%-3d %9.2f us  read %7.2f MB  write %7.2f MB  dram %5.1f%%  L2 hit %5.1f%%  %4.0f MHz  grid %d"
+          % (name[:70], len(dur), at("gpu__time_duration.sum") / 1e3, at("dram__bytes_read.sum") / 1e6,
+             at("dram__bytes_write.sum") / 1e6, at("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+             at("lts__t_sector_hit_rate.pct"), at("sm__cycles_elapsed.avg.per_second") / 1e6, at("launch__grid_size")))
+PY2
+  done <"$LOGS/cdiag-best.txt"
+}
+
 # DEADLINE (seconds since the script started) skips the steps that would start after it, so that
 # one device call ends inside its limit with its logs packed.
 T0=$(date +%s)
@@ -712,7 +775,7 @@ for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
-    wconv | csanitize | csmoke | export | types | typesbench | vendorkern) "step_$step" ;;
+    wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

@@ -52,8 +52,17 @@ fn main() -> anyhow::Result<()> {
         };
         let o = exec.measure(&req);
         println!(
-            "{} {:?} median {:.3} us spread {:.4} batch {} vendor {:?} clock {} MHz err {:?} {}",
-            spec.name, o.status, o.median_us, o.spread, o.batch, o.baseline_us, o.sm_clock_mhz, o.max_abs_err, o.error
+            "{} {:?} median {:.3} us spread {:.4} batch {} vendor {:?} clock {} MHz err {:?} {} [vendor: {}]",
+            spec.name,
+            o.status,
+            o.median_us,
+            o.spread,
+            o.batch,
+            o.baseline_us,
+            o.sm_clock_mhz,
+            o.max_abs_err,
+            o.error,
+            o.baseline_kind
         );
     }
     Ok(())
