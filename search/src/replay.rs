@@ -167,7 +167,7 @@ impl Dataset {
                     width = Some(features.len() - WORKLOAD_FEATURES.len());
                     knobs.insert(0, slot);
                     own_rows.push(features.clone());
-                    candidates.push(Candidate { index, features, knobs, analytic_us });
+                    candidates.push(Candidate { index, features, knobs, analytic_us, group: slot });
                     slots.push(slot);
                     truth.push(outcome);
                 }

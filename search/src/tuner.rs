@@ -32,6 +32,10 @@ pub struct Candidate {
     pub knobs: Vec<usize>,
     /// The template's analytic time estimate, microseconds (cold-start ranking).
     pub analytic_us: f64,
+    /// The template's position in a space that holds several (0 in a space of one). Two
+    /// templates' analytic models were never calibrated against each other, so a cold start
+    /// without a prior gives each template a share of its first batch.
+    pub group: usize,
 }
 
 /// The outcome of one measured candidate: its median time, or `None` when it failed.
@@ -417,6 +421,54 @@ fn ranks(values: &[f64]) -> Vec<usize> {
     out
 }
 
+/// The picks a cold-start batch owes each template (group) of a union space.
+struct Quota {
+    /// Picks each group is owed, by group; empty when no group is owed any.
+    per_group: Vec<(usize, usize)>,
+}
+
+impl Quota {
+    /// No group is owed anything.
+    fn none() -> Quota {
+        Quota { per_group: Vec::new() }
+    }
+
+    /// Half of a batch of `exploit` picks split evenly over the groups of `pool` (none for a pool
+    /// of one group).
+    fn new(candidates: &[Candidate], pool: &[usize], exploit: usize) -> Quota {
+        let mut groups: Vec<usize> = pool.iter().map(|p| candidates[*p].group).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        if groups.len() < 2 {
+            return Quota::none();
+        }
+        let each = exploit / (2 * groups.len());
+        Quota { per_group: groups.into_iter().map(|g| (g, each)).collect() }
+    }
+
+    /// With `left` picks left and `taken` pool positions chosen: the pool positions of the groups
+    /// still owed picks when the owed picks fill what is left, else `None` (pick from anything).
+    fn owed(
+        &self,
+        candidates: &[Candidate],
+        pool: &[usize],
+        taken: &HashSet<usize>,
+        left: usize,
+    ) -> Option<Vec<usize>> {
+        let got = |g: usize| taken.iter().filter(|i| candidates[pool[**i]].group == g).count();
+        let short: Vec<(usize, usize)> =
+            self.per_group.iter().map(|&(g, owed)| (g, owed.saturating_sub(got(g)))).filter(|(_, n)| *n > 0).collect();
+        let owed: usize = short.iter().map(|(_, n)| n).sum();
+        if owed == 0 || left > owed {
+            return None;
+        }
+        let from: Vec<usize> = (0..pool.len())
+            .filter(|i| !taken.contains(i) && short.iter().any(|(g, _)| candidates[pool[*i]].group == *g))
+            .collect();
+        (!from.is_empty()).then_some(from)
+    }
+}
+
 /// Knob positions differing in at most one knob.
 fn neighbours(a: &[usize], b: &[usize]) -> bool {
     a.iter().zip(b).filter(|(x, y)| x != y).count() <= 1
@@ -455,11 +507,21 @@ impl Tuner for ModelGuided {
         let mut order: Vec<usize> = (0..pool.len()).collect();
         order.sort_by(|a, b| scores[*a].total_cmp(&scores[*b]));
         let shortlist: Vec<usize> = order.into_iter().take((exploit * 8).max(exploit)).collect();
+        // A cold start without a prior ranks configs by their templates' analytic models, which
+        // were never calibrated against each other: each template of a union is then sure of a
+        // share of the batch (half of it, split evenly), its own likeliest configs, taken after
+        // the best by the scores.
+        let quota = match (trained, self.prior_scores(candidates)) {
+            (false, None) => Quota::new(candidates, &pool, exploit),
+            _ => Quota::none(),
+        };
         let mut penalty = vec![0.0f64; pool.len()];
         let mut chosen: Vec<usize> = Vec::with_capacity(n);
         let mut taken: HashSet<usize> = HashSet::new();
         while chosen.len() < exploit {
-            let Some(&best) = shortlist
+            let owed = quota.owed(candidates, &pool, &taken, exploit - chosen.len());
+            let from: &[usize] = owed.as_deref().unwrap_or(&shortlist);
+            let Some(&best) = from
                 .iter()
                 .filter(|i| !taken.contains(*i))
                 .min_by(|a, b| (scores[**a] + penalty[**a]).total_cmp(&(scores[**b] + penalty[**b])))
@@ -468,7 +530,7 @@ impl Tuner for ModelGuided {
             };
             taken.insert(best);
             chosen.push(pool[best]);
-            for &i in &shortlist {
+            for &i in shortlist.iter().chain(owed.iter().flatten()) {
                 if neighbours(&candidates[pool[i]].knobs, &candidates[pool[best]].knobs) {
                     penalty[i] += 0.5 * spread;
                 }
@@ -611,6 +673,7 @@ mod tests {
                         features: vec![a as f64, b as f64, c as f64],
                         knobs: vec![a, b, c],
                         analytic_us: 1.0 + (a as f64 - 4.0).abs(),
+                        group: 0,
                     });
                 }
             }
@@ -685,6 +748,67 @@ mod tests {
         let late = chance_of_better(&cands, &done, None, 1).unwrap();
         assert!(early > 0.1 && late < 0.01, "early {early:.3}, late {late:.3}");
         assert_eq!(chance_of_better(&cands, &far[..3], None, 1), None);
+    }
+
+    /// A union of two templates whose analytic models disagree with the truth across them: the
+    /// first's estimates are optimistic (0.5-1.5 us) and its configs run 2-3.5 us; the second's are
+    /// pessimistic (3-4 us) and its configs run 1-2 us. Each ranks its own configs correctly.
+    fn union_space() -> Vec<Candidate> {
+        let mut out = Vec::new();
+        for (group, side) in [(0usize, 32usize), (1, 8)] {
+            for a in 0..side {
+                for b in 0..side {
+                    let bowl = ((a as f64 - 3.0).powi(2) + (b as f64 - 5.0).powi(2)) / (side * side) as f64;
+                    // As `features::UnionLayout` lays rows out: a one-hot of the template, then
+                    // each template's own columns, missing (NaN) in the other's rows.
+                    let mut features = vec![f64::NAN; 8];
+                    features[group] = 1.0;
+                    features[1 - group] = 0.0;
+                    features[2 + 3 * group..5 + 3 * group].copy_from_slice(&[a as f64, b as f64, bowl]);
+                    out.push(Candidate {
+                        index: (a * side + b) as u64,
+                        features,
+                        knobs: vec![group, a, b],
+                        analytic_us: if group == 0 { 0.5 + bowl } else { 3.0 + bowl },
+                        group,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    fn union_time(c: &Candidate) -> f64 {
+        if c.group == 0 { 2.0 + 1.5 * c.features[4] } else { 1.0 + c.features[7] }
+    }
+
+    #[test]
+    fn a_cold_start_gives_every_template_of_a_union_a_share_of_the_first_batch() {
+        let cands = union_space();
+        let mut tuner = ModelGuided::new(1, None);
+        let first = tuner.propose(&cands, &[], 16);
+        let second_group = first.iter().filter(|p| cands[**p].group == 1).count();
+        assert_eq!(second_group, 4, "half of 16 picks split over two templates");
+        // The best by the (misleading) estimates come first; the owed picks are each template's
+        // own likeliest configs.
+        assert!(first[..12].iter().all(|p| cands[*p].group == 0));
+        let owed_best = first[12..].iter().map(|p| cands[*p].analytic_us).fold(f64::INFINITY, f64::min);
+        let group_best = cands.iter().filter(|c| c.group == 1).map(|c| c.analytic_us).fold(f64::INFINITY, f64::min);
+        assert_eq!(owed_best, group_best);
+        // Their outcomes teach the model that the second template is faster: two batches later
+        // the search is within 10% of the true best, which only the second template holds.
+        let mut observed: Vec<Observation> =
+            first.iter().map(|&pos| Observation { pos, time_us: Some(union_time(&cands[pos])) }).collect();
+        for _ in 0..2 {
+            for pos in tuner.propose(&cands, &observed, 16) {
+                observed.push(Observation { pos, time_us: Some(union_time(&cands[pos])) });
+            }
+        }
+        let best = observed.iter().filter_map(|o| o.time_us).fold(f64::INFINITY, f64::min);
+        assert!(best <= 1.1, "best after 48 trials: {best}");
+        // A space of one template, or a prior, leaves the batch to the scores alone.
+        let one: Vec<Candidate> = cands.iter().filter(|c| c.group == 0).cloned().collect();
+        assert_eq!(Quota::new(&one, &(0..one.len()).collect::<Vec<_>>(), 16).per_group, Vec::new());
     }
 
     #[test]

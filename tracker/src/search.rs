@@ -252,6 +252,7 @@ fn space(
                     // The template is a knob too: configs of different templates are never
                     // near-copies of each other.
                     c.knobs.insert(0, pos);
+                    c.group = pos;
                 }
                 out.push(c);
             }
@@ -309,7 +310,7 @@ fn candidates(template: &dyn Template, w: &Workload, target: &Target, valid: &[u
             let knobs = space.positions(&config).map_err(|e| features_error(template, w, index, &e))?;
             let (features, analytic_us) =
                 features::row(template, w, &config, target).map_err(|e| features_error(template, w, index, &e))?;
-            Ok(Candidate { index, features, knobs, analytic_us })
+            Ok(Candidate { index, features, knobs, analytic_us, group: 0 })
         })
         .collect()
 }

@@ -390,6 +390,7 @@ mod tests {
                         features: vec![a as f64, b as f64, c as f64],
                         knobs: vec![a, b, c],
                         analytic_us: 1.0 + (a as f64 - 4.0).abs(),
+                        group: 0,
                     });
                 }
             }
