@@ -64,7 +64,7 @@ typedef struct {
 
 typedef struct {
   char name[TT_NAME], op[16], entry[TT_NAME], layout[4];
-  char input[8], acc[8], output[8];
+  char input[8], acc[8], output[8]; /* f16, bf16, tf32 (f32 in memory), f32, i8, i32 */
   uint64_t shape[5]; /* matmul: M N K; conv2d: N H W C K */
   uint64_t filter[8];
   double alpha, beta;
@@ -336,7 +336,7 @@ static inline int tt_kernel_load(tt_kernel *k, const tt_bundle *b, int index, in
 static inline CUtensorMapDataType tt__map_type(const char *dtype) {
   if (!strcmp(dtype, "f16")) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   if (!strcmp(dtype, "bf16")) return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  if (!strcmp(dtype, "f32")) return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  if (!strcmp(dtype, "f32") || !strcmp(dtype, "tf32")) return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   if (!strcmp(dtype, "i32")) return CU_TENSOR_MAP_DATA_TYPE_INT32;
   return CU_TENSOR_MAP_DATA_TYPE_UINT8; /* i8: a copy does not care about signedness */
 }

@@ -203,7 +203,7 @@ fn map_dtype(dtype: DType) -> sys::CUtensorMapDataType {
     match dtype {
         DType::F16 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         DType::Bf16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        DType::F32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        DType::F32 | DType::Tf32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         DType::I32 => Ty::CU_TENSOR_MAP_DATA_TYPE_INT32,
         DType::I8 => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
     }

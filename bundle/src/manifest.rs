@@ -31,6 +31,9 @@ pub enum DType {
     Bf16,
     /// IEEE single.
     F32,
+    /// f32 in memory, multiplied with TF32 precision (a problem's input type; tensor maps over
+    /// such operands say `f32`). A kernel of tf32 inputs never answers an exact-f32 problem.
+    Tf32,
     /// Signed 8-bit integer.
     I8,
     /// Signed 32-bit integer.
@@ -44,6 +47,7 @@ impl DType {
             DType::F16 => "f16",
             DType::Bf16 => "bf16",
             DType::F32 => "f32",
+            DType::Tf32 => "tf32",
             DType::I8 => "i8",
             DType::I32 => "i32",
         }
@@ -54,7 +58,7 @@ impl DType {
         match self {
             DType::I8 => 1,
             DType::F16 | DType::Bf16 => 2,
-            DType::F32 | DType::I32 => 4,
+            DType::F32 | DType::Tf32 | DType::I32 => 4,
         }
     }
 }

@@ -161,3 +161,31 @@ fn selection_is_exact_first_then_the_nearest_shape_of_the_same_kind() {
     let s = select(&m, &scaled, 90, 132).unwrap();
     assert_eq!((s.entry.name.as_str(), s.nearest), ("mid", true));
 }
+
+/// A tf32 kernel states its problem as tf32 (its maps copy f32): it round-trips through the
+/// manifest and index text, and answers tf32 problems only, never an exact-f32 one of the same
+/// shape (which would get TF32's rounding).
+#[test]
+fn a_tf32_entry_answers_tf32_problems_only() {
+    let problem = |input| Problem::Matmul {
+        m: 1024,
+        n: 1024,
+        k: 1024,
+        layout: Layout::Tn,
+        input,
+        accumulator: DType::F32,
+        output: DType::F32,
+        alpha: 1.0,
+        beta: 0.0,
+    };
+    let mut e = entry("tf32", problem(DType::Tf32), 90, 132, 7.8);
+    e.params[0] = Param::TensorMap(MapRecipe::tiled(Operand::A, DType::F32, [1024, 1024], 4096, [32, 128]));
+    let m = manifest(vec![e]);
+    let json = serde_json::to_string(&m).unwrap();
+    assert!(json.contains(r#""input":"tf32""#) && json.contains(r#""dtype":"f32""#), "{json}");
+    let back: Manifest = serde_json::from_str(&json).unwrap();
+    assert!(Bundle::index_text(&back).contains("types tf32 f32 f32"), "{}", Bundle::index_text(&back));
+    assert_eq!(select(&back, &problem(DType::Tf32), 90, 132).map(|s| s.nearest), Some(false));
+    assert!(select(&back, &problem(DType::F32), 90, 132).is_none(), "exact f32 never gets a tf32 kernel");
+    assert_eq!(DType::Tf32.bytes(), 4);
+}

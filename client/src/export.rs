@@ -267,7 +267,10 @@ pub fn problem(w: &Workload) -> Problem {
     use tensortune_bundle::Layout as L;
     use tensortune_kernels::Layout as K;
     let t = w.types();
-    let (input, accumulator, output) = (dtype(t.input), dtype(t.accumulator), dtype(t.output));
+    // A problem names its types as the workload does (tf32 stays tf32); a packed type, which a
+    // bundle cannot state (export refuses it), reads as the bytes it is stored in.
+    let named = |d| bundle_dtype(d).unwrap_or_else(|| dtype(d));
+    let (input, accumulator, output) = (named(t.input), named(t.accumulator), named(t.output));
     match w {
         Workload::Matmul(m) => Problem::Matmul {
             m: m.m,

@@ -726,6 +726,23 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
             "--template",
             "wgmma_conv2d",
         ][..],
+        &[
+            "tune",
+            "matmul",
+            "--m",
+            "256",
+            "--n",
+            "128",
+            "--k",
+            "256",
+            "--layout",
+            "tn",
+            "--dtype",
+            "f32",
+            "--allow-tf32",
+            "--template",
+            "wgmma_gemm",
+        ][..],
     ] {
         let out = cli(&[args, &["--trials", "6", "--seed", "3", "--device", "sim", "--compile-threads", "1"]].concat());
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -740,6 +757,7 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
 
     let nvrtc = tensortune_worker::nvrtc::available() && tensortune_worker::nvrtc::find_include_dir().is_some();
     let conv = "conv2d/n2h9w9c64/k64r3s3/pad1x1,stride2x2,dil1x1/nhwc/f16,f32,f32";
+    let tf32 = "matmul/m256n128k256/tn/tf32,f32,f32/alpha=1,beta=0";
     let mut args = vec![
         "export",
         "--workload",
@@ -748,6 +766,8 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
         wgmma,
         "--workload",
         conv,
+        "--workload",
+        tf32,
         "-o",
         bundle_dir.to_str().unwrap(),
         "--json",
@@ -762,7 +782,7 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
 
     let bundle = Bundle::open(&bundle_dir).unwrap();
     let m = &bundle.manifest;
-    assert_eq!(m.kernels.len(), 3, "one entry per workload on the one class");
+    assert_eq!(m.kernels.len(), 4, "one entry per workload on the one class");
     let index = std::fs::read_to_string(bundle_dir.join("index.txt")).unwrap();
     assert_eq!(index, Bundle::index_text(m));
     for e in &m.kernels {
@@ -818,7 +838,15 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
         "the stride-2 3x3 layer of 64 channels loads its input by an im2col map: {:?}",
         im2col.params
     );
-    let tma = m.kernels.iter().find(|e| e.template == "wgmma_gemm").unwrap();
+    // The tf32 kernel states tf32 in its problem, its maps copy f32, and an exact-f32 problem of
+    // its shape finds nothing (it would get TF32's rounding).
+    let t = m.kernels.iter().find(|e| e.workload_key == tf32).unwrap();
+    assert!(matches!(t.problem, tensortune_bundle::Problem::Matmul { input: tensortune_bundle::DType::Tf32, .. }));
+    assert!(t.params.iter().any(|p| matches!(p, Param::TensorMap(r) if r.dtype == tensortune_bundle::DType::F32)));
+    let exact =
+        tensortune::export::problem(&Workload::from_key("matmul/m256n128k256/tn/f32,f32,f32/alpha=1,beta=0").unwrap());
+    assert!(select(m, &exact, 90, 132).is_none_or(|s| s.entry.workload_key != tf32));
+    let tma = m.kernels.iter().find(|e| e.template == "wgmma_gemm" && e.workload_key == wgmma).unwrap();
     assert!(tma.params.iter().any(|p| matches!(p, Param::TensorMap(_))), "the wgmma kernel takes tensor maps");
     assert!(tma.launch.grid.iter().zip(tma.launch.cluster).all(|(g, c)| g % c == 0));
 
@@ -922,6 +950,8 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
                 ("matmul/m500n250k500/tn/f16,f32,f32/alpha=1,beta=0", 90, 132),
                 ("matmul/m256n128k256/tt/f16,f32,f32/alpha=1,beta=0", 90, 132),
                 (wmma, 80, 108),
+                (tf32, 90, 132),
+                ("matmul/m256n128k256/tn/f32,f32,f32/alpha=1,beta=0", 90, 132),
             ] {
                 let w = Workload::from_key(key).unwrap();
                 let Workload::Matmul(mm) = w else { unreachable!() };

@@ -175,6 +175,8 @@ static int blas_gemm(const blas_call *c) {
   cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   if (!strcmp(e->acc, "f16")) compute = CUBLAS_COMPUTE_16F, alpha = &ah, beta = &bh;
   if (!strcmp(e->acc, "i32")) compute = CUBLAS_COMPUTE_32I, alpha = &ai, beta = &bi;
+  /* tf32 inputs are f32 in memory (dtype() says CUDA_R_32F), multiplied as TF32. */
+  if (!strcmp(e->input, "tf32")) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   cublasStatus_t s = cublasGemmEx(c->h, a_t ? CUBLAS_OP_T : CUBLAS_OP_N, b_t ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
                                   alpha, (const void *)(uintptr_t)c->a, dtype(e->input), lda,
                                   (const void *)(uintptr_t)c->b, dtype(e->input), ldb, beta,

@@ -41,7 +41,8 @@ pub fn bundle_dtype(d: tensortune_kernels::DType) -> Option<tensortune_bundle::D
         K::F32 => Some(B::F32),
         K::I8 => Some(B::I8),
         K::I32 => Some(B::I32),
-        K::Tf32 | K::S4 | K::U4 | K::B1Xor | K::B1And => None,
+        K::Tf32 => Some(B::Tf32),
+        K::S4 | K::U4 | K::B1Xor | K::B1And => None,
     }
 }
 
@@ -50,10 +51,10 @@ pub fn bundle_dtype(d: tensortune_kernels::DType) -> Option<tensortune_bundle::D
 /// operand; one would read as bytes.
 pub fn dtype(d: tensortune_kernels::DType) -> tensortune_bundle::DType {
     use tensortune_kernels::DType as K;
-    bundle_dtype(d).unwrap_or(match d {
+    match d {
         K::Tf32 => tensortune_bundle::DType::F32,
-        _ => tensortune_bundle::DType::I8,
-    })
+        _ => bundle_dtype(d).unwrap_or(tensortune_bundle::DType::I8),
+    }
 }
 
 fn operand(o: TensorOperand) -> Operand {
