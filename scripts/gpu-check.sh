@@ -741,7 +741,7 @@ PY2
       --launch-skip 0 --launch-count 60 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 \
       >"$LOGS/cdiag-$n-vendor.csv" 2>&1
     python3 - "$LOGS/cdiag-$n.csv" "$LOGS/cdiag-$n-vendor.csv" <<'PY2' 2>&1 | tee -a "$SUMMARY"
-import csv, collections, statistics, sys
+import csv, collections, sys
 rows = [r for f in sys.argv[1:] for r in csv.reader(open(f)) if len(r) > 10 and r[0] != "ID"]
 by = collections.defaultdict(lambda: collections.defaultdict(list))
 for r in rows:
@@ -749,7 +749,6 @@ for r in rows:
         by[r[4]][r[-3]].append(float(r[-1].replace(",", "")))
     except ValueError:
         pass
-units = {}
 for name, m in by.items():
     dur = m.get("gpu__time_duration.sum", [0])
     i = dur.index(min(dur))

@@ -30,8 +30,8 @@ pub fn param(arg: &Arg) -> Param {
     }
 }
 
-/// The bundle's name for an element type a bundle can state; `None` for tf32 (its data is f32
-/// but its results are not, so a bundle would pass it off as exact f32) and the packed types.
+/// The bundle's name for an element type a bundle can state (tf32 as `tf32`, never as exact
+/// f32, whose results it would not give); `None` for the packed types.
 pub fn bundle_dtype(d: tensortune_kernels::DType) -> Option<tensortune_bundle::DType> {
     use tensortune_bundle::DType as B;
     use tensortune_kernels::DType as K;
