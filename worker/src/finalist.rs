@@ -67,6 +67,19 @@ pub(crate) fn vendor_of_rounds(rounds: &[(f64, String)]) -> Option<(f64, String)
     Some((mid, nearest.1.clone()))
 }
 
+/// The config whose measurement in `round` (from 1) also times the vendor library, given which
+/// configs are measured in that round: the first in round 1, then one place later each round,
+/// wrapping, so that the vendor follows a different config each round and is not always timed
+/// right after the same kernel (or always first, on the coolest GPU). `None` when no config is
+/// measured.
+pub(crate) fn vendor_carrier(round: u32, eligible: &[bool]) -> Option<usize> {
+    let measured: Vec<usize> = eligible.iter().enumerate().filter(|(_, e)| **e).map(|(i, _)| i).collect();
+    if measured.is_empty() {
+        return None;
+    }
+    Some(measured[(round.max(1) as usize - 1) % measured.len()])
+}
+
 /// The median of `values` (the mean of the middle two for an even count; 0 when empty).
 fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
@@ -112,6 +125,19 @@ mod tests {
         assert_eq!((c.max_abs_err, c.max_rel_err), (Some(1e-2), None));
         assert_eq!((c.baseline_us, c.baseline_kind.as_str(), c.measure_ms), (Some(2.0), "cublasGemmEx", 30.0));
         assert_eq!(combine(vec![round(&[1.0, 2.0], 50, 0), round(&[3.0, 4.0], 50, 0)], 2).median_us, 2.5);
+    }
+
+    #[test]
+    fn the_vendor_follows_a_different_measured_config_each_round() {
+        let all = [true, true, true];
+        let carriers: Vec<_> = (1..=5).map(|r| vendor_carrier(r, &all)).collect();
+        assert_eq!(carriers, [Some(0), Some(1), Some(2), Some(0), Some(1)]);
+        // Configs that are not measured (failed earlier, or settled without the GPU) never carry it.
+        let some = [false, true, false, true];
+        let carriers: Vec<_> = (1..=3).map(|r| vendor_carrier(r, &some)).collect();
+        assert_eq!(carriers, [Some(1), Some(3), Some(1)]);
+        assert_eq!(vendor_carrier(2, &[false, false]), None);
+        assert_eq!(vendor_carrier(1, &[]), None);
     }
 
     #[test]

@@ -111,7 +111,7 @@ pub(crate) async fn measure_stage(
                     let outcome = match image {
                         Ok(image) => tokio::select! {
                             _ = stop.cancelled() => return Ok(()),
-                            outcome = measurer.measure(lease.task_id, &kernel.plan, &image, &support, false) => outcome?,
+                            outcome = measurer.measure(lease.task_id, &kernel.plan, &image, &support, FreshBaseline::No) => outcome?,
                         },
                         Err(failed) => failed,
                     };
@@ -153,6 +153,17 @@ struct Measurer<'a> {
     injector: Injector,
 }
 
+/// Whether a measurement times the vendor library afresh, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FreshBaseline {
+    /// Only when this worker has no baseline for the workload yet.
+    No,
+    /// Every candidate, keeping the fastest as the child's pick.
+    All,
+    /// The child's pick alone (every candidate when it has none).
+    Pick,
+}
+
 impl Measurer<'_> {
     /// Measures `plan`'s kernel once in the child, asking for the vendor baseline while the
     /// worker has none for the workload, or timed afresh with `fresh_baseline`. `Err` only when
@@ -163,12 +174,14 @@ impl Measurer<'_> {
         plan: &Plan,
         kernel: &Image,
         support: &Image,
-        fresh_baseline: bool,
+        fresh_baseline: FreshBaseline,
     ) -> anyhow::Result<MeasureOutcome> {
         let (key, flush_l2) = (&plan.workload_key, plan.sampling.flush_l2);
-        let wanted = self.baselines.wanted(key, flush_l2) || fresh_baseline;
+        let fresh = fresh_baseline != FreshBaseline::No;
+        let wanted = self.baselines.wanted(key, flush_l2) || fresh;
         let mut request = plan.request(task_id, kernel, support, wanted);
-        request.fresh_baseline = fresh_baseline;
+        request.fresh_baseline = fresh;
+        request.retime_pick = fresh_baseline == FreshBaseline::Pick;
         let span = tracing::info_span!("measure", task = task_id, kernel = %plan.spec.name, gpu = %self.shared.gpu);
         let mut outcome = self.supervisor.measure(request).instrument(span).await?;
         self.baselines.settle(key, flush_l2, &mut outcome);
@@ -194,8 +207,10 @@ impl Measurer<'_> {
 
     /// Measures a finalist task's configs `rounds` times, interleaved (see `finalist`), and
     /// returns their records in task order; `None` when the task was dropped or the worker is
-    /// stopping (nothing is reported). The vendor library is timed again in every round, with the
-    /// round's first config, and the records carry the median of those rounds (see
+    /// stopping (nothing is reported). The vendor library is timed in every round right after one
+    /// config ([`finalist::vendor_carrier`]: the first in round 1, then one place later each
+    /// round): every candidate in round 1, then only the algorithm round 1 picked, so that it is
+    /// timed once a round like each finalist. The records carry the median of those rounds (see
     /// [`finalist::vendor_of_rounds`]).
     async fn finalists(
         &mut self,
@@ -208,22 +223,38 @@ impl Measurer<'_> {
         let mut measured: Vec<Vec<MeasureOutcome>> = finalists.iter().map(|_| Vec::new()).collect();
         let mut vendor_rounds: Vec<(f64, String)> = Vec::new();
         for round in 1..=rounds {
-            let mut vendor_timed = false;
-            for (finalist, outcomes) in finalists.iter().zip(&mut measured) {
+            let measurable = |(finalist, outcomes): (&Candidate, &Vec<MeasureOutcome>)| {
+                matches!(finalist, Candidate::Ready(_)) && outcomes.last().is_none_or(|o| o.status == Status::Ok)
+            };
+            let eligible: Vec<bool> = finalists.iter().zip(&measured).map(measurable).collect();
+            let mut carrier = finalist::vendor_carrier(round, &eligible);
+            for (i, (finalist, outcomes)) in finalists.iter().zip(&mut measured).enumerate() {
                 let Candidate::Ready(kernel) = finalist else { continue };
-                if outcomes.last().is_some_and(|o| o.status != Status::Ok) {
+                if !eligible[i] {
                     continue;
                 }
                 if lease.dropped.is_cancelled() {
                     return Ok(None);
                 }
+                let vendor = match carrier {
+                    Some(c) if c == i && round == 1 => FreshBaseline::All,
+                    Some(c) if c == i => FreshBaseline::Pick,
+                    _ => FreshBaseline::No,
+                };
                 let outcome = tokio::select! {
                     _ = stop.cancelled() => return Ok(None),
-                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, !vendor_timed) => outcome?,
+                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, vendor) => outcome?,
                 };
-                if !vendor_timed && let Some(us) = outcome.baseline_us {
-                    vendor_rounds.push((us, outcome.baseline_kind.clone()));
-                    vendor_timed = true;
+                if vendor != FreshBaseline::No {
+                    match outcome.baseline_us {
+                        Some(us) => {
+                            vendor_rounds.push((us, outcome.baseline_kind.clone()));
+                            carrier = None;
+                        }
+                        // The child lost the vendor timing with the config (it crashed or the
+                        // config failed first): the next config of the round carries it.
+                        None => carrier = (i + 1..eligible.len()).find(|&j| eligible[j]),
+                    }
                 }
                 tracing::debug!(
                     task = lease.task_id,

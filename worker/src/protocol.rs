@@ -104,6 +104,14 @@ pub struct MeasureRequest {
     /// the start of a session does not see.
     #[serde(default)]
     pub fresh_baseline: bool,
+    /// With `fresh_baseline`: time only the vendor algorithm this child picked the last time it
+    /// timed every candidate for the workload (every candidate, as usual, when it has no pick).
+    /// Finalist rounds after the first ask for this, so that the vendor is timed once a round,
+    /// as each finalist is, and not as the fastest of up to nine timings in every round (the
+    /// least of nine noisy times reads low, and nine heavy timings in a row heat the GPU for the
+    /// configs after them).
+    #[serde(default)]
+    pub retime_pick: bool,
     /// The analytic model's time, microseconds (what `sim` reports).
     pub model_us: f64,
     /// The analytic vendor time, microseconds (what `sim` reports as baseline).
@@ -314,6 +322,7 @@ mod tests {
             flush_l2: true,
             baseline: false,
             fresh_baseline: false,
+            retime_pick: false,
             model_us: 1.0,
             vendor_model_us: 1.0,
         };

@@ -183,6 +183,12 @@ __device__ __forceinline__ void tma_load_im2col(void* dst, const TmaDesc* map, i
       : "memory");
 }
 
+// Brings a tensor map (a kernel parameter) into the TMA unit's descriptor cache ahead of the first
+// copy through it, which would otherwise wait for the fetch; nullptr (no such map) does nothing.
+__device__ __forceinline__ void prefetch_map(const TmaDesc* map) {
+  if (map != nullptr) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+}
+
 // Stores the box at (c0, c1) of `map` from 128-byte-swizzled `src` (this thread's bulk group).
 __device__ __forceinline__ void tma_store(const TmaDesc* map, const void* src, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
@@ -702,6 +708,10 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   wl.init(blockIdx.x / CLUSTER);
 
   if (threadIdx.x == 0) {
+    // The maps are fetched while the barriers are set up and the cluster meets.
+    prefetch_map(TT_X_MAP);
+    prefetch_map(&mapY);
+    prefetch_map(map_d);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       bar_init(&full[s], GATHER ? 1 + 128 : 1);

@@ -23,7 +23,7 @@ use crate::workload::{Matmul, Op, Workload};
 const BODY: &str = include_str!("gemm.cu");
 
 // The knob domains, in the order of the space (the last varies fastest in the index).
-const BLOCK_M: &[u32] = &[64, 128, 192, 256];
+const BLOCK_M: &[u32] = &[64, 128, 160, 192, 256];
 const BLOCK_N: &[u32] = &[64, 128, 256];
 const CONSUMERS: &[u32] = &[1, 2];
 const STAGES: &[u32] = &[2, 3, 4, 5, 6];
@@ -57,8 +57,12 @@ const GATHER_PRODUCER_REGS: u32 = 64;
 /// most STAGES - 2 (see [`Plan::gather_lag`]).
 const GATHER_LAG: u32 = 2;
 /// Accumulator registers a consumer thread may hold: the rest of its 232-240 go to descriptors,
-/// addresses and the epilogue. Past this ptxas spills or serializes the wgmmas.
-const MAX_ACC_REGS: u32 = 128;
+/// addresses and the epilogue. 160 is two 64x160 row tiles, the per-warpgroup share of cuBLAS's
+/// largest Hopper f16 tile; past it ptxas spills or serializes the wgmmas.
+const MAX_ACC_REGS: u32 = 160;
+/// The same with stream-K, whose partial-sum add loads a batch of the workspace beside the
+/// accumulators: at 160 ptxas spills 0.5-0.7 KB a thread (sm_90a, NVRTC 13.0).
+const SK_MAX_ACC_REGS: u32 = 128;
 /// Shared memory beyond the stages: 1024 bytes to align the swizzle atoms, and the mbarriers.
 const SMEM_SLACK: u32 = 1024 + 2 * 8 * 8;
 /// The TMA-store epilogue's staging per consumer warpgroup: two buffers of 64 rows x 128 bytes.
@@ -500,10 +504,29 @@ impl Plan {
                 self.bp, self.consumers
             )));
         }
+        if !self.y_kmajor() && !self.bq.is_multiple_of(64) {
+            return Err(Error::Rejected(format!(
+                "block_m {} with layout {}: an M-contiguous A is loaded and read in 64-column chunks, so block_m must be a multiple of 64",
+                self.bq, self.w.layout
+            )));
+        }
+        let epi_cols = 128 / self.w.types.output.bytes();
+        if self.tma_store && !self.bq.is_multiple_of(epi_cols) {
+            return Err(Error::Rejected(format!(
+                "epilogue tma stores D in 128-byte pieces ({epi_cols} {} elements): block_m {} is not a whole number of them",
+                self.w.types.output, self.bq
+            )));
+        }
         let acc = self.row_tiles() * self.acc_regs();
         if acc > MAX_ACC_REGS {
             return Err(Error::Rejected(format!(
                 "a {}x{} tile over {} consumer warpgroups holds {acc} accumulator registers per thread; at most {MAX_ACC_REGS} fit beside the wgmma operands",
+                self.bq, self.bp, self.consumers
+            )));
+        }
+        if self.stream_k && acc > SK_MAX_ACC_REGS {
+            return Err(Error::Rejected(format!(
+                "stream_k adds partial sums beside the accumulators: a {}x{} tile over {} consumer warpgroups holds {acc} per thread, at most {SK_MAX_ACC_REGS} fit with it",
                 self.bq, self.bp, self.consumers
             )));
         }
@@ -881,7 +904,9 @@ impl Template for WgmmaGemm {
     fn version(&self) -> u32 {
         // 3: the consumers' wgmma descriptors are computed once and advanced by constants in
         // uniform registers (v2 rebuilt them per K step), and a 192-column A tile may multicast.
-        3
+        // 4: thread 0 prefetches the tensor maps at kernel start (prefetch.tensormap), and block_m
+        // takes 160 (two 64x160 row tiles per consumer warpgroup, 160 accumulator registers).
+        4
     }
 
     fn op(&self) -> Op {

@@ -106,6 +106,36 @@ fn a_192_column_tile_of_an_m_contiguous_a_is_shared_out_in_a_cluster() {
 }
 
 #[test]
+fn a_160_column_tile_takes_a_k_major_a_and_two_row_tiles_per_consumer() {
+    let sm90 = Target::sm90();
+    let wide = BIG.replace(r#""block_m":256,"block_n":128"#, r#""block_m":160,"block_n":256"#);
+    let tn = mm(8192, 8192, 8192, Layout::Tn, DType::F16);
+    WgmmaGemm.check(&tn, &config(&wide), &sm90).unwrap();
+    let spec = WgmmaGemm.generate(&tn, &config(&wide), &sm90).unwrap();
+    assert!(spec.source.contains("m64n160k16") && spec.source.contains("ACC_REGS = 80;"), "two 80-register row tiles");
+    let reason = |w: &Workload, json: &str| WgmmaGemm.check(w, &config(json), &sm90).unwrap_err().to_string();
+    // nn: A is M-contiguous, loaded and read in 64-column chunks.
+    let r = reason(&mm(8192, 8192, 8192, Layout::Nn, DType::F16), &wide);
+    assert!(r.contains("block_m 160") && r.contains("multiple of 64"), "{r}");
+    // A TMA-stored f16 D goes out in 64-column pieces: 160 is two and a half.
+    let f16_out = Workload::Matmul(
+        Matmul::new(8192, 8192, 8192, Layout::Tn, Types::new(DType::F16, DType::F32, Some(DType::F16)).unwrap())
+            .unwrap(),
+    );
+    let r = reason(&f16_out, &wide.replace(r#""epilogue":"direct""#, r#""epilogue":"tma""#));
+    assert!(r.contains("epilogue") && r.contains("block_m 160"), "{r}");
+    // f32 D: 32-column pieces, five of them (three stages leave room for the staging buffers).
+    let tma = wide.replace(r#""epilogue":"direct""#, r#""epilogue":"tma""#).replace(r#""stages":4"#, r#""stages":3"#);
+    WgmmaGemm.check(&tn, &config(&tma), &sm90).unwrap();
+    // Stream-K's partial sums do not fit beside 160 accumulators.
+    let r = reason(&tn, &wide.replace(r#""stream_k":0"#, r#""stream_k":1"#));
+    assert!(r.contains("stream_k") && r.contains("160"), "{r}");
+    // Three row tiles of 160 columns would be 240 registers.
+    let r = reason(&tn, &wide.replace(r#""consumers":2"#, r#""consumers":1"#));
+    assert!(r.contains("accumulator registers"), "{r}");
+}
+
+#[test]
 fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
     let sm90 = Target::sm90();
     let mut checked = 0;

@@ -788,10 +788,17 @@ impl From<CudaFailure> for Why {
 impl CudaExecutor {
     /// The cuDNN baseline of conv workload `wi` (see the module notes): (time, kind), or
     /// (None, "none: why").
-    pub(super) fn conv_baseline(&mut self, wi: usize, conv: &Conv2d, req: &MeasureRequest) -> (Option<f64>, String) {
+    /// With `only`, that algorithm alone is timed (no Find).
+    pub(super) fn conv_baseline(
+        &mut self,
+        wi: usize,
+        conv: &Conv2d,
+        req: &MeasureRequest,
+        only: Option<ConvPick>,
+    ) -> (Option<f64>, String, Option<ConvPick>) {
         let plan = match ConvPlan::new(conv) {
             Ok(p) => p,
-            Err(why) => return (None, format!("none: cuDNN: {why}")),
+            Err(why) => return (None, format!("none: cuDNN: {why}"), None),
         };
         if self.dnn.is_none() {
             let loaded = Dnn::new(&self.stream);
@@ -802,7 +809,7 @@ impl CudaExecutor {
         }
         let dnn = match self.dnn.as_ref().expect("set above") {
             Ok(d) => d,
-            Err(e) => return (None, format!("none: {e}")),
+            Err(e) => return (None, format!("none: {e}"), None),
         };
         let w = &self.workloads[wi];
         let out = time_and_check(
@@ -815,9 +822,10 @@ impl CudaExecutor {
             },
             &self.stream,
             req,
+            only,
         );
         let (text, sticky) = match out {
-            Ok((us, kind)) => return (Some(us), kind),
+            Ok((us, kind, pick)) => return (Some(us), kind, Some(pick)),
             Err(Why::Cudnn(text)) => (format!("cuDNN: {text}"), false),
             Err(Why::Cuda(f)) => (f.to_string(), f.is_sticky()),
         };
@@ -826,11 +834,16 @@ impl CudaExecutor {
         if sticky || self.ctx.synchronize().is_err() {
             self.poisoned = true;
         }
-        (None, format!("none: {text}"))
+        (None, format!("none: {text}"), None)
     }
 }
 
-/// Finds the algorithms, times each in graphs with `time`, cross-checks the fastest.
+/// The cuDNN algorithm (and math type) a baseline picked.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ConvPick(AlgoPerf);
+
+/// Finds the algorithms, times each in graphs with `time`, cross-checks the fastest; with `only`,
+/// times and cross-checks that one without finding. Returns (time, kind, what was timed).
 fn time_and_check<T>(
     dnn: &Dnn,
     plan: &ConvPlan,
@@ -839,7 +852,8 @@ fn time_and_check<T>(
     mut time: T,
     stream: &Arc<CudaStream>,
     req: &MeasureRequest,
-) -> Result<(f64, String), Why>
+    only: Option<ConvPick>,
+) -> Result<(f64, String, ConvPick), Why>
 where
     T: FnMut(&mut dyn FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>) -> Result<super::timing::Timing, CudaFailure>,
 {
@@ -854,7 +868,10 @@ where
     let workspace = DevBuf::new(ctx, descs.workspace_bytes())?;
     let (xt, wt) = w.inputs(InputSet::Timing);
     // SAFETY: the workload's buffers have the plan's sizes and types; y is ours or cuDNN's own.
-    let found = unsafe { descs.find(xt, wt, y, &workspace) }.map_err(Why::Cudnn)?;
+    let found = match only {
+        Some(ConvPick(p)) => vec![p],
+        None => unsafe { descs.find(xt, wt, y, &workspace) }.map_err(Why::Cudnn)?,
+    };
     for p in &found {
         tracing::debug!(
             workload = %req.workload_key,
@@ -945,7 +962,7 @@ where
             c.failures, c.max_abs
         ));
     }
-    Ok((us, kind))
+    Ok((us, kind, ConvPick(chosen)))
 }
 
 #[cfg(test)]

@@ -45,6 +45,9 @@ pub struct CudaExecutor {
     workloads: VecDeque<WorkloadState>,
     /// Vendor time (or why there is none) per workload key and L2 flush, for this session.
     baselines: HashMap<(String, bool), (Option<f64>, String)>,
+    /// The vendor algorithm the last full timing of every candidate picked, per workload key and
+    /// L2 flush, with its kind: what a `retime_pick` request times again.
+    picks: HashMap<(String, bool), (VendorPick, String)>,
     /// What [`timing::Mode::ColdL2`] overwrites; allocated by the first request that flushes.
     flush_scratch: Option<DevBuf>,
     poisoned: bool,
@@ -54,6 +57,17 @@ pub struct CudaExecutor {
 
 /// A failed measurement: the status to report and the text.
 struct Fail(Status, String);
+
+/// The vendor algorithm a baseline picked, so that it can be timed again alone.
+#[derive(Clone, Copy, Debug)]
+enum VendorPick {
+    /// `cublasGemmEx`.
+    GemmEx,
+    /// cuBLASLt's heuristic candidate of this number (from 1), in the heuristic's order.
+    Lt(usize),
+    /// cuDNN's forward algorithm and math type.
+    Conv(dnn::ConvPick),
+}
 
 /// GPUs the CUDA driver sees (after `CUDA_VISIBLE_DEVICES`), for `cuda:all`. Blocking: call it
 /// on a blocking thread. It initialises the driver in the calling process (children started later
@@ -91,6 +105,7 @@ impl CudaExecutor {
             dnn: None,
             workloads: VecDeque::new(),
             baselines: HashMap::new(),
+            picks: HashMap::new(),
             flush_scratch: None,
             poisoned: false,
             nvml,
@@ -251,7 +266,7 @@ impl CudaExecutor {
 
         let key = baseline_key(req);
         if req.baseline && (req.fresh_baseline || !self.baselines.contains_key(&key)) {
-            let b = self.baseline(wi, req);
+            let b = self.timed_baseline(wi, req);
             self.baselines.insert(key.clone(), b);
         }
         let (baseline_us, baseline_kind) = self.baselines.get(&key).cloned().unwrap_or((None, String::new()));
@@ -273,22 +288,73 @@ impl CudaExecutor {
         })
     }
 
-    /// Times the vendor library on the workload's timing set; cross-checks its output on the
-    /// check set against our reference, so a broken reference cannot pass unnoticed.
-    fn baseline(&mut self, wi: usize, req: &MeasureRequest) -> (Option<f64>, String) {
+    /// The vendor baseline as `req` asks: with `retime_pick`, the algorithm picked earlier for
+    /// this workload timed again alone (under the kind it was picked as); otherwise, or when
+    /// there is no pick or it no longer runs, every candidate, keeping the fastest as the pick.
+    fn timed_baseline(&mut self, wi: usize, req: &MeasureRequest) -> (Option<f64>, String) {
+        let key = baseline_key(req);
+        if req.retime_pick
+            && let Some((pick, kind)) = self.picks.get(&key).cloned()
+        {
+            match self.baseline(wi, req, Some(pick)) {
+                (Some(us), _, _) => return (Some(us), kind),
+                (None, why, _) => tracing::warn!(workload = %req.workload_key, "the vendor's pick could not be timed again ({why}); timing every candidate"),
+            }
+        }
+        let (us, kind, pick) = self.baseline(wi, req, None);
+        match pick {
+            Some(p) if us.is_some() => {
+                self.picks.insert(key, (p, kind.clone()));
+            }
+            _ => {
+                self.picks.remove(&key);
+            }
+        }
+        (us, kind)
+    }
+
+    /// Times the vendor library on the workload's timing set (every candidate, or `only` the one
+    /// given); cross-checks its output on the check set against our reference, so a broken
+    /// reference cannot pass unnoticed. Returns the time, the kind and the algorithm timed.
+    fn baseline(
+        &mut self,
+        wi: usize,
+        req: &MeasureRequest,
+        only: Option<VendorPick>,
+    ) -> (Option<f64>, String, Option<VendorPick>) {
         let mm = match self.workloads[wi].workload {
             Workload::Matmul(mm) => mm,
-            Workload::Conv2d(conv) => return self.conv_baseline(wi, &conv, req),
+            Workload::Conv2d(conv) => {
+                let only = match only {
+                    Some(VendorPick::Conv(p)) => Some(p),
+                    _ => None,
+                };
+                let (us, kind, pick) = self.conv_baseline(wi, &conv, req, only);
+                return (us, kind, pick.map(VendorPick::Conv));
+            }
         };
         if self.blas.is_none() {
             self.blas = Some(blas::Blas::new(&self.stream));
         }
         let blas = match self.blas.as_ref().expect("set above") {
             Ok(b) => b,
-            Err(e) => return (None, format!("none: {e}")),
+            Err(e) => return (None, format!("none: {e}"), None),
         };
         if let Some(stand_in) = blas::packed_stand_in(&mm) {
-            return self.packed_baseline(wi, &stand_in, req);
+            let (us, kind) = self.packed_baseline(wi, &stand_in, req);
+            return (us, kind, None);
+        }
+        // f32 data is multiplied two ways: the kind says which (the other types have one).
+        let compute = |kind: String| match mm.types.input {
+            DType::F32 => format!("{kind} CUBLAS_COMPUTE_32F"),
+            DType::Tf32 => format!("{kind} CUBLAS_COMPUTE_32F_FAST_TF32"),
+            _ => kind,
+        };
+        if let Some(VendorPick::Lt(number)) = only {
+            return match self.lt_baseline(wi, &mm, req, Some(number)) {
+                Some((us, kind, _)) => (Some(us), compute(kind), only),
+                None => (None, format!("none: cuBLASLt heuristic #{number} did not run again"), None),
+            };
         }
         let w = &self.workloads[wi];
         let d = w.d.ptr;
@@ -313,7 +379,7 @@ impl CudaExecutor {
                 if f.is_sticky() {
                     self.poisoned = true;
                 }
-                return (None, format!("none: {text}"));
+                return (None, format!("none: {text}"), None);
             }
         }
         let (a, b) = w.inputs(InputSet::Timing);
@@ -326,20 +392,17 @@ impl CudaExecutor {
                 if f.is_sticky() {
                     self.poisoned = true;
                 }
-                return (None, format!("none: {f}"));
+                return (None, format!("none: {f}"), None);
             }
         };
-        let (us, kind) = match self.lt_baseline(wi, &mm, req) {
-            Some((us, lt_kind)) if us < gemm_us => (us, lt_kind),
-            _ => (gemm_us, kind),
+        if matches!(only, Some(VendorPick::GemmEx)) {
+            return (Some(gemm_us), compute(kind), only);
+        }
+        let (us, kind, pick) = match self.lt_baseline(wi, &mm, req, None) {
+            Some((us, lt_kind, number)) if us < gemm_us => (us, lt_kind, VendorPick::Lt(number)),
+            _ => (gemm_us, kind, VendorPick::GemmEx),
         };
-        // f32 data is multiplied two ways: the kind says which (the other types have one).
-        let kind = match mm.types.input {
-            DType::F32 => format!("{kind} CUBLAS_COMPUTE_32F"),
-            DType::Tf32 => format!("{kind} CUBLAS_COMPUTE_32F_FAST_TF32"),
-            _ => kind,
-        };
-        (Some(us), kind)
+        (Some(us), compute(kind), Some(pick))
     }
 
     /// The baseline of a workload with packed inputs (s4, u4, b1), which cuBLAS has no GEMM for:
@@ -382,11 +445,18 @@ impl CudaExecutor {
         }
     }
 
-    /// The fastest of cuBLASLt's heuristic candidates for matmul workload `wi` whose output
-    /// passes our check, each checked and timed as `cublasGemmEx` is: (time, kind). None when
-    /// cuBLASLt is missing or refuses the workload, or no candidate runs and passes; the reasons
-    /// go to the debug log, and the baseline is then gemmEx alone.
-    fn lt_baseline(&mut self, wi: usize, mm: &Matmul, req: &MeasureRequest) -> Option<(f64, String)> {
+    /// The fastest of cuBLASLt's heuristic candidates for matmul workload `wi` (or `only` the one
+    /// of that number) whose output passes our check, each checked and timed as `cublasGemmEx`
+    /// is: (time, kind, number). None when cuBLASLt is missing or refuses the workload, or no
+    /// candidate runs and passes; the reasons go to the debug log, and the baseline is then
+    /// gemmEx alone.
+    fn lt_baseline(
+        &mut self,
+        wi: usize,
+        mm: &Matmul,
+        req: &MeasureRequest,
+        only: Option<usize>,
+    ) -> Option<(f64, String, usize)> {
         if self.lt.is_none() {
             let loaded = blaslt::Lt::new(&self.stream);
             if let Err(e) = &loaded {
@@ -408,6 +478,9 @@ impl CudaExecutor {
         let mut best: Option<(f64, usize)> = None;
         for (i, c) in candidates.iter().enumerate() {
             let number = i + 1;
+            if only.is_some_and(|n| n != number) {
+                continue;
+            }
             // As for gemmEx: C seeded into the output, then the check set; outside any graph, so
             // the algorithm's kernels are also loaded before the capture.
             let (a, b) = w.inputs(InputSet::Check);
@@ -448,7 +521,7 @@ impl CudaExecutor {
             }
         }
         let (us, number) = best?;
-        Some((us, format!("cublasLt heuristic #{number} of {}", candidates.len())))
+        Some((us, format!("cublasLt heuristic #{number} of {}", candidates.len()), number))
     }
 
     /// Times the vendor library alone on `req`'s workload, with no kernel of ours: loads the
@@ -461,7 +534,7 @@ impl CudaExecutor {
             return (None, "none: this child's CUDA context was lost to an earlier fault".into());
         }
         match self.workload_index(req) {
-            Ok(wi) => self.baseline(wi, req),
+            Ok(wi) => self.timed_baseline(wi, req),
             Err(Fail(_, text)) => (None, format!("none: {text}")),
         }
     }
