@@ -142,6 +142,7 @@ fn main() -> anyhow::Result<()> {
                     flush_l2: false,
                     baseline: first,
                     fresh_baseline: false,
+                    retime_pick: false,
                     model_us: 0.0,
                     vendor_model_us: 0.0,
                 };

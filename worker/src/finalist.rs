@@ -67,11 +67,11 @@ pub(crate) fn vendor_of_rounds(rounds: &[(f64, String)]) -> Option<(f64, String)
     Some((mid, nearest.1.clone()))
 }
 
-/// The config whose measurement in `round` (from 1) also times the vendor library, given which
-/// configs are measured in that round: the first in round 1, then one place later each round,
-/// wrapping, so that the vendor follows a different config each round and is not always timed
-/// right after the same kernel (or always first, on the coolest GPU). `None` when no config is
-/// measured.
+/// The config whose measurement in `round` (from 1) also times the vendor library's pick, given
+/// which configs are measured in that round: the first in round 1, then one place later each
+/// round, wrapping, so that the vendor follows a different config each round and is not always
+/// timed right after the same kernel (or always first, on the coolest GPU). `None` when no config
+/// is measured.
 pub(crate) fn vendor_carrier(round: u32, eligible: &[bool]) -> Option<usize> {
     let measured: Vec<usize> = eligible.iter().enumerate().filter(|(_, e)| **e).map(|(i, _)| i).collect();
     if measured.is_empty() {

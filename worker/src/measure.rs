@@ -153,14 +153,13 @@ struct Measurer<'a> {
     injector: Injector,
 }
 
-/// Whether a measurement times the vendor library afresh, and how.
+/// Whether a measurement times the vendor library afresh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum FreshBaseline {
-    /// Only when this worker has no baseline for the workload yet.
+    /// Only when this worker has no baseline for the workload yet (every candidate, keeping the
+    /// fastest as the child's pick).
     No,
-    /// Every candidate, keeping the fastest as the child's pick.
-    All,
-    /// The child's pick alone (every candidate when it has none).
+    /// Again: the child's pick alone (every candidate when it has none, e.g. after a restart).
     Pick,
 }
 
@@ -209,9 +208,12 @@ impl Measurer<'_> {
     /// returns their records in task order; `None` when the task was dropped or the worker is
     /// stopping (nothing is reported). The vendor library is timed in every round right after one
     /// config ([`finalist::vendor_carrier`]: the first in round 1, then one place later each
-    /// round): every candidate in round 1, then only the algorithm round 1 picked, so that it is
-    /// timed once a round like each finalist. The records carry the median of those rounds (see
-    /// [`finalist::vendor_of_rounds`]).
+    /// round), and only the algorithm the child picked when it first timed every candidate for
+    /// the workload (at the start of the tuning, on a cool GPU), so that it is timed once a round
+    /// like each finalist, itself picked in the trials. Re-picking in the rounds, by a burst of up
+    /// to nine heavy timings, favoured whichever candidate the burst timed first (2026-11-25, an
+    /// H100: cublasGemmEx at 731 us where cuBLASLt's #5 had run 654 us). The records carry the
+    /// median of those rounds (see [`finalist::vendor_of_rounds`]).
     async fn finalists(
         &mut self,
         lease: &Lease,
@@ -236,11 +238,7 @@ impl Measurer<'_> {
                 if lease.dropped.is_cancelled() {
                     return Ok(None);
                 }
-                let vendor = match carrier {
-                    Some(c) if c == i && round == 1 => FreshBaseline::All,
-                    Some(c) if c == i => FreshBaseline::Pick,
-                    _ => FreshBaseline::No,
-                };
+                let vendor = if carrier == Some(i) { FreshBaseline::Pick } else { FreshBaseline::No };
                 let outcome = tokio::select! {
                     _ = stop.cancelled() => return Ok(None),
                     outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, vendor) => outcome?,

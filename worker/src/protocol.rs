@@ -106,10 +106,10 @@ pub struct MeasureRequest {
     pub fresh_baseline: bool,
     /// With `fresh_baseline`: time only the vendor algorithm this child picked the last time it
     /// timed every candidate for the workload (every candidate, as usual, when it has no pick).
-    /// Finalist rounds after the first ask for this, so that the vendor is timed once a round,
-    /// as each finalist is, and not as the fastest of up to nine timings in every round (the
-    /// least of nine noisy times reads low, and nine heavy timings in a row heat the GPU for the
-    /// configs after them).
+    /// Finalist rounds ask for this, so that the vendor is timed once a round, as each finalist
+    /// is, and not as the fastest of up to nine timings in every round (the least of nine noisy
+    /// times reads low, nine heavy timings in a row heat the GPU for the configs after them, and
+    /// the burst's first candidate runs coolest).
     #[serde(default)]
     pub retime_pick: bool,
     /// The analytic model's time, microseconds (what `sim` reports).

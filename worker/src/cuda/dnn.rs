@@ -814,9 +814,7 @@ impl CudaExecutor {
         let w = &self.workloads[wi];
         let out = time_and_check(
             dnn,
-            &plan,
-            conv,
-            w,
+            Layer { plan: &plan, conv, state: w },
             |enqueue| {
                 time_as_asked(&self.ctx, &self.stream, self.facts.l2_bytes, &mut self.flush_scratch, req, enqueue)
             },
@@ -838,6 +836,13 @@ impl CudaExecutor {
     }
 }
 
+/// A conv workload as the baseline sees it: cuDNN's description, the layer and its buffers.
+struct Layer<'a> {
+    plan: &'a ConvPlan,
+    conv: &'a Conv2d,
+    state: &'a WorkloadState,
+}
+
 /// The cuDNN algorithm (and math type) a baseline picked.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ConvPick(AlgoPerf);
@@ -846,9 +851,7 @@ pub(super) struct ConvPick(AlgoPerf);
 /// times and cross-checks that one without finding. Returns (time, kind, what was timed).
 fn time_and_check<T>(
     dnn: &Dnn,
-    plan: &ConvPlan,
-    conv: &Conv2d,
-    w: &WorkloadState,
+    layer: Layer<'_>,
     mut time: T,
     stream: &Arc<CudaStream>,
     req: &MeasureRequest,
@@ -857,6 +860,7 @@ fn time_and_check<T>(
 where
     T: FnMut(&mut dyn FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>) -> Result<super::timing::Timing, CudaFailure>,
 {
+    let Layer { plan, conv, state: w } = layer;
     let descs = dnn.describe(plan).map_err(Why::Cudnn)?;
     let ctx = stream.context();
     let out_elems = support::operand_elements(&Workload::Conv2d(*conv)).2;

@@ -298,7 +298,9 @@ impl CudaExecutor {
         {
             match self.baseline(wi, req, Some(pick)) {
                 (Some(us), _, _) => return (Some(us), kind),
-                (None, why, _) => tracing::warn!(workload = %req.workload_key, "the vendor's pick could not be timed again ({why}); timing every candidate"),
+                (None, why, _) => {
+                    tracing::warn!(workload = %req.workload_key, "the vendor's pick could not be timed again ({why}); timing every candidate")
+                }
             }
         }
         let (us, kind, pick) = self.baseline(wi, req, None);
