@@ -420,8 +420,9 @@ step_large() {
 # compute-sanitizer memcheck, racecheck and synccheck on one wgmma_gemm config per input type (a
 # stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8, the
 # TMA-store epilogue reading C on a ragged shape, a 192-column A tile shared out two chunks and
-# one in a cluster, and a 160-column K-major A tile multicast 80 rows a block, ping-pong, TMA store
-# of a ragged D reading C), each alone in its process (no vendor baseline).
+# one in a cluster, a 160-column K-major A tile multicast 80 rows a block, ping-pong, TMA store
+# of a ragged D reading C, and a one-column persistent grid keeping A resident with a ragged last K
+# tile), each alone in its process (no vendor baseline).
 step_wsanitize() {
   local cases=(
     'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
@@ -430,6 +431,7 @@ step_wsanitize() {
     'matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
     'matmul/m1000n1000k1024/nn/f16,f32,f32/alpha=1,beta=0 {"block_m":192,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"tma"}'
     'matmul/m1000n1000k1024/tn/bf16,f32,f32/alpha=2,beta=-1 {"block_m":160,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0}'
+    'matmul/m64n8704k264/tn/f16,f32,f16/alpha=2,beta=-1 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
   )
   # WSANITIZE_ONLY=N runs the Nth case alone.
   local n=0

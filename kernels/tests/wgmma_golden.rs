@@ -2,7 +2,7 @@
 //! warpgroup with cooperative consumers on a persistent grid, ping-pong consumers in 2-block
 //! clusters with MN-major operands, an inline producer on i8 with a C epilogue, and stream-K in
 //! 2-block clusters on a ragged shape, the TMA-store epilogue with C, the 160-column tile of two
-//! row tiles per consumer on a K-major A), so a diff shows what a generator change did. A change here
+//! row tiles per consumer on a K-major A, Y resident in a one-column grid), so a diff shows what a generator change did. A change here
 //! that alters code must bump the version and be re-verified on a GPU.
 //!
 //! After an intended change: `TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test wgmma_golden`
@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, Target, Template, Workload};
 
-const CASES: [(&str, &str, &str); 6] = [
+const CASES: [(&str, &str, &str); 7] = [
     (
         "f16_nn_4096_cooperative_persistent",
         "matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0",
@@ -43,6 +43,11 @@ const CASES: [(&str, &str, &str); 6] = [
         "f16_tn_8192_160x256_two_row_tiles",
         "matmul/m8192n8192k8192/tn/f16,f32,f32/alpha=1,beta=0",
         r#"{"block_m":160,"block_n":256,"cluster":1,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}"#,
+    ),
+    (
+        "f16_tn_128x65536x512_resident_y",
+        "matmul/m128n65536k512/tn/f16,f32,f16/alpha=1,beta=0",
+        r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"tma"}"#,
     ),
 ];
 

@@ -86,3 +86,34 @@ fn the_160_column_tile_compiles_without_spills() {
     let spilled = common::spills(&specs, &target.nvrtc_arch());
     assert!(spilled.is_empty(), "{} of {} kernels spill:\n{}", spilled.len(), specs.len(), spilled.join("\n"));
 }
+
+/// Y resident in a one-column grid (every K tile of the user's A loaded once per persistent block)
+/// compiles for sm_90a without spills, for each input type in tn and for an M-contiguous A (nn),
+/// with each producer and schedule.
+#[test]
+fn resident_y_kernels_compile_without_spills() {
+    let target = Target::sm90();
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    for (layout, types) in [
+        ("tn", "f16,f32,f16"),
+        ("tn", "bf16,f32,f32"),
+        ("tn", "i8,i32,i32"),
+        ("tn", "tf32,f32,f32"),
+        ("nn", "f16,f16,f16"),
+    ] {
+        let w = Workload::from_key(&format!("matmul/m128n65536k256/{layout}/{types}/alpha=1,beta=0")).unwrap();
+        let valid = valid_configs(&WgmmaGemm, &w, &target).unwrap();
+        let mut kinds = std::collections::BTreeMap::new();
+        for (_, c) in &valid {
+            let spec = WgmmaGemm.generate(&w, c, &target).unwrap();
+            if spec.source.contains("constexpr bool Y_RESIDENT = true;") {
+                kinds.entry(kind(c)).or_insert(spec);
+            }
+        }
+        assert!(kinds.len() >= 4, "{layout} {types}: only {} kinds keep Y resident: {:?}", kinds.len(), kinds.keys());
+        specs.extend(kinds.into_values());
+    }
+    assert_all_compile(&specs, &target);
+    let spilled = common::spills(&specs, &target.nvrtc_arch());
+    assert!(spilled.is_empty(), "{} of {} kernels spill:\n{}", spilled.len(), specs.len(), spilled.join("\n"));
+}

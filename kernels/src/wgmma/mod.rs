@@ -63,8 +63,9 @@ const MAX_ACC_REGS: u32 = 160;
 /// The same with stream-K, whose partial-sum add loads a batch of the workspace beside the
 /// accumulators: at 160 ptxas spills 0.5-0.7 KB a thread (sm_90a, NVRTC 13.0).
 const SK_MAX_ACC_REGS: u32 = 128;
-/// Shared memory beyond the stages: 1024 bytes to align the swizzle atoms, and the mbarriers.
-const SMEM_SLACK: u32 = 1024 + 2 * 8 * 8;
+/// Shared memory beyond the stages: 1024 bytes to align the swizzle atoms, and 128 for the
+/// mbarriers (a full and an empty one per stage, at most 6 stages, and resident Y's: 104 bytes).
+const SMEM_SLACK: u32 = 1024 + 128;
 /// The TMA-store epilogue's staging per consumer warpgroup: two buffers of 64 rows x 128 bytes.
 const EPI_BYTES_PER_CONSUMER: u32 = 2 * 64 * 128;
 /// Fixed cost of a launch in the analytic model, microseconds (as for the WMMA templates).
@@ -306,9 +307,30 @@ impl Plan {
         128 * (self.consumers + u32::from(self.specialized))
     }
 
-    fn smem_bytes(&self) -> u32 {
+    fn smem_bytes(&self, target: &Target) -> u32 {
+        self.smem_with(self.y_resident(target))
+    }
+
+    /// Shared memory with Y in the ring (a stage of X and Y each), or resident (the ring holds X;
+    /// every K tile of Y has a slot of its own).
+    fn smem_with(&self, y_resident: bool) -> u32 {
         let epilogue = if self.tma_store { self.consumers * EPI_BYTES_PER_CONSUMER } else { 0 };
-        self.stages * (self.bp + self.bq) * 128 + epilogue + SMEM_SLACK
+        let y_slots = if y_resident { self.k_tiles() as u32 } else { self.stages };
+        (self.stages * self.bp + y_slots * self.bq) * 128 + epilogue + SMEM_SLACK
+    }
+
+    /// Whether each block loads Y once and keeps it: the grid has one column of tiles (every tile
+    /// reads the same Y: a pointwise convolution's filter, or a GEMM whose M fits one tile), the
+    /// blocks are persistent (each runs many tiles) and alone (no cluster shares Y out), and all
+    /// of Y fits beside the ring of X. Then the ring carries X alone and Y crosses L2 once per
+    /// block instead of once per tile (for a 1x1 layer with a small filter, half the loads).
+    /// Gathered activations keep Y in the ring (their producer is written for it).
+    fn y_resident(&self, target: &Target) -> bool {
+        self.persistent
+            && self.cluster == 1
+            && !self.gather()
+            && self.w.m.div_ceil(self.bq as u64) == 1
+            && self.smem_with(true) <= target.max_smem_per_block
     }
 
     fn grid(&self, target: &Target) -> Grid {
@@ -370,7 +392,7 @@ impl Plan {
             return 1;
         }
         let fits = |b: u32| {
-            let smem = b * (self.smem_bytes() + 1024) <= target.smem_per_sm;
+            let smem = b * (self.smem_bytes(target) + 1024) <= target.smem_per_sm;
             let threads = b * self.threads() <= 2048;
             smem && threads && self.consumer_regs_at(b, target) >= self.consumer_regs_needed()
         };
@@ -530,7 +552,7 @@ impl Plan {
                 self.bq, self.bp, self.consumers
             )));
         }
-        let smem = self.smem_bytes();
+        let smem = self.smem_bytes(target);
         if smem > target.max_smem_per_block {
             return Err(Error::Rejected(format!(
                 "{} stages of a {}x{} tile need {} KiB of shared memory; this GPU allows {} KiB per block",
@@ -756,6 +778,7 @@ impl Plan {
             .flag("PINGPONG", self.pingpong)
             .flag("STREAM_K", self.stream_k)
             .flag("TMA_STORE", self.tma_store)
+            .flag("Y_RESIDENT", self.y_resident(target))
             .int("EPI_COLS", (128 / t.output.bytes()) as i64)
             .define("TT_MAP_D", if self.tma_store { "const __grid_constant__ tt::TmaDesc mapD," } else { "" })
             .define("TT_MAP_D_PTR", if self.tma_store { "&mapD" } else { "nullptr" })

@@ -136,6 +136,34 @@ fn a_160_column_tile_takes_a_k_major_a_and_two_row_tiles_per_consumer() {
 }
 
 #[test]
+fn y_stays_resident_when_every_tile_of_a_persistent_block_reads_the_same_one() {
+    let sm90 = Target::sm90();
+    let one_column = BIG
+        .replace(r#""block_m":256"#, r#""block_m":128"#)
+        .replace(r#""cluster":2"#, r#""cluster":1"#)
+        .replace(r#""raster_group":8"#, r#""raster_group":1"#);
+    // M = 128: one column of 512 tiles 128 wide; 8 K tiles of Y (16 KiB each) beside 4 stages of X.
+    let w = mm(128, 65536, 512, Layout::Tn, DType::F16);
+    let res = WgmmaGemm.check(&w, &config(&one_column), &sm90).unwrap();
+    assert_eq!(res.smem_bytes, (4 * 128 + 8 * 128) * 128 + SMEM_SLACK);
+    let spec = WgmmaGemm.generate(&w, &config(&one_column), &sm90).unwrap();
+    assert!(spec.source.contains("constexpr bool Y_RESIDENT = true;"));
+    let resident = |w: &Workload, json: &str| {
+        let spec = WgmmaGemm.generate(w, &config(json), &sm90).unwrap();
+        spec.source.contains("constexpr bool Y_RESIDENT = true;")
+    };
+    // Not when blocks run one tile each, when a cluster shares Y out, or when M takes two columns.
+    assert!(!resident(&w, &one_column.replace(r#""persistent":1"#, r#""persistent":0"#)));
+    assert!(!resident(&w, &one_column.replace(r#""cluster":1"#, r#""cluster":2"#)));
+    assert!(!resident(&mm(256, 65536, 512, Layout::Tn, DType::F16), &one_column));
+    // 128 K tiles of Y do not fit: the config stays valid with Y in the ring.
+    let deep = mm(128, 65536, 8192, Layout::Tn, DType::F16);
+    let res = WgmmaGemm.check(&deep, &config(&one_column), &sm90).unwrap();
+    assert_eq!(res.smem_bytes, 4 * (128 + 128) * 128 + SMEM_SLACK);
+    assert!(!resident(&deep, &one_column));
+}
+
+#[test]
 fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
     let sm90 = Target::sm90();
     let mut checked = 0;

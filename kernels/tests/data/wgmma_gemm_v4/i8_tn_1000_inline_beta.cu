@@ -47,6 +47,7 @@ constexpr bool SPECIALIZED = false;
 constexpr bool PINGPONG = false;
 constexpr bool STREAM_K = false;
 constexpr bool TMA_STORE = false;
+constexpr bool Y_RESIDENT = false;
 constexpr int EPI_COLS = 32;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
@@ -246,6 +247,8 @@ union OutVec {
 // With IM2COL (wgmma_conv2d, CONV_C a multiple of BK) X is the im2col matrix of a convolution,
 // loaded by TMA in its im2col mode: one copy per K tile brings BP output pixels' BK channels of
 // one filter tap, zeros where the window leaves the input.
+// With Y_RESIDENT (one column of tiles, a persistent grid: a pointwise convolution's filter, a GEMM
+// whose M fits one tile) Y is loaded once per block, every K tile of it, and the ring carries X.
 // With GATHER (wgmma_conv2d, any other channel count) no tensor map describes X: the whole
 // producer warpgroup copies it 16 bytes at a time with cp.async
 // into the same swizzled layout the TMA would have written (zeros outside the input), and
@@ -262,7 +265,10 @@ struct __align__(64) TmaDesc {
 constexpr int ROW_BYTES = 128;  // one K row of a stage: BK elements, the width of the swizzle
 constexpr int X_STAGE = BP * ROW_BYTES;
 constexpr int Y_STAGE = BQ * ROW_BYTES;
-constexpr int STAGE_BYTES = X_STAGE + Y_STAGE;
+// Y_RESIDENT: the grid has one column of tiles, so every tile reads the same Y; each block loads
+// all of Y's K tiles once, into a region of their own, and the ring carries X alone.
+constexpr int STAGE_BYTES = X_STAGE + (Y_RESIDENT ? 0 : Y_STAGE);
+constexpr int Y_SLOTS = Y_RESIDENT ? (K + BK - 1) / BK : STAGES;  // Y tiles shared memory holds
 constexpr int CHUNK_BYTES = BK * ROW_BYTES;  // one 64-wide MN column block of an MN-major tile
 constexpr int WG_P = PINGPONG ? BP : BP / CONSUMERS;  // rows of a tile one consumer computes
 constexpr int MT = WG_P / 64;                // wgmma row tiles per consumer
@@ -649,7 +655,6 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
   tile_of(L.w.ct, rank, tp, tq);
   const int p0 = tp * BP, q0 = tq * BQ, k0 = L.kt * BK;
   unsigned char* x = sX + L.stage * X_STAGE;
-  unsigned char* y = sY + L.stage * Y_STAGE;
   if constexpr (IM2COL) {
     // K index k0 = (r * CONV_S + s) * CONV_C + c; a K tile lies within one tap (CONV_C % BK == 0).
     const int tap = k0 / CONV_C, c = k0 % CONV_C;
@@ -662,8 +667,19 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
 #pragma unroll
     for (int c = 0; c < BP / 64; ++c) tma_load(x + c * CHUNK_BYTES, mapX, p0 + 64 * c, k0, bar);
   }
-  load_y(y, mapY, q0, k0, bar, rank);
+  if constexpr (!Y_RESIDENT) load_y(sY + L.stage * Y_STAGE, mapY, q0, k0, bar, rank);
   loader_advance(L, wl);
+}
+
+// Y_RESIDENT: loads every K tile of Y (the grid's one column of tiles) into its slot, completing on
+// `bar`. Called by one thread, before the first X tile.
+__device__ __forceinline__ void load_y_resident(const TmaDesc* mapY, unsigned char* sY, unsigned long long* bar,
+                                                int rank) {
+  if constexpr (Y_RESIDENT) {
+    bar_expect(bar, Y_SLOTS * Y_STAGE);
+#pragma unroll 1
+    for (int kt = 0; kt < Y_SLOTS; ++kt) load_y(sY + kt * Y_STAGE, mapY, 0, kt * BK, bar, rank);
+  }
 }
 
 // --- im2col gather (GATHER) -------------------------------------------------------------------
@@ -923,11 +939,12 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   unsigned char* sX = smem;
   unsigned char* sY = smem + STAGES * X_STAGE;
   // The TMA-store epilogue's staging: two 64 x 128-byte buffers per consumer warpgroup.
-  unsigned char* sE = sY + STAGES * Y_STAGE;
+  unsigned char* sE = sY + Y_SLOTS * Y_STAGE;
   unsigned long long* full =
       reinterpret_cast<unsigned long long*>(sE + (TMA_STORE ? CONSUMERS * 2 * 64 * 128 : 0));
   const TmaDesc* map_d = TT_MAP_D_PTR;
   unsigned long long* empty = full + STAGES;
+  unsigned long long* y_full = empty + STAGES;  // Y_RESIDENT: all of Y has landed
 
   const int rank = (int)cluster_rank();
   WorkList wl;
@@ -943,6 +960,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       bar_init(&full[s], GATHER ? 1 + 128 : 1);
       bar_init(&empty[s], RELEASES);
     }
+    if constexpr (Y_RESIDENT) bar_init(y_full, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   cluster_sync();
@@ -958,6 +976,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       if constexpr (GATHER) {
         gather_all(loader, wl, TT_X_IN, &mapY, sX, sY, full, empty, rank);
       } else if (threadIdx.x == 0) {
+        if (loader_more(loader)) load_y_resident(&mapY, sY, y_full, rank);
         while (loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
       }
       // A block of a cluster stays until its peer is done: the peer still arrives on its barriers.
@@ -967,6 +986,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
   } else {
     if (threadIdx.x == 0) {
+      if (loader_more(loader)) load_y_resident(&mapY, sY, y_full, rank);
 #pragma unroll 1
       for (int s = 0; s < STAGES && loader_more(loader); ++s)
         load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
@@ -992,6 +1012,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   int stage = 0, phase = 0;
   int stored = 0;  // pieces this consumer handed to the TMA store (its staging buffers alternate)
   const int jobs = wl.count();
+  if constexpr (Y_RESIDENT) {
+    if (jobs > (PINGPONG ? cw : 0)) bar_wait(y_full, 0);
+  }
 #pragma unroll 1
   for (int job = PINGPONG ? cw : 0; job < jobs; job += JOB_STEP) {
     const Work work = wl.at(job);
@@ -1014,7 +1037,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     for (int kt = work.k0; kt < work.k1; ++kt) {
       bar_wait(&full[stage], phase);
       const unsigned long long desc_x = desc_x0 + (unsigned)(stage * (X_STAGE >> 4));
-      const unsigned long long desc_y = desc_y0 + (unsigned)(stage * (Y_STAGE >> 4));
+      const unsigned long long desc_y = desc_y0 + (unsigned)((Y_RESIDENT ? kt : stage) * (Y_STAGE >> 4));
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
