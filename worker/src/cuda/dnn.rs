@@ -961,10 +961,7 @@ where
     kind.push_str(&format!(", cuDNN {}", dnn.version));
     if c.failures > 0 {
         tracing::warn!(workload = %req.workload_key, failures = c.failures, max_abs = c.max_abs, "cuDNN disagrees with the reference");
-        kind.push_str(&format!(
-            " (its output failed our check: {} elements, max abs error {:.3e})",
-            c.failures, c.max_abs
-        ));
+        kind.push_str(&format!(" ({}: {} elements, max abs error {:.3e})", super::CHECK_FAILED, c.failures, c.max_abs));
     }
     Ok((us, kind, ConvPick(chosen)))
 }
