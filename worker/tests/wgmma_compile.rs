@@ -9,7 +9,7 @@ use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Types, Workload};
 
 mod common;
-use common::{assert_all_compile, wgmma_kind as kind};
+use common::{assert_all_compile, assert_all_compile_without_spills, wgmma_kind as kind};
 
 /// One config from every `every`-th kind (in kind order, starting at `turn % every`), from the
 /// middle of the kind's configs: successive workloads take turns, so every kind is compiled on a
@@ -82,9 +82,7 @@ fn the_160_column_tile_compiles_without_spills() {
         assert!(kinds.len() >= 8, "{types}: only {} kinds take block_m 160: {:?}", kinds.len(), kinds.keys());
         specs.extend(kinds.values().map(|c| WgmmaGemm.generate(&w, c, &target).unwrap()));
     }
-    assert_all_compile(&specs, &target);
-    let spilled = common::spills(&specs, &target.nvrtc_arch());
-    assert!(spilled.is_empty(), "{} of {} kernels spill:\n{}", spilled.len(), specs.len(), spilled.join("\n"));
+    assert_all_compile_without_spills(&specs, &target);
 }
 
 /// Y resident in a one-column grid (every K tile of the user's A loaded once per persistent block)
@@ -113,7 +111,5 @@ fn resident_y_kernels_compile_without_spills() {
         assert!(kinds.len() >= 4, "{layout} {types}: only {} kinds keep Y resident: {:?}", kinds.len(), kinds.keys());
         specs.extend(kinds.into_values());
     }
-    assert_all_compile(&specs, &target);
-    let spilled = common::spills(&specs, &target.nvrtc_arch());
-    assert!(spilled.is_empty(), "{} of {} kernels spill:\n{}", spilled.len(), specs.len(), spilled.join("\n"));
+    assert_all_compile_without_spills(&specs, &target);
 }

@@ -91,6 +91,13 @@ pub(crate) fn assert_all_compile(specs: &[KernelSpec], target: &Target) {
     );
 }
 
+/// [`assert_all_compile`], then fails naming each kernel that spills registers ([`spills`]).
+pub(crate) fn assert_all_compile_without_spills(specs: &[KernelSpec], target: &Target) {
+    assert_all_compile(specs, target);
+    let spilled = spills(specs, &target.nvrtc_arch());
+    assert!(spilled.is_empty(), "{} of {} kernels spill:\n{}", spilled.len(), specs.len(), spilled.join("\n"));
+}
+
 /// ptxas's spill warnings for `specs` on `arch` (compiled in batches with
 /// `--ptxas-options=--warn-on-spills`): one line per kernel that spills registers to local memory,
 /// naming it. Compile errors are [`compile_all`]'s business; a batch that fails here is reported
