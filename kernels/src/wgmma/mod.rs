@@ -329,13 +329,13 @@ impl Plan {
         self.persistent
             && self.cluster == 1
             && !self.gather()
-            && self.w.m.div_ceil(self.bq as u64) == 1
+            && self.tiles_q() == 1
             && self.smem_with(true) <= target.max_smem_per_block
     }
 
     fn grid(&self, target: &Target) -> Grid {
         let tiles_p = self.w.n.div_ceil(self.bp as u64).next_multiple_of(self.cluster as u64);
-        let tiles_q = self.w.m.div_ceil(self.bq as u64);
+        let tiles_q = self.tiles_q();
         let cluster_tiles = tiles_p / self.cluster as u64 * tiles_q;
         let wave = self.wave(target);
         let clusters = match (self.persistent, self.stream_k) {
@@ -352,6 +352,11 @@ impl Plan {
             (0, 0)
         };
         Grid { tiles_p, tiles_q, cluster_tiles, blocks: clusters * self.cluster as u64, sk_dp_tiles, sk_iters }
+    }
+
+    /// Tiles along the user's M (the view's Q).
+    fn tiles_q(&self) -> u64 {
+        self.w.m.div_ceil(self.bq as u64)
     }
 
     /// K tiles of the whole K extent.
