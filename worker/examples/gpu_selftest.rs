@@ -142,7 +142,6 @@ fn main() -> anyhow::Result<()> {
                     flush_l2: false,
                     baseline: first,
                     fresh_baseline: false,
-                    retime_pick: false,
                     model_us: 0.0,
                     vendor_model_us: 0.0,
                 };

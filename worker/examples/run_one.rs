@@ -47,7 +47,6 @@ fn main() -> anyhow::Result<()> {
             // otherwise reports inside the vendor's kernels).
             baseline: r == 0 && std::env::var_os("TT_NO_BASELINE").is_none(),
             fresh_baseline: false,
-            retime_pick: false,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };

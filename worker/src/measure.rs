@@ -111,7 +111,7 @@ pub(crate) async fn measure_stage(
                     let outcome = match image {
                         Ok(image) => tokio::select! {
                             _ = stop.cancelled() => return Ok(()),
-                            outcome = measurer.measure(lease.task_id, &kernel.plan, &image, &support, FreshBaseline::No) => outcome?,
+                            outcome = measurer.measure(lease.task_id, &kernel.plan, &image, &support, false) => outcome?,
                         },
                         Err(failed) => failed,
                     };
@@ -153,16 +153,6 @@ struct Measurer<'a> {
     injector: Injector,
 }
 
-/// Whether a measurement times the vendor library afresh.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum FreshBaseline {
-    /// Only when this worker has no baseline for the workload yet (every candidate, keeping the
-    /// fastest as the child's pick).
-    No,
-    /// Again: the child's pick alone (every candidate when it has none, e.g. after a restart).
-    Pick,
-}
-
 impl Measurer<'_> {
     /// Measures `plan`'s kernel once in the child, asking for the vendor baseline while the
     /// worker has none for the workload, or timed afresh with `fresh_baseline`. `Err` only when
@@ -173,14 +163,12 @@ impl Measurer<'_> {
         plan: &Plan,
         kernel: &Image,
         support: &Image,
-        fresh_baseline: FreshBaseline,
+        fresh_baseline: bool,
     ) -> anyhow::Result<MeasureOutcome> {
         let (key, flush_l2) = (&plan.workload_key, plan.sampling.flush_l2);
-        let fresh = fresh_baseline != FreshBaseline::No;
-        let wanted = self.baselines.wanted(key, flush_l2) || fresh;
+        let wanted = self.baselines.wanted(key, flush_l2) || fresh_baseline;
         let mut request = plan.request(task_id, kernel, support, wanted);
-        request.fresh_baseline = fresh;
-        request.retime_pick = fresh_baseline == FreshBaseline::Pick;
+        request.fresh_baseline = fresh_baseline;
         let span = tracing::info_span!("measure", task = task_id, kernel = %plan.spec.name, gpu = %self.shared.gpu);
         let mut outcome = self.supervisor.measure(request).instrument(span).await?;
         self.baselines.settle(key, flush_l2, &mut outcome);
@@ -238,12 +226,12 @@ impl Measurer<'_> {
                 if lease.dropped.is_cancelled() {
                     return Ok(None);
                 }
-                let vendor = if carrier == Some(i) { FreshBaseline::Pick } else { FreshBaseline::No };
+                let vendor = carrier == Some(i);
                 let outcome = tokio::select! {
                     _ = stop.cancelled() => return Ok(None),
                     outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, vendor) => outcome?,
                 };
-                if vendor != FreshBaseline::No {
+                if vendor {
                     match outcome.baseline_us {
                         Some(us) => {
                             vendor_rounds.push((us, outcome.baseline_kind.clone()));

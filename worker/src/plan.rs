@@ -126,7 +126,6 @@ impl Plan {
             flush_l2: self.sampling.flush_l2,
             baseline,
             fresh_baseline: false,
-            retime_pick: false,
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }

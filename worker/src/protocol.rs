@@ -101,17 +101,14 @@ pub struct MeasureRequest {
     /// Time the vendor library again even when this child has a baseline (with `baseline`):
     /// finalist rounds re-time it next to the kernels, so both see the same clocks. A GPU under
     /// long wgmma load was seen throttling from 1980 to 1500 MHz, which a baseline timed once at
-    /// the start of a session does not see.
+    /// the start of a session does not see. Only the algorithm this child picked the last time it
+    /// timed every candidate for the workload is timed again (every candidate when it has no
+    /// pick), so that the vendor is timed once a round, as each finalist is, and not as the
+    /// fastest of up to nine timings (the least of nine noisy times reads low, nine heavy timings
+    /// in a row heat the GPU for the configs after them, and the burst's first candidate runs
+    /// coolest).
     #[serde(default)]
     pub fresh_baseline: bool,
-    /// With `fresh_baseline`: time only the vendor algorithm this child picked the last time it
-    /// timed every candidate for the workload (every candidate, as usual, when it has no pick).
-    /// Finalist rounds ask for this, so that the vendor is timed once a round, as each finalist
-    /// is, and not as the fastest of up to nine timings in every round (the least of nine noisy
-    /// times reads low, nine heavy timings in a row heat the GPU for the configs after them, and
-    /// the burst's first candidate runs coolest).
-    #[serde(default)]
-    pub retime_pick: bool,
     /// The analytic model's time, microseconds (what `sim` reports).
     pub model_us: f64,
     /// The analytic vendor time, microseconds (what `sim` reports as baseline).
@@ -322,7 +319,6 @@ mod tests {
             flush_l2: true,
             baseline: false,
             fresh_baseline: false,
-            retime_pick: false,
             model_us: 1.0,
             vendor_model_us: 1.0,
         };

@@ -235,7 +235,6 @@ mod tests {
             flush_l2: false,
             baseline,
             fresh_baseline: false,
-            retime_pick: false,
             model_us: 10.0,
             vendor_model_us: 3.0,
         }

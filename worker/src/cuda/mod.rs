@@ -46,7 +46,7 @@ pub struct CudaExecutor {
     /// Vendor time (or why there is none) per workload key and L2 flush, for this session.
     baselines: HashMap<(String, bool), (Option<f64>, String)>,
     /// The vendor algorithm the last full timing of every candidate picked, per workload key and
-    /// L2 flush, with its kind: what a `retime_pick` request times again.
+    /// L2 flush, with its kind: what a `fresh_baseline` request times again.
     picks: HashMap<(String, bool), (VendorPick, String)>,
     /// What [`timing::Mode::ColdL2`] overwrites; allocated by the first request that flushes.
     flush_scratch: Option<DevBuf>,
@@ -291,12 +291,12 @@ impl CudaExecutor {
         })
     }
 
-    /// The vendor baseline as `req` asks: with `retime_pick`, the algorithm picked earlier for
+    /// The vendor baseline as `req` asks: with `fresh_baseline`, the algorithm picked earlier for
     /// this workload timed again alone (under the kind it was picked as); otherwise, or when
     /// there is no pick or it no longer runs, every candidate, keeping the fastest as the pick.
     fn timed_baseline(&mut self, wi: usize, req: &MeasureRequest) -> (Option<f64>, String) {
         let key = baseline_key(req);
-        if req.retime_pick
+        if req.fresh_baseline
             && let Some((pick, kind)) = self.picks.get(&key).cloned()
         {
             match self.baseline(wi, req, Some(pick)) {
