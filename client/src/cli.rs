@@ -440,7 +440,8 @@ pub struct TypeArgs {
     /// Default: f32, or i32 for integer inputs.
     #[arg(long)]
     pub acc: Option<String>,
-    /// Output type (default: the accumulator's).
+    /// Output type. Default for matmul: the accumulator's. Default for conv2d: the input type for
+    /// f16 and bf16 (what cuDNN and the frameworks write), else the accumulator's.
     #[arg(long)]
     pub out: Option<String>,
 }
@@ -572,7 +573,14 @@ fn flag_error(e: Error) -> anyhow::Error {
     }
 }
 
-fn parse_types(t: &TypeArgs) -> anyhow::Result<Types> {
+/// Which operation the types are for: a convolution's f16 and bf16 output defaults to its input type.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Matmul,
+    Conv,
+}
+
+fn parse_types(t: &TypeArgs, op: Op) -> anyhow::Result<Types> {
     let mut input: DType = t.dtype.parse().map_err(flag_error)?;
     if t.allow_tf32 {
         if input != DType::F32 {
@@ -584,7 +592,11 @@ fn parse_types(t: &TypeArgs) -> anyhow::Result<Types> {
         Some(a) => a.parse::<DType>().map_err(|e| flag_error(rename(e, "accumulator")))?,
         None => Types::default_for(input).map_err(flag_error)?.accumulator,
     };
-    let out = t.out.as_deref().map(|o| o.parse::<DType>().map_err(|e| flag_error(rename(e, "output")))).transpose()?;
+    let out = match t.out.as_deref() {
+        Some(o) => Some(o.parse::<DType>().map_err(|e| flag_error(rename(e, "output")))?),
+        None if op == Op::Conv && matches!(input, DType::F16 | DType::Bf16) => Some(input),
+        None => None,
+    };
     Types::new(input, acc, out).map_err(flag_error)
 }
 
@@ -604,7 +616,7 @@ impl MatmulArgs {
             n: self.n,
             k: self.k,
             layout,
-            types: parse_types(&self.types)?,
+            types: parse_types(&self.types, Op::Matmul)?,
             alpha: self.alpha,
             beta: self.beta,
         };
@@ -627,7 +639,7 @@ impl ConvArgs {
             pad: (self.pad, self.pad),
             stride: (self.stride, self.stride),
             dilation: (self.dilation, self.dilation),
-            types: parse_types(&self.types)?,
+            types: parse_types(&self.types, Op::Conv)?,
         };
         c.validate().map_err(flag_error)?;
         Ok(Workload::Conv2d(c))
@@ -721,6 +733,19 @@ mod tests {
         .to_string();
         assert!(e.starts_with("invalid --pad:"), "{e}");
         assert!(Cli::try_parse_from(["tensortune", "tune", "matmul", "--m", "-1", "--n", "1", "--k", "8"]).is_err());
+    }
+
+    #[test]
+    fn conv2d_writes_its_input_type_by_default() {
+        let key = |args: &[&str]| workload(args).map(|w| w.key()).map_err(|e| e.to_string());
+        let layer = ["tune", "conv2d", "--n", "32", "--h", "56", "--w", "56", "--c", "64", "--k", "128"];
+        assert_eq!(key(&layer).unwrap(), "conv2d/n32h56w56c64/k128r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16");
+        let bf16 = [&layer[..], &["--dtype", "bf16"]].concat();
+        assert_eq!(key(&bf16).unwrap(), "conv2d/n32h56w56c64/k128r1s1/pad0x0,stride1x1,dil1x1/nhwc/bf16,f32,bf16");
+        let wide = [&layer[..], &["--out", "f32"]].concat();
+        assert_eq!(key(&wide).unwrap(), "conv2d/n32h56w56c64/k128r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f32");
+        let i8 = [&layer[..], &["--dtype", "i8"]].concat();
+        assert_eq!(key(&i8).unwrap(), "conv2d/n32h56w56c64/k128r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32");
     }
 
     #[test]
