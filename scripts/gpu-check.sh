@@ -62,8 +62,11 @@
 #                the record (bundle and logs in logs.tar.gz)
 #     convdiag   conv layers against the memory: a bench of CDIAG_SUITE, then each best kernel and cuDNN's
 #                under ncu (duration, DRAM bytes and throughput, L2 hit rate, clock)
+#     sustain    ours alone, then ours and the vendor's pick alternating, under sustained load, with the
+#                clock and power sampled (SUSTAIN_FILE, default scripts/ab-wgmma-sustain.txt)
 #     vendorkern the cuBLAS kernels run_one's baseline launches for VENDOR_KEYS (ncu: name, grid, block,
 #                cluster, shared memory, duration)
+#   CLOCKS=1 (any steps) samples the SM clock, power and clock-event reasons every 200 ms: logs/clocks.csv
 set -uo pipefail
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
@@ -422,7 +425,8 @@ step_large() {
 # TMA-store epilogue reading C on a ragged shape, a 192-column A tile shared out two chunks and
 # one in a cluster, a 160-column K-major A tile multicast 80 rows a block, ping-pong, TMA store
 # of a ragged D reading C, and a one-column persistent grid keeping A resident with a ragged last K
-# tile), each alone in its process (no vendor baseline).
+# tile), a K split over an 8-block cluster (ragged, reading C; case 3 splits in two), each alone in
+# its process (no vendor baseline).
 step_wsanitize() {
   local cases=(
     'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
@@ -432,6 +436,7 @@ step_wsanitize() {
     'matmul/m1000n1000k1024/nn/f16,f32,f32/alpha=1,beta=0 {"block_m":192,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"tma"}'
     'matmul/m1000n1000k1024/tn/bf16,f32,f32/alpha=2,beta=-1 {"block_m":160,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0}'
     'matmul/m64n8704k264/tn/f16,f32,f16/alpha=2,beta=-1 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
+    'matmul/m504n520k2048/nn/f16,f32,f32/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
   )
   # WSANITIZE_ONLY=N runs the Nth case alone.
   local n=0
@@ -475,6 +480,67 @@ step_ab() {
       say "ab $ratio $(echo "$line" | grep -o 'Ok\|[A-Z][a-z]*Error\|Timeout\|Mismatch' | head -1) [$bin] $(echo "$key" | cut -d/ -f2-4) $cfg :: $(echo "$line" | cut -c1-220)"
     done
   done
+}
+
+# Sustained load: for each KEY CONFIG of SUSTAIN_FILE (default scripts/ab-wgmma-sustain.txt, a
+# wgmma_gemm config a line), ours alone for SUSTAIN_REPEAT measurements of SUSTAIN_SAMPLES samples
+# (each sample at least 50 launches), then ours and the vendor's pick alternating as often, in one
+# process each, with the SM clock and board power sampled every 100 ms. A short burst on a cool GPU
+# runs at full clock; a GPU kept busy runs under its power cap, where what each kernel costs in
+# energy decides its clock. Prints per config: ours alone (median us, clock, power), and the
+# alternating pairs (median us of each, the median of their ratios, vendor / ours).
+step_sustain() {
+  local file=${SUSTAIN_FILE:-scripts/ab-wgmma-sustain.txt} n=0
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 >"$LOGS/sustain-power.csv" 2>&1 &
+  local sampler=$!
+  grep -v '^#' "$file" | while read -r key cfg; do
+    n=$((n + 1))
+    for mode in alone alternate; do
+      local env=(TT_TEMPLATE=${SUSTAIN_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0)
+      [ $mode = alone ] && env+=(TT_NO_BASELINE=1)
+      [ $mode = alternate ] && env+=(TT_ALTERNATE=1)
+      local t0=$(date +%s%3N)
+      env "${env[@]}" timeout 300 "$BIN/run_one" "$key" "$cfg" "${SUSTAIN_SAMPLES:-20}" "${SUSTAIN_REPEAT:-8}" \
+        >"$LOGS/sustain-$n-$mode.log" 2>&1
+      local t1=$(date +%s%3N)
+      say "sustain $n $mode $(echo "$key" | cut -d/ -f2-4) $cfg"
+      python3 - "$LOGS/sustain-$n-$mode.log" "$LOGS/sustain-power.csv" "$t0" "$t1" <<'PY' | tee -a "$SUMMARY"
+import re, sys, statistics as st, datetime
+log, csv, t0, t1 = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+rows = []
+for line in open(log):
+    m = re.search(r" median ([0-9.]+) us .* vendor (Some\(([0-9.]+)\)|None) clock (\d+) MHz", line)
+    if m:
+        rows.append((float(m.group(1)), float(m.group(3)) if m.group(3) else None, int(m.group(4))))
+    elif "median" not in line and line.strip():
+        print("   ", line.strip()[:200])
+power = []
+for line in open(csv):
+    p = [x.strip() for x in line.split(",")]
+    try:
+        t = datetime.datetime.strptime(p[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc).timestamp() * 1000
+        if t0 + 1000 <= t <= t1:
+            power.append((float(p[1].split()[0]), float(p[2].split()[0])))
+    except (ValueError, IndexError):
+        pass
+if not rows:
+    print("   no measurement")
+    sys.exit()
+later = rows[1:] or rows  # the first measurement starts from whatever state the GPU was in
+ours = [r[0] for r in later]
+clk = [r[2] for r in later]
+line = "   ours %9.2f us (min %9.2f, max %9.2f), clock %4.0f MHz" % (st.median(ours), min(ours), max(ours), st.median(clk))
+if power:
+    line += ", sampled %4.0f MHz %3.0f W (%d samples)" % (st.mean(p[0] for p in power), st.mean(p[1] for p in power), len(power))
+pairs = [(r[0], r[1]) for r in later if r[1]]
+if pairs:
+    line += "; vendor %9.2f us, vendor/ours %.3f (pairs %s)" % (
+        st.median(p[1] for p in pairs), st.median(p[1] / p[0] for p in pairs), " ".join("%.3f" % (p[1] / p[0]) for p in pairs))
+print(line)
+PY
+    done
+  done
+  kill $sampler 2>/dev/null
 }
 
 step_wconv() {
@@ -767,6 +833,15 @@ PY2
   done <"$LOGS/cdiag-best.txt"
 }
 
+# CLOCKS=1 samples the SM clock, power, temperature and the clock-event reasons every 200 ms while
+# the steps run, into logs/clocks.csv (UTC timestamps, to set beside the tensortune logs).
+if [ "${CLOCKS:-0}" = 1 ]; then
+  fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
+  nvidia-smi --query-gpu=$fields --format=csv >/dev/null 2>&1 || fields=timestamp,clocks.sm,power.draw,temperature.gpu
+  nvidia-smi --query-gpu=$fields --format=csv,noheader -lms 200 >"$LOGS/clocks.csv" 2>&1 &
+  SAMPLER=$!
+fi
+
 # DEADLINE (seconds since the script started) skips the steps that would start after it, so that
 # one device call ends inside its limit with its logs packed.
 T0=$(date +%s)
@@ -777,7 +852,7 @@ for step in "$@"; do
   fi
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union) "step_$step" ;;
+    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union | sustain) "step_$step" ;;
     wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
@@ -785,6 +860,7 @@ for step in "$@"; do
       ;;
   esac
 done
+[ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
 cp "$SUMMARY" "$OUT/summary.txt" 2>/dev/null
 echo "=== summary"

@@ -2,7 +2,10 @@
 //! (wmma_gemm, wmma_conv2d), or the one `TT_TEMPLATE` names (e.g. wgmma_gemm):
 //! `run_one KEY CONFIG_JSON [samples] [repeat] [warm|flush]` (`flush`: one launch per sample from a
 //! cold L2). For profilers (ncu) and repeatability checks. `TT_NO_BASELINE=1` leaves the vendor
-//! baseline out of the process.
+//! baseline out of the process. `TT_ALTERNATE=1` times the vendor after every repeat, not just the
+//! first (its pick again, as finalist rounds do): ours and the vendor alternate from the same GPU
+//! state, for comparisons under sustained load. Each line starts with the wall time (Unix ms), to
+//! set beside `nvidia-smi` samples of clock and power.
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::*;
 use tensortune_worker::cuda::CudaExecutor;
@@ -30,6 +33,7 @@ fn main() -> anyhow::Result<()> {
     let spec = template.generate(&w, &config, &target)?;
     let cubin = nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)?.cubin;
     let support_cubin = nvrtc::compile(&support::source(&w), "support", &target.nvrtc_arch(), &inc)?.cubin;
+    let alternate = std::env::var_os("TT_ALTERNATE").is_some();
     for r in 0..repeat {
         let req = MeasureRequest {
             task_id: r as u64,
@@ -45,14 +49,15 @@ fn main() -> anyhow::Result<()> {
             flush_l2,
             // TT_NO_BASELINE: ours alone in the process (for compute-sanitizer, whose racecheck
             // otherwise reports inside the vendor's kernels).
-            baseline: r == 0 && std::env::var_os("TT_NO_BASELINE").is_none(),
-            fresh_baseline: false,
+            baseline: (r == 0 || alternate) && std::env::var_os("TT_NO_BASELINE").is_none(),
+            fresh_baseline: r > 0 && alternate,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };
         let o = exec.measure(&req);
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
         println!(
-            "{} {:?} median {:.3} us spread {:.4} batch {} vendor {:?} clock {} MHz err {:?} {} [vendor: {}]",
+            "{now_ms} {} {:?} median {:.3} us spread {:.4} batch {} vendor {:?} clock {} MHz err {:?} {} [vendor: {}]",
             spec.name,
             o.status,
             o.median_us,
