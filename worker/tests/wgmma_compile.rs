@@ -113,3 +113,45 @@ fn resident_y_kernels_compile_without_spills() {
     }
     assert_all_compile_without_spills(&specs, &target);
 }
+
+/// A K split over a cluster (a grid of one tile per block on a deep K: 512x512x8192 has 16 or
+/// fewer tiles) compiles for sm_90a without spills, for each input type in tn, an f16 accumulator
+/// and MN-major operands (nn, nt), with every kind of config that splits (producer, consumers), each
+/// at its largest tile a thread.
+#[test]
+fn k_split_kernels_compile_without_spills() {
+    let target = Target::sm90();
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    let mut splits = std::collections::BTreeSet::new();
+    for (layout, types) in [
+        ("tn", "f16,f32,f16"),
+        ("tn", "bf16,f32,f32"),
+        ("tn", "i8,i32,i32"),
+        ("tn", "tf32,f32,f32"),
+        ("nn", "f16,f16,f16"),
+        ("nt", "f16,f32,f32"),
+    ] {
+        let w = Workload::from_key(&format!("matmul/m512n512k8192/{layout}/{types}/alpha=1,beta=0")).unwrap();
+        let valid = valid_configs(&WgmmaGemm, &w, &target).unwrap();
+        let mut kinds = std::collections::BTreeMap::new();
+        for (_, c) in &valid {
+            let spec = WgmmaGemm.generate(&w, c, &target).unwrap();
+            if let Some(line) =
+                spec.source.lines().find(|l| l.contains("constexpr int SPLIT = ") && !l.contains("= 1;"))
+            {
+                splits.insert(line.trim().to_string());
+                // Per kind, the config with the most accumulators a thread (where spills would show).
+                let acc = c.int("block_m").unwrap() * c.int("block_n").unwrap() / c.int("consumers").unwrap();
+                let entry = kinds.entry((kind(c), c.int("consumers").unwrap())).or_insert((0, spec.clone()));
+                if acc > entry.0 {
+                    *entry = (acc, spec);
+                }
+            }
+        }
+        assert!(kinds.len() >= 4, "{layout} {types}: only {} kinds split K: {:?}", kinds.len(), kinds.keys());
+        specs.extend(kinds.into_values().map(|(_, spec)| spec));
+    }
+    assert!(splits.len() >= 2, "split sizes seen: {splits:?}");
+    eprintln!("{} K-split kernels ({splits:?})", specs.len());
+    assert_all_compile_without_spills(&specs, &target);
+}

@@ -56,7 +56,8 @@ impl Template for WgmmaConv2d {
         // 2: TMA im2col loads for layers whose channels are a multiple of a K tile (gathered in 1).
         // 3: the shared body's wgmma descriptors advanced by constants (wgmma_gemm v3).
         // 4: the body's tensor-map prefetch and 160-wide filter tiles (wgmma_gemm v4).
-        4
+        // 5: the body's K split in a cluster for grids that leave most SMs idle (wgmma_gemm v5).
+        5
     }
 
     fn op(&self) -> Op {
@@ -220,7 +221,7 @@ mod tests {
         {
             assert!(spec.source.contains(line), "{line} missing");
         }
-        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v4_"), "{}", spec.name);
+        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v5_"), "{}", spec.name);
         let f = WgmmaConv2d.features(&padded, &c, &target).unwrap();
         assert_eq!(f.last(), Some(&("gather", 1.0)));
     }
@@ -243,7 +244,7 @@ mod tests {
         for line in ["IM2COL = true;", "GATHER = false;", "CONV_C = 64;", "OUT_W = 5;", "STRIDE_H = 2;"] {
             assert!(spec.source.contains(line), "{line} missing");
         }
-        assert!(spec.name.starts_with("tt_wgmma_conv2d_im2col_v4_"), "{}", spec.name);
+        assert!(spec.name.starts_with("tt_wgmma_conv2d_im2col_v5_"), "{}", spec.name);
         // The window's extent and dilation set the upper corner.
         let Workload::Conv2d(mut d) = layer else { unreachable!() };
         d.dilation = (2, 3);
@@ -307,7 +308,7 @@ mod tests {
         assert_eq!(ConvGemm::of(&g).0.x, ConvX::Gather);
         let few = layer(2, 9, 4, 40, 3, 1, 1, DType::Tf32);
         let spec = WgmmaConv2d.generate(&few, &config(&few, "warpgroup"), &target).unwrap();
-        assert!(spec.source.contains("CONV_C = 4;") && spec.name.starts_with("tt_wgmma_conv2d_gather_v4_"));
+        assert!(spec.source.contains("CONV_C = 4;") && spec.name.starts_with("tt_wgmma_conv2d_gather_v5_"));
         let e = WgmmaConv2d.supports(&layer(2, 9, 6, 40, 3, 1, 1, DType::Tf32), &target).unwrap_err();
         assert!(e.field() == Some("c") && e.to_string().contains("multiple of 4"), "{e}");
         // A pointwise layer: plain TMA tiles of floats.

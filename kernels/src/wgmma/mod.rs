@@ -68,6 +68,14 @@ const SK_MAX_ACC_REGS: u32 = 128;
 const SMEM_SLACK: u32 = 1024 + 128;
 /// The TMA-store epilogue's staging per consumer warpgroup: two buffers of 64 rows x 128 bytes.
 const EPI_BYTES_PER_CONSUMER: u32 = 2 * 64 * 128;
+/// K split in a cluster (see [`Plan::k_split`]): at most this many blocks share a tile (the
+/// portable cluster size), each with at least `SPLIT_MIN_K_TILES` K tiles, so that the exchange of
+/// partial sums costs at most about a quarter of a block's time.
+const SPLIT_MAX: u32 = 8;
+const SPLIT_MIN_K_TILES: u64 = 4;
+/// Shared-memory bytes a second per SM the analytic model lets the K split's exchange move: the
+/// cluster's distributed shared memory, about 64 bytes a clock.
+const DSMEM_BYTES_PER_US: f64 = 1.1e5;
 /// Fixed cost of a launch in the analytic model, microseconds (as for the WMMA templates).
 const LAUNCH_US: f64 = 2.0;
 
@@ -212,6 +220,9 @@ pub enum WorkKind {
     Partial,
     /// Ends the tile: adds the partials of the clusters before it, then stores.
     Tail,
+    /// One block's share of a tile whose K tiles a cluster splits ([`Plan::k_split`]): its sum
+    /// meets its peers' in shared memory, and it stores its share of the tile.
+    Split,
 }
 
 impl Plan {
@@ -341,7 +352,7 @@ impl Plan {
         let clusters = match (self.persistent, self.stream_k) {
             (true, true) => wave,
             (true, false) => cluster_tiles.min(wave),
-            (false, _) => cluster_tiles,
+            (false, _) => cluster_tiles * self.k_split(target) as u64,
         };
         // Stream-K keeps the whole waves but the last tile by tile and shares out the rest, so
         // every cluster gets between one and two tiles' worth of K tiles there.
@@ -352,6 +363,39 @@ impl Plan {
             (0, 0)
         };
         Grid { tiles_p, tiles_q, cluster_tiles, blocks: clusters * self.cluster as u64, sk_dp_tiles, sk_iters }
+    }
+
+    /// Blocks that share each output tile, splitting its K tiles between them (1: none). A grid of
+    /// one block per tile that would leave most of the GPU idle (a deep-K layer at a small batch,
+    /// a small GEMM with a long K) is split automatically: the largest power of two, at most
+    /// [`SPLIT_MAX`], whose blocks still fit in one wave with a cluster to spare and keep
+    /// [`SPLIT_MIN_K_TILES`] K tiles each.
+    /// The blocks of a tile form a cluster; each leaves its sums in its own (by then idle) ring,
+    /// and each adds its peers' sums of its share of the tile over distributed shared memory and
+    /// stores that share. Only where nothing else uses the cluster or reorganizes the work: a grid
+    /// of one tile per block (not persistent, not stream-K, cluster 1), cooperative consumers,
+    /// stores from registers, and partial sums that fit in the ring.
+    pub fn k_split(&self, target: &Target) -> u32 {
+        if self.persistent || self.stream_k || self.cluster > 1 || self.pingpong || self.tma_store {
+            return 1;
+        }
+        let acc = self.row_tiles() * self.acc_regs();
+        let sums = self.consumers * acc * 128 * 4;
+        if sums > self.stages * (self.bp + self.bq) * 128 || !acc.is_multiple_of(4) {
+            return 1;
+        }
+        let tiles = self.w.n.div_ceil(self.bp as u64) * self.tiles_q();
+        let slots = (target.sm_count * self.blocks_per_sm(target)) as u64;
+        let mut split = 1;
+        for s in [2u32, 4, 8].into_iter().filter(|s| *s <= SPLIT_MAX) {
+            // A cluster of `s` needs `s` free SMs in one GPC, and a part's GPCs are uneven (an H200
+            // holds 15 clusters of 8 at one block per SM, not 16): one cluster's worth stays spare.
+            let fits = (tiles + 1) * s as u64 <= slots;
+            if fits && self.k_tiles() / s as u64 >= SPLIT_MIN_K_TILES && (acc / 4).is_multiple_of(s) {
+                split = s;
+            }
+        }
+        split
     }
 
     /// Tiles along the user's M (the view's Q).
@@ -430,8 +474,13 @@ impl Plan {
     pub fn block_work(&self, target: &Target, block: u64) -> Vec<Work> {
         let g = self.grid(target);
         let cl = self.cluster as u64;
-        let (c, nclusters) = (block / cl, g.blocks / cl);
         let kt = self.k_tiles();
+        let split = self.k_split(target) as u64;
+        if split > 1 {
+            let (ct, rank) = (block / split, block % split);
+            return vec![Work { ct, k0: rank * kt / split, k1: (rank + 1) * kt / split, kind: WorkKind::Split }];
+        }
+        let (c, nclusters) = (block / cl, g.blocks / cl);
         let full = |ct| Work { ct, k0: 0, k1: kt, kind: WorkKind::Full };
         if !self.stream_k {
             return (c..g.cluster_tiles).step_by(nclusters as usize).map(full).collect();
@@ -621,8 +670,10 @@ impl Plan {
         })
     }
 
-    /// The kernel's identity: template, version, knobs and a digest of the workload key.
-    pub fn name(&self) -> String {
+    /// The kernel's identity: template, version, knobs (and the K split it implies on `target`)
+    /// and a digest of the workload key.
+    pub fn name(&self, target: &Target) -> String {
+        let split = self.k_split(target);
         let t = &self.w.types;
         let (family, version, key) = match &self.conv {
             Some(c) => (
@@ -638,7 +689,7 @@ impl Plan {
         };
         let key_digest = crate::short_digest(&key);
         ident(&format!(
-            "tt_{family}_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}_{}{}_{}",
+            "tt_{family}_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}_{}{}{}_{}",
             version,
             t.input,
             t.accumulator,
@@ -655,6 +706,7 @@ impl Plan {
             self.group,
             if self.specialized { "ws" } else { "inl" },
             if self.tma_store { "_tmast" } else { "" },
+            if split > 1 { format!("_ks{split}") } else { String::new() },
             key_digest
         ))
     }
@@ -726,9 +778,10 @@ impl Plan {
     pub fn source(&self, target: &Target) -> String {
         let w = &self.w;
         let t = &w.types;
-        let name = self.name();
+        let name = self.name(target);
         let g = self.grid(target);
         let blocks_per_sm = self.blocks_per_sm(target);
+        let split = self.k_split(target);
         let epi_int = t.output.is_int();
         let scalar = |v: f64| if epi_int { Scalar::Int(v as i64) } else { Scalar::Float(v) };
         let mut h = Header::default();
@@ -758,7 +811,11 @@ impl Plan {
             .define("KERNEL_NAME", &name)
             .define(
                 "TT_CLUSTER_ATTR",
-                if self.cluster > 1 { format!("__cluster_dims__({}, 1, 1)", self.cluster) } else { String::new() },
+                match (self.cluster, split) {
+                    (1, 1) => String::new(),
+                    (1, s) => format!("__cluster_dims__({s}, 1, 1)"),
+                    (c, _) => format!("__cluster_dims__({c}, 1, 1)"),
+                },
             )
             .int("P", w.n as i64)
             .int("Q", w.m as i64)
@@ -775,7 +832,8 @@ impl Plan {
             .int("ACC_REGS", self.acc_regs() as i64)
             .int("PRODUCER_REGS", self.producer_regs() as i64)
             .int("BLOCKS_PER_SM", blocks_per_sm as i64)
-            .int("GRID_CLUSTERS", (g.blocks / self.cluster as u64) as i64)
+            .int("GRID_CLUSTERS", (g.blocks / (self.cluster * split) as u64) as i64)
+            .int("SPLIT", split as i64)
             .int("SK_DP_TILES", g.sk_dp_tiles as i64)
             .int("SK_ITERS", g.sk_iters as i64)
             .int("CONSUMER_REGS", self.consumer_regs_at(blocks_per_sm, target) as i64)
@@ -885,7 +943,7 @@ impl Plan {
 
     /// The kernel spec of a checked plan.
     fn spec(&self, target: &Target, res: &Resources) -> KernelSpec {
-        let name = self.name();
+        let name = self.name(target);
         let [x, y] = self.maps();
         let x = if self.gather() {
             Arg::A
@@ -934,7 +992,9 @@ impl Template for WgmmaGemm {
         // uniform registers (v2 rebuilt them per K step), and a 192-column A tile may multicast.
         // 4: thread 0 prefetches the tensor maps at kernel start (prefetch.tensormap), and block_m
         // takes 160 (two 64x160 row tiles per consumer warpgroup, 160 accumulator registers).
-        4
+        // 5: a grid of one tile per block that leaves most SMs idle splits each tile's K tiles
+        // over a cluster, whose blocks add their sums over distributed shared memory (k_split).
+        5
     }
 
     fn op(&self) -> Op {
@@ -1103,16 +1163,23 @@ fn model(p: &Plan, target: &Target) -> f64 {
     // A producer that gathers (im2col) feeds the tensor cores less steadily than TMA.
     let spec = if p.specialized { 1.0 } else { 0.9 } * if p.gather() { 0.85 } else { 1.0 };
     let eff = (reuse.min(1.0) * pipe * spec).max(0.05);
-    let tile_flops = 2.0 * p.bq as f64 * p.bp as f64 * p.w.k as f64;
+    // A K split runs each tile's K tiles on `split` blocks, which then exchange partial sums.
+    let split = p.k_split(target) as f64;
+    let tile_flops = 2.0 * p.bq as f64 * p.bp as f64 * p.w.k as f64 / split;
     let per_sm = (target.sm_count / p.cluster * p.cluster).max(1) as f64;
-    let waves = (g.cluster_tiles * p.cluster as u64) as f64 / per_sm;
+    let waves = (g.cluster_tiles * p.cluster as u64) as f64 * split / per_sm;
+    let split_us = if split > 1.0 {
+        (p.consumers * p.row_tiles() * p.acc_regs() * 128 * 4) as f64 * (split - 1.0) / split / DSMEM_BYTES_PER_US
+    } else {
+        0.0
+    };
     // Stream-K evens out the last wave, at the price of a partial sum written and read per block.
     let (waves, fixup_us) = if p.stream_k {
         (waves.max(1.0), p.workspace_bytes(&g) as f64 * 2.0 / 3.0e6)
     } else {
         (waves.ceil().max(1.0), 0.0)
     };
-    let compute = waves * tile_flops / (per_block_peak * eff) + fixup_us;
+    let compute = waves * tile_flops / (per_block_peak * eff) + fixup_us + split_us;
     let e = p.w.types.input.bytes() as f64;
     let l2_reuse = if p.group > 1 { 1.6 } else { 1.0 };
     let bytes = (g.tiles_p as f64 * (p.w.m * p.w.k) as f64 + g.tiles_q as f64 * (p.w.k * p.w.n) as f64) * e / l2_reuse

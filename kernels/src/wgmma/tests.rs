@@ -164,10 +164,44 @@ fn y_stays_resident_when_every_tile_of_a_persistent_block_reads_the_same_one() {
 }
 
 #[test]
+fn a_grid_that_leaves_most_sms_idle_splits_k_over_a_cluster() {
+    let sm90 = Target::sm90();
+    let grid_128 = r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}"#;
+    // 512x384: 12 tiles of 128x128 on 132 SMs; K 8192 is 128 K tiles: 8 blocks a tile, 16 K tiles each.
+    let w = mm(512, 384, 8192, Layout::Nn, DType::F16);
+    let spec = WgmmaGemm.generate(&w, &config(grid_128), &sm90).unwrap();
+    assert_eq!(spec.grid, [96, 1, 1]);
+    assert!(spec.source.contains("constexpr int SPLIT = 8;"), "{}", spec.name);
+    assert!(spec.source.contains("__cluster_dims__(8, 1, 1)") && spec.name.contains("_ks8_"), "{}", spec.name);
+    let split_of = |w: &Workload, json: &str| {
+        let spec = WgmmaGemm.generate(w, &config(json), &sm90).unwrap();
+        constant(&spec.source, "SPLIT")
+    };
+    // K 512 is 8 K tiles: two blocks of 4.
+    assert_eq!(split_of(&mm(512, 384, 512, Layout::Nn, DType::F16), grid_128), 2);
+    // 16 tiles: 16 clusters of 8 would need every SM but 4, more than the GPCs offer; 4 a tile.
+    assert_eq!(split_of(&mm(512, 512, 8192, Layout::Nn, DType::F16), grid_128), 4);
+    // Not where the tiles fill the GPU, and not where something else owns the cluster, the tile
+    // walk or the epilogue.
+    assert_eq!(split_of(&mm(4096, 4096, 8192, Layout::Nn, DType::F16), grid_128), 1);
+    assert_eq!(split_of(&w, &grid_128.replace(r#""epilogue":"direct""#, r#""epilogue":"tma""#)), 1);
+    assert_eq!(split_of(&w, &grid_128.replace(r#""cluster":1"#, r#""cluster":2"#)), 1);
+    assert_eq!(split_of(&w, &grid_128.replace(r#""schedule":"cooperative""#, r#""schedule":"pingpong""#)), 1);
+    // i8 and f16 accumulators split too (whole register vectors per share).
+    let i8 = Workload::Matmul(Matmul::new(512, 384, 8192, Layout::Tn, Types::default_for(DType::I8).unwrap()).unwrap());
+    assert_eq!(split_of(&i8, grid_128), 8);
+    let f16acc = Workload::Matmul(
+        Matmul::new(512, 384, 8192, Layout::Nn, Types::new(DType::F16, DType::F16, None).unwrap()).unwrap(),
+    );
+    assert_eq!(split_of(&f16acc, grid_128), 8);
+}
+
+#[test]
 fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
     let sm90 = Target::sm90();
     let mut checked = 0;
     let mut stream_k = 0;
+    let mut split = 0;
     for (m, n, k, layout) in [
         (4096, 4096, 4096, Layout::Nn),
         (3000, 3000, 4096, Layout::Nn),
@@ -181,7 +215,7 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
         let valid = WgmmaGemm.valid_indices(&Workload::Matmul(w), &sm90).unwrap();
         for i in valid.iter().step_by(7) {
             let p = Plan::at(&w, *i);
-            let name = p.name();
+            let name = p.name(&sm90);
             let cl = p.cluster as u64;
             let kt = k.div_ceil(p.bk() as u64);
             let (tiles_p, tiles_q) = (n.div_ceil(p.bp as u64).next_multiple_of(cl), m.div_ceil(p.bq as u64));
@@ -189,6 +223,8 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
             // sums it holds (by cluster tile, for the tail check).
             let mut k_seen = vec![0u64; (tiles_p * tiles_q) as usize];
             let mut stores = vec![0u32; (tiles_p * tiles_q) as usize];
+            // K-split shares of each tile: (blocks, K tiles).
+            let mut shares = vec![(0u64, 0u64); (tiles_p * tiles_q) as usize];
             let mut partials: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
             let mut tails = Vec::new();
             for b in 0..p.blocks(&sm90) {
@@ -210,6 +246,13 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
                             stores[t] += 1;
                         }
                         WorkKind::Partial => partials.entry(j.ct).or_default().push(b / cl),
+                        WorkKind::Split => {
+                            let ks = p.k_split(&sm90) as u64;
+                            assert_eq!(j.ct, b / ks, "{name}: the blocks of a cluster share one tile");
+                            assert_eq!((j.k0, j.k1), ((b % ks) * kt / ks, (b % ks + 1) * kt / ks), "{name}");
+                            shares[t].0 += 1;
+                            shares[t].1 += j.k1 - j.k0;
+                        }
                         WorkKind::Tail => {
                             assert_eq!(j.k1, kt, "{name}: a tail ends the tile");
                             stores[t] += 1;
@@ -220,8 +263,15 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
                     }
                 }
             }
+            let ks = p.k_split(&sm90) as u64;
             for t in 0..(tiles_p * tiles_q) as usize {
-                assert_eq!((k_seen[t], stores[t]), (kt, 1), "{name}: tile {t}");
+                assert_eq!(k_seen[t], kt, "{name}: tile {t}");
+                if ks > 1 {
+                    // Every block of the cluster stores its share; together they store the tile.
+                    assert_eq!((stores[t], shares[t]), (0, (ks, kt)), "{name}: tile {t}");
+                } else {
+                    assert_eq!((stores[t], shares[t].0), (1, 0), "{name}: tile {t}");
+                }
             }
             // Each tail adds exactly the partial sums left for its tile, and each is added once.
             let mut added = 0;
@@ -237,10 +287,14 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
             let left: usize = partials.values().map(|v| v.len() / cl as usize).sum();
             assert_eq!(added, left, "{name}: partial sums nobody adds");
             stream_k += usize::from(p.stream_k);
+            split += usize::from(ks > 1);
             checked += 1;
         }
     }
-    assert!(checked > 500 && stream_k > 50, "checked {checked} configs, {stream_k} with stream_k");
+    assert!(
+        checked > 500 && stream_k > 50 && split > 10,
+        "checked {checked} configs, {stream_k} with stream_k, {split} split"
+    );
 }
 
 #[test]

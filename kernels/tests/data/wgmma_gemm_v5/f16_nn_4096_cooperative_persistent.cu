@@ -8,16 +8,16 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v4: D = alpha * op(A) op(B) + beta * C
+// wgmma_gemm v5: D = alpha * op(A) op(B) + beta * C
 // workload matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v4_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
+#define KERNEL_NAME tt_wgmma_gemm_v5_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
 #define TT_CLUSTER_ATTR 
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v4_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6 {
+namespace ns_tt_wgmma_gemm_v5_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6 {
 typedef half T_IN;
 typedef float T_OUT;
 typedef float T_EPI;
@@ -40,6 +40,7 @@ constexpr int ACC_REGS = 128;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
 constexpr int GRID_CLUSTERS = 132;
+constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
@@ -249,6 +250,10 @@ union OutVec {
 // one filter tap, zeros where the window leaves the input.
 // With Y_RESIDENT (one column of tiles, a persistent grid: a pointwise convolution's filter, a GEMM
 // whose M fits one tile) Y is loaded once per block, every K tile of it, and the ring carries X.
+// With SPLIT > 1 (a grid of one tile per block that would leave most SMs idle) the SPLIT blocks of
+// a cluster share one tile, each summing a run of its K tiles; each leaves its sums in its ring
+// (idle by then), the cluster meets, and each block adds its peers' sums of its share of the tile
+// over distributed shared memory and stores that share.
 // With GATHER (wgmma_conv2d, any other channel count) no tensor map describes X: the whole
 // producer warpgroup copies it 16 bytes at a time with cp.async
 // into the same swizzled layout the TMA would have written (zeros outside the input), and
@@ -290,6 +295,15 @@ static_assert(ACC_ALL % 4 == 0, "partial sums move in 16-byte vectors");
 static_assert(EPI_COLS * sizeof(T_OUT) == 128, "a TMA-store piece is one 128-byte swizzle span wide");
 static_assert(BK * (int)sizeof(T_IN) == ROW_BYTES, "a stage row is one 128-byte swizzle span");
 static_assert(WG_P % 64 == 0, "a consumer owns whole 64-row wgmma tiles");
+// SPLIT: each block of the cluster adds and stores SPLIT_NV of a thread's ACC_ALL / 4 register
+// vectors; the partial sums of every consumer fit in the ring.
+constexpr int SPLIT_NV = ACC_ALL / 4 / SPLIT;
+constexpr int REGS_PER_J = ACC_REGS / (BQ / 8);  // accumulator registers of 8 columns of a row tile
+static_assert(SPLIT == 1 || (CLUSTER == 1 && !STREAM_K && !PINGPONG && !TMA_STORE && !Y_RESIDENT),
+              "a K split owns the cluster and stores from registers");
+static_assert(SPLIT == 1 || (SPLIT_NV * SPLIT * 4 == ACC_ALL &&
+                             CONSUMERS * ACC_ALL * 128 * 4 <= STAGES * (X_STAGE + Y_STAGE)),
+              "a K split's shares are whole vectors and its partial sums fit in the ring");
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -354,6 +368,25 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
   } else {
     __syncthreads();
+  }
+}
+
+// SPLIT: every thread of every block of the cluster, the producer warpgroup too; release and acquire
+// order the partial sums written to shared memory before the peers read them.
+__device__ __forceinline__ void split_sync() {
+  if constexpr (SPLIT > 1) {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  }
+}
+
+// SPLIT: which run of the tile's K tiles this block sums (its rank in the cluster).
+__device__ __forceinline__ int split_rank() {
+  if constexpr (SPLIT == 1) {
+    return 0;
+  } else {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return (int)r;
   }
 }
 
@@ -506,9 +539,12 @@ __device__ __forceinline__ long long sk_begin(int c) { return (long long)c * SK_
 // than kept: registers are what the consumers are short of. The grid is fixed at compile time,
 // so the divisions here are by constants.
 struct WorkList {
-  int c;
+  int c, kr;  // the cluster, and with SPLIT the block's rank in it
 
-  __device__ __forceinline__ void init(int cluster) { c = cluster; }
+  __device__ __forceinline__ void init(int cluster, int split_rank) {
+    c = cluster;
+    kr = split_rank;
+  }
 
   // Stream-K bounds of this cluster: its range [s, e), the tiles it starts and ends in, and
   // whether it starts or ends inside one; and from them its jobs there: a partial first when the
@@ -580,6 +616,10 @@ struct WorkList {
       }
     }
     w.ct = c + i * GRID_CLUSTERS;
+    if constexpr (SPLIT > 1) {
+      w.k0 = kr * KTILES / SPLIT;
+      w.k1 = (kr + 1) * KTILES / SPLIT;
+    }
     return w;
   }
 };
@@ -842,6 +882,59 @@ __device__ __forceinline__ void sk_add(unsigned char* ws, int block, int cw, T_A
   if (t == 0) asm volatile("st.relaxed.gpu.global.b32 [%0], 0;\n" ::"l"(flag) : "memory");
 }
 
+// --- K split in a cluster (SPLIT) ---------------------------------------------------------------
+// Leaves consumer cw's sums in this block's ring (vector v of thread t at [cw][v][t], 16 bytes),
+// meets the cluster, and adds every peer's sums of vectors [kr * SPLIT_NV, (kr + 1) * SPLIT_NV),
+// the share of the tile this block stores. The ring is idle: every consumer has waited for its
+// last wgmmas and the producer loads nothing more (named barrier 5, the consumers alone).
+__device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T_ACCR (&acc)[MT][ACC_REGS]) {
+  const int t = threadIdx.x % 128;
+  asm volatile("bar.sync 5, %0;\n" ::"n"(CONSUMERS * 128) : "memory");
+  uint4* mine = reinterpret_cast<uint4*>(ring) + cw * (ACC_ALL / 4) * 128;
+#pragma unroll
+  for (int v = 0; v < ACC_ALL / 4; ++v) {
+    const int r = 4 * v;
+    uint4 u;
+    u.x = acc_bits(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS]);
+    u.y = acc_bits(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS]);
+    u.z = acc_bits(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS]);
+    u.w = acc_bits(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS]);
+    mine[v * 128 + t] = u;
+  }
+  split_sync();
+#pragma unroll 1
+  for (int d = 1; d < SPLIT; ++d) {
+    unsigned peer;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(peer) : "r"(smem_u32(mine)), "r"((kr + d) % SPLIT));
+#pragma unroll
+    for (int v = 0; v < ACC_ALL / 4; ++v) {
+      if (v / SPLIT_NV != kr) continue;
+      uint4 u;
+      asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
+                   : "r"(peer + (unsigned)((v * 128 + t) * 16))
+                   : "memory");
+      const int r = 4 * v;
+      acc_add(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS], u.x);
+      acc_add(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS], u.y);
+      acc_add(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS], u.z);
+      acc_add(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS], u.w);
+    }
+  }
+  // No block leaves (its shared memory with it) while a peer may still read it.
+  split_sync();
+}
+
+// Whether this block stores the pair of row tile t, column group j, half h: always, or with SPLIT
+// when the register vector holding it is in the block's share.
+__device__ __forceinline__ bool stores_pair(int t, int j, int h, int kr) {
+  if constexpr (SPLIT == 1) {
+    return true;
+  } else {
+    return (t * ACC_REGS + j * REGS_PER_J + h * (REGS_PER_J / 2)) / 4 / SPLIT_NV == kr;
+  }
+}
+
 // --- epilogue ----------------------------------------------------------------------------------
 template <typename T> struct Pair;
 template <> struct Pair<float> { typedef float2 type; };
@@ -947,8 +1040,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   unsigned long long* y_full = empty + STAGES;  // Y_RESIDENT: all of Y has landed
 
   const int rank = (int)cluster_rank();
+  const int kr = split_rank();
   WorkList wl;
-  wl.init(blockIdx.x / CLUSTER);
+  wl.init(blockIdx.x / (CLUSTER * SPLIT), kr);
 
   if (threadIdx.x == 0) {
     // The maps are fetched while the barriers are set up and the cluster meets.
@@ -981,6 +1075,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       }
       // A block of a cluster stays until its peer is done: the peer still arrives on its barriers.
       if constexpr (CLUSTER > 1) cluster_sync();
+      // The K split's two meetings (split_add) count every thread of the cluster.
+      split_sync();
+      split_sync();
       return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
@@ -1069,6 +1166,8 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     if (issues && loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
     __syncwarp();
 
+    if constexpr (SPLIT > 1) split_add(sX, cw, kr, acc);
+
     if constexpr (STREAM_K) {
       if (work.kind == WORK_PARTIAL) {
         sk_store(ws, blockIdx.x, cw, acc);
@@ -1099,6 +1198,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       for (int j = 0; j < BQ / 8; ++j) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+          if (!stores_pair(t, j, h, kr)) continue;
           T_EPI v0, v1;
           acc_pair(acc[t], j, h, v0, v1);
           store_pair(C, D, p_base + t * 64 + 8 * h, q_base + 8 * j, v0, v1);
@@ -1113,7 +1213,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v4_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
+}  // namespace ns_tt_wgmma_gemm_v5_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
