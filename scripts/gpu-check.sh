@@ -64,6 +64,7 @@
 #                under ncu (duration, DRAM bytes and throughput, L2 hit rate, clock)
 #     sustain    ours alone, then ours and the vendor's pick alternating, under sustained load, with the
 #                clock and power sampled (SUSTAIN_FILE, default scripts/ab-wgmma-sustain.txt)
+#     membw      the memory roofline of a streaming layer (scripts/membw.cu, nvcc): MEMBW_SIZES read/write MB
 #     vendorkern the cuBLAS kernels run_one's baseline launches for VENDOR_KEYS (ncu: name, grid, block,
 #                cluster, shared memory, duration)
 #   CLOCKS=1 (any steps) samples the SM clock, power and clock-event reasons every 200 ms: logs/clocks.csv
@@ -543,6 +544,19 @@ PY
   kill $sampler 2>/dev/null
 }
 
+# The memory roofline of a streaming layer: scripts/membw.cu built with nvcc, reading and writing
+# MEMBW_SIZES ("READ_MB WRITE_MB" pairs, default the conv suite's N=32 56x56 256->64 and 64->128
+# 1x1 layers' bytes) with 16-byte accesses, warm, at several grid sizes.
+step_membw() {
+  nvcc -O3 -arch=sm_90 -o "$LOGS/membw" scripts/membw.cu >"$LOGS/membw-build.log" 2>&1 || { say "membw: nvcc failed: $(head -5 "$LOGS/membw-build.log")"; return; }
+  local sizes=${MEMBW_SIZES:-"51.38 12.85 12.85 25.69"}
+  set -- $sizes
+  while [ $# -ge 2 ]; do
+    "$LOGS/membw" "$1" "$2" 2>&1 | tee -a "$SUMMARY"
+    shift 2
+  done
+}
+
 step_wconv() {
   SELFTEST_TEMPLATE=wgmma_conv2d timeout "${WCONV_TIMEOUT:-900}" "$BIN/gpu_selftest" "${WCONV_CONFIGS:-6}" 3 conv >"$LOGS/wconv-check.log" 2>&1
   say "wconv check exit $?: $(grep SUMMARY "$LOGS/wconv-check.log")"
@@ -852,7 +866,7 @@ for step in "$@"; do
   fi
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union | sustain) "step_$step" ;;
+    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union | sustain | membw) "step_$step" ;;
     wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
