@@ -4,7 +4,11 @@
 //! The measure stage runs `rounds` rounds; each round measures every config once, in task order,
 //! with the task's samples (round 1: A B C, round 2: A B C, ...). Interleaving spreads slow drift
 //! (clocks, temperature, a neighbour's load) over all configs instead of charging it to whichever
-//! config ran while it happened. A config whose round is not ok (it crashed, hung, or computed a
+//! config ran while it happened. Each measurement is followed at once by a timing of the vendor
+//! library's pick, so that every finalist is compared with the vendor on the GPU as it was; the
+//! first finalist is measured once before the rounds, unrecorded, so that round 1 does not start
+//! on a GPU cooled by the pause before the task (on an H200 at its power cap, the first finalist
+//! of round 1 ran 652 us and the same kernel 720-780 us in rounds 2 and 3, 2026-11-26). A config whose round is not ok (it crashed, hung, or computed a
 //! wrong result) is not measured again: a kernel that killed its child would only do it again,
 //! and a hang costs a whole deadline each time. The child restarts as usual and the other configs
 //! go on. [`combine`] turns a config's rounds into its record.
@@ -56,28 +60,15 @@ pub(crate) fn combine(measured: Vec<MeasureOutcome>, rounds: u32) -> MeasureOutc
     }
 }
 
-/// The vendor time of a finalist task from the baselines timed in its rounds (`(us, kind)`, one
-/// per round that timed one): their median, with the kind of the round nearest to it; `None`
-/// when no round timed one. Timing the vendor in the rounds, beside the finalists, puts both
+/// A finalist's vendor time from the timings of the vendor's pick that followed its rounds
+/// (`(us, kind)`, one per round that timed one): their median, with the kind of the round nearest
+/// to it; `None` when no round timed one. Timing the vendor right after each finalist puts both
 /// under the same clocks; a baseline timed once at the start of a session may have run faster.
 pub(crate) fn vendor_of_rounds(rounds: &[(f64, String)]) -> Option<(f64, String)> {
     let times: Vec<f64> = rounds.iter().map(|(us, _)| *us).collect();
     let mid = median(&times);
     let nearest = rounds.iter().min_by(|a, b| (a.0 - mid).abs().total_cmp(&(b.0 - mid).abs()))?;
     Some((mid, nearest.1.clone()))
-}
-
-/// The config whose measurement in `round` (from 1) also times the vendor library's pick, given
-/// which configs are measured in that round: the first in round 1, then one place later each
-/// round, wrapping, so that the vendor follows a different config each round and is not always
-/// timed right after the same kernel (or always first, on the coolest GPU). `None` when no config
-/// is measured.
-pub(crate) fn vendor_carrier(round: u32, eligible: &[bool]) -> Option<usize> {
-    let measured: Vec<usize> = eligible.iter().enumerate().filter(|(_, e)| **e).map(|(i, _)| i).collect();
-    if measured.is_empty() {
-        return None;
-    }
-    Some(measured[(round.max(1) as usize - 1) % measured.len()])
 }
 
 /// The median of `values` (the mean of the middle two for an even count; 0 when empty).
@@ -125,19 +116,6 @@ mod tests {
         assert_eq!((c.max_abs_err, c.max_rel_err), (Some(1e-2), None));
         assert_eq!((c.baseline_us, c.baseline_kind.as_str(), c.measure_ms), (Some(2.0), "cublasGemmEx", 30.0));
         assert_eq!(combine(vec![round(&[1.0, 2.0], 50, 0), round(&[3.0, 4.0], 50, 0)], 2).median_us, 2.5);
-    }
-
-    #[test]
-    fn the_vendor_follows_a_different_measured_config_each_round() {
-        let all = [true, true, true];
-        let carriers: Vec<_> = (1..=5).map(|r| vendor_carrier(r, &all)).collect();
-        assert_eq!(carriers, [Some(0), Some(1), Some(2), Some(0), Some(1)]);
-        // Configs that are not measured (failed earlier, or settled without the GPU) never carry it.
-        let some = [false, true, false, true];
-        let carriers: Vec<_> = (1..=3).map(|r| vendor_carrier(r, &some)).collect();
-        assert_eq!(carriers, [Some(1), Some(3), Some(1)]);
-        assert_eq!(vendor_carrier(2, &[false, false]), None);
-        assert_eq!(vendor_carrier(1, &[]), None);
     }
 
     #[test]

@@ -171,7 +171,11 @@ impl Measurer<'_> {
         request.fresh_baseline = fresh_baseline;
         let span = tracing::info_span!("measure", task = task_id, kernel = %plan.spec.name, gpu = %self.shared.gpu);
         let mut outcome = self.supervisor.measure(request).instrument(span).await?;
-        self.baselines.settle(key, flush_l2, &mut outcome);
+        // A fresh timing that did not happen stays missing (the caller pairs it with this
+        // measurement); any other outcome takes the remembered baseline.
+        if !fresh_baseline || outcome.baseline_us.is_some() {
+            self.baselines.settle(key, flush_l2, &mut outcome);
+        }
         Ok(outcome)
     }
 
@@ -194,14 +198,15 @@ impl Measurer<'_> {
 
     /// Measures a finalist task's configs `rounds` times, interleaved (see `finalist`), and
     /// returns their records in task order; `None` when the task was dropped or the worker is
-    /// stopping (nothing is reported). The vendor library is timed in every round right after one
-    /// config ([`finalist::vendor_carrier`]: the first in round 1, then one place later each
-    /// round), and only the algorithm the child picked when it first timed every candidate for
-    /// the workload (at the start of the tuning, on a cool GPU), so that it is timed once a round
-    /// like each finalist, itself picked in the trials. Re-picking in the rounds, by a burst of up
-    /// to nine heavy timings, favoured whichever candidate the burst timed first (2026-11-25, an
-    /// H100: cublasGemmEx at 731 us where cuBLASLt's #5 had run 654 us). The records carry the
-    /// median of those rounds (see [`finalist::vendor_of_rounds`]).
+    /// stopping (nothing is reported). The first measurable finalist is measured once before
+    /// round 1 and not recorded, so that the rounds run on a GPU in the state they keep it in.
+    /// Every measurement in the rounds times the vendor library right after (only the algorithm
+    /// the child picked when it first timed every candidate for the workload, at the start of the
+    /// tuning, on a cool GPU), so each finalist is compared with the vendor from the same GPU
+    /// state, round by round. Re-picking in the rounds, by a burst of up to nine heavy timings,
+    /// favoured whichever candidate the burst timed first (2026-11-25, an H100: cublasGemmEx at
+    /// 731 us where cuBLASLt's #5 had run 654 us). Each record carries the median of the vendor
+    /// timings that followed it (see [`finalist::vendor_of_rounds`]).
     async fn finalists(
         &mut self,
         lease: &Lease,
@@ -211,36 +216,36 @@ impl Measurer<'_> {
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<Vec<pb::Measurement>>> {
         let mut measured: Vec<Vec<MeasureOutcome>> = finalists.iter().map(|_| Vec::new()).collect();
-        let mut vendor_rounds: Vec<(f64, String)> = Vec::new();
+        let mut vendor: Vec<Vec<(f64, String)>> = finalists.iter().map(|_| Vec::new()).collect();
+        if let Some(Candidate::Ready(kernel)) = finalists.iter().find(|f| matches!(f, Candidate::Ready(_))) {
+            if lease.dropped.is_cancelled() {
+                return Ok(None);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return Ok(None),
+                warm = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, false) => {
+                    tracing::debug!(task = lease.task_id, kernel = %kernel.plan.spec.name, status = ?warm?.status, "finalist warm-up (not recorded)");
+                }
+            }
+        }
         for round in 1..=rounds {
-            let measurable = |(finalist, outcomes): (&Candidate, &Vec<MeasureOutcome>)| {
-                matches!(finalist, Candidate::Ready(_)) && outcomes.last().is_none_or(|o| o.status == Status::Ok)
-            };
-            let eligible: Vec<bool> = finalists.iter().zip(&measured).map(measurable).collect();
-            let mut carrier = finalist::vendor_carrier(round, &eligible);
             for (i, (finalist, outcomes)) in finalists.iter().zip(&mut measured).enumerate() {
                 let Candidate::Ready(kernel) = finalist else { continue };
-                if !eligible[i] {
+                // A config whose round was not ok is not measured again (see `finalist`).
+                if outcomes.last().is_some_and(|o| o.status != Status::Ok) {
                     continue;
                 }
                 if lease.dropped.is_cancelled() {
                     return Ok(None);
                 }
-                let vendor = carrier == Some(i);
                 let outcome = tokio::select! {
                     _ = stop.cancelled() => return Ok(None),
-                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, vendor) => outcome?,
+                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, true) => outcome?,
                 };
-                if vendor {
-                    match outcome.baseline_us {
-                        Some(us) => {
-                            vendor_rounds.push((us, outcome.baseline_kind.clone()));
-                            carrier = None;
-                        }
-                        // The child lost the vendor timing with the config (it crashed or the
-                        // config failed first): the next config of the round carries it.
-                        None => carrier = (i + 1..eligible.len()).find(|&j| eligible[j]),
-                    }
+                if outcome.status == Status::Ok
+                    && let Some(us) = outcome.baseline_us
+                {
+                    vendor[i].push((us, outcome.baseline_kind.clone()));
                 }
                 tracing::debug!(
                     task = lease.task_id,
@@ -248,29 +253,40 @@ impl Measurer<'_> {
                     round,
                     status = ?outcome.status,
                     median_us = outcome.median_us,
+                    vendor_us = outcome.baseline_us,
                     "finalist measured"
                 );
                 outcomes.push(outcome);
             }
         }
-        let provenance = &self.shared.provenance;
-        let records = finalists
-            .into_iter()
-            .zip(measured)
-            .map(|(finalist, outcomes)| match finalist {
+        let mut records = Vec::with_capacity(finalists.len());
+        for ((finalist, outcomes), paired) in finalists.into_iter().zip(measured).zip(vendor) {
+            let record = match finalist {
                 Candidate::Ready(kernel) => {
                     let mut outcome = finalist::combine(outcomes, rounds);
-                    if let Some((us, kind)) = finalist::vendor_of_rounds(&vendor_rounds)
-                        && outcome.status == Status::Ok
-                    {
-                        outcome.baseline_us = Some(us);
-                        outcome.baseline_kind = kind;
+                    if outcome.status == Status::Ok {
+                        match finalist::vendor_of_rounds(&paired) {
+                            Some((us, kind)) => {
+                                outcome.baseline_us = Some(us);
+                                outcome.baseline_kind = kind;
+                            }
+                            // No round timed the vendor (it failed every time): the baseline of
+                            // the session, as any record without one of its own.
+                            None => {
+                                outcome.baseline_us = None;
+                                let plan = &kernel.plan;
+                                self.baselines.settle(&plan.workload_key, plan.sampling.flush_l2, &mut outcome);
+                            }
+                        }
                     }
-                    record::measurement(outcome, kernel.compile, provenance)
+                    record::measurement(outcome, kernel.compile, &self.shared.provenance)
                 }
-                Candidate::Settled(settled) => record::measurement(settled.outcome, settled.compile, provenance),
-            })
-            .collect();
+                Candidate::Settled(settled) => {
+                    record::measurement(settled.outcome, settled.compile, &self.shared.provenance)
+                }
+            };
+            records.push(record);
+        }
         Ok(Some(records))
     }
 }
