@@ -85,33 +85,54 @@ fn the_160_column_tile_compiles_without_spills() {
     assert_all_compile_without_spills(&specs, &target);
 }
 
+/// For each (layout, types) of `cases`, the valid configs of the GEMM `shape` (e.g.
+/// `m128n65536k256`) whose generated source `wanted` picks, with their kernels.
+fn generated_where(
+    shape: &str,
+    cases: &[(&str, &str)],
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<Vec<(Config, KernelSpec)>> {
+    let target = Target::sm90();
+    cases
+        .iter()
+        .map(|(layout, types)| {
+            let w = Workload::from_key(&format!("matmul/{shape}/{layout}/{types}/alpha=1,beta=0")).unwrap();
+            valid_configs(&WgmmaGemm, &w, &target)
+                .unwrap()
+                .into_iter()
+                .map(|(_, c)| {
+                    let spec = WgmmaGemm.generate(&w, &c, &target).unwrap();
+                    (c, spec)
+                })
+                .filter(|(_, spec)| wanted(&spec.source))
+                .collect()
+        })
+        .collect()
+}
+
 /// Y resident in a one-column grid (every K tile of the user's A loaded once per persistent block)
 /// compiles for sm_90a without spills, for each input type in tn and for an M-contiguous A (nn),
 /// with each producer and schedule.
 #[test]
 fn resident_y_kernels_compile_without_spills() {
-    let target = Target::sm90();
-    let mut specs: Vec<KernelSpec> = Vec::new();
-    for (layout, types) in [
+    let cases = [
         ("tn", "f16,f32,f16"),
         ("tn", "bf16,f32,f32"),
         ("tn", "i8,i32,i32"),
         ("tn", "tf32,f32,f32"),
         ("nn", "f16,f16,f16"),
-    ] {
-        let w = Workload::from_key(&format!("matmul/m128n65536k256/{layout}/{types}/alpha=1,beta=0")).unwrap();
-        let valid = valid_configs(&WgmmaGemm, &w, &target).unwrap();
+    ];
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    let found = generated_where("m128n65536k256", &cases, |src| src.contains("constexpr bool Y_RESIDENT = true;"));
+    for ((layout, types), resident) in cases.iter().zip(found) {
         let mut kinds = std::collections::BTreeMap::new();
-        for (_, c) in &valid {
-            let spec = WgmmaGemm.generate(&w, c, &target).unwrap();
-            if spec.source.contains("constexpr bool Y_RESIDENT = true;") {
-                kinds.entry(kind(c)).or_insert(spec);
-            }
+        for (c, spec) in resident {
+            kinds.entry(kind(&c)).or_insert(spec);
         }
         assert!(kinds.len() >= 4, "{layout} {types}: only {} kinds keep Y resident: {:?}", kinds.len(), kinds.keys());
         specs.extend(kinds.into_values());
     }
-    assert_all_compile_without_spills(&specs, &target);
+    assert_all_compile_without_spills(&specs, &Target::sm90());
 }
 
 /// A K split over a cluster (a grid of one tile per block on a deep K: 512x512x8192 has 16 or
@@ -120,32 +141,28 @@ fn resident_y_kernels_compile_without_spills() {
 /// at its largest tile a thread.
 #[test]
 fn k_split_kernels_compile_without_spills() {
-    let target = Target::sm90();
-    let mut specs: Vec<KernelSpec> = Vec::new();
-    let mut splits = std::collections::BTreeSet::new();
-    for (layout, types) in [
+    let cases = [
         ("tn", "f16,f32,f16"),
         ("tn", "bf16,f32,f32"),
         ("tn", "i8,i32,i32"),
         ("tn", "tf32,f32,f32"),
         ("nn", "f16,f16,f16"),
         ("nt", "f16,f32,f32"),
-    ] {
-        let w = Workload::from_key(&format!("matmul/m512n512k8192/{layout}/{types}/alpha=1,beta=0")).unwrap();
-        let valid = valid_configs(&WgmmaGemm, &w, &target).unwrap();
+    ];
+    let split_line =
+        |src: &str| src.lines().find(|l| l.contains("constexpr int SPLIT = ")).map(str::trim).map(String::from);
+    let found = generated_where("m512n512k8192", &cases, |src| split_line(src).is_some_and(|l| !l.ends_with("= 1;")));
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    let mut splits = std::collections::BTreeSet::new();
+    for ((layout, types), split) in cases.iter().zip(found) {
         let mut kinds = std::collections::BTreeMap::new();
-        for (_, c) in &valid {
-            let spec = WgmmaGemm.generate(&w, c, &target).unwrap();
-            if let Some(line) =
-                spec.source.lines().find(|l| l.contains("constexpr int SPLIT = ") && !l.contains("= 1;"))
-            {
-                splits.insert(line.trim().to_string());
-                // Per kind, the config with the most accumulators a thread (where spills would show).
-                let acc = c.int("block_m").unwrap() * c.int("block_n").unwrap() / c.int("consumers").unwrap();
-                let entry = kinds.entry((kind(c), c.int("consumers").unwrap())).or_insert((0, spec.clone()));
-                if acc > entry.0 {
-                    *entry = (acc, spec);
-                }
+        for (c, spec) in split {
+            splits.extend(split_line(&spec.source));
+            // Per kind, the config with the most accumulators a thread (where spills would show).
+            let acc = c.int("block_m").unwrap() * c.int("block_n").unwrap() / c.int("consumers").unwrap();
+            let entry = kinds.entry((kind(&c), c.int("consumers").unwrap())).or_insert((0, spec.clone()));
+            if acc > entry.0 {
+                *entry = (acc, spec);
             }
         }
         assert!(kinds.len() >= 4, "{layout} {types}: only {} kinds split K: {:?}", kinds.len(), kinds.keys());
@@ -153,5 +170,5 @@ fn k_split_kernels_compile_without_spills() {
     }
     assert!(splits.len() >= 2, "split sizes seen: {splits:?}");
     eprintln!("{} K-split kernels ({splits:?})", specs.len());
-    assert_all_compile_without_spills(&specs, &target);
+    assert_all_compile_without_spills(&specs, &Target::sm90());
 }

@@ -825,20 +825,31 @@ __device__ __forceinline__ unsigned acc_bits(float a) { return __float_as_uint(a
 __device__ __forceinline__ unsigned acc_bits(int a) { return (unsigned)a; }
 __device__ __forceinline__ unsigned acc_bits(unsigned a) { return a; }
 
+// Accumulator registers 4v..4v+3 of a consumer thread (across its row tiles) as one 16-byte vector,
+// the unit in which partial sums move; and a vector of partial sums added back into them.
+__device__ __forceinline__ uint4 acc_vec(const T_ACCR (&acc)[MT][ACC_REGS], int v) {
+  const int r = 4 * v;
+  uint4 u;
+  u.x = acc_bits(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS]);
+  u.y = acc_bits(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS]);
+  u.z = acc_bits(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS]);
+  u.w = acc_bits(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS]);
+  return u;
+}
+__device__ __forceinline__ void acc_add_vec(T_ACCR (&acc)[MT][ACC_REGS], int v, uint4 u) {
+  const int r = 4 * v;
+  acc_add(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS], u.x);
+  acc_add(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS], u.y);
+  acc_add(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS], u.z);
+  acc_add(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS], u.w);
+}
+
 // Leaves consumer cw's accumulators in this block's slot and raises its flag.
 __device__ __forceinline__ void sk_store(unsigned char* ws, int block, int cw, const T_ACCR (&acc)[MT][ACC_REGS]) {
   uint4* slot = sk_slot(ws, block, cw);
   const int t = threadIdx.x % 128;
 #pragma unroll
-  for (int v = 0; v < ACC_ALL / 4; ++v) {
-    const int r = 4 * v;
-    uint4 u;
-    u.x = acc_bits(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS]);
-    u.y = acc_bits(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS]);
-    u.z = acc_bits(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS]);
-    u.w = acc_bits(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS]);
-    __stcg(slot + v * 128 + t, u);
-  }
+  for (int v = 0; v < ACC_ALL / 4; ++v) __stcg(slot + v * 128 + t, acc_vec(acc, v));
   consumer_sync(cw);
   if (t == 0) {
     asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], 1;\n" ::"l"(sk_flag(ws, block, cw)) : "memory");
@@ -868,13 +879,7 @@ __device__ __forceinline__ void sk_add(unsigned char* ws, int block, int cw, T_A
     }
 #pragma unroll
     for (int b = 0; b < SK_BATCH; ++b) {
-      const int r = 4 * (v0 + b);
-      if (v0 + b < ACC_ALL / 4) {
-        acc_add(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS], u[b].x);
-        acc_add(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS], u[b].y);
-        acc_add(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS], u[b].z);
-        acc_add(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS], u[b].w);
-      }
+      if (v0 + b < ACC_ALL / 4) acc_add_vec(acc, v0 + b, u[b]);
     }
     asm volatile("" ::: "memory");
   }
@@ -892,15 +897,7 @@ __device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T
   asm volatile("bar.sync 5, %0;\n" ::"n"(CONSUMERS * 128) : "memory");
   uint4* mine = reinterpret_cast<uint4*>(ring) + cw * (ACC_ALL / 4) * 128;
 #pragma unroll
-  for (int v = 0; v < ACC_ALL / 4; ++v) {
-    const int r = 4 * v;
-    uint4 u;
-    u.x = acc_bits(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS]);
-    u.y = acc_bits(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS]);
-    u.z = acc_bits(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS]);
-    u.w = acc_bits(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS]);
-    mine[v * 128 + t] = u;
-  }
+  for (int v = 0; v < ACC_ALL / 4; ++v) mine[v * 128 + t] = acc_vec(acc, v);
   split_sync();
 #pragma unroll 1
   for (int d = 1; d < SPLIT; ++d) {
@@ -914,11 +911,7 @@ __device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T
                    : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w)
                    : "r"(peer + (unsigned)((v * 128 + t) * 16))
                    : "memory");
-      const int r = 4 * v;
-      acc_add(acc[(r + 0) / ACC_REGS][(r + 0) % ACC_REGS], u.x);
-      acc_add(acc[(r + 1) / ACC_REGS][(r + 1) % ACC_REGS], u.y);
-      acc_add(acc[(r + 2) / ACC_REGS][(r + 2) % ACC_REGS], u.z);
-      acc_add(acc[(r + 3) / ACC_REGS][(r + 3) % ACC_REGS], u.w);
+      acc_add_vec(acc, v, u);
     }
   }
   // No block leaves (its shared memory with it) while a peer may still read it.
