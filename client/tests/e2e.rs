@@ -756,7 +756,8 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
     assert!(!bundle_dir.exists(), "nothing is written when a workload has no record");
 
     let nvrtc = tensortune_worker::nvrtc::available() && tensortune_worker::nvrtc::find_include_dir().is_some();
-    let conv = "conv2d/n2h9w9c64/k64r3s3/pad1x1,stride2x2,dil1x1/nhwc/f16,f32,f32";
+    // `tune conv2d` with f16 writes f16 (its default output, as cuDNN's).
+    let conv = "conv2d/n2h9w9c64/k64r3s3/pad1x1,stride2x2,dil1x1/nhwc/f16,f32,f16";
     let tf32 = "matmul/m256n128k256/tn/tf32,f32,f32/alpha=1,beta=0";
     let mut args = vec![
         "export",
