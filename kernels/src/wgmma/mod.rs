@@ -380,14 +380,13 @@ impl Plan {
             return 1;
         }
         let acc = self.row_tiles() * self.acc_regs();
-        let sums = self.consumers * acc * 128 * 4;
-        if sums > self.stages * (self.bp + self.bq) * 128 || !acc.is_multiple_of(4) {
+        if self.sums_bytes() > self.stages * (self.bp + self.bq) * 128 || !acc.is_multiple_of(4) {
             return 1;
         }
         let tiles = self.w.n.div_ceil(self.bp as u64) * self.tiles_q();
         let slots = (target.sm_count * self.blocks_per_sm(target)) as u64;
         let mut split = 1;
-        for s in [2u32, 4, 8].into_iter().filter(|s| *s <= SPLIT_MAX) {
+        for s in std::iter::successors(Some(2u32), |s| Some(s * 2)).take_while(|s| *s <= SPLIT_MAX) {
             // A cluster of `s` needs `s` free SMs in one GPC, and a part's GPCs are uneven (an H200
             // holds 15 clusters of 8 at one block per SM, not 16): one cluster's worth stays spare.
             let fits = (tiles + 1) * s as u64 <= slots;
@@ -408,6 +407,12 @@ impl Plan {
         self.w.k.div_ceil(self.bk() as u64)
     }
 
+    /// One block's partial sums: 4 bytes per accumulator register of every consumer thread (what
+    /// stream-K leaves in the workspace, and what the K split leaves in the ring).
+    fn sums_bytes(&self) -> u32 {
+        self.consumers * 128 * self.row_tiles() * self.acc_regs() * 4
+    }
+
     /// The stream-K workspace: a flag per (block, consumer) padded to 256 bytes, then a slot of
     /// partial sums per (block, consumer), 4 bytes per accumulator register.
     fn workspace_bytes(&self, g: &Grid) -> u64 {
@@ -415,8 +420,7 @@ impl Plan {
             return 0;
         }
         let flags = (g.blocks * self.consumers as u64 * 4).next_multiple_of(256);
-        let per_thread = (self.row_tiles() * self.acc_regs()) as u64 * 4;
-        flags + g.blocks * self.consumers as u64 * 128 * per_thread
+        flags + g.blocks * self.sums_bytes() as u64
     }
 
     /// Clusters that run at once: blocks per SM times SMs, over the cluster size.
@@ -1168,11 +1172,7 @@ fn model(p: &Plan, target: &Target) -> f64 {
     let tile_flops = 2.0 * p.bq as f64 * p.bp as f64 * p.w.k as f64 / split;
     let per_sm = (target.sm_count / p.cluster * p.cluster).max(1) as f64;
     let waves = (g.cluster_tiles * p.cluster as u64) as f64 * split / per_sm;
-    let split_us = if split > 1.0 {
-        (p.consumers * p.row_tiles() * p.acc_regs() * 128 * 4) as f64 * (split - 1.0) / split / DSMEM_BYTES_PER_US
-    } else {
-        0.0
-    };
+    let split_us = if split > 1.0 { p.sums_bytes() as f64 * (split - 1.0) / split / DSMEM_BYTES_PER_US } else { 0.0 };
     // Stream-K evens out the last wave, at the price of a partial sum written and read per block.
     let (waves, fixup_us) = if p.stream_k {
         (waves.max(1.0), p.workspace_bytes(&g) as f64 * 2.0 / 3.0e6)
