@@ -80,6 +80,14 @@ SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
 since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+# Samples UTC time, SM clock, board power, temperature and (where nvidia-smi knows the field) the
+# clock-event reasons every $2 ms into the CSV $1, in the background; prints the sampler's pid.
+sample_clocks() {
+  local fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
+  nvidia-smi --query-gpu=$fields --format=csv >/dev/null 2>&1 || fields=timestamp,clocks.sm,power.draw,temperature.gpu
+  nvidia-smi --query-gpu=$fields --format=csv,noheader -lms "$2" >"$1" 2>&1 &
+  echo $!
+}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >"$LOGS/nvidia-smi.txt" 2>&1
 say "$(date -u +%FT%TZ) $(tail -1 "$LOGS/nvidia-smi.txt")"
@@ -485,15 +493,15 @@ step_ab() {
 
 # Sustained load: for each KEY CONFIG of SUSTAIN_FILE (default scripts/ab-wgmma-sustain.txt, a
 # wgmma_gemm config a line), ours alone for SUSTAIN_REPEAT measurements of SUSTAIN_SAMPLES samples
-# (each sample at least 50 launches), then ours and the vendor's pick alternating as often, in one
+# (each sample at least 1 ms of launches), then ours and the vendor's pick alternating as often, in one
 # process each, with the SM clock and board power sampled every 100 ms. A short burst on a cool GPU
 # runs at full clock; a GPU kept busy runs under its power cap, where what each kernel costs in
 # energy decides its clock. Prints per config: ours alone (median us, clock, power), and the
 # alternating pairs (median us of each, the median of their ratios, vendor / ours).
 step_sustain() {
   local file=${SUSTAIN_FILE:-scripts/ab-wgmma-sustain.txt} n=0
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw --format=csv,noheader -lms 100 >"$LOGS/sustain-power.csv" 2>&1 &
-  local sampler=$!
+  local sampler
+  sampler=$(sample_clocks "$LOGS/sustain-power.csv" 100)
   grep -v '^#' "$file" | while read -r key cfg; do
     n=$((n + 1))
     for mode in alone alternate; do
@@ -849,12 +857,7 @@ PY2
 
 # CLOCKS=1 samples the SM clock, power, temperature and the clock-event reasons every 200 ms while
 # the steps run, into logs/clocks.csv (UTC timestamps, to set beside the tensortune logs).
-if [ "${CLOCKS:-0}" = 1 ]; then
-  fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
-  nvidia-smi --query-gpu=$fields --format=csv >/dev/null 2>&1 || fields=timestamp,clocks.sm,power.draw,temperature.gpu
-  nvidia-smi --query-gpu=$fields --format=csv,noheader -lms 200 >"$LOGS/clocks.csv" 2>&1 &
-  SAMPLER=$!
-fi
+[ "${CLOCKS:-0}" = 1 ] && SAMPLER=$(sample_clocks "$LOGS/clocks.csv" 200)
 
 # DEADLINE (seconds since the script started) skips the steps that would start after it, so that
 # one device call ends inside its limit with its logs packed.
