@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL server for the tests: `start DIR` creates a cluster in DIR (empty or
 # missing), starts it on a free loopback port with trust authentication (nothing but this machine
-# can reach it) and prints its URL; `stop DIR` stops it. Debian's `postgresql` package is installed
-# when no initdb is found and this runs as root. initdb refuses to run as root, so the server then
-# runs as the `postgres` user the package creates.
+# can reach it) and prints its URL; `alive DIR` succeeds while it runs; `stop DIR` stops it.
+# Debian's `postgresql` package is installed when no initdb is found and this runs as root. initdb
+# refuses to run as root, so the server then runs as the `postgres` user the package creates.
 set -euo pipefail
 
 find_bin() {
@@ -45,13 +45,18 @@ start)
         || { cat "$dir/server.log" >&2; exit 1; }
     echo "postgres://postgres@127.0.0.1:$port/postgres"
     ;;
+alive)
+    dir=${2:?usage: pg-throwaway.sh alive DIR}
+    pg_ctl=$(find_bin pg_ctl)
+    as_owner "$pg_ctl" -D "$dir/data" status >/dev/null 2>&1
+    ;;
 stop)
     dir=${2:?usage: pg-throwaway.sh stop DIR}
     pg_ctl=$(find_bin pg_ctl)
     as_owner "$pg_ctl" -D "$dir/data" -m fast -w stop >&2 || true
     ;;
 *)
-    echo "usage: pg-throwaway.sh start DIR | stop DIR" >&2
+    echo "usage: pg-throwaway.sh start DIR | alive DIR | stop DIR" >&2
     exit 2
     ;;
 esac

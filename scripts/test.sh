@@ -42,15 +42,25 @@ if [ -z "${CXX:-}" ] && ! command -v c++ >/dev/null 2>&1; then
         echo "no c++ and no root apt-get: the simt_cpu test will fail; set CXX to a C++20 compiler" >&2
     fi
 fi
-# The tracker's tests on PostgreSQL: each test makes a database of its own on this server.
+status=0
+cargo test --workspace --locked --no-fail-fast "$@" || status=$?
+# The tracker's tests on PostgreSQL: each test makes a database of its own on this server. The
+# throwaway server starts only now, so it lives for this suite alone (about a minute), not through
+# the workspace's build and tests; its log is printed when the suite fails or the server is gone.
 pg_dir=
 if [ -z "${TENSORTUNE_TEST_PG:-}" ]; then
     pg_dir=$(mktemp -d /tmp/tensortune-pg.XXXXXX)
     trap 'scripts/pg-throwaway.sh stop "$pg_dir"; rm -rf "$pg_dir"' EXIT
     TENSORTUNE_TEST_PG=$(scripts/pg-throwaway.sh start "$pg_dir")
 fi
-status=0
-cargo test --workspace --locked --no-fail-fast "$@" || status=$?
 echo "tracker tests on PostgreSQL ($TENSORTUNE_TEST_PG)" >&2
-TENSORTUNE_TEST_PG=$TENSORTUNE_TEST_PG cargo test -p tensortune-tracker --locked --no-fail-fast --test api "$@" || status=$?
+pg_status=0
+TENSORTUNE_TEST_PG=$TENSORTUNE_TEST_PG cargo test -p tensortune-tracker --locked --no-fail-fast --test api "$@" \
+    || pg_status=$?
+if [ -n "$pg_dir" ] && { [ "$pg_status" != 0 ] || ! scripts/pg-throwaway.sh alive "$pg_dir"; }; then
+    echo "the throwaway PostgreSQL server's log (last 60 lines):" >&2
+    tail -n 60 "$pg_dir/server.log" >&2 || true
+    df -h "$pg_dir" >&2 || true
+fi
+[ "$pg_status" = 0 ] || status=$pg_status
 exit $status
