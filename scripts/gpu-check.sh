@@ -64,6 +64,9 @@
 #                under ncu (duration, DRAM bytes and throughput, L2 hit rate, clock)
 #     sustain    ours alone, then ours and the vendor's pick alternating, under sustained load, with the
 #                clock and power sampled (SUSTAIN_FILE, default scripts/ab-wgmma-sustain.txt)
+#     diag       matmul kernels against the memory: each KEY CONFIG of DIAG_FILE (default
+#                scripts/diag-large.txt) and every cuBLAS candidate of its baseline under ncu (duration,
+#                DRAM bytes, L2 traffic and hit rate, clock)
 #     membw      the memory roofline of a streaming layer (scripts/membw.cu, nvcc): MEMBW_SIZES read/write MB
 #     vendorkern the cuBLAS kernels run_one's baseline launches for VENDOR_KEYS (ncu: name, grid, block,
 #                cluster, shared memory, duration)
@@ -801,6 +804,57 @@ for r in json.load(open(sys.argv[1]))["rows"]:
 # then cuDNN's kernels, each with its duration, DRAM bytes read and written, DRAM throughput
 # against its peak, L2 hit rate and SM clock. A first run (H100, 2026-11-25) caught only the
 # support kernels (tt_fill_*) for ours; the filter now names the templates' kernels.
+# Ours and the vendor's kernels for one KEY/CONFIG under ncu, each in a process of its own: ours
+# alone (a few launches), then the vendor's (every candidate the baseline times, and the chosen
+# one's replays; VENDOR_REGEX names them): duration, DRAM bytes and throughput, L2 traffic and hit
+# rate, clock, grid. One line a kernel name, at its fastest launch; NCU_EXTRA (ncu metric names,
+# comma-separated) adds metrics, printed on a second line in millions. Logs: logs/NAME*.csv.
+ncu_pair() {
+  local name=$1 key=$2 tmpl=$3 cfg=$4 vendor_regex=$5
+  local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,lts__t_bytes.sum,sm__cycles_elapsed.avg.per_second,launch__grid_size${NCU_EXTRA:+,$NCU_EXTRA}
+  TT_NO_BASELINE=1 TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:'^tt_(w|simt|mma)' \
+    --launch-skip 1 --launch-count 3 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 >"$LOGS/$name.csv" 2>&1
+  TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:"$vendor_regex" \
+    --launch-skip 0 --launch-count 60 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 \
+    >"$LOGS/$name-vendor.csv" 2>&1
+  NCU_EXTRA=${NCU_EXTRA:-} python3 - "$LOGS/$name.csv" "$LOGS/$name-vendor.csv" <<'PY2' 2>&1 | tee -a "$SUMMARY"
+import csv, collections, os, sys
+extra = [k for k in os.environ["NCU_EXTRA"].split(",") if k]
+rows = [r for f in sys.argv[1:] for r in csv.reader(open(f)) if len(r) > 10 and r[0] != "ID"]
+by = collections.defaultdict(lambda: collections.defaultdict(list))
+for r in rows:
+    try:
+        by[r[4]][r[-3]].append(float(r[-1].replace(",", "")))
+    except ValueError:
+        pass
+for name, m in by.items():
+    dur = m.get("gpu__time_duration.sum", [0])
+    i = dur.index(min(dur))
+    def at(k):
+        v = m.get(k, [])
+        return v[i] if i < len(v) else float("nan")
+    print("  %-70s x%-3d %9.2f us  read %7.2f MB  write %7.2f MB  dram %5.1f%%  L2 %8.1f MB hit %5.1f%%  %4.0f MHz  grid %d"
+          % (name[:70], len(dur), at("gpu__time_duration.sum") / 1e3, at("dram__bytes_read.sum") / 1e6,
+             at("dram__bytes_write.sum") / 1e6, at("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+             at("lts__t_bytes.sum") / 1e6, at("lts__t_sector_hit_rate.pct"), at("sm__cycles_elapsed.avg.per_second") / 1e6,
+             at("launch__grid_size")))
+    if extra:
+        print("    " + ", ".join("%s %.2f M" % (k, at(k) / 1e6) for k in extra))
+PY2
+}
+
+# Matmul kernels against the memory and the L2: each KEY CONFIG line of DIAG_FILE (default
+# scripts/diag-large.txt) under ncu beside every cuBLAS candidate of its baseline (ncu_pair).
+step_diag() {
+  local file=${DIAG_FILE:-scripts/diag-large.txt} key cfg n=0
+  while read -r key cfg; do
+    case "$key" in '#'* | '') continue ;; esac
+    n=$((n + 1))
+    say "diag $n: $key ${DIAG_TEMPLATE:-wgmma_gemm} $cfg"
+    ncu_pair "diag-$n" "$key" "${DIAG_TEMPLATE:-wgmma_gemm}" "$cfg" '^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)'
+  done <"$file"
+}
+
 step_convdiag() {
   local suite=${CDIAG_SUITE:-suites/conv-diag.json} db="$LOGS/cdiag.db" start=$(date +%s.%N)
   timeout 600 "$BIN/tensortune" --db "$db" bench --suite "$suite" --trials "${CDIAG_TRIALS:-150}" \
@@ -824,34 +878,7 @@ PY2
     n=$((n + 1))
     say "convdiag $n: $key $tmpl $cfg"
     TT_TEMPLATE=$tmpl "$BIN/run_one" "$key" "$cfg" 10 2 2>&1 | grep -m2 ' median ' | cut -c1-240 | tee -a "$SUMMARY"
-    # Ours alone in its process (a few launches), then cuDNN's kernels (those of Find, and the
-    # chosen one's timed replays) in a process of their own.
-    local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,sm__cycles_elapsed.avg.per_second,launch__grid_size
-    TT_NO_BASELINE=1 TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:'^tt_(w|simt|mma)' \
-      --launch-skip 1 --launch-count 3 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 >"$LOGS/cdiag-$n.csv" 2>&1
-    TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:'xmma|cutlass|cudnn|implicit|fprop|nhwc|sm90|sm80' \
-      --launch-skip 0 --launch-count 60 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 \
-      >"$LOGS/cdiag-$n-vendor.csv" 2>&1
-    python3 - "$LOGS/cdiag-$n.csv" "$LOGS/cdiag-$n-vendor.csv" <<'PY2' 2>&1 | tee -a "$SUMMARY"
-import csv, collections, sys
-rows = [r for f in sys.argv[1:] for r in csv.reader(open(f)) if len(r) > 10 and r[0] != "ID"]
-by = collections.defaultdict(lambda: collections.defaultdict(list))
-for r in rows:
-    try:
-        by[r[4]][r[-3]].append(float(r[-1].replace(",", "")))
-    except ValueError:
-        pass
-for name, m in by.items():
-    dur = m.get("gpu__time_duration.sum", [0])
-    i = dur.index(min(dur))
-    def at(k):
-        v = m.get(k, [])
-        return v[i] if i < len(v) else float("nan")
-    print("  %-70s x%-3d %9.2f us  read %7.2f MB  write %7.2f MB  dram %5.1f%%  L2 hit %5.1f%%  %4.0f MHz  grid %d"
-          % (name[:70], len(dur), at("gpu__time_duration.sum") / 1e3, at("dram__bytes_read.sum") / 1e6,
-             at("dram__bytes_write.sum") / 1e6, at("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
-             at("lts__t_sector_hit_rate.pct"), at("sm__cycles_elapsed.avg.per_second") / 1e6, at("launch__grid_size")))
-PY2
+    ncu_pair "cdiag-$n" "$key" "$tmpl" "$cfg" 'xmma|cutlass|cudnn|implicit|fprop|nhwc|sm90|sm80'
   done <"$LOGS/cdiag-best.txt"
 }
 
@@ -870,7 +897,7 @@ for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union | sustain | membw) "step_$step" ;;
-    wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag) "step_$step" ;;
+    wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag | diag) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2
