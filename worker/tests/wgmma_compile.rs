@@ -172,3 +172,52 @@ fn k_split_kernels_compile_without_spills() {
     eprintln!("{} K-split kernels ({splits:?})", specs.len());
     assert_all_compile_without_spills(&specs, &Target::sm90());
 }
+
+/// An operand no other tile reads carries the L2 evict-first hint where the data overflows the L2
+/// (50 MiB for sm90), and those kernels compile for sm_90a: X (the user's B) in a one-column grid
+/// (M fits one tile), Y (the user's A) in a one-row grid (N fits one tile), each K-major (tn) and
+/// MN-major (nn), every kind of config that has such a grid. A grid with both dimensions over one
+/// tile reads each operand more than once, and a one-column grid whose data fits in the L2 pushes
+/// nothing out: both keep the plain copies. (Spills are not asserted here: three stream-K configs with
+/// the inline producer on these grids spill 4-256 bytes with or without the hint.)
+#[test]
+fn operands_read_once_carry_the_evict_first_hint_and_compile() {
+    let tiles = |src: &str, name: &str| -> u64 {
+        let line = src.lines().find(|l| l.contains(&format!("constexpr int {name} = "))).unwrap();
+        line.trim().trim_end_matches(';').rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let flag = |src: &str, name: &str| src.contains(&format!("constexpr bool {name} = true;"));
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    for (shape, axis, hint) in [("m128n65536k512", "TILES_Q", "X_ONCE"), ("m65536n64k512", "TILES_P", "Y_ONCE")] {
+        let cases = [("tn", "f16,f32,f16"), ("nn", "f16,f32,f32")];
+        let found = generated_where(shape, &cases, |src| tiles(src, axis) == 1);
+        for ((layout, types), once) in cases.iter().zip(found) {
+            let mut kinds = std::collections::BTreeMap::new();
+            for (c, spec) in once {
+                assert!(flag(&spec.source, hint), "{shape} {layout} {types} {c:?}: no {hint}");
+                kinds.entry(kind(&c)).or_insert(spec);
+            }
+            assert!(kinds.len() >= 2, "{shape} {layout} {types}: only {} kinds have one {axis}", kinds.len());
+            specs.extend(kinds.into_values());
+        }
+    }
+    // Both dimensions over one tile: neither operand takes the hint.
+    let w = Workload::from_key("matmul/m1024n1024k512/tn/f16,f32,f16/alpha=1,beta=0").unwrap();
+    let target = Target::sm90();
+    for (_, c) in valid_configs(&WgmmaGemm, &w, &target).unwrap().into_iter().take(20) {
+        let src = WgmmaGemm.generate(&w, &c, &target).unwrap().source;
+        assert!(tiles(&src, "TILES_P") > 1 && tiles(&src, "TILES_Q") > 1, "{c:?}");
+        assert!(!flag(&src, "X_ONCE") && !flag(&src, "Y_ONCE"), "{c:?}");
+    }
+    // One column of tiles, 8.5 MB in all: no hint.
+    let w = Workload::from_key("matmul/m128n8192k512/tn/f16,f32,f16/alpha=1,beta=0").unwrap();
+    let mut one_column = 0;
+    for (_, c) in valid_configs(&WgmmaGemm, &w, &target).unwrap() {
+        let src = WgmmaGemm.generate(&w, &c, &target).unwrap().source;
+        one_column += usize::from(tiles(&src, "TILES_Q") == 1);
+        assert!(!flag(&src, "X_ONCE") && !flag(&src, "Y_ONCE"), "{c:?}");
+    }
+    assert!(one_column > 0);
+    eprintln!("{} kernels with evict-first copies", specs.len());
+    assert_all_compile(&specs, &target);
+}

@@ -185,13 +185,26 @@ __device__ __forceinline__ unsigned cluster_rank() {
 }
 
 // --- TMA ---------------------------------------------------------------------------------------
-// Copies the box at (c0, c1) (innermost first) of `map` into `dst`, completing on `bar`.
+// X_ONCE / Y_ONCE (an operand that no other tile reads, see Plan::reads_once): its copies carry
+// an L2 evict-first hint.
+// Copies the box at (c0, c1) (innermost first) of `map` into `dst`, completing on `bar`; ONCE adds
+// the evict-first hint.
+template <bool ONCE>
 __device__ __forceinline__ void tma_load(void* dst, const TmaDesc* map, int c0, int c1, unsigned long long* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem_u32(dst)),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
-      : "memory");
+  if constexpr (ONCE) {
+    asm volatile(
+        "{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+        "%3}], [%4], policy;\n}\n" ::"r"(smem_u32(dst)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            smem_u32(dst)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+        : "memory");
+  }
 }
 
 // The same into `dst` and `bar` of every block of the cluster.
@@ -422,7 +435,7 @@ __device__ __forceinline__ void load_y(unsigned char* y, const TmaDesc* mapY, in
   if constexpr (Y_KMAJOR) {
     const int r0 = rank * Y_ROWS;
     if constexpr (CLUSTER == 1) {
-      tma_load(y, mapY, k0, q0, bar);
+      tma_load<Y_ONCE>(y, mapY, k0, q0, bar);
     } else {
       tma_load_multicast(y + r0 * ROW_BYTES, mapY, k0, q0 + r0, bar);
     }
@@ -433,7 +446,7 @@ __device__ __forceinline__ void load_y(unsigned char* y, const TmaDesc* mapY, in
     for (int i = 0; i < Y_PER_BLOCK; ++i) {
       const int c = rank * Y_PER_BLOCK + i;
       if constexpr (CLUSTER == 1) {
-        tma_load(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
+        tma_load<Y_ONCE>(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
       } else if (Y_CHUNKS % CLUSTER == 0 || c < Y_CHUNKS) {
         tma_load_multicast(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
       }
@@ -474,10 +487,10 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
     tma_load_im2col(x, mapX, c, (pix % OUT_W) * STRIDE_W - PAD_W, (pix / OUT_W) * STRIDE_H - PAD_H, img,
                     (unsigned short)((tap % CONV_S) * DIL_W), (unsigned short)((tap / CONV_S) * DIL_H), bar);
   } else if constexpr (X_KMAJOR) {
-    tma_load(x, mapX, k0, p0, bar);
+    tma_load<X_ONCE>(x, mapX, k0, p0, bar);
   } else {
 #pragma unroll
-    for (int c = 0; c < BP / 64; ++c) tma_load(x + c * CHUNK_BYTES, mapX, p0 + 64 * c, k0, bar);
+    for (int c = 0; c < BP / 64; ++c) tma_load<X_ONCE>(x + c * CHUNK_BYTES, mapX, p0 + 64 * c, k0, bar);
   }
   if constexpr (!Y_RESIDENT) load_y(sY + L.stage * Y_STAGE, mapY, q0, k0, bar, rank);
   loader_advance(L, wl);

@@ -8,16 +8,16 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v5: D = alpha * op(A) op(B) + beta * C
+// wgmma_gemm v6: D = alpha * op(A) op(B) + beta * C
 // workload matmul/m512n384k8192/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v5_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
+#define KERNEL_NAME tt_wgmma_gemm_v6_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
 #define TT_CLUSTER_ATTR __cluster_dims__(8, 1, 1)
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v5_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d {
+namespace ns_tt_wgmma_gemm_v6_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d {
 typedef half T_IN;
 typedef float T_OUT;
 typedef float T_EPI;
@@ -49,6 +49,8 @@ constexpr bool PINGPONG = false;
 constexpr bool STREAM_K = false;
 constexpr bool TMA_STORE = false;
 constexpr bool Y_RESIDENT = false;
+constexpr bool X_ONCE = false;
+constexpr bool Y_ONCE = false;
 constexpr int EPI_COLS = 32;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
@@ -401,13 +403,26 @@ __device__ __forceinline__ unsigned cluster_rank() {
 }
 
 // --- TMA ---------------------------------------------------------------------------------------
-// Copies the box at (c0, c1) (innermost first) of `map` into `dst`, completing on `bar`.
+// X_ONCE / Y_ONCE (an operand that no other tile reads, see Plan::reads_once): its copies carry
+// an L2 evict-first hint.
+// Copies the box at (c0, c1) (innermost first) of `map` into `dst`, completing on `bar`; ONCE adds
+// the evict-first hint.
+template <bool ONCE>
 __device__ __forceinline__ void tma_load(void* dst, const TmaDesc* map, int c0, int c1, unsigned long long* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-          smem_u32(dst)),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
-      : "memory");
+  if constexpr (ONCE) {
+    asm volatile(
+        "{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+        "%3}], [%4], policy;\n}\n" ::"r"(smem_u32(dst)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            smem_u32(dst)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+        : "memory");
+  }
 }
 
 // The same into `dst` and `bar` of every block of the cluster.
@@ -650,7 +665,7 @@ __device__ __forceinline__ void load_y(unsigned char* y, const TmaDesc* mapY, in
   if constexpr (Y_KMAJOR) {
     const int r0 = rank * Y_ROWS;
     if constexpr (CLUSTER == 1) {
-      tma_load(y, mapY, k0, q0, bar);
+      tma_load<Y_ONCE>(y, mapY, k0, q0, bar);
     } else {
       tma_load_multicast(y + r0 * ROW_BYTES, mapY, k0, q0 + r0, bar);
     }
@@ -661,7 +676,7 @@ __device__ __forceinline__ void load_y(unsigned char* y, const TmaDesc* mapY, in
     for (int i = 0; i < Y_PER_BLOCK; ++i) {
       const int c = rank * Y_PER_BLOCK + i;
       if constexpr (CLUSTER == 1) {
-        tma_load(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
+        tma_load<Y_ONCE>(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
       } else if (Y_CHUNKS % CLUSTER == 0 || c < Y_CHUNKS) {
         tma_load_multicast(y + c * CHUNK_BYTES, mapY, q0 + 64 * c, k0, bar);
       }
@@ -702,10 +717,10 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
     tma_load_im2col(x, mapX, c, (pix % OUT_W) * STRIDE_W - PAD_W, (pix / OUT_W) * STRIDE_H - PAD_H, img,
                     (unsigned short)((tap % CONV_S) * DIL_W), (unsigned short)((tap / CONV_S) * DIL_H), bar);
   } else if constexpr (X_KMAJOR) {
-    tma_load(x, mapX, k0, p0, bar);
+    tma_load<X_ONCE>(x, mapX, k0, p0, bar);
   } else {
 #pragma unroll
-    for (int c = 0; c < BP / 64; ++c) tma_load(x + c * CHUNK_BYTES, mapX, p0 + 64 * c, k0, bar);
+    for (int c = 0; c < BP / 64; ++c) tma_load<X_ONCE>(x + c * CHUNK_BYTES, mapX, p0 + 64 * c, k0, bar);
   }
   if constexpr (!Y_RESIDENT) load_y(sY + L.stage * Y_STAGE, mapY, q0, k0, bar, rank);
   loader_advance(L, wl);
@@ -1206,7 +1221,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v5_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
+}  // namespace ns_tt_wgmma_gemm_v6_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
