@@ -403,10 +403,9 @@ __device__ __forceinline__ unsigned cluster_rank() {
 }
 
 // --- TMA ---------------------------------------------------------------------------------------
-// X_ONCE / Y_ONCE (an operand that no other tile reads, see Plan::reads_once): its copies carry
-// an L2 evict-first hint.
-// Copies the box at (c0, c1) (innermost first) of `map` into `dst`, completing on `bar`; ONCE adds
-// the evict-first hint.
+// Copies the box at (c0, c1) (innermost first) of `map` into `dst`, completing on `bar`. ONCE
+// (X_ONCE or Y_ONCE: an operand that streams through the L2 once, see Plan::reads_once) adds an L2
+// evict-first hint to the copy.
 template <bool ONCE>
 __device__ __forceinline__ void tma_load(void* dst, const TmaDesc* map, int c0, int c1, unsigned long long* bar) {
   if constexpr (ONCE) {
