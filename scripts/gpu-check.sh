@@ -66,7 +66,9 @@
 #                clock and power sampled (SUSTAIN_FILE, default scripts/ab-wgmma-sustain.txt)
 #     diag       matmul kernels against the memory: each KEY CONFIG of DIAG_FILE (default
 #                scripts/diag-large.txt) and every cuBLAS candidate of its baseline under ncu (duration,
-#                DRAM bytes, L2 traffic and hit rate, clock)
+#                DRAM bytes, L2 traffic and hit rate, clock); DIAG_VENDOR=first|0 profiles cuBLAS
+#                once a workload or never; NCU_EXTRA adds metrics (scripts/diag-l2.txt: the
+#                14336 winner's neighbours, for the L2 and fabric sectors of each knob)
 #     membw      the memory roofline of a streaming layer (scripts/membw.cu, nvcc): MEMBW_SIZES read/write MB
 #     vendorkern the cuBLAS kernels run_one's baseline launches for VENDOR_KEYS (ncu: name, grid, block,
 #                cluster, shared memory, duration)
@@ -806,7 +808,7 @@ for r in json.load(open(sys.argv[1]))["rows"]:
 # support kernels (tt_fill_*) for ours; the filter now names the templates' kernels.
 # Ours and the vendor's kernels for one KEY/CONFIG under ncu, each in a process of its own: ours
 # alone (a few launches), then the vendor's (every candidate the baseline times, and the chosen
-# one's replays; VENDOR_REGEX names them): duration, DRAM bytes and throughput, L2 traffic and hit
+# one's replays; VENDOR_REGEX names them, empty skips them): duration, DRAM bytes and throughput, L2 traffic and hit
 # rate, clock, grid. One line a kernel name, at its fastest launch; NCU_EXTRA (ncu metric names,
 # comma-separated) adds metrics, printed on a second line in millions. Logs: logs/NAME*.csv.
 ncu_pair() {
@@ -814,7 +816,8 @@ ncu_pair() {
   local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,lts__t_bytes.sum,sm__cycles_elapsed.avg.per_second,launch__grid_size${NCU_EXTRA:+,$NCU_EXTRA}
   TT_NO_BASELINE=1 TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:'^tt_(w|simt|mma)' \
     --launch-skip 1 --launch-count 3 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 >"$LOGS/$name.csv" 2>&1
-  TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:"$vendor_regex" \
+  : >"$LOGS/$name-vendor.csv"
+  [ -n "$vendor_regex" ] && TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:"$vendor_regex" \
     --launch-skip 0 --launch-count 60 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 \
     >"$LOGS/$name-vendor.csv" 2>&1
   NCU_EXTRA=${NCU_EXTRA:-} python3 - "$LOGS/$name.csv" "$LOGS/$name-vendor.csv" <<'PY2' 2>&1 | tee -a "$SUMMARY"
@@ -844,14 +847,21 @@ PY2
 }
 
 # Matmul kernels against the memory and the L2: each KEY CONFIG line of DIAG_FILE (default
-# scripts/diag-large.txt) under ncu beside every cuBLAS candidate of its baseline (ncu_pair).
+# scripts/diag-large.txt) under ncu beside every cuBLAS candidate of its baseline (ncu_pair);
+# DIAG_VENDOR=first profiles the vendor's kernels for the first line of each workload only, 0 never.
 step_diag() {
-  local file=${DIAG_FILE:-scripts/diag-large.txt} key cfg n=0
+  local file=${DIAG_FILE:-scripts/diag-large.txt} key cfg n=0 seen=" "
   while read -r key cfg; do
     case "$key" in '#'* | '') continue ;; esac
     n=$((n + 1))
     say "diag $n: $key ${DIAG_TEMPLATE:-wgmma_gemm} $cfg"
-    ncu_pair "diag-$n" "$key" "${DIAG_TEMPLATE:-wgmma_gemm}" "$cfg" '^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)'
+    local vendor='^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)'
+    case "${DIAG_VENDOR:-all}" in
+      0) vendor= ;;
+      first) case "$seen" in *" $key "*) vendor= ;; esac ;;
+    esac
+    seen="$seen$key "
+    ncu_pair "diag-$n" "$key" "${DIAG_TEMPLATE:-wgmma_gemm}" "$cfg" "$vendor"
   done <"$file"
 }
 

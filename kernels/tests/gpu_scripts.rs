@@ -1,5 +1,5 @@
 //! The configs the GPU check script runs by hand (`scripts/ab-wgmma-*.txt` and
-//! `ab-wconv-*.txt` for the current versions, `diag-large.txt`) are valid for their template on sm_90: a typo or a rule change shows here, in CI, and
+//! `ab-wconv-*.txt` for the current versions, `diag-*.txt`) are valid for their template on sm_90: a typo or a rule change shows here, in CI, and
 //! not as a wasted call on the GPU.
 
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use tensortune_kernels::{Config, Target, Template, Workload};
 fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts");
     let mut checked = 0;
-    let files: [(&str, &dyn Template); 8] = [
+    let files: [(&str, &dyn Template); 9] = [
         ("ab-wgmma-split.txt", &WgmmaGemm),
         ("ab-wconv-split.txt", &WgmmaConv2d),
         ("ab-wgmma-6.txt", &WgmmaGemm),
@@ -21,6 +21,7 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
         ("ab-wgmma-resident.txt", &WgmmaGemm),
         ("ab-wconv-resident.txt", &WgmmaConv2d),
         ("diag-large.txt", &WgmmaGemm),
+        ("diag-l2.txt", &WgmmaGemm),
     ];
     for (file, template) in files {
         let text = std::fs::read_to_string(scripts.join(file)).unwrap();
