@@ -559,7 +559,7 @@ PY
 
 # The memory roofline of a streaming layer: scripts/membw.cu built with nvcc, reading and writing
 # MEMBW_SIZES ("READ_MB WRITE_MB" pairs, default the conv suite's N=32 56x56 256->64 and 64->128
-# 1x1 layers' bytes) with 16-byte accesses, warm, at several grid sizes.
+# 1x1 layers' bytes) with 16-byte accesses, warm, by each of its kernels (see its header).
 step_membw() {
   nvcc -O3 -arch=sm_90 -o "$LOGS/membw" scripts/membw.cu >"$LOGS/membw-build.log" 2>&1 || { say "membw: nvcc failed: $(head -5 "$LOGS/membw-build.log")"; return; }
   local sizes=${MEMBW_SIZES:-"51.38 12.85 12.85 25.69"}
@@ -800,17 +800,12 @@ for r in json.load(open(sys.argv[1]))["rows"]:
     tee -a "$SUMMARY"
 }
 
-# Where conv layers stand against the memory (CDIAG_SUITE, default suites/conv-diag.json): a bench
-# of the suite (CDIAG_TRIALS) keeps its database; each workload's fastest record is run by run_one
-# under Nsight Compute (cold L2, as ncu flushes caches between passes): ours alone in its process,
-# then cuDNN's kernels, each with its duration, DRAM bytes read and written, DRAM throughput
-# against its peak, L2 hit rate and SM clock. A first run (H100, 2026-11-25) caught only the
-# support kernels (tt_fill_*) for ours; the filter now names the templates' kernels.
-# Ours and the vendor's kernels for one KEY/CONFIG under ncu, each in a process of its own: ours
-# alone (a few launches), then the vendor's (every candidate the baseline times, and the chosen
-# one's replays; VENDOR_REGEX names them, empty skips them): duration, DRAM bytes and throughput, L2 traffic and hit
-# rate, clock, grid. One line a kernel name, at its fastest launch; NCU_EXTRA (ncu metric names,
-# comma-separated) adds metrics, printed on a second line in millions. Logs: logs/NAME*.csv.
+# ncu_pair NAME KEY TEMPLATE CONFIG VENDOR_REGEX: ours and the vendor's kernels for one KEY/CONFIG
+# under ncu, each in a process of its own: ours alone (a few launches), then the vendor's (every
+# candidate the baseline times, and the chosen one's replays; VENDOR_REGEX names them, empty skips
+# them): duration, DRAM bytes and throughput, L2 traffic and hit rate, clock, grid. One line a
+# kernel name, at its fastest launch; NCU_EXTRA (ncu metric names, comma-separated) adds metrics,
+# printed on a second line in millions. Logs: logs/NAME*.csv.
 ncu_pair() {
   local name=$1 key=$2 tmpl=$3 cfg=$4 vendor_regex=$5
   local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,lts__t_bytes.sum,sm__cycles_elapsed.avg.per_second,launch__grid_size${NCU_EXTRA:+,$NCU_EXTRA}
@@ -865,6 +860,12 @@ step_diag() {
   done <"$file"
 }
 
+# Where conv layers stand against the memory (CDIAG_SUITE, default suites/conv-diag.json): a bench
+# of the suite (CDIAG_TRIALS) keeps its database; each workload's fastest record is run by run_one
+# under Nsight Compute (cold L2, as ncu flushes caches between passes): ours alone in its process,
+# then cuDNN's kernels, each with its duration, DRAM bytes read and written, DRAM throughput
+# against its peak, L2 hit rate and SM clock. A first run (H100, 2026-11-25) caught only the
+# support kernels (tt_fill_*) for ours; the filter now names the templates' kernels.
 step_convdiag() {
   local suite=${CDIAG_SUITE:-suites/conv-diag.json} db="$LOGS/cdiag.db" start=$(date +%s.%N)
   timeout 600 "$BIN/tensortune" --db "$db" bench --suite "$suite" --trials "${CDIAG_TRIALS:-150}" \

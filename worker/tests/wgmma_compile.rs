@@ -9,7 +9,7 @@ use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Types, Workload};
 
 mod common;
-use common::{assert_all_compile, assert_all_compile_without_spills, wgmma_kind as kind};
+use common::{assert_all_compile, assert_all_compile_without_spills, header_flag, header_int, wgmma_kind as kind};
 
 /// One config from every `every`-th kind (in kind order, starting at `turn % every`), from the
 /// middle of the kind's configs: successive workloads take turns, so every kind is compiled on a
@@ -123,7 +123,7 @@ fn resident_y_kernels_compile_without_spills() {
         ("nn", "f16,f16,f16"),
     ];
     let mut specs: Vec<KernelSpec> = Vec::new();
-    let found = generated_where("m128n65536k256", &cases, |src| src.contains("constexpr bool Y_RESIDENT = true;"));
+    let found = generated_where("m128n65536k256", &cases, |src| header_flag(src, "Y_RESIDENT"));
     for ((layout, types), resident) in cases.iter().zip(found) {
         let mut kinds = std::collections::BTreeMap::new();
         for (c, spec) in resident {
@@ -149,15 +149,13 @@ fn k_split_kernels_compile_without_spills() {
         ("nn", "f16,f16,f16"),
         ("nt", "f16,f32,f32"),
     ];
-    let split_line =
-        |src: &str| src.lines().find(|l| l.contains("constexpr int SPLIT = ")).map(str::trim).map(String::from);
-    let found = generated_where("m512n512k8192", &cases, |src| split_line(src).is_some_and(|l| !l.ends_with("= 1;")));
+    let found = generated_where("m512n512k8192", &cases, |src| header_int(src, "SPLIT") > 1);
     let mut specs: Vec<KernelSpec> = Vec::new();
     let mut splits = std::collections::BTreeSet::new();
     for ((layout, types), split) in cases.iter().zip(found) {
         let mut kinds = std::collections::BTreeMap::new();
         for (c, spec) in split {
-            splits.extend(split_line(&spec.source));
+            splits.insert(header_int(&spec.source, "SPLIT"));
             // Per kind, the config with the most accumulators a thread (where spills would show).
             let acc = c.int("block_m").unwrap() * c.int("block_n").unwrap() / c.int("consumers").unwrap();
             let entry = kinds.entry((kind(&c), c.int("consumers").unwrap())).or_insert((0, spec.clone()));
@@ -182,40 +180,35 @@ fn k_split_kernels_compile_without_spills() {
 /// the inline producer on these grids spill 4-256 bytes with or without the hint.)
 #[test]
 fn operands_read_once_carry_the_evict_first_hint_and_compile() {
-    let tiles = |src: &str, name: &str| -> u64 {
-        let line = src.lines().find(|l| l.contains(&format!("constexpr int {name} = "))).unwrap();
-        line.trim().trim_end_matches(';').rsplit(' ').next().unwrap().parse().unwrap()
-    };
-    let flag = |src: &str, name: &str| src.contains(&format!("constexpr bool {name} = true;"));
     let mut specs: Vec<KernelSpec> = Vec::new();
     for (shape, axis, hint) in [("m128n65536k512", "TILES_Q", "X_ONCE"), ("m65536n64k512", "TILES_P", "Y_ONCE")] {
         let cases = [("tn", "f16,f32,f16"), ("nn", "f16,f32,f32")];
-        let found = generated_where(shape, &cases, |src| tiles(src, axis) == 1);
+        let found = generated_where(shape, &cases, |src| header_int(src, axis) == 1);
         for ((layout, types), once) in cases.iter().zip(found) {
             let mut kinds = std::collections::BTreeMap::new();
             for (c, spec) in once {
-                assert!(flag(&spec.source, hint), "{shape} {layout} {types} {c:?}: no {hint}");
+                assert!(header_flag(&spec.source, hint), "{shape} {layout} {types} {c:?}: no {hint}");
                 kinds.entry(kind(&c)).or_insert(spec);
             }
             assert!(kinds.len() >= 2, "{shape} {layout} {types}: only {} kinds have one {axis}", kinds.len());
             specs.extend(kinds.into_values());
         }
     }
-    // Both dimensions over one tile: neither operand takes the hint.
-    let w = Workload::from_key("matmul/m1024n1024k512/tn/f16,f32,f16/alpha=1,beta=0").unwrap();
+    // Both dimensions over one tile (117 MB in all, past the L2): neither operand takes the hint.
+    let w = Workload::from_key("matmul/m4096n8192k2048/tn/f16,f32,f16/alpha=1,beta=0").unwrap();
     let target = Target::sm90();
     for (_, c) in valid_configs(&WgmmaGemm, &w, &target).unwrap().into_iter().take(20) {
         let src = WgmmaGemm.generate(&w, &c, &target).unwrap().source;
-        assert!(tiles(&src, "TILES_P") > 1 && tiles(&src, "TILES_Q") > 1, "{c:?}");
-        assert!(!flag(&src, "X_ONCE") && !flag(&src, "Y_ONCE"), "{c:?}");
+        assert!(header_int(&src, "TILES_P") > 1 && header_int(&src, "TILES_Q") > 1, "{c:?}");
+        assert!(!header_flag(&src, "X_ONCE") && !header_flag(&src, "Y_ONCE"), "{c:?}");
     }
     // One column of tiles, 8.5 MB in all: no hint.
     let w = Workload::from_key("matmul/m128n8192k512/tn/f16,f32,f16/alpha=1,beta=0").unwrap();
     let mut one_column = 0;
     for (_, c) in valid_configs(&WgmmaGemm, &w, &target).unwrap() {
         let src = WgmmaGemm.generate(&w, &c, &target).unwrap().source;
-        one_column += usize::from(tiles(&src, "TILES_Q") == 1);
-        assert!(!flag(&src, "X_ONCE") && !flag(&src, "Y_ONCE"), "{c:?}");
+        one_column += usize::from(header_int(&src, "TILES_Q") == 1);
+        assert!(!header_flag(&src, "X_ONCE") && !header_flag(&src, "Y_ONCE"), "{c:?}");
     }
     assert!(one_column > 0);
     eprintln!("{} kernels with evict-first copies", specs.len());

@@ -362,12 +362,11 @@ impl Plan {
         if data <= target.l2_bytes {
             return (false, false);
         }
-        let tiles_p = w.n.div_ceil(self.bp as u64).next_multiple_of(self.cluster as u64);
-        (self.tiles_q() == 1 && !self.im2col() && !self.gather(), tiles_p == 1)
+        (self.tiles_q() == 1 && !self.im2col() && !self.gather(), self.tiles_p() == 1)
     }
 
     fn grid(&self, target: &Target) -> Grid {
-        let tiles_p = self.w.n.div_ceil(self.bp as u64).next_multiple_of(self.cluster as u64);
+        let tiles_p = self.tiles_p();
         let tiles_q = self.tiles_q();
         let cluster_tiles = tiles_p / self.cluster as u64 * tiles_q;
         let wave = self.wave(target);
@@ -417,6 +416,12 @@ impl Plan {
             }
         }
         split
+    }
+
+    /// Tiles along the user's N (the view's P), rounded up to whole clusters (an odd count's last
+    /// cluster has a tile past N).
+    fn tiles_p(&self) -> u64 {
+        self.w.n.div_ceil(self.bp as u64).next_multiple_of(self.cluster as u64)
     }
 
     /// Tiles along the user's M (the view's Q).
@@ -808,6 +813,7 @@ impl Plan {
         let g = self.grid(target);
         let blocks_per_sm = self.blocks_per_sm(target);
         let split = self.k_split(target);
+        let (x_once, y_once) = self.reads_once(target);
         let epi_int = t.output.is_int();
         let scalar = |v: f64| if epi_int { Scalar::Int(v as i64) } else { Scalar::Float(v) };
         let mut h = Header::default();
@@ -868,8 +874,8 @@ impl Plan {
             .flag("STREAM_K", self.stream_k)
             .flag("TMA_STORE", self.tma_store)
             .flag("Y_RESIDENT", self.y_resident(target))
-            .flag("X_ONCE", self.reads_once(target).0)
-            .flag("Y_ONCE", self.reads_once(target).1)
+            .flag("X_ONCE", x_once)
+            .flag("Y_ONCE", y_once)
             .int("EPI_COLS", (128 / t.output.bytes()) as i64)
             .define("TT_MAP_D", if self.tma_store { "const __grid_constant__ tt::TmaDesc mapD," } else { "" })
             .define("TT_MAP_D_PTR", if self.tma_store { "&mapD" } else { "nullptr" })
