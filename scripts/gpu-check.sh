@@ -496,6 +496,25 @@ step_ab() {
   done
 }
 
+# The winners of a bench (ABWIN_JSON, a `tensortune bench --json` file written earlier in the same
+# call) whose template is AB_TEMPLATE (default wgmma_conv2d), through step_ab's binaries: e.g. a
+# held-out suite tuned by the current binary, then each winner timed by the old and new binaries
+# in ABBA order.
+step_abwin() {
+  local json=${ABWIN_JSON:?ABWIN_JSON names a bench JSON} list="$LOGS/abwin.txt"
+  python3 - "$json" "${AB_TEMPLATE:-wgmma_conv2d}" >"$list" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+for row in rows:
+    for w in row["job"]["workloads"]:
+        best = w.get("best") or {}
+        if best.get("template") == sys.argv[2]:
+            print(w["workload"], json.dumps(best["config"], separators=(",", ":"), sort_keys=True))
+PY
+  say "abwin: $(wc -l <"$list") winners of $json"
+  AB_FILE="$list" AB_TEMPLATE=${AB_TEMPLATE:-wgmma_conv2d} step_ab
+}
+
 # Sustained load: for each KEY CONFIG of SUSTAIN_FILE (default scripts/ab-wgmma-sustain.txt, a
 # wgmma_gemm config a line), ours alone for SUSTAIN_REPEAT measurements of SUSTAIN_SAMPLES samples
 # (each sample at least 1 ms of launches), then ours and the vendor's pick alternating as often, in one
@@ -850,7 +869,9 @@ step_diag() {
     case "$key" in '#'* | '') continue ;; esac
     n=$((n + 1))
     say "diag $n: $key ${DIAG_TEMPLATE:-wgmma_gemm} $cfg"
-    local vendor='^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)'
+    # DIAG_VENDOR_REGEX: the vendor's kernel names (default cuBLAS's; for a conv file with
+    # DIAG_TEMPLATE=wgmma_conv2d, e.g. convdiag's cuDNN regex).
+    local vendor=${DIAG_VENDOR_REGEX:-'^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)'}
     case "${DIAG_VENDOR:-all}" in
       0) vendor= ;;
       first) case "$seen" in *" $key "*) vendor= ;; esac ;;
@@ -908,7 +929,7 @@ for step in "$@"; do
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union | sustain | membw) "step_$step" ;;
-    wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag | diag) "step_$step" ;;
+    wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag | diag | abwin) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

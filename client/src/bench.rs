@@ -299,6 +299,43 @@ mod tests {
     }
 
     #[test]
+    fn every_shipped_suite_parses_and_has_a_space_on_sm90() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../suites");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let (_, workloads) = Suite::parse(&text, &path.display().to_string()).unwrap();
+            for w in &workloads {
+                let spaces = tensortune_kernels::template::all()
+                    .iter()
+                    .filter_map(|t| t.valid_indices(w, &tensortune_kernels::Target::sm90()).ok())
+                    .map(|v| v.len())
+                    .sum::<usize>();
+                assert!(spaces > 0, "{}: {} has no valid config on sm_90", path.display(), w.key());
+            }
+            seen += 1;
+        }
+        assert!(seen >= 10, "{seen} suites in {}", dir.display());
+    }
+
+    #[test]
+    fn pointwise_heldout_layers_overflow_an_h200_l2() {
+        // The suite tests the read-once L2 hint, which applies only past the L2 (60 MiB on an H200).
+        let text = include_str!("../../suites/conv-pointwise-heldout.json");
+        let (_, workloads) = Suite::parse(text, "conv-pointwise-heldout").unwrap();
+        assert_eq!(workloads.len(), 6);
+        for w in &workloads {
+            let Workload::Conv2d(c) = w else { panic!("{} is not a conv", w.key()) };
+            assert_eq!((c.r, c.s, c.stride), (1, 1, (1, 1)), "{}", w.key());
+            let (e_in, e_out) = (c.types.input.bytes() as u64, c.types.output.bytes() as u64);
+            let pixels = c.n * c.h * c.w;
+            let bytes = pixels * c.c * e_in + c.k * c.c * e_in + pixels * c.k * e_out;
+            assert!(bytes > 60 << 20, "{}: {bytes} bytes fit in 60 MiB", w.key());
+        }
+    }
+
+    #[test]
     fn bad_suites_are_explained() {
         let e = Suite::parse(
             r#"{"name":"x","workloads":[{"workload":"matmul/m0n1k8/nn/f16,f32,f32/alpha=1,beta=0"}]}"#,
