@@ -1,5 +1,6 @@
 //! Writes the cubin of one generated kernel (workload key, config JSON, arch) to a file, for SASS
-//! inspection with cuobjdump/nvdisasm: `cubin KEY CONFIG_JSON [sm_90] [out.cubin]`.
+//! inspection with cuobjdump/nvdisasm: `cubin KEY CONFIG_JSON [sm_90] [out.cubin]`. The template
+//! is the workload's default, or the one `TT_TEMPLATE` names (e.g. wgmma_gemm, with arch sm_90a).
 use tensortune_kernels::*;
 fn main() -> anyhow::Result<()> {
     let a: Vec<String> = std::env::args().collect();
@@ -7,7 +8,11 @@ fn main() -> anyhow::Result<()> {
     let c = Config::from_json(&a[2])?;
     let arch = a.get(3).cloned().unwrap_or("sm_90".into());
     let t = if arch == "sm_80" { Target::sm80() } else { Target::sm90() };
-    let spec = gemm::WmmaGemm.generate(&w, &c, &t)?;
+    let template = match std::env::var("TT_TEMPLATE") {
+        Ok(name) => template::by_name(&name)?,
+        Err(_) => template::default_for(w.op())?,
+    };
+    let spec = template.generate(&w, &c, &t)?;
     let inc = tensortune_worker::nvrtc::find_include_dir().expect("CUDA headers");
     let out = tensortune_worker::nvrtc::compile(&spec.source, &spec.name, &arch, &inc)?;
     let path = a.get(4).cloned().unwrap_or(format!("/tmp/{}.cubin", spec.name));
