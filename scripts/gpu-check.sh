@@ -819,6 +819,11 @@ for r in json.load(open(sys.argv[1]))["rows"]:
     tee -a "$SUMMARY"
 }
 
+# The vendor libraries' kernel names, as ncu's --kernel-name regexes (cuDNN's pick may be a GEMM
+# kernel of cuBLAS's family, e.g. nvjet_sm90_*, which sm90 matches).
+CUBLAS_KERNELS='^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)'
+CUDNN_KERNELS='xmma|cutlass|cudnn|implicit|fprop|nhwc|sm90|sm80'
+
 # ncu_pair NAME KEY TEMPLATE CONFIG VENDOR_REGEX: ours and the vendor's kernels for one KEY/CONFIG
 # under ncu, each in a process of its own: ours alone (a few launches), then the vendor's (every
 # candidate the baseline times, and the chosen one's replays; VENDOR_REGEX names them, empty skips
@@ -870,8 +875,8 @@ step_diag() {
     n=$((n + 1))
     say "diag $n: $key ${DIAG_TEMPLATE:-wgmma_gemm} $cfg"
     # DIAG_VENDOR_REGEX: the vendor's kernel names (default cuBLAS's; for a conv file with
-    # DIAG_TEMPLATE=wgmma_conv2d, e.g. convdiag's cuDNN regex).
-    local vendor=${DIAG_VENDOR_REGEX:-'^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)'}
+    # DIAG_TEMPLATE=wgmma_conv2d, cuDNN's: the value of CUDNN_KERNELS above).
+    local vendor=${DIAG_VENDOR_REGEX:-$CUBLAS_KERNELS}
     case "${DIAG_VENDOR:-all}" in
       0) vendor= ;;
       first) case "$seen" in *" $key "*) vendor= ;; esac ;;
@@ -910,7 +915,7 @@ PY2
     n=$((n + 1))
     say "convdiag $n: $key $tmpl $cfg"
     TT_TEMPLATE=$tmpl "$BIN/run_one" "$key" "$cfg" 10 2 2>&1 | grep -m2 ' median ' | cut -c1-240 | tee -a "$SUMMARY"
-    ncu_pair "cdiag-$n" "$key" "$tmpl" "$cfg" 'xmma|cutlass|cudnn|implicit|fprop|nhwc|sm90|sm80'
+    ncu_pair "cdiag-$n" "$key" "$tmpl" "$cfg" "$CUDNN_KERNELS"
   done <"$LOGS/cdiag-best.txt"
 }
 

@@ -112,8 +112,6 @@ pub(crate) fn spills(specs: &[KernelSpec], arch: &str) -> Vec<String> {
     })
 }
 
-/// The kind of a wgmma config the compile tests sample by: producer, schedule, cluster,
-/// persistence, stream-K and epilogue (the knobs that change the generated code's shape).
 /// The value of `constexpr int NAME = V;` in a generated source (panics when it has none).
 pub(crate) fn header_int(source: &str, name: &str) -> u64 {
     let prefix = format!("constexpr int {name} = ");
@@ -126,6 +124,8 @@ pub(crate) fn header_flag(source: &str, name: &str) -> bool {
     source.contains(&format!("constexpr bool {name} = true;"))
 }
 
+/// The kind of a wgmma config the compile tests sample by: producer, schedule, cluster,
+/// persistence, stream-K and epilogue (the knobs that change the generated code's shape).
 pub(crate) fn wgmma_kind(c: &Config) -> String {
     let name = |k| c.name(k).unwrap_or("").to_owned();
     let int = |k| c.int(k).unwrap_or(0);
