@@ -19,8 +19,8 @@
 //! `SELFTEST_TEMPLATE=wgmma_gemm` checks that template instead of the op's default (the first
 //! template of the op that supports the workload: wmma_gemm for the tensor-core types, simt_gemm
 //! for f32, mma_ext_gemm for tf32 and the packed types); workloads it does not support are then
-//! listed and skipped. The exit status is non-zero when any kernel is
-//! not `Ok`.
+//! listed and skipped. `SELFTEST_KNOB=name:value` keeps only the configs whose knob has that value.
+//! The exit status is non-zero when any kernel is not `Ok`.
 //! Run on a GPU machine with libnvrtc and the CUDA headers reachable (LD_LIBRARY_PATH,
 //! TENSORTUNE_CUDA_INCLUDE).
 
@@ -107,6 +107,16 @@ fn main() -> anyhow::Result<()> {
                     *counts.entry(what.into()).or_default() += 1;
                     continue;
                 }
+            };
+            // SELFTEST_KNOB=name:value keeps the configs whose knob has that value (e.g.
+            // producer:inline, to check one load path on its own).
+            let valid: Vec<(u64, Config)> = match std::env::var("SELFTEST_KNOB") {
+                Ok(spec) => {
+                    let (knob, value) =
+                        spec.split_once(':').ok_or_else(|| anyhow::anyhow!("SELFTEST_KNOB is name:value"))?;
+                    valid.into_iter().filter(|(_, c)| c.0.get(knob).is_some_and(|v| v.to_string() == value)).collect()
+                }
+                Err(_) => valid,
             };
             let chosen = spread(&valid, per);
             let specs = chosen.iter().map(|(_, c)| template.generate(w, c, &target)).collect::<Result<Vec<_>, _>>()?;
