@@ -19,7 +19,9 @@
 //! `SELFTEST_TEMPLATE=wgmma_gemm` checks that template instead of the op's default (the first
 //! template of the op that supports the workload: wmma_gemm for the tensor-core types, simt_gemm
 //! for f32, mma_ext_gemm for tf32 and the packed types); workloads it does not support are then
-//! listed and skipped. `SELFTEST_KNOB=name:value` keeps only the configs whose knob has that value.
+//! listed and skipped. `SELFTEST_KNOB=name:value` keeps only the configs whose knob has that value
+//! (a knob or value the template does not have is an error; workloads with no such valid config
+//! are listed and skipped, and a filter that leaves nothing to check fails the run).
 //! The exit status is non-zero when any kernel is not `Ok`.
 //! Run on a GPU machine with libnvrtc and the CUDA headers reachable (LD_LIBRARY_PATH,
 //! TENSORTUNE_CUDA_INCLUDE).
@@ -28,7 +30,7 @@ use std::collections::BTreeMap;
 
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::template::{self, valid_configs};
-use tensortune_kernels::{Config, Workload};
+use tensortune_kernels::{Config, Space, Workload};
 use tensortune_worker::cuda::CudaExecutor;
 use tensortune_worker::nvrtc;
 use tensortune_worker::protocol::{Executor, Launch, MeasureRequest, Status};
@@ -76,6 +78,17 @@ fn main() -> anyhow::Result<()> {
         Ok(name) => Some(template::by_name(&name)?),
         Err(_) => None,
     };
+    // SELFTEST_KNOB=name:value keeps the configs whose knob has that value (e.g. producer:inline,
+    // to check one load path on its own).
+    let knob_filter = match std::env::var("SELFTEST_KNOB") {
+        Ok(spec) => {
+            let (knob, value) = spec
+                .split_once(':')
+                .ok_or_else(|| anyhow::anyhow!("SELFTEST_KNOB={spec:?}: expected name:value, e.g. producer:inline"))?;
+            Some((knob.to_owned(), value.to_owned()))
+        }
+        Err(_) => None,
+    };
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for w in &workloads {
         let key = w.key();
@@ -108,15 +121,21 @@ fn main() -> anyhow::Result<()> {
                     continue;
                 }
             };
-            // SELFTEST_KNOB=name:value keeps the configs whose knob has that value (e.g.
-            // producer:inline, to check one load path on its own).
-            let valid: Vec<(u64, Config)> = match std::env::var("SELFTEST_KNOB") {
-                Ok(spec) => {
-                    let (knob, value) =
-                        spec.split_once(':').ok_or_else(|| anyhow::anyhow!("SELFTEST_KNOB is name:value"))?;
-                    valid.into_iter().filter(|(_, c)| c.0.get(knob).is_some_and(|v| v.to_string() == value)).collect()
+            let valid: Vec<(u64, Config)> = match &knob_filter {
+                Some((knob, value)) => {
+                    check_knob(template.space(), template.name(), knob, value)?;
+                    let kept: Vec<_> = valid
+                        .into_iter()
+                        .filter(|(_, c)| c.0.get(knob).is_some_and(|v| v.to_string() == *value))
+                        .collect();
+                    if kept.is_empty() {
+                        println!("{key}: no valid {} config has {knob}={value}", template.name());
+                        *counts.entry("skipped_no_match".into()).or_default() += 1;
+                        continue;
+                    }
+                    kept
                 }
-                Err(_) => valid,
+                None => valid,
             };
             let chosen = spread(&valid, per);
             let specs = chosen.iter().map(|(_, c)| template.generate(w, c, &target)).collect::<Result<Vec<_>, _>>()?;
@@ -182,12 +201,35 @@ fn main() -> anyhow::Result<()> {
         }
     }
     println!("SUMMARY {counts:?}");
+    if let Some((knob, value)) = &knob_filter {
+        let measured: usize = counts.iter().filter(|(s, _)| !s.starts_with("skipped")).map(|(_, n)| n).sum();
+        anyhow::ensure!(
+            measured > 0,
+            "SELFTEST_KNOB {knob}={value}: no workload had a valid config with it; nothing was checked"
+        );
+    }
     let bad: usize = counts
         .iter()
-        .filter(|(status, _)| !matches!(status.as_str(), "Ok" | "skipped_unsupported"))
+        .filter(|(status, _)| !matches!(status.as_str(), "Ok" | "skipped_unsupported" | "skipped_no_match"))
         .map(|(_, n)| n)
         .sum();
     anyhow::ensure!(bad == 0, "{bad} kernels or workloads were not Ok");
+    Ok(())
+}
+
+/// Fails unless `knob` is a knob of the template's space and `value` one of its values, naming
+/// what is allowed (a misspelt filter would otherwise keep nothing and check nothing).
+fn check_knob(space: Space, template: &str, knob: &str, value: &str) -> anyhow::Result<()> {
+    let Some(k) = space.knobs.iter().find(|k| k.name == knob) else {
+        let names: Vec<_> = space.knobs.iter().map(|k| k.name).collect();
+        anyhow::bail!("SELFTEST_KNOB: {template} has no knob {knob:?}; its knobs are {}", names.join(", "));
+    };
+    let values: Vec<String> = k.values.iter().map(|v| v.to_string()).collect();
+    anyhow::ensure!(
+        values.iter().any(|v| v == value),
+        "SELFTEST_KNOB: {template}'s {knob} takes {}, not {value:?}",
+        values.join(", ")
+    );
     Ok(())
 }
 
