@@ -293,11 +293,18 @@ __device__ __forceinline__ void pin_all(T_ACCR (&acc)[ROWS][REGS]) {
 __device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
   int pc;
   if constexpr (GROUP > 1) {
-    const int per_group = GROUP * TILES_Q;
-    const int first = (ct / per_group) * GROUP;
-    const int rows = min(CP - first, GROUP);
-    pc = first + (ct % per_group) % rows;
-    tq = (ct % per_group) / rows;
+    // Every group but the last has GROUP cluster rows; the last has CP % GROUP when that is not
+    // zero. Both divisors are constants, so no division is computed at run time.
+    constexpr int PER_GROUP = GROUP * TILES_Q;
+    constexpr int LAST_ROWS = CP % GROUP == 0 ? GROUP : CP % GROUP;
+    const int first = (ct / PER_GROUP) * GROUP, r = ct % PER_GROUP;
+    if (first + GROUP <= CP) {
+      pc = first + r % GROUP;
+      tq = r / GROUP;
+    } else {
+      pc = first + r % LAST_ROWS;
+      tq = r / LAST_ROWS;
+    }
   } else {
     pc = ct % CP;
     tq = ct / CP;
@@ -680,8 +687,14 @@ __device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T
   const int t = threadIdx.x % 128;
   asm volatile("bar.sync 5, %0;\n" ::"n"(CONSUMERS * 128) : "memory");
   uint4* mine = reinterpret_cast<uint4*>(ring) + cw * (ACC_ALL / 4) * 128;
+  const unsigned mine_s = smem_u32(mine);
 #pragma unroll
-  for (int v = 0; v < ACC_ALL / 4; ++v) mine[v * 128 + t] = acc_vec(acc, v);
+  for (int v = 0; v < ACC_ALL / 4; ++v) {
+    const uint4 u = acc_vec(acc, v);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(mine_s + (unsigned)((v * 128 + t) * 16)),
+                 "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
+                 : "memory");
+  }
   split_sync();
 #pragma unroll 1
   for (int d = 1; d < SPLIT; ++d) {
@@ -727,6 +740,19 @@ __device__ __forceinline__ T_EPI epilogue(T_EPI acc, const T_OUT* __restrict__ C
   }
 }
 
+// A pair of outputs into shared memory at a shared-space address: an STS, where a store through
+// a generic pointer (which ptxas cannot prove shared) costs an address translation.
+template <typename V>
+__device__ __forceinline__ void st_shared(unsigned addr, const V& v) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8, "a pair of outputs is 4 or 8 bytes");
+  if constexpr (sizeof(V) == 4) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(*reinterpret_cast<const unsigned*>(&v)) : "memory");
+  } else {
+    const uint2 u = *reinterpret_cast<const uint2*>(&v);
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(u.x), "r"(u.y) : "memory");
+  }
+}
+
 // Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1.
 __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* __restrict__ D, int p, int q,
                                            T_EPI v0, T_EPI v1) {
@@ -744,6 +770,110 @@ __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* _
   }
 }
 
+// One 64-row wgmma tile of this consumer's accumulators stored from registers, 16 bytes a thread.
+// The wgmma layout gives each thread pairs of adjacent outputs, so a quad covers 8 columns of a
+// row (16 bytes of 2-byte outputs, 32 of 4-byte ones) and stores would split sectors between
+// instructions. The quad instead trades pairs by shuffles so that each thread holds 16 contiguous
+// bytes of one row: 4-byte outputs swap the two rows' pairs between lanes c and c ^ 1; 2-byte
+// outputs transpose 4 x 4 pairs over the quad, each thread taking 8 columns of one row of two
+// column groups. The epilogue (alpha, beta, C) is applied where the pair was computed, before the
+// trade. Needs Q a multiple of the 16-byte vector, so that a vector is wholly in D or wholly out.
+constexpr int VEC = 16 / (int)sizeof(T_OUT);
+constexpr bool VEC_SHARES = SPLIT == 1 || sizeof(T_OUT) == 4 || REGS_PER_J == 2 || SPLIT_NV % 2 == 0;
+constexpr bool STORE_VECTORS = VEC_ALIGNED && VEC_SHARES && (sizeof(T_OUT) == 4 || sizeof(T_OUT) == 2);
+template <typename T> struct IsHalf { static constexpr bool value = false; };
+template <> struct IsHalf<half> { static constexpr bool value = true; };
+// Packed f16 accumulators stored as they are (f16 out, alpha 1, no C): register 2j + h holds the
+// pair (j, h), so no conversion is needed.
+constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1;
+
+// The pair (j, h) after the epilogue, as it will be stored (C read only inside D).
+__device__ __forceinline__ typename Pair<T_OUT>::type out_pair(const T_EPI v0, const T_EPI v1,
+                                                               const T_OUT* __restrict__ C, int p, int q) {
+  typename Pair<T_OUT>::type o;
+  T_OUT* e = reinterpret_cast<T_OUT*>(&o);
+  if constexpr (READ_C) {
+    const size_t off = (size_t)p * Q + q;
+    const bool in = (EVEN_P || p < P) && (EVEN_Q || q < Q);  // q even and Q a multiple of VEC
+    e[0] = from_epi<T_OUT>(in ? epilogue(v0, C, off) : v0);
+    e[1] = from_epi<T_OUT>(in ? epilogue(v1, C, off + 1) : v1);
+  } else {
+    e[0] = from_epi<T_OUT>(epilogue(v0, C, 0));
+    e[1] = from_epi<T_OUT>(epilogue(v1, C, 0));
+  }
+  return o;
+}
+
+template <typename V>
+__device__ __forceinline__ V as_bits(const typename Pair<T_OUT>::type& o) {
+  return *reinterpret_cast<const V*>(&o);
+}
+
+// p_r: this thread's first row (the row of h = 0); q0: the tile's first column.
+template <int REGS>
+__device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t, int kr, int p_r, int q0,
+                                               const T_OUT* __restrict__ C, T_OUT* __restrict__ D) {
+  const int c = threadIdx.x % 4;
+  if constexpr (sizeof(T_OUT) == 4) {
+#pragma unroll
+    for (int j = 0; j < BQ / 8; ++j) {
+      if (!stores_pair(t, j, 0, kr)) continue;  // h = 0 and 1 sit in one register vector
+      const int qs = q0 + 8 * j + 2 * c;
+      T_EPI a0, a1, b0, b1;
+      acc_pair(acc, j, 0, a0, a1);
+      acc_pair(acc, j, 1, b0, b1);
+      const uint2 x0 = as_bits<uint2>(out_pair(a0, a1, C, p_r, qs));
+      const uint2 x1 = as_bits<uint2>(out_pair(b0, b1, C, p_r + 8, qs));
+      const bool odd = c & 1;
+      // Even lanes keep row h = 0 and take their neighbour's pair of it; odd lanes row h = 1.
+      const uint2 send = odd ? x0 : x1;
+      uint2 recv;
+      recv.x = __shfl_xor_sync(0xffffffff, send.x, 1);
+      recv.y = __shfl_xor_sync(0xffffffff, send.y, 1);
+      const uint4 v = odd ? make_uint4(recv.x, recv.y, x1.x, x1.y) : make_uint4(x0.x, x0.y, recv.x, recv.y);
+      const int p = p_r + (odd ? 8 : 0), q = q0 + 8 * j + 2 * (c & 2);
+      if ((EVEN_P || p < P) && (EVEN_Q || q < Q)) *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = v;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < BQ / 8; j += 2) {
+      if (!stores_pair(t, j, 0, kr)) continue;  // pairs (j, 0..1) and (j + 1, 0..1) share a share
+      unsigned x[4];  // item e: column group j + e / 2, row h = e % 2
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (RAW_HALVES) {
+          x[e] = acc[2 * j + e];
+          continue;
+        }
+        T_EPI v0, v1;
+        acc_pair(acc, j + e / 2, e % 2, v0, v1);
+        x[e] = as_bits<unsigned>(out_pair(v0, v1, C, p_r + 8 * (e % 2), q0 + 8 * (j + e / 2) + 2 * c));
+      }
+      // Transpose over the quad, one index bit at a time: lane c sends the items whose bit b
+      // differs from its own and receives its partner's in their place.
+#pragma unroll
+      for (int b = 1; b <= 2; b *= 2) {
+        const bool hi = c & b;
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int lo_e = b == 1 ? 2 * k : k, hi_e = lo_e + b;
+          const unsigned send = hi ? x[lo_e] : x[hi_e];
+          const unsigned recv = __shfl_xor_sync(0xffffffff, send, b);
+          if (hi) {
+            x[lo_e] = recv;
+          } else {
+            x[hi_e] = recv;
+          }
+        }
+      }
+      // Lane c now holds item c's row across the quad: 8 columns, 16 bytes.
+      const int p = p_r + 8 * (c & 1), q = q0 + 8 * (j + c / 2);
+      if ((EVEN_P || p < P) && (EVEN_Q || q < Q))
+        *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = make_uint4(x[0], x[1], x[2], x[3]);
+    }
+  }
+}
+
 // One 64-row wgmma tile of this consumer's accumulators through the TMA-store epilogue: per
 // 128-byte column block (EPI_COLS elements), write the block into one of the consumer's two
 // staging buffers (128-byte swizzle: 16-byte unit u of row r at u ^ (r % 8)), then thread 0 of
@@ -758,6 +888,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
 #pragma unroll
   for (int ch = 0; ch < BQ / EPI_COLS; ++ch) {
     unsigned char* buf = bufs + (count & 1) * EPI_BUF;
+    const unsigned buf_s = smem_u32(buf);
     if (t_in == 0) bulk_wait_read<1>();
     consumer_sync(cw);
 #pragma unroll
@@ -782,7 +913,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
         }
         const int byte = col * (int)sizeof(T_OUT);
         const int phys = row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15);
-        *reinterpret_cast<typename Pair<T_OUT>::type*>(buf + phys) = o;
+        st_shared(buf_s + phys, o);
       }
     }
     fence_async_smem();
@@ -968,6 +1099,11 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       continue;
     }
     const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
+    if constexpr (STORE_VECTORS) {
+#pragma unroll
+      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, tq * BQ, C, D);
+      continue;
+    }
     const int q_base = tq * BQ + 2 * (lane % 4);
 #pragma unroll
     for (int t = 0; t < MT; ++t) {

@@ -905,6 +905,7 @@ impl Plan {
             .flag("EVEN_P", w.n.is_multiple_of(self.bp as u64))
             .flag("EVEN_Q", w.m.is_multiple_of(self.bq as u64))
             .flag("PAIRS_ALIGNED", w.m.is_multiple_of(2))
+            .flag("VEC_ALIGNED", w.m.is_multiple_of(16 / t.output.bytes() as u64))
             .flag("READ_C", w.reads_c())
             .value("T_EPI", "ALPHA", scalar(w.alpha))
             .value("T_EPI", "BETA", scalar(w.beta));
@@ -1030,7 +1031,10 @@ impl Template for WgmmaGemm {
         // over a cluster, whose blocks add their sums over distributed shared memory (k_split).
         // 6: an operand that no other tile reads (the grid has one column or one row of tiles) is
         // loaded with an L2 evict-first hint.
-        6
+        // 7: stores from registers go 16 bytes a thread (the quad trades pairs by shuffles), the
+        // rasterized tile order divides by constants only, and the TMA-store staging is written
+        // with shared-space stores (STS, not generic ST).
+        7
     }
 
     fn op(&self) -> Op {

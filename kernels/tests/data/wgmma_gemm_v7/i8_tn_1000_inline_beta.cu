@@ -8,20 +8,20 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v6: D = alpha * op(A) op(B) + beta * C
-// workload matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5
-#define KERNEL_NAME tt_wgmma_gemm_v6_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
-#define TT_CLUSTER_ATTR 
-#define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
-#define TT_MAP_D_PTR &mapD
+// wgmma_gemm v7: D = alpha * op(A) op(B) + beta * C
+// workload matmul/m1000n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1
+#define KERNEL_NAME tt_wgmma_gemm_v7_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
+#define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
+#define TT_MAP_D 
+#define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v6_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817 {
-typedef half T_IN;
-typedef half T_OUT;
-typedef float T_EPI;
-typedef float T_ACCR;
+namespace ns_tt_wgmma_gemm_v7_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754 {
+typedef signed char T_IN;
+typedef int T_OUT;
+typedef int T_EPI;
+typedef int T_ACCR;
 
 namespace cfg {
 constexpr int P = 1000;
@@ -29,9 +29,9 @@ constexpr int Q = 1000;
 constexpr int K = 1024;
 constexpr int BP = 128;
 constexpr int BQ = 128;
-constexpr int BK = 64;
+constexpr int BK = 128;
 constexpr int STAGES = 4;
-constexpr int CONSUMERS = 2;
+constexpr int CONSUMERS = 1;
 constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
 constexpr int TILES_P = 8;
@@ -40,18 +40,18 @@ constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
 constexpr int GRID_CLUSTERS = 64;
-constexpr int SPLIT = 1;
+constexpr int SPLIT = 2;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
-constexpr int CONSUMER_REGS = 232;
-constexpr bool SPECIALIZED = true;
-constexpr bool PINGPONG = true;
+constexpr int CONSUMER_REGS = 240;
+constexpr bool SPECIALIZED = false;
+constexpr bool PINGPONG = false;
 constexpr bool STREAM_K = false;
-constexpr bool TMA_STORE = true;
+constexpr bool TMA_STORE = false;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 64;
+constexpr int EPI_COLS = 32;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -68,13 +68,14 @@ constexpr int STRIDE_W = 1;
 constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
-constexpr bool Y_KMAJOR = false;
+constexpr bool Y_KMAJOR = true;
 constexpr bool EVEN_P = false;
 constexpr bool EVEN_Q = false;
 constexpr bool PAIRS_ALIGNED = true;
+constexpr bool VEC_ALIGNED = true;
 constexpr bool READ_C = true;
-constexpr T_EPI ALPHA = 1.0f;
-constexpr T_EPI BETA = 0.5f;
+constexpr T_EPI ALPHA = 2;
+constexpr T_EPI BETA = -1;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -489,12 +490,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n128k16.f32.f16.f16: X K-major, Y MN-major.
+// wgmma.m64n128k32.s32.s8.s8: X K-major, Y K-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p;\n}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
       : "l"(dx), "l"(dy), "r"(1));
 }
 
@@ -523,11 +524,18 @@ __device__ __forceinline__ void pin_all(T_ACCR (&acc)[ROWS][REGS]) {
 __device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
   int pc;
   if constexpr (GROUP > 1) {
-    const int per_group = GROUP * TILES_Q;
-    const int first = (ct / per_group) * GROUP;
-    const int rows = min(CP - first, GROUP);
-    pc = first + (ct % per_group) % rows;
-    tq = (ct % per_group) / rows;
+    // Every group but the last has GROUP cluster rows; the last has CP % GROUP when that is not
+    // zero. Both divisors are constants, so no division is computed at run time.
+    constexpr int PER_GROUP = GROUP * TILES_Q;
+    constexpr int LAST_ROWS = CP % GROUP == 0 ? GROUP : CP % GROUP;
+    const int first = (ct / PER_GROUP) * GROUP, r = ct % PER_GROUP;
+    if (first + GROUP <= CP) {
+      pc = first + r % GROUP;
+      tq = r / GROUP;
+    } else {
+      pc = first + r % LAST_ROWS;
+      tq = r / LAST_ROWS;
+    }
   } else {
     pc = ct % CP;
     tq = ct / CP;
@@ -910,8 +918,14 @@ __device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T
   const int t = threadIdx.x % 128;
   asm volatile("bar.sync 5, %0;\n" ::"n"(CONSUMERS * 128) : "memory");
   uint4* mine = reinterpret_cast<uint4*>(ring) + cw * (ACC_ALL / 4) * 128;
+  const unsigned mine_s = smem_u32(mine);
 #pragma unroll
-  for (int v = 0; v < ACC_ALL / 4; ++v) mine[v * 128 + t] = acc_vec(acc, v);
+  for (int v = 0; v < ACC_ALL / 4; ++v) {
+    const uint4 u = acc_vec(acc, v);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(mine_s + (unsigned)((v * 128 + t) * 16)),
+                 "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
+                 : "memory");
+  }
   split_sync();
 #pragma unroll 1
   for (int d = 1; d < SPLIT; ++d) {
@@ -957,6 +971,19 @@ __device__ __forceinline__ T_EPI epilogue(T_EPI acc, const T_OUT* __restrict__ C
   }
 }
 
+// A pair of outputs into shared memory at a shared-space address: an STS, where a store through
+// a generic pointer (which ptxas cannot prove shared) costs an address translation.
+template <typename V>
+__device__ __forceinline__ void st_shared(unsigned addr, const V& v) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8, "a pair of outputs is 4 or 8 bytes");
+  if constexpr (sizeof(V) == 4) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(*reinterpret_cast<const unsigned*>(&v)) : "memory");
+  } else {
+    const uint2 u = *reinterpret_cast<const uint2*>(&v);
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(u.x), "r"(u.y) : "memory");
+  }
+}
+
 // Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1.
 __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* __restrict__ D, int p, int q,
                                            T_EPI v0, T_EPI v1) {
@@ -974,6 +1001,110 @@ __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* _
   }
 }
 
+// One 64-row wgmma tile of this consumer's accumulators stored from registers, 16 bytes a thread.
+// The wgmma layout gives each thread pairs of adjacent outputs, so a quad covers 8 columns of a
+// row (16 bytes of 2-byte outputs, 32 of 4-byte ones) and stores would split sectors between
+// instructions. The quad instead trades pairs by shuffles so that each thread holds 16 contiguous
+// bytes of one row: 4-byte outputs swap the two rows' pairs between lanes c and c ^ 1; 2-byte
+// outputs transpose 4 x 4 pairs over the quad, each thread taking 8 columns of one row of two
+// column groups. The epilogue (alpha, beta, C) is applied where the pair was computed, before the
+// trade. Needs Q a multiple of the 16-byte vector, so that a vector is wholly in D or wholly out.
+constexpr int VEC = 16 / (int)sizeof(T_OUT);
+constexpr bool VEC_SHARES = SPLIT == 1 || sizeof(T_OUT) == 4 || REGS_PER_J == 2 || SPLIT_NV % 2 == 0;
+constexpr bool STORE_VECTORS = VEC_ALIGNED && VEC_SHARES && (sizeof(T_OUT) == 4 || sizeof(T_OUT) == 2);
+template <typename T> struct IsHalf { static constexpr bool value = false; };
+template <> struct IsHalf<half> { static constexpr bool value = true; };
+// Packed f16 accumulators stored as they are (f16 out, alpha 1, no C): register 2j + h holds the
+// pair (j, h), so no conversion is needed.
+constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1;
+
+// The pair (j, h) after the epilogue, as it will be stored (C read only inside D).
+__device__ __forceinline__ typename Pair<T_OUT>::type out_pair(const T_EPI v0, const T_EPI v1,
+                                                               const T_OUT* __restrict__ C, int p, int q) {
+  typename Pair<T_OUT>::type o;
+  T_OUT* e = reinterpret_cast<T_OUT*>(&o);
+  if constexpr (READ_C) {
+    const size_t off = (size_t)p * Q + q;
+    const bool in = (EVEN_P || p < P) && (EVEN_Q || q < Q);  // q even and Q a multiple of VEC
+    e[0] = from_epi<T_OUT>(in ? epilogue(v0, C, off) : v0);
+    e[1] = from_epi<T_OUT>(in ? epilogue(v1, C, off + 1) : v1);
+  } else {
+    e[0] = from_epi<T_OUT>(epilogue(v0, C, 0));
+    e[1] = from_epi<T_OUT>(epilogue(v1, C, 0));
+  }
+  return o;
+}
+
+template <typename V>
+__device__ __forceinline__ V as_bits(const typename Pair<T_OUT>::type& o) {
+  return *reinterpret_cast<const V*>(&o);
+}
+
+// p_r: this thread's first row (the row of h = 0); q0: the tile's first column.
+template <int REGS>
+__device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t, int kr, int p_r, int q0,
+                                               const T_OUT* __restrict__ C, T_OUT* __restrict__ D) {
+  const int c = threadIdx.x % 4;
+  if constexpr (sizeof(T_OUT) == 4) {
+#pragma unroll
+    for (int j = 0; j < BQ / 8; ++j) {
+      if (!stores_pair(t, j, 0, kr)) continue;  // h = 0 and 1 sit in one register vector
+      const int qs = q0 + 8 * j + 2 * c;
+      T_EPI a0, a1, b0, b1;
+      acc_pair(acc, j, 0, a0, a1);
+      acc_pair(acc, j, 1, b0, b1);
+      const uint2 x0 = as_bits<uint2>(out_pair(a0, a1, C, p_r, qs));
+      const uint2 x1 = as_bits<uint2>(out_pair(b0, b1, C, p_r + 8, qs));
+      const bool odd = c & 1;
+      // Even lanes keep row h = 0 and take their neighbour's pair of it; odd lanes row h = 1.
+      const uint2 send = odd ? x0 : x1;
+      uint2 recv;
+      recv.x = __shfl_xor_sync(0xffffffff, send.x, 1);
+      recv.y = __shfl_xor_sync(0xffffffff, send.y, 1);
+      const uint4 v = odd ? make_uint4(recv.x, recv.y, x1.x, x1.y) : make_uint4(x0.x, x0.y, recv.x, recv.y);
+      const int p = p_r + (odd ? 8 : 0), q = q0 + 8 * j + 2 * (c & 2);
+      if ((EVEN_P || p < P) && (EVEN_Q || q < Q)) *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = v;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < BQ / 8; j += 2) {
+      if (!stores_pair(t, j, 0, kr)) continue;  // pairs (j, 0..1) and (j + 1, 0..1) share a share
+      unsigned x[4];  // item e: column group j + e / 2, row h = e % 2
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (RAW_HALVES) {
+          x[e] = acc[2 * j + e];
+          continue;
+        }
+        T_EPI v0, v1;
+        acc_pair(acc, j + e / 2, e % 2, v0, v1);
+        x[e] = as_bits<unsigned>(out_pair(v0, v1, C, p_r + 8 * (e % 2), q0 + 8 * (j + e / 2) + 2 * c));
+      }
+      // Transpose over the quad, one index bit at a time: lane c sends the items whose bit b
+      // differs from its own and receives its partner's in their place.
+#pragma unroll
+      for (int b = 1; b <= 2; b *= 2) {
+        const bool hi = c & b;
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int lo_e = b == 1 ? 2 * k : k, hi_e = lo_e + b;
+          const unsigned send = hi ? x[lo_e] : x[hi_e];
+          const unsigned recv = __shfl_xor_sync(0xffffffff, send, b);
+          if (hi) {
+            x[lo_e] = recv;
+          } else {
+            x[hi_e] = recv;
+          }
+        }
+      }
+      // Lane c now holds item c's row across the quad: 8 columns, 16 bytes.
+      const int p = p_r + 8 * (c & 1), q = q0 + 8 * (j + c / 2);
+      if ((EVEN_P || p < P) && (EVEN_Q || q < Q))
+        *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = make_uint4(x[0], x[1], x[2], x[3]);
+    }
+  }
+}
+
 // One 64-row wgmma tile of this consumer's accumulators through the TMA-store epilogue: per
 // 128-byte column block (EPI_COLS elements), write the block into one of the consumer's two
 // staging buffers (128-byte swizzle: 16-byte unit u of row r at u ^ (r % 8)), then thread 0 of
@@ -988,6 +1119,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
 #pragma unroll
   for (int ch = 0; ch < BQ / EPI_COLS; ++ch) {
     unsigned char* buf = bufs + (count & 1) * EPI_BUF;
+    const unsigned buf_s = smem_u32(buf);
     if (t_in == 0) bulk_wait_read<1>();
     consumer_sync(cw);
 #pragma unroll
@@ -1012,7 +1144,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
         }
         const int byte = col * (int)sizeof(T_OUT);
         const int phys = row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15);
-        *reinterpret_cast<typename Pair<T_OUT>::type*>(buf + phys) = o;
+        st_shared(buf_s + phys, o);
       }
     }
     fence_async_smem();
@@ -1198,6 +1330,11 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       continue;
     }
     const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
+    if constexpr (STORE_VECTORS) {
+#pragma unroll
+      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, tq * BQ, C, D);
+      continue;
+    }
     const int q_base = tq * BQ + 2 * (lane % 4);
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
@@ -1220,7 +1357,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v6_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
+}  // namespace ns_tt_wgmma_gemm_v7_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
