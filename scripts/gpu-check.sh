@@ -35,6 +35,8 @@
 #                ragged edges, both paths, every output element checked (gpu_selftest conv,
 #                CONV_CONFIGS per workload)
 #     convbench  `tensortune bench --suite suites/conv.json` (CONV_TRIALS per workload, default 300)
+#     openbars   `tensortune bench --suite suites/open-bars.json` (OPENBARS_TRIALS, default 300): the
+#                large and conv workloads whose bars were open on 2026-11-26, a quick re-measure
 #     union      the default suite with WMMA alone and with the union of templates (BENCH_TRIALS each)
 #     wsanitize  compute-sanitizer (memcheck, racecheck, synccheck) on one wgmma_gemm config per input type
 #     ab         run_one on each KEY CONFIG line of AB_FILE (default scripts/ab-wgmma.txt), vendor beside each
@@ -42,6 +44,12 @@
 #     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
 #                workload), both load paths (gathered, pointwise)
 #     csmoke     each sanitizer config once through run_one (a quick check before wconv)
+#     regstore   the epilogue that stores from registers (wgmma v7: 16 bytes a thread after a quad
+#                exchange of pairs): gpu_selftest with SELFTEST_KNOB=epilogue:direct over
+#                every output width (f32, i32, f16, bf16; packed f16 accumulators), ragged tiles,
+#                beta != 0, an M that is not a multiple of 8 (the pair path) and a K split;
+#                REGSTORE_CONFIGS per workload; then compute-sanitizer memcheck on a ragged f16-out
+#                case and a ragged K split
 #     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on each wgmma_conv2d config of
 #                CONV_CASES (gathered, im2col and pointwise; f16, bf16, i8, tf32); CONV_CASES_MATCH
 #                (e.g. tf32) keeps only the cases whose line contains it, for csmoke too
@@ -434,6 +442,14 @@ step_large() {
   cp "$LOGS/large.db" "$OUT/large.db" 2>/dev/null
 }
 
+step_openbars() {
+  local start=$(date +%s.%N)
+  timeout 600 "$BIN/tensortune" --db "$LOGS/open-bars.db" bench --suite suites/open-bars.json \
+    --trials "${OPENBARS_TRIALS:-300}" --json "$OUT/open-bars-bench.json" >"$LOGS/open-bars-bench.log" 2>&1
+  say "open-bars bench exit $? in $(since "$start") s"
+  sed -n '/^suite/,$p' "$LOGS/open-bars-bench.log" | tee -a "$SUMMARY"
+}
+
 # compute-sanitizer memcheck, racecheck and synccheck on one wgmma_gemm config per input type (a
 # stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8, the
 # TMA-store epilogue reading C on a ragged shape, a 192-column A tile shared out two chunks and
@@ -599,6 +615,25 @@ step_wconv() {
   ok=$(grep ': Ok ' "$LOGS/wconv-check.log")
   say "pointwise ok: $(grep -c "$pw" <<<"$ok"), im2col ok: $(grep -v "$pw" <<<"$ok" | grep -cE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')," \
     "gathered ok: $(grep -v "$pw" <<<"$ok" | grep -vcE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')"
+}
+
+step_regstore() {
+  local keys="matmul/m1000n1000k1024/nn/f16,f32,f32/alpha=1,beta=0.5 matmul/m1000n1160k512/tn/f16,f32,f16/alpha=2,beta=-1 matmul/m1004n1000k512/tn/f16,f32,f16/alpha=1,beta=0 matmul/m512n384k512/tt/f16,f16,f16/alpha=1,beta=0 matmul/m512n384k512/tt/f16,f16,f16/alpha=0.5,beta=-1 matmul/m760n512k512/nt/bf16,f32,bf16/alpha=1,beta=0 matmul/m1000n1000k1024/tn/i8,i32,i32/alpha=1,beta=0 matmul/m512n512k8192/nn/f16,f32,f16/alpha=1,beta=0 matmul/m1002n520k256/tn/f16,f32,f32/alpha=1,beta=0"
+  SELFTEST_KNOB=epilogue:direct SELFTEST_TEMPLATE=wgmma_gemm timeout 300 "$BIN/gpu_selftest" "${REGSTORE_CONFIGS:-4}" 3 $keys \
+    >"$LOGS/regstore-check.log" 2>&1
+  say "regstore check exit $?: $(grep SUMMARY "$LOGS/regstore-check.log")"
+  grep -v ": Ok " "$LOGS/regstore-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
+  local cases=(
+    'matmul/m2000n2320k512/tn/f16,f32,f16/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"pingpong","stages":4,"stream_k":0}'
+    'matmul/m504n520k8200/nn/f16,f32,f32/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
+  )
+  for c in "${cases[@]}"; do
+    local key=${c%% *} cfg=${c#* }
+    say "regstore $key: $(TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout 60 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | tail -1 | cut -c1-160)"
+    TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout 120 compute-sanitizer --tool memcheck --print-limit 20 \
+      "$BIN/run_one" "$key" "$cfg" 1 1 warm >"$LOGS/regstore-memcheck.log" 2>&1
+    say "  memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$LOGS/regstore-memcheck.log")"
+  done
 }
 
 # wgmma_conv2d configs for the sanitizers and the smoke test: gathered f16 ragged, gathered bf16
@@ -935,6 +970,7 @@ for step in "$@"; do
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union | sustain | membw) "step_$step" ;;
     wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag | diag | abwin) "step_$step" ;;
+    regstore | openbars) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2
