@@ -562,10 +562,13 @@ impl Plan {
         let cl = self.cluster as u64;
         let (cp, group) = (g.tiles_p / cl, self.group as u64);
         let (pc, tq) = if group > 1 {
+            // As gemm.cu computes it: every group but the last has `group` cluster rows, the last
+            // `cp % group` when that is not zero (both constants there, so no run-time division).
             let per_group = group * g.tiles_q;
-            let first = ct / per_group * group;
-            let rows = (cp - first).min(group);
-            (first + ct % per_group % rows, ct % per_group / rows)
+            let last_rows = if cp % group == 0 { group } else { cp % group };
+            let (first, r) = (ct / per_group * group, ct % per_group);
+            let rows = if first + group <= cp { group } else { last_rows };
+            (first + r % rows, r / rows)
         } else {
             (ct % cp, ct / cp)
         };

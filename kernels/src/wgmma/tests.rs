@@ -202,6 +202,7 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
     let mut checked = 0;
     let mut stream_k = 0;
     let mut split = 0;
+    let mut short_groups = 0;
     for (m, n, k, layout) in [
         (4096, 4096, 4096, Layout::Nn),
         (3000, 3000, 4096, Layout::Nn),
@@ -288,12 +289,15 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
             assert_eq!(added, left, "{name}: partial sums nobody adds");
             stream_k += usize::from(p.stream_k);
             split += usize::from(ks > 1);
+            // Raster groups whose last group is short (the kernel's second constant divisor).
+            let cluster_rows = tiles_p / cl;
+            short_groups += usize::from(p.group > 1 && !cluster_rows.is_multiple_of(p.group as u64));
             checked += 1;
         }
     }
     assert!(
-        checked > 500 && stream_k > 50 && split > 10,
-        "checked {checked} configs, {stream_k} with stream_k, {split} split"
+        checked > 500 && stream_k > 50 && split > 10 && short_groups > 200,
+        "checked {checked} configs, {stream_k} with stream_k, {split} split, {short_groups} with a short last group"
     );
 }
 
@@ -474,4 +478,24 @@ fn tf32_is_k_major_only_and_issues_k8_tf32_wgmmas() {
     // Exact f32 is not wgmma's: it would round.
     let e = t.supports(&mm(4096, 4096, 4096, Layout::Tn, DType::F32), &sm90).unwrap_err();
     assert_eq!(e.field(), Some("input"));
+}
+
+#[test]
+fn stores_from_registers_go_in_vectors_only_where_m_takes_whole_vectors() {
+    let sm90 = Target::sm90();
+    let direct = BIG
+        .replace(r#""cluster":2"#, r#""cluster":1"#)
+        .replace(r#""persistent":1"#, r#""persistent":0"#)
+        .replace(r#""raster_group":8"#, r#""raster_group":1"#);
+    let f16_out = |m: u64| Workload::from_key(&format!("matmul/m{m}n1000k512/tn/f16,f32,f16/alpha=1,beta=0")).unwrap();
+    let vec_aligned = |w: &Workload| {
+        let src = WgmmaGemm.generate(w, &config(&direct), &sm90).unwrap().source;
+        assert!(src.contains("constexpr bool VEC_ALIGNED"), "the flag is emitted");
+        src.contains("constexpr bool VEC_ALIGNED = true;")
+    };
+    // 16 bytes are 8 f16 or 4 f32 outputs along M (the view's Q, contiguous in D).
+    assert!(vec_aligned(&f16_out(1000)));
+    assert!(!vec_aligned(&f16_out(1004)));
+    assert!(vec_aligned(&mm(1004, 1000, 512, Layout::Tn, DType::F16)), "f32 out: 1004 is whole 4-vectors");
+    assert!(!vec_aligned(&mm(1002, 1000, 512, Layout::Tn, DType::F16)));
 }
