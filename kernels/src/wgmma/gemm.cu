@@ -93,6 +93,23 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
+// 4, 8 or 16 bytes into shared memory at a shared-space address: an STS, where a store through a
+// generic pointer (which ptxas cannot prove shared) costs an address translation.
+template <typename V>
+__device__ __forceinline__ void st_shared(unsigned addr, const V& v) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8 || sizeof(V) == 16, "STS moves 4, 8 or 16 bytes");
+  if constexpr (sizeof(V) == 4) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(*reinterpret_cast<const unsigned*>(&v)) : "memory");
+  } else if constexpr (sizeof(V) == 8) {
+    const uint2 u = *reinterpret_cast<const uint2*>(&v);
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(u.x), "r"(u.y) : "memory");
+  } else {
+    const uint4 u = *reinterpret_cast<const uint4*>(&v);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
+                 : "memory");
+  }
+}
+
 // --- mbarriers -------------------------------------------------------------------------------
 __device__ __forceinline__ void bar_init(unsigned long long* bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
@@ -689,12 +706,7 @@ __device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T
   uint4* mine = reinterpret_cast<uint4*>(ring) + cw * (ACC_ALL / 4) * 128;
   const unsigned mine_s = smem_u32(mine);
 #pragma unroll
-  for (int v = 0; v < ACC_ALL / 4; ++v) {
-    const uint4 u = acc_vec(acc, v);
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(mine_s + (unsigned)((v * 128 + t) * 16)),
-                 "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
-                 : "memory");
-  }
+  for (int v = 0; v < ACC_ALL / 4; ++v) st_shared(mine_s + (unsigned)((v * 128 + t) * 16), acc_vec(acc, v));
   split_sync();
 #pragma unroll 1
   for (int d = 1; d < SPLIT; ++d) {
@@ -740,17 +752,27 @@ __device__ __forceinline__ T_EPI epilogue(T_EPI acc, const T_OUT* __restrict__ C
   }
 }
 
-// A pair of outputs into shared memory at a shared-space address: an STS, where a store through
-// a generic pointer (which ptxas cannot prove shared) costs an address translation.
-template <typename V>
-__device__ __forceinline__ void st_shared(unsigned addr, const V& v) {
-  static_assert(sizeof(V) == 4 || sizeof(V) == 8, "a pair of outputs is 4 or 8 bytes");
-  if constexpr (sizeof(V) == 4) {
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(*reinterpret_cast<const unsigned*>(&v)) : "memory");
+// The pair (v0, v1) at row p, columns q and q + 1 after the epilogue, as it is stored: C is read
+// only for elements inside D. WHOLE: the caller knows q is even and Q even, so q < Q covers q + 1.
+template <bool WHOLE = false>
+__device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v1, const T_OUT* __restrict__ C, int p,
+                                                               int q) {
+  typename Pair<T_OUT>::type o;
+  T_OUT* e = reinterpret_cast<T_OUT*>(&o);
+  if constexpr (READ_C) {
+    const size_t off = (size_t)p * Q + q;
+    const bool in_p = EVEN_P || p < P;
+    e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v0, C, off) : v0);
+    if constexpr (WHOLE) {
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v1, C, off + 1) : v1);
+    } else {
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < Q) ? epilogue(v1, C, off + 1) : v1);
+    }
   } else {
-    const uint2 u = *reinterpret_cast<const uint2*>(&v);
-    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(u.x), "r"(u.y) : "memory");
+    e[0] = from_epi<T_OUT>(epilogue(v0, C, 0));
+    e[1] = from_epi<T_OUT>(epilogue(v1, C, 0));
   }
+  return o;
 }
 
 // Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1.
@@ -778,7 +800,6 @@ __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* _
 // outputs transpose 4 x 4 pairs over the quad, each thread taking 8 columns of one row of two
 // column groups. The epilogue (alpha, beta, C) is applied where the pair was computed, before the
 // trade. Needs Q a multiple of the 16-byte vector, so that a vector is wholly in D or wholly out.
-constexpr int VEC = 16 / (int)sizeof(T_OUT);
 constexpr bool VEC_SHARES = SPLIT == 1 || sizeof(T_OUT) == 4 || REGS_PER_J == 2 || SPLIT_NV % 2 == 0;
 constexpr bool STORE_VECTORS = VEC_ALIGNED && VEC_SHARES && (sizeof(T_OUT) == 4 || sizeof(T_OUT) == 2);
 template <typename T> struct IsHalf { static constexpr bool value = false; };
@@ -786,23 +807,6 @@ template <> struct IsHalf<half> { static constexpr bool value = true; };
 // Packed f16 accumulators stored as they are (f16 out, alpha 1, no C): register 2j + h holds the
 // pair (j, h), so no conversion is needed.
 constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1;
-
-// The pair (j, h) after the epilogue, as it will be stored (C read only inside D).
-__device__ __forceinline__ typename Pair<T_OUT>::type out_pair(const T_EPI v0, const T_EPI v1,
-                                                               const T_OUT* __restrict__ C, int p, int q) {
-  typename Pair<T_OUT>::type o;
-  T_OUT* e = reinterpret_cast<T_OUT*>(&o);
-  if constexpr (READ_C) {
-    const size_t off = (size_t)p * Q + q;
-    const bool in = (EVEN_P || p < P) && (EVEN_Q || q < Q);  // q even and Q a multiple of VEC
-    e[0] = from_epi<T_OUT>(in ? epilogue(v0, C, off) : v0);
-    e[1] = from_epi<T_OUT>(in ? epilogue(v1, C, off + 1) : v1);
-  } else {
-    e[0] = from_epi<T_OUT>(epilogue(v0, C, 0));
-    e[1] = from_epi<T_OUT>(epilogue(v1, C, 0));
-  }
-  return o;
-}
 
 template <typename V>
 __device__ __forceinline__ V as_bits(const typename Pair<T_OUT>::type& o) {
@@ -822,8 +826,8 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
       T_EPI a0, a1, b0, b1;
       acc_pair(acc, j, 0, a0, a1);
       acc_pair(acc, j, 1, b0, b1);
-      const uint2 x0 = as_bits<uint2>(out_pair(a0, a1, C, p_r, qs));
-      const uint2 x1 = as_bits<uint2>(out_pair(b0, b1, C, p_r + 8, qs));
+      const uint2 x0 = as_bits<uint2>(epi_pair<true>(a0, a1, C, p_r, qs));
+      const uint2 x1 = as_bits<uint2>(epi_pair<true>(b0, b1, C, p_r + 8, qs));
       const bool odd = c & 1;
       // Even lanes keep row h = 0 and take their neighbour's pair of it; odd lanes row h = 1.
       const uint2 send = odd ? x0 : x1;
@@ -847,7 +851,7 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
         }
         T_EPI v0, v1;
         acc_pair(acc, j + e / 2, e % 2, v0, v1);
-        x[e] = as_bits<unsigned>(out_pair(v0, v1, C, p_r + 8 * (e % 2), q0 + 8 * (j + e / 2) + 2 * c));
+        x[e] = as_bits<unsigned>(epi_pair<true>(v0, v1, C, p_r + 8 * (e % 2), q0 + 8 * (j + e / 2) + 2 * c));
       }
       // Transpose over the quad, one index bit at a time: lane c sends the items whose bit b
       // differs from its own and receives its partner's in their place.
@@ -899,18 +903,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
         const int row = warp * 16 + lane / 4 + 8 * h, col = 8 * jj + 2 * (lane % 4);
         T_EPI v0, v1;
         acc_pair(acc, j, h, v0, v1);
-        typename Pair<T_OUT>::type o;
-        T_OUT* e = reinterpret_cast<T_OUT*>(&o);
-        if constexpr (READ_C) {
-          const int p = p0 + row, q = q0 + ch * EPI_COLS + col;
-          const size_t off = (size_t)p * Q + q;
-          const bool in_p = EVEN_P || p < P;
-          e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v0, C, off) : v0);
-          e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < Q) ? epilogue(v1, C, off + 1) : v1);
-        } else {
-          e[0] = from_epi<T_OUT>(epilogue(v0, C, 0));
-          e[1] = from_epi<T_OUT>(epilogue(v1, C, 0));
-        }
+        const typename Pair<T_OUT>::type o = epi_pair(v0, v1, C, p0 + row, q0 + ch * EPI_COLS + col);
         const int byte = col * (int)sizeof(T_OUT);
         const int phys = row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15);
         st_shared(buf_s + phys, o);
