@@ -627,12 +627,15 @@ step_regstore() {
     'matmul/m2000n2320k512/tn/f16,f32,f16/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"pingpong","stages":4,"stream_k":0}'
     'matmul/m504n520k8200/nn/f16,f32,f32/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
   )
+  local n=0
   for c in "${cases[@]}"; do
-    local key=${c%% *} cfg=${c#* }
+    local key=${c%% *} cfg=${c#* } log
+    n=$((n + 1))
+    log="$LOGS/regstore-memcheck-$n.log"
     say "regstore $key: $(TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout 60 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | tail -1 | cut -c1-160)"
     TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout 120 compute-sanitizer --tool memcheck --print-limit 20 \
-      "$BIN/run_one" "$key" "$cfg" 1 1 warm >"$LOGS/regstore-memcheck.log" 2>&1
-    say "  memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$LOGS/regstore-memcheck.log")"
+      "$BIN/run_one" "$key" "$cfg" 1 1 warm >"$log" 2>&1
+    say "  memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$log")"
   done
 }
 
