@@ -450,8 +450,9 @@ step_openbars() { CONV_SUITE=suites/open-bars.json CONV_TRIALS=${OPENBARS_TRIALS
 # TMA-store epilogue reading C on a ragged shape, a 192-column A tile shared out two chunks and
 # one in a cluster, a 160-column K-major A tile multicast 80 rows a block, ping-pong, TMA store
 # of a ragged D reading C, and a one-column persistent grid keeping A resident with a ragged last K
-# tile), a K split over an 8-block cluster (ragged, reading C; case 3 splits in two), each alone in
-# its process (no vendor baseline).
+# tile), a K split over an 8-block cluster (ragged, reading C; case 3 splits in two), and stream-K
+# on a grid of more than a wave (ragged, reading C: the shared-out ranges run before the
+# tile-by-tile tiles since v8), each alone in its process (no vendor baseline).
 step_wsanitize() {
   local cases=(
     'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
@@ -462,6 +463,7 @@ step_wsanitize() {
     'matmul/m1000n1000k1024/tn/bf16,f32,f32/alpha=2,beta=-1 {"block_m":160,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0}'
     'matmul/m64n8704k264/tn/f16,f32,f16/alpha=2,beta=-1 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
     'matmul/m504n520k2048/nn/f16,f32,f32/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
+    'matmul/m2048n3000k512/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"cooperative","stages":4,"stream_k":1}'
   )
   # WSANITIZE_ONLY=N runs the Nth case alone.
   local n=0

@@ -527,17 +527,18 @@ impl Plan {
         }
         let (t_first, t_last) = (s / kt, (e - 1) / kt);
         let (starts_inside, ends_inside) = (!s.is_multiple_of(kt), !e.is_multiple_of(kt));
+        // The stream-K range first, so that every cluster starts its tile-by-tile tiles together.
         let mut out = Vec::new();
         if ends_inside {
             out.push(segment(t_last, WorkKind::Partial));
         }
-        out.extend(dp);
         let full_lo = t_first + u64::from(starts_inside);
         let full_hi = t_last + 1 - u64::from(ends_inside);
         out.extend((full_lo..full_hi.max(full_lo)).map(|t| segment(t, WorkKind::Full)));
         if starts_inside && (t_first < t_last || !ends_inside) {
             out.push(segment(t_first, WorkKind::Tail));
         }
+        out.extend(dp);
         out
     }
 
@@ -1037,7 +1038,9 @@ impl Template for WgmmaGemm {
         // 7: stores from registers go 16 bytes a thread (the quad trades pairs by shuffles), the
         // rasterized tile order divides by constants only, and the TMA-store staging is written
         // with shared-space stores (STS, not generic ST).
-        7
+        // 8: a stream-K cluster runs its shared-out range before its tile-by-tile tiles, so the
+        // blocks of a wave stay in step through K (v7 ran the range's ends around them).
+        8
     }
 
     fn op(&self) -> Op {

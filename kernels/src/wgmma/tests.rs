@@ -203,6 +203,7 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
     let mut stream_k = 0;
     let mut split = 0;
     let mut short_groups = 0;
+    let mut sk_whole_wave = 0;
     for (m, n, k, layout) in [
         (4096, 4096, 4096, Layout::Nn),
         (3000, 3000, 4096, Layout::Nn),
@@ -228,13 +229,40 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
             let mut shares = vec![(0u64, 0u64); (tiles_p * tiles_q) as usize];
             let mut partials: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
             let mut tails = Vec::new();
+            // Stream-K: each cluster's range (K tiles), the K tiles it has summed when its tail
+            // starts, and the K tiles of its partial (its first job).
+            let mut sk_ranges = Vec::new();
+            let mut tail_starts = std::collections::BTreeMap::new();
+            let mut partial_ends = std::collections::BTreeMap::new();
             for b in 0..p.blocks(&sm90) {
                 let jobs = p.block_work(&sm90, b);
                 assert!(p.persistent || jobs.len() == 1, "{name}: a non-persistent block runs {} jobs", jobs.len());
                 let kinds: Vec<WorkKind> = jobs.iter().map(|j| j.kind).collect();
-                // A partial comes first (nobody waits long for it), a tail last, one of each at most.
+                // A partial comes first (nobody waits long for it), a tail last of the stream-K
+                // range, one of each at most; the range comes before the tile-by-tile tiles.
+                let g = p.grid(&sm90);
+                let sk_jobs = jobs.iter().take_while(|j| p.stream_k && j.ct >= g.sk_dp_tiles).count();
+                assert!(
+                    jobs[sk_jobs..]
+                        .iter()
+                        .all(|j| matches!(j.kind, WorkKind::Full | WorkKind::Split)
+                            && (!p.stream_k || j.ct < g.sk_dp_tiles)),
+                    "{name}: {kinds:?}"
+                );
                 assert!(!kinds.iter().skip(1).any(|k| *k == WorkKind::Partial), "{name}: {kinds:?}");
-                assert!(!kinds.iter().rev().skip(1).any(|k| *k == WorkKind::Tail), "{name}: {kinds:?}");
+                assert!(!kinds[..sk_jobs].iter().rev().skip(1).any(|k| *k == WorkKind::Tail), "{name}: {kinds:?}");
+                if p.stream_k && b % cl == 0 {
+                    let range: u64 = jobs[..sk_jobs].iter().map(|j| j.k1 - j.k0).sum();
+                    sk_ranges.push(range);
+                    // K tiles this cluster has summed when its tail starts, and when its partial ends.
+                    let before_tail: u64 = jobs[..sk_jobs.saturating_sub(1)].iter().map(|j| j.k1 - j.k0).sum();
+                    if kinds.get(sk_jobs.wrapping_sub(1)) == Some(&WorkKind::Tail) {
+                        tail_starts.insert(b / cl, before_tail);
+                    }
+                    if kinds.first() == Some(&WorkKind::Partial) {
+                        partial_ends.insert(b / cl, jobs[0].k1 - jobs[0].k0);
+                    }
+                }
                 for j in &jobs {
                     let (tp, tq) = p.tile_of(&sm90, j.ct, b % cl);
                     assert!(tq < tiles_q && tp < tiles_p, "{name}: tile ({tp}, {tq})");
@@ -287,6 +315,23 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
             }
             let left: usize = partials.values().map(|v| v.len() / cl as usize).sum();
             assert_eq!(added, left, "{name}: partial sums nobody adds");
+            if p.stream_k {
+                // Equal ranges (within one K tile), so every cluster reaches its tile-by-tile
+                // tiles together; and, where the grid has at least a wave of tiles, at least one
+                // tile's K each, so in step no tail starts before the partials it adds are done.
+                let (lo, hi) = (*sk_ranges.iter().min().unwrap(), *sk_ranges.iter().max().unwrap());
+                assert!(hi - lo <= 1, "{name}: stream-K ranges of {lo}..{hi} K tiles");
+                let g = p.grid(&sm90);
+                if g.cluster_tiles >= g.blocks / cl {
+                    assert!(lo >= kt, "{name}: a stream-K range of {lo} K tiles, a tile has {kt}");
+                    sk_whole_wave += 1;
+                    for (c, ct) in &tails {
+                        for src in p.tail_sources(&sm90, *c, *ct) {
+                            assert!(partial_ends[&src] <= tail_starts[c], "{name}: cluster {c}'s tail waits for {src}");
+                        }
+                    }
+                }
+            }
             stream_k += usize::from(p.stream_k);
             split += usize::from(ks > 1);
             // Raster groups whose last group is short (the kernel's second constant divisor).
@@ -296,8 +341,9 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
         }
     }
     assert!(
-        checked > 500 && stream_k > 50 && split > 10 && short_groups > 200,
-        "checked {checked} configs, {stream_k} with stream_k, {split} split, {short_groups} with a short last group"
+        checked > 500 && stream_k > 50 && sk_whole_wave > 50 && split > 10 && short_groups > 200,
+        "checked {checked} configs, {stream_k} with stream_k ({sk_whole_wave} of a wave or more), {split} split, \
+         {short_groups} with a short last group"
     );
 }
 

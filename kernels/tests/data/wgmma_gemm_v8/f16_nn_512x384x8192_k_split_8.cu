@@ -8,25 +8,25 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v7: D = alpha * op(A) op(B) + beta * C
-// workload matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5
-#define KERNEL_NAME tt_wgmma_gemm_v7_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
-#define TT_CLUSTER_ATTR 
-#define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
-#define TT_MAP_D_PTR &mapD
+// wgmma_gemm v8: D = alpha * op(A) op(B) + beta * C
+// workload matmul/m512n384k8192/nn/f16,f32,f32/alpha=1,beta=0
+#define KERNEL_NAME tt_wgmma_gemm_v8_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
+#define TT_CLUSTER_ATTR __cluster_dims__(8, 1, 1)
+#define TT_MAP_D 
+#define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v7_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817 {
+namespace ns_tt_wgmma_gemm_v8_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d {
 typedef half T_IN;
-typedef half T_OUT;
+typedef float T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 1000;
-constexpr int Q = 1000;
-constexpr int K = 1024;
+constexpr int P = 384;
+constexpr int Q = 512;
+constexpr int K = 8192;
 constexpr int BP = 128;
 constexpr int BQ = 128;
 constexpr int BK = 64;
@@ -34,24 +34,24 @@ constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
-constexpr int TILES_P = 8;
-constexpr int TILES_Q = 8;
+constexpr int TILES_P = 3;
+constexpr int TILES_Q = 4;
 constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 64;
-constexpr int SPLIT = 1;
+constexpr int GRID_CLUSTERS = 12;
+constexpr int SPLIT = 8;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
-constexpr bool PINGPONG = true;
+constexpr bool PINGPONG = false;
 constexpr bool STREAM_K = false;
-constexpr bool TMA_STORE = true;
+constexpr bool TMA_STORE = false;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 64;
+constexpr int EPI_COLS = 32;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -69,13 +69,13 @@ constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
 constexpr bool Y_KMAJOR = false;
-constexpr bool EVEN_P = false;
-constexpr bool EVEN_Q = false;
+constexpr bool EVEN_P = true;
+constexpr bool EVEN_Q = true;
 constexpr bool PAIRS_ALIGNED = true;
 constexpr bool VEC_ALIGNED = true;
-constexpr bool READ_C = true;
+constexpr bool READ_C = false;
 constexpr T_EPI ALPHA = 1.0f;
-constexpr T_EPI BETA = 0.5f;
+constexpr T_EPI BETA = 0.0f;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -244,10 +244,14 @@ union OutVec {
 // shares stay in L2.
 // With STREAM_K (persistent, cooperative) the tiles that would leave the last wave ragged are
 // shared out by K tiles instead: all but the last whole wave go tile by tile as above, and the
-// K tiles of the rest are cut into equal ranges, one per cluster. A range that ends inside a tile
-// leaves a partial sum in the workspace (each block's first job, so nobody waits long for it);
-// the block whose range ends a tile (its last job) adds the partials of the clusters before it
-// and stores the tile.
+// K tiles of the rest are cut into equal ranges, one per cluster. A cluster runs its range first,
+// then its whole tiles: the ranges are equal, so every cluster starts its whole tiles at the same
+// moment and a wave's blocks walk K in step, reading the panels they share while those are in L2
+// (v7 ran the whole tiles between the two ends of the range; blocks then drifted apart by up to a
+// tile's K, and 8192^3 ran 1.7x slower than without stream-K). A range that ends inside a tile
+// leaves a partial sum in the workspace (its first job, so nobody waits long for it); the block
+// whose range ends a tile (the range's last job) adds the partials of the clusters before it and
+// stores the tile.
 // With IM2COL (wgmma_conv2d, CONV_C a multiple of BK) X is the im2col matrix of a convolution,
 // loaded by TMA in its im2col mode: one copy per K tile brings BP output pixels' BK channels of
 // one filter tap, zeros where the window leaves the input.
@@ -571,10 +575,10 @@ struct Work {
 // The first stream-K iteration (a K tile of the shared-out region) of cluster c.
 __device__ __forceinline__ long long sk_begin(int c) { return (long long)c * SK_ITERS / GRID_CLUSTERS; }
 
-// The jobs of one cluster, in the order it runs them: its partial range first (if its range ends
-// inside a tile), then its whole tiles (the tile-by-tile ones, then those of its stream-K range),
-// then the tile its range starts inside of (if any), which it finishes. Without STREAM_K, just the
-// tiles first, first + GRID_CLUSTERS, ... Recomputed from (cluster, job) where needed rather
+// The jobs of one cluster, in the order it runs them: its stream-K range first (the partial sum
+// of the tile it ends inside of, if any; the range's whole tiles; the tile it starts inside of,
+// if any, which it finishes), then its tile-by-tile tiles. Without STREAM_K, just the tiles
+// first, first + GRID_CLUSTERS, ... Recomputed from (cluster, job) where needed rather
 // than kept: registers are what the consumers are short of. The grid is fixed at compile time,
 // so the divisions here are by constants.
 struct WorkList {
@@ -648,10 +652,11 @@ struct WorkList {
         if (i == 0) return segment(r, r.t_last, WORK_PARTIAL);
         --i;
       }
-      const int dp = n_dp();
-      if (i >= dp) {
-        i -= dp;
-        return i < r.n_full() ? segment(r, r.full_lo() + i, WORK_FULL) : segment(r, r.t_first, WORK_TAIL);
+      if (i < r.n_full()) return segment(r, r.full_lo() + i, WORK_FULL);
+      i -= r.n_full();
+      if (r.tail()) {
+        if (i == 0) return segment(r, r.t_first, WORK_TAIL);
+        --i;
       }
     }
     w.ct = c + i * GRID_CLUSTERS;
@@ -1350,7 +1355,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v7_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
+}  // namespace ns_tt_wgmma_gemm_v8_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
