@@ -44,8 +44,8 @@
 #     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
 #                workload), both load paths (gathered, pointwise)
 #     csmoke     each sanitizer config once through run_one (a quick check before wconv)
-#     regstore   the epilogue that stores from registers (wgmma v7: 16 bytes a thread after a quad
-#                exchange of pairs): gpu_selftest with SELFTEST_KNOB=epilogue:direct over
+#     regstore   the epilogue that stores from registers (since wgmma v7, 2-byte outputs go 16 bytes a
+#                thread after a quad exchange of pairs; since v9, 4-byte outputs go as pairs): gpu_selftest with SELFTEST_KNOB=epilogue:direct over
 #                every output width (f32, i32, f16, bf16; packed f16 accumulators), ragged tiles,
 #                beta != 0, an M that is not a multiple of 8 (the pair path) and a K split;
 #                REGSTORE_CONFIGS per workload; then compute-sanitizer memcheck on a ragged f16-out

@@ -797,89 +797,63 @@ __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* _
   }
 }
 
-// One 64-row wgmma tile of this consumer's accumulators stored from registers, 16 bytes a thread.
-// The wgmma layout gives each thread pairs of adjacent outputs, so a quad covers 8 columns of a
-// row (16 bytes of 2-byte outputs, 32 of 4-byte ones) and stores would split sectors between
-// instructions. The quad instead trades pairs by shuffles so that each thread holds 16 contiguous
-// bytes of one row: 4-byte outputs swap the two rows' pairs between lanes c and c ^ 1; 2-byte
-// outputs transpose 4 x 4 pairs over the quad, each thread taking 8 columns of one row of two
-// column groups. The epilogue (alpha, beta, C) is applied where the pair was computed, before the
-// trade. Needs Q a multiple of the 16-byte vector, so that a vector is wholly in D or wholly out.
-constexpr bool VEC_SHARES = SPLIT == 1 || sizeof(T_OUT) == 4 || REGS_PER_J == 2 || SPLIT_NV % 2 == 0;
-constexpr bool STORE_VECTORS = VEC_ALIGNED && VEC_SHARES && (sizeof(T_OUT) == 4 || sizeof(T_OUT) == 2);
+// One 64-row wgmma tile of this consumer's 2-byte outputs stored from registers, 16 bytes a
+// thread. The wgmma layout gives each thread pairs of adjacent outputs, so a quad covers 8 columns
+// (16 bytes) of a row: half a 32-byte sector, whose other half the next column group's store
+// writes. The quad instead transposes its 4 x 4 pairs of two column groups by shuffles, so that
+// each thread holds 8 columns of one row and a row's sector is written whole by one instruction.
+// The epilogue (alpha, beta, C) is applied where the pair was computed, before the exchange. Needs
+// Q a multiple of 8, so that a vector is wholly in D or wholly out. (4-byte outputs gain nothing
+// from it: a quad's pairs already cover a sector.)
 template <typename T> struct IsHalf { static constexpr bool value = false; };
 template <> struct IsHalf<half> { static constexpr bool value = true; };
+// Under a K split, the four pairs must be in this block's share: two register vectors with f32
+// accumulators, which an even share size keeps together.
+constexpr bool STORE_VECTORS = sizeof(T_OUT) == 2 && VEC_ALIGNED && (SPLIT == 1 || REGS_PER_J == 2 || SPLIT_NV % 2 == 0);
 // Packed f16 accumulators stored as they are (f16 out, alpha 1, no C): register 2j + h holds the
 // pair (j, h), so no conversion is needed.
 constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1;
-
-template <typename V>
-__device__ __forceinline__ V as_bits(const typename Pair<T_OUT>::type& o) {
-  return *reinterpret_cast<const V*>(&o);
-}
 
 // p_r: this thread's first row (the row of h = 0); q0: the tile's first column.
 template <int REGS>
 __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t, int kr, int p_r, int q0,
                                                const T_OUT* __restrict__ C, T_OUT* __restrict__ D) {
   const int c = threadIdx.x % 4;
-  if constexpr (sizeof(T_OUT) == 4) {
 #pragma unroll
-    for (int j = 0; j < BQ / 8; ++j) {
-      if (!stores_pair(t, j, 0, kr)) continue;  // h = 0 and 1 sit in one register vector
-      const int qs = q0 + 8 * j + 2 * c;
-      T_EPI a0, a1, b0, b1;
-      acc_pair(acc, j, 0, a0, a1);
-      acc_pair(acc, j, 1, b0, b1);
-      const uint2 x0 = as_bits<uint2>(epi_pair<true>(a0, a1, C, p_r, qs));
-      const uint2 x1 = as_bits<uint2>(epi_pair<true>(b0, b1, C, p_r + 8, qs));
-      const bool odd = c & 1;
-      // Even lanes keep row h = 0 and take their neighbour's pair of it; odd lanes row h = 1.
-      const uint2 send = odd ? x0 : x1;
-      uint2 recv;
-      recv.x = __shfl_xor_sync(0xffffffff, send.x, 1);
-      recv.y = __shfl_xor_sync(0xffffffff, send.y, 1);
-      const uint4 v = odd ? make_uint4(recv.x, recv.y, x1.x, x1.y) : make_uint4(x0.x, x0.y, recv.x, recv.y);
-      const int p = p_r + (odd ? 8 : 0), q = q0 + 8 * j + 2 * (c & 2);
-      if ((EVEN_P || p < P) && (EVEN_Q || q < Q)) *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = v;
-    }
-  } else {
+  for (int j = 0; j < BQ / 8; j += 2) {
+    if (!stores_pair(t, j, 0, kr)) continue;  // pairs (j, 0..1) and (j + 1, 0..1) share a share
+    unsigned x[4];  // item e: column group j + e / 2, row h = e % 2
 #pragma unroll
-    for (int j = 0; j < BQ / 8; j += 2) {
-      if (!stores_pair(t, j, 0, kr)) continue;  // pairs (j, 0..1) and (j + 1, 0..1) share a share
-      unsigned x[4];  // item e: column group j + e / 2, row h = e % 2
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (RAW_HALVES) {
-          x[e] = acc[2 * j + e];
-          continue;
-        }
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (RAW_HALVES) {
+        x[e] = acc[2 * j + e];
+      } else {
         T_EPI v0, v1;
         acc_pair(acc, j + e / 2, e % 2, v0, v1);
-        x[e] = as_bits<unsigned>(epi_pair<true>(v0, v1, C, p_r + 8 * (e % 2), q0 + 8 * (j + e / 2) + 2 * c));
+        const typename Pair<T_OUT>::type o = epi_pair<true>(v0, v1, C, p_r + 8 * (e % 2), q0 + 8 * (j + e / 2) + 2 * c);
+        x[e] = *reinterpret_cast<const unsigned*>(&o);
       }
-      // Transpose over the quad, one index bit at a time: lane c sends the items whose bit b
-      // differs from its own and receives its partner's in their place.
+    }
+    // Transpose over the quad, one index bit at a time: lane c sends the items whose bit b
+    // differs from its own and receives its partner's in their place.
 #pragma unroll
-      for (int b = 1; b <= 2; b *= 2) {
-        const bool hi = c & b;
+    for (int b = 1; b <= 2; b *= 2) {
+      const bool hi = c & b;
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int lo_e = b == 1 ? 2 * k : k, hi_e = lo_e + b;
-          const unsigned send = hi ? x[lo_e] : x[hi_e];
-          const unsigned recv = __shfl_xor_sync(0xffffffff, send, b);
-          if (hi) {
-            x[lo_e] = recv;
-          } else {
-            x[hi_e] = recv;
-          }
+      for (int k = 0; k < 2; ++k) {
+        const int lo_e = b == 1 ? 2 * k : k, hi_e = lo_e + b;
+        const unsigned recv = __shfl_xor_sync(0xffffffff, hi ? x[lo_e] : x[hi_e], b);
+        if (hi) {
+          x[lo_e] = recv;
+        } else {
+          x[hi_e] = recv;
         }
       }
-      // Lane c now holds item c's row across the quad: 8 columns, 16 bytes.
-      const int p = p_r + 8 * (c & 1), q = q0 + 8 * (j + c / 2);
-      if ((EVEN_P || p < P) && (EVEN_Q || q < Q))
-        *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = make_uint4(x[0], x[1], x[2], x[3]);
     }
+    // Lane c now holds item c's row across the quad: 8 columns, 16 bytes.
+    const int p = p_r + 8 * (c & 1), q = q0 + 8 * (j + c / 2);
+    if ((EVEN_P || p < P) && (EVEN_Q || q < Q))
+      *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = make_uint4(x[0], x[1], x[2], x[3]);
   }
 }
 

@@ -909,7 +909,8 @@ impl Plan {
             .flag("EVEN_P", w.n.is_multiple_of(self.bp as u64))
             .flag("EVEN_Q", w.m.is_multiple_of(self.bq as u64))
             .flag("PAIRS_ALIGNED", w.m.is_multiple_of(2))
-            .flag("VEC_ALIGNED", w.m.is_multiple_of(16 / t.output.bytes() as u64))
+            // 2-byte outputs stored from registers go 16 bytes (8 columns of Q) a thread.
+            .flag("VEC_ALIGNED", w.m.is_multiple_of(8))
             .flag("READ_C", w.reads_c())
             .value("T_EPI", "ALPHA", scalar(w.alpha))
             .value("T_EPI", "BETA", scalar(w.beta));
@@ -1040,7 +1041,9 @@ impl Template for WgmmaGemm {
         // with shared-space stores (STS, not generic ST).
         // 8: a stream-K cluster runs its shared-out range before its tile-by-tile tiles, so the
         // blocks of a wave stay in step through K (v7 ran the range's ends around them).
-        8
+        // 9: 4-byte outputs stored from registers go as pairs again (a quad's pairs already cover
+        // a sector; the trade bought no sectors and cost shuffles); 2-byte outputs keep the trade.
+        9
     }
 
     fn op(&self) -> Op {

@@ -8,25 +8,25 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v8: D = alpha * op(A) op(B) + beta * C
-// workload matmul/m512n384k8192/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v8_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
-#define TT_CLUSTER_ATTR __cluster_dims__(8, 1, 1)
-#define TT_MAP_D 
-#define TT_MAP_D_PTR nullptr
+// wgmma_gemm v9: D = alpha * op(A) op(B) + beta * C
+// workload matmul/m128n65536k512/tn/f16,f32,f16/alpha=1,beta=0
+#define KERNEL_NAME tt_wgmma_gemm_v9_f16f32f16_tn_m128n128_c2_s4_cl1_pers_g1_ws_tmast_1a9cefac
+#define TT_CLUSTER_ATTR 
+#define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
+#define TT_MAP_D_PTR &mapD
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v8_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d {
+namespace ns_tt_wgmma_gemm_v9_f16f32f16_tn_m128n128_c2_s4_cl1_pers_g1_ws_tmast_1a9cefac {
 typedef half T_IN;
-typedef float T_OUT;
+typedef half T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 384;
-constexpr int Q = 512;
-constexpr int K = 8192;
+constexpr int P = 65536;
+constexpr int Q = 128;
+constexpr int K = 512;
 constexpr int BP = 128;
 constexpr int BQ = 128;
 constexpr int BK = 64;
@@ -34,24 +34,24 @@ constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
-constexpr int TILES_P = 3;
-constexpr int TILES_Q = 4;
+constexpr int TILES_P = 512;
+constexpr int TILES_Q = 1;
 constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 12;
-constexpr int SPLIT = 8;
+constexpr int GRID_CLUSTERS = 132;
+constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
 constexpr bool PINGPONG = false;
 constexpr bool STREAM_K = false;
-constexpr bool TMA_STORE = false;
-constexpr bool Y_RESIDENT = false;
-constexpr bool X_ONCE = false;
+constexpr bool TMA_STORE = true;
+constexpr bool Y_RESIDENT = true;
+constexpr bool X_ONCE = true;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 32;
+constexpr int EPI_COLS = 64;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -68,7 +68,7 @@ constexpr int STRIDE_W = 1;
 constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
-constexpr bool Y_KMAJOR = false;
+constexpr bool Y_KMAJOR = true;
 constexpr bool EVEN_P = true;
 constexpr bool EVEN_Q = true;
 constexpr bool PAIRS_ALIGNED = true;
@@ -511,11 +511,11 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n128k16.f32.f16.f16: X K-major, Y MN-major.
+// wgmma.m64n128k16.f32.f16.f16: X K-major, Y K-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(dx), "l"(dy), "r"(1));
 }
@@ -1028,89 +1028,63 @@ __device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* _
   }
 }
 
-// One 64-row wgmma tile of this consumer's accumulators stored from registers, 16 bytes a thread.
-// The wgmma layout gives each thread pairs of adjacent outputs, so a quad covers 8 columns of a
-// row (16 bytes of 2-byte outputs, 32 of 4-byte ones) and stores would split sectors between
-// instructions. The quad instead trades pairs by shuffles so that each thread holds 16 contiguous
-// bytes of one row: 4-byte outputs swap the two rows' pairs between lanes c and c ^ 1; 2-byte
-// outputs transpose 4 x 4 pairs over the quad, each thread taking 8 columns of one row of two
-// column groups. The epilogue (alpha, beta, C) is applied where the pair was computed, before the
-// trade. Needs Q a multiple of the 16-byte vector, so that a vector is wholly in D or wholly out.
-constexpr bool VEC_SHARES = SPLIT == 1 || sizeof(T_OUT) == 4 || REGS_PER_J == 2 || SPLIT_NV % 2 == 0;
-constexpr bool STORE_VECTORS = VEC_ALIGNED && VEC_SHARES && (sizeof(T_OUT) == 4 || sizeof(T_OUT) == 2);
+// One 64-row wgmma tile of this consumer's 2-byte outputs stored from registers, 16 bytes a
+// thread. The wgmma layout gives each thread pairs of adjacent outputs, so a quad covers 8 columns
+// (16 bytes) of a row: half a 32-byte sector, whose other half the next column group's store
+// writes. The quad instead transposes its 4 x 4 pairs of two column groups by shuffles, so that
+// each thread holds 8 columns of one row and a row's sector is written whole by one instruction.
+// The epilogue (alpha, beta, C) is applied where the pair was computed, before the exchange. Needs
+// Q a multiple of 8, so that a vector is wholly in D or wholly out. (4-byte outputs gain nothing
+// from it: a quad's pairs already cover a sector.)
 template <typename T> struct IsHalf { static constexpr bool value = false; };
 template <> struct IsHalf<half> { static constexpr bool value = true; };
+// Under a K split, the four pairs must be in this block's share: two register vectors with f32
+// accumulators, which an even share size keeps together.
+constexpr bool STORE_VECTORS = sizeof(T_OUT) == 2 && VEC_ALIGNED && (SPLIT == 1 || REGS_PER_J == 2 || SPLIT_NV % 2 == 0);
 // Packed f16 accumulators stored as they are (f16 out, alpha 1, no C): register 2j + h holds the
 // pair (j, h), so no conversion is needed.
 constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1;
-
-template <typename V>
-__device__ __forceinline__ V as_bits(const typename Pair<T_OUT>::type& o) {
-  return *reinterpret_cast<const V*>(&o);
-}
 
 // p_r: this thread's first row (the row of h = 0); q0: the tile's first column.
 template <int REGS>
 __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t, int kr, int p_r, int q0,
                                                const T_OUT* __restrict__ C, T_OUT* __restrict__ D) {
   const int c = threadIdx.x % 4;
-  if constexpr (sizeof(T_OUT) == 4) {
 #pragma unroll
-    for (int j = 0; j < BQ / 8; ++j) {
-      if (!stores_pair(t, j, 0, kr)) continue;  // h = 0 and 1 sit in one register vector
-      const int qs = q0 + 8 * j + 2 * c;
-      T_EPI a0, a1, b0, b1;
-      acc_pair(acc, j, 0, a0, a1);
-      acc_pair(acc, j, 1, b0, b1);
-      const uint2 x0 = as_bits<uint2>(epi_pair<true>(a0, a1, C, p_r, qs));
-      const uint2 x1 = as_bits<uint2>(epi_pair<true>(b0, b1, C, p_r + 8, qs));
-      const bool odd = c & 1;
-      // Even lanes keep row h = 0 and take their neighbour's pair of it; odd lanes row h = 1.
-      const uint2 send = odd ? x0 : x1;
-      uint2 recv;
-      recv.x = __shfl_xor_sync(0xffffffff, send.x, 1);
-      recv.y = __shfl_xor_sync(0xffffffff, send.y, 1);
-      const uint4 v = odd ? make_uint4(recv.x, recv.y, x1.x, x1.y) : make_uint4(x0.x, x0.y, recv.x, recv.y);
-      const int p = p_r + (odd ? 8 : 0), q = q0 + 8 * j + 2 * (c & 2);
-      if ((EVEN_P || p < P) && (EVEN_Q || q < Q)) *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = v;
-    }
-  } else {
+  for (int j = 0; j < BQ / 8; j += 2) {
+    if (!stores_pair(t, j, 0, kr)) continue;  // pairs (j, 0..1) and (j + 1, 0..1) share a share
+    unsigned x[4];  // item e: column group j + e / 2, row h = e % 2
 #pragma unroll
-    for (int j = 0; j < BQ / 8; j += 2) {
-      if (!stores_pair(t, j, 0, kr)) continue;  // pairs (j, 0..1) and (j + 1, 0..1) share a share
-      unsigned x[4];  // item e: column group j + e / 2, row h = e % 2
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (RAW_HALVES) {
-          x[e] = acc[2 * j + e];
-          continue;
-        }
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (RAW_HALVES) {
+        x[e] = acc[2 * j + e];
+      } else {
         T_EPI v0, v1;
         acc_pair(acc, j + e / 2, e % 2, v0, v1);
-        x[e] = as_bits<unsigned>(epi_pair<true>(v0, v1, C, p_r + 8 * (e % 2), q0 + 8 * (j + e / 2) + 2 * c));
+        const typename Pair<T_OUT>::type o = epi_pair<true>(v0, v1, C, p_r + 8 * (e % 2), q0 + 8 * (j + e / 2) + 2 * c);
+        x[e] = *reinterpret_cast<const unsigned*>(&o);
       }
-      // Transpose over the quad, one index bit at a time: lane c sends the items whose bit b
-      // differs from its own and receives its partner's in their place.
+    }
+    // Transpose over the quad, one index bit at a time: lane c sends the items whose bit b
+    // differs from its own and receives its partner's in their place.
 #pragma unroll
-      for (int b = 1; b <= 2; b *= 2) {
-        const bool hi = c & b;
+    for (int b = 1; b <= 2; b *= 2) {
+      const bool hi = c & b;
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int lo_e = b == 1 ? 2 * k : k, hi_e = lo_e + b;
-          const unsigned send = hi ? x[lo_e] : x[hi_e];
-          const unsigned recv = __shfl_xor_sync(0xffffffff, send, b);
-          if (hi) {
-            x[lo_e] = recv;
-          } else {
-            x[hi_e] = recv;
-          }
+      for (int k = 0; k < 2; ++k) {
+        const int lo_e = b == 1 ? 2 * k : k, hi_e = lo_e + b;
+        const unsigned recv = __shfl_xor_sync(0xffffffff, hi ? x[lo_e] : x[hi_e], b);
+        if (hi) {
+          x[lo_e] = recv;
+        } else {
+          x[hi_e] = recv;
         }
       }
-      // Lane c now holds item c's row across the quad: 8 columns, 16 bytes.
-      const int p = p_r + 8 * (c & 1), q = q0 + 8 * (j + c / 2);
-      if ((EVEN_P || p < P) && (EVEN_Q || q < Q))
-        *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = make_uint4(x[0], x[1], x[2], x[3]);
     }
+    // Lane c now holds item c's row across the quad: 8 columns, 16 bytes.
+    const int p = p_r + 8 * (c & 1), q = q0 + 8 * (j + c / 2);
+    if ((EVEN_P || p < P) && (EVEN_Q || q < Q))
+      *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = make_uint4(x[0], x[1], x[2], x[3]);
   }
 }
 
@@ -1355,7 +1329,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v8_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
+}  // namespace ns_tt_wgmma_gemm_v9_f16f32f16_tn_m128n128_c2_s4_cl1_pers_g1_ws_tmast_1a9cefac
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
