@@ -44,12 +44,15 @@
 #     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
 #                workload), both load paths (gathered, pointwise)
 #     csmoke     each sanitizer config once through run_one (a quick check before wconv)
-#     regstore   the epilogue that stores from registers (since wgmma v7, 2-byte outputs go 16 bytes a
-#                thread after a quad exchange of pairs; since v9, 4-byte outputs go as pairs): gpu_selftest with SELFTEST_KNOB=epilogue:direct over
+#     regstore   the epilogue that stores from registers (since wgmma v7, 2-byte outputs go 16 bytes
+#                a thread after a quad exchange of pairs; since v9, 4-byte outputs go as pairs):
+#                gpu_selftest with SELFTEST_KNOB=epilogue:direct over
 #                every output width (f32, i32, f16, bf16; packed f16 accumulators), ragged tiles,
 #                beta != 0, an M that is not a multiple of 8 (the pair path) and a K split;
 #                REGSTORE_CONFIGS per workload; then compute-sanitizer memcheck on a ragged f16-out
 #                case and a ragged K split
+#     instmix    executed instructions by opcode (ncu) of each KEY CONFIG of INSTMIX_FILE, and with
+#                INSTMIX_VENDOR=1 of the vendor kernels beside the first line
 #     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on each wgmma_conv2d config of
 #                CONV_CASES (gathered, im2col and pointwise; f16, bf16, i8, tf32); CONV_CASES_MATCH
 #                (e.g. tf32) keeps only the cases whose line contains it, for csmoke too
@@ -900,6 +903,56 @@ for name, m in by.items():
 PY2
 }
 
+# Executed instructions by opcode (ncu's sass__inst_executed_per_opcode, one launch, cold L2) of
+# each KEY CONFIG line of INSTMIX_FILE, and with INSTMIX_VENDOR=1 of the vendor kernels timed beside
+# the first line: where a kernel's instructions go, to set beside another's for the same work.
+step_instmix() {
+  local file=${INSTMIX_FILE:?INSTMIX_FILE names a KEY CONFIG file} key cfg n=0
+  while read -r key cfg; do
+    case "$key" in '#'* | '') continue ;; esac
+    n=$((n + 1))
+    say "instmix $n: $key $cfg"
+    TT_NO_BASELINE=1 TT_TEMPLATE=${INSTMIX_TEMPLATE:-wgmma_gemm} timeout 200 ncu --clock-control none \
+      --kernel-name regex:'^tt_w' --launch-skip 1 --launch-count 1 --csv --print-metric-instances details \
+      --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,gpu__time_duration.sum \
+      "$BIN/run_one" "$key" "$cfg" 2 1 >"$LOGS/instmix-$n.csv" 2>&1
+    if [ "$n" = 1 ] && [ -n "${INSTMIX_VENDOR:-}" ]; then
+      TT_TEMPLATE=${INSTMIX_TEMPLATE:-wgmma_gemm} timeout 300 ncu --clock-control none \
+        --kernel-name regex:"$CUBLAS_KERNELS" --launch-skip 0 --launch-count 40 --csv --print-metric-instances details \
+        --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,gpu__time_duration.sum \
+        "$BIN/run_one" "$key" "$cfg" 2 1 >"$LOGS/instmix-vendor.csv" 2>&1
+    fi
+  done <"$file"
+  python3 - "$LOGS"/instmix-*.csv <<'PY' 2>&1 | tee -a "$SUMMARY"
+import csv, sys
+seen = set()
+for f in sys.argv[1:]:
+    rows = [r for r in csv.reader(open(f)) if len(r) > 10 and r[0] != "ID"]
+    by = {}
+    for r in rows:
+        by.setdefault((r[0], r[4]), {})[r[-3]] = r[-1]
+    for (_, name), m in by.items():
+        if name in seen:
+            continue
+        seen.add(name)
+        # "total (OPCODE: n; OPCODE: n; ...)" with instance details (the separator may be a space).
+        ops = m.get("sass__inst_executed_per_opcode", "")
+        inner = ops[ops.find("(") + 1 : ops.rfind(")")] if "(" in ops else ops
+        pairs = []
+        for item in inner.split(";"):
+            parts = item.replace(":", " ").split()
+            if len(parts) >= 2:
+                try:
+                    pairs.append((float(parts[-1].replace(",", "")), " ".join(parts[:-1])))
+                except ValueError:
+                    pass
+        pairs.sort(reverse=True)
+        total = m.get("smsp__inst_executed.sum", "?")
+        print("  %s: %s instructions, %s ns" % (name[:80], total, m.get("gpu__time_duration.sum", "?")))
+        print("    " + ", ".join("%s %.2fM" % (op, v / 1e6) for v, op in pairs[:24]))
+PY
+}
+
 # Matmul kernels against the memory and the L2: each KEY CONFIG line of DIAG_FILE (default
 # scripts/diag-large.txt) under ncu beside every cuBLAS candidate of its baseline (ncu_pair);
 # DIAG_VENDOR=first profiles the vendor's kernels for the first line of each workload only, 0 never.
@@ -970,7 +1023,7 @@ for step in "$@"; do
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union | sustain | membw) "step_$step" ;;
     wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag | diag | abwin) "step_$step" ;;
-    regstore | openbars) "step_$step" ;;
+    regstore | openbars | instmix) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2
