@@ -1013,8 +1013,12 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll 1
     for (int kt = work.k0; kt < work.k1; ++kt) {
       bar_wait(&full[stage], phase);
-      const unsigned long long desc_x = desc_x0 + (unsigned)(stage * (X_STAGE >> 4));
-      const unsigned long long desc_y = desc_y0 + (unsigned)((Y_RESIDENT ? kt : stage) * (Y_STAGE >> 4));
+      // With the loads issued inline, thread 0's branch into the loader leaves the compiler
+      // unsure that the ring slot is warp-uniform; a broadcast says so, and the descriptors stay
+      // in uniform registers (without it, each wgmma's came from vector registers by R2UR).
+      const int slot = SPECIALIZED ? stage : __shfl_sync(0xffffffff, stage, 0);
+      const unsigned long long desc_x = desc_x0 + (unsigned)(slot * (X_STAGE >> 4));
+      const unsigned long long desc_y = desc_y0 + (unsigned)((Y_RESIDENT ? kt : slot) * (Y_STAGE >> 4));
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {

@@ -1043,7 +1043,9 @@ impl Template for WgmmaGemm {
         // blocks of a wave stay in step through K (v7 ran the range's ends around them).
         // 9: 4-byte outputs stored from registers go as pairs again (a quad's pairs already cover
         // a sector; the trade bought no sectors and cost shuffles); 2-byte outputs keep the trade.
-        9
+        // 10: with the loads issued inline, the consumers' wgmma descriptors stay in uniform
+        // registers (the ring slot is broadcast; v9 moved them from vector registers per wgmma).
+        10
     }
 
     fn op(&self) -> Op {

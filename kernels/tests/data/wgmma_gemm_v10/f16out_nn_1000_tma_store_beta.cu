@@ -8,25 +8,25 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v9: D = alpha * op(A) op(B) + beta * C
-// workload matmul/m512n384k8192/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v9_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
-#define TT_CLUSTER_ATTR __cluster_dims__(8, 1, 1)
-#define TT_MAP_D 
-#define TT_MAP_D_PTR nullptr
+// wgmma_gemm v10: D = alpha * op(A) op(B) + beta * C
+// workload matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5
+#define KERNEL_NAME tt_wgmma_gemm_v10_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
+#define TT_CLUSTER_ATTR 
+#define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
+#define TT_MAP_D_PTR &mapD
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v9_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d {
+namespace ns_tt_wgmma_gemm_v10_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817 {
 typedef half T_IN;
-typedef float T_OUT;
+typedef half T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 384;
-constexpr int Q = 512;
-constexpr int K = 8192;
+constexpr int P = 1000;
+constexpr int Q = 1000;
+constexpr int K = 1024;
 constexpr int BP = 128;
 constexpr int BQ = 128;
 constexpr int BK = 64;
@@ -34,24 +34,24 @@ constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
-constexpr int TILES_P = 3;
-constexpr int TILES_Q = 4;
+constexpr int TILES_P = 8;
+constexpr int TILES_Q = 8;
 constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 12;
-constexpr int SPLIT = 8;
+constexpr int GRID_CLUSTERS = 64;
+constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
-constexpr bool PINGPONG = false;
+constexpr bool PINGPONG = true;
 constexpr bool STREAM_K = false;
-constexpr bool TMA_STORE = false;
+constexpr bool TMA_STORE = true;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 32;
+constexpr int EPI_COLS = 64;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -69,13 +69,13 @@ constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
 constexpr bool Y_KMAJOR = false;
-constexpr bool EVEN_P = true;
-constexpr bool EVEN_Q = true;
+constexpr bool EVEN_P = false;
+constexpr bool EVEN_Q = false;
 constexpr bool PAIRS_ALIGNED = true;
 constexpr bool VEC_ALIGNED = true;
-constexpr bool READ_C = false;
+constexpr bool READ_C = true;
 constexpr T_EPI ALPHA = 1.0f;
-constexpr T_EPI BETA = 0.0f;
+constexpr T_EPI BETA = 0.5f;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -1244,8 +1244,12 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll 1
     for (int kt = work.k0; kt < work.k1; ++kt) {
       bar_wait(&full[stage], phase);
-      const unsigned long long desc_x = desc_x0 + (unsigned)(stage * (X_STAGE >> 4));
-      const unsigned long long desc_y = desc_y0 + (unsigned)((Y_RESIDENT ? kt : stage) * (Y_STAGE >> 4));
+      // With the loads issued inline, thread 0's branch into the loader leaves the compiler
+      // unsure that the ring slot is warp-uniform; a broadcast says so, and the descriptors stay
+      // in uniform registers (without it, each wgmma's came from vector registers by R2UR).
+      const int slot = SPECIALIZED ? stage : __shfl_sync(0xffffffff, stage, 0);
+      const unsigned long long desc_x = desc_x0 + (unsigned)(slot * (X_STAGE >> 4));
+      const unsigned long long desc_y = desc_y0 + (unsigned)((Y_RESIDENT ? kt : slot) * (Y_STAGE >> 4));
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
@@ -1329,7 +1333,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v9_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
+}  // namespace ns_tt_wgmma_gemm_v10_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
