@@ -1,5 +1,5 @@
 //! The configs the GPU check script runs by hand (`scripts/ab-wgmma-*.txt` and
-//! `ab-wconv-*.txt` for the current versions, `diag-*.txt`) are valid for their template on sm_90: a typo or a rule change shows here, in CI, and
+//! `ab-wconv-*.txt` for the current versions, `diag-*.txt`, `instmix-*.txt`) are valid for their template on sm_90: a typo or a rule change shows here, in CI, and
 //! not as a wasted call on the GPU.
 
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use tensortune_kernels::{Config, Target, Template, Workload};
 fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts");
     let mut checked = 0;
-    let files: [(&str, &dyn Template); 12] = [
+    let files: [(&str, &dyn Template); 20] = [
         ("ab-wgmma-7.txt", &WgmmaGemm),
         ("ab-wconv-7.txt", &WgmmaConv2d),
         ("ab-wgmma-split.txt", &WgmmaGemm),
@@ -25,6 +25,14 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
         ("ab-wconv-pointwise-stages.txt", &WgmmaConv2d),
         ("diag-large.txt", &WgmmaGemm),
         ("diag-l2.txt", &WgmmaGemm),
+        ("ab-wgmma-8.txt", &WgmmaGemm),
+        ("ab-wgmma-pairs.txt", &WgmmaGemm),
+        ("ab-wgmma-10.txt", &WgmmaGemm),
+        ("ab-wgmma-sustain-14336.txt", &WgmmaGemm),
+        ("diag-stream-k.txt", &WgmmaGemm),
+        ("diag-14336.txt", &WgmmaGemm),
+        ("diag-14336-clock.txt", &WgmmaGemm),
+        ("instmix-14336.txt", &WgmmaGemm),
     ];
     for (file, template) in files {
         let text = std::fs::read_to_string(scripts.join(file)).unwrap();
@@ -36,5 +44,5 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
             checked += 1;
         }
     }
-    assert!(checked >= 90, "only {checked} lines");
+    assert!(checked >= 140, "only {checked} lines");
 }
