@@ -234,13 +234,13 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
             let mut sk_ranges = Vec::new();
             let mut tail_starts = std::collections::BTreeMap::new();
             let mut partial_ends = std::collections::BTreeMap::new();
+            let g = p.grid(&sm90);
             for b in 0..p.blocks(&sm90) {
                 let jobs = p.block_work(&sm90, b);
                 assert!(p.persistent || jobs.len() == 1, "{name}: a non-persistent block runs {} jobs", jobs.len());
                 let kinds: Vec<WorkKind> = jobs.iter().map(|j| j.kind).collect();
                 // A partial comes first (nobody waits long for it), a tail last of the stream-K
                 // range, one of each at most; the range comes before the tile-by-tile tiles.
-                let g = p.grid(&sm90);
                 let sk_jobs = jobs.iter().take_while(|j| p.stream_k && j.ct >= g.sk_dp_tiles).count();
                 assert!(
                     jobs[sk_jobs..]
@@ -252,15 +252,17 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
                 assert!(!kinds.iter().skip(1).any(|k| *k == WorkKind::Partial), "{name}: {kinds:?}");
                 assert!(!kinds[..sk_jobs].iter().rev().skip(1).any(|k| *k == WorkKind::Tail), "{name}: {kinds:?}");
                 if p.stream_k && b % cl == 0 {
-                    let range: u64 = jobs[..sk_jobs].iter().map(|j| j.k1 - j.k0).sum();
-                    sk_ranges.push(range);
+                    let range = &jobs[..sk_jobs];
+                    let k_tiles = |js: &[Work]| js.iter().map(|j| j.k1 - j.k0).sum::<u64>();
+                    sk_ranges.push(k_tiles(range));
                     // K tiles this cluster has summed when its tail starts, and when its partial ends.
-                    let before_tail: u64 = jobs[..sk_jobs.saturating_sub(1)].iter().map(|j| j.k1 - j.k0).sum();
-                    if kinds.get(sk_jobs.wrapping_sub(1)) == Some(&WorkKind::Tail) {
-                        tail_starts.insert(b / cl, before_tail);
+                    if let Some((last, before)) = range.split_last()
+                        && last.kind == WorkKind::Tail
+                    {
+                        tail_starts.insert(b / cl, k_tiles(before));
                     }
-                    if kinds.first() == Some(&WorkKind::Partial) {
-                        partial_ends.insert(b / cl, jobs[0].k1 - jobs[0].k0);
+                    if let Some(first) = range.first().filter(|j| j.kind == WorkKind::Partial) {
+                        partial_ends.insert(b / cl, first.k1 - first.k0);
                     }
                 }
                 for j in &jobs {
@@ -321,7 +323,6 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
                 // tile's K each, so in step no tail starts before the partials it adds are done.
                 let (lo, hi) = (*sk_ranges.iter().min().unwrap(), *sk_ranges.iter().max().unwrap());
                 assert!(hi - lo <= 1, "{name}: stream-K ranges of {lo}..{hi} K tiles");
-                let g = p.grid(&sm90);
                 if g.cluster_tiles >= g.blocks / cl {
                     assert!(lo >= kt, "{name}: a stream-K range of {lo} K tiles, a tile has {kt}");
                     sk_whole_wave += 1;
