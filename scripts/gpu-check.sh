@@ -906,21 +906,26 @@ PY2
 # Executed instructions by opcode (ncu's sass__inst_executed_per_opcode, one launch, cold L2) of
 # each KEY CONFIG line of INSTMIX_FILE, and with INSTMIX_VENDOR=1 of the vendor kernels timed beside
 # the first line: where a kernel's instructions go, to set beside another's for the same work.
+# instmix_ncu LOG SECONDS KERNEL_REGEX SKIP COUNT [VAR=VALUE...]: run_one on $key $cfg under ncu,
+# the opcode counts of the matching kernels into LOG (CSV, with instance names).
+instmix_ncu() {
+  local log=$1 secs=$2 kernels=$3 skip=$4 count=$5
+  shift 5
+  env "$@" TT_TEMPLATE="${INSTMIX_TEMPLATE:-wgmma_gemm}" timeout "$secs" ncu --clock-control none \
+    --kernel-name regex:"$kernels" --launch-skip "$skip" --launch-count "$count" --csv --print-metric-instances details \
+    --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,gpu__time_duration.sum \
+    "$BIN/run_one" "$key" "$cfg" 2 1 >"$log" 2>&1
+}
+
 step_instmix() {
   local file=${INSTMIX_FILE:?INSTMIX_FILE names a KEY CONFIG file} key cfg n=0
   while read -r key cfg; do
     case "$key" in '#'* | '') continue ;; esac
     n=$((n + 1))
     say "instmix $n: $key $cfg"
-    TT_NO_BASELINE=1 TT_TEMPLATE=${INSTMIX_TEMPLATE:-wgmma_gemm} timeout 200 ncu --clock-control none \
-      --kernel-name regex:'^tt_w' --launch-skip 1 --launch-count 1 --csv --print-metric-instances details \
-      --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,gpu__time_duration.sum \
-      "$BIN/run_one" "$key" "$cfg" 2 1 >"$LOGS/instmix-$n.csv" 2>&1
+    instmix_ncu "$LOGS/instmix-$n.csv" 200 '^tt_w' 1 1 TT_NO_BASELINE=1
     if [ "$n" = 1 ] && [ -n "${INSTMIX_VENDOR:-}" ]; then
-      TT_TEMPLATE=${INSTMIX_TEMPLATE:-wgmma_gemm} timeout 300 ncu --clock-control none \
-        --kernel-name regex:"$CUBLAS_KERNELS" --launch-skip 0 --launch-count 40 --csv --print-metric-instances details \
-        --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,gpu__time_duration.sum \
-        "$BIN/run_one" "$key" "$cfg" 2 1 >"$LOGS/instmix-vendor.csv" 2>&1
+      instmix_ncu "$LOGS/instmix-vendor.csv" 300 "$CUBLAS_KERNELS" 0 40
     fi
   done <"$file"
   python3 - "$LOGS"/instmix-*.csv <<'PY' 2>&1 | tee -a "$SUMMARY"
