@@ -75,6 +75,10 @@
 #                under ncu (duration, DRAM bytes and throughput, L2 hit rate, clock)
 #     sustain    ours alone, then ours and the vendor's pick alternating, under sustained load, with the
 #                clock and power sampled (SUSTAIN_FILE, default scripts/ab-wgmma-sustain.txt)
+#     hot        each kernel alone under sustained load (HOT_FILE, default scripts/hot-14336.txt:
+#                KEY CONFIG for ours, KEY CONFIG gemmex|lt:N for a vendor algorithm alone), held on
+#                the GPU for HOT_REPEAT x HOT_SAMPLES samples: the late time, clock, NVML power and
+#                energy per launch; HOT_NAMES=1 names each vendor algorithm's kernels (ncu)
 #     diag       matmul kernels against the memory: each KEY CONFIG of DIAG_FILE (default
 #                scripts/diag-large.txt) and every cuBLAS candidate of its baseline under ncu (duration,
 #                DRAM bytes, L2 traffic and hit rate, clock); DIAG_VENDOR=first|0 profiles cuBLAS
@@ -538,16 +542,19 @@ PY
 # runs at full clock; a GPU kept busy runs under its power cap, where what each kernel costs in
 # energy decides its clock. Prints per config: ours alone (median us, clock, power), and the
 # alternating pairs (median us of each, the median of their ratios, vendor / ours).
+# SUSTAIN_VENDOR=gemmex|lt:N alternates with that vendor algorithm instead of run_one's pick.
+# SUSTAIN_MODES (default "alone alternate") picks the runs.
 step_sustain() {
   local file=${SUSTAIN_FILE:-scripts/ab-wgmma-sustain.txt} n=0
   local sampler
   sampler=$(sample_clocks "$LOGS/sustain-power.csv" 100)
   grep -v '^#' "$file" | while read -r key cfg; do
     n=$((n + 1))
-    for mode in alone alternate; do
+    for mode in ${SUSTAIN_MODES:-alone alternate}; do
       local env=(TT_TEMPLATE=${SUSTAIN_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0)
       [ $mode = alone ] && env+=(TT_NO_BASELINE=1)
       [ $mode = alternate ] && env+=(TT_ALTERNATE=1)
+      [ $mode = alternate ] && [ -n "${SUSTAIN_VENDOR:-}" ] && env+=(TT_VENDOR=$SUSTAIN_VENDOR)
       local t0=$(date +%s%3N)
       env "${env[@]}" timeout 300 "$BIN/run_one" "$key" "$cfg" "${SUSTAIN_SAMPLES:-20}" "${SUSTAIN_REPEAT:-8}" \
         >"$LOGS/sustain-$n-$mode.log" 2>&1
@@ -590,6 +597,64 @@ PY
     done
   done
   kill $sampler 2>/dev/null
+}
+
+# Each kernel alone under sustained load: for each line of HOT_FILE (KEY CONFIG, ours; or KEY
+# CONFIG gemmex|lt:N, that vendor algorithm alone, CONFIG only compiled), one run_one process that
+# holds the kernel on the GPU for HOT_REPEAT (default 10) measurements of HOT_SAMPLES (default 400)
+# samples, each of at least 1 ms of launches (a measurement of a large GEMM lasts about a second:
+# NVML's energy counter moves in steps of about 100 ms). The first two measurements are left out (the GPU
+# comes from whatever ran before); the rest give the median time, the NVML clock, the board's mean
+# power over each measurement (its energy counter) and so the energy per launch. Under the power
+# cap, a kernel's sustained time is its energy per launch over the cap: this ranks kernels as a
+# long job sees them, where a short burst on a cool GPU ranks them by cycles. HOT_NAMES=1 also
+# names the kernels each vendor line launches (ncu, one launch).
+step_hot() {
+  local file=${HOT_FILE:-scripts/hot-14336.txt} n=0
+  grep -v '^#' "$file" | while read -r key cfg vendor; do
+    [ -z "$key" ] && continue
+    n=$((n + 1))
+    local env=(TT_TEMPLATE=${HOT_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0 TT_NO_BASELINE=1)
+    [ -n "$vendor" ] && env+=(TT_VENDOR=$vendor)
+    env "${env[@]}" timeout 300 "$BIN/run_one" "$key" "$cfg" "${HOT_SAMPLES:-400}" "${HOT_REPEAT:-10}" \
+      >"$LOGS/hot-$n.log" 2>&1
+    local what=${vendor:-ours $cfg}
+    python3 - "$LOGS/hot-$n.log" "$n" "$(echo "$key" | cut -d/ -f2-4)" "$what" <<'PY' | tee -a "$SUMMARY"
+import re, sys, statistics as st
+log, n, shape, what = sys.argv[1:5]
+rows = []
+for line in open(log):
+    m = re.search(r"^(\d+) .* median ([0-9.]+) us .* clock (\d+) MHz.* energy (\d+) mJ", line)
+    if m and float(m.group(2)) > 0:
+        rows.append((int(m.group(1)), float(m.group(2)), int(m.group(3)), int(m.group(4))))
+    elif "median" not in line and line.strip():
+        print("   ", line.strip()[:200])
+late = rows[2:]
+if len(late) < 2:
+    print("hot %s %s %s: too few measurements (%d)" % (n, shape, what, len(rows)))
+    sys.exit()
+us = st.median(r[1] for r in late)
+# Mean power from the energy counter over the late repeats (wall time between their ends).
+w = (late[-1][3] - late[0][3]) / (late[-1][0] - late[0][0])
+print("hot %-2s %-22s %9.2f us (min %9.2f, max %9.2f)  %4.0f MHz  %4.0f W  %6.1f mJ/launch  %s"
+      % (n, shape, us, min(r[1] for r in late), max(r[1] for r in late), st.median(r[2] for r in late), w, w * us / 1e3, what[:150]))
+PY
+    if [ -n "$vendor" ] && [ "${HOT_NAMES:-0}" = 1 ]; then
+      TT_TEMPLATE=${HOT_TEMPLATE:-wgmma_gemm} TT_NO_BASELINE=1 TT_VENDOR=$vendor timeout 200 ncu --kernel-name regex:'^[^t]' \
+        --launch-count 4 --csv --metrics gpu__time_duration.sum,launch__grid_size,launch__cluster_dim_x,launch__cluster_dim_y \
+        "$BIN/run_one" "$key" "$cfg" 1 1 >"$LOGS/hot-$n-names.csv" 2>&1
+      python3 - "$LOGS/hot-$n-names.csv" <<'PY' | tee -a "$SUMMARY"
+import csv, sys
+seen = {}
+for r in csv.reader(open(sys.argv[1])):
+    if len(r) > 10 and r[0] != "ID":
+        seen.setdefault(r[4], {})[r[-3]] = r[-1]
+for name, m in seen.items():
+    print("      kernel %s grid %s cluster %sx%s" % (name[:110], m.get("launch__grid_size", "?"),
+          m.get("launch__cluster_dim_x", "?"), m.get("launch__cluster_dim_y", "?")))
+PY
+    fi
+  done
 }
 
 # The memory roofline of a streaming layer: scripts/membw.cu built with nvcc, reading and writing
@@ -1028,7 +1093,7 @@ for step in "$@"; do
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union | sustain | membw) "step_$step" ;;
     wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag | diag | abwin) "step_$step" ;;
-    regstore | openbars | instmix) "step_$step" ;;
+    regstore | openbars | instmix | hot) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

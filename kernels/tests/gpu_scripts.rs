@@ -1,5 +1,5 @@
 //! The configs the GPU check script runs by hand (`scripts/ab-wgmma-*.txt` and
-//! `ab-wconv-*.txt` for the current versions, `diag-*.txt`, `instmix-*.txt`) are valid for their template on sm_90: a typo or a rule change shows here, in CI, and
+//! `ab-wconv-*.txt` for the current versions, `diag-*.txt`, `instmix-*.txt`, `hot-*.txt`) are valid for their template on sm_90: a typo or a rule change shows here, in CI, and
 //! not as a wasted call on the GPU.
 
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use tensortune_kernels::{Config, Target, Template, Workload};
 fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts");
     let mut checked = 0;
-    let files: [(&str, &dyn Template); 20] = [
+    let files: [(&str, &dyn Template); 24] = [
         ("ab-wgmma-7.txt", &WgmmaGemm),
         ("ab-wconv-7.txt", &WgmmaConv2d),
         ("ab-wgmma-split.txt", &WgmmaGemm),
@@ -33,11 +33,27 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
         ("diag-14336.txt", &WgmmaGemm),
         ("diag-14336-clock.txt", &WgmmaGemm),
         ("instmix-14336.txt", &WgmmaGemm),
+        ("hot-14336.txt", &WgmmaGemm),
+        ("hot-14336-knobs.txt", &WgmmaGemm),
+        ("hot-14336-tn.txt", &WgmmaGemm),
+        ("ab-wgmma-sustain-pick.txt", &WgmmaGemm),
     ];
     for (file, template) in files {
         let text = std::fs::read_to_string(scripts.join(file)).unwrap();
         for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
             let (key, config) = line.split_once(' ').unwrap();
+            // A `hot` file's vendor lines end with the algorithm to time: gemmex or lt:N.
+            let config = match config.rsplit_once(' ') {
+                Some((config, vendor)) if !vendor.ends_with('}') => {
+                    let lt = vendor.strip_prefix("lt:").and_then(|n| n.parse::<usize>().ok());
+                    assert!(
+                        vendor == "gemmex" || lt.is_some_and(|n| (1..=8).contains(&n)),
+                        "{file}: {line}: vendor {vendor}"
+                    );
+                    config
+                }
+                _ => config,
+            };
             let w = Workload::from_key(key).unwrap();
             let c = Config::from_json(config).unwrap();
             template.check(&w, &c, &Target::sm90()).unwrap_or_else(|e| panic!("{file}: {line}: {e}"));

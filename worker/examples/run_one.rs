@@ -4,8 +4,11 @@
 //! cold L2). For profilers (ncu) and repeatability checks. `TT_NO_BASELINE=1` leaves the vendor
 //! baseline out of the process. `TT_ALTERNATE=1` times the vendor after every repeat, not just the
 //! first (its pick again, as finalist rounds do): ours and the vendor alternate from the same GPU
-//! state, for comparisons under sustained load. Each line starts with the wall time (Unix ms), to
-//! set beside `nvidia-smi` samples of clock and power.
+//! state, for comparisons under sustained load. `TT_VENDOR=gemmex` or `TT_VENDOR=lt:N` times that
+//! vendor algorithm alone instead of our kernel, `repeat` times (to hold one kernel on the GPU for
+//! seconds); with `TT_ALTERNATE` too, that algorithm is the one timed after ours each repeat. Each line starts with the wall time (Unix ms), to set beside `nvidia-smi` samples of
+//! clock and power, and ends with the board's mean power over that repeat and its energy counter
+//! (NVML, millijoules).
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::*;
 use tensortune_worker::cuda::CudaExecutor;
@@ -34,6 +37,7 @@ fn main() -> anyhow::Result<()> {
     let cubin = nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)?.cubin;
     let support_cubin = nvrtc::compile(&support::source(&w), "support", &target.nvrtc_arch(), &inc)?.cubin;
     let alternate = std::env::var_os("TT_ALTERNATE").is_some();
+    let vendor = std::env::var("TT_VENDOR").ok();
     for r in 0..repeat {
         let req = MeasureRequest {
             task_id: r as u64,
@@ -54,21 +58,52 @@ fn main() -> anyhow::Result<()> {
             model_us: 0.0,
             vendor_model_us: 0.0,
         };
-        let o = exec.measure(&req);
+        let (energy0, t0) = (exec.energy_mj(), std::time::Instant::now());
+        let line = match (&vendor, alternate) {
+            (Some(which), false) => {
+                let (us, kind) = exec.vendor_alone(&req, which)?;
+                format!(
+                    "{kind} {} median {:.3} us vendor None clock {} MHz",
+                    if us.is_some() { "Ok" } else { "Failed" },
+                    us.unwrap_or(0.0),
+                    exec.sm_clock_mhz()
+                )
+            }
+            (which, _) => {
+                // With TT_VENDOR and TT_ALTERNATE: ours, then that vendor algorithm (not the pick).
+                let o = exec.measure(&MeasureRequest { baseline: req.baseline && which.is_none(), ..req.clone() });
+                let (baseline_us, baseline_kind) = match which {
+                    Some(which) => exec.vendor_alone(&req, which)?,
+                    None => (o.baseline_us, o.baseline_kind.clone()),
+                };
+                format!(
+                    "{} {:?} median {:.3} us spread {:.4} batch {} vendor {:?} clock {} MHz err {:?} {} [vendor: {}]",
+                    spec.name,
+                    o.status,
+                    o.median_us,
+                    o.spread,
+                    o.batch,
+                    baseline_us,
+                    o.sm_clock_mhz,
+                    o.max_abs_err,
+                    o.error,
+                    baseline_kind
+                )
+            }
+        };
+        // The counter moves in steps (about every 100 ms on an H100): a short repeat's power is
+        // rough, so the raw counter goes out too, for a mean over many repeats.
+        let power = match (energy0, exec.energy_mj()) {
+            (Some(e0), Some(e1)) => {
+                format!(
+                    " power {:.0} W energy {e1} mJ",
+                    (e1.saturating_sub(e0)) as f64 / t0.elapsed().as_secs_f64() / 1e3
+                )
+            }
+            _ => String::new(),
+        };
         let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        println!(
-            "{now_ms} {} {:?} median {:.3} us spread {:.4} batch {} vendor {:?} clock {} MHz err {:?} {} [vendor: {}]",
-            spec.name,
-            o.status,
-            o.median_us,
-            o.spread,
-            o.batch,
-            o.baseline_us,
-            o.sm_clock_mhz,
-            o.max_abs_err,
-            o.error,
-            o.baseline_kind
-        );
+        println!("{now_ms} {line}{power}");
     }
     Ok(())
 }

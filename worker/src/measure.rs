@@ -18,7 +18,7 @@ use crate::finalist;
 use crate::held::Lease;
 use crate::inject::{Fault, INJECT_FAULTS_ENV, Injector};
 use crate::link::TaskResult;
-use crate::plan::Plan;
+use crate::plan::{Pass, Plan};
 use crate::prepare::{Candidate, Prepared, Work};
 use crate::protocol::{MeasureOutcome, Status};
 use crate::record;
@@ -111,7 +111,7 @@ pub(crate) async fn measure_stage(
                     let outcome = match image {
                         Ok(image) => tokio::select! {
                             _ = stop.cancelled() => return Ok(()),
-                            outcome = measurer.measure(lease.task_id, &kernel.plan, &image, &support, false) => outcome?,
+                            outcome = measurer.measure(lease.task_id, &kernel.plan, &image, &support, Pass::Trial) => outcome?,
                         },
                         Err(failed) => failed,
                     };
@@ -154,21 +154,20 @@ struct Measurer<'a> {
 }
 
 impl Measurer<'_> {
-    /// Measures `plan`'s kernel once in the child, asking for the vendor baseline while the
-    /// worker has none for the workload, or timed afresh with `fresh_baseline`. `Err` only when
-    /// no measuring child can be started.
+    /// Measures `plan`'s kernel once in the child for `pass`, asking for the vendor baseline
+    /// while the worker has none for the workload, or timed afresh when the pass says so. `Err`
+    /// only when no measuring child can be started.
     async fn measure(
         &mut self,
         task_id: u64,
         plan: &Plan,
         kernel: &Image,
         support: &Image,
-        fresh_baseline: bool,
+        pass: Pass,
     ) -> anyhow::Result<MeasureOutcome> {
         let (key, flush_l2) = (&plan.workload_key, plan.sampling.flush_l2);
-        let wanted = self.baselines.wanted(key, flush_l2) || fresh_baseline;
-        let mut request = plan.request(task_id, kernel, support, wanted);
-        request.fresh_baseline = fresh_baseline;
+        let fresh_baseline = matches!(pass, Pass::Finalist { fresh_baseline: true });
+        let request = plan.request(task_id, kernel, support, self.baselines.wanted(key, flush_l2), pass);
         let span = tracing::info_span!("measure", task = task_id, kernel = %plan.spec.name, gpu = %self.shared.gpu);
         let mut outcome = self.supervisor.measure(request).instrument(span).await?;
         // A fresh timing that did not happen stays missing (the caller pairs it with this
@@ -198,8 +197,10 @@ impl Measurer<'_> {
 
     /// Measures a finalist task's configs `rounds` times, interleaved (see `finalist`), and
     /// returns their records in task order; `None` when the task was dropped or the worker is
-    /// stopping (nothing is reported). The first measurable finalist is measured once before
-    /// round 1 and not recorded, so that the rounds run on a GPU in the state they keep it in.
+    /// stopping (nothing is reported). Finalists are timed in long samples (see [`Pass`]): a
+    /// sustained load's clock, not a burst's. The first measurable finalist is measured once
+    /// before round 1 and not recorded, so that the rounds run on a GPU in the state they keep
+    /// it in.
     /// Every measurement in the rounds times the vendor library right after (only the algorithm
     /// the child picked when it first timed every candidate for the workload, at the start of the
     /// tuning, on a cool GPU), so each finalist is compared with the vendor from the same GPU
@@ -223,7 +224,7 @@ impl Measurer<'_> {
             }
             tokio::select! {
                 _ = stop.cancelled() => return Ok(None),
-                warm = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, false) => {
+                warm = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, Pass::Finalist { fresh_baseline: false }) => {
                     tracing::debug!(task = lease.task_id, kernel = %kernel.plan.spec.name, status = ?warm?.status, "finalist warm-up (not recorded)");
                 }
             }
@@ -240,7 +241,7 @@ impl Measurer<'_> {
                 }
                 let outcome = tokio::select! {
                     _ = stop.cancelled() => return Ok(None),
-                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, true) => outcome?,
+                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, Pass::Finalist { fresh_baseline: true }) => outcome?,
                 };
                 if outcome.status == Status::Ok
                     && let Some(us) = outcome.baseline_us

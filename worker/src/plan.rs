@@ -11,6 +11,15 @@ use crate::protocol::{Launch, MeasureRequest};
 
 /// Minimum GPU time of one timing sample, milliseconds (the child grows the batch to reach it).
 const MIN_SAMPLE_MS: f64 = 1.0;
+/// Minimum GPU time of one timing sample of a finalist, milliseconds: with the default 10
+/// samples, a finalist's measurement and the vendor timing after it each hold the GPU for at
+/// least half a second, long enough to reach the clock a sustained load runs at. A GPU's power
+/// management acts over about a hundred milliseconds: on an H100 at its power cap (2026-11-26,
+/// f16 4096x14336x4096), 1 ms samples timed a transient that depended on what ran before, and
+/// the same two kernels read vendor/ours 1.045-1.055 against cublasGemmEx and 0.958-0.970
+/// against cuBLASLt's #5 in 14 ms measurements, 0.989-0.996 and 0.967-0.980 in 0.55 s ones, and
+/// 0.97-0.99 each held alone for seconds (docs/BENCHMARKS.md, stop 30).
+const FINALIST_MIN_SAMPLE_MS: f64 = 50.0;
 /// Fewest launches per timing sample.
 const MIN_BATCH: u32 = 50;
 /// Timing samples of a task that names none (the tracker's default for jobs).
@@ -97,6 +106,18 @@ fn template_named(name: &str, version: u32) -> Result<&'static dyn Template, Str
     Ok(template)
 }
 
+/// What a measurement is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// A tuning task's one measurement: short samples (a burst, as the search compares configs).
+    Trial,
+    /// A finalist task's measurement: samples long enough that the GPU sits at the clock a
+    /// sustained load gets ([`FINALIST_MIN_SAMPLE_MS`]; cold-L2 sampling, one launch a sample,
+    /// is unchanged). With `fresh_baseline`, the vendor's pick is timed again right after, under
+    /// the same sampling.
+    Finalist { fresh_baseline: bool },
+}
+
 /// One config of a task, ready to compile.
 pub(crate) struct Plan {
     pub(crate) workload: Workload,
@@ -109,8 +130,9 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// The child's request to measure this plan's kernel from `kernel`, with the workload's
-    /// `support` module; `baseline` asks for the vendor library's time too.
-    pub(crate) fn request(&self, task_id: u64, kernel: &Image, support: &Image, baseline: bool) -> MeasureRequest {
+    /// `support` module, for a `pass` of the task; `baseline` asks for the vendor library's time
+    /// too.
+    pub(crate) fn request(&self, task_id: u64, kernel: &Image, support: &Image, baseline: bool, pass: Pass) -> MeasureRequest {
         let spec = &self.spec;
         MeasureRequest {
             task_id,
@@ -121,11 +143,14 @@ impl Plan {
             support_cubin: support.cubin.clone(),
             tolerance: Tolerance::for_workload(&self.workload),
             samples: if self.sampling.samples == 0 { DEFAULT_SAMPLES } else { self.sampling.samples },
-            min_sample_ms: MIN_SAMPLE_MS,
+            min_sample_ms: match pass {
+                Pass::Trial => MIN_SAMPLE_MS,
+                Pass::Finalist { .. } => FINALIST_MIN_SAMPLE_MS,
+            },
             min_batch: MIN_BATCH,
             flush_l2: self.sampling.flush_l2,
-            baseline,
-            fresh_baseline: false,
+            baseline: baseline || matches!(pass, Pass::Finalist { fresh_baseline: true }),
+            fresh_baseline: matches!(pass, Pass::Finalist { fresh_baseline: true }),
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }
@@ -146,5 +171,30 @@ fn vendor_time(workload: &Workload) -> f64 {
             let (m, n, k) = c.gemm_dims();
             vendor_model_us(&Matmul { m, n, k, layout: Layout::Tn, types: c.types, alpha: 1.0, beta: 0.0 })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tensortune_kernels::Target;
+
+    #[test]
+    fn finalist_requests_hold_the_gpu_longer_and_only_a_round_times_the_vendor_again() {
+        let plan = crate::reference::plan(&Target::sm90()).expect("the drift reference plans for sm_90");
+        let image = Image { cubin: vec![1, 2, 3] };
+        let trial = plan.request(5, &image, &image, false, Pass::Trial);
+        let warm = plan.request(5, &image, &image, false, Pass::Finalist { fresh_baseline: false });
+        let round = plan.request(5, &image, &image, false, Pass::Finalist { fresh_baseline: true });
+        assert_eq!((trial.min_sample_ms, trial.baseline, trial.fresh_baseline), (MIN_SAMPLE_MS, false, false));
+        // A finalist measurement lasts at least half a second at the default samples.
+        assert!(warm.min_sample_ms * f64::from(warm.samples) >= 500.0, "{} ms x {}", warm.min_sample_ms, warm.samples);
+        assert_eq!((warm.baseline, warm.fresh_baseline), (false, false));
+        assert_eq!((round.min_sample_ms, round.baseline, round.fresh_baseline), (warm.min_sample_ms, true, true));
+        // Everything else is the trial's request.
+        let same = |r: &MeasureRequest| MeasureRequest { min_sample_ms: 0.0, baseline: false, fresh_baseline: false, ..r.clone() };
+        assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));
+        // The task's own baseline wish still holds on a trial.
+        assert!(plan.request(5, &image, &image, true, Pass::Trial).baseline);
     }
 }

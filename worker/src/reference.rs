@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::compiler::{Compiler, Image};
-use crate::plan::{Plan, Sampling, Subject, support_module};
+use crate::plan::{Pass, Plan, Sampling, Subject, support_module};
 use crate::protocol::Status;
 use crate::supervisor::Supervisor;
 
@@ -112,7 +112,7 @@ impl Reference {
                 }
             }
         };
-        let request = plan.request(TASK_ID, &kernel, &support, false);
+        let request = plan.request(TASK_ID, &kernel, &support, false, Pass::Trial);
         let span = tracing::info_span!("reference", kernel = %plan.spec.name, gpu = %gpu);
         let outcome = supervisor.measure(request).instrument(span).await?;
         if outcome.status == Status::Ok && outcome.median_us > 0.0 {

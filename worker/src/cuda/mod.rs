@@ -542,6 +542,37 @@ impl CudaExecutor {
             Err(Fail(_, text)) => (None, format!("none: {text}")),
         }
     }
+
+    /// Times one vendor algorithm alone on `req`'s workload, as a finalist round times the pick
+    /// again: `which` is `gemmex` (`cublasGemmEx`) or `lt:N` (cuBLASLt's heuristic candidate N,
+    /// from 1). For runs that hold one kernel on the GPU for seconds (the `run_one` example's
+    /// `TT_VENDOR`). An error names the field and what it may be.
+    pub fn vendor_alone(&mut self, req: &MeasureRequest, which: &str) -> anyhow::Result<(Option<f64>, String)> {
+        let pick = match which.split_once(':') {
+            None if which == "gemmex" => VendorPick::GemmEx,
+            Some(("lt", n)) => match n.parse::<usize>() {
+                Ok(n) if (1..=blaslt::MAX_CANDIDATES).contains(&n) => VendorPick::Lt(n),
+                _ => anyhow::bail!("vendor {which:?}: the candidate number must be 1 to {}", blaslt::MAX_CANDIDATES),
+            },
+            _ => anyhow::bail!("vendor {which:?}: expected gemmex or lt:N (N from 1 to {})", blaslt::MAX_CANDIDATES),
+        };
+        if self.poisoned {
+            anyhow::bail!("this CUDA context was lost to an earlier fault");
+        }
+        let wi = self.workload_index(req).map_err(|Fail(_, text)| anyhow::anyhow!(text))?;
+        let (us, kind, _) = self.baseline(wi, req, Some(pick));
+        Ok((us, kind))
+    }
+
+    /// The board's energy counter in millijoules, when NVML can read it.
+    pub fn energy_mj(&self) -> Option<u64> {
+        self.nvml.as_ref().and_then(|n| n.energy_mj())
+    }
+
+    /// The SM clock now, MHz (0 when NVML cannot say).
+    pub fn sm_clock_mhz(&self) -> u32 {
+        self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz())
+    }
 }
 
 impl Drop for CudaExecutor {

@@ -1,6 +1,7 @@
 //! The SM clock at measurement time, through NVML (`libnvidia-ml.so.1`, loaded at run time; it
 //! ships with the driver). Records carry it as provenance: a GPU that throttles shows it here.
-//! When NVML is missing, clocks read as 0 ("unknown") and nothing else changes.
+//! When NVML is missing, clocks read as 0 ("unknown") and nothing else changes. The board's energy
+//! counter is read too, for runs that compare kernels by energy under sustained load.
 
 use std::ffi::{CString, c_char, c_uint};
 
@@ -14,6 +15,9 @@ pub(crate) struct Nvml {
     // The library must outlive the function pointers taken from it.
     _lib: libloading::Library,
     clock_info: unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint,
+    /// `nvmlDeviceGetTotalEnergyConsumption` (millijoules since the driver loaded), when the
+    /// library has it.
+    energy: Option<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>,
     device: NvmlDevice,
 }
 
@@ -38,7 +42,11 @@ impl Nvml {
                 return None;
             }
             let clock_info = *clock;
-            Some(Nvml { _lib: lib, clock_info, device })
+            let energy = lib
+                .get::<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>(b"nvmlDeviceGetTotalEnergyConsumption")
+                .ok()
+                .map(|f| *f);
+            Some(Nvml { _lib: lib, clock_info, energy, device })
         }
     }
 
@@ -47,5 +55,14 @@ impl Nvml {
         let mut mhz: c_uint = 0;
         // SAFETY: the device handle came from this library, which is still loaded; mhz is valid.
         if unsafe { (self.clock_info)(self.device, CLOCK_SM, &mut mhz) } == SUCCESS { mhz } else { 0 }
+    }
+
+    /// The board's energy counter in millijoules (since the driver loaded), or `None` when NVML
+    /// cannot say (older GPUs, or a library without the call).
+    pub(crate) fn energy_mj(&self) -> Option<u64> {
+        let read = self.energy?;
+        let mut mj: u64 = 0;
+        // SAFETY: as for the clock: a live handle from this library and a valid out-pointer.
+        (unsafe { read(self.device, &mut mj) } == SUCCESS).then_some(mj)
     }
 }
