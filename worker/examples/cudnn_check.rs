@@ -109,6 +109,7 @@ fn main() -> anyhow::Result<()> {
             flush_l2,
             baseline: true,
             fresh_baseline: false,
+            repick_baseline: false,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };

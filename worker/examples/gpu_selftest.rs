@@ -171,6 +171,7 @@ fn main() -> anyhow::Result<()> {
                     flush_l2: false,
                     baseline: first,
                     fresh_baseline: false,
+                    repick_baseline: false,
                     model_us: 0.0,
                     vendor_model_us: 0.0,
                 };

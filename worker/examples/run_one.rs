@@ -55,6 +55,7 @@ fn main() -> anyhow::Result<()> {
             // otherwise reports inside the vendor's kernels).
             baseline: (r == 0 || alternate) && std::env::var_os("TT_NO_BASELINE").is_none(),
             fresh_baseline: r > 0 && alternate,
+            repick_baseline: false,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };

@@ -166,7 +166,7 @@ impl Measurer<'_> {
         pass: Pass,
     ) -> anyhow::Result<MeasureOutcome> {
         let (key, flush_l2) = (&plan.workload_key, plan.sampling.flush_l2);
-        let fresh_baseline = matches!(pass, Pass::Finalist { fresh_baseline: true });
+        let fresh_baseline = pass != Pass::Trial;
         let request = plan.request(task_id, kernel, support, self.baselines.wanted(key, flush_l2), pass);
         let span = tracing::info_span!("measure", task = task_id, kernel = %plan.spec.name, gpu = %self.shared.gpu);
         let mut outcome = self.supervisor.measure(request).instrument(span).await?;
@@ -197,17 +197,21 @@ impl Measurer<'_> {
 
     /// Measures a finalist task's configs `rounds` times, interleaved (see `finalist`), and
     /// returns their records in task order; `None` when the task was dropped or the worker is
-    /// stopping (nothing is reported). Finalists are timed in long samples (see [`Pass`]): a
-    /// sustained load's clock, not a burst's. The first measurable finalist is measured once
-    /// before round 1 and not recorded, so that the rounds run on a GPU in the state they keep
-    /// it in.
-    /// Every measurement in the rounds times the vendor library right after (only the algorithm
-    /// the child picked when it first timed every candidate for the workload, at the start of the
-    /// tuning, on a cool GPU), so each finalist is compared with the vendor from the same GPU
-    /// state, round by round. Re-picking in the rounds, by a burst of up to nine heavy timings,
-    /// favoured whichever candidate the burst timed first (2026-11-25, an H100: cublasGemmEx at
-    /// 731 us where cuBLASLt's #5 had run 654 us). Each record carries the median of the vendor
-    /// timings that followed it (see [`finalist::vendor_of_rounds`]).
+    /// stopping (nothing is reported). Finalists, and the vendor after them, are timed in long
+    /// samples (see [`Pass`]): at the clock of a sustained load, not of a burst.
+    ///
+    /// The first measurable finalist is measured once before round 1 and not recorded, so that
+    /// the rounds run on a GPU in the state they keep it in; that warm-up then times every vendor
+    /// candidate again, the same way, and the fastest is the pick the rounds time. The pick made
+    /// at the start of the tuning came from short timings on a cool GPU, where another algorithm
+    /// may win (2026-11-26, an H100 at its power cap, f16 4096x14336x4096: cublasGemmEx 652 us
+    /// and cuBLASLt's #5 671 us in a burst, 763 and 750 us held for seconds). A burst of nine
+    /// short timings in the rounds had favoured whichever candidate it timed first (2026-11-25);
+    /// after the warm-up's half second at the rounds' load, and in half-second timings, none
+    /// starts from a cool GPU. Every measurement in the rounds times the pick right after, so each
+    /// finalist is compared with the vendor from the same GPU state, round by round. Each record
+    /// carries the median of the vendor timings that followed it (see
+    /// [`finalist::vendor_of_rounds`]).
     async fn finalists(
         &mut self,
         lease: &Lease,
@@ -224,7 +228,7 @@ impl Measurer<'_> {
             }
             tokio::select! {
                 _ = stop.cancelled() => return Ok(None),
-                warm = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, Pass::Finalist { fresh_baseline: false }) => {
+                warm = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, Pass::FinalistWarmUp) => {
                     tracing::debug!(task = lease.task_id, kernel = %kernel.plan.spec.name, status = ?warm?.status, "finalist warm-up (not recorded)");
                 }
             }
@@ -241,7 +245,7 @@ impl Measurer<'_> {
                 }
                 let outcome = tokio::select! {
                     _ = stop.cancelled() => return Ok(None),
-                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, Pass::Finalist { fresh_baseline: true }) => outcome?,
+                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, Pass::FinalistRound) => outcome?,
                 };
                 if outcome.status == Status::Ok
                     && let Some(us) = outcome.baseline_us

@@ -111,11 +111,13 @@ fn template_named(name: &str, version: u32) -> Result<&'static dyn Template, Str
 pub(crate) enum Pass {
     /// A tuning task's one measurement: short samples (a burst, as the search compares configs).
     Trial,
-    /// A finalist task's measurement: samples long enough that the GPU sits at the clock a
-    /// sustained load gets ([`FINALIST_MIN_SAMPLE_MS`]; cold-L2 sampling, one launch a sample,
-    /// is unchanged). With `fresh_baseline`, the vendor's pick is timed again right after, under
-    /// the same sampling.
-    Finalist { fresh_baseline: bool },
+    /// A finalist task's warm-up before its rounds (not recorded): long samples (see
+    /// [`FINALIST_MIN_SAMPLE_MS`]; cold-L2 sampling, one launch a sample, is unchanged), then
+    /// every vendor candidate timed the same way, the fastest becoming the pick the rounds time.
+    FinalistWarmUp,
+    /// A finalist's measurement in a round: long samples, then the vendor's pick timed again
+    /// right after, the same way.
+    FinalistRound,
 }
 
 /// One config of a task, ready to compile.
@@ -132,7 +134,14 @@ impl Plan {
     /// The child's request to measure this plan's kernel from `kernel`, with the workload's
     /// `support` module, for a `pass` of the task; `baseline` asks for the vendor library's time
     /// too.
-    pub(crate) fn request(&self, task_id: u64, kernel: &Image, support: &Image, baseline: bool, pass: Pass) -> MeasureRequest {
+    pub(crate) fn request(
+        &self,
+        task_id: u64,
+        kernel: &Image,
+        support: &Image,
+        baseline: bool,
+        pass: Pass,
+    ) -> MeasureRequest {
         let spec = &self.spec;
         MeasureRequest {
             task_id,
@@ -145,12 +154,13 @@ impl Plan {
             samples: if self.sampling.samples == 0 { DEFAULT_SAMPLES } else { self.sampling.samples },
             min_sample_ms: match pass {
                 Pass::Trial => MIN_SAMPLE_MS,
-                Pass::Finalist { .. } => FINALIST_MIN_SAMPLE_MS,
+                Pass::FinalistWarmUp | Pass::FinalistRound => FINALIST_MIN_SAMPLE_MS,
             },
             min_batch: MIN_BATCH,
             flush_l2: self.sampling.flush_l2,
-            baseline: baseline || matches!(pass, Pass::Finalist { fresh_baseline: true }),
-            fresh_baseline: matches!(pass, Pass::Finalist { fresh_baseline: true }),
+            baseline: baseline || pass != Pass::Trial,
+            fresh_baseline: pass != Pass::Trial,
+            repick_baseline: pass == Pass::FinalistWarmUp,
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }
@@ -180,19 +190,26 @@ mod tests {
     use tensortune_kernels::Target;
 
     #[test]
-    fn finalist_requests_hold_the_gpu_longer_and_only_a_round_times_the_vendor_again() {
+    fn finalist_requests_hold_the_gpu_longer_and_time_the_vendor_the_same_way() {
         let plan = crate::reference::plan(&Target::sm90()).expect("the drift reference plans for sm_90");
         let image = Image { cubin: vec![1, 2, 3] };
         let trial = plan.request(5, &image, &image, false, Pass::Trial);
-        let warm = plan.request(5, &image, &image, false, Pass::Finalist { fresh_baseline: false });
-        let round = plan.request(5, &image, &image, false, Pass::Finalist { fresh_baseline: true });
-        assert_eq!((trial.min_sample_ms, trial.baseline, trial.fresh_baseline), (MIN_SAMPLE_MS, false, false));
+        let warm = plan.request(5, &image, &image, false, Pass::FinalistWarmUp);
+        let round = plan.request(5, &image, &image, false, Pass::FinalistRound);
+        let vendor = |r: &MeasureRequest| (r.baseline, r.fresh_baseline, r.repick_baseline);
+        assert_eq!((trial.min_sample_ms, vendor(&trial)), (MIN_SAMPLE_MS, (false, false, false)));
         // A finalist measurement lasts at least half a second at the default samples.
         assert!(warm.min_sample_ms * f64::from(warm.samples) >= 500.0, "{} ms x {}", warm.min_sample_ms, warm.samples);
-        assert_eq!((warm.baseline, warm.fresh_baseline), (false, false));
-        assert_eq!((round.min_sample_ms, round.baseline, round.fresh_baseline), (warm.min_sample_ms, true, true));
+        assert_eq!(vendor(&warm), (true, true, true), "the warm-up picks the vendor's algorithm again");
+        assert_eq!((round.min_sample_ms, vendor(&round)), (warm.min_sample_ms, (true, true, false)));
         // Everything else is the trial's request.
-        let same = |r: &MeasureRequest| MeasureRequest { min_sample_ms: 0.0, baseline: false, fresh_baseline: false, ..r.clone() };
+        let same = |r: &MeasureRequest| MeasureRequest {
+            min_sample_ms: 0.0,
+            baseline: false,
+            fresh_baseline: false,
+            repick_baseline: false,
+            ..r.clone()
+        };
         assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));
         // The task's own baseline wish still holds on a trial.
         assert!(plan.request(5, &image, &image, true, Pass::Trial).baseline);

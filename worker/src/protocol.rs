@@ -109,6 +109,12 @@ pub struct MeasureRequest {
     /// coolest).
     #[serde(default)]
     pub fresh_baseline: bool,
+    /// With `fresh_baseline`: time every vendor candidate again and keep the fastest as the pick
+    /// (a finalist task's warm-up does, on a GPU already at the clock of the rounds, in the
+    /// rounds' long samples, so that the pick the rounds time is the fastest under sustained load,
+    /// not in the short burst at the start of the tuning).
+    #[serde(default)]
+    pub repick_baseline: bool,
     /// The analytic model's time, microseconds (what `sim` reports).
     pub model_us: f64,
     /// The analytic vendor time, microseconds (what `sim` reports as baseline).
@@ -319,6 +325,7 @@ mod tests {
             flush_l2: true,
             baseline: false,
             fresh_baseline: false,
+            repick_baseline: false,
             model_us: 1.0,
             vendor_model_us: 1.0,
         };

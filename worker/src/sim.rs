@@ -235,6 +235,7 @@ mod tests {
             flush_l2: false,
             baseline,
             fresh_baseline: false,
+            repick_baseline: false,
             model_us: 10.0,
             vendor_model_us: 3.0,
         }

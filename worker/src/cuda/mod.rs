@@ -292,11 +292,13 @@ impl CudaExecutor {
     }
 
     /// The vendor baseline as `req` asks: with `fresh_baseline`, the algorithm picked earlier for
-    /// this workload timed again alone (under the kind it was picked as); otherwise, or when
-    /// there is no pick or it no longer runs, every candidate, keeping the fastest as the pick.
+    /// this workload timed again alone (under the kind it was picked as); otherwise, with
+    /// `repick_baseline`, or when there is no pick or it no longer runs, every candidate, keeping
+    /// the fastest as the pick.
     fn timed_baseline(&mut self, wi: usize, req: &MeasureRequest) -> (Option<f64>, String) {
         let key = baseline_key(req);
         if req.fresh_baseline
+            && !req.repick_baseline
             && let Some((pick, kind)) = self.picks.get(&key).cloned()
         {
             match self.baseline(wi, req, Some(pick)) {
