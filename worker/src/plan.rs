@@ -11,15 +11,16 @@ use crate::protocol::{Launch, MeasureRequest};
 
 /// Minimum GPU time of one timing sample, milliseconds (the child grows the batch to reach it).
 const MIN_SAMPLE_MS: f64 = 1.0;
-/// Minimum GPU time of one timing sample of a finalist, milliseconds: with the default 10
-/// samples, a finalist's measurement and the vendor timing after it each hold the GPU for at
-/// least half a second, long enough to reach the clock a sustained load runs at. A GPU's power
-/// management acts over about a hundred milliseconds: on an H100 at its power cap (2026-11-26,
-/// f16 4096x14336x4096), 1 ms samples timed a transient that depended on what ran before, and
-/// the same two kernels read vendor/ours 1.045-1.055 against cublasGemmEx and 0.958-0.970
-/// against cuBLASLt's #5 in 14 ms measurements, 0.989-0.996 and 0.967-0.980 in 0.55 s ones, and
-/// 0.97-0.99 each held alone for seconds (docs/BENCHMARKS.md, stop 30).
-const FINALIST_MIN_SAMPLE_MS: f64 = 50.0;
+/// Minimum GPU time of a finalist's timing (all its samples), milliseconds: a finalist's
+/// measurement and the vendor timing after it each hold the GPU for at least half a second, long
+/// enough to reach the clock a sustained load runs at (the samples grow to share it; 50 ms each at
+/// the default 10). A GPU's power management acts over about a hundred milliseconds: on an H100
+/// at its power cap (2026-11-26, f16 4096x14336x4096), 1 ms samples timed a transient that
+/// depended on what ran before, and the same two kernels read vendor/ours 1.045-1.055 against
+/// cublasGemmEx and 0.958-0.970 against cuBLASLt's #5 in 14 ms measurements, 0.989-0.996 and
+/// 0.967-0.980 in 0.55 s ones, and 0.97-0.99 each held alone for seconds (docs/BENCHMARKS.md,
+/// stop 30).
+const FINALIST_MIN_MS: f64 = 500.0;
 /// Fewest launches per timing sample.
 const MIN_BATCH: u32 = 50;
 /// Timing samples of a task that names none (the tracker's default for jobs).
@@ -112,7 +113,7 @@ pub(crate) enum Pass {
     /// A tuning task's one measurement: short samples (a burst, as the search compares configs).
     Trial,
     /// A finalist task's warm-up before its rounds (not recorded): long samples (see
-    /// [`FINALIST_MIN_SAMPLE_MS`]; cold-L2 sampling, one launch a sample, is unchanged), then
+    /// [`FINALIST_MIN_MS`]; cold-L2 sampling, one launch a sample, is unchanged), then
     /// every vendor candidate timed the same way, the fastest becoming the pick the rounds time.
     FinalistWarmUp,
     /// A finalist's measurement in a round: long samples, then the vendor's pick timed again
@@ -143,6 +144,7 @@ impl Plan {
         pass: Pass,
     ) -> MeasureRequest {
         let spec = &self.spec;
+        let samples = if self.sampling.samples == 0 { DEFAULT_SAMPLES } else { self.sampling.samples };
         MeasureRequest {
             task_id,
             workload: self.workload,
@@ -151,10 +153,10 @@ impl Plan {
             cubin: kernel.cubin.clone(),
             support_cubin: support.cubin.clone(),
             tolerance: Tolerance::for_workload(&self.workload),
-            samples: if self.sampling.samples == 0 { DEFAULT_SAMPLES } else { self.sampling.samples },
+            samples,
             min_sample_ms: match pass {
                 Pass::Trial => MIN_SAMPLE_MS,
-                Pass::FinalistWarmUp | Pass::FinalistRound => FINALIST_MIN_SAMPLE_MS,
+                Pass::FinalistWarmUp | Pass::FinalistRound => (FINALIST_MIN_MS / f64::from(samples)).max(MIN_SAMPLE_MS),
             },
             min_batch: MIN_BATCH,
             flush_l2: self.sampling.flush_l2,
@@ -191,15 +193,20 @@ mod tests {
 
     #[test]
     fn finalist_requests_hold_the_gpu_longer_and_time_the_vendor_the_same_way() {
-        let plan = crate::reference::plan(&Target::sm90()).expect("the drift reference plans for sm_90");
+        let mut plan = crate::reference::plan(&Target::sm90()).expect("the drift reference plans for sm_90");
         let image = Image { cubin: vec![1, 2, 3] };
         let trial = plan.request(5, &image, &image, false, Pass::Trial);
         let warm = plan.request(5, &image, &image, false, Pass::FinalistWarmUp);
         let round = plan.request(5, &image, &image, false, Pass::FinalistRound);
         let vendor = |r: &MeasureRequest| (r.baseline, r.fresh_baseline, r.repick_baseline);
         assert_eq!((trial.min_sample_ms, vendor(&trial)), (MIN_SAMPLE_MS, (false, false, false)));
-        // A finalist measurement lasts at least half a second at the default samples.
+        // A finalist measurement lasts at least half a second, whatever the samples.
         assert!(warm.min_sample_ms * f64::from(warm.samples) >= 500.0, "{} ms x {}", warm.min_sample_ms, warm.samples);
+        plan.sampling.samples = 1000;
+        let long = plan.request(5, &image, &image, false, Pass::FinalistRound);
+        assert_eq!((long.samples, long.min_sample_ms), (1000, MIN_SAMPLE_MS), "never shorter samples than a trial's");
+        plan.sampling.samples = 4;
+        assert_eq!(plan.request(5, &image, &image, false, Pass::FinalistRound).min_sample_ms, 125.0);
         assert_eq!(vendor(&warm), (true, true, true), "the warm-up picks the vendor's algorithm again");
         assert_eq!((round.min_sample_ms, vendor(&round)), (warm.min_sample_ms, (true, true, false)));
         // Everything else is the trial's request.
