@@ -4,10 +4,10 @@
 //! 4.7 us per launch from a host loop and 0.5 us inside a graph), so launches are always replayed
 //! from a graph. Our kernels and the vendor's are timed by this one function, in the same mode.
 //!
-//! - [`Mode::Batched`] (the default): every sample is the replay of one graph whose batch of
-//!   launches grows until a sample lasts at least `min_sample_ms`; samples run back to back, so
-//!   the inputs stay in L2 from one launch to the next (the steady state of a kernel called in a
-//!   loop).
+//! - [`Mode::Batched`] (the default): every sample replays a graph whose batch of launches grows
+//!   until a sample lasts at least `min_sample_ms` (a graph of up to 5 ms, replayed back to back
+//!   as often as a longer sample needs); samples run back to back, so the inputs stay in L2 from
+//!   one launch to the next (the steady state of a kernel called in a loop).
 //! - [`Mode::ColdL2`] (a job's `flush_l2`): every sample is one launch, the replay of a graph of
 //!   batch 1 between two events. Before each sample, outside the events, a memset overwrites a
 //!   scratch buffer of twice the L2 size ([`flush_bytes`]), which evicts the kernel's inputs and
@@ -27,6 +27,8 @@ use super::device::{Context, CudaFailure, DevBuf};
 const PROBE_BATCH: u32 = 8;
 /// The most launches one graph may hold.
 const MAX_BATCH: u32 = 20_000;
+/// The most GPU time one graph holds, milliseconds: longer samples replay it several times.
+const GRAPH_MS: f64 = 5.0;
 /// Scratch used to flush an L2 whose size the driver does not report: larger than any L2 so far
 /// (H100 50 MiB, B200 126 MiB).
 const UNKNOWN_L2_FLUSH_BYTES: u64 = 256 << 20;
@@ -127,8 +129,12 @@ where
     }
 }
 
-/// A probe graph estimates one launch, then `samples` replays of a graph of `batch` launches where
-/// `batch * launch >= min_sample_ms`.
+/// A probe graph estimates one launch, then `samples` samples, each `reps` back-to-back replays of
+/// a graph of `batch` launches, so that `reps * batch * launch >= min_sample_ms`. The graph holds at
+/// most [`GRAPH_MS`] of launches: a finalist's 50 ms samples of a 2 us kernel replay a graph of
+/// 2500 launches 20 times instead of capturing 25000 launches (each timing captured one graph on
+/// the host, and a graph of 20000 cuDNN calls took longer to capture than to run). The reported
+/// `batch` is launches per sample.
 fn batched<F>(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
@@ -143,7 +149,7 @@ where
     replay_ms(ctx, stream, &probe)?;
     let per_launch_ms = (replay_ms(ctx, stream, &probe)? / PROBE_BATCH as f64).max(1e-6);
     drop(probe);
-    let batch = ((min_sample_ms / per_launch_ms).ceil() as u32).clamp(1, MAX_BATCH);
+    let (batch, reps) = sample_shape(per_launch_ms, min_sample_ms);
 
     let graph = capture(stream, batch, enqueue)?;
     replay_ms(ctx, stream, &graph)?;
@@ -151,16 +157,29 @@ where
     // Back-to-back replays, one event between consecutive samples: the GPU never idles.
     events[0].record(stream).when(|| "when recording an event".into())?;
     for i in 0..samples as usize {
-        graph.launch().when(|| "when replaying the graph".into())?;
+        for _ in 0..reps {
+            graph.launch().when(|| "when replaying the graph".into())?;
+        }
         events[i + 1].record(stream).when(|| "when recording an event".into())?;
     }
     events[samples as usize].synchronize().when(|| "when running the timed replays".into())?;
+    let launches = batch * reps;
     let mut samples_us = Vec::with_capacity(samples as usize);
     for pair in events.windows(2) {
         let ms = pair[0].elapsed_ms(&pair[1]).when(|| "when reading an event".into())? as f64;
-        samples_us.push(ms * 1e3 / batch as f64);
+        samples_us.push(ms * 1e3 / launches as f64);
     }
-    Ok(summarise(samples_us, batch))
+    Ok(summarise(samples_us, launches))
+}
+
+/// Launches per graph and graph replays per sample for a launch of `per_launch_ms` and samples of
+/// at least `min_sample_ms`: the graph holds up to [`GRAPH_MS`] (and [`MAX_BATCH`] launches), the
+/// replays make up the rest.
+fn sample_shape(per_launch_ms: f64, min_sample_ms: f64) -> (u32, u32) {
+    let per_launch_ms = per_launch_ms.max(1e-6);
+    let batch = ((min_sample_ms.min(GRAPH_MS) / per_launch_ms).ceil() as u32).clamp(1, MAX_BATCH);
+    let reps = ((min_sample_ms / (f64::from(batch) * per_launch_ms)).ceil() as u32).max(1);
+    (batch, reps)
 }
 
 /// `samples` replays of a graph of one launch, each between its own pair of events and each
@@ -231,6 +250,28 @@ mod tests {
         assert!((t.spread - 1.0).abs() < 1e-12);
         assert_eq!(summarise(vec![4.0, 1.0, 2.0, 3.0], 1).median_us, 2.5);
         assert_eq!(summarise(vec![], 1).median_us, 0.0);
+    }
+
+    #[test]
+    fn long_samples_replay_a_graph_of_at_most_five_milliseconds() {
+        // A trial's 1 ms samples: one graph a sample, as before.
+        assert_eq!(sample_shape(0.002, 1.0), (500, 1));
+        assert_eq!(sample_shape(0.7, 1.0), (2, 1));
+        assert_eq!(sample_shape(3.0, 1.0), (1, 1));
+        // A finalist's 50 ms samples: a 5 ms graph replayed until the sample is long enough.
+        assert_eq!(sample_shape(0.002, 50.0), (2500, 10));
+        assert_eq!(sample_shape(0.7, 50.0), (8, 9));
+        assert_eq!(sample_shape(20.0, 50.0), (1, 3));
+        // Every shape reaches the sample's length; the graph never exceeds its launch cap.
+        for per_launch in [1e-9, 1e-4, 0.0037, 0.5, 1.7, 80.0] {
+            for min_ms in [0.5, 1.0, 13.0, 50.0, 125.0] {
+                let (batch, reps) = sample_shape(per_launch, min_ms);
+                assert!(batch >= 1 && batch <= MAX_BATCH && reps >= 1, "{per_launch} {min_ms}: {batch} x {reps}");
+                let per = per_launch.max(1e-6);
+                assert!(f64::from(batch) * f64::from(reps) * per >= min_ms * (1.0 - 1e-9), "{per_launch} {min_ms}");
+                assert!(f64::from(batch) * per < GRAPH_MS + per, "{per_launch} {min_ms}: graph of {batch}");
+            }
+        }
     }
 
     #[test]
