@@ -266,7 +266,7 @@ mod tests {
         for per_launch in [1e-9, 1e-4, 0.0037, 0.5, 1.7, 80.0] {
             for min_ms in [0.5, 1.0, 13.0, 50.0, 125.0] {
                 let (batch, reps) = sample_shape(per_launch, min_ms);
-                assert!(batch >= 1 && batch <= MAX_BATCH && reps >= 1, "{per_launch} {min_ms}: {batch} x {reps}");
+                assert!((1..=MAX_BATCH).contains(&batch) && reps >= 1, "{per_launch} {min_ms}: {batch} x {reps}");
                 let per = per_launch.max(1e-6);
                 assert!(f64::from(batch) * f64::from(reps) * per >= min_ms * (1.0 - 1e-9), "{per_launch} {min_ms}");
                 assert!(f64::from(batch) * per < GRAPH_MS + per, "{per_launch} {min_ms}: graph of {batch}");
