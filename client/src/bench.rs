@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tensortune_kernels::Workload;
 use tensortune_proto::pb;
 
-use crate::cli::BenchArgs;
+use crate::cli::{BenchArgs, JobArgs};
 use crate::commands::{self, submit_and_watch, submit_request};
 use crate::report::{self, JobView};
 use crate::session::Session;
@@ -166,6 +166,17 @@ fn fresh_db(json: &Path) -> anyhow::Result<PathBuf> {
     Ok(db)
 }
 
+/// The job `bench --throughput` runs for `job`: configs per second is a property of the measuring
+/// pipeline, so the tuner is random unless named (random proposals keep the pipeline full, where a
+/// model waits for each batch before the next) and there are no finalists unless asked for (their
+/// half-second re-measurements are not tuning; at 4096^3 they took longer than 200 trials).
+fn throughput_job(job: &JobArgs) -> JobArgs {
+    let mut job = job.clone();
+    job.tuner.get_or_insert_with(|| "random".into());
+    job.finalists.get_or_insert(0);
+    job
+}
+
 /// `tensortune bench`. Embedded, it uses `db` when one was named (so earlier records of the
 /// same configs are reused, as in any job) and otherwise a fresh database beside its JSON.
 pub async fn run(tracker: Option<&str>, db: Option<&Path>, args: &BenchArgs) -> anyhow::Result<()> {
@@ -204,12 +215,7 @@ pub async fn run(tracker: Option<&str>, db: Option<&Path>, args: &BenchArgs) -> 
     let mut rows = Vec::new();
     let mut outcome = Ok(());
     for (i, w) in selected {
-        let mut job = args.job.clone();
-        if args.throughput && job.tuner.is_none() {
-            // Configs per second is a property of the measuring pipeline; random proposals keep
-            // it full, where a model waits for each batch before the next.
-            job.tuner = Some("random".into());
-        }
+        let mut job = if args.throughput { throughput_job(&args.job) } else { args.job.clone() };
         if let Some(t) = suite.workloads[i].trials {
             job.trials = t;
         }
@@ -247,6 +253,22 @@ pub async fn run(tracker: Option<&str>, db: Option<&Path>, args: &BenchArgs) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_throughput_job_tunes_at_random_without_finalists_unless_told_otherwise() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            job: JobArgs,
+        }
+        let job =
+            |args: &[&str]| throughput_job(&Cli::parse_from(std::iter::once("t").chain(args.iter().copied())).job);
+        let plain = job(&[]);
+        assert_eq!((plain.tuner.as_deref(), plain.finalists), (Some("random"), Some(0)));
+        let told = job(&["--tuner", "model", "--finalists", "2", "--trials", "7"]);
+        assert_eq!((told.tuner.as_deref(), told.finalists, told.trials), (Some("model"), Some(2), 7));
+    }
 
     #[test]
     fn throughput_suite_is_valid() {

@@ -517,7 +517,8 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "throughput")]
     pub suite: Option<PathBuf>,
     /// Measure measurement throughput instead: the shipped throughput suite (512x64x512 and 4096^3
-    /// f16) with a cold compile cache; the cfg/s column is the figure.
+    /// f16) with a cold compile cache, random proposals and no finalists (unless --tuner or
+    /// --finalists say otherwise); the cfg/s column is the figure.
     #[arg(long)]
     pub throughput: bool,
     /// Job settings.
