@@ -6,12 +6,13 @@
 //! first (its pick again, as finalist rounds do): ours and the vendor alternate from the same GPU
 //! state, for comparisons under sustained load. `TT_VENDOR=gemmex` or `TT_VENDOR=lt:N` times that
 //! vendor algorithm alone instead of our kernel, `repeat` times (to hold one kernel on the GPU for
-//! seconds); with `TT_ALTERNATE` too, that algorithm is the one timed after ours each repeat. Each line starts with the wall time (Unix ms), to set beside `nvidia-smi` samples of
-//! clock and power, and ends with the board's mean power over that repeat and its energy counter
-//! (NVML, millijoules).
+//! seconds); with `TT_ALTERNATE` too, that algorithm is the one timed after ours each repeat.
+//! Each line starts with the wall time (Unix ms), to set beside `nvidia-smi` samples of clock and
+//! power, and ends with the board's mean power over that repeat and its energy counter (NVML,
+//! millijoules).
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::*;
-use tensortune_worker::cuda::CudaExecutor;
+use tensortune_worker::cuda::{CudaExecutor, VendorAlgorithm};
 use tensortune_worker::nvrtc;
 use tensortune_worker::protocol::{Executor, Launch, MeasureRequest};
 fn main() -> anyhow::Result<()> {
@@ -25,6 +26,10 @@ fn main() -> anyhow::Result<()> {
         Some("flush") => true,
         Some(other) => anyhow::bail!("unknown timing mode {other:?}; expected warm or flush"),
     };
+    let vendor = match std::env::var("TT_VENDOR") {
+        Ok(v) => Some(v.parse::<VendorAlgorithm>().map_err(|e| anyhow::anyhow!("TT_VENDOR={e}"))?),
+        Err(_) => None,
+    };
     let mut exec = CudaExecutor::new(0)?;
     let f = exec.facts();
     let target = f.target();
@@ -37,7 +42,6 @@ fn main() -> anyhow::Result<()> {
     let cubin = nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)?.cubin;
     let support_cubin = nvrtc::compile(&support::source(&w), "support", &target.nvrtc_arch(), &inc)?.cubin;
     let alternate = std::env::var_os("TT_ALTERNATE").is_some();
-    let vendor = std::env::var("TT_VENDOR").ok();
     for r in 0..repeat {
         let req = MeasureRequest {
             task_id: r as u64,
@@ -62,7 +66,7 @@ fn main() -> anyhow::Result<()> {
         let (energy0, t0) = (exec.energy_mj(), std::time::Instant::now());
         let line = match (&vendor, alternate) {
             (Some(which), false) => {
-                let (us, kind) = exec.vendor_alone(&req, which)?;
+                let (us, kind) = exec.vendor_alone(&req, *which)?;
                 format!(
                     "{kind} {} median {:.3} us vendor None clock {} MHz",
                     if us.is_some() { "Ok" } else { "Failed" },
@@ -74,7 +78,7 @@ fn main() -> anyhow::Result<()> {
                 // With TT_VENDOR and TT_ALTERNATE: ours, then that vendor algorithm (not the pick).
                 let o = exec.measure(&MeasureRequest { baseline: req.baseline && which.is_none(), ..req.clone() });
                 let (baseline_us, baseline_kind) = match which {
-                    Some(which) => exec.vendor_alone(&req, which)?,
+                    Some(which) => exec.vendor_alone(&req, *which)?,
                     None => (o.baseline_us, o.baseline_kind.clone()),
                 };
                 format!(

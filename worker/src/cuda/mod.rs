@@ -72,6 +72,27 @@ enum VendorPick {
     Conv(dnn::ConvPick),
 }
 
+/// A matmul vendor algorithm to time alone ([`CudaExecutor::vendor_alone`]): `gemmex`
+/// (`cublasGemmEx`) or `lt:N` (cuBLASLt's heuristic candidate N, from 1).
+#[derive(Clone, Copy, Debug)]
+pub struct VendorAlgorithm(VendorPick);
+
+impl std::str::FromStr for VendorAlgorithm {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let max = blaslt::MAX_CANDIDATES;
+        match s.split_once(':') {
+            None if s == "gemmex" => Ok(VendorAlgorithm(VendorPick::GemmEx)),
+            Some(("lt", n)) => match n.parse::<usize>() {
+                Ok(n) if (1..=max).contains(&n) => Ok(VendorAlgorithm(VendorPick::Lt(n))),
+                _ => Err(format!("{s:?}: the cuBLASLt candidate number must be 1 to {max}")),
+            },
+            _ => Err(format!("{s:?}: expected gemmex or lt:N (N from 1 to {max})")),
+        }
+    }
+}
+
 /// GPUs the CUDA driver sees (after `CUDA_VISIBLE_DEVICES`), for `cuda:all`. Blocking: call it
 /// on a blocking thread. It initialises the driver in the calling process (children started later
 /// are new programs, so this does not leak into them).
@@ -546,23 +567,18 @@ impl CudaExecutor {
     }
 
     /// Times one vendor algorithm alone on `req`'s workload, as a finalist round times the pick
-    /// again: `which` is `gemmex` (`cublasGemmEx`) or `lt:N` (cuBLASLt's heuristic candidate N,
-    /// from 1). For runs that hold one kernel on the GPU for seconds (the `run_one` example's
-    /// `TT_VENDOR`). An error names the field and what it may be.
-    pub fn vendor_alone(&mut self, req: &MeasureRequest, which: &str) -> anyhow::Result<(Option<f64>, String)> {
-        let pick = match which.split_once(':') {
-            None if which == "gemmex" => VendorPick::GemmEx,
-            Some(("lt", n)) => match n.parse::<usize>() {
-                Ok(n) if (1..=blaslt::MAX_CANDIDATES).contains(&n) => VendorPick::Lt(n),
-                _ => anyhow::bail!("vendor {which:?}: the candidate number must be 1 to {}", blaslt::MAX_CANDIDATES),
-            },
-            _ => anyhow::bail!("vendor {which:?}: expected gemmex or lt:N (N from 1 to {})", blaslt::MAX_CANDIDATES),
-        };
+    /// again. For runs that hold one kernel on the GPU for seconds (the `run_one` example's
+    /// `TT_VENDOR`).
+    pub fn vendor_alone(
+        &mut self,
+        req: &MeasureRequest,
+        algorithm: VendorAlgorithm,
+    ) -> anyhow::Result<(Option<f64>, String)> {
         if self.poisoned {
             anyhow::bail!("this CUDA context was lost to an earlier fault");
         }
         let wi = self.workload_index(req).map_err(|Fail(_, text)| anyhow::anyhow!(text))?;
-        let (us, kind, _) = self.baseline(wi, req, Some(pick));
+        let (us, kind, _) = self.baseline(wi, req, Some(algorithm.0));
         Ok((us, kind))
     }
 
@@ -661,5 +677,25 @@ impl Executor for CudaExecutor {
 
     fn poisoned(&self) -> bool {
         self.poisoned
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vendor_algorithms_parse_or_say_what_is_allowed() {
+        assert!(matches!("gemmex".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(VendorPick::GemmEx))));
+        assert!(matches!("lt:1".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(VendorPick::Lt(1)))));
+        assert!(matches!("lt:8".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(VendorPick::Lt(8)))));
+        for bad in ["lt:0", "lt:9", "lt:x", "lt:"] {
+            let e = bad.parse::<VendorAlgorithm>().unwrap_err();
+            assert!(e.contains("1 to 8") && e.contains(bad), "{bad}: {e}");
+        }
+        for bad in ["", "gemm", "cublas:1", "gemmex:1"] {
+            let e = bad.parse::<VendorAlgorithm>().unwrap_err();
+            assert!(e.contains("expected gemmex or lt:N"), "{bad}: {e}");
+        }
     }
 }
