@@ -166,8 +166,8 @@ impl Measurer<'_> {
         pass: Pass,
     ) -> anyhow::Result<MeasureOutcome> {
         let (key, flush_l2) = (&plan.workload_key, plan.sampling.flush_l2);
-        let fresh_baseline = pass != Pass::Trial;
         let request = plan.request(task_id, kernel, support, self.baselines.wanted(key, flush_l2), pass);
+        let fresh_baseline = request.fresh_baseline;
         let span = tracing::info_span!("measure", task = task_id, kernel = %plan.spec.name, gpu = %self.shared.gpu);
         let mut outcome = self.supervisor.measure(request).instrument(span).await?;
         // A fresh timing that did not happen stays missing (the caller pairs it with this

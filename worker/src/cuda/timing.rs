@@ -132,9 +132,9 @@ where
 /// A probe graph estimates one launch, then `samples` samples, each `reps` back-to-back replays of
 /// a graph of `batch` launches, so that `reps * batch * launch >= min_sample_ms`. The graph holds at
 /// most [`GRAPH_MS`] of launches: a finalist's 50 ms samples of a 2 us kernel replay a graph of
-/// 2500 launches 20 times instead of capturing 25000 launches (each timing captured one graph on
-/// the host, and a graph of 20000 cuDNN calls took longer to capture than to run). The reported
-/// `batch` is launches per sample.
+/// 2500 launches 10 times instead of capturing 20000 launches on the host for every timing (the
+/// conv suite's batch-1 layers spent 56-68 s in their finalist stage that way, 23-27 s with the
+/// replays; H100, 2026-11-26). The reported `batch` is launches per sample.
 fn batched<F>(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
@@ -147,7 +147,7 @@ where
 {
     let probe = capture(stream, PROBE_BATCH, enqueue)?;
     replay_ms(ctx, stream, &probe)?;
-    let per_launch_ms = (replay_ms(ctx, stream, &probe)? / PROBE_BATCH as f64).max(1e-6);
+    let per_launch_ms = replay_ms(ctx, stream, &probe)? / PROBE_BATCH as f64;
     drop(probe);
     let (batch, reps) = sample_shape(per_launch_ms, min_sample_ms);
 
@@ -174,7 +174,7 @@ where
 
 /// Launches per graph and graph replays per sample for a launch of `per_launch_ms` and samples of
 /// at least `min_sample_ms`: the graph holds up to [`GRAPH_MS`] (and [`MAX_BATCH`] launches), the
-/// replays make up the rest.
+/// replays make up the rest. A launch counts as at least 1 ns (a probe may read 0).
 fn sample_shape(per_launch_ms: f64, min_sample_ms: f64) -> (u32, u32) {
     let per_launch_ms = per_launch_ms.max(1e-6);
     let batch = ((min_sample_ms.min(GRAPH_MS) / per_launch_ms).ceil() as u32).clamp(1, MAX_BATCH);
