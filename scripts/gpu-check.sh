@@ -78,7 +78,7 @@
 #     hot        each kernel alone under sustained load (HOT_FILE, default scripts/hot-14336.txt:
 #                KEY CONFIG for ours, KEY CONFIG gemmex|lt:N for a vendor algorithm alone), held on
 #                the GPU for HOT_REPEAT x HOT_SAMPLES samples: the late time, clock, NVML power and
-#                energy per launch; HOT_NAMES=1 names each vendor algorithm's kernels (ncu)
+#                energy per launch; HOT_NAMES=1 names each vendor algorithm's kernels (ncu, as vendorkern)
 #     diag       matmul kernels against the memory: each KEY CONFIG of DIAG_FILE (default
 #                scripts/diag-large.txt) and every cuBLAS candidate of its baseline under ncu (duration,
 #                DRAM bytes, L2 traffic and hit rate, clock); DIAG_VENDOR=first|0 profiles cuBLAS
@@ -608,7 +608,7 @@ PY
 # power over each measurement (its energy counter) and so the energy per launch. Under the power
 # cap, a kernel's sustained time is its energy per launch over the cap: this ranks kernels as a
 # long job sees them, where a short burst on a cool GPU ranks them by cycles. HOT_NAMES=1 also
-# names the kernels each vendor line launches (ncu, one launch).
+# names the kernels each vendor line launches (vendor_kernels, its first four launches).
 step_hot() {
   local file=${HOT_FILE:-scripts/hot-14336.txt} n=0
   grep -v '^#' "$file" | while read -r key cfg vendor; do
@@ -640,19 +640,7 @@ print("hot %-2s %-22s %9.2f us (min %9.2f, max %9.2f)  %4.0f MHz  %4.0f W  %6.1f
       % (n, shape, us, min(r[1] for r in late), max(r[1] for r in late), st.median(r[2] for r in late), w, w * us / 1e3, what[:150]))
 PY
     if [ -n "$vendor" ] && [ "${HOT_NAMES:-0}" = 1 ]; then
-      TT_TEMPLATE=${HOT_TEMPLATE:-wgmma_gemm} TT_NO_BASELINE=1 TT_VENDOR=$vendor timeout 200 ncu --kernel-name regex:'^[^t]' \
-        --launch-count 4 --csv --metrics gpu__time_duration.sum,launch__grid_size,launch__cluster_dim_x,launch__cluster_dim_y \
-        "$BIN/run_one" "$key" "$cfg" 1 1 >"$LOGS/hot-$n-names.csv" 2>&1
-      python3 - "$LOGS/hot-$n-names.csv" <<'PY' | tee -a "$SUMMARY"
-import csv, sys
-seen = {}
-for r in csv.reader(open(sys.argv[1])):
-    if len(r) > 10 and r[0] != "ID":
-        seen.setdefault(r[4], {})[r[-3]] = r[-1]
-for name, m in seen.items():
-    print("      kernel %s grid %s cluster %sx%s" % (name[:110], m.get("launch__grid_size", "?"),
-          m.get("launch__cluster_dim_x", "?"), m.get("launch__cluster_dim_y", "?")))
-PY
+      vendor_kernels "$LOGS/hot-$n-names.csv" 4 TT_TEMPLATE="${HOT_TEMPLATE:-wgmma_gemm}" TT_NO_BASELINE=1 TT_VENDOR="$vendor"
     fi
   done
 }
@@ -869,18 +857,19 @@ PY
 # wgmma_gemm is furthest behind): run_one's baseline under Nsight Compute, which names the cuBLAS
 # kernel it launched (tile size, stream-K "segment_k", cluster) with its grid, block, cluster and
 # shared memory. Our config (VENDOR_CONFIG) is only there to give run_one something to compare.
-step_vendorkern() {
-  local keys=${VENDOR_KEYS:-"matmul/m2048n5120k5120/nt/bf16,f32,f32/alpha=1,beta=0 matmul/m4096n14336k4096/nn/f16,f32,f32/alpha=1,beta=0 matmul/m8192n8192k8192/nn/f16,f32,f32/alpha=1,beta=0"}
-  local cfg=${VENDOR_CONFIG:-'{"block_m":256,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4,"stream_k":0}'}
-  local key n=0
-  for key in $keys; do
-    n=$((n + 1))
-    TT_TEMPLATE=wgmma_gemm timeout 300 ncu --clock-control none --kernel-name regex:'^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)' \
-      --launch-skip 0 --launch-count 40 --csv \
-      --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__cluster_dim_y,launch__shared_mem_per_block_dynamic,launch__registers_per_thread \
-      "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/vendorkern-$n.csv" 2>&1
-    say "vendor kernels of $key (ncu exit $?):"
-    python3 - "$LOGS/vendorkern-$n.csv" <<'PY' 2>&1 | tee -a "$SUMMARY"
+# vendor_kernels LOG COUNT [VAR=VALUE...]: run_one on $key $cfg under ncu (TT_TEMPLATE wgmma_gemm
+# unless given), the first COUNT vendor kernels it launches (CUBLAS_KERNELS) into LOG; prints each
+# kernel's name, launches and launch shape (grid, block, cluster, shared memory, registers), then
+# ncu's exit status.
+vendor_kernels() {
+  local log=$1 count=$2
+  shift 2
+  env TT_TEMPLATE=wgmma_gemm "$@" timeout 300 ncu --clock-control none --kernel-name regex:"$CUBLAS_KERNELS" \
+    --launch-skip 0 --launch-count "$count" --csv \
+    --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__cluster_dim_y,launch__shared_mem_per_block_dynamic,launch__registers_per_thread \
+    "$BIN/run_one" "$key" "$cfg" 3 1 >"$log" 2>&1
+  local status=$?
+  python3 - "$log" <<'PY' 2>&1 | tee -a "$SUMMARY"
 import csv, collections, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10 and r[0] != "ID"]
 by = collections.defaultdict(dict)
@@ -893,6 +882,17 @@ for name, ms in seen.items():
     m = ms[-1]
     print("  %s x%d: %s" % (name[:150], len(ms), ", ".join("%s=%s" % (k.replace("launch__", ""), v) for k, v in sorted(m.items()))))
 PY
+  say "  (ncu exit $status)"
+}
+
+step_vendorkern() {
+  local keys=${VENDOR_KEYS:-"matmul/m2048n5120k5120/nt/bf16,f32,f32/alpha=1,beta=0 matmul/m4096n14336k4096/nn/f16,f32,f32/alpha=1,beta=0 matmul/m8192n8192k8192/nn/f16,f32,f32/alpha=1,beta=0"}
+  local cfg=${VENDOR_CONFIG:-'{"block_m":256,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4,"stream_k":0}'}
+  local key n=0
+  for key in $keys; do
+    n=$((n + 1))
+    say "vendor kernels of $key:"
+    vendor_kernels "$LOGS/vendorkern-$n.csv" 40
   done
 }
 
