@@ -1,6 +1,8 @@
-//! The configs the GPU check script runs by hand (`scripts/ab-wgmma-*.txt` and
-//! `ab-wconv-*.txt` for the current versions, `diag-*.txt`, `instmix-*.txt`, `hot-*.txt`) are valid for their template on sm_90: a typo or a rule change shows here, in CI, and
-//! not as a wasted call on the GPU.
+//! The configs the GPU check script runs by hand (`scripts/ab-wgmma-*.txt` and `ab-wconv-*.txt`
+//! for the current versions, `diag-*.txt`, `instmix-*.txt`, `hot-*.txt`) are valid for their
+//! template on sm_90: a typo or a rule change shows here, in CI, and not as a wasted call on the
+//! GPU. A `hot` file's vendor lines are checked against the form `run_one`'s `TT_VENDOR` takes
+//! (the worker's `VendorAlgorithm`, which this crate cannot call).
 
 use std::path::PathBuf;
 

@@ -18,7 +18,7 @@ const MIN_SAMPLE_MS: f64 = 1.0;
 /// at its power cap (2026-11-26, f16 4096x14336x4096), 1 ms samples timed a transient that
 /// depended on what ran before, and the same two kernels read vendor/ours 1.045-1.055 against
 /// cublasGemmEx and 0.958-0.970 against cuBLASLt's #5 in 14 ms measurements, 0.989-0.996 and
-/// 0.967-0.980 in 0.55 s ones, and 0.97-0.99 each held alone for seconds (docs/BENCHMARKS.md,
+/// 0.967-0.980 in 0.55 s ones, and 0.96-0.99 each held alone for seconds (docs/BENCHMARKS.md,
 /// stop 30).
 const FINALIST_MIN_MS: f64 = 500.0;
 /// Fewest launches per timing sample.
