@@ -600,7 +600,9 @@ PY
 }
 
 # Each kernel alone under sustained load: for each line of HOT_FILE (KEY CONFIG, ours; or KEY
-# CONFIG gemmex|lt:N, that vendor algorithm alone, CONFIG only compiled), one run_one process that
+# CONFIG VENDOR, that vendor algorithm alone, CONFIG only compiled: gemmex or lt:N for a matmul,
+# fastest for any workload, picked on the first measurement and held after; HOT_TEMPLATE names
+# the template of ours, default wgmma_gemm, wgmma_conv2d for conv lines), one run_one process that
 # holds the kernel on the GPU for HOT_REPEAT (default 10) measurements of HOT_SAMPLES (default 400)
 # samples, each of at least 1 ms of launches (a measurement of a large GEMM lasts about a second:
 # NVML's energy counter moves in steps of about 100 ms). The first two measurements are left out (the GPU
@@ -964,7 +966,7 @@ for name, m in by.items():
              at("lts__t_bytes.sum") / 1e6, at("lts__t_sector_hit_rate.pct"), at("sm__cycles_elapsed.avg.per_second") / 1e6,
              at("launch__grid_size")))
     if extra:
-        print("    " + ", ".join("%s %.2f M" % (k, at(k) / 1e6) for k in extra))
+        print("    " + ", ".join("%s %s" % (k, "%.2f M" % (at(k) / 1e6) if abs(at(k)) >= 1e6 else "%.4g" % at(k)) for k in extra))
 PY2
 }
 

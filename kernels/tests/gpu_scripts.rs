@@ -14,7 +14,7 @@ use tensortune_kernels::{Config, Target, Template, Workload};
 fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts");
     let mut checked = 0;
-    let files: [(&str, &dyn Template); 24] = [
+    let files: [(&str, &dyn Template); 26] = [
         ("ab-wgmma-7.txt", &WgmmaGemm),
         ("ab-wconv-7.txt", &WgmmaConv2d),
         ("ab-wgmma-split.txt", &WgmmaGemm),
@@ -38,18 +38,22 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
         ("hot-14336.txt", &WgmmaGemm),
         ("hot-14336-knobs.txt", &WgmmaGemm),
         ("hot-14336-tn.txt", &WgmmaGemm),
+        ("hot-conv.txt", &WgmmaConv2d),
+        ("diag-conv-energy.txt", &WgmmaConv2d),
         ("ab-wgmma-sustain-pick.txt", &WgmmaGemm),
     ];
     for (file, template) in files {
         let text = std::fs::read_to_string(scripts.join(file)).unwrap();
         for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
             let (key, config) = line.split_once(' ').unwrap();
-            // A `hot` file's vendor lines end with the algorithm to time: gemmex or lt:N.
+            // A `hot` file's vendor lines end with the algorithm to time: fastest, or for a
+            // matmul gemmex or lt:N.
             let config = match config.rsplit_once(' ') {
                 Some((config, vendor)) if !vendor.ends_with('}') => {
                     let lt = vendor.strip_prefix("lt:").and_then(|n| n.parse::<usize>().ok());
+                    let cublas = vendor == "gemmex" || lt.is_some_and(|n| (1..=8).contains(&n));
                     assert!(
-                        vendor == "gemmex" || lt.is_some_and(|n| (1..=8).contains(&n)),
+                        vendor == "fastest" || (cublas && key.starts_with("matmul/")),
                         "{file}: {line}: vendor {vendor}"
                     );
                     config

@@ -4,8 +4,9 @@
 //! cold L2). For profilers (ncu) and repeatability checks. `TT_NO_BASELINE=1` leaves the vendor
 //! baseline out of the process. `TT_ALTERNATE=1` times the vendor after every repeat, not just the
 //! first (its pick again, as finalist rounds do): ours and the vendor alternate from the same GPU
-//! state, for comparisons under sustained load. `TT_VENDOR=gemmex` or `TT_VENDOR=lt:N` times that
-//! vendor algorithm alone instead of our kernel, `repeat` times (to hold one kernel on the GPU for
+//! state, for comparisons under sustained load. `TT_VENDOR=gemmex` or `TT_VENDOR=lt:N` (matmul), or
+//! `TT_VENDOR=fastest` (every candidate, cuBLAS's or cuDNN's, on the first repeat; the fastest of
+//! them alone after), times that vendor algorithm alone instead of our kernel, `repeat` times (to hold one kernel on the GPU for
 //! seconds); with `TT_ALTERNATE` too, that algorithm is the one timed after ours each repeat.
 //! Each line starts with the wall time (Unix ms), to set beside `nvidia-smi` samples of clock and
 //! power, and ends with the board's mean power over that repeat and its energy counter (NVML,
@@ -66,7 +67,8 @@ fn main() -> anyhow::Result<()> {
         let (energy0, t0) = (exec.energy_mj(), std::time::Instant::now());
         let line = match (&vendor, alternate) {
             (Some(which), false) => {
-                let (us, kind) = exec.vendor_alone(&req, *which)?;
+                // `fastest` picks on the first repeat and holds that pick after.
+                let (us, kind) = exec.vendor_alone(&MeasureRequest { fresh_baseline: r > 0, ..req.clone() }, *which)?;
                 format!(
                     "{kind} {} median {:.3} us vendor None clock {} MHz",
                     if us.is_some() { "Ok" } else { "Failed" },

@@ -72,10 +72,11 @@ enum VendorPick {
     Conv(dnn::ConvPick),
 }
 
-/// A matmul vendor algorithm to time alone ([`CudaExecutor::vendor_alone`]): `gemmex`
-/// (`cublasGemmEx`) or `lt:N` (cuBLASLt's heuristic candidate N, from 1).
+/// A vendor algorithm to time alone ([`CudaExecutor::vendor_alone`]): `fastest` (every candidate
+/// of the workload's library, cuBLAS or cuDNN, the fastest reported, as a trial's baseline is;
+/// then, on a request with `fresh_baseline`, that pick alone), or for a matmul `gemmex` (`cublasGemmEx`) or `lt:N` (cuBLASLt's heuristic candidate N, from 1).
 #[derive(Clone, Copy, Debug)]
-pub struct VendorAlgorithm(VendorPick);
+pub struct VendorAlgorithm(Option<VendorPick>);
 
 impl std::str::FromStr for VendorAlgorithm {
     type Err = String;
@@ -83,12 +84,13 @@ impl std::str::FromStr for VendorAlgorithm {
     fn from_str(s: &str) -> Result<Self, String> {
         let max = blaslt::MAX_CANDIDATES;
         match s.split_once(':') {
-            None if s == "gemmex" => Ok(VendorAlgorithm(VendorPick::GemmEx)),
+            None if s == "fastest" => Ok(VendorAlgorithm(None)),
+            None if s == "gemmex" => Ok(VendorAlgorithm(Some(VendorPick::GemmEx))),
             Some(("lt", n)) => match n.parse::<usize>() {
-                Ok(n) if (1..=max).contains(&n) => Ok(VendorAlgorithm(VendorPick::Lt(n))),
+                Ok(n) if (1..=max).contains(&n) => Ok(VendorAlgorithm(Some(VendorPick::Lt(n)))),
                 _ => Err(format!("{s:?}: the cuBLASLt candidate number must be 1 to {max}")),
             },
-            _ => Err(format!("{s:?}: expected gemmex or lt:N (N from 1 to {max})")),
+            _ => Err(format!("{s:?}: expected fastest, gemmex or lt:N (N from 1 to {max})")),
         }
     }
 }
@@ -567,8 +569,10 @@ impl CudaExecutor {
     }
 
     /// Times one vendor algorithm alone on `req`'s workload, as a finalist round times the pick
-    /// again. For runs that hold one kernel on the GPU for seconds (the `run_one` example's
-    /// `TT_VENDOR`).
+    /// again (for `fastest`, every candidate as a trial does, or the pick alone on a request with
+    /// `fresh_baseline`). For runs that hold one kernel
+    /// on the GPU for seconds (the `run_one` example's `TT_VENDOR`). A cuBLAS algorithm on a conv
+    /// workload is an error.
     pub fn vendor_alone(
         &mut self,
         req: &MeasureRequest,
@@ -577,9 +581,22 @@ impl CudaExecutor {
         if self.poisoned {
             anyhow::bail!("this CUDA context was lost to an earlier fault");
         }
+        if algorithm.0.is_some() && !matches!(req.workload, Workload::Matmul(_)) {
+            anyhow::bail!(
+                "gemmex and lt:N are cuBLAS algorithms; a conv2d workload takes fastest (cuDNN's candidates)"
+            );
+        }
         let wi = self.workload_index(req).map_err(|Fail(_, text)| anyhow::anyhow!(text))?;
-        let (us, kind, _) = self.baseline(wi, req, Some(algorithm.0));
-        Ok((us, kind))
+        match algorithm.0 {
+            Some(only) => {
+                let (us, kind, _) = self.baseline(wi, req, Some(only));
+                Ok((us, kind))
+            }
+            // `fastest` picks as a trial does, then (with `fresh_baseline`) times that pick alone,
+            // as a finalist round does: the other candidates would otherwise share the GPU's time
+            // and power with it.
+            None => Ok(self.timed_baseline(wi, req)),
+        }
     }
 
     /// The board's energy counter in millijoules, when NVML can read it.
@@ -686,16 +703,17 @@ mod tests {
 
     #[test]
     fn vendor_algorithms_parse_or_say_what_is_allowed() {
-        assert!(matches!("gemmex".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(VendorPick::GemmEx))));
-        assert!(matches!("lt:1".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(VendorPick::Lt(1)))));
-        assert!(matches!("lt:8".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(VendorPick::Lt(8)))));
+        assert!(matches!("fastest".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(None))));
+        assert!(matches!("gemmex".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(Some(VendorPick::GemmEx)))));
+        assert!(matches!("lt:1".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(Some(VendorPick::Lt(1))))));
+        assert!(matches!("lt:8".parse::<VendorAlgorithm>(), Ok(VendorAlgorithm(Some(VendorPick::Lt(8))))));
         for bad in ["lt:0", "lt:9", "lt:x", "lt:"] {
             let e = bad.parse::<VendorAlgorithm>().unwrap_err();
             assert!(e.contains("1 to 8") && e.contains(bad), "{bad}: {e}");
         }
         for bad in ["", "gemm", "cublas:1", "gemmex:1"] {
             let e = bad.parse::<VendorAlgorithm>().unwrap_err();
-            assert!(e.contains("expected gemmex or lt:N"), "{bad}: {e}");
+            assert!(e.contains("expected fastest, gemmex or lt:N"), "{bad}: {e}");
         }
     }
 }
