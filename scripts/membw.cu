@@ -13,7 +13,9 @@
 //   bulk      a persistent block per SM: one thread copies tiles of every plane into a ring of
 //             shared-memory stages with cp.async.bulk (completing on mbarriers, as the TMA loads of
 //             the wgmma kernels do); the block reduces them and stores with 16-byte stores;
-//             bulk6ef: its copies carry an L2 evict-first hint
+//             bulk6ef: its copies carry an L2 evict-first hint; bulk6h: 16 KB tiles; bulk6hst:
+//             the same, each output tile staged in shared memory and written by cp.async.bulk
+//             (as the TMA-store epilogue writes)
 //   memcpy    cudaMemcpyAsync of the larger of the two sizes (read + write counted)
 #ifndef __CUDACC_RTC__
 #include <cstdio>
@@ -77,12 +79,17 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 }
 
 // Tiles of TILE vectors a plane; STAGES of them in flight a block. EVICT_FIRST: the copies carry
-// an L2 evict-first cache hint (the input is read once).
-template <int RD, int WR, int TILE, int STAGES, bool EVICT_FIRST = false>
+// an L2 evict-first cache hint (the input is read once). BULK_STORE: the block writes each output
+// tile into one of two staging buffers in shared memory and one thread hands it to the bulk-copy
+// engine (cp.async.bulk global <- shared), as the wgmma kernels' TMA-store epilogue does; a buffer
+// is written again once the engine has read it.
+template <int RD, int WR, int TILE, int STAGES, bool EVICT_FIRST = false, bool BULK_STORE = false>
 __global__ void bulk(const uint4* __restrict__ in, uint4* __restrict__ out, long units) {
   extern __shared__ __align__(128) unsigned char smem[];
   uint4* ring = reinterpret_cast<uint4*>(smem);
-  unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + (size_t)STAGES * RD * TILE * 16);
+  uint4* staging = ring + (size_t)STAGES * RD * TILE;  // BULK_STORE: 2 x WR tiles
+  unsigned long long* full =
+      reinterpret_cast<unsigned long long*>(smem + ((size_t)STAGES * RD + (BULK_STORE ? 2 * WR : 0)) * TILE * 16);
   const long tiles = (units + TILE - 1) / TILE;
   auto issue = [&](long tile, int s) {
     const long first = tile * TILE;
@@ -130,6 +137,12 @@ __global__ void bulk(const uint4* __restrict__ in, uint4* __restrict__ out, long
     } while (!done);
     const long first = tile * TILE;
     const int n = (int)(units - first < TILE ? units - first : TILE);
+    uint4* st = staging + (size_t)(k & 1) * WR * TILE;
+    if (BULK_STORE) {
+      // The buffer written two tiles ago must have been read by the engine.
+      if (threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
+      __syncthreads();
+    }
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
       uint4 acc = ring[(size_t)s * RD * TILE + j];
 #pragma unroll
@@ -138,14 +151,26 @@ __global__ void bulk(const uint4* __restrict__ in, uint4* __restrict__ out, long
         acc.x ^= v.x; acc.y ^= v.y; acc.z ^= v.z; acc.w ^= v.w;
       }
 #pragma unroll
-      for (int w = 0; w < WR; ++w) __stcs(out + w * units + first + j, acc);
+      for (int w = 0; w < WR; ++w) {
+        if (BULK_STORE) st[w * TILE + j] = acc;
+        else __stcs(out + w * units + first + j, acc);
+      }
     }
+    if (BULK_STORE) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();  // the stage is read: it may be refilled
+    if (BULK_STORE && threadIdx.x == 0) {
+      for (int w = 0; w < WR; ++w)
+        asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(out + w * units + first),
+                     "r"(smem_u32(st + w * TILE)), "r"(n * 16)
+                     : "memory");
+      asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    }
     if (threadIdx.x == 0) {
       const long next = tile + (long)STAGES * gridDim.x;
       if (next < tiles) issue(next, s);
     }
   }
+  if (BULK_STORE && threadIdx.x == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 #ifndef __CUDACC_RTC__
@@ -226,6 +251,21 @@ static void run(const uint4* in, uint4* out, long units, int sms, double bytes) 
     check(cudaFuncSetAttribute(bulk<RD, WR, TILE, S, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), "smem");
     report("bulk6ef", sms, 256, time_graph([&](cudaStream_t st) { bulk<RD, WR, TILE, S, true><<<sms, 256, smem, st>>>(in, out, units); }));
     verify("bulk6ef");
+  }
+  {
+    // Half-size tiles (16 KB a plane), 6 stages: stores straight from registers (bulk6h), or
+    // staged and handed to the bulk-copy engine (bulk6hst), as the TMA-store epilogue does.
+    constexpr int S = 6, HT = TILE / 2;
+    const size_t smem = (size_t)S * RD * HT * 16 + 8 * S;
+    check(cudaFuncSetAttribute(bulk<RD, WR, HT, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), "smem");
+    report("bulk6h", sms, 256, time_graph([&](cudaStream_t st) { bulk<RD, WR, HT, S><<<sms, 256, smem, st>>>(in, out, units); }));
+    verify("bulk6h");
+    const size_t smem_st = smem + (size_t)2 * WR * HT * 16;
+    check(cudaFuncSetAttribute(bulk<RD, WR, HT, S, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_st),
+          "smem");
+    report("bulk6hst", sms, 256,
+           time_graph([&](cudaStream_t st) { bulk<RD, WR, HT, S, false, true><<<sms, 256, smem_st, st>>>(in, out, units); }));
+    verify("bulk6hst");
   }
   {
     constexpr int S = 3;
