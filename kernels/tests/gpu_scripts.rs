@@ -14,7 +14,7 @@ use tensortune_kernels::{Config, Target, Template, Workload};
 fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts");
     let mut checked = 0;
-    let files: [(&str, &dyn Template); 26] = [
+    let files: [(&str, &dyn Template); 27] = [
         ("ab-wgmma-7.txt", &WgmmaGemm),
         ("ab-wconv-7.txt", &WgmmaConv2d),
         ("ab-wgmma-split.txt", &WgmmaGemm),
@@ -40,6 +40,7 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
         ("hot-14336-tn.txt", &WgmmaGemm),
         ("hot-conv.txt", &WgmmaConv2d),
         ("diag-conv-energy.txt", &WgmmaConv2d),
+        ("diag-14336-cluster.txt", &WgmmaGemm),
         ("ab-wgmma-sustain-pick.txt", &WgmmaGemm),
     ];
     for (file, template) in files {
