@@ -4,10 +4,11 @@
 //! cold L2). For profilers (ncu) and repeatability checks. `TT_NO_BASELINE=1` leaves the vendor
 //! baseline out of the process. `TT_ALTERNATE=1` times the vendor after every repeat, not just the
 //! first (its pick again, as finalist rounds do): ours and the vendor alternate from the same GPU
-//! state, for comparisons under sustained load. `TT_VENDOR=gemmex` or `TT_VENDOR=lt:N` (matmul), or
-//! `TT_VENDOR=fastest` (every candidate, cuBLAS's or cuDNN's, on the first repeat; the fastest of
-//! them alone after), times that vendor algorithm alone instead of our kernel, `repeat` times (to hold one kernel on the GPU for
-//! seconds); with `TT_ALTERNATE` too, that algorithm is the one timed after ours each repeat.
+//! state, for comparisons under sustained load. `TT_VENDOR=gemmex` or `TT_VENDOR=lt:N` (matmul),
+//! or `TT_VENDOR=fastest` (every candidate, cuBLAS's or cuDNN's, on the first repeat; the fastest
+//! of them alone after), times that vendor algorithm alone instead of our kernel, `repeat` times
+//! (to hold one kernel on the GPU for seconds); with `TT_ALTERNATE` too, that algorithm is the one
+//! timed after ours each repeat.
 //! Each line starts with the wall time (Unix ms), to set beside `nvidia-smi` samples of clock and
 //! power, and ends with the board's mean power over that repeat and its energy counter (NVML,
 //! millijoules).
@@ -27,8 +28,13 @@ fn main() -> anyhow::Result<()> {
         Some("flush") => true,
         Some(other) => anyhow::bail!("unknown timing mode {other:?}; expected warm or flush"),
     };
+    // Checked against the workload too, before the compile.
     let vendor = match std::env::var("TT_VENDOR") {
-        Ok(v) => Some(v.parse::<VendorAlgorithm>().map_err(|e| anyhow::anyhow!("TT_VENDOR={e}"))?),
+        Ok(v) => {
+            let a = v.parse::<VendorAlgorithm>().map_err(|e| anyhow::anyhow!("TT_VENDOR={e}"))?;
+            a.check(&w).map_err(|e| anyhow::anyhow!("TT_VENDOR={e}"))?;
+            Some(a)
+        }
         Err(_) => None,
     };
     let mut exec = CudaExecutor::new(0)?;

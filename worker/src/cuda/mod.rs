@@ -74,7 +74,8 @@ enum VendorPick {
 
 /// A vendor algorithm to time alone ([`CudaExecutor::vendor_alone`]): `fastest` (every candidate
 /// of the workload's library, cuBLAS or cuDNN, the fastest reported, as a trial's baseline is;
-/// then, on a request with `fresh_baseline`, that pick alone), or for a matmul `gemmex` (`cublasGemmEx`) or `lt:N` (cuBLASLt's heuristic candidate N, from 1).
+/// then, on a request with `fresh_baseline`, that pick alone), or for a matmul `gemmex`
+/// (`cublasGemmEx`) or `lt:N` (cuBLASLt's heuristic candidate N, from 1).
 #[derive(Clone, Copy, Debug)]
 pub struct VendorAlgorithm(Option<VendorPick>);
 
@@ -91,6 +92,23 @@ impl std::str::FromStr for VendorAlgorithm {
                 _ => Err(format!("{s:?}: the cuBLASLt candidate number must be 1 to {max}")),
             },
             _ => Err(format!("{s:?}: expected fastest, gemmex or lt:N (N from 1 to {max})")),
+        }
+    }
+}
+
+impl VendorAlgorithm {
+    /// Whether `workload` can be timed with this algorithm: `gemmex` and `lt:N` are cuBLAS's, for
+    /// a matmul only.
+    pub fn check(&self, workload: &Workload) -> Result<(), String> {
+        match (self.0, workload) {
+            (Some(pick), Workload::Conv2d(_)) => Err(format!(
+                "{:?}: a cuBLAS algorithm; a conv2d workload takes fastest (cuDNN's candidates)",
+                match pick {
+                    VendorPick::Lt(n) => format!("lt:{n}"),
+                    _ => "gemmex".into(),
+                }
+            )),
+            _ => Ok(()),
         }
     }
 }
@@ -570,9 +588,9 @@ impl CudaExecutor {
 
     /// Times one vendor algorithm alone on `req`'s workload, as a finalist round times the pick
     /// again (for `fastest`, every candidate as a trial does, or the pick alone on a request with
-    /// `fresh_baseline`). For runs that hold one kernel
-    /// on the GPU for seconds (the `run_one` example's `TT_VENDOR`). A cuBLAS algorithm on a conv
-    /// workload is an error.
+    /// `fresh_baseline`). For runs that hold one kernel on the GPU for seconds (the `run_one`
+    /// example's `TT_VENDOR`). An algorithm the workload cannot take is an error
+    /// ([`VendorAlgorithm::check`]).
     pub fn vendor_alone(
         &mut self,
         req: &MeasureRequest,
@@ -581,11 +599,7 @@ impl CudaExecutor {
         if self.poisoned {
             anyhow::bail!("this CUDA context was lost to an earlier fault");
         }
-        if algorithm.0.is_some() && !matches!(req.workload, Workload::Matmul(_)) {
-            anyhow::bail!(
-                "gemmex and lt:N are cuBLAS algorithms; a conv2d workload takes fastest (cuDNN's candidates)"
-            );
-        }
+        algorithm.check(&req.workload).map_err(|e| anyhow::anyhow!(e))?;
         let wi = self.workload_index(req).map_err(|Fail(_, text)| anyhow::anyhow!(text))?;
         match algorithm.0 {
             Some(only) => {
@@ -715,5 +729,16 @@ mod tests {
             let e = bad.parse::<VendorAlgorithm>().unwrap_err();
             assert!(e.contains("expected fastest, gemmex or lt:N"), "{bad}: {e}");
         }
+        // cuBLAS's algorithms time matmuls only; fastest takes any workload.
+        let conv = Workload::from_key("conv2d/n1h8w8c64/k64r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16").unwrap();
+        let mm = Workload::from_key("matmul/m64n64k64/nn/f16,f32,f32/alpha=1,beta=0").unwrap();
+        for (algo, named) in [("gemmex", "gemmex"), ("lt:3", "lt:3")] {
+            let a = algo.parse::<VendorAlgorithm>().unwrap();
+            let e = a.check(&conv).unwrap_err();
+            assert!(e.starts_with(&format!("{named:?}")) && e.contains("takes fastest"), "{e}");
+            assert!(a.check(&mm).is_ok());
+        }
+        let fastest = "fastest".parse::<VendorAlgorithm>().unwrap();
+        assert!(fastest.check(&conv).is_ok() && fastest.check(&mm).is_ok());
     }
 }
