@@ -42,6 +42,9 @@ if [ -z "${CXX:-}" ] && ! command -v c++ >/dev/null 2>&1; then
         echo "no c++ and no root apt-get: the simt_cpu test will fail; set CXX to a C++20 compiler" >&2
     fi
 fi
+# A test run builds once: incremental state (about 2 GB) buys nothing here.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+echo "disk free for target/: $(df -h . | awk 'NR==2 {print $4}')" >&2
 status=0
 cargo test --workspace --locked --no-fail-fast "$@" || status=$?
 # The tracker's tests on PostgreSQL: each test makes a database of its own on this server. The
