@@ -390,6 +390,7 @@ impl Template for WmmaConv2d {
                     Ints(v) => v.iter().map(|x| KnobValue::Int(*x as i64)).collect(),
                     Names(v) => v.iter().map(|x| KnobValue::from(*x)).collect(),
                 },
+                default: None,
             })
             .collect();
         Space { knobs }

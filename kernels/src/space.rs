@@ -45,17 +45,39 @@ pub struct Knob {
     pub name: &'static str,
     /// Allowed values.
     pub values: Vec<KnobValue>,
+    /// What a config that leaves the knob out means, for a knob added to a template after configs
+    /// of it were written down (scripts, exported bundles, a user's notes): the value that keeps
+    /// their kernels as they were. A knob without one must be given.
+    pub default: Option<usize>,
 }
 
 impl Knob {
     /// An integer knob.
     pub fn ints(name: &'static str, values: &[i64]) -> Knob {
-        Knob { name, values: values.iter().map(|v| KnobValue::Int(*v)).collect() }
+        Knob { name, values: values.iter().map(|v| KnobValue::Int(*v)).collect(), default: None }
     }
 
     /// A named knob.
     pub fn names(name: &'static str, values: &[&str]) -> Knob {
-        Knob { name, values: values.iter().map(|v| KnobValue::from(*v)).collect() }
+        Knob { name, values: values.iter().map(|v| KnobValue::from(*v)).collect(), default: None }
+    }
+
+    /// The same knob, read as `values[position]` where a config leaves it out.
+    pub fn defaulting_to(self, position: usize) -> Knob {
+        assert!(position < self.values.len(), "knob {}: default position {position} is outside its domain", self.name);
+        Knob { default: Some(position), ..self }
+    }
+
+    /// The position in the domain of this knob's value in `config` (its default where the config
+    /// leaves it out).
+    fn position_in(&self, config: &Config) -> Result<usize> {
+        let Some(v) = config.0.get(self.name) else {
+            return self.default.ok_or_else(|| Error::invalid("config", format!("knob {:?} is missing", self.name)));
+        };
+        self.values.iter().position(|x| x == v).ok_or_else(|| {
+            let allowed: Vec<String> = self.values.iter().map(|v| v.to_string()).collect();
+            Error::invalid("config", format!("{}={v} is not in the domain; allowed: {}", self.name, allowed.join(", ")))
+        })
     }
 }
 
@@ -96,22 +118,12 @@ impl Space {
         Ok(Config(values))
     }
 
-    /// The index of `config`; every knob must be present with a value from its domain, and no other.
+    /// The index of `config`; every knob must be present with a value from its domain (a knob
+    /// with a default may be left out), and no other.
     pub fn index_of(&self, config: &Config) -> Result<u64> {
         let mut index = 0u64;
         for knob in &self.knobs {
-            let v = config
-                .0
-                .get(knob.name)
-                .ok_or_else(|| Error::invalid("config", format!("knob {:?} is missing", knob.name)))?;
-            let pos = knob.values.iter().position(|x| x == v).ok_or_else(|| {
-                let allowed: Vec<String> = knob.values.iter().map(|v| v.to_string()).collect();
-                Error::invalid(
-                    "config",
-                    format!("{}={v} is not in the domain; allowed: {}", knob.name, allowed.join(", ")),
-                )
-            })?;
-            index = index * knob.values.len() as u64 + pos as u64;
+            index = index * knob.values.len() as u64 + knob.position_in(config)? as u64;
         }
         if let Some(extra) = config.0.keys().find(|k| !self.knobs.iter().any(|kn| kn.name == k.as_str())) {
             return Err(Error::invalid("config", format!("unknown knob {extra:?}")));
@@ -121,19 +133,7 @@ impl Space {
 
     /// Index of each knob's value in `config`, in knob order (for features and neighbourhoods).
     pub fn positions(&self, config: &Config) -> Result<Vec<usize>> {
-        self.knobs
-            .iter()
-            .map(|knob| {
-                let v = config
-                    .0
-                    .get(knob.name)
-                    .ok_or_else(|| Error::invalid("config", format!("knob {:?} is missing", knob.name)))?;
-                knob.values
-                    .iter()
-                    .position(|x| x == v)
-                    .ok_or_else(|| Error::invalid("config", format!("{}={v} is not in the domain", knob.name)))
-            })
-            .collect()
+        self.knobs.iter().map(|knob| knob.position_in(config)).collect()
     }
 }
 
