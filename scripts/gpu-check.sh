@@ -471,6 +471,7 @@ step_wsanitize() {
     'matmul/m64n8704k264/tn/f16,f32,f16/alpha=2,beta=-1 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
     'matmul/m504n520k2048/nn/f16,f32,f32/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
     'matmul/m2048n3000k512/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"cooperative","stages":4,"stream_k":1}'
+    'matmul/m2000n3000k512/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster":"m","raster_group":4,"schedule":"cooperative","stages":4,"stream_k":0}'
   )
   # WSANITIZE_ONLY=N runs the Nth case alone.
   local n=0

@@ -14,7 +14,7 @@ use tensortune_kernels::{Config, Target, Template, Workload};
 fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts");
     let mut checked = 0;
-    let files: [(&str, &dyn Template); 27] = [
+    let files: [(&str, &dyn Template); 29] = [
         ("ab-wgmma-7.txt", &WgmmaGemm),
         ("ab-wconv-7.txt", &WgmmaConv2d),
         ("ab-wgmma-split.txt", &WgmmaGemm),
@@ -36,6 +36,8 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
         ("diag-14336-clock.txt", &WgmmaGemm),
         ("instmix-14336.txt", &WgmmaGemm),
         ("hot-14336.txt", &WgmmaGemm),
+        ("hot-raster.txt", &WgmmaGemm),
+        ("diag-raster.txt", &WgmmaGemm),
         ("hot-14336-knobs.txt", &WgmmaGemm),
         ("hot-14336-tn.txt", &WgmmaGemm),
         ("hot-conv.txt", &WgmmaConv2d),

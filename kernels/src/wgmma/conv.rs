@@ -64,7 +64,8 @@ impl Template for WgmmaConv2d {
         // 8: the body's stream-K range run before the tile-by-tile tiles (wgmma_gemm v8).
         // 9: the body's 4-byte outputs stored from registers as pairs (wgmma_gemm v9).
         // 10: the body's descriptors in uniform registers with inline loads (wgmma_gemm v10).
-        10
+        // 11: the raster knob (wgmma_gemm v11).
+        11
     }
 
     fn op(&self) -> Op {
@@ -228,7 +229,7 @@ mod tests {
         {
             assert!(spec.source.contains(line), "{line} missing");
         }
-        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v10_"), "{}", spec.name);
+        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v11_"), "{}", spec.name);
         let f = WgmmaConv2d.features(&padded, &c, &target).unwrap();
         assert_eq!(f.last(), Some(&("gather", 1.0)));
     }
@@ -251,7 +252,7 @@ mod tests {
         for line in ["IM2COL = true;", "GATHER = false;", "CONV_C = 64;", "OUT_W = 5;", "STRIDE_H = 2;"] {
             assert!(spec.source.contains(line), "{line} missing");
         }
-        assert!(spec.name.starts_with("tt_wgmma_conv2d_im2col_v10_"), "{}", spec.name);
+        assert!(spec.name.starts_with("tt_wgmma_conv2d_im2col_v11_"), "{}", spec.name);
         // The window's extent and dilation set the upper corner.
         let Workload::Conv2d(mut d) = layer else { unreachable!() };
         d.dilation = (2, 3);
@@ -315,7 +316,7 @@ mod tests {
         assert_eq!(ConvGemm::of(&g).0.x, ConvX::Gather);
         let few = layer(2, 9, 4, 40, 3, 1, 1, DType::Tf32);
         let spec = WgmmaConv2d.generate(&few, &config(&few, "warpgroup"), &target).unwrap();
-        assert!(spec.source.contains("CONV_C = 4;") && spec.name.starts_with("tt_wgmma_conv2d_gather_v10_"));
+        assert!(spec.source.contains("CONV_C = 4;") && spec.name.starts_with("tt_wgmma_conv2d_gather_v11_"));
         let e = WgmmaConv2d.supports(&layer(2, 9, 6, 40, 3, 1, 1, DType::Tf32), &target).unwrap_err();
         assert!(e.field() == Some("c") && e.to_string().contains("multiple of 4"), "{e}");
         // A pointwise layer: plain TMA tiles of floats.

@@ -21,8 +21,8 @@
 // both, so a stage is free only when both blocks' consumers have released it. With PINGPONG the
 // two consumers take alternate tiles of the block whole, so one stores its results while the
 // other multiplies. With PERSISTENT the grid is one wave (of BLOCKS_PER_SM blocks per SM) and each
-// block walks tiles; tiles are ordered in groups of GROUP cluster rows, so the Y panels a wave
-// shares stay in L2.
+// block walks tiles; tiles are ordered in bands of GROUP cluster rows (or, with RASTER_M, of
+// GROUP tile columns), so the panels a wave shares stay in L2.
 // With STREAM_K (persistent, cooperative) the tiles that would leave the last wave ragged are
 // shared out by K tiles instead: all but the last whole wave go tile by tile as above, and the
 // K tiles of the rest are cut into equal ranges, one per cluster. A cluster runs its range first,
@@ -310,25 +310,39 @@ __device__ __forceinline__ void pin_all(T_ACCR (&acc)[ROWS][REGS]) {
 }
 
 // --- tiles -------------------------------------------------------------------------------------
-// The (P, Q) tile of cluster tile `ct` for the block of cluster rank `rank`.
-__device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
-  int pc;
-  if constexpr (GROUP > 1) {
-    // Every group but the last has GROUP cluster rows; the last has CP % GROUP when that is not
-    // zero. Both divisors are constants, so no division is computed at run time.
-    constexpr int PER_GROUP = GROUP * TILES_Q;
-    constexpr int LAST_ROWS = CP % GROUP == 0 ? GROUP : CP % GROUP;
-    const int first = (ct / PER_GROUP) * GROUP, r = ct % PER_GROUP;
-    if (first + GROUP <= CP) {
-      pc = first + r % GROUP;
-      tq = r / GROUP;
+// Position (along, across) of step `ct` of a walk over an ALONG x ACROSS grid that goes along its
+// first dimension first: with BAND > 1 in bands of BAND lines, each band walked across the whole
+// second dimension before the next (every band but the last has BAND lines, the last ALONG % BAND
+// when that is not zero); with BAND 1 down the whole first dimension, then one step across. Every
+// divisor is a constant, so no division is computed at run time.
+template <int ALONG, int ACROSS, int BAND>
+__device__ __forceinline__ void banded(int ct, int& along, int& across) {
+  if constexpr (BAND > 1) {
+    constexpr int PER_BAND = BAND * ACROSS;
+    constexpr int LAST_LINES = ALONG % BAND == 0 ? BAND : ALONG % BAND;
+    const int first = (ct / PER_BAND) * BAND, r = ct % PER_BAND;
+    if (first + BAND <= ALONG) {
+      along = first + r % BAND;
+      across = r / BAND;
     } else {
-      pc = first + r % LAST_ROWS;
-      tq = r / LAST_ROWS;
+      along = first + r % LAST_LINES;
+      across = r / LAST_LINES;
     }
   } else {
-    pc = ct % CP;
-    tq = ct / CP;
+    along = ct % ALONG;
+    across = ct / ALONG;
+  }
+}
+
+// The (P, Q) tile of cluster tile `ct` for the block of cluster rank `rank`: the walk goes down
+// the cluster rows first (RASTER_M false, bands of GROUP cluster rows) or along the tile columns
+// first (RASTER_M, bands of GROUP columns).
+__device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
+  int pc;
+  if constexpr (RASTER_M) {
+    banded<TILES_Q, CP, GROUP>(ct, tq, pc);
+  } else {
+    banded<CP, TILES_Q, GROUP>(ct, pc, tq);
   }
   tp = pc * CLUSTER + rank;
 }

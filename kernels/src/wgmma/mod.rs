@@ -34,7 +34,11 @@ const PRODUCER: &[&str] = &["warpgroup", "inline"];
 const SCHEDULE: &[&str] = &["cooperative", "pingpong"];
 const STREAM_K: &[u32] = &[0, 1];
 const EPILOGUE: &[&str] = &["direct", "tma"];
-const KNOBS: usize = 11;
+/// The dimension the tile walk takes first: N (the view's P, down a band of `raster_group`
+/// cluster rows, the order of versions 1-10 and the default of a config without the knob) or M
+/// (the view's Q, along a band of `raster_group` tile columns).
+const RASTER: &[&str] = &["n", "m"];
+const KNOBS: usize = 12;
 const DOMAIN_SIZES: [usize; KNOBS] = [
     BLOCK_M.len(),
     BLOCK_N.len(),
@@ -47,6 +51,7 @@ const DOMAIN_SIZES: [usize; KNOBS] = [
     SCHEDULE.len(),
     STREAM_K.len(),
     EPILOGUE.len(),
+    RASTER.len(),
 ];
 
 /// Registers a thread of the producer warpgroup keeps (setmaxnreg.dec) when it only issues TMA
@@ -99,8 +104,11 @@ pub struct Plan {
     pub cluster: u32,
     /// Persistent grid (one wave walking the tiles).
     pub persistent: bool,
-    /// Cluster rows per rasterization group.
+    /// Cluster rows (raster N) or tile columns (raster M) per rasterization group.
     pub group: u32,
+    /// The tile walk goes along M first (the view's Q), in bands of `group` tile columns;
+    /// otherwise along N first, in bands of `group` cluster rows.
+    pub raster_m: bool,
     /// A producer warpgroup (true) or loads issued by a consumer thread.
     pub specialized: bool,
     /// Ping-pong: each consumer warpgroup owns whole tiles, alternate ones, so one's epilogue
@@ -247,6 +255,7 @@ impl Plan {
             cluster: CLUSTER[pos[4]],
             persistent: PERSISTENT[pos[5]] == 1,
             group: GROUP[pos[6]],
+            raster_m: RASTER[pos[11]] == "m",
             specialized: PRODUCER[pos[7]] == "warpgroup",
             pingpong: SCHEDULE[pos[8]] == "pingpong",
             stream_k: STREAM_K[pos[9]] == 1,
@@ -562,16 +571,11 @@ impl Plan {
         let g = self.grid(target);
         let cl = self.cluster as u64;
         let (cp, group) = (g.tiles_p / cl, self.group as u64);
-        let (pc, tq) = if group > 1 {
-            // As gemm.cu computes it: every group but the last has `group` cluster rows, the last
-            // `cp % group` when that is not zero (both constants there, so no run-time division).
-            let per_group = group * g.tiles_q;
-            let last_rows = if cp % group == 0 { group } else { cp % group };
-            let (first, r) = (ct / per_group * group, ct % per_group);
-            let rows = if first + group <= cp { group } else { last_rows };
-            (first + r % rows, r / rows)
+        let (pc, tq) = if self.raster_m {
+            let (tq, pc) = banded(ct, g.tiles_q, cp, group);
+            (pc, tq)
         } else {
-            (ct % cp, ct / cp)
+            banded(ct, cp, g.tiles_q, group)
         };
         (pc * cl + rank, tq)
     }
@@ -691,7 +695,20 @@ impl Plan {
             )));
         }
         let cluster_rows = g.tiles_p / self.cluster as u64;
-        if self.group > 1 && (cluster_rows <= self.group as u64 || g.tiles_q == 1) {
+        if self.raster_m {
+            if cluster_rows == 1 || g.tiles_q == 1 {
+                return Err(Error::Rejected(format!(
+                    "raster m walks a grid of one row or one column of tiles as raster n does (have {}x{})",
+                    cluster_rows, g.tiles_q
+                )));
+            }
+            if self.group > 1 && g.tiles_q <= self.group as u64 {
+                return Err(Error::Rejected(format!(
+                    "raster_group {} with raster m needs more than {} columns of block_m tiles (have {})",
+                    self.group, self.group, g.tiles_q
+                )));
+            }
+        } else if self.group > 1 && (cluster_rows <= self.group as u64 || g.tiles_q == 1) {
             return Err(Error::Rejected(format!(
                 "raster_group {} needs more than {} rows of block_n tiles and more than one column (have {}x{})",
                 self.group, self.group, cluster_rows, g.tiles_q
@@ -724,7 +741,7 @@ impl Plan {
         };
         let key_digest = crate::short_digest(&key);
         ident(&format!(
-            "tt_{family}_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}_{}{}{}_{}",
+            "tt_{family}_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}{}_{}{}{}_{}",
             version,
             t.input,
             t.accumulator,
@@ -739,6 +756,7 @@ impl Plan {
             if self.persistent { "pers" } else { "grid" },
             if self.stream_k { "sk" } else { "" },
             self.group,
+            if self.raster_m { "m" } else { "" },
             if self.specialized { "ws" } else { "inl" },
             if self.tma_store { "_tmast" } else { "" },
             if split > 1 { format!("_ks{split}") } else { String::new() },
@@ -863,6 +881,7 @@ impl Plan {
             .int("CONSUMERS", self.consumers as i64)
             .int("CLUSTER", self.cluster as i64)
             .int("GROUP", self.group as i64)
+            .flag("RASTER_M", self.raster_m)
             .int("TILES_P", g.tiles_p as i64)
             .int("TILES_Q", g.tiles_q as i64)
             .int("ACC_REGS", self.acc_regs() as i64)
@@ -1045,7 +1064,9 @@ impl Template for WgmmaGemm {
         // a sector; the trade bought no sectors and cost shuffles); 2-byte outputs keep the trade.
         // 10: with the loads issued inline, the consumers' wgmma descriptors stay in uniform
         // registers (the ring slot is broadcast; v9 moved them from vector registers per wgmma).
-        10
+        // 11: the raster knob: the tile walk may go along M first (bands of raster_group tile
+        // columns) as well as along N first (bands of cluster rows, the only order before).
+        11
     }
 
     fn op(&self) -> Op {
@@ -1117,6 +1138,7 @@ impl Template for WgmmaGemm {
                 Knob::names("schedule", SCHEDULE),
                 ints("stream_k", STREAM_K),
                 Knob::names("epilogue", EPILOGUE),
+                Knob::names("raster", RASTER).defaulting_to(0),
             ],
         }
     }
@@ -1167,6 +1189,7 @@ impl Plan {
             ("cluster", p.cluster as f64),
             ("persistent", f64::from(u8::from(p.persistent))),
             ("log2_raster_group", (p.group as f64).log2()),
+            ("raster_m", f64::from(u8::from(p.raster_m))),
             ("specialized", f64::from(u8::from(p.specialized))),
             ("pingpong", f64::from(u8::from(p.pingpong))),
             ("stream_k", f64::from(u8::from(p.stream_k))),
@@ -1186,6 +1209,22 @@ impl Plan {
 /// How full the last wave of output tiles is when `slots` blocks run at once (1 when the tiles
 /// fill whole waves): a persistent grid's `waves` is 1 whatever the tiles, and a nearly empty
 /// last wave is where stream-K and other tile shapes pay.
+/// Tile `ct` of a walk over a `along` x `across` grid that goes along its first dimension first
+/// (a mirror of `gemm.cu`'s `banded`): with `group` > 1, in bands of `group` lines of that
+/// dimension, each band walked across the whole second dimension before the next (every band but
+/// the last has `group` lines, the last `along % group` when that is not zero); with `group` 1,
+/// down the whole first dimension, then one step across. Returns (position along, position across).
+fn banded(ct: u64, along: u64, across: u64, group: u64) -> (u64, u64) {
+    if group > 1 {
+        let per_band = group * across;
+        let (first, r) = (ct / per_band * group, ct % per_band);
+        let lines = if first + group <= along { group } else { along % group };
+        (first + r % lines, r / lines)
+    } else {
+        (ct % along, ct / along)
+    }
+}
+
 fn last_wave_fill(tiles: u64, slots: u64) -> f64 {
     let rest = tiles % slots.max(1);
     if rest == 0 { 1.0 } else { rest as f64 / slots.max(1) as f64 }

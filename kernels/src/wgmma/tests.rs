@@ -203,6 +203,7 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
     let mut stream_k = 0;
     let mut split = 0;
     let mut short_groups = 0;
+    let mut raster_m = 0;
     let mut sk_whole_wave = 0;
     for (m, n, k, layout) in [
         (4096, 4096, 4096, Layout::Nn),
@@ -336,16 +337,68 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
             stream_k += usize::from(p.stream_k);
             split += usize::from(ks > 1);
             // Raster groups whose last group is short (the kernel's second constant divisor).
-            let cluster_rows = tiles_p / cl;
-            short_groups += usize::from(p.group > 1 && !cluster_rows.is_multiple_of(p.group as u64));
+            let lines = if p.raster_m { tiles_q } else { tiles_p / cl };
+            short_groups += usize::from(p.group > 1 && !lines.is_multiple_of(p.group as u64));
+            raster_m += usize::from(p.raster_m);
             checked += 1;
         }
     }
     assert!(
-        checked > 500 && stream_k > 50 && sk_whole_wave > 50 && split > 10 && short_groups > 200,
+        checked > 500 && stream_k > 50 && sk_whole_wave > 50 && split > 10 && short_groups > 200 && raster_m > 200,
         "checked {checked} configs, {stream_k} with stream_k ({sk_whole_wave} of a wave or more), {split} split, \
-         {short_groups} with a short last group"
+         {short_groups} with a short last group, {raster_m} with raster m"
     );
+}
+
+#[test]
+fn the_raster_knob_walks_along_the_dimension_it_names_and_defaults_to_n() {
+    let sm90 = Target::sm90();
+    // 14336 / 128 = 112 rows of block_n tiles (56 cluster rows), 4096 / 256 = 16 columns.
+    let w = Matmul::new(4096, 14336, 4096, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap();
+    let space = WgmmaGemm.space();
+    let walk = |raster: &str, group: u32| {
+        let c = config(&BIG.replace(r#""raster_group":8"#, &format!(r#""raster_group":{group},"raster":"{raster}""#)));
+        let p = Plan::new(&w, &c).unwrap();
+        assert_eq!(p.raster_m, raster == "m");
+        (0..p.grid(&sm90).cluster_tiles).map(|ct| p.tile_of(&sm90, ct, 0)).collect::<Vec<_>>()
+    };
+    // Raster n, bands of 8 cluster rows: rows 0, 2, ..., 14 of column 0, then of column 1.
+    let n8 = walk("n", 8);
+    assert_eq!(&n8[..9], &[(0, 0), (2, 0), (4, 0), (6, 0), (8, 0), (10, 0), (12, 0), (14, 0), (0, 1)]);
+    assert_eq!(n8[8 * 16], (16, 0), "the second band starts after 8 rows x 16 columns");
+    // Raster m, bands of 4 columns: columns 0..4 of cluster row 0, then of row 1.
+    let m4 = walk("m", 4);
+    assert_eq!(&m4[..6], &[(0, 0), (0, 1), (0, 2), (0, 3), (2, 0), (2, 1)]);
+    assert_eq!(m4[4 * 56], (0, 4), "the second band starts after 4 columns x 56 cluster rows");
+    // Raster m, group 1: the whole row first.
+    let m1 = walk("m", 1);
+    assert_eq!(m1[15], (0, 15));
+    assert_eq!(m1[16], (2, 0));
+    // A band count that does not divide: 16 columns in bands of 16 are refused (one band only).
+    let c = config(&BIG.replace(r#""raster_group":8"#, r#""raster_group":16,"raster":"m""#));
+    let e = WgmmaGemm.generate(&Workload::Matmul(w), &c, &sm90).unwrap_err().to_string();
+    assert!(e.contains("raster_group 16 with raster m") && e.contains("(have 16)"), "{e}");
+    // A one-column grid walks the same either way, so raster m is refused there.
+    let one_col = Matmul::new(256, 65536, 1024, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap();
+    let c = config(&BIG.replace(r#""raster_group":8"#, r#""raster_group":1,"raster":"m""#));
+    let e = WgmmaGemm.generate(&Workload::Matmul(one_col), &c, &sm90).unwrap_err().to_string();
+    assert!(e.contains("raster m walks a grid of one row or one column"), "{e}");
+    // A config written before the knob existed reads as raster n, the order it always had, and
+    // completes to the same point of the space.
+    let old = config(BIG);
+    assert!(!old.0.contains_key("raster"));
+    let with_n = config(&BIG.replace(r#""raster_group":8"#, r#""raster_group":8,"raster":"n""#));
+    assert_eq!(space.index_of(&old).unwrap(), space.index_of(&with_n).unwrap());
+    assert_eq!(space.config(space.index_of(&old).unwrap()).unwrap(), with_n);
+    assert_eq!(
+        WgmmaGemm.generate(&Workload::Matmul(w), &old, &sm90).unwrap().source,
+        WgmmaGemm.generate(&Workload::Matmul(w), &with_n, &sm90).unwrap().source
+    );
+    // Other knobs have no default: leaving one out still names it.
+    let mut no_stages = old.clone();
+    no_stages.0.remove("stages");
+    let e = space.index_of(&no_stages).unwrap_err().to_string();
+    assert!(e.contains("stages") && e.contains("missing"), "{e}");
 }
 
 #[test]

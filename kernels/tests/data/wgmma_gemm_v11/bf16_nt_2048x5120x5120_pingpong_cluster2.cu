@@ -8,16 +8,16 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v10: D = alpha * op(A) op(B) + beta * C
+// wgmma_gemm v11: D = alpha * op(A) op(B) + beta * C
 // workload matmul/m2048n5120k5120/nt/bf16,f32,bf16/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v10_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
+#define KERNEL_NAME tt_wgmma_gemm_v11_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
 #define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v10_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2 {
+namespace ns_tt_wgmma_gemm_v11_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2 {
 typedef __nv_bfloat16 T_IN;
 typedef __nv_bfloat16 T_OUT;
 typedef float T_EPI;
@@ -34,6 +34,7 @@ constexpr int STAGES = 5;
 constexpr int CONSUMERS = 2;
 constexpr int CLUSTER = 2;
 constexpr int GROUP = 4;
+constexpr bool RASTER_M = false;
 constexpr int TILES_P = 40;
 constexpr int TILES_Q = 16;
 constexpr int ACC_REGS = 64;
@@ -240,8 +241,8 @@ union OutVec {
 // both, so a stage is free only when both blocks' consumers have released it. With PINGPONG the
 // two consumers take alternate tiles of the block whole, so one stores its results while the
 // other multiplies. With PERSISTENT the grid is one wave (of BLOCKS_PER_SM blocks per SM) and each
-// block walks tiles; tiles are ordered in groups of GROUP cluster rows, so the Y panels a wave
-// shares stay in L2.
+// block walks tiles; tiles are ordered in bands of GROUP cluster rows (or, with RASTER_M, of
+// GROUP tile columns), so the panels a wave shares stay in L2.
 // With STREAM_K (persistent, cooperative) the tiles that would leave the last wave ragged are
 // shared out by K tiles instead: all but the last whole wave go tile by tile as above, and the
 // K tiles of the rest are cut into equal ranges, one per cluster. A cluster runs its range first,
@@ -541,25 +542,39 @@ __device__ __forceinline__ void pin_all(T_ACCR (&acc)[ROWS][REGS]) {
 }
 
 // --- tiles -------------------------------------------------------------------------------------
-// The (P, Q) tile of cluster tile `ct` for the block of cluster rank `rank`.
-__device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
-  int pc;
-  if constexpr (GROUP > 1) {
-    // Every group but the last has GROUP cluster rows; the last has CP % GROUP when that is not
-    // zero. Both divisors are constants, so no division is computed at run time.
-    constexpr int PER_GROUP = GROUP * TILES_Q;
-    constexpr int LAST_ROWS = CP % GROUP == 0 ? GROUP : CP % GROUP;
-    const int first = (ct / PER_GROUP) * GROUP, r = ct % PER_GROUP;
-    if (first + GROUP <= CP) {
-      pc = first + r % GROUP;
-      tq = r / GROUP;
+// Position (along, across) of step `ct` of a walk over an ALONG x ACROSS grid that goes along its
+// first dimension first: with BAND > 1 in bands of BAND lines, each band walked across the whole
+// second dimension before the next (every band but the last has BAND lines, the last ALONG % BAND
+// when that is not zero); with BAND 1 down the whole first dimension, then one step across. Every
+// divisor is a constant, so no division is computed at run time.
+template <int ALONG, int ACROSS, int BAND>
+__device__ __forceinline__ void banded(int ct, int& along, int& across) {
+  if constexpr (BAND > 1) {
+    constexpr int PER_BAND = BAND * ACROSS;
+    constexpr int LAST_LINES = ALONG % BAND == 0 ? BAND : ALONG % BAND;
+    const int first = (ct / PER_BAND) * BAND, r = ct % PER_BAND;
+    if (first + BAND <= ALONG) {
+      along = first + r % BAND;
+      across = r / BAND;
     } else {
-      pc = first + r % LAST_ROWS;
-      tq = r / LAST_ROWS;
+      along = first + r % LAST_LINES;
+      across = r / LAST_LINES;
     }
   } else {
-    pc = ct % CP;
-    tq = ct / CP;
+    along = ct % ALONG;
+    across = ct / ALONG;
+  }
+}
+
+// The (P, Q) tile of cluster tile `ct` for the block of cluster rank `rank`: the walk goes down
+// the cluster rows first (RASTER_M false, bands of GROUP cluster rows) or along the tile columns
+// first (RASTER_M, bands of GROUP columns).
+__device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
+  int pc;
+  if constexpr (RASTER_M) {
+    banded<TILES_Q, CP, GROUP>(ct, tq, pc);
+  } else {
+    banded<CP, TILES_Q, GROUP>(ct, pc, tq);
   }
   tp = pc * CLUSTER + rank;
 }
@@ -1333,7 +1348,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v10_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
+}  // namespace ns_tt_wgmma_gemm_v11_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
