@@ -71,3 +71,23 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
     }
     assert!(checked >= 140, "only {checked} lines");
 }
+
+/// The compute-sanitizer cases of `gpu-check.sh wsanitize` (single-quoted `KEY CONFIG` lines of
+/// its `cases` array) are valid `wgmma_gemm` configs on sm_90, so a rule change that drops one
+/// shows here rather than as a failed case on the GPU.
+#[test]
+fn the_wsanitize_cases_are_valid_wgmma_configs() {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu-check.sh");
+    let text = std::fs::read_to_string(script).unwrap();
+    let body = text.split("step_wsanitize() {").nth(1).expect("gpu-check.sh has step_wsanitize");
+    let cases = body.split("\n  )").next().unwrap();
+    let mut checked = 0;
+    for line in cases.lines().map(str::trim).filter(|l| l.starts_with("'matmul/")) {
+        let (key, config) = line.trim_matches('\'').split_once(' ').unwrap();
+        let w = Workload::from_key(key).unwrap();
+        let c = Config::from_json(config).unwrap();
+        WgmmaGemm.check(&w, &c, &Target::sm90()).unwrap_or_else(|e| panic!("wsanitize case {line}: {e}"));
+        checked += 1;
+    }
+    assert!(checked >= 10, "found only {checked} wsanitize cases");
+}
