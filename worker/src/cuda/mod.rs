@@ -100,14 +100,15 @@ impl VendorAlgorithm {
     /// Whether `workload` can be timed with this algorithm: `gemmex` and `lt:N` are cuBLAS's, for
     /// a matmul only.
     pub fn check(&self, workload: &Workload) -> Result<(), String> {
-        match (self.0, workload) {
-            (Some(pick), Workload::Conv2d(_)) => Err(format!(
-                "{:?}: a cuBLAS algorithm; a conv2d workload takes fastest (cuDNN's candidates)",
-                match pick {
-                    VendorPick::Lt(n) => format!("lt:{n}"),
-                    _ => "gemmex".into(),
-                }
-            )),
+        let cublas = match self.0 {
+            Some(VendorPick::GemmEx) => "gemmex".to_string(),
+            Some(VendorPick::Lt(n)) => format!("lt:{n}"),
+            Some(VendorPick::Conv(_)) | None => return Ok(()),
+        };
+        match workload {
+            Workload::Conv2d(_) => {
+                Err(format!("{cublas:?}: a cuBLAS algorithm; a conv2d workload takes fastest (cuDNN's candidates)"))
+            }
             _ => Ok(()),
         }
     }
