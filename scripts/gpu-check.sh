@@ -44,6 +44,13 @@
 #     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
 #                workload), both load paths (gathered, pointwise)
 #     csmoke     each sanitizer config once through run_one (a quick check before wconv)
+#     splitpairs wgmma v12's K split, of single blocks and of tile pairs that share Y by multicast
+#                (cluster 2), in grids of one tile per block that leave most SMs idle: gpu_selftest with
+#                SELFTEST_KNOB=persistent:0 on long-K GEMMs (every type x layout, ragged M or N) and
+#                deep-K small-batch conv layers (im2col, gathered, pointwise; f16, bf16, i8),
+#                SPLITPAIRS_CONFIGS per workload; prints how many checked kernels split, by cluster.
+#                SPLITPAIRS_KNOB=stream_k:1 checks v12's stream-K of whole shares on the same work
+#                (at most half a wave of tiles) instead
 #     regstore   the epilogue that stores from registers (since wgmma v7, 2-byte outputs go 16 bytes
 #                a thread after a quad exchange of pairs; since v9, 4-byte outputs go as pairs):
 #                gpu_selftest with SELFTEST_KNOB=epilogue:direct over
@@ -459,7 +466,11 @@ step_openbars() { CONV_SUITE=suites/open-bars.json CONV_TRIALS=${OPENBARS_TRIALS
 # of a ragged D reading C, and a one-column persistent grid keeping A resident with a ragged last K
 # tile), a K split over an 8-block cluster (ragged, reading C; case 3 splits in two), and stream-K
 # on a grid of more than a wave (ragged, reading C: the shared-out ranges run before the
-# tile-by-tile tiles since v8), each alone in its process (no vendor baseline).
+# tile-by-tile tiles since v8), a tile walk along M in 2-block clusters (case 10), and K splits of
+# pairs of tiles that share A by multicast (v12, clusters of 4: a ragged bf16 nt reading C, an i8
+# tn inline producer, a ragged f16 nn with two consumers; cases 11-13), and stream-K of whole
+# shares of at most half a wave of tiles in 2-block clusters (v12; ragged, reading C; case 14),
+# each alone in its process (no vendor baseline).
 step_wsanitize() {
   local cases=(
     'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
@@ -472,6 +483,10 @@ step_wsanitize() {
     'matmul/m504n520k2048/nn/f16,f32,f32/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
     'matmul/m2048n3000k512/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"cooperative","stages":4,"stream_k":1}'
     'matmul/m2000n3000k512/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster":"m","raster_group":4,"schedule":"cooperative","stages":4,"stream_k":0}'
+    'matmul/m512n1000k4096/nt/bf16,f32,bf16/alpha=2,beta=-1 {"block_m":128,"block_n":64,"cluster":2,"consumers":1,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
+    'matmul/m1000n1000k4096/tn/i8,i32,i32/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"epilogue":"direct","persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
+    'matmul/m504n1000k4096/nn/f16,f32,f32/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
+    'matmul/m504n1000k4096/nt/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":64,"cluster":2,"consumers":1,"epilogue":"direct","persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1}'
   )
   # WSANITIZE_ONLY=N runs the Nth case alone.
   local n=0
@@ -671,6 +686,35 @@ step_wconv() {
   ok=$(grep ': Ok ' "$LOGS/wconv-check.log")
   say "pointwise ok: $(grep -c "$pw" <<<"$ok"), im2col ok: $(grep -v "$pw" <<<"$ok" | grep -cE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')," \
     "gathered ok: $(grep -v "$pw" <<<"$ok" | grep -vcE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')"
+}
+
+step_splitpairs() {
+  local keys=() t l
+  for t in f16,f32,f32 f16,f32,f16 f16,f16,f16 bf16,f32,f32 bf16,f32,bf16 i8,i32,i32; do
+    for l in nn nt tn tt; do
+      keys+=("matmul/m512n1000k4096/$l/$t/alpha=1,beta=0" "matmul/m1000n504k4096/$l/$t/alpha=2,beta=-1")
+    done
+  done
+  SELFTEST_TEMPLATE=wgmma_gemm SELFTEST_KNOB=${SPLITPAIRS_KNOB:-persistent:0} timeout 900 "$BIN/gpu_selftest" "${SPLITPAIRS_CONFIGS:-12}" 3 \
+    "${keys[@]}" >"$LOGS/splitpairs-gemm.log" 2>&1
+  say "splitpairs gemm exit $?: $(grep SUMMARY "$LOGS/splitpairs-gemm.log")"
+  grep -v ": Ok " "$LOGS/splitpairs-gemm.log" | grep -v "^device\|^SUMMARY\|not supported" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
+  say "gemm splits ok: $(grep ': Ok ' "$LOGS/splitpairs-gemm.log" | grep -c '_cl1_.*_ks[0-9]') single," \
+    "$(grep ': Ok ' "$LOGS/splitpairs-gemm.log" | grep -c '_cl2_.*_ks[0-9]') in pairs;" \
+    "stream-K ok: $(grep ': Ok ' "$LOGS/splitpairs-gemm.log" | grep -c '_perssk_')"
+  keys=()
+  for t in f16,f32,f16 bf16,f32,bf16 i8,i32,i32; do keys+=("conv2d/n1h14w14c256/k256r3s3/pad1x1,stride1x1,dil1x1/nhwc/$t"); done
+  keys+=("conv2d/n1h14w14c96/k256r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f32"
+    "conv2d/n2h14w14c1024/k256r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16"
+    "conv2d/n1h28w28c128/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/f16,f32,f32"
+    "conv2d/n1h28w28c512/k512r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16")
+  SELFTEST_TEMPLATE=wgmma_conv2d SELFTEST_KNOB=${SPLITPAIRS_KNOB:-persistent:0} timeout 900 "$BIN/gpu_selftest" "${SPLITPAIRS_CONFIGS:-12}" 3 \
+    "${keys[@]}" >"$LOGS/splitpairs-conv.log" 2>&1
+  say "splitpairs conv exit $?: $(grep SUMMARY "$LOGS/splitpairs-conv.log")"
+  grep -v ": Ok " "$LOGS/splitpairs-conv.log" | grep -v "^device\|^SUMMARY\|not supported" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
+  say "conv splits ok: $(grep ': Ok ' "$LOGS/splitpairs-conv.log" | grep -c '_cl1_.*_ks[0-9]') single," \
+    "$(grep ': Ok ' "$LOGS/splitpairs-conv.log" | grep -c '_cl2_.*_ks[0-9]') in pairs;" \
+    "stream-K ok: $(grep ': Ok ' "$LOGS/splitpairs-conv.log" | grep -c '_perssk_')"
 }
 
 step_regstore() {
@@ -1094,7 +1138,7 @@ for step in "$@"; do
   fi
   case "$step" in
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | union | sustain | membw) "step_$step" ;;
+    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | splitpairs | union | sustain | membw) "step_$step" ;;
     wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag | diag | abwin) "step_$step" ;;
     regstore | openbars | instmix | hot) "step_$step" ;;
     *)

@@ -68,6 +68,19 @@ impl Target {
         if self.arch == 90 { "sm_90a".into() } else { format!("sm_{}", self.arch) }
     }
 
+    /// Clusters of `size` blocks that run at once at `blocks_per_sm` blocks per SM. A cluster's
+    /// blocks must sit in one GPC, and a part's GPCs hold different numbers of SMs, so clusters of
+    /// 4 or 8 leave SMs over: an H100 SXM (132 SMs; `cuOccupancyMaxActiveClusters`, worker example
+    /// `clusters`, 2026-11-27) runs 66 clusters of 2, 30 of 4 and 15 of 8 at one block per SM
+    /// (120 of its SMs), and at two and three blocks per SM 62 and 92 of 4, 30 and 45 of 8. An
+    /// H200 runs 15 of 8 too. Other parts are taken to lose the same share (1/11 of their block
+    /// slots) to clusters of 4 or more; every measured count is at least what this gives.
+    pub fn max_clusters(&self, size: u32, blocks_per_sm: u32) -> u64 {
+        let slots = (self.sm_count * blocks_per_sm) as u64;
+        let usable = if size <= 2 { slots } else { slots * 10 / 11 };
+        usable / size.max(1) as u64
+    }
+
     /// Whether `cp.async` (sm_80+) is available.
     pub fn has_cp_async(&self) -> bool {
         self.arch >= 80
@@ -100,5 +113,25 @@ mod tests {
         assert_eq!(Target::sim().class_key, "sim");
         assert_eq!(Target::sm80().nvrtc_arch(), "sm_80");
         assert_eq!(Target::sm90().nvrtc_arch(), "sm_90a");
+    }
+
+    #[test]
+    fn cluster_capacity_is_at_most_what_an_h100_ran() {
+        // cuOccupancyMaxActiveClusters on an H100 SXM (2026-11-27): (size, blocks per SM, clusters).
+        let h100 = Target::sm90();
+        for (size, per_sm, measured) in [
+            (1, 1, 132),
+            (2, 1, 66),
+            (4, 1, 30),
+            (8, 1, 15),
+            (2, 2, 132),
+            (4, 2, 62),
+            (8, 2, 30),
+            (4, 3, 92),
+            (8, 3, 45),
+        ] {
+            let model = h100.max_clusters(size, per_sm);
+            assert!(model <= measured && model + 2 >= measured, "{size} x {per_sm}: {model} against {measured}");
+        }
     }
 }

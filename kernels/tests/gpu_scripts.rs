@@ -14,7 +14,7 @@ use tensortune_kernels::{Config, Target, Template, Workload};
 fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts");
     let mut checked = 0;
-    let files: [(&str, &dyn Template); 29] = [
+    let files: [(&str, &dyn Template); 34] = [
         ("ab-wgmma-7.txt", &WgmmaGemm),
         ("ab-wconv-7.txt", &WgmmaConv2d),
         ("ab-wgmma-split.txt", &WgmmaGemm),
@@ -44,6 +44,11 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
         ("diag-conv-energy.txt", &WgmmaConv2d),
         ("diag-14336-cluster.txt", &WgmmaGemm),
         ("ab-wgmma-sustain-pick.txt", &WgmmaGemm),
+        ("hot-longk.txt", &WgmmaGemm),
+        ("hot-sk.txt", &WgmmaGemm),
+        ("diag-longk.txt", &WgmmaGemm),
+        ("hot-splitpairs.txt", &WgmmaGemm),
+        ("hot-sk-aligned.txt", &WgmmaGemm),
     ];
     for (file, template) in files {
         let text = std::fs::read_to_string(scripts.join(file)).unwrap();

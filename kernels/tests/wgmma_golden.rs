@@ -1,10 +1,11 @@
-//! Golden sources of `wgmma_gemm` v11 for a few configs (one per kind of code path: a producer
+//! Golden sources of `wgmma_gemm` v12 for a few configs (one per kind of code path: a producer
 //! warpgroup with cooperative consumers on a persistent grid, ping-pong consumers in 2-block
 //! clusters with MN-major operands, an inline producer on i8 with a C epilogue, and stream-K in
 //! 2-block clusters on a ragged shape, the TMA-store epilogue with C, the 160-column tile of two
 //! row tiles per consumer on a K-major A, Y resident in a one-column grid, a deep K split over an
-//! 8-block cluster, a tile walk along M first in 2-block clusters; the i8 case's 64 tiles split in
-//! two), so a diff shows what a generator change did. A change here
+//! 8-block cluster, a K split of pairs that share A by multicast (a 4-block cluster), stream-K of whole shares
+//! (two clusters a tile), a tile walk
+//! along M first in 2-block clusters; the i8 case's 64 tiles split in two), so a diff shows what a generator change did. A change here
 //! that alters code must bump the version and be re-verified on a GPU.
 //!
 //! After an intended change: `TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test wgmma_golden`
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, Target, Template, Workload};
 
-const CASES: [(&str, &str, &str); 9] = [
+const CASES: [(&str, &str, &str); 11] = [
     (
         "f16_nn_4096_cooperative_persistent",
         "matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0",
@@ -57,6 +58,16 @@ const CASES: [(&str, &str, &str); 9] = [
         r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}"#,
     ),
     (
+        "f16_nn_512x1024x16384_k_split_cluster2",
+        "matmul/m512n1024k16384/nn/f16,f32,f32/alpha=1,beta=0",
+        r#"{"block_m":128,"block_n":64,"cluster":2,"consumers":1,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":6,"stream_k":0,"epilogue":"direct"}"#,
+    ),
+    (
+        "f16_nn_512x1024x16384_stream_k_whole_shares",
+        "matmul/m512n1024k16384/nn/f16,f32,f32/alpha=1,beta=0",
+        r#"{"block_m":128,"block_n":64,"cluster":1,"consumers":1,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":6,"stream_k":1,"epilogue":"direct"}"#,
+    ),
+    (
         "f16_nn_4096x14336_raster_m_cluster2",
         "matmul/m4096n14336k4096/nn/f16,f32,f32/alpha=1,beta=0",
         r#"{"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster":"m","raster_group":4,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"tma"}"#,
@@ -64,9 +75,9 @@ const CASES: [(&str, &str, &str); 9] = [
 ];
 
 #[test]
-fn wgmma_gemm_v11_sources_match_their_golden_files() {
-    assert_eq!(WgmmaGemm.version(), 11, "a new version gets new golden files (and a GPU check)");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v11");
+fn wgmma_gemm_v12_sources_match_their_golden_files() {
+    assert_eq!(WgmmaGemm.version(), 12, "a new version gets new golden files (and a GPU check)");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v12");
     let update = std::env::var_os("TT_UPDATE_GOLDEN").is_some();
     let mut differing = Vec::new();
     for (name, key, config) in CASES {

@@ -180,7 +180,8 @@ fn main() -> anyhow::Result<()> {
                 let status = format!("{:?}", o.status);
                 *counts.entry(status.clone()).or_default() += 1;
                 println!(
-                    "{key} #{index} {config}: {status} {:.2} us (x{} spread {:.3}) base {:?} {} err {:?}/{:?} regs {} smem {} {:.0} ms {}",
+                    "{key} #{index} {config} {}: {status} {:.2} us (x{} spread {:.3}) base {:?} {} err {:?}/{:?} regs {} smem {} {:.0} ms {}",
+                    spec.name,
                     o.median_us,
                     o.batch,
                     o.spread,

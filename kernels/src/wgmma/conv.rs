@@ -65,7 +65,8 @@ impl Template for WgmmaConv2d {
         // 9: the body's 4-byte outputs stored from registers as pairs (wgmma_gemm v9).
         // 10: the body's descriptors in uniform registers with inline loads (wgmma_gemm v10).
         // 11: the raster knob (wgmma_gemm v11).
-        11
+        // 12: the body's K split in clusters of 2 that share the filter by multicast (wgmma_gemm v12).
+        12
     }
 
     fn op(&self) -> Op {
@@ -229,7 +230,7 @@ mod tests {
         {
             assert!(spec.source.contains(line), "{line} missing");
         }
-        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v11_"), "{}", spec.name);
+        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v12_"), "{}", spec.name);
         let f = WgmmaConv2d.features(&padded, &c, &target).unwrap();
         assert_eq!(f.last(), Some(&("gather", 1.0)));
     }
@@ -252,7 +253,7 @@ mod tests {
         for line in ["IM2COL = true;", "GATHER = false;", "CONV_C = 64;", "OUT_W = 5;", "STRIDE_H = 2;"] {
             assert!(spec.source.contains(line), "{line} missing");
         }
-        assert!(spec.name.starts_with("tt_wgmma_conv2d_im2col_v11_"), "{}", spec.name);
+        assert!(spec.name.starts_with("tt_wgmma_conv2d_im2col_v12_"), "{}", spec.name);
         // The window's extent and dilation set the upper corner.
         let Workload::Conv2d(mut d) = layer else { unreachable!() };
         d.dilation = (2, 3);
@@ -316,7 +317,7 @@ mod tests {
         assert_eq!(ConvGemm::of(&g).0.x, ConvX::Gather);
         let few = layer(2, 9, 4, 40, 3, 1, 1, DType::Tf32);
         let spec = WgmmaConv2d.generate(&few, &config(&few, "warpgroup"), &target).unwrap();
-        assert!(spec.source.contains("CONV_C = 4;") && spec.name.starts_with("tt_wgmma_conv2d_gather_v11_"));
+        assert!(spec.source.contains("CONV_C = 4;") && spec.name.starts_with("tt_wgmma_conv2d_gather_v12_"));
         let e = WgmmaConv2d.supports(&layer(2, 9, 6, 40, 3, 1, 1, DType::Tf32), &target).unwrap_err();
         assert!(e.field() == Some("c") && e.to_string().contains("multiple of 4"), "{e}");
         // A pointwise layer: plain TMA tiles of floats.

@@ -25,7 +25,9 @@
 // GROUP tile columns), so the panels a wave shares stay in L2.
 // With STREAM_K (persistent, cooperative) the tiles that would leave the last wave ragged are
 // shared out by K tiles instead: all but the last whole wave go tile by tile as above, and the
-// K tiles of the rest are cut into equal ranges, one per cluster. A cluster runs its range first,
+// K tiles of the rest are cut into equal ranges, one per cluster (with at most half a wave of
+// tiles, the grid holds the same whole number of clusters per tile, so that each range is one
+// share of one tile: split-K through the workspace). A cluster runs its range first,
 // then its whole tiles: the ranges are equal, so every cluster starts its whole tiles at the same
 // moment and a wave's blocks walk K in step, reading the panels they share while those are in L2
 // (v7 ran the whole tiles between the two ends of the range; blocks then drifted apart by up to a
@@ -38,10 +40,12 @@
 // one filter tap, zeros where the window leaves the input.
 // With Y_RESIDENT (one column of tiles, a persistent grid: a pointwise convolution's filter, a GEMM
 // whose M fits one tile) Y is loaded once per block, every K tile of it, and the ring carries X.
-// With SPLIT > 1 (a grid of one tile per block that would leave most SMs idle) the SPLIT blocks of
-// a cluster share one tile, each summing a run of its K tiles; each leaves its sums in its ring
+// With SPLIT > 1 (a grid of one tile per block that would leave most SMs idle) SPLIT blocks of a
+// cluster share one tile, each summing a run of its K tiles; each leaves its sums in its ring
 // (idle by then), the cluster meets, and each block adds its peers' sums of its share of the tile
-// over distributed shared memory and stores that share.
+// over distributed shared memory and stores that share. With CLUSTER == 2 as well, the cluster
+// holds both tiles of a pair that shares Y, split alike: the two blocks of each run load their K
+// tiles together and multicast Y between them.
 // With GATHER (wgmma_conv2d, any other channel count) no tensor map describes X: the whole
 // producer warpgroup copies it 16 bytes at a time with cp.async
 // into the same swizzled layout the TMA would have written (zeros outside the input), and
@@ -87,8 +91,8 @@ static_assert(WG_P % 64 == 0, "a consumer owns whole 64-row wgmma tiles");
 // vectors; the partial sums of every consumer fit in the ring.
 constexpr int SPLIT_NV = ACC_ALL / 4 / SPLIT;
 constexpr int REGS_PER_J = ACC_REGS / (BQ / 8);  // accumulator registers of 8 columns of a row tile
-static_assert(SPLIT == 1 || (CLUSTER == 1 && !STREAM_K && !PINGPONG && !TMA_STORE && !Y_RESIDENT),
-              "a K split owns the cluster and stores from registers");
+static_assert(SPLIT == 1 || (!STREAM_K && !PINGPONG && !TMA_STORE && !Y_RESIDENT),
+              "a K split is a grid of one tile per block and stores from registers");
 static_assert(SPLIT == 1 || (SPLIT_NV * SPLIT * 4 == ACC_ALL &&
                              CONSUMERS * ACC_ALL * 128 * 4 <= STAGES * (X_STAGE + Y_STAGE)),
               "a K split's shares are whole vectors and its partial sums fit in the ring");
@@ -111,6 +115,44 @@ __device__ __forceinline__ void st_shared(unsigned addr, const V& v) {
     const uint4 u = *reinterpret_cast<const uint4*>(&v);
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
                  : "memory");
+  }
+}
+
+// --- cluster ranks ---------------------------------------------------------------------------
+// A cluster holds SPLIT runs of CLUSTER blocks: the block of hardware rank r is block r % CLUSTER
+// of the tiles that share Y (its `cluster_rank`) and sums run r / CLUSTER of their K tiles (its
+// `split_rank`); the pairs that load Y together are the blocks of one run.
+__device__ __forceinline__ unsigned cta_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+// SPLIT: which run of the tile's K tiles this block sums.
+__device__ __forceinline__ int split_rank() {
+  if constexpr (SPLIT == 1) {
+    return 0;
+  } else {
+    return (int)(cta_rank() / CLUSTER);
+  }
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  if constexpr (CLUSTER == 1) {
+    return 0;
+  } else if constexpr (SPLIT == 1) {
+    return cta_rank();
+  } else {
+    return cta_rank() % CLUSTER;
+  }
+}
+
+// The hardware rank of block 0 of this block's run (0 without a K split).
+__device__ __forceinline__ unsigned run_base() {
+  if constexpr (SPLIT == 1) {
+    return 0;
+  } else {
+    return cta_rank() / CLUSTER * CLUSTER;
   }
 }
 
@@ -137,7 +179,7 @@ __device__ __forceinline__ void bar_wait(unsigned long long* bar, int parity) {
   } while (!done);
 }
 
-// Arrives on `bar` in every block of the cluster (the same shared-memory offset in each). The
+// Arrives on `bar` in every block of this block's run (the same shared-memory offset in each). The
 // arrive releases at CTA scope only: what it orders are this warpgroup's wgmma reads of the stage,
 // already complete (wgmma.wait_group), before the producers' TMA writes that wait on `bar`. A
 // `.release.cluster` arrive costs a full GPU memory barrier (MEMBAR.ALL.GPU) per stage and made
@@ -151,7 +193,7 @@ __device__ __forceinline__ void bar_arrive_cluster(unsigned long long* bar) {
       asm volatile(
           "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
           "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
-          "r"(r)
+          "r"(run_base() + r)
           : "memory");
     }
   }
@@ -184,27 +226,6 @@ __device__ __forceinline__ void split_sync() {
   }
 }
 
-// SPLIT: which run of the tile's K tiles this block sums (its rank in the cluster).
-__device__ __forceinline__ int split_rank() {
-  if constexpr (SPLIT == 1) {
-    return 0;
-  } else {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return (int)r;
-  }
-}
-
-__device__ __forceinline__ unsigned cluster_rank() {
-  if constexpr (CLUSTER == 1) {
-    return 0;
-  } else {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-  }
-}
-
 // --- TMA ---------------------------------------------------------------------------------------
 // Copies the box at (c0, c1) (innermost first) of `map` into `dst`, completing on `bar`. ONCE
 // (X_ONCE or Y_ONCE: an operand that streams through the L2 once, see Plan::reads_once) adds an L2
@@ -227,10 +248,11 @@ __device__ __forceinline__ void tma_load(void* dst, const TmaDesc* map, int c0, 
   }
 }
 
-// The same into `dst` and `bar` of every block of the cluster.
+// The same into `dst` and `bar` of every block of this block's run (the whole cluster without a
+// K split).
 __device__ __forceinline__ void tma_load_multicast(void* dst, const TmaDesc* map, int c0, int c1,
                                                    unsigned long long* bar) {
-  const unsigned short mask = (1u << CLUSTER) - 1;
+  const unsigned short mask = (unsigned short)(((1u << CLUSTER) - 1) << run_base());
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
       "%3}], [%4], %5;\n" ::"r"(smem_u32(dst)),
@@ -719,7 +741,7 @@ __device__ __forceinline__ void sk_add(unsigned char* ws, int block, int cw, T_A
 // meets the cluster, and adds every peer's sums of vectors [kr * SPLIT_NV, (kr + 1) * SPLIT_NV),
 // the share of the tile this block stores. The ring is idle: every consumer has waited for its
 // last wgmmas and the producer loads nothing more (named barrier 5, the consumers alone).
-__device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T_ACCR (&acc)[MT][ACC_REGS]) {
+__device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, int rank, T_ACCR (&acc)[MT][ACC_REGS]) {
   const int t = threadIdx.x % 128;
   asm volatile("bar.sync 5, %0;\n" ::"n"(CONSUMERS * 128) : "memory");
   uint4* mine = reinterpret_cast<uint4*>(ring) + cw * (ACC_ALL / 4) * 128;
@@ -730,7 +752,9 @@ __device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T
 #pragma unroll 1
   for (int d = 1; d < SPLIT; ++d) {
     unsigned peer;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(peer) : "r"(smem_u32(mine)), "r"((kr + d) % SPLIT));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                 : "=r"(peer)
+                 : "r"(smem_u32(mine)), "r"((kr + d) % SPLIT * CLUSTER + rank));
 #pragma unroll
     for (int v = 0; v < ACC_ALL / 4; ++v) {
       if (v / SPLIT_NV != kr) continue;
@@ -1064,7 +1088,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     if (issues && loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
     __syncwarp();
 
-    if constexpr (SPLIT > 1) split_add(sX, cw, kr, acc);
+    if constexpr (SPLIT > 1) split_add(sX, cw, kr, rank, acc);
 
     if constexpr (STREAM_K) {
       if (work.kind == WORK_PARTIAL) {

@@ -380,6 +380,13 @@ impl Plan {
         let cluster_tiles = tiles_p / self.cluster as u64 * tiles_q;
         let wave = self.wave(target);
         let clusters = match (self.persistent, self.stream_k) {
+            // With at most half a wave of tiles, stream-K gives every tile the same number of
+            // clusters, whole ones (split-K through the workspace: each range is one share of one
+            // tile, and the ranges of a tile read its K in step); a wave's leftover clusters idle.
+            // A range that straddled tiles read their panels out of step: 128x64 tiles of
+            // 512x1024x16384 in 66 ranges ran 52 us at the cap against 40 us for the same tiles split
+            // in two by clusters (H100, 2026-11-27).
+            (true, true) if cluster_tiles * 2 <= wave => wave / cluster_tiles * cluster_tiles,
             (true, true) => wave,
             (true, false) => cluster_tiles.min(wave),
             (false, _) => cluster_tiles * self.k_split(target) as u64,
@@ -397,29 +404,36 @@ impl Plan {
 
     /// Blocks that share each output tile, splitting its K tiles between them (1: none). A grid of
     /// one block per tile that would leave most of the GPU idle (a deep-K layer at a small batch,
-    /// a small GEMM with a long K) is split automatically: the largest power of two, at most
-    /// [`SPLIT_MAX`], whose blocks still fit in one wave with a cluster to spare and keep
+    /// a small GEMM with a long K) is split automatically: the largest power of two whose cluster
+    /// (split blocks, times 2 with a cluster of 2) has at most [`SPLIT_MAX`] blocks, whose
+    /// clusters all run at once ([`Target::max_clusters`]) and whose blocks keep
     /// [`SPLIT_MIN_K_TILES`] K tiles each.
-    /// The blocks of a tile form a cluster; each leaves its sums in its own (by then idle) ring,
-    /// and each adds its peers' sums of its share of the tile over distributed shared memory and
-    /// stores that share. Only where nothing else uses the cluster or reorganizes the work: a grid
-    /// of one tile per block (not persistent, not stream-K, cluster 1), cooperative consumers,
-    /// stores from registers, and partial sums that fit in the ring.
+    /// The blocks of a tile are in one cluster; each leaves its sums in its own (by then idle)
+    /// ring, and each adds its peers' sums of its share of the tile over distributed shared memory
+    /// and stores that share. With a cluster of 2, the two tiles that share Y by multicast are
+    /// split alike, block by block, so the pairs of the same K range load together. Only where
+    /// nothing else reorganizes the work: a grid of one tile per block (not persistent, not
+    /// stream-K), cooperative consumers, stores from registers, and partial sums that fit in the
+    /// ring.
     pub fn k_split(&self, target: &Target) -> u32 {
-        if self.persistent || self.stream_k || self.cluster > 1 || self.pingpong || self.tma_store {
+        if self.persistent || self.stream_k || self.pingpong || self.tma_store {
             return 1;
         }
         let acc = self.row_tiles() * self.acc_regs();
         if self.sums_bytes() > self.stages * (self.bp + self.bq) * 128 || !acc.is_multiple_of(4) {
             return 1;
         }
-        let tiles = self.w.n.div_ceil(self.bp as u64) * self.tiles_q();
-        let slots = (target.sm_count * self.blocks_per_sm(target)) as u64;
+        // With a cluster of 2 (Y multicast), each pair of vertically adjacent tiles splits its K
+        // tiles the same way: a cluster of 2 * split blocks, pairs of the same K range side by side.
+        let cluster_tiles = self.tiles_p() / self.cluster as u64 * self.tiles_q();
+        let per_sm = self.blocks_per_sm(target);
         let mut split = 1;
-        for s in std::iter::successors(Some(2u32), |s| Some(s * 2)).take_while(|s| *s <= SPLIT_MAX) {
-            // A cluster of `s` needs `s` free SMs in one GPC, and a part's GPCs are uneven (an H200
-            // holds 15 clusters of 8 at one block per SM, not 16): one cluster's worth stays spare.
-            let fits = (tiles + 1) * s as u64 <= slots;
+        for s in std::iter::successors(Some(2u32), |s| Some(s * 2)).take_while(|s| *s * self.cluster <= SPLIT_MAX) {
+            // One wave: a cluster's blocks sit in one GPC, and GPCs are uneven, so fewer clusters
+            // of 4 or 8 fit than the SMs suggest. v5-v11 kept one cluster spare: right for 8 (15
+            // fit), but it let 31-32 clusters of 4 through on a 132-SM part, where 30 fit; 32 ran
+            // as two waves on an H100 (2026-11-27), as did 16 of 8 in a trial build.
+            let fits = cluster_tiles <= target.max_clusters(s * self.cluster, per_sm);
             if fits && self.k_tiles() / s as u64 >= SPLIT_MIN_K_TILES && (acc / 4).is_multiple_of(s) {
                 split = s;
             }
@@ -461,7 +475,7 @@ impl Plan {
 
     /// Clusters that run at once: blocks per SM times SMs, over the cluster size.
     fn wave(&self, target: &Target) -> u64 {
-        ((target.sm_count * self.blocks_per_sm(target)) / self.cluster).max(1) as u64
+        target.max_clusters(self.cluster, self.blocks_per_sm(target)).max(1)
     }
 
     /// Registers a consumer thread needs: its accumulators and about 48 for descriptors, addresses
@@ -517,8 +531,9 @@ impl Plan {
         let kt = self.k_tiles();
         let split = self.k_split(target) as u64;
         if split > 1 {
-            let (ct, rank) = (block / split, block % split);
-            return vec![Work { ct, k0: rank * kt / split, k1: (rank + 1) * kt / split, kind: WorkKind::Split }];
+            // Cluster rank r: pair rank r % cluster (the tile, see tile_of), K share r / cluster.
+            let (ct, kr) = (block / (cl * split), block % (cl * split) / cl);
+            return vec![Work { ct, k0: kr * kt / split, k1: (kr + 1) * kt / split, kind: WorkKind::Split }];
         }
         let (c, nclusters) = (block / cl, g.blocks / cl);
         let full = |ct| Work { ct, k0: 0, k1: kt, kind: WorkKind::Full };
@@ -865,10 +880,9 @@ impl Plan {
             .define("KERNEL_NAME", &name)
             .define(
                 "TT_CLUSTER_ATTR",
-                match (self.cluster, split) {
-                    (1, 1) => String::new(),
-                    (1, s) => format!("__cluster_dims__({s}, 1, 1)"),
-                    (c, _) => format!("__cluster_dims__({c}, 1, 1)"),
+                match self.cluster * split {
+                    1 => String::new(),
+                    blocks => format!("__cluster_dims__({blocks}, 1, 1)"),
                 },
             )
             .int("P", w.n as i64)
@@ -1066,7 +1080,10 @@ impl Template for WgmmaGemm {
         // registers (the ring slot is broadcast; v9 moved them from vector registers per wgmma).
         // 11: the raster knob: the tile walk may go along M first (bands of raster_group tile
         // columns) as well as along N first (bands of cluster rows, the only order before).
-        11
+        // 12: the K split of a grid that leaves most SMs idle also takes a cluster of 2: each
+        // pair of tiles that shares Y by multicast splits its K tiles over a cluster of 2 * split
+        // (v5-v11 split only single blocks, so a cluster of 2 meant no split).
+        12
     }
 
     fn op(&self) -> Op {

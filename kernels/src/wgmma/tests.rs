@@ -181,11 +181,15 @@ fn a_grid_that_leaves_most_sms_idle_splits_k_over_a_cluster() {
     assert_eq!(split_of(&mm(512, 384, 512, Layout::Nn, DType::F16), grid_128), 2);
     // 16 tiles: 16 clusters of 8 would need every SM but 4, more than the GPCs offer; 4 a tile.
     assert_eq!(split_of(&mm(512, 512, 8192, Layout::Nn, DType::F16), grid_128), 4);
-    // Not where the tiles fill the GPU, and not where something else owns the cluster, the tile
-    // walk or the epilogue.
+    // Not where the tiles fill the GPU, and not where something else owns the tile walk or the
+    // epilogue.
     assert_eq!(split_of(&mm(4096, 4096, 8192, Layout::Nn, DType::F16), grid_128), 1);
     assert_eq!(split_of(&w, &grid_128.replace(r#""epilogue":"direct""#, r#""epilogue":"tma""#)), 1);
-    assert_eq!(split_of(&w, &grid_128.replace(r#""cluster":1"#, r#""cluster":2"#)), 1);
+    // A cluster of 2 (Y multicast) splits too, with pairs of tiles in one cluster: 512x384 is 4
+    // N tiles (one of padding) in 2 pairs x 4 M tiles; split 4 fills a cluster of 8.
+    let pair = WgmmaGemm.generate(&w, &config(&grid_128.replace(r#""cluster":1"#, r#""cluster":2"#)), &sm90).unwrap();
+    assert_eq!((constant(&pair.source, "SPLIT"), pair.grid), (4, [64, 1, 1]), "{}", pair.name);
+    assert!(pair.source.contains("__cluster_dims__(8, 1, 1)") && pair.name.contains("_cl2_"), "{}", pair.name);
     assert_eq!(split_of(&w, &grid_128.replace(r#""schedule":"cooperative""#, r#""schedule":"pingpong""#)), 1);
     // i8 and f16 accumulators split too (whole register vectors per share).
     let i8 = Workload::Matmul(Matmul::new(512, 384, 8192, Layout::Tn, Types::default_for(DType::I8).unwrap()).unwrap());
@@ -197,11 +201,49 @@ fn a_grid_that_leaves_most_sms_idle_splits_k_over_a_cluster() {
 }
 
 #[test]
+fn stream_k_on_at_most_half_a_wave_of_tiles_gives_each_tile_whole_clusters() {
+    let sm90 = Target::sm90();
+    let sk = |bm: u32, bn: u32, cluster: u32| {
+        config(&format!(
+            r#"{{"block_m":{bm},"block_n":{bn},"cluster":{cluster},"consumers":1,"epilogue":"direct","persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1}}"#
+        ))
+    };
+    // 512x1024x16384: 64 tiles of 128x64 (a wave is 132 blocks), 32 pairs in clusters of 2 (a
+    // wave is 66 clusters), 16 tiles of 256x128.
+    let w = Matmul::new(512, 1024, 16384, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap();
+    let kt = 16384 / 64;
+    for (bm, bn, cluster, clusters_per_tile) in [(128, 64, 1, 2), (128, 64, 2, 2), (256, 64, 1, 4)] {
+        let p = Plan::new(&w, &sk(bm, bn, cluster)).unwrap();
+        let g = p.grid(&sm90);
+        let cl = cluster as u64;
+        assert_eq!(g.blocks / cl, g.cluster_tiles * clusters_per_tile, "{}", p.name(&sm90));
+        for b in 0..g.blocks {
+            // One job a block: one share of one tile, the first shares partial, the last the tail.
+            let jobs = p.block_work(&sm90, b);
+            let share = (b / cl) % clusters_per_tile;
+            assert_eq!(jobs.len(), 1, "{}: block {b}: {jobs:?}", p.name(&sm90));
+            let j = &jobs[0];
+            assert_eq!(
+                (j.ct, j.k0, j.k1),
+                (b / cl / clusters_per_tile, share * kt / clusters_per_tile, (share + 1) * kt / clusters_per_tile)
+            );
+            let want = if share + 1 == clusters_per_tile { WorkKind::Tail } else { WorkKind::Partial };
+            assert_eq!(j.kind, want, "{}: block {b}", p.name(&sm90));
+        }
+    }
+    // More than half a wave of tiles keeps the ranges over every cluster of the wave.
+    let wide = Matmul::new(2048, 1024, 16384, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap();
+    let p = Plan::new(&wide, &sk(128, 128, 1)).unwrap();
+    assert_eq!((p.grid(&sm90).cluster_tiles, p.blocks(&sm90)), (128, 132));
+}
+
+#[test]
 fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
     let sm90 = Target::sm90();
     let mut checked = 0;
     let mut stream_k = 0;
     let mut split = 0;
+    let mut split_cluster = 0;
     let mut short_groups = 0;
     let mut raster_m = 0;
     let mut sk_whole_wave = 0;
@@ -279,9 +321,11 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
                         }
                         WorkKind::Partial => partials.entry(j.ct).or_default().push(b / cl),
                         WorkKind::Split => {
+                            // A cluster of cl * ks blocks: run kr = rank / cl of each pair's K tiles.
                             let ks = p.k_split(&sm90) as u64;
-                            assert_eq!(j.ct, b / ks, "{name}: the blocks of a cluster share one tile");
-                            assert_eq!((j.k0, j.k1), ((b % ks) * kt / ks, (b % ks + 1) * kt / ks), "{name}");
+                            let kr = b % (cl * ks) / cl;
+                            assert_eq!(j.ct, b / (cl * ks), "{name}: the blocks of a cluster share one cluster tile");
+                            assert_eq!((j.k0, j.k1), (kr * kt / ks, (kr + 1) * kt / ks), "{name}");
                             shares[t].0 += 1;
                             shares[t].1 += j.k1 - j.k0;
                         }
@@ -336,6 +380,7 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
             }
             stream_k += usize::from(p.stream_k);
             split += usize::from(ks > 1);
+            split_cluster += usize::from(ks > 1 && cl > 1);
             // Raster groups whose last group is short (the kernel's second constant divisor).
             let lines = if p.raster_m { tiles_q } else { tiles_p / cl };
             short_groups += usize::from(p.group > 1 && !lines.is_multiple_of(p.group as u64));
@@ -344,9 +389,15 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
         }
     }
     assert!(
-        checked > 500 && stream_k > 50 && sk_whole_wave > 50 && split > 10 && short_groups > 200 && raster_m > 200,
-        "checked {checked} configs, {stream_k} with stream_k ({sk_whole_wave} of a wave or more), {split} split, \
-         {short_groups} with a short last group, {raster_m} with raster m"
+        checked > 500
+            && stream_k > 50
+            && sk_whole_wave > 50
+            && split > 10
+            && split_cluster > 5
+            && short_groups > 200
+            && raster_m > 200,
+        "checked {checked} configs, {stream_k} with stream_k ({sk_whole_wave} of a wave or more), {split} split \
+         ({split_cluster} in clusters of 2), {short_groups} with a short last group, {raster_m} with raster m"
     );
 }
 

@@ -8,36 +8,36 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v11: D = alpha * op(A) op(B) + beta * C
-// workload matmul/m4096n14336k4096/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v11_f16f32f32_nn_m256n128_c2_s4_cl2_pers_g4m_ws_tmast_8d839ff5
+// wgmma_gemm v12: D = alpha * op(A) op(B) + beta * C
+// workload matmul/m2048n5120k5120/nt/bf16,f32,bf16/alpha=1,beta=0
+#define KERNEL_NAME tt_wgmma_gemm_v12_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
 #define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
-#define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
-#define TT_MAP_D_PTR &mapD
+#define TT_MAP_D 
+#define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v11_f16f32f32_nn_m256n128_c2_s4_cl2_pers_g4m_ws_tmast_8d839ff5 {
-typedef half T_IN;
-typedef float T_OUT;
+namespace ns_tt_wgmma_gemm_v12_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2 {
+typedef __nv_bfloat16 T_IN;
+typedef __nv_bfloat16 T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 14336;
-constexpr int Q = 4096;
-constexpr int K = 4096;
+constexpr int P = 5120;
+constexpr int Q = 2048;
+constexpr int K = 5120;
 constexpr int BP = 128;
-constexpr int BQ = 256;
+constexpr int BQ = 128;
 constexpr int BK = 64;
-constexpr int STAGES = 4;
+constexpr int STAGES = 5;
 constexpr int CONSUMERS = 2;
 constexpr int CLUSTER = 2;
 constexpr int GROUP = 4;
-constexpr bool RASTER_M = true;
-constexpr int TILES_P = 112;
+constexpr bool RASTER_M = false;
+constexpr int TILES_P = 40;
 constexpr int TILES_Q = 16;
-constexpr int ACC_REGS = 128;
+constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
 constexpr int GRID_CLUSTERS = 66;
@@ -46,13 +46,13 @@ constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
-constexpr bool PINGPONG = false;
+constexpr bool PINGPONG = true;
 constexpr bool STREAM_K = false;
-constexpr bool TMA_STORE = true;
+constexpr bool TMA_STORE = false;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 32;
+constexpr int EPI_COLS = 64;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -68,7 +68,7 @@ constexpr int STRIDE_H = 1;
 constexpr int STRIDE_W = 1;
 constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
-constexpr bool X_KMAJOR = true;
+constexpr bool X_KMAJOR = false;
 constexpr bool Y_KMAJOR = false;
 constexpr bool EVEN_P = true;
 constexpr bool EVEN_Q = true;
@@ -245,7 +245,9 @@ union OutVec {
 // GROUP tile columns), so the panels a wave shares stay in L2.
 // With STREAM_K (persistent, cooperative) the tiles that would leave the last wave ragged are
 // shared out by K tiles instead: all but the last whole wave go tile by tile as above, and the
-// K tiles of the rest are cut into equal ranges, one per cluster. A cluster runs its range first,
+// K tiles of the rest are cut into equal ranges, one per cluster (with at most half a wave of
+// tiles, the grid holds the same whole number of clusters per tile, so that each range is one
+// share of one tile: split-K through the workspace). A cluster runs its range first,
 // then its whole tiles: the ranges are equal, so every cluster starts its whole tiles at the same
 // moment and a wave's blocks walk K in step, reading the panels they share while those are in L2
 // (v7 ran the whole tiles between the two ends of the range; blocks then drifted apart by up to a
@@ -258,10 +260,12 @@ union OutVec {
 // one filter tap, zeros where the window leaves the input.
 // With Y_RESIDENT (one column of tiles, a persistent grid: a pointwise convolution's filter, a GEMM
 // whose M fits one tile) Y is loaded once per block, every K tile of it, and the ring carries X.
-// With SPLIT > 1 (a grid of one tile per block that would leave most SMs idle) the SPLIT blocks of
-// a cluster share one tile, each summing a run of its K tiles; each leaves its sums in its ring
+// With SPLIT > 1 (a grid of one tile per block that would leave most SMs idle) SPLIT blocks of a
+// cluster share one tile, each summing a run of its K tiles; each leaves its sums in its ring
 // (idle by then), the cluster meets, and each block adds its peers' sums of its share of the tile
-// over distributed shared memory and stores that share.
+// over distributed shared memory and stores that share. With CLUSTER == 2 as well, the cluster
+// holds both tiles of a pair that shares Y, split alike: the two blocks of each run load their K
+// tiles together and multicast Y between them.
 // With GATHER (wgmma_conv2d, any other channel count) no tensor map describes X: the whole
 // producer warpgroup copies it 16 bytes at a time with cp.async
 // into the same swizzled layout the TMA would have written (zeros outside the input), and
@@ -307,8 +311,8 @@ static_assert(WG_P % 64 == 0, "a consumer owns whole 64-row wgmma tiles");
 // vectors; the partial sums of every consumer fit in the ring.
 constexpr int SPLIT_NV = ACC_ALL / 4 / SPLIT;
 constexpr int REGS_PER_J = ACC_REGS / (BQ / 8);  // accumulator registers of 8 columns of a row tile
-static_assert(SPLIT == 1 || (CLUSTER == 1 && !STREAM_K && !PINGPONG && !TMA_STORE && !Y_RESIDENT),
-              "a K split owns the cluster and stores from registers");
+static_assert(SPLIT == 1 || (!STREAM_K && !PINGPONG && !TMA_STORE && !Y_RESIDENT),
+              "a K split is a grid of one tile per block and stores from registers");
 static_assert(SPLIT == 1 || (SPLIT_NV * SPLIT * 4 == ACC_ALL &&
                              CONSUMERS * ACC_ALL * 128 * 4 <= STAGES * (X_STAGE + Y_STAGE)),
               "a K split's shares are whole vectors and its partial sums fit in the ring");
@@ -331,6 +335,44 @@ __device__ __forceinline__ void st_shared(unsigned addr, const V& v) {
     const uint4 u = *reinterpret_cast<const uint4*>(&v);
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
                  : "memory");
+  }
+}
+
+// --- cluster ranks ---------------------------------------------------------------------------
+// A cluster holds SPLIT runs of CLUSTER blocks: the block of hardware rank r is block r % CLUSTER
+// of the tiles that share Y (its `cluster_rank`) and sums run r / CLUSTER of their K tiles (its
+// `split_rank`); the pairs that load Y together are the blocks of one run.
+__device__ __forceinline__ unsigned cta_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+
+// SPLIT: which run of the tile's K tiles this block sums.
+__device__ __forceinline__ int split_rank() {
+  if constexpr (SPLIT == 1) {
+    return 0;
+  } else {
+    return (int)(cta_rank() / CLUSTER);
+  }
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  if constexpr (CLUSTER == 1) {
+    return 0;
+  } else if constexpr (SPLIT == 1) {
+    return cta_rank();
+  } else {
+    return cta_rank() % CLUSTER;
+  }
+}
+
+// The hardware rank of block 0 of this block's run (0 without a K split).
+__device__ __forceinline__ unsigned run_base() {
+  if constexpr (SPLIT == 1) {
+    return 0;
+  } else {
+    return cta_rank() / CLUSTER * CLUSTER;
   }
 }
 
@@ -357,7 +399,7 @@ __device__ __forceinline__ void bar_wait(unsigned long long* bar, int parity) {
   } while (!done);
 }
 
-// Arrives on `bar` in every block of the cluster (the same shared-memory offset in each). The
+// Arrives on `bar` in every block of this block's run (the same shared-memory offset in each). The
 // arrive releases at CTA scope only: what it orders are this warpgroup's wgmma reads of the stage,
 // already complete (wgmma.wait_group), before the producers' TMA writes that wait on `bar`. A
 // `.release.cluster` arrive costs a full GPU memory barrier (MEMBAR.ALL.GPU) per stage and made
@@ -371,7 +413,7 @@ __device__ __forceinline__ void bar_arrive_cluster(unsigned long long* bar) {
       asm volatile(
           "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
           "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
-          "r"(r)
+          "r"(run_base() + r)
           : "memory");
     }
   }
@@ -404,27 +446,6 @@ __device__ __forceinline__ void split_sync() {
   }
 }
 
-// SPLIT: which run of the tile's K tiles this block sums (its rank in the cluster).
-__device__ __forceinline__ int split_rank() {
-  if constexpr (SPLIT == 1) {
-    return 0;
-  } else {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return (int)r;
-  }
-}
-
-__device__ __forceinline__ unsigned cluster_rank() {
-  if constexpr (CLUSTER == 1) {
-    return 0;
-  } else {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-  }
-}
-
 // --- TMA ---------------------------------------------------------------------------------------
 // Copies the box at (c0, c1) (innermost first) of `map` into `dst`, completing on `bar`. ONCE
 // (X_ONCE or Y_ONCE: an operand that streams through the L2 once, see Plan::reads_once) adds an L2
@@ -447,10 +468,11 @@ __device__ __forceinline__ void tma_load(void* dst, const TmaDesc* map, int c0, 
   }
 }
 
-// The same into `dst` and `bar` of every block of the cluster.
+// The same into `dst` and `bar` of every block of this block's run (the whole cluster without a
+// K split).
 __device__ __forceinline__ void tma_load_multicast(void* dst, const TmaDesc* map, int c0, int c1,
                                                    unsigned long long* bar) {
-  const unsigned short mask = (1u << CLUSTER) - 1;
+  const unsigned short mask = (unsigned short)(((1u << CLUSTER) - 1) << run_base());
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
       "%3}], [%4], %5;\n" ::"r"(smem_u32(dst)),
@@ -512,12 +534,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n256k16.f32.f16.f16: X K-major, Y MN-major.
+// wgmma.m64n128k16.f32.bf16.bf16: X MN-major, Y MN-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(dx), "l"(dy), "r"(1));
 }
 
@@ -951,7 +973,7 @@ __device__ __forceinline__ void sk_add(unsigned char* ws, int block, int cw, T_A
 // meets the cluster, and adds every peer's sums of vectors [kr * SPLIT_NV, (kr + 1) * SPLIT_NV),
 // the share of the tile this block stores. The ring is idle: every consumer has waited for its
 // last wgmmas and the producer loads nothing more (named barrier 5, the consumers alone).
-__device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T_ACCR (&acc)[MT][ACC_REGS]) {
+__device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, int rank, T_ACCR (&acc)[MT][ACC_REGS]) {
   const int t = threadIdx.x % 128;
   asm volatile("bar.sync 5, %0;\n" ::"n"(CONSUMERS * 128) : "memory");
   uint4* mine = reinterpret_cast<uint4*>(ring) + cw * (ACC_ALL / 4) * 128;
@@ -962,7 +984,9 @@ __device__ __forceinline__ void split_add(unsigned char* ring, int cw, int kr, T
 #pragma unroll 1
   for (int d = 1; d < SPLIT; ++d) {
     unsigned peer;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(peer) : "r"(smem_u32(mine)), "r"((kr + d) % SPLIT));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+                 : "=r"(peer)
+                 : "r"(smem_u32(mine)), "r"((kr + d) % SPLIT * CLUSTER + rank));
 #pragma unroll
     for (int v = 0; v < ACC_ALL / 4; ++v) {
       if (v / SPLIT_NV != kr) continue;
@@ -1296,7 +1320,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     if (issues && loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
     __syncwarp();
 
-    if constexpr (SPLIT > 1) split_add(sX, cw, kr, acc);
+    if constexpr (SPLIT > 1) split_add(sX, cw, kr, rank, acc);
 
     if constexpr (STREAM_K) {
       if (work.kind == WORK_PARTIAL) {
@@ -1348,7 +1372,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v11_f16f32f32_nn_m256n128_c2_s4_cl2_pers_g4m_ws_tmast_8d839ff5
+}  // namespace ns_tt_wgmma_gemm_v12_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
