@@ -688,6 +688,20 @@ step_wconv() {
     "gathered ok: $(grep -v "$pw" <<<"$ok" | grep -vcE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')"
 }
 
+# splitpairs_run NAME TEMPLATE KEY...: gpu_selftest of TEMPLATE on the keys, its failures and
+# how many of the checked kernels split (single blocks or pairs) or ran stream-K.
+splitpairs_run() {
+  local name=$1 template=$2 log="$LOGS/splitpairs-$1.log"
+  shift 2
+  SELFTEST_TEMPLATE=$template SELFTEST_KNOB=${SPLITPAIRS_KNOB:-persistent:0} timeout 900 "$BIN/gpu_selftest" \
+    "${SPLITPAIRS_CONFIGS:-12}" 3 "$@" >"$log" 2>&1
+  say "splitpairs $name exit $?: $(grep SUMMARY "$log")"
+  grep -v ": Ok " "$log" | grep -v "^device\|^SUMMARY\|not supported" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
+  say "$name splits ok: $(grep ': Ok ' "$log" | grep -c '_cl1_.*_ks[0-9]') single," \
+    "$(grep ': Ok ' "$log" | grep -c '_cl2_.*_ks[0-9]') in pairs;" \
+    "stream-K ok: $(grep ': Ok ' "$log" | grep -c '_perssk_')"
+}
+
 step_splitpairs() {
   local keys=() t l
   for t in f16,f32,f32 f16,f32,f16 f16,f16,f16 bf16,f32,f32 bf16,f32,bf16 i8,i32,i32; do
@@ -695,26 +709,14 @@ step_splitpairs() {
       keys+=("matmul/m512n1000k4096/$l/$t/alpha=1,beta=0" "matmul/m1000n504k4096/$l/$t/alpha=2,beta=-1")
     done
   done
-  SELFTEST_TEMPLATE=wgmma_gemm SELFTEST_KNOB=${SPLITPAIRS_KNOB:-persistent:0} timeout 900 "$BIN/gpu_selftest" "${SPLITPAIRS_CONFIGS:-12}" 3 \
-    "${keys[@]}" >"$LOGS/splitpairs-gemm.log" 2>&1
-  say "splitpairs gemm exit $?: $(grep SUMMARY "$LOGS/splitpairs-gemm.log")"
-  grep -v ": Ok " "$LOGS/splitpairs-gemm.log" | grep -v "^device\|^SUMMARY\|not supported" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
-  say "gemm splits ok: $(grep ': Ok ' "$LOGS/splitpairs-gemm.log" | grep -c '_cl1_.*_ks[0-9]') single," \
-    "$(grep ': Ok ' "$LOGS/splitpairs-gemm.log" | grep -c '_cl2_.*_ks[0-9]') in pairs;" \
-    "stream-K ok: $(grep ': Ok ' "$LOGS/splitpairs-gemm.log" | grep -c '_perssk_')"
+  splitpairs_run gemm wgmma_gemm "${keys[@]}"
   keys=()
   for t in f16,f32,f16 bf16,f32,bf16 i8,i32,i32; do keys+=("conv2d/n1h14w14c256/k256r3s3/pad1x1,stride1x1,dil1x1/nhwc/$t"); done
   keys+=("conv2d/n1h14w14c96/k256r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f32"
     "conv2d/n2h14w14c1024/k256r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16"
     "conv2d/n1h28w28c128/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/f16,f32,f32"
     "conv2d/n1h28w28c512/k512r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16")
-  SELFTEST_TEMPLATE=wgmma_conv2d SELFTEST_KNOB=${SPLITPAIRS_KNOB:-persistent:0} timeout 900 "$BIN/gpu_selftest" "${SPLITPAIRS_CONFIGS:-12}" 3 \
-    "${keys[@]}" >"$LOGS/splitpairs-conv.log" 2>&1
-  say "splitpairs conv exit $?: $(grep SUMMARY "$LOGS/splitpairs-conv.log")"
-  grep -v ": Ok " "$LOGS/splitpairs-conv.log" | grep -v "^device\|^SUMMARY\|not supported" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
-  say "conv splits ok: $(grep ': Ok ' "$LOGS/splitpairs-conv.log" | grep -c '_cl1_.*_ks[0-9]') single," \
-    "$(grep ': Ok ' "$LOGS/splitpairs-conv.log" | grep -c '_cl2_.*_ks[0-9]') in pairs;" \
-    "stream-K ok: $(grep ': Ok ' "$LOGS/splitpairs-conv.log" | grep -c '_perssk_')"
+  splitpairs_run conv wgmma_conv2d "${keys[@]}"
 }
 
 step_regstore() {
