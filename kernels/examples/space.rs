@@ -5,7 +5,10 @@
 //! declares (`BLOCKS_PER_SM`, where it does) and the analytic time, fastest model first. FILTERs
 //! (`"epilogue":"tma"`, say) keep the configs whose JSON holds every one of them: to pick configs
 //! of a kind for a `hot` or A/B file before a GPU call.
+use std::io::Write as _;
+
 use tensortune_kernels::*;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let t = if args.iter().any(|a| a == "--sm80") { Target::sm80() } else { Target::sm90() };
@@ -56,8 +59,16 @@ fn list(args: &[String], target: &Target) -> Result<()> {
         rows.push((model, json, spec.grid, spec.threads(), spec.smem_bytes, per_sm));
     }
     rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // Written, not println!'d: a reader that stops early (`| head`) ends the listing quietly.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for (model, json, grid, threads, smem, per_sm) in &rows {
-        println!("{model:9.2} us  grid {grid:?} threads {threads} smem {smem} per_sm {per_sm}  {json}");
+        let line = writeln!(out, "{model:9.2} us  grid {grid:?} threads {threads} smem {smem} per_sm {per_sm}  {json}");
+        if line.is_err() {
+            return Ok(());
+        }
+    }
+    if out.flush().is_err() {
+        return Ok(());
     }
     eprintln!("{} configs", rows.len());
     Ok(())
