@@ -3,9 +3,9 @@
 //! clusters with MN-major operands, an inline producer on i8 with a C epilogue, and stream-K in
 //! 2-block clusters on a ragged shape, the TMA-store epilogue with C, the 160-column tile of two
 //! row tiles per consumer on a K-major A, Y resident in a one-column grid, a deep K split over an
-//! 8-block cluster, a K split of pairs that share A by multicast (a 4-block cluster), stream-K of whole shares
-//! (two clusters a tile), a tile walk
-//! along M first in 2-block clusters; the i8 case's 64 tiles split in two), so a diff shows what a generator change did. A change here
+//! 8-block cluster, a K split of pairs that share A by multicast (a 4-block cluster), stream-K of
+//! whole shares (two clusters a tile), a tile walk along M first in 2-block clusters; the i8
+//! case's 64 tiles split in two), so a diff shows what a generator change did. A change here
 //! that alters code must bump the version and be re-verified on a GPU.
 //!
 //! After an intended change: `TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test wgmma_golden`

@@ -65,7 +65,8 @@ impl Template for WgmmaConv2d {
         // 9: the body's 4-byte outputs stored from registers as pairs (wgmma_gemm v9).
         // 10: the body's descriptors in uniform registers with inline loads (wgmma_gemm v10).
         // 11: the raster knob (wgmma_gemm v11).
-        // 12: the body's K split in clusters of 2 that share the filter by multicast (wgmma_gemm v12).
+        // 12: the body's K split in clusters of 2 that share the filter by multicast, K splits that
+        // fit one wave, and stream-K in whole shares on small grids (wgmma_gemm v12).
         12
     }
 

@@ -1082,7 +1082,9 @@ impl Template for WgmmaGemm {
         // columns) as well as along N first (bands of cluster rows, the only order before).
         // 12: the K split of a grid that leaves most SMs idle also takes a cluster of 2: each
         // pair of tiles that shares Y by multicast splits its K tiles over a cluster of 2 * split
-        // (v5-v11 split only single blocks, so a cluster of 2 meant no split).
+        // (v5-v11 split only single blocks, so a cluster of 2 meant no split); K splits keep to
+        // the clusters that run at once (Target::max_clusters); and stream-K on at most half a
+        // wave of tiles gives each tile the same whole number of clusters.
         12
     }
 
@@ -1223,9 +1225,6 @@ impl Plan {
     }
 }
 
-/// How full the last wave of output tiles is when `slots` blocks run at once (1 when the tiles
-/// fill whole waves): a persistent grid's `waves` is 1 whatever the tiles, and a nearly empty
-/// last wave is where stream-K and other tile shapes pay.
 /// Tile `ct` of a walk over a `along` x `across` grid that goes along its first dimension first
 /// (a mirror of `gemm.cu`'s `banded`): with `group` > 1, in bands of `group` lines of that
 /// dimension, each band walked across the whole second dimension before the next (every band but
@@ -1242,6 +1241,9 @@ fn banded(ct: u64, along: u64, across: u64, group: u64) -> (u64, u64) {
     }
 }
 
+/// How full the last wave of output tiles is when `slots` blocks run at once (1 when the tiles
+/// fill whole waves): a persistent grid's `waves` is 1 whatever the tiles, and a nearly empty
+/// last wave is where stream-K and other tile shapes pay.
 fn last_wave_fill(tiles: u64, slots: u64) -> f64 {
     let rest = tiles % slots.max(1);
     if rest == 0 { 1.0 } else { rest as f64 / slots.max(1) as f64 }

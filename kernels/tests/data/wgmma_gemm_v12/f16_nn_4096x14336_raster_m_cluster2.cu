@@ -368,13 +368,7 @@ __device__ __forceinline__ unsigned cluster_rank() {
 }
 
 // The hardware rank of block 0 of this block's run (0 without a K split).
-__device__ __forceinline__ unsigned run_base() {
-  if constexpr (SPLIT == 1) {
-    return 0;
-  } else {
-    return cta_rank() / CLUSTER * CLUSTER;
-  }
-}
+__device__ __forceinline__ unsigned run_base() { return (unsigned)split_rank() * CLUSTER; }
 
 // --- mbarriers -------------------------------------------------------------------------------
 __device__ __forceinline__ void bar_init(unsigned long long* bar, int count) {
