@@ -9,8 +9,13 @@ use cudarc::nvrtc::Ptx;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let smem_kib: u32 = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(150);
-    let threads: u32 = args.get(2).map(|s| s.parse()).transpose()?.unwrap_or(384);
+    let arg = |i: usize, name: &str, default: u32| -> anyhow::Result<u32> {
+        args.get(i).map_or(Ok(default), |s| {
+            s.parse().map_err(|e| anyhow::anyhow!("{name} {s:?}: {e} (usage: clusters [smem-KiB] [threads])"))
+        })
+    };
+    let smem_kib = arg(1, "smem-KiB", 150)?;
+    let threads = arg(2, "threads", 384)?;
     let ctx = CudaContext::new(0)?;
     let (major, minor) = ctx.compute_capability()?;
     let arch = format!("sm_{major}{minor}{}", if major == 9 { "a" } else { "" });
