@@ -212,6 +212,17 @@ __device__ __forceinline__ void cluster_sync() {
   }
 }
 
+// The cluster's first meeting, once thread 0 has set up the barriers. fence.mbarrier_init orders
+// the inits before a relaxed arrive, which is all the peers need to see them; an arrive.release
+// would add a full GPU memory barrier (MEMBAR.ALL.GPU) to every block's start.
+__device__ __forceinline__ void cluster_sync_init() {
+  if constexpr (CLUSTER > 1) {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  } else {
+    __syncthreads();
+  }
+}
+
 // SPLIT: every thread of every block of the cluster, the producer warpgroup too; release and acquire
 // order the partial sums written to shared memory before the peers read them.
 __device__ __forceinline__ void split_sync() {
@@ -969,7 +980,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     if constexpr (Y_RESIDENT) bar_init(y_full, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  cluster_sync();
+  cluster_sync_init();
 
   // The warpgroup, warp-uniform as far as the compiler can tell (a broadcast), so that what
   // derives from it (the consumer's wgmma descriptors) lives in uniform registers.

@@ -1085,7 +1085,9 @@ impl Template for WgmmaGemm {
         // (v5-v11 split only single blocks, so a cluster of 2 meant no split); K splits keep to
         // the clusters that run at once (Target::max_clusters); and stream-K on at most half a
         // wave of tiles gives each tile the same whole number of clusters.
-        12
+        // 13: a cluster's first meeting arrives relaxed (fence.mbarrier_init orders the barrier
+        // set-up), so a block of a cluster no longer starts with a full GPU memory barrier.
+        13
     }
 
     fn op(&self) -> Op {

@@ -8,16 +8,16 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v12: D = alpha * op(A) op(B) + beta * C
+// wgmma_gemm v13: D = alpha * op(A) op(B) + beta * C
 // workload matmul/m3000n3000k4096/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v12_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
+#define KERNEL_NAME tt_wgmma_gemm_v13_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
 #define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v12_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500 {
+namespace ns_tt_wgmma_gemm_v13_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500 {
 typedef half T_IN;
 typedef float T_OUT;
 typedef float T_EPI;
@@ -427,6 +427,17 @@ __device__ __forceinline__ void order_signal(int cw) {
 __device__ __forceinline__ void cluster_sync() {
   if constexpr (CLUSTER > 1) {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  } else {
+    __syncthreads();
+  }
+}
+
+// The cluster's first meeting, once thread 0 has set up the barriers. fence.mbarrier_init orders
+// the inits before a relaxed arrive, which is all the peers need to see them; an arrive.release
+// would add a full GPU memory barrier (MEMBAR.ALL.GPU) to every block's start.
+__device__ __forceinline__ void cluster_sync_init() {
+  if constexpr (CLUSTER > 1) {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
   } else {
     __syncthreads();
   }
@@ -1201,7 +1212,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     if constexpr (Y_RESIDENT) bar_init(y_full, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  cluster_sync();
+  cluster_sync_init();
 
   // The warpgroup, warp-uniform as far as the compiler can tell (a broadcast), so that what
   // derives from it (the consumer's wgmma descriptors) lives in uniform registers.
@@ -1366,7 +1377,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (CLUSTER > 1) cluster_sync();
 }
 
-}  // namespace ns_tt_wgmma_gemm_v12_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
+}  // namespace ns_tt_wgmma_gemm_v13_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
