@@ -92,6 +92,9 @@
 #                once a workload or never; NCU_EXTRA adds metrics (scripts/diag-l2.txt: the
 #                14336 winner's neighbours, for the L2 and fabric sectors of each knob)
 #     membw      the memory roofline of a streaming layer (scripts/membw.cu, nvcc): MEMBW_SIZES read/write MB
+#     clusters   worker example `clusters` (gpu-pack.sh packs it): how many clusters of 1-8 blocks run at
+#                once, and a launch of one wave of them, empty and with only our kernels' meetings, timed
+#                from a CUDA graph; CLUSTERS_SHAPES ("KiB threads" pairs, default "150 384 100 256")
 #     vendorkern the cuBLAS kernels run_one's baseline launches for VENDOR_KEYS (ncu: name, grid, block,
 #                cluster, shared memory, duration)
 #   CLOCKS=1 (any steps) samples the SM clock, power and clock-event reasons every 200 ms: logs/clocks.csv
@@ -663,6 +666,13 @@ PY
   done
 }
 
+step_clusters() {
+  local shapes=(${CLUSTERS_SHAPES:-150 384 100 256}) i
+  for ((i = 0; i + 1 < ${#shapes[@]}; i += 2)); do
+    timeout 120 "$BIN/clusters" "${shapes[i]}" "${shapes[i + 1]}" 2>&1 | tee -a "$SUMMARY"
+  done
+}
+
 # The memory roofline of a streaming layer: scripts/membw.cu built with nvcc, reading and writing
 # MEMBW_SIZES ("READ_MB WRITE_MB" pairs, default the conv suite's N=32 56x56 256->64 and 64->128
 # 1x1 layers' bytes) with 16-byte accesses, warm, by each of its kernels (see its header).
@@ -1142,7 +1152,7 @@ for step in "$@"; do
     selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
     faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | splitpairs | union | sustain | membw) "step_$step" ;;
     wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag | diag | abwin) "step_$step" ;;
-    regstore | openbars | instmix | hot) "step_$step" ;;
+    regstore | openbars | instmix | hot | clusters) "step_$step" ;;
     *)
       echo "unknown step $step" >&2
       exit 2

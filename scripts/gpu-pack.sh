@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exclude=$(git rev-parse --git-path info/exclude)
 grep -qx '/.gpu/' "$exclude" 2>/dev/null || { mkdir -p "$(dirname "$exclude")"; echo '/.gpu/' >> "$exclude"; }
-examples=(gpu_selftest run_one compile_bench cudnn_check)
+examples=(gpu_selftest run_one compile_bench cudnn_check clusters)
 cargo build --release --locked --bin tensortune --bin tensortune-tracker --bin tensortune-worker "${examples[@]/#/--example=}"
 mkdir -p .gpu
 target=${CARGO_TARGET_DIR:-target}
