@@ -377,7 +377,7 @@ impl Plan {
     fn grid(&self, target: &Target) -> Grid {
         let tiles_p = self.tiles_p();
         let tiles_q = self.tiles_q();
-        let cluster_tiles = tiles_p / self.cluster as u64 * tiles_q;
+        let cluster_tiles = self.cluster_tiles();
         let wave = self.wave(target);
         let clusters = match (self.persistent, self.stream_k) {
             // With at most half a wave of tiles, stream-K gives every tile the same number of
@@ -425,7 +425,7 @@ impl Plan {
         }
         // With a cluster of 2 (Y multicast), each pair of vertically adjacent tiles splits its K
         // tiles the same way: a cluster of 2 * split blocks, pairs of the same K range side by side.
-        let cluster_tiles = self.tiles_p() / self.cluster as u64 * self.tiles_q();
+        let cluster_tiles = self.cluster_tiles();
         let per_sm = self.blocks_per_sm(target);
         let mut split = 1;
         for s in std::iter::successors(Some(2u32), |s| Some(s * 2)).take_while(|s| *s * self.cluster <= SPLIT_MAX) {
@@ -452,6 +452,11 @@ impl Plan {
         self.w.m.div_ceil(self.bq as u64)
     }
 
+    /// Output tiles a cluster takes at a time: one, or a pair that shares Y with a cluster of 2.
+    fn cluster_tiles(&self) -> u64 {
+        self.tiles_p() / self.cluster as u64 * self.tiles_q()
+    }
+
     /// K tiles of the whole K extent.
     fn k_tiles(&self) -> u64 {
         self.w.k.div_ceil(self.bk() as u64)
@@ -473,7 +478,8 @@ impl Plan {
         flags + g.blocks * self.sums_bytes() as u64
     }
 
-    /// Clusters that run at once: blocks per SM times SMs, over the cluster size.
+    /// Clusters that run at once: blocks per SM times SMs, over the cluster size, less what
+    /// uneven GPCs leave over for clusters of 4 or more ([`Target::max_clusters`]).
     fn wave(&self, target: &Target) -> u64 {
         target.max_clusters(self.cluster, self.blocks_per_sm(target)).max(1)
     }
