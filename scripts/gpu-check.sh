@@ -668,6 +668,7 @@ PY
 
 step_clusters() {
   local shapes=(${CLUSTERS_SHAPES:-150 384 100 256}) i
+  [ -x "$BIN/clusters" ] || { say "clusters: no $BIN/clusters (scripts/gpu-pack.sh packs it)"; return; }
   for ((i = 0; i + 1 < ${#shapes[@]}; i += 2)); do
     timeout 120 "$BIN/clusters" "${shapes[i]}" "${shapes[i + 1]}" 2>&1 | tee -a "$SUMMARY"
   done

@@ -13,8 +13,8 @@
 //! 2-5 us slower than single blocks on 10-20 us layers (H100, 2026-11-27, `hot-cluster-sync.txt`);
 //! this says how much of that a cluster launch costs before any work. The kernels are built for
 //! `CLUSTERS_ARCH` (default sm_90a), all of them before the GPU is opened, so a machine without
-//! one still checks that they compile. Run on the GPU machine as `.gpu/clusters` (strip it from
-//! target/release/examples into .gpu/, beside gpu-pack.sh's binaries).
+//! one still checks that they compile. `scripts/gpu-pack.sh` packs it and `gpu-check.sh clusters`
+//! runs it.
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
@@ -28,13 +28,14 @@ const REPLAYS: usize = 9;
 
 /// The `meetings` body for a cluster of `size` (`size` 1: a block's own barrier).
 fn meetings(size: u32) -> String {
-    let (first, last) = if size == 1 {
-        ("__syncthreads();".to_string(), "__syncthreads();".to_string())
-    } else {
-        (
-            "asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\\nbarrier.cluster.wait.acquire.aligned;\\n\" ::: \"memory\");".to_string(),
-            "asm volatile(\"barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;\\n\" ::: \"memory\");".to_string(),
+    let meet = |arrive: &str| {
+        format!(
+            "asm volatile(\"barrier.cluster.arrive.{arrive}.aligned;\\nbarrier.cluster.wait.acquire.aligned;\\n\" ::: \"memory\");"
         )
+    };
+    let (first, last) = match size {
+        1 => ("__syncthreads();".to_string(), "__syncthreads();".to_string()),
+        _ => (meet("relaxed"), meet("release")),
     };
     format!(
         "__shared__ unsigned long long bar;\n\
