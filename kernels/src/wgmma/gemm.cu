@@ -204,14 +204,6 @@ __device__ __forceinline__ void order_signal(int cw) {
   if constexpr (PINGPONG) asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + cw) : "memory");
 }
 
-__device__ __forceinline__ void cluster_sync() {
-  if constexpr (CLUSTER > 1) {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-  } else {
-    __syncthreads();
-  }
-}
-
 // The cluster's first meeting, once thread 0 has set up the barriers. fence.mbarrier_init orders
 // the inits before a relaxed arrive, which is all the peers need to see them; an arrive.release
 // would add a full GPU memory barrier (MEMBAR.ALL.GPU) to every block's start.
@@ -534,6 +526,26 @@ __device__ __forceinline__ void loader_advance(Loader& L, const WorkList& wl) {
   if (++L.stage == STAGES) {
     L.stage = 0;
     L.phase ^= 1;
+  }
+}
+
+// With a cluster, a block must not exit while a peer may still arrive on its barriers: the peers'
+// consumers release every stage this block's producer filled (bar_arrive_cluster). Once each ring
+// slot's last fill has been released by every consumer of the cluster (the wait the next fill
+// would make), no arrive is on its way here any more, and the peers' multicast copies into this
+// block's ring were all awaited by its own consumers. This tail replaces a closing cluster
+// meeting, whose arrive.release put a GPU-wide memory barrier (MEMBAR.ALL.GPU) in every thread.
+// Called by the thread that issued the loads, after its last one.
+__device__ __forceinline__ void loader_tail(Loader& L, unsigned long long* empty) {
+  if constexpr (CLUSTER > 1) {
+#pragma unroll 1
+    for (int s = 0; s < STAGES; ++s) {
+      bar_wait(&empty[L.stage], L.phase ^ 1);
+      if (++L.stage == STAGES) {
+        L.stage = 0;
+        L.phase ^= 1;
+      }
+    }
   }
 }
 
@@ -996,8 +1008,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
         if (loader_more(loader)) load_y_resident(&mapY, sY, y_full, rank);
         while (loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
       }
-      // A block of a cluster stays until its peer is done: the peer still arrives on its barriers.
-      if constexpr (CLUSTER > 1) cluster_sync();
+      // A block of a cluster stays until its peers no longer arrive on its barriers.
+      if (threadIdx.x == 0) loader_tail(loader, empty);
+      __syncwarp();
       // The K split's two meetings (split_add) count every thread of the cluster.
       split_sync();
       split_sync();
@@ -1142,5 +1155,5 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if constexpr (TMA_STORE) {
     if (threadIdx.x % 128 == 0) bulk_wait_all();
   }
-  if constexpr (CLUSTER > 1) cluster_sync();
+  if (issues) loader_tail(loader, empty);
 }

@@ -1093,7 +1093,10 @@ impl Template for WgmmaGemm {
         // wave of tiles gives each tile the same whole number of clusters.
         // 13: a cluster's first meeting arrives relaxed (fence.mbarrier_init orders the barrier
         // set-up), so a block of a cluster no longer starts with a full GPU memory barrier.
-        13
+        // 14: a block of a cluster ends with a producer tail (its loader waits until every ring
+        // slot it filled has been released by the whole cluster) instead of a closing cluster
+        // meeting, whose release put a full GPU memory barrier in every thread.
+        14
     }
 
     fn op(&self) -> Op {
