@@ -9,7 +9,9 @@
 //! that alters code must bump the version and be re-verified on a GPU.
 //!
 //! After an intended change: `TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test wgmma_golden`
-//! rewrites the files; review the diff.
+//! rewrites the files; review the diff. The same directory holds the machine code of the
+//! single-block kernels (`single_block_text.txt`, checked and rewritten by the worker's
+//! `wgmma_compile` test, which has NVRTC): a change meant for clusters alone must leave it as it is.
 
 use std::path::PathBuf;
 

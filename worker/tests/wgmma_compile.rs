@@ -214,3 +214,85 @@ fn operands_read_once_carry_the_evict_first_hint_and_compile() {
     eprintln!("{} kernels with evict-first copies", specs.len());
     assert_all_compile(&specs, &target);
 }
+
+/// The machine code NVRTC makes of each single-block golden kernel (`kernels/tests/data/
+/// wgmma_gemm_v*`, whose config has CLUSTER == 1) is the one recorded beside the sources, as a
+/// hash of the kernel's `.text` section. A body change meant for clusters alone must leave these
+/// alone: v14's first cut added a `__syncwarp` after the producer's tail, a no-op in the source of
+/// a single block, and ptxas answered with a YIELD in the producer's barrier waits that made a
+/// 7x7 layer 20% slower (H100, 2026-11-27). After an intended change, `TT_UPDATE_GOLDEN=1 cargo
+/// test -p tensortune-worker --test wgmma_compile` rewrites the record; its diff names the kernels
+/// whose machine code moved.
+#[test]
+fn single_block_golden_kernels_keep_their_recorded_machine_code() {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/tests/data");
+    let dir = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("wgmma_gemm_v"))
+        .expect("a wgmma_gemm golden directory");
+    let mut sources: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cu"))
+        .collect();
+    sources.sort();
+    let include = common::include_dir();
+    let version = tensortune_worker::nvrtc::version().unwrap_or_default();
+    let mut lines = vec![format!(
+        "# FNV-1a 64 of each single-block golden kernel's .text (NVRTC {version}, sm_90a); written by\n\
+             # TT_UPDATE_GOLDEN=1 cargo test -p tensortune-worker --test wgmma_compile"
+    )];
+    for path in &sources {
+        let source = std::fs::read_to_string(path).unwrap();
+        if !source.contains("constexpr int CLUSTER = 1;") {
+            continue;
+        }
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let out = tensortune_worker::nvrtc::compile(&source, &name, "sm_90a", &include)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let text = text_sections(&out.cubin);
+        assert!(!text.is_empty(), "{name}: no .text section in the cubin");
+        lines.push(format!("{name} {:016x}", fnv1a(&text)));
+    }
+    assert!(lines.len() >= 5, "only {} single-block golden kernels", lines.len() - 1);
+    let record = dir.join("single_block_text.txt");
+    let now = lines.join("\n") + "\n";
+    if std::env::var_os("TT_UPDATE_GOLDEN").is_some() {
+        std::fs::write(&record, &now).unwrap();
+        return;
+    }
+    let was = std::fs::read_to_string(&record).unwrap_or_default();
+    assert!(
+        was == now,
+        "the machine code of single-block golden kernels differs from {}:\nwas:\n{was}\nnow:\n{now}\n\
+         (a different NVRTC also changes it: the header names the one recorded)",
+        record.display()
+    );
+}
+
+/// The bytes of every `.text*` section of an ELF64 little-endian cubin, in section order.
+fn text_sections(elf: &[u8]) -> Vec<u8> {
+    let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap()) as usize;
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "not an ELF64 cubin");
+    let (shoff, shentsize, shnum, shstrndx) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+    let section = |i: usize| shoff + i * shentsize;
+    let strtab = u64_at(section(shstrndx) + 0x18);
+    let mut text = Vec::new();
+    for i in 0..shnum {
+        let h = section(i);
+        let name_at = strtab + u32_at(h);
+        let end = elf[name_at..].iter().position(|&b| b == 0).unwrap();
+        if elf[name_at..name_at + end].starts_with(b".text") {
+            let (offset, size) = (u64_at(h + 0x18), u64_at(h + 0x20));
+            text.extend_from_slice(&elf[offset..offset + size]);
+        }
+    }
+    text
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
