@@ -9,12 +9,14 @@
 //! into a CUDA graph and replayed between two events (as the worker times kernels), in two bodies:
 //! `empty` returns at once; `meetings` does what every wgmma kernel does around its work, a
 //! barrier set up by thread 0, the cluster's first meeting (arrive relaxed, as v13) and its last
-//! (arrive release, as v13; v14 ends with a producer tail instead). The microseconds a launch are the median of 9 replays. 2-block clusters ran
-//! 2-5 us slower than single blocks on 10-20 us layers (H100, 2026-11-27, `hot-cluster-sync.txt`);
-//! this says how much of that a cluster launch costs before any work. The kernels are built for
-//! `CLUSTERS_ARCH` (default sm_90a), all of them before the GPU is opened, so a machine without
-//! one still checks that they compile. `scripts/gpu-pack.sh` packs it and `gpu-check.sh clusters`
-//! runs it.
+//! (arrive release, as v13; v14 ends with a producer tail instead). The microseconds a launch are
+//! the median of 9 replays. 2-block clusters ran 2-5 us slower than single blocks on 10-20 us
+//! layers (H100, 2026-11-27, `hot-cluster-sync.txt`); this says how much of that a cluster launch
+//! costs before any work. On an H100 the launch itself costs no more than one of single blocks,
+//! and the two meetings 0.7-0.9 us (`docs/data/clusters-launch-h100-2026-11-27.txt`). The kernels
+//! are built for `CLUSTERS_ARCH` (default sm_90a), all of them before the GPU is opened, so a
+//! machine without one still checks that they compile. `scripts/gpu-pack.sh` packs it and
+//! `gpu-check.sh clusters` runs it.
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
