@@ -85,7 +85,9 @@
 #     hot        each kernel alone under sustained load (HOT_FILE, default scripts/hot-14336.txt:
 #                KEY CONFIG for ours, KEY CONFIG gemmex|lt:N for a vendor algorithm alone), held on
 #                the GPU for HOT_REPEAT x HOT_SAMPLES samples: the late time, clock, NVML power and
-#                energy per launch; HOT_NAMES=1 names each vendor algorithm's kernels (ncu, as vendorkern)
+#                energy per launch; HOT_NAMES=1 names each vendor algorithm's kernels (ncu, as vendorkern);
+#                HOT_TIMEOUT (default 120 s) ends a line that hangs, so that a broken trial build
+#                costs two minutes a line rather than the call
 #     diag       matmul kernels against the memory: each KEY CONFIG of DIAG_FILE (default
 #                scripts/diag-large.txt) and every cuBLAS candidate of its baseline under ncu (duration,
 #                DRAM bytes, L2 traffic and hit rate, clock); DIAG_VENDOR=first|0 profiles cuBLAS
@@ -637,7 +639,7 @@ step_hot() {
     n=$((n + 1))
     local env=(TT_TEMPLATE=${HOT_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0 TT_NO_BASELINE=1)
     [ -n "$vendor" ] && env+=(TT_VENDOR=$vendor)
-    env "${env[@]}" timeout 300 "$BIN/run_one" "$key" "$cfg" "${HOT_SAMPLES:-400}" "${HOT_REPEAT:-10}" \
+    env "${env[@]}" timeout "${HOT_TIMEOUT:-120}" "$BIN/run_one" "$key" "$cfg" "${HOT_SAMPLES:-400}" "${HOT_REPEAT:-10}" \
       >"$LOGS/hot-$n.log" 2>&1
     local what=${vendor:-ours $cfg}
     python3 - "$LOGS/hot-$n.log" "$n" "$(echo "$key" | cut -d/ -f2-4)" "$what" <<'PY' | tee -a "$SUMMARY"
