@@ -747,6 +747,14 @@ __device__ __forceinline__ void load_y(unsigned char* y, const TmaDesc* mapY, in
   }
 }
 
+// The ring slot after `stage`, and the parity of its phase (flipped when the ring wraps).
+__device__ __forceinline__ void ring_next(int& stage, int& phase) {
+  if (++stage == STAGES) {
+    stage = 0;
+    phase ^= 1;
+  }
+}
+
 // Moves the loader to its next K tile and ring slot.
 __device__ __forceinline__ void loader_advance(Loader& L, const WorkList& wl) {
   if (++L.kt == L.w.k1) {
@@ -755,10 +763,7 @@ __device__ __forceinline__ void loader_advance(Loader& L, const WorkList& wl) {
       L.kt = L.w.k0;
     }
   }
-  if (++L.stage == STAGES) {
-    L.stage = 0;
-    L.phase ^= 1;
-  }
+  ring_next(L.stage, L.phase);
 }
 
 // With a cluster, a block must not exit while a peer may still arrive on its barriers: the peers'
@@ -773,10 +778,7 @@ __device__ __forceinline__ void loader_tail(Loader& L, unsigned long long* empty
 #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) {
       bar_wait(&empty[L.stage], L.phase ^ 1);
-      if (++L.stage == STAGES) {
-        L.stage = 0;
-        L.phase ^= 1;
-      }
+      ring_next(L.stage, L.phase);
     }
   }
 }
@@ -1327,10 +1329,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
         __syncwarp();
       }
       prev = stage;
-      if (++stage == STAGES) {
-        stage = 0;
-        phase ^= 1;
-      }
+      ring_next(stage, phase);
     }
     order_signal(cw);
     wgmma_wait<0>();
