@@ -4,6 +4,7 @@
 //! wgmma or an ignored setmaxnreg (ptxas C7510/C7511/C7508/C7514) counts as a failure, as in the
 //! worker.
 
+use sha2::{Digest, Sha256};
 use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Types, Workload};
@@ -240,8 +241,8 @@ fn single_block_golden_kernels_keep_their_recorded_machine_code() {
     let include = common::include_dir();
     let version = tensortune_worker::nvrtc::version().unwrap_or_default();
     let mut lines = vec![format!(
-        "# FNV-1a 64 of each single-block golden kernel's .text (NVRTC {version}, sm_90a); written by\n\
-             # TT_UPDATE_GOLDEN=1 cargo test -p tensortune-worker --test wgmma_compile"
+        "# SHA-256 (first 16 hex digits) of each single-block golden kernel's .text (NVRTC {version}, sm_90a);\n\
+             # written by TT_UPDATE_GOLDEN=1 cargo test -p tensortune-worker --test wgmma_compile"
     )];
     for path in &sources {
         let source = std::fs::read_to_string(path).unwrap();
@@ -253,7 +254,8 @@ fn single_block_golden_kernels_keep_their_recorded_machine_code() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let text = text_sections(&out.cubin);
         assert!(!text.is_empty(), "{name}: no .text section in the cubin");
-        lines.push(format!("{name} {:016x}", fnv1a(&text)));
+        let digest: String = Sha256::digest(&text).iter().take(8).map(|b| format!("{b:02x}")).collect();
+        lines.push(format!("{name} {digest}"));
     }
     assert!(lines.len() >= 5, "only {} single-block golden kernels", lines.len() - 1);
     let record = dir.join("single_block_text.txt");
@@ -291,8 +293,4 @@ fn text_sections(elf: &[u8]) -> Vec<u8> {
         }
     }
     text
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
