@@ -286,6 +286,32 @@ fn the_cli_tunes_a_conv_on_sim() {
     assert!(read(&["workers", "--json"]).is_array());
 }
 
+/// A local run waits for its own worker. The database keeps the workers of earlier runs, and one
+/// that stopped a moment ago is still `online` until its lease runs out: a run on another device
+/// in the same database must not take that worker's class for its own (it once submitted the job
+/// for `sim` and answered with the sim's records).
+#[test]
+fn a_local_run_waits_for_its_own_worker_not_one_an_earlier_run_left_online() {
+    let dir = tempfile::tempdir().unwrap();
+    let tune = |device: &str| {
+        std::process::Command::new(BIN)
+            .args(["--db", dir.path().join("tt.db").to_str().unwrap()])
+            .args(["tune", "matmul", "--m", "512", "--n", "64", "--k", "512", "--trials", "2", "--seed", "1"])
+            .args(["--device", device, "--compile-threads", "1"])
+            .env("XDG_CACHE_HOME", dir.path())
+            .output()
+            .unwrap()
+    };
+    let first = tune("sim");
+    assert!(first.status.success(), "the sim run failed: {}", String::from_utf8_lossy(&first.stderr));
+    // No GPU has ordinal 99, here or on a GPU machine: its worker stops before registering.
+    let second = tune("cuda:99");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "a run on cuda:99 succeeded:\n{stderr}");
+    assert!(!stderr.contains("submitted for"), "a job was submitted without this run's worker:\n{stderr}");
+    assert!(stderr.contains("opening cuda:99"), "the error does not name the device:\n{stderr}");
+}
+
 /// A tf32 conv end to end on `sim`: `tune conv2d --dtype f32 --allow-tf32` searches the union of
 /// the two tensor-core conv templates (both take TF32 on an sm_90 class), every trial is measured,
 /// and the records carry the tf32 workload key, never the exact f32 one.
