@@ -10,6 +10,7 @@
 //! Logs go to stderr; `RUST_LOG=tensortune_worker=debug` adds every algorithm cuDNN offered, with
 //! cuDNN's own time and ours.
 
+use anyhow::Context as _;
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::{Conv2d, DType, Types, Workload};
 use tensortune_worker::cuda::CudaExecutor;
@@ -78,7 +79,7 @@ fn main() -> anyhow::Result<()> {
     };
 
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
-    let mut exec = CudaExecutor::new(0)?;
+    let mut exec = CudaExecutor::new(0).context("opening cuda:0")?;
     let f = exec.facts();
     println!("device: {} ({}), driver {}, cuda {}", f.name, f.class_key, f.driver_version, f.cuda_version);
     let target = f.target();

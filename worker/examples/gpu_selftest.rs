@@ -28,6 +28,7 @@
 
 use std::collections::BTreeMap;
 
+use anyhow::Context as _;
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::template::{self, valid_configs};
 use tensortune_kernels::{Config, Space, Workload};
@@ -40,7 +41,7 @@ fn main() -> anyhow::Result<()> {
     let per = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(8usize);
     let samples = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5u32);
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
-    let mut exec = CudaExecutor::new(0)?;
+    let mut exec = CudaExecutor::new(0).context("opening cuda:0")?;
     let f = exec.facts();
     println!(
         "device: {} ({}), sm_{}, {} SMs, driver {}, cuda {}, nvrtc {:?}",
@@ -196,7 +197,7 @@ fn main() -> anyhow::Result<()> {
                 );
                 if exec.poisoned() {
                     println!("context poisoned; reopening");
-                    exec = CudaExecutor::new(0)?;
+                    exec = CudaExecutor::new(0).context("opening cuda:0")?;
                     first = true;
                 }
             }

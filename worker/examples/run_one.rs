@@ -12,6 +12,7 @@
 //! Each line starts with the wall time (Unix ms), to set beside `nvidia-smi` samples of clock and
 //! power, and ends with the board's mean power over that repeat and its energy counter (NVML,
 //! millijoules).
+use anyhow::Context as _;
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::*;
 use tensortune_worker::cuda::{CudaExecutor, VendorAlgorithm};
@@ -37,7 +38,7 @@ fn main() -> anyhow::Result<()> {
         }
         Err(_) => None,
     };
-    let mut exec = CudaExecutor::new(0)?;
+    let mut exec = CudaExecutor::new(0).context("opening cuda:0")?;
     let f = exec.facts();
     let target = f.target();
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;

@@ -31,7 +31,8 @@ pub fn child_main(device: DeviceSpec) -> anyhow::Result<()> {
     let mut executor = match opened {
         Ok(e) => e,
         Err(e) => {
-            let text = format!("{device}: {e:#}");
+            // The daemon names the device (`opening cuda:N: ...`).
+            let text = format!("{e:#}");
             // Read the daemon's Hello before answering: if we answered and exited first, its write
             // could fail with a broken pipe and it would never see why.
             let _ = frame::read_sync::<Request>(&mut input);

@@ -127,19 +127,19 @@ pub(crate) fn device_count() -> anyhow::Result<usize> {
 }
 
 impl CudaExecutor {
-    /// Opens GPU `ordinal`. Fails with a plain message when there is no driver or no such GPU.
+    /// Opens GPU `ordinal`. Fails with a plain message when there is no driver or no such GPU; the
+    /// caller names the device (the worker daemon's error says `opening cuda:N`).
     pub fn new(ordinal: usize) -> anyhow::Result<CudaExecutor> {
         // SAFETY: only tries to dlopen libcuda by its candidate names.
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
-            anyhow::bail!("cuda:{ordinal}: the CUDA driver (libcuda.so) was not found; is this a GPU machine?");
+            anyhow::bail!("the CUDA driver (libcuda.so) was not found; is this a GPU machine?");
         }
-        let ctx =
-            CudaContext::new(ordinal).map_err(|e| anyhow::anyhow!("cuda:{ordinal}: cannot open the GPU: {e:?}"))?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| anyhow::anyhow!("cannot open GPU {ordinal}: {e:?}"))?;
         // SAFETY: this backend never hands cudarc-tracked slices to more than one stream: every
         // kernel argument is a raw pointer and all work goes to the one stream below.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.new_stream().map_err(|e| anyhow::anyhow!("cuda:{ordinal}: cannot create a stream: {e:?}"))?;
-        let facts = device::facts(&ctx).map_err(|e| anyhow::anyhow!("cuda:{ordinal}: {e}"))?;
+        let stream = ctx.new_stream().map_err(|e| anyhow::anyhow!("cannot create a stream: {e:?}"))?;
+        let facts = device::facts(&ctx).map_err(|e| anyhow::anyhow!("{e}"))?;
         let nvml = nvml::Nvml::open(&facts.uuid);
         Ok(CudaExecutor {
             ctx,
