@@ -14,7 +14,7 @@ use tensortune_kernels::{Config, Target, Template, Workload};
 fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
     let scripts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts");
     let mut checked = 0;
-    let files: [(&str, &dyn Template); 38] = [
+    let files: [(&str, &dyn Template); 40] = [
         ("ab-wgmma-7.txt", &WgmmaGemm),
         ("ab-wconv-7.txt", &WgmmaConv2d),
         ("ab-wgmma-split.txt", &WgmmaGemm),
@@ -53,6 +53,8 @@ fn the_a_b_files_of_the_current_wgmma_version_hold_valid_configs() {
         ("hot-cluster-tail.txt", &WgmmaConv2d),
         ("hot-cluster-tail-14336.txt", &WgmmaGemm),
         ("hot-syncwarp.txt", &WgmmaConv2d),
+        ("hot-nomc.txt", &WgmmaConv2d),
+        ("hot-tiles.txt", &WgmmaConv2d),
     ];
     for (file, template) in files {
         let text = std::fs::read_to_string(scripts.join(file)).unwrap();
