@@ -244,6 +244,11 @@ impl Tracker {
         self.job(id).await
     }
 
+    /// Fails with `JobNotFound` unless job `id` exists.
+    pub(crate) async fn require_job(&self, id: JobId) -> Result<()> {
+        store::jobs::get(&self.pool, id).await?.map(drop).ok_or(Error::JobNotFound(id))
+    }
+
     /// A snapshot of job `id`.
     pub(crate) async fn job(&self, id: JobId) -> Result<JobView> {
         // One read transaction: the job, its workloads and their records from the same instant.

@@ -169,6 +169,10 @@ impl Tuning for TuningService {
             job_id: if req.job_id == 0 { None } else { Some(id("job_id", req.job_id)?) },
             ok_only: req.ok_only,
         };
+        // A job that does not exist is an error, not an empty export.
+        if let Some(job) = filter.job_id {
+            self.tracker.require_job(job).await?;
+        }
         let permit = self.stream_permit()?;
         let (tx, rx) = mpsc::channel(EXPORT_PAGE as usize);
         let tracker = Arc::clone(&self.tracker);

@@ -94,6 +94,11 @@ async fn export_records_filters_and_orders_oldest_first() {
     let none =
         export(&mut tuning, pb::ExportRecordsRequest { device_class: "h100".into(), ..Default::default() }).await;
     assert!(none.is_empty());
+    // A job that does not exist is an error naming it, not an empty export.
+    let missing = tuning.export_records(pb::ExportRecordsRequest { job_id: b + 100, ..Default::default() }).await;
+    let status = missing.expect_err("an export of a job that does not exist");
+    assert_eq!(status.code(), Code::NotFound);
+    assert!(status.message().contains(&format!("job {}", b + 100)), "{}", status.message());
     let r = &all[0];
     assert!(r.workload.is_some() && !r.config.is_empty() && r.worker_id == worker.id && r.created_ms > 0);
     assert!(r.config.starts_with('{') && r.config.contains("\"block_m\""), "{}", r.config);
