@@ -119,14 +119,15 @@ impl Session {
                 wc.cache_dir = None;
             }
             // The database may list workers of earlier sessions, some still `online` within their
-            // lease: this session's worker is the first to register after it starts, by its name.
-            let name = wc.worker_name();
+            // lease. The embedded tracker listens on a loopback port of its own that only this
+            // session's worker is told, so the first worker to register after it starts is ours
+            // (with cuda:all, one of the workers of this host's GPUs).
             let known = session.worker_ids().await?;
             let worker = tokio::spawn(tensortune_worker::run(wc, token.child_token()));
             if let Some(e) = session.embedded.as_mut() {
                 e.worker = Some(worker);
             }
-            session.local_class = Some(session.wait_for_worker(device, &name, known).await?);
+            session.local_class = Some(session.wait_for_worker(device, known).await?);
         }
         Ok(session)
     }
@@ -137,13 +138,13 @@ impl Session {
         Ok(workers.iter().map(|w| w.id).max().unwrap_or(0))
     }
 
-    /// Waits until the embedded worker, registering as `name` with an id above `known`, is online
-    /// and returns its device class; fails with the worker's own error when it stops first.
-    async fn wait_for_worker(&mut self, device: &str, name: &str, known: u64) -> anyhow::Result<String> {
+    /// Waits until the embedded worker (registered with an id above `known`) is online and returns
+    /// its device class; fails with the worker's own error when it stops first.
+    async fn wait_for_worker(&mut self, device: &str, known: u64) -> anyhow::Result<String> {
         let deadline = tokio::time::Instant::now() + WORKER_START;
         loop {
             let workers = self.client.list_workers(pb::ListWorkersRequest {}).await?.into_inner().workers;
-            if let Some(w) = workers.iter().find(|w| w.id > known && w.name == name && w.state == "online") {
+            if let Some(w) = workers.iter().find(|w| w.id > known && w.state == "online") {
                 return Ok(w.device.as_ref().map(|d| d.class_key.clone()).unwrap_or_default());
             }
             let finished = self.embedded.as_ref().and_then(|e| e.worker.as_ref()).is_some_and(|w| w.is_finished());
