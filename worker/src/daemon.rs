@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, anyhow};
+use anyhow::anyhow;
 use tensortune_kernels::{Target, template};
 use tensortune_proto::convert::{status_name, target_from_device};
 use tensortune_proto::pb;
@@ -74,7 +74,7 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
     // Cancelled on shutdown, and by a stage that fails, to stop the others.
     let stop = shutdown.child_token();
     let supervisor = tokio::select! {
-        s = Supervisor::start(&config) => s.with_context(|| format!("opening {}", config.device))?,
+        s = Supervisor::start(&config) => s?,
         _ = stop.cancelled() => return Ok(()),
     };
     let device = record::device_info(supervisor.facts(), nvrtc::version());

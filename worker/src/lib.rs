@@ -56,7 +56,6 @@ pub use config::{
 };
 pub use sim::{SimFault, SimFaultKind};
 
-use anyhow::Context as _;
 use tensortune_proto::pb;
 use tokio_util::sync::CancellationToken;
 
@@ -75,8 +74,7 @@ pub async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::R
 /// several GPUs, the first one's.
 pub async fn probe(config: &WorkerConfig) -> anyhow::Result<pb::DeviceInfo> {
     let config = WorkerConfig { device: config.device.first(), ..config.clone() };
-    let supervisor =
-        supervisor::Supervisor::start(&config).await.with_context(|| format!("opening {}", config.device))?;
+    let supervisor = supervisor::Supervisor::start(&config).await?;
     let device = record::device_info(supervisor.facts(), nvrtc::version());
     supervisor.shutdown().await;
     Ok(device)

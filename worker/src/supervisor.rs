@@ -208,7 +208,8 @@ impl Supervisor {
             _ => None,
         };
         let launcher = Launcher { command: config.child_command.clone(), device: config.device.clone(), faults };
-        let (child, facts) = launcher.spawn().await?;
+        // The one place a worker opens its device: the daemon and `probe` both come here.
+        let (child, facts) = launcher.spawn().await.with_context(|| format!("opening {}", config.device))?;
         tracing::info!(gpu = %config.device, child = child.pid, device = %facts.name, class = %facts.class_key, "measuring child started");
         Ok(Supervisor {
             launcher,
