@@ -227,6 +227,11 @@ pub struct ReplayArgs {
     /// model too), and how many times fewer trials than random each needs to come within 5%.
     #[arg(long, conflicts_with = "transfer")]
     pub holdout: bool,
+    /// The learning curve of transfer instead: per workload, the model tuner's median trials to
+    /// within 2% when the store holds only this many other workloads of its op (chosen at random
+    /// per seed; 0 is the model alone), e.g. `0,4,8,16`.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["transfer", "holdout"])]
+    pub prior_sizes: Vec<usize>,
     /// Only workloads whose key contains this text.
     #[arg(long)]
     pub workload: Option<String>,
@@ -255,6 +260,16 @@ pub enum RecordsCmd {
         /// File to write instead of stdout.
         #[arg(long, short)]
         output: Option<PathBuf>,
+    },
+    /// Store a record pack (records measured elsewhere, `records export` lines, plain or .gz) as
+    /// the model tuner's transfer prior: never reused as a measurement, never a `best` answer.
+    /// Admin only on a tracker with tokens. Importing the same pack again stores nothing twice.
+    Import {
+        /// The pack file.
+        file: PathBuf,
+        /// The pack's name (default: the file's name without its extensions).
+        #[arg(long)]
+        pack: Option<String>,
     },
 }
 

@@ -413,9 +413,14 @@ pub async fn workers(tracker: Option<&str>, db: &Path, json: bool) -> anyhow::Re
     Ok(())
 }
 
-/// `tensortune records export`
+/// `tensortune records export` and `tensortune records import`
 pub async fn records(tracker: Option<&str>, db: &Path, cmd: &RecordsCmd) -> anyhow::Result<()> {
-    let RecordsCmd::Export { workload, device_class, job, ok_only, output } = cmd;
+    let (workload, device_class, job, ok_only, output) = match cmd {
+        RecordsCmd::Export { workload, device_class, job, ok_only, output } => {
+            (workload, device_class, job, ok_only, output)
+        }
+        RecordsCmd::Import { file, pack } => return import_records(tracker, db, file, pack.as_deref()).await,
+    };
     let mut session = open(tracker, db, None).await?;
     let result = async {
         let request = pb::ExportRecordsRequest {
@@ -447,6 +452,58 @@ pub async fn records(tracker: Option<&str>, db: &Path, cmd: &RecordsCmd) -> anyh
     if let Some(path) = output {
         eprintln!("{n} records written to {}", path.display());
     }
+    Ok(())
+}
+
+/// The most record text one `ImportRecords` call carries (the tracker's limit).
+const IMPORT_CHUNK: usize = 3 << 20;
+
+/// `tensortune records import FILE`: the pack's lines in calls of at most [`IMPORT_CHUNK`] bytes,
+/// each cut at a line's end.
+async fn import_records(tracker: Option<&str>, db: &Path, file: &Path, pack: Option<&str>) -> anyhow::Result<()> {
+    use std::io::Read as _;
+    let raw = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let mut text = Vec::new();
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        flate2::read::GzDecoder::new(raw.as_slice())
+            .read_to_end(&mut text)
+            .with_context(|| format!("{} is not a readable .gz file", file.display()))?;
+    } else {
+        text = raw;
+    }
+    let name = match pack {
+        Some(p) => p.to_owned(),
+        None => {
+            let base = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            base.split('.').next().unwrap_or_default().to_owned()
+        }
+    };
+    let mut session = open(tracker, db, None).await?;
+    let result = async {
+        let (mut added, mut skipped, mut unknown) = (0u64, 0u64, 0u64);
+        let mut rest = text.as_slice();
+        while !rest.is_empty() {
+            let mut cut = rest.len().min(IMPORT_CHUNK);
+            if cut < rest.len() {
+                cut =
+                    rest[..cut].iter().rposition(|b| *b == b'\n').map(|i| i + 1).ok_or_else(|| {
+                        anyhow::anyhow!("{}: a line longer than {IMPORT_CHUNK} bytes", file.display())
+                    })?;
+            }
+            let request = pb::ImportRecordsRequest { pack: name.clone(), lines: rest[..cut].to_vec() };
+            let answer = session.client.import_records(request).await.map_err(status_error)?.into_inner();
+            (added, skipped, unknown) =
+                (added + answer.added, skipped + answer.skipped, unknown + answer.unknown_template);
+            rest = &rest[cut..];
+        }
+        anyhow::Ok((added, skipped, unknown))
+    }
+    .await;
+    session.close().await?;
+    let (added, skipped, unknown) = result?;
+    println!(
+        "pack {name}: {added} records added, {skipped} already stored, {unknown} of templates this tracker does not know"
+    );
     Ok(())
 }
 

@@ -59,6 +59,9 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     if args.holdout {
         return holdout(args, &data, &names);
     }
+    if !args.prior_sizes.is_empty() {
+        return learning_curve(args, &data, &names);
+    }
     let mut rows = Vec::new();
     println!(
         "{:<52} {:<8} {:>8} {:>6} {:>9} {:>9} {:>9}",
@@ -111,6 +114,39 @@ pub struct HoldoutRow {
     pub random: Row,
     /// Each tuner, with how many times fewer trials than random it needed to come within 5%.
     pub tuners: Vec<(Row, f64)>,
+}
+
+/// One workload's learning curve: (other workloads in the store, median trials to 2%).
+#[derive(Debug, Serialize)]
+pub struct CurveRow {
+    /// Workload key.
+    pub workload: String,
+    /// Configs in the recorded space.
+    pub space: usize,
+    /// (count of other workloads in the prior, median trials to within 2%), by count.
+    pub trials_to_2pct: Vec<(usize, usize)>,
+}
+
+/// `--prior-sizes`: per workload, trials to 2% against the size of the store.
+fn learning_curve(args: &ReplayArgs, data: &Dataset, names: &str) -> anyhow::Result<()> {
+    println!("learning curve of transfer: {names}; {} seeds, median trials to within 2%", args.seeds);
+    let head: Vec<String> = args.prior_sizes.iter().map(|n| format!("{n:>6}")).collect();
+    println!("{:<64} {:>6} {}", "workload / other workloads in the store:", "space", head.join(" "));
+    let mut rows = Vec::new();
+    for w in &data.workloads {
+        if args.workload.as_ref().is_some_and(|f| !w.key.contains(f.as_str())) {
+            continue;
+        }
+        let curve =
+            tensortune_search::replay::learning_curve(data, w, &args.prior_sizes, args.seeds, args.budget, args.batch)?;
+        let cells: Vec<String> = curve.iter().map(|(_, t)| format!("{t:>6}")).collect();
+        println!("{:<64} {:>6} {}", w.key, w.candidates.len(), cells.join(" "));
+        rows.push(CurveRow { workload: w.key.clone(), space: w.candidates.len(), trials_to_2pct: curve });
+    }
+    if let Some(path) = &args.json {
+        crate::commands::write_json(path, &rows)?;
+    }
+    Ok(())
 }
 
 fn holdout(args: &ReplayArgs, data: &Dataset, names: &str) -> anyhow::Result<()> {

@@ -200,10 +200,34 @@ impl Dataset {
         Ok(Dataset { workloads })
     }
 
+    /// Transfer data for `target` from at most `count` other workloads of its device class and op,
+    /// chosen at random with `seed` (a store that holds only that many): see [`Dataset::prior_for`].
+    pub fn prior_from_some(&self, target: &Recorded, count: usize, seed: u64) -> Prior {
+        use rand::SeedableRng;
+        use rand::seq::SliceRandom;
+        let mut others: Vec<&str> = self
+            .workloads
+            .iter()
+            .filter(|w| {
+                w.key != target.key && w.device_class == target.device_class && w.workload.op() == target.workload.op()
+            })
+            .map(|w| w.key.as_str())
+            .collect();
+        others.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+        others.truncate(count);
+        self.prior_among(target, &others)
+    }
+
     /// Transfer data for `target`: every other workload of the same device class and op, its
     /// configs of the templates `target` has (same versions), in `target`'s layout. Each
     /// workload's records are normalised together, across its templates.
     pub fn prior_for(&self, target: &Recorded) -> Prior {
+        let all: Vec<&str> = self.workloads.iter().map(|w| w.key.as_str()).collect();
+        self.prior_among(target, &all)
+    }
+
+    /// [`Dataset::prior_for`] from the workloads whose keys are in `keys` only.
+    fn prior_among(&self, target: &Recorded, keys: &[&str]) -> Prior {
         let widths: Vec<usize> = (0..target.templates.len())
             .map(|s| {
                 let p = target.slots.iter().position(|x| *x == s).unwrap_or(0);
@@ -213,7 +237,11 @@ impl Dataset {
         let layout = UnionLayout::new(widths);
         let mut prior = Prior::default();
         for w in &self.workloads {
-            if w.key == target.key || w.device_class != target.device_class || w.workload.op() != target.workload.op() {
+            if w.key == target.key
+                || w.device_class != target.device_class
+                || w.workload.op() != target.workload.op()
+                || !keys.contains(&w.key.as_str())
+            {
                 continue;
             }
             let mut rows = Vec::new();
@@ -329,6 +357,42 @@ fn walk(
         }
     }
     Ok((observed, best))
+}
+
+/// The learning curve of transfer on one workload: for each count of other workloads in the
+/// store (`counts`, each capped at what the data holds), the median over `seeds` of the model
+/// tuner's trials to within 2% of the best, each seed with its own random choice of that many
+/// workloads as the prior (0: the model alone). Returns (count, median trials to 2%).
+pub fn learning_curve(
+    data: &Dataset,
+    target: &Recorded,
+    counts: &[usize],
+    seeds: u64,
+    budget: usize,
+    batch: usize,
+) -> Result<Vec<(usize, usize)>, Error> {
+    let mut out = Vec::new();
+    for &count in counts {
+        let runs: Vec<Result<Run, Error>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..seeds)
+                .map(|seed| {
+                    s.spawn(move || {
+                        let prior = data.prior_from_some(target, count, seed);
+                        let prior = (!prior.is_empty()).then(|| Arc::new(prior));
+                        run(target, "model", seed, prior, budget, batch)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Model("a replay thread panicked".into()))))
+                .collect()
+        });
+        let runs = runs.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let cap = budget.min(target.candidates.len()) + 1;
+        out.push((count, median(runs.iter().map(|r| r.to_2.unwrap_or(cap)).collect())));
+    }
+    Ok(out)
 }
 
 /// Medians over seeds of one tuner on one workload.

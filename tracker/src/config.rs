@@ -30,6 +30,9 @@ pub struct TrackerConfig {
     /// Jobs one token (or, on a tracker without tokens, everyone together) may submit per second
     /// on average; bursts of [`SUBMIT_BURST`] pass at once.
     pub submit_rate: f64,
+    /// Load the record packs this build ships into the store as the model tuner's transfer prior
+    /// (on the first job that can use them), so that a new database starts warm.
+    pub prior_pack: bool,
 }
 
 /// Submissions a token may make at once before [`TrackerConfig::submit_rate`] applies.
@@ -68,6 +71,7 @@ impl Default for TrackerConfig {
             tls: None,
             insecure: false,
             submit_rate: 5.0,
+            prior_pack: true,
         }
     }
 }

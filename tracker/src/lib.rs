@@ -50,6 +50,7 @@ mod leases;
 mod limits;
 pub mod load;
 mod model;
+mod packs;
 mod plausible;
 mod progress;
 mod search;

@@ -109,6 +109,10 @@ struct ServeArgs {
     /// Jobs one token may submit per second on average (bursts of 50 pass at once).
     #[arg(long, default_value_t = 5.0)]
     submit_rate: f64,
+    /// Do not load the record packs this build ships as the model tuner's transfer prior (a new
+    /// database then starts its first model job from the templates' analytic models).
+    #[arg(long)]
+    no_prior_pack: bool,
 }
 
 #[tokio::main]
@@ -148,6 +152,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tls,
         insecure: args.insecure,
         submit_rate: args.submit_rate,
+        prior_pack: !args.no_prior_pack,
     };
     let http = match args.http {
         Some(addr) if !addr.ip().is_loopback() && !args.http_public => anyhow::bail!(

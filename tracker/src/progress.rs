@@ -4,7 +4,7 @@
 //! gain, a workload whose tuning ended re-measures its finalists (`finalists.rs`), and a job whose
 //! workloads all finished is done.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tensortune_kernels::{Space, Target, Template};
@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::model::{JobState, Measurement, RecordId, Status, TaskId, TemplateRef, WorkloadState};
 use crate::search::{self, Search};
 use crate::store::jobs::JobRow;
-use crate::store::records::{ContentKey, NewRecord, Outcome, PriorScope, TrialOutcome};
+use crate::store::records::{ContentKey, NewRecord, Outcome, PriorRecord, PriorScope, TrialOutcome};
 use crate::store::tasks::{NewTask, TaskRow};
 use crate::store::workloads::WorkloadRow;
 use crate::store::{self};
@@ -246,7 +246,8 @@ impl Tracker {
                 before_ms: job.created_ms,
                 limit,
             };
-            let records = store::records::prior_records(w.conn(), &scope).await?;
+            let mut records = store::records::prior_records(w.conn(), &scope).await?;
+            records.extend(self.pack_prior(w, job, template, &exclude, &records).await?);
             read += records.len();
             workloads.extend(records.iter().map(|r| r.workload_key.clone()));
             parts.push((template, records));
@@ -262,6 +263,78 @@ impl Tracker {
         );
         w.insert_prior(key, Arc::clone(&prior));
         Ok(Some(prior))
+    }
+
+    /// Pack records (`crate::packs`) of `template` for a job's prior, loading the shipped packs
+    /// first if this database has not yet: per workload that `own` (the store's records) does
+    /// not hold, its records on the job's device class, or where that class has none, on the
+    /// class of the same architecture with the most.
+    async fn pack_prior(
+        &self,
+        w: &mut Write<'_>,
+        job: &JobRow,
+        template: &dyn tensortune_kernels::Template,
+        exclude: &[String],
+        own: &[PriorRecord],
+    ) -> Result<Vec<PriorRecord>> {
+        let Some(pattern) = crate::packs::arch_pattern(&job.device_class) else { return Ok(Vec::new()) };
+        if self.config.prior_pack {
+            self.load_shipped_packs(w).await?;
+        }
+        let mut exclude = exclude.to_vec();
+        exclude.extend(own.iter().map(|r| r.workload_key.clone()));
+        exclude.sort();
+        exclude.dedup();
+        let found = store::packs::prior(
+            w.conn(),
+            template.name(),
+            template.version(),
+            &pattern,
+            &exclude,
+            crate::packs::PRIOR_PACK_RECORDS,
+        )
+        .await?;
+        // Per workload, the class to take: the job's own, else the one with the most records.
+        let mut classes: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
+        for (class, r) in &found {
+            *classes.entry(r.workload_key.as_str()).or_default().entry(class.as_str()).or_default() += 1;
+        }
+        let chosen: HashMap<String, String> = classes
+            .into_iter()
+            .map(|(workload, by_class)| {
+                let class = if by_class.contains_key(job.device_class.as_str()) {
+                    job.device_class.as_str()
+                } else {
+                    by_class.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map_or("", |(c, _)| *c)
+                };
+                (workload.to_owned(), class.to_owned())
+            })
+            .collect();
+        Ok(found.into_iter().filter(|(class, r)| chosen.get(&r.workload_key) == Some(class)).map(|(_, r)| r).collect())
+    }
+
+    /// Stores the packs this build ships, once per database (a pack already stored is skipped).
+    async fn load_shipped_packs(&self, w: &mut Write<'_>) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.packs_loaded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        for (name, bytes) in crate::packs::SHIPPED {
+            if store::packs::has(w.conn(), name).await? {
+                continue;
+            }
+            let parsed = tokio::task::spawn_blocking(move || crate::packs::parse(bytes, name)).await??;
+            let mut added = 0u64;
+            for r in &parsed.records {
+                added += u64::from(store::packs::insert(w.conn(), name, r).await?);
+            }
+            tracing::info!(pack = name, records = added, "shipped record pack loaded as the transfer prior");
+        }
+        // Only after the write commits would a second check be skipped safely; a write that rolls
+        // back leaves the flag set, and the next prior finds the packs missing only in that case,
+        // which costs one model without its pack, not a wrong answer.
+        self.packs_loaded.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Proposes the first tasks of a job, or its next ones after a restart: per workload, or with

@@ -48,6 +48,9 @@ pub(crate) struct Tracker {
     /// A random number naming this tracker process in its PostgreSQL notifications, so that it
     /// skips its own (it has woken its waiters already).
     pub(crate) instance: u64,
+    /// Whether this process has made sure the shipped record packs are in the store
+    /// (`Tracker::load_shipped_packs`).
+    pub(crate) packs_loaded: AtomicBool,
 }
 
 impl Tracker {
@@ -63,6 +66,7 @@ impl Tracker {
             outage: AtomicBool::new(false),
             searches: Mutex::new(Searches::default()),
             instance: rand::random(),
+            packs_loaded: AtomicBool::new(false),
         })
     }
 

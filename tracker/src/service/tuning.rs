@@ -29,6 +29,10 @@ const WATCH_BUFFER: usize = 4;
 const EXPORT_PAGE: u32 = 256;
 /// Longest quarantine reason, bytes.
 const MAX_REASON: usize = 512;
+/// The longest pack name of `ImportRecords`.
+const MAX_PACK_NAME: usize = 200;
+/// The most record text one `ImportRecords` call carries (under gRPC's 4 MiB message limit).
+const MAX_IMPORT_BYTES: usize = 3 << 20;
 /// Jobs a listing returns when the request sets no limit.
 const DEFAULT_LIST_LIMIT: u32 = 100;
 /// Watch and export streams open at once. Each holds a producer task and, while it reads, a
@@ -196,6 +200,31 @@ impl Tuning for TuningService {
         }
         let records = self.tracker.quarantine(worker, reason, &caller).await?;
         Ok(Response::new(pb::QuarantineWorkerResponse { records }))
+    }
+
+    async fn import_records(
+        &self,
+        request: Request<pb::ImportRecordsRequest>,
+    ) -> Result<Response<pb::ImportRecordsResponse>, Status> {
+        let caller = Caller::of(&request);
+        let req = request.into_inner();
+        let pack = req.pack.trim();
+        if pack.is_empty() || pack.len() > MAX_PACK_NAME {
+            return Err(Error::invalid("pack", format!("must name the pack in 1..={MAX_PACK_NAME} bytes")).into());
+        }
+        if req.lines.len() > MAX_IMPORT_BYTES {
+            return Err(Error::invalid(
+                "lines",
+                format!("{} bytes in one call; send at most {MAX_IMPORT_BYTES} per call", req.lines.len()),
+            )
+            .into());
+        }
+        let imported = self.tracker.import_pack(pack, &req.lines, &caller).await?;
+        Ok(Response::new(pb::ImportRecordsResponse {
+            added: imported.added,
+            skipped: imported.skipped,
+            unknown_template: imported.unknown_template,
+        }))
     }
 }
 

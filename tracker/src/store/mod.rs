@@ -14,6 +14,7 @@
 
 pub(crate) mod classes;
 pub(crate) mod jobs;
+pub(crate) mod packs;
 pub(crate) mod records;
 pub(crate) mod tasks;
 pub(crate) mod workers;

@@ -12,6 +12,7 @@ mod leases;
 mod lifecycle;
 mod load;
 mod model;
+mod packs;
 mod restart;
 mod reuse;
 mod shared;
