@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::auth::Caller;
 use crate::drift::{self, Drift};
 use crate::error::{Error, Result};
-use crate::http::Counters;
+use crate::counters::Counters;
 use crate::model::{
     JobId, Measurement, RecordId, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId,
 };

@@ -19,7 +19,7 @@ use crate::auth::Tokens;
 use crate::config::TrackerConfig;
 use crate::error::Result;
 use crate::events::Events;
-use crate::http::Counters;
+use crate::counters::Counters;
 use crate::model::{JobId, now_ms};
 use crate::search::{PriorKey, Search, SearchKey, Searches};
 use crate::store::{Exec, Pool, Tx};
