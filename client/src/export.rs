@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use tensortune_bundle::manifest::{FORMAT, INDEX, MANIFEST, Manifest, Provenance};
 use tensortune_bundle::{Bundle, Device, Entry, Launch, Problem};
 use tensortune_kernels::support::operand_elements;
-use tensortune_kernels::{Config, KernelSpec, Target, Workload, short_digest, template};
+use tensortune_kernels::{Config, KernelSpec, Target, Workload, registry, short_digest};
 use tensortune_proto::{convert, pb};
 use tensortune_worker::nvrtc;
 
@@ -197,7 +197,7 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
             workload.key()
         );
     }
-    let t = template::by_name(&record.template)?;
+    let t = registry::by_name(&record.template)?;
     if t.version() != record.template_version {
         bail!(
             "the record is of {} version {}; this build generates version {} (tune the workload again)",

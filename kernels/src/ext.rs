@@ -381,7 +381,7 @@ impl Template for MmaExtGemm {
     }
 
     fn version(&self) -> u32 {
-        1
+        crate::version::MMA_EXT_GEMM
     }
 
     fn op(&self) -> Op {

@@ -492,7 +492,7 @@ impl Plan {
     pub fn name(&self) -> String {
         let (prefix, key) = match &self.conv {
             Some(c) => {
-                (format!("tt_simt_conv2d_v{}", crate::simt_conv::SimtConv2d.version()), Workload::Conv2d(*c).key())
+                (format!("tt_simt_conv2d_v{}", crate::version::SIMT_CONV2D), Workload::Conv2d(*c).key())
             }
             None => (format!("tt_simt_gemm_v{}_{}", SimtGemm.version(), self.w.layout), Workload::Matmul(self.w).key()),
         };
@@ -522,7 +522,7 @@ impl Plan {
         let mut h = Header::default();
         match &self.conv {
             Some(c) => h
-                .comment(format!("tensortune simt_conv2d v{}: {name}", crate::simt_conv::SimtConv2d.version()))
+                .comment(format!("tensortune simt_conv2d v{}: {name}", crate::version::SIMT_CONV2D))
                 .comment(format!("workload: {}", Workload::Conv2d(*c).key())),
             None => h
                 .comment(format!("tensortune simt_gemm v{}: {name}", SimtGemm.version()))
@@ -637,9 +637,7 @@ impl Template for SimtGemm {
     }
 
     fn version(&self) -> u32 {
-        // 2: warp_tile and min_blocks; without double buffering the next step's loads are issued
-        // before the current step's multiply-adds.
-        2
+        crate::version::SIMT_GEMM
     }
 
     fn op(&self) -> Op {

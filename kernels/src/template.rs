@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::space::{Config, Space};
 use crate::target::Target;
 use crate::workload::{Op, Workload};
@@ -199,42 +199,6 @@ pub trait Template: Send + Sync {
 
     /// Analytic estimate of the kernel's time in microseconds (the `sim` device's clock).
     fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64>;
-}
-
-/// Every template this build knows.
-pub fn all() -> Vec<&'static dyn Template> {
-    vec![
-        &crate::gemm::WmmaGemm,
-        &crate::conv::WmmaConv2d,
-        &crate::wgmma::WgmmaGemm,
-        &crate::wgmma::conv::WgmmaConv2d,
-        &crate::simt::SimtGemm,
-        &crate::ext::MmaExtGemm,
-        &crate::simt_conv::SimtConv2d,
-    ]
-}
-
-/// The template called `name`.
-pub fn by_name(name: &str) -> Result<&'static dyn Template> {
-    all().into_iter().find(|t| t.name() == name).ok_or_else(|| {
-        let names: Vec<_> = all().iter().map(|t| t.name()).collect();
-        Error::invalid("template", format!("unknown template {name:?}; known: {}", names.join(", ")))
-    })
-}
-
-/// Every template that implements `op`, in registry order: the order (and so the slots) of the
-/// templates a job that names none searches together. Empty for an op nothing implements.
-pub fn templates_for(op: Op) -> Vec<&'static dyn Template> {
-    all().into_iter().filter(|t| t.op() == op).collect()
-}
-
-/// The first template that implements `op` (the one a job searched before jobs searched every
-/// template of their op; `wmma_gemm` for matmul).
-pub fn default_for(op: Op) -> Result<&'static dyn Template> {
-    all()
-        .into_iter()
-        .find(|t| t.op() == op)
-        .ok_or_else(|| Error::invalid("template", format!("no template implements {} yet", op.name())))
 }
 
 /// The shared reference kernel: every worker times it now and then, so the tracker can flag a

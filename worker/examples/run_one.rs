@@ -43,8 +43,8 @@ fn main() -> anyhow::Result<()> {
     let target = f.target();
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
     let template = match std::env::var("TT_TEMPLATE") {
-        Ok(name) => template::by_name(&name)?,
-        Err(_) => template::default_for(w.op())?,
+        Ok(name) => registry::by_name(&name)?,
+        Err(_) => registry::default_for(w.op())?,
     };
     let spec = template.generate(&w, &config, &target)?;
     let cubin = nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)?.cubin;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use tensortune_kernels::{Target, template};
+use tensortune_kernels::{Target, registry};
 use tensortune_proto::convert::{status_name, target_from_device};
 use tensortune_proto::pb;
 use tokio::sync::{Semaphore, mpsc};
@@ -89,7 +89,7 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
     let registration = pb::RegisterRequest {
         name: name.clone(),
         device: Some(device.clone()),
-        templates: template::all()
+        templates: registry::all()
             .iter()
             .map(|t| pb::TemplateRef { name: t.name().to_owned(), version: t.version() })
             .collect(),

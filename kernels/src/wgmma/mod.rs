@@ -755,7 +755,7 @@ impl Plan {
                     ConvX::Im2col => "wgmma_conv2d_im2col",
                     ConvX::Gather => "wgmma_conv2d_gather",
                 },
-                conv::WgmmaConv2d.version(),
+                crate::version::WGMMA_CONV2D,
                 Workload::Conv2d(c.conv).key(),
             ),
             None => ("wgmma_gemm", WgmmaGemm.version(), Workload::Matmul(self.w).key()),
@@ -864,7 +864,7 @@ impl Plan {
             Some(c) => h
                 .comment(format!(
                     "wgmma_conv2d v{}: the convolution as an implicit GEMM on the wgmma_gemm body ({})",
-                    conv::WgmmaConv2d.version(),
+                    crate::version::WGMMA_CONV2D,
                     match c.x {
                         ConvX::Tiled => "pointwise: activations by TMA",
                         ConvX::Im2col => "activations by TMA in im2col mode",
@@ -1067,36 +1067,7 @@ impl Template for WgmmaGemm {
     }
 
     fn version(&self) -> u32 {
-        // 3: the consumers' wgmma descriptors are computed once and advanced by constants in
-        // uniform registers (v2 rebuilt them per K step), and a 192-column A tile may multicast.
-        // 4: thread 0 prefetches the tensor maps at kernel start (prefetch.tensormap), and block_m
-        // takes 160 (two 64x160 row tiles per consumer warpgroup, 160 accumulator registers).
-        // 5: a grid of one tile per block that leaves most SMs idle splits each tile's K tiles
-        // over a cluster, whose blocks add their sums over distributed shared memory (k_split).
-        // 6: an operand that no other tile reads (the grid has one column or one row of tiles) is
-        // loaded with an L2 evict-first hint.
-        // 7: stores from registers go 16 bytes a thread (the quad trades pairs by shuffles), the
-        // rasterized tile order divides by constants only, and the TMA-store staging is written
-        // with shared-space stores (STS, not generic ST).
-        // 8: a stream-K cluster runs its shared-out range before its tile-by-tile tiles, so the
-        // blocks of a wave stay in step through K (v7 ran the range's ends around them).
-        // 9: 4-byte outputs stored from registers go as pairs again (a quad's pairs already cover
-        // a sector; the trade bought no sectors and cost shuffles); 2-byte outputs keep the trade.
-        // 10: with the loads issued inline, the consumers' wgmma descriptors stay in uniform
-        // registers (the ring slot is broadcast; v9 moved them from vector registers per wgmma).
-        // 11: the raster knob: the tile walk may go along M first (bands of raster_group tile
-        // columns) as well as along N first (bands of cluster rows, the only order before).
-        // 12: the K split of a grid that leaves most SMs idle also takes a cluster of 2: each
-        // pair of tiles that shares Y by multicast splits its K tiles over a cluster of 2 * split
-        // (v5-v11 split only single blocks, so a cluster of 2 meant no split); K splits keep to
-        // the clusters that run at once (Target::max_clusters); and stream-K on at most half a
-        // wave of tiles gives each tile the same whole number of clusters.
-        // 13: a cluster's first meeting arrives relaxed (fence.mbarrier_init orders the barrier
-        // set-up), so a block of a cluster no longer starts with a full GPU memory barrier.
-        // 14: a block of a cluster ends with a producer tail (its loader waits until every ring
-        // slot it filled has been released by the whole cluster) instead of a closing cluster
-        // meeting, whose release put a full GPU memory barrier in every thread.
-        14
+        crate::version::WGMMA_GEMM
     }
 
     fn op(&self) -> Op {
