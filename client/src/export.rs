@@ -147,19 +147,10 @@ struct Compiler {
 
 impl Compiler {
     fn find() -> anyhow::Result<Compiler> {
-        if !nvrtc::available() {
-            bail!(
-                "export compiles cubins with NVRTC, and libnvrtc.so.13 was not found; put its directory on \
-                 LD_LIBRARY_PATH (scripts/setup-nvrtc.sh installs it), or pass --no-cubin to export sources only"
-            );
-        }
-        let Some(include) = nvrtc::find_include_dir() else {
-            bail!(
-                "the CUDA headers (mma.h, cuda_fp16.h) were not found; set TENSORTUNE_CUDA_INCLUDE, or pass \
-                 --no-cubin to export sources only"
-            );
-        };
-        Ok(Compiler { include, version: nvrtc::version().unwrap_or_default() })
+        let toolchain = nvrtc::find().map_err(|why| {
+            anyhow::anyhow!("export compiles cubins with NVRTC: {why}; or pass --no-cubin to export sources only")
+        })?;
+        Ok(Compiler { include: toolchain.include_dir, version: toolchain.version })
     }
 }
 
