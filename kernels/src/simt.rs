@@ -491,9 +491,7 @@ impl Plan {
     /// The kernel's identity: template, version, knobs and a digest of the workload key.
     pub fn name(&self) -> String {
         let (prefix, key) = match &self.conv {
-            Some(c) => {
-                (format!("tt_simt_conv2d_v{}", crate::version::SIMT_CONV2D), Workload::Conv2d(*c).key())
-            }
+            Some(c) => (format!("tt_simt_conv2d_v{}", crate::version::SIMT_CONV2D), Workload::Conv2d(*c).key()),
             None => (format!("tt_simt_gemm_v{}_{}", SimtGemm.version(), self.w.layout), Workload::Matmul(self.w).key()),
         };
         ident(&format!(

@@ -29,7 +29,10 @@ use crate::target::Target;
 use crate::template::{KernelSpec, Resources, Template};
 use crate::workload::{Conv2d, Op, Workload};
 
-use super::{ConvGemm, DOMAIN_SIZES, Plan, WgmmaGemm, model};
+use super::gemm::WgmmaGemm;
+use super::knobs::DOMAIN_SIZES;
+use super::model::model;
+use super::plan::{ConvGemm, Plan};
 
 /// The Hopper convolution template.
 pub struct WgmmaConv2d;
@@ -149,7 +152,7 @@ impl Template for WgmmaConv2d {
 
 #[cfg(test)]
 mod tests {
-    use super::super::ConvX;
+    use super::super::plan::ConvX;
     use super::*;
     use crate::template::{Arg, TensorOperand, valid_configs};
     use crate::{Layout, Types};
