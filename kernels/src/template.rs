@@ -134,6 +134,41 @@ impl KernelSpec {
     }
 }
 
+/// How to launch a compiled kernel: a [`KernelSpec`] without its source (what the worker sends
+/// the process that owns the GPU, beside the cubin).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// Kernel identity.
+    pub name: String,
+    /// `extern "C"` entry point in the image.
+    pub entry: String,
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
+    /// Dynamic shared memory, bytes.
+    pub smem_bytes: u32,
+    /// Scratch buffer, bytes; zero-filled once when allocated (kernels leave it zeroed).
+    pub workspace_bytes: u64,
+    /// Buffers in argument order.
+    pub args: Vec<Arg>,
+}
+
+impl Launch {
+    /// How to launch the kernel of `spec`.
+    pub fn of(spec: &KernelSpec) -> Launch {
+        Launch {
+            name: spec.name.clone(),
+            entry: spec.entry.clone(),
+            grid: spec.grid,
+            block: spec.block,
+            smem_bytes: spec.smem_bytes,
+            workspace_bytes: spec.workspace_bytes,
+            args: spec.args.clone(),
+        }
+    }
+}
+
 /// What a valid config uses on the device.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resources {

@@ -29,8 +29,8 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context as _;
-use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::registry;
+use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::{Config, Space, Workload};
 use tensortune_worker::cuda::CudaExecutor;
@@ -46,15 +46,15 @@ fn main() -> anyhow::Result<()> {
     let f = exec.facts();
     println!(
         "device: {} ({}), sm_{}, {} SMs, driver {}, cuda {}, nvrtc {:?}",
-        f.name,
-        f.class_key,
-        f.arch,
-        f.sm_count,
+        f.target.name,
+        f.target.class_key,
+        f.target.arch,
+        f.target.sm_count,
         f.driver_version,
         f.cuda_version,
         nvrtc::version()
     );
-    let target = f.target();
+    let target = f.target.clone();
     let keys = [
         "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0",
         "matmul/m512n32k512/nt/f16,f32,f16/alpha=1,beta=0",

@@ -40,7 +40,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut exec = CudaExecutor::new(0).context("opening cuda:0")?;
     let f = exec.facts();
-    let target = f.target();
+    let target = f.target.clone();
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
     let template = match std::env::var("TT_TEMPLATE") {
         Ok(name) => registry::by_name(&name)?,
