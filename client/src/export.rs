@@ -210,12 +210,7 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
         template: record.template.clone(),
         template_version: record.template_version,
         config: serde_json::from_str(&record.config)?,
-        device: Device {
-            class_key: target.class_key.clone(),
-            name: target.name.clone(),
-            arch: target.arch,
-            sm_count: target.sm_count,
-        },
+        device: bundle_device(&target),
         source: format!("{}.cu", spec.name),
         cubins: BTreeMap::new(),
         entry: spec.entry.clone(),
@@ -245,6 +240,29 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
     Ok((entry, spec.source))
 }
 
+/// The device class a bundle entry names: the class, name, architecture and SM count of `target`
+/// (its limits stay with the tracker).
+pub fn bundle_device(target: &Target) -> Device {
+    Device {
+        class_key: target.class_key.clone(),
+        name: target.name.clone(),
+        arch: target.arch,
+        sm_count: target.sm_count,
+    }
+}
+
+/// The bundle's spelling of a matmul layout.
+pub fn bundle_layout(l: tensortune_kernels::Layout) -> tensortune_bundle::Layout {
+    use tensortune_bundle::Layout as B;
+    use tensortune_kernels::Layout as K;
+    match l {
+        K::Nn => B::Nn,
+        K::Nt => B::Nt,
+        K::Tn => B::Tn,
+        K::Tt => B::Tt,
+    }
+}
+
 /// How `spec` is launched.
 pub fn launch(spec: &KernelSpec) -> Launch {
     Launch { grid: spec.grid, block: spec.block, dynamic_smem_bytes: spec.smem_bytes, cluster: spec.cluster_dims() }
@@ -255,8 +273,6 @@ use tensortune_worker::params::{bundle_dtype, dtype};
 
 /// The problem a workload states.
 pub fn problem(w: &Workload) -> Problem {
-    use tensortune_bundle::Layout as L;
-    use tensortune_kernels::Layout as K;
     let t = w.types();
     // A problem names its types as the workload does (tf32 stays tf32); a packed type, which a
     // bundle cannot state (export refuses it), reads as the bytes it is stored in.
@@ -267,12 +283,7 @@ pub fn problem(w: &Workload) -> Problem {
             m: m.m,
             n: m.n,
             k: m.k,
-            layout: match m.layout {
-                K::Nn => L::Nn,
-                K::Nt => L::Nt,
-                K::Tn => L::Tn,
-                K::Tt => L::Tt,
-            },
+            layout: bundle_layout(m.layout),
             input,
             accumulator,
             output,
@@ -304,4 +315,47 @@ fn write(dir: &Path, file: &str, bytes: &[u8]) -> anyhow::Result<()> {
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The bundle keeps serde types of its own (a program loads it without tensortune); each domain
+/// type it restates converts into it here, and these tests convert every value.
+#[cfg(test)]
+mod tests {
+    use tensortune_kernels::{DType, Layout};
+
+    use super::*;
+
+    #[test]
+    fn every_dtype_a_bundle_states_keeps_its_name_and_size() {
+        for d in DType::ALL {
+            match bundle_dtype(d) {
+                Some(b) => {
+                    assert_eq!(b.name(), d.name());
+                    assert_eq!(b.bytes() * 8, u64::from(d.bits()), "{d}");
+                    assert_eq!(dtype(d).bytes() * 8, u64::from(d.bits()), "{d}");
+                }
+                None => assert!(d.bits() < 8, "{d} is byte-sized but has no bundle spelling"),
+            }
+        }
+    }
+
+    #[test]
+    fn every_layout_keeps_its_name() {
+        for l in Layout::ALL {
+            assert_eq!(bundle_layout(l).name(), l.name());
+        }
+    }
+
+    #[test]
+    fn launch_and_device_carry_the_spec_and_target() {
+        let target = Target::sm90();
+        let (workload, config) = tensortune_kernels::template::drift_reference();
+        let spec = registry::by_name("wmma_gemm").unwrap().generate(&workload, &config, &target).unwrap();
+        let l = launch(&spec);
+        assert_eq!((l.grid, l.block, l.dynamic_smem_bytes), (spec.grid, spec.block, spec.smem_bytes));
+        assert_eq!(l.cluster, spec.cluster_dims());
+        let d = bundle_device(&target);
+        assert_eq!((d.class_key.as_str(), d.name.as_str()), (target.class_key.as_str(), target.name.as_str()));
+        assert_eq!((d.arch, d.sm_count), (target.arch, target.sm_count));
+    }
 }

@@ -136,9 +136,10 @@ pub fn available() -> bool {
         }
         let Some(lib) = library_in(&cuda_roots()) else { return false };
         let dir = lib.parent().expect("a file has a directory");
-        let builtins = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins.so"))
-        });
+        let builtins =
+            std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| {
+                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins.so"))
+            });
         for path in builtins.chain([lib.clone()]) {
             // SAFETY: NVIDIA's libraries run no initialisers beyond their own set-up; each stays
             // loaded for the life of the process (forgotten, never unloaded).
@@ -215,7 +216,9 @@ pub fn compile_with(
     extra: &[&str],
 ) -> Result<Compiled, CompileError> {
     if !available() {
-        return Err(CompileError::Unavailable(find().err().unwrap_or_else(|| format!("{LIBRARY} could not be loaded"))));
+        return Err(CompileError::Unavailable(
+            find().err().unwrap_or_else(|| format!("{LIBRARY} could not be loaded")),
+        ));
     }
     let start = Instant::now();
     let mut flags = flags(arch, include_dir);
