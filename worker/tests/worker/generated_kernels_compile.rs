@@ -11,8 +11,7 @@ use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::{DType, KernelSpec, Layout, Matmul, Target, Template, Types, Workload, gemm, support};
 use tensortune_worker::nvrtc;
 
-mod common;
-use common::{assert_all_compile, include_dir};
+use crate::common::{assert_all_compile, include_dir};
 
 fn matmul(m: u64, n: u64, k: u64, layout: Layout, types: Types) -> Workload {
     Workload::Matmul(Matmul::new(m, n, k, layout, types).unwrap())
