@@ -18,7 +18,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::space::{Config, Knob, Space, positions_at};
 use crate::target::Target;
-use crate::template::{Arg, KernelSpec, Resources, Template};
+use crate::template::{Arg, KernelSpec, Launch, Resources, Template};
 use crate::tiling::{LAUNCH_US, Tiling, feed_efficiency, widest_vec};
 use crate::workload::{Matmul, Op, Workload};
 
@@ -463,14 +463,16 @@ impl Template for MmaExtGemm {
         let (tm, tn) = plan.tiles();
         let name = plan.name();
         Ok(KernelSpec {
-            entry: name.clone(),
             source: plan.source(),
-            name,
-            grid: [(tm * tn) as u32, 1, 1],
-            block: [res.threads, 1, 1],
-            smem_bytes: res.smem_bytes,
-            workspace_bytes: 0,
-            args: vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace],
+            launch: Launch {
+                entry: name.clone(),
+                name,
+                grid: [(tm * tn) as u32, 1, 1],
+                block: [res.threads, 1, 1],
+                smem_bytes: res.smem_bytes,
+                workspace_bytes: 0,
+                args: vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace],
+            },
         })
     }
 

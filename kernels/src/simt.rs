@@ -11,7 +11,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::space::{Config, Knob, Space, positions_at};
 use crate::target::Target;
-use crate::template::{Arg, KernelSpec, Resources, Template};
+use crate::template::{Arg, KernelSpec, Launch, Resources, Template};
 use crate::tiling::{LAUNCH_US, Tiling};
 use crate::workload::{Conv2d, Layout, Matmul, Op, Workload};
 
@@ -604,18 +604,20 @@ impl Plan {
         let (tm, tn) = self.tiles();
         let name = self.name();
         KernelSpec {
-            entry: name.clone(),
             source: self.source(),
-            name,
-            grid: [(tm * tn) as u32, 1, self.split_k],
-            block: [res.threads, 1, 1],
-            smem_bytes: res.smem_bytes,
-            workspace_bytes: res.workspace_bytes,
-            // A convolution's GEMM multiplies the filter (Arg::B) by the input (Arg::A).
-            args: if self.conv.is_some() {
-                vec![Arg::B, Arg::A, Arg::C, Arg::D, Arg::Workspace]
-            } else {
-                vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace]
+            launch: Launch {
+                entry: name.clone(),
+                name,
+                grid: [(tm * tn) as u32, 1, self.split_k],
+                block: [res.threads, 1, 1],
+                smem_bytes: res.smem_bytes,
+                workspace_bytes: res.workspace_bytes,
+                // A convolution's GEMM multiplies the filter (Arg::B) by the input (Arg::A).
+                args: if self.conv.is_some() {
+                    vec![Arg::B, Arg::A, Arg::C, Arg::D, Arg::Workspace]
+                } else {
+                    vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace]
+                },
             },
         }
     }

@@ -87,25 +87,24 @@ pub enum TensorOperand {
     D,
 }
 
-/// A generated kernel and how to launch it.
+/// A generated kernel: its source and how to launch it. A spec is a [`Launch`] plus the source
+/// it launches, so it reads the launch's fields as its own (`spec.grid` is `spec.launch.grid`,
+/// through `Deref`); the worker sends the launch alone to the process that owns the GPU.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KernelSpec {
-    /// Identity built from the template, workload and knobs (also the C++ entry name).
-    pub name: String,
     /// CUDA C++ source for NVRTC.
     pub source: String,
-    /// `extern "C"` entry point.
-    pub entry: String,
-    /// Grid dimensions.
-    pub grid: [u32; 3],
-    /// Block dimensions.
-    pub block: [u32; 3],
-    /// Dynamic shared memory per block, bytes (above 48 KiB the launcher must opt in).
-    pub smem_bytes: u32,
-    /// Scratch buffer size, bytes (0 when unused).
-    pub workspace_bytes: u64,
-    /// Buffers, in argument order.
-    pub args: Vec<Arg>,
+    /// How to launch it, with its name and entry point.
+    #[serde(flatten)]
+    pub launch: Launch,
+}
+
+impl std::ops::Deref for KernelSpec {
+    type Target = Launch;
+
+    fn deref(&self) -> &Launch {
+        &self.launch
+    }
 }
 
 impl KernelSpec {
@@ -138,7 +137,7 @@ impl KernelSpec {
 /// the process that owns the GPU, beside the cubin).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
-    /// Kernel identity.
+    /// Identity built from the template, workload and knobs (also the C++ entry name).
     pub name: String,
     /// `extern "C"` entry point in the image.
     pub entry: String,
@@ -146,26 +145,19 @@ pub struct Launch {
     pub grid: [u32; 3],
     /// Block dimensions.
     pub block: [u32; 3],
-    /// Dynamic shared memory, bytes.
+    /// Dynamic shared memory per block, bytes (above 48 KiB the launcher must opt in).
     pub smem_bytes: u32,
-    /// Scratch buffer, bytes; zero-filled once when allocated (kernels leave it zeroed).
+    /// Scratch buffer, bytes (0 when unused); zero-filled once when allocated (kernels leave it
+    /// zeroed).
     pub workspace_bytes: u64,
-    /// Buffers in argument order.
+    /// Buffers, in argument order.
     pub args: Vec<Arg>,
 }
 
 impl Launch {
     /// How to launch the kernel of `spec`.
     pub fn of(spec: &KernelSpec) -> Launch {
-        Launch {
-            name: spec.name.clone(),
-            entry: spec.entry.clone(),
-            grid: spec.grid,
-            block: spec.block,
-            smem_bytes: spec.smem_bytes,
-            workspace_bytes: spec.workspace_bytes,
-            args: spec.args.clone(),
-        }
+        spec.launch.clone()
     }
 }
 

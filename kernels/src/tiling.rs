@@ -8,7 +8,7 @@ use crate::cuda::{Header, Scalar};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::target::Target;
-use crate::template::{Arg, KernelSpec, Resources};
+use crate::template::{Arg, KernelSpec, Launch, Resources};
 use crate::workload::Types;
 
 /// Fragment shapes WMMA offers for 16-bit and 8-bit inputs: (name, m, n, k).
@@ -611,14 +611,16 @@ impl Tiling {
         let (tm, tn) = self.tiles();
         let (a, b) = if self.g.transposed { (Arg::B, Arg::A) } else { (Arg::A, Arg::B) };
         KernelSpec {
-            entry: name.clone(),
-            name,
             source,
-            grid: [(tm * tn) as u32, 1, self.split_k],
-            block: [res.threads, 1, 1],
-            smem_bytes: res.smem_bytes,
-            workspace_bytes: res.workspace_bytes,
-            args: vec![a, b, Arg::C, Arg::D, Arg::Workspace],
+            launch: Launch {
+                entry: name.clone(),
+                name,
+                grid: [(tm * tn) as u32, 1, self.split_k],
+                block: [res.threads, 1, 1],
+                smem_bytes: res.smem_bytes,
+                workspace_bytes: res.workspace_bytes,
+                args: vec![a, b, Arg::C, Arg::D, Arg::Workspace],
+            },
         }
     }
 }

@@ -7,7 +7,7 @@ use super::plan::{ConvX, Plan, im2col_corners};
 use crate::cuda::{Header, Scalar, ident};
 use crate::dtype::DType;
 use crate::target::Target;
-use crate::template::{Arg, Im2colMap, KernelSpec, Resources, TensorMap, TensorOperand};
+use crate::template::{Arg, Im2colMap, KernelSpec, Launch, Resources, TensorMap, TensorOperand};
 use crate::workload::Workload;
 
 /// The fixed kernel body (holes: `mma_tile`).
@@ -304,16 +304,18 @@ impl Plan {
         };
         KernelSpec {
             source: self.source(target),
-            entry: name.clone(),
-            name,
-            grid: [res.blocks as u32, 1, 1],
-            block: [res.threads, 1, 1],
-            smem_bytes: res.smem_bytes,
-            workspace_bytes: res.workspace_bytes,
-            args: if self.tma_store {
-                vec![x, Arg::Map(y), Arg::Map(self.map_d()), Arg::C, Arg::D, Arg::Workspace]
-            } else {
-                vec![x, Arg::Map(y), Arg::C, Arg::D, Arg::Workspace]
+            launch: Launch {
+                entry: name.clone(),
+                name,
+                grid: [res.blocks as u32, 1, 1],
+                block: [res.threads, 1, 1],
+                smem_bytes: res.smem_bytes,
+                workspace_bytes: res.workspace_bytes,
+                args: if self.tma_store {
+                    vec![x, Arg::Map(y), Arg::Map(self.map_d()), Arg::C, Arg::D, Arg::Workspace]
+                } else {
+                    vec![x, Arg::Map(y), Arg::C, Arg::D, Arg::Workspace]
+                },
             },
         }
     }
