@@ -12,7 +12,7 @@ target=${CARGO_TARGET_DIR:-target}
 for b in tensortune tensortune-tracker tensortune-worker; do strip -o ".gpu/$b" "$target/release/$b"; done
 for e in "${examples[@]}"; do strip -o ".gpu/$e" "$target/release/examples/$e"; done
 # The worker's GPU-only tests (#[ignore] in CI), as a test binary run by gpu-check.sh gputests.
-test_bin=$(cargo test --release --locked -p tensortune-worker --test daemon --no-run --message-format=json 2>/dev/null \
+test_bin=$(cargo test --release --locked -p tensortune-worker --test worker --no-run --message-format=json 2>/dev/null \
   | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
 strip -o .gpu/worker-gpu-tests "$test_bin"
 ls -la .gpu

@@ -295,7 +295,7 @@ mod tests {
             assert!(matches!(w, Workload::Conv2d(_)), "{}", w.key());
             // Each conv template of sm_90 has a real space for every layer.
             for name in ["wmma_conv2d", "wgmma_conv2d"] {
-                let template = tensortune_kernels::template::by_name(name).unwrap();
+                let template = tensortune_kernels::registry::by_name(name).unwrap();
                 let valid = template.valid_indices(w, &tensortune_kernels::Target::sm90()).unwrap();
                 assert!(valid.len() >= 100, "{} with {name}: {} valid configs", w.key(), valid.len());
             }
@@ -313,7 +313,7 @@ mod tests {
         // Every tf32 layer has a real space in both tensor-core conv templates on sm_90.
         for w in workloads.iter().filter(|w| w.types().input == DType::Tf32) {
             for name in ["wmma_conv2d", "wgmma_conv2d"] {
-                let template = tensortune_kernels::template::by_name(name).unwrap();
+                let template = tensortune_kernels::registry::by_name(name).unwrap();
                 let valid = template.valid_indices(w, &tensortune_kernels::Target::sm90()).unwrap();
                 assert!(valid.len() >= 50, "{} with {name}: {} valid configs", w.key(), valid.len());
             }
@@ -329,7 +329,7 @@ mod tests {
             let text = std::fs::read_to_string(&path).unwrap();
             let (_, workloads) = Suite::parse(&text, &path.display().to_string()).unwrap();
             for w in &workloads {
-                let spaces = tensortune_kernels::template::all()
+                let spaces = tensortune_kernels::registry::all()
                     .iter()
                     .filter_map(|t| t.valid_indices(w, &tensortune_kernels::Target::sm90()).ok())
                     .map(|v| v.len())

@@ -14,7 +14,7 @@ use anyhow::{Context, bail};
 use tensortune_bundle::manifest::{FORMAT, INDEX, MANIFEST, Manifest, Provenance};
 use tensortune_bundle::{Bundle, Device, Entry, Launch, Problem};
 use tensortune_kernels::support::operand_elements;
-use tensortune_kernels::{Config, KernelSpec, Target, Workload, short_digest, template};
+use tensortune_kernels::{Config, KernelSpec, Target, Workload, registry, short_digest};
 use tensortune_proto::{convert, pb};
 use tensortune_worker::nvrtc;
 
@@ -147,19 +147,10 @@ struct Compiler {
 
 impl Compiler {
     fn find() -> anyhow::Result<Compiler> {
-        if !nvrtc::available() {
-            bail!(
-                "export compiles cubins with NVRTC, and libnvrtc.so.13 was not found; put its directory on \
-                 LD_LIBRARY_PATH (scripts/setup-nvrtc.sh installs it), or pass --no-cubin to export sources only"
-            );
-        }
-        let Some(include) = nvrtc::find_include_dir() else {
-            bail!(
-                "the CUDA headers (mma.h, cuda_fp16.h) were not found; set TENSORTUNE_CUDA_INCLUDE, or pass \
-                 --no-cubin to export sources only"
-            );
-        };
-        Ok(Compiler { include, version: nvrtc::version().unwrap_or_default() })
+        let toolchain = nvrtc::find().map_err(|why| {
+            anyhow::anyhow!("export compiles cubins with NVRTC: {why}; or pass --no-cubin to export sources only")
+        })?;
+        Ok(Compiler { include: toolchain.include_dir, version: toolchain.version })
     }
 }
 
@@ -197,7 +188,7 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
             workload.key()
         );
     }
-    let t = template::by_name(&record.template)?;
+    let t = registry::by_name(&record.template)?;
     if t.version() != record.template_version {
         bail!(
             "the record is of {} version {}; this build generates version {} (tune the workload again)",
@@ -219,12 +210,7 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
         template: record.template.clone(),
         template_version: record.template_version,
         config: serde_json::from_str(&record.config)?,
-        device: Device {
-            class_key: target.class_key.clone(),
-            name: target.name.clone(),
-            arch: target.arch,
-            sm_count: target.sm_count,
-        },
+        device: bundle_device(&target),
         source: format!("{}.cu", spec.name),
         cubins: BTreeMap::new(),
         entry: spec.entry.clone(),
@@ -254,6 +240,29 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
     Ok((entry, spec.source))
 }
 
+/// The device class a bundle entry names: the class, name, architecture and SM count of `target`
+/// (its limits stay with the tracker).
+pub fn bundle_device(target: &Target) -> Device {
+    Device {
+        class_key: target.class_key.clone(),
+        name: target.name.clone(),
+        arch: target.arch,
+        sm_count: target.sm_count,
+    }
+}
+
+/// The bundle's spelling of a matmul layout.
+pub fn bundle_layout(l: tensortune_kernels::Layout) -> tensortune_bundle::Layout {
+    use tensortune_bundle::Layout as B;
+    use tensortune_kernels::Layout as K;
+    match l {
+        K::Nn => B::Nn,
+        K::Nt => B::Nt,
+        K::Tn => B::Tn,
+        K::Tt => B::Tt,
+    }
+}
+
 /// How `spec` is launched.
 pub fn launch(spec: &KernelSpec) -> Launch {
     Launch { grid: spec.grid, block: spec.block, dynamic_smem_bytes: spec.smem_bytes, cluster: spec.cluster_dims() }
@@ -264,8 +273,6 @@ use tensortune_worker::params::{bundle_dtype, dtype};
 
 /// The problem a workload states.
 pub fn problem(w: &Workload) -> Problem {
-    use tensortune_bundle::Layout as L;
-    use tensortune_kernels::Layout as K;
     let t = w.types();
     // A problem names its types as the workload does (tf32 stays tf32); a packed type, which a
     // bundle cannot state (export refuses it), reads as the bytes it is stored in.
@@ -276,12 +283,7 @@ pub fn problem(w: &Workload) -> Problem {
             m: m.m,
             n: m.n,
             k: m.k,
-            layout: match m.layout {
-                K::Nn => L::Nn,
-                K::Nt => L::Nt,
-                K::Tn => L::Tn,
-                K::Tt => L::Tt,
-            },
+            layout: bundle_layout(m.layout),
             input,
             accumulator,
             output,
@@ -313,4 +315,47 @@ fn write(dir: &Path, file: &str, bytes: &[u8]) -> anyhow::Result<()> {
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The bundle keeps serde types of its own (a program loads it without tensortune); each domain
+/// type it restates converts into it here, and these tests convert every value.
+#[cfg(test)]
+mod tests {
+    use tensortune_kernels::{DType, Layout};
+
+    use super::*;
+
+    #[test]
+    fn every_dtype_a_bundle_states_keeps_its_name_and_size() {
+        for d in DType::ALL {
+            match bundle_dtype(d) {
+                Some(b) => {
+                    assert_eq!(b.name(), d.name());
+                    assert_eq!(b.bytes() * 8, u64::from(d.bits()), "{d}");
+                    assert_eq!(dtype(d).bytes() * 8, u64::from(d.bits()), "{d}");
+                }
+                None => assert!(d.bits() < 8, "{d} is byte-sized but has no bundle spelling"),
+            }
+        }
+    }
+
+    #[test]
+    fn every_layout_keeps_its_name() {
+        for l in Layout::ALL {
+            assert_eq!(bundle_layout(l).name(), l.name());
+        }
+    }
+
+    #[test]
+    fn launch_and_device_carry_the_spec_and_target() {
+        let target = Target::sm90();
+        let (workload, config) = tensortune_kernels::template::drift_reference();
+        let spec = registry::by_name("wmma_gemm").unwrap().generate(&workload, &config, &target).unwrap();
+        let l = launch(&spec);
+        assert_eq!((l.grid, l.block, l.dynamic_smem_bytes), (spec.grid, spec.block, spec.smem_bytes));
+        assert_eq!(l.cluster, spec.cluster_dims());
+        let d = bundle_device(&target);
+        assert_eq!((d.class_key.as_str(), d.name.as_str()), (target.class_key.as_str(), target.name.as_str()));
+        assert_eq!((d.arch, d.sm_count), (target.arch, target.sm_count));
+    }
 }

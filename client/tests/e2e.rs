@@ -401,7 +401,7 @@ async fn watch_follows_a_job_across_a_tracker_restart() {
 /// own templates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_job_without_a_template_searches_both_matmul_templates_on_sim() {
-    use tensortune_kernels::{Config, Target, template};
+    use tensortune_kernels::{Config, Target, registry};
     let dir = tempfile::tempdir().unwrap();
     let tracker = Tracker::start(&dir.path().join("tt.db"), Duration::from_secs(5)).await;
     let mut client = tracker.client().await;
@@ -424,7 +424,7 @@ async fn a_job_without_a_template_searches_both_matmul_templates_on_sim() {
         assert_eq!(tuning.iter().filter(|r| r.template == name).count(), 8, "{name}");
     }
     for r in &records {
-        let t = template::by_name(&r.template).unwrap();
+        let t = registry::by_name(&r.template).unwrap();
         assert_eq!(r.template_version, t.version());
         let config = Config::from_json(&r.config).unwrap();
         assert_eq!(t.space().index_of(&config).unwrap(), r.config_index, "{} {}", r.template, r.config);
@@ -696,7 +696,7 @@ fn plot_draws_jobs_records_benches_and_replays() {
 #[test]
 fn export_writes_a_bundle_the_bundle_crate_reads_back() {
     use tensortune_bundle::{Bundle, MapRecipe, Operand, Param, select};
-    use tensortune_kernels::{Arg, Config, Target, TensorOperand, template};
+    use tensortune_kernels::{Arg, Config, Target, TensorOperand, registry};
 
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("tt.db");
@@ -815,7 +815,7 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
     for e in &m.kernels {
         assert_eq!(e.device.class_key, "sim");
         let workload = Workload::from_key(&e.workload_key).unwrap();
-        let t = template::by_name(&e.template).unwrap();
+        let t = registry::by_name(&e.template).unwrap();
         assert_eq!(t.version(), e.template_version);
         let config = Config::from_json(&e.config.to_string()).unwrap();
         let spec = t.generate(&workload, &config, &Target::sim()).unwrap();
@@ -1094,7 +1094,7 @@ async fn a_job_of_f32_tf32_and_s4_workloads_tunes_on_sim() {
 /// How the CLI names a conv2d job's union of templates on `sim` (an sm_90 class), with the
 /// versions this build generates.
 fn conv_templates_on_sim() -> String {
-    use tensortune_kernels::template::by_name;
+    use tensortune_kernels::registry::by_name;
     let v = |name: &str| by_name(name).map(|t| t.version()).unwrap();
     format!("wmma_conv2d v{} + wgmma_conv2d v{} on sim", v("wmma_conv2d"), v("wgmma_conv2d"))
 }

@@ -2,7 +2,7 @@
 //! JSON or as its key (`conv2d/n32h7w7c512/...`).
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let t = tensortune_kernels::template::by_name(&a[1]).expect("template");
+    let t = tensortune_kernels::registry::by_name(&a[1]).expect("template");
     let w: tensortune_kernels::Workload = if a[2].trim_start().starts_with('{') {
         serde_json::from_str(&a[2]).expect("workload JSON")
     } else {

@@ -2,7 +2,7 @@
 //! memory, workspace, the analytic time), to see what a config file will run before a GPU call.
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let t = tensortune_kernels::template::by_name(&a[1]).expect("template");
+    let t = tensortune_kernels::registry::by_name(&a[1]).expect("template");
     let target = tensortune_kernels::Target::sm90();
     for line in std::fs::read_to_string(&a[2]).expect("file").lines() {
         if line.starts_with('#') || line.trim().is_empty() {

@@ -27,7 +27,7 @@ fn main() {
                 continue;
             }
         };
-        for tpl in template::templates_for(w.op()) {
+        for tpl in registry::templates_for(w.op()) {
             match template::valid_configs(tpl, &w, &t) {
                 Ok(v) => println!("{key} {} {}", tpl.name(), v.len()),
                 Err(e) => println!("{key} {}: {e}", tpl.name()),
@@ -40,7 +40,7 @@ fn list(args: &[String], target: &Target) -> Result<()> {
     let [name, key, filters @ ..] = args else {
         return Err(Error::invalid("arguments", "expected --list TEMPLATE KEY [FILTER...]"));
     };
-    let tpl = template::by_name(name)?;
+    let tpl = registry::by_name(name)?;
     let w = Workload::from_key(key)?;
     let filters: Vec<&String> = filters.iter().filter(|f| !f.starts_with("--")).collect();
     let mut rows = Vec::new();

@@ -354,7 +354,7 @@ impl Template for WmmaConv2d {
     }
 
     fn version(&self) -> u32 {
-        1
+        crate::version::WMMA_CONV2D
     }
 
     fn supports(&self, workload: &Workload, target: &Target) -> Result<()> {

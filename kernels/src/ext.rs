@@ -18,8 +18,8 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::space::{Config, Knob, Space, positions_at};
 use crate::target::Target;
-use crate::template::{Arg, KernelSpec, Resources, Template};
-use crate::tiling::{LAUNCH_US, Tiling, widest_vec};
+use crate::template::{Arg, KernelSpec, Launch, Resources, Template};
+use crate::tiling::{LAUNCH_US, Tiling, feed_efficiency, widest_vec};
 use crate::workload::{Matmul, Op, Workload};
 
 const BODY: &str = include_str!("cuda/mma_ext.cu");
@@ -381,7 +381,7 @@ impl Template for MmaExtGemm {
     }
 
     fn version(&self) -> u32 {
-        1
+        crate::version::MMA_EXT_GEMM
     }
 
     fn op(&self) -> Op {
@@ -463,14 +463,16 @@ impl Template for MmaExtGemm {
         let (tm, tn) = plan.tiles();
         let name = plan.name();
         Ok(KernelSpec {
-            entry: name.clone(),
             source: plan.source(),
-            name,
-            grid: [(tm * tn) as u32, 1, 1],
-            block: [res.threads, 1, 1],
-            smem_bytes: res.smem_bytes,
-            workspace_bytes: 0,
-            args: vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace],
+            launch: Launch {
+                entry: name.clone(),
+                name,
+                grid: [(tm * tn) as u32, 1, 1],
+                block: [res.threads, 1, 1],
+                smem_bytes: res.smem_bytes,
+                workspace_bytes: 0,
+                args: vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace],
+            },
         })
     }
 
@@ -515,20 +517,8 @@ impl Template for MmaExtGemm {
 /// A100's ratios, which Hopper's datasheet does not state), scaled by fragment reuse, pipeline
 /// depth, padding and occupancy; memory traffic in packed bytes; the load-latency floor.
 fn model(p: &Plan, target: &Target) -> f64 {
-    let (fm, fn_) = p.frags_per_warp();
-    let reuse = (fm * fn_) as f64 / (fm + fn_) as f64;
-    let mut eff = reuse / (reuse + 0.6);
-    eff *= match p.stages {
-        1 => 0.55,
-        2 => 0.8,
-        3 => 0.93,
-        _ => 0.95,
-    };
-    if p.skew_bytes == 0 {
-        eff *= 0.8;
-    }
     let occ = p.blocks_per_sm(target);
-    eff *= ((occ * p.warps_m * p.warps_n) as f64 / 8.0).min(1.0).sqrt();
+    let eff = feed_efficiency(p.frags_per_warp(), p.stages, p.skew_bytes != 0, occ * p.warps_m * p.warps_n);
     let rate = match p.w.types.input {
         DType::Tf32 => 0.5,
         DType::S4 | DType::U4 => 4.0,

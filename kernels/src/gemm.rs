@@ -205,7 +205,7 @@ impl Template for WmmaGemm {
     }
 
     fn version(&self) -> u32 {
-        6
+        crate::version::WMMA_GEMM
     }
 
     fn op(&self) -> Op {

@@ -8,7 +8,10 @@
 //! - [`workload`]: matmul and conv2d workloads, validation, canonical keys.
 //! - [`target`]: device limits for validity rules; device-class keys.
 //! - [`space`]: knobs, spaces, configs and their indices.
-//! - [`template`]: the `Template` trait, generated `KernelSpec`s and the template registry.
+//! - [`status`]: the outcome class of a measurement, one definition for worker, wire and store.
+//! - [`template`]: the `Template` trait and the generated `KernelSpec`s.
+//! - [`registry`]: every template this build knows, by name and by operation.
+//! - [`version`]: each template's version (what each changed: `kernels/CHANGELOG.md`).
 //! - [`tiling`]: the block tiling the WMMA templates share: GEMM view, knobs, rules, model.
 //! - [`gemm`]: the `wmma_gemm` template (its CUDA body is `src/cuda/wmma_gemm.cu`).
 //! - [`conv`]: the `wmma_conv2d` template, an implicit GEMM (`src/cuda/wmma_conv2d.cu`).
@@ -29,13 +32,16 @@ pub mod dtype;
 pub mod error;
 pub mod ext;
 pub mod gemm;
+pub mod registry;
 pub mod simt;
 pub mod simt_conv;
 pub mod space;
+pub mod status;
 pub mod support;
 pub mod target;
 pub mod template;
 pub mod tiling;
+pub mod version;
 pub mod wgmma;
 pub mod workload;
 
@@ -43,7 +49,7 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use space::{Config, Knob, KnobValue, Space};
 pub use target::Target;
-pub use template::{Arg, Im2colMap, KernelSpec, Resources, Template, TensorMap, TensorOperand};
+pub use template::{Arg, Im2colMap, KernelSpec, Launch, Resources, Template, TensorMap, TensorOperand};
 pub use workload::{Conv2d, Layout, Matmul, Op, Types, Workload};
 
 /// The first 8 hex digits of the SHA-256 of `text`: short, stable names for long keys.

@@ -11,7 +11,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::space::{Config, Knob, Space, positions_at};
 use crate::target::Target;
-use crate::template::{Arg, KernelSpec, Resources, Template};
+use crate::template::{Arg, KernelSpec, Launch, Resources, Template};
 use crate::tiling::{LAUNCH_US, Tiling};
 use crate::workload::{Conv2d, Layout, Matmul, Op, Workload};
 
@@ -491,9 +491,7 @@ impl Plan {
     /// The kernel's identity: template, version, knobs and a digest of the workload key.
     pub fn name(&self) -> String {
         let (prefix, key) = match &self.conv {
-            Some(c) => {
-                (format!("tt_simt_conv2d_v{}", crate::simt_conv::SimtConv2d.version()), Workload::Conv2d(*c).key())
-            }
+            Some(c) => (format!("tt_simt_conv2d_v{}", crate::version::SIMT_CONV2D), Workload::Conv2d(*c).key()),
             None => (format!("tt_simt_gemm_v{}_{}", SimtGemm.version(), self.w.layout), Workload::Matmul(self.w).key()),
         };
         ident(&format!(
@@ -522,7 +520,7 @@ impl Plan {
         let mut h = Header::default();
         match &self.conv {
             Some(c) => h
-                .comment(format!("tensortune simt_conv2d v{}: {name}", crate::simt_conv::SimtConv2d.version()))
+                .comment(format!("tensortune simt_conv2d v{}: {name}", crate::version::SIMT_CONV2D))
                 .comment(format!("workload: {}", Workload::Conv2d(*c).key())),
             None => h
                 .comment(format!("tensortune simt_gemm v{}: {name}", SimtGemm.version()))
@@ -606,18 +604,20 @@ impl Plan {
         let (tm, tn) = self.tiles();
         let name = self.name();
         KernelSpec {
-            entry: name.clone(),
             source: self.source(),
-            name,
-            grid: [(tm * tn) as u32, 1, self.split_k],
-            block: [res.threads, 1, 1],
-            smem_bytes: res.smem_bytes,
-            workspace_bytes: res.workspace_bytes,
-            // A convolution's GEMM multiplies the filter (Arg::B) by the input (Arg::A).
-            args: if self.conv.is_some() {
-                vec![Arg::B, Arg::A, Arg::C, Arg::D, Arg::Workspace]
-            } else {
-                vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace]
+            launch: Launch {
+                entry: name.clone(),
+                name,
+                grid: [(tm * tn) as u32, 1, self.split_k],
+                block: [res.threads, 1, 1],
+                smem_bytes: res.smem_bytes,
+                workspace_bytes: res.workspace_bytes,
+                // A convolution's GEMM multiplies the filter (Arg::B) by the input (Arg::A).
+                args: if self.conv.is_some() {
+                    vec![Arg::B, Arg::A, Arg::C, Arg::D, Arg::Workspace]
+                } else {
+                    vec![Arg::A, Arg::B, Arg::C, Arg::D, Arg::Workspace]
+                },
             },
         }
     }
@@ -637,9 +637,7 @@ impl Template for SimtGemm {
     }
 
     fn version(&self) -> u32 {
-        // 2: warp_tile and min_blocks; without double buffering the next step's loads are issued
-        // before the current step's multiply-adds.
-        2
+        crate::version::SIMT_GEMM
     }
 
     fn op(&self) -> Op {

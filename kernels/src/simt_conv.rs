@@ -30,7 +30,7 @@ impl Template for SimtConv2d {
     }
 
     fn version(&self) -> u32 {
-        1
+        crate::version::SIMT_CONV2D
     }
 
     fn op(&self) -> Op {
@@ -102,7 +102,8 @@ impl Template for SimtConv2d {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::template::{Arg, templates_for, valid_configs};
+    use crate::registry::templates_for;
+    use crate::template::{Arg, valid_configs};
     use crate::workload::Types;
 
     fn layer(c: u64, r: u64, pad: u64, stride: u64, dilation: u64, input: DType) -> Workload {

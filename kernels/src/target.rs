@@ -25,6 +25,30 @@ pub struct Target {
     pub l2_bytes: u64,
 }
 
+/// A GPU as a worker found it: the limits validity rules use ([`Target`]) and the facts its
+/// records carry for provenance. The worker's measuring child reports it, the daemon adds its
+/// NVRTC version, the tracker stores it per worker (as JSON, in this shape).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Device {
+    /// The validity limits (and class key and name).
+    pub target: Target,
+    /// Device memory, bytes.
+    pub memory_bytes: u64,
+    /// GPU UUID.
+    pub uuid: String,
+    /// Driver version, e.g. "580.159.04".
+    pub driver_version: String,
+    /// CUDA version the driver supports, e.g. "13.0".
+    pub cuda_version: String,
+    /// NVRTC's version where the kernels are compiled (empty from the child, which compiles
+    /// nothing; the daemon fills it).
+    pub nvrtc_version: String,
+    /// Maximum SM clock, MHz.
+    pub sm_clock_mhz: u32,
+    /// Memory clock, MHz.
+    pub mem_clock_mhz: u32,
+}
+
 impl Target {
     /// The simulator's device: the limits of an H100 SXM (sm_90, 132 SMs), class `sim`.
     pub fn sim() -> Target {

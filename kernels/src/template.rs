@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::space::{Config, Space};
 use crate::target::Target;
 use crate::workload::{Op, Workload};
@@ -87,25 +87,24 @@ pub enum TensorOperand {
     D,
 }
 
-/// A generated kernel and how to launch it.
+/// A generated kernel: its source and how to launch it. A spec is a [`Launch`] plus the source
+/// it launches, so it reads the launch's fields as its own (`spec.grid` is `spec.launch.grid`,
+/// through `Deref`); the worker sends the launch alone to the process that owns the GPU.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct KernelSpec {
-    /// Identity built from the template, workload and knobs (also the C++ entry name).
-    pub name: String,
     /// CUDA C++ source for NVRTC.
     pub source: String,
-    /// `extern "C"` entry point.
-    pub entry: String,
-    /// Grid dimensions.
-    pub grid: [u32; 3],
-    /// Block dimensions.
-    pub block: [u32; 3],
-    /// Dynamic shared memory per block, bytes (above 48 KiB the launcher must opt in).
-    pub smem_bytes: u32,
-    /// Scratch buffer size, bytes (0 when unused).
-    pub workspace_bytes: u64,
-    /// Buffers, in argument order.
-    pub args: Vec<Arg>,
+    /// How to launch it, with its name and entry point.
+    #[serde(flatten)]
+    pub launch: Launch,
+}
+
+impl std::ops::Deref for KernelSpec {
+    type Target = Launch;
+
+    fn deref(&self) -> &Launch {
+        &self.launch
+    }
 }
 
 impl KernelSpec {
@@ -131,6 +130,34 @@ impl KernelSpec {
             <[u32; 3]>::try_from(dims).ok()
         });
         parsed.unwrap_or([1, 1, 1])
+    }
+}
+
+/// How to launch a compiled kernel: a [`KernelSpec`] without its source (what the worker sends
+/// the process that owns the GPU, beside the cubin).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    /// Identity built from the template, workload and knobs (also the C++ entry name).
+    pub name: String,
+    /// `extern "C"` entry point in the image.
+    pub entry: String,
+    /// Grid dimensions.
+    pub grid: [u32; 3],
+    /// Block dimensions.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, bytes (above 48 KiB the launcher must opt in).
+    pub smem_bytes: u32,
+    /// Scratch buffer, bytes (0 when unused); zero-filled once when allocated (kernels leave it
+    /// zeroed).
+    pub workspace_bytes: u64,
+    /// Buffers, in argument order.
+    pub args: Vec<Arg>,
+}
+
+impl Launch {
+    /// How to launch the kernel of `spec`.
+    pub fn of(spec: &KernelSpec) -> Launch {
+        spec.launch.clone()
     }
 }
 
@@ -199,42 +226,6 @@ pub trait Template: Send + Sync {
 
     /// Analytic estimate of the kernel's time in microseconds (the `sim` device's clock).
     fn model_us(&self, workload: &Workload, config: &Config, target: &Target) -> Result<f64>;
-}
-
-/// Every template this build knows.
-pub fn all() -> Vec<&'static dyn Template> {
-    vec![
-        &crate::gemm::WmmaGemm,
-        &crate::conv::WmmaConv2d,
-        &crate::wgmma::WgmmaGemm,
-        &crate::wgmma::conv::WgmmaConv2d,
-        &crate::simt::SimtGemm,
-        &crate::ext::MmaExtGemm,
-        &crate::simt_conv::SimtConv2d,
-    ]
-}
-
-/// The template called `name`.
-pub fn by_name(name: &str) -> Result<&'static dyn Template> {
-    all().into_iter().find(|t| t.name() == name).ok_or_else(|| {
-        let names: Vec<_> = all().iter().map(|t| t.name()).collect();
-        Error::invalid("template", format!("unknown template {name:?}; known: {}", names.join(", ")))
-    })
-}
-
-/// Every template that implements `op`, in registry order: the order (and so the slots) of the
-/// templates a job that names none searches together. Empty for an op nothing implements.
-pub fn templates_for(op: Op) -> Vec<&'static dyn Template> {
-    all().into_iter().filter(|t| t.op() == op).collect()
-}
-
-/// The first template that implements `op` (the one a job searched before jobs searched every
-/// template of their op; `wmma_gemm` for matmul).
-pub fn default_for(op: Op) -> Result<&'static dyn Template> {
-    all()
-        .into_iter()
-        .find(|t| t.op() == op)
-        .ok_or_else(|| Error::invalid("template", format!("no template implements {} yet", op.name())))
 }
 
 /// The shared reference kernel: every worker times it now and then, so the tracker can flag a

@@ -8,7 +8,7 @@ use crate::cuda::{Header, Scalar};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::target::Target;
-use crate::template::{Arg, KernelSpec, Resources};
+use crate::template::{Arg, KernelSpec, Launch, Resources};
 use crate::workload::Types;
 
 /// Fragment shapes WMMA offers for 16-bit and 8-bit inputs: (name, m, n, k).
@@ -434,22 +434,9 @@ impl Tiling {
     /// how well the warp tile, pipeline and padding keep the tensor cores fed, times `efficiency`
     /// (what the template's own knobs cost; 1 for none).
     pub fn compute_us(&self, target: &Target, efficiency: f64) -> f64 {
-        let (fm, fn_) = self.frags_per_warp();
-        let reuse = (fm * fn_) as f64 / (fm + fn_) as f64;
-        let mut eff = reuse / (reuse + 0.6);
-        eff *= match self.stages {
-            1 => 0.55,
-            2 => 0.8,
-            3 => 0.93,
-            _ => 0.95,
-        };
-        if self.skew == 0 {
-            eff *= 0.8;
-        }
         let occ = self.blocks_per_sm(target);
-        let warps_per_sm = (occ * self.warps_m * self.warps_n * self.warps_k) as f64;
-        eff *= (warps_per_sm / 8.0).min(1.0).sqrt();
-        eff *= efficiency;
+        let warps_per_sm = occ * self.warps_m * self.warps_n * self.warps_k;
+        let eff = feed_efficiency(self.frags_per_warp(), self.stages, self.skew != 0, warps_per_sm) * efficiency;
         // WMMA (HMMA) peak per SM, FLOP/us: ~650 TFLOP/s over 132 SMs for 16-bit, twice that for
         // i8, half for TF32.
         let rate = match self.g.types.input {
@@ -624,14 +611,16 @@ impl Tiling {
         let (tm, tn) = self.tiles();
         let (a, b) = if self.g.transposed { (Arg::B, Arg::A) } else { (Arg::A, Arg::B) };
         KernelSpec {
-            entry: name.clone(),
-            name,
             source,
-            grid: [(tm * tn) as u32, 1, self.split_k],
-            block: [res.threads, 1, 1],
-            smem_bytes: res.smem_bytes,
-            workspace_bytes: res.workspace_bytes,
-            args: vec![a, b, Arg::C, Arg::D, Arg::Workspace],
+            launch: Launch {
+                entry: name.clone(),
+                name,
+                grid: [(tm * tn) as u32, 1, self.split_k],
+                block: [res.threads, 1, 1],
+                smem_bytes: res.smem_bytes,
+                workspace_bytes: res.workspace_bytes,
+                args: vec![a, b, Arg::C, Arg::D, Arg::Workspace],
+            },
         }
     }
 }
@@ -681,4 +670,24 @@ pub fn widest_vec(elem: u32, sizes: &[u64]) -> u32 {
 
 fn reject(why: String) -> Result<()> {
     Err(Error::Rejected(why))
+}
+
+/// How well a block keeps the tensor cores fed, from 0 to 1, in the analytic models of the
+/// templates on WMMA and mma.sync fragments (`wmma_gemm`, `wmma_conv2d`, `mma_ext_gemm`): the
+/// reuse of a warp's `frags` (M x N fragments), the pipeline's `stages`, whether shared rows are
+/// padded (bank conflicts otherwise), and the warps resident per SM (8 hide the latencies).
+pub(crate) fn feed_efficiency(frags: (u32, u32), stages: u32, padded: bool, warps_per_sm: u32) -> f64 {
+    let (fm, fn_) = frags;
+    let reuse = (fm * fn_) as f64 / (fm + fn_) as f64;
+    let mut eff = reuse / (reuse + 0.6);
+    eff *= match stages {
+        1 => 0.55,
+        2 => 0.8,
+        3 => 0.93,
+        _ => 0.95,
+    };
+    if !padded {
+        eff *= 0.8;
+    }
+    eff * (warps_per_sm as f64 / 8.0).min(1.0).sqrt()
 }

@@ -3,6 +3,8 @@
 //! Every `TryFrom<pb::X>` validates: a workload that converts is a workload that passed
 //! `Workload::validate`, and errors name the field (`workload.matmul.k`, ...).
 
+use tensortune_kernels::status::Status;
+use tensortune_kernels::target::Device;
 use tensortune_kernels::workload::{Conv2d, Layout, Matmul, Types, Workload};
 use tensortune_kernels::{DType, Error, Target};
 
@@ -238,6 +240,35 @@ pub fn target_from_device(d: &pb::DeviceInfo) -> Result<Target, FieldError> {
     })
 }
 
+/// The device a worker registers: its limits (validated as [`target_from_device`] does) and its
+/// provenance.
+pub fn device_from_pb(d: &pb::DeviceInfo) -> Result<Device, FieldError> {
+    Ok(Device {
+        target: target_from_device(d)?,
+        memory_bytes: d.memory_bytes,
+        uuid: d.uuid.clone(),
+        driver_version: d.driver_version.clone(),
+        cuda_version: d.cuda_version.clone(),
+        nvrtc_version: d.nvrtc_version.clone(),
+        sm_clock_mhz: d.sm_clock_mhz,
+        mem_clock_mhz: d.mem_clock_mhz,
+    })
+}
+
+/// The `DeviceInfo` a worker sends for its device.
+pub fn device_info(d: &Device) -> pb::DeviceInfo {
+    pb::DeviceInfo {
+        memory_bytes: d.memory_bytes,
+        uuid: d.uuid.clone(),
+        driver_version: d.driver_version.clone(),
+        cuda_version: d.cuda_version.clone(),
+        nvrtc_version: d.nvrtc_version.clone(),
+        sm_clock_mhz: d.sm_clock_mhz,
+        mem_clock_mhz: d.mem_clock_mhz,
+        ..device_from_target(&d.target)
+    }
+}
+
 /// A `DeviceInfo` carrying a target's limits (provenance fields left empty).
 pub fn device_from_target(t: &Target) -> pb::DeviceInfo {
     pb::DeviceInfo {
@@ -254,33 +285,34 @@ pub fn device_from_target(t: &Target) -> pb::DeviceInfo {
     }
 }
 
-/// Lowercase status names used in tables, JSON and `status_counts` (`ok`, `compile_error`, ...).
-pub fn status_name(s: pb::RecordStatus) -> &'static str {
-    match s {
-        pb::RecordStatus::Unspecified => "unspecified",
-        pb::RecordStatus::Ok => "ok",
-        pb::RecordStatus::InvalidConfig => "invalid_config",
-        pb::RecordStatus::CompileError => "compile_error",
-        pb::RecordStatus::LaunchError => "launch_error",
-        pb::RecordStatus::WrongResult => "wrong_result",
-        pb::RecordStatus::Timeout => "timeout",
-        pb::RecordStatus::DeviceLost => "device_lost",
+impl From<Status> for pb::RecordStatus {
+    fn from(s: Status) -> pb::RecordStatus {
+        match s {
+            Status::Ok => pb::RecordStatus::Ok,
+            Status::InvalidConfig => pb::RecordStatus::InvalidConfig,
+            Status::CompileError => pb::RecordStatus::CompileError,
+            Status::LaunchError => pb::RecordStatus::LaunchError,
+            Status::WrongResult => pb::RecordStatus::WrongResult,
+            Status::Timeout => pb::RecordStatus::Timeout,
+            Status::DeviceLost => pb::RecordStatus::DeviceLost,
+        }
     }
+}
+
+/// The domain status of a wire status; `None` for `Unspecified` (a message that left it unset).
+pub fn status_from_pb(s: pb::RecordStatus) -> Option<Status> {
+    Status::ALL.into_iter().find(|d| pb::RecordStatus::from(*d) == s)
+}
+
+/// Lowercase status names used in tables, JSON and `status_counts` (`ok`, `compile_error`, ...):
+/// [`Status::name`], and `unspecified` for a wire status left unset.
+pub fn status_name(s: pb::RecordStatus) -> &'static str {
+    status_from_pb(s).map_or("unspecified", Status::name)
 }
 
 /// The status called `name` (inverse of [`status_name`]).
 pub fn status_from_name(name: &str) -> Option<pb::RecordStatus> {
-    [
-        pb::RecordStatus::Ok,
-        pb::RecordStatus::InvalidConfig,
-        pb::RecordStatus::CompileError,
-        pb::RecordStatus::LaunchError,
-        pb::RecordStatus::WrongResult,
-        pb::RecordStatus::Timeout,
-        pb::RecordStatus::DeviceLost,
-    ]
-    .into_iter()
-    .find(|s| status_name(*s) == name)
+    Status::from_name(name).map(pb::RecordStatus::from)
 }
 
 /// Lowercase job state names (`queued`, `running`, `done`, `cancelled`, `failed`).
@@ -344,9 +376,35 @@ mod tests {
     }
 
     #[test]
-    fn status_names_round_trip() {
-        for s in ["ok", "invalid_config", "compile_error", "launch_error", "wrong_result", "timeout", "device_lost"] {
-            assert_eq!(status_name(status_from_name(s).unwrap()), s);
+    fn a_device_converts_to_the_wire_and_back() {
+        let device = Device {
+            target: Target::sm90(),
+            memory_bytes: 141 << 30,
+            uuid: "GPU-1".into(),
+            driver_version: "580.1".into(),
+            cuda_version: "13.0".into(),
+            nvrtc_version: "13.0".into(),
+            sm_clock_mhz: 1980,
+            mem_clock_mhz: 3201,
+        };
+        assert_eq!(device_from_pb(&device_info(&device)).unwrap(), device);
+        let mut info = device_info(&device);
+        info.sm_count = 0;
+        assert_eq!(device_from_pb(&info).unwrap_err().field, "device.sm_count");
+    }
+
+    #[test]
+    fn every_status_converts_to_the_wire_and_back() {
+        for s in Status::ALL {
+            let wire = pb::RecordStatus::from(s);
+            assert_eq!(status_from_pb(wire), Some(s));
+            assert_eq!(status_name(wire), s.name());
+            assert_eq!(status_from_name(s.name()), Some(wire));
         }
+        assert_eq!(status_from_pb(pb::RecordStatus::Unspecified), None);
+        assert_eq!(status_name(pb::RecordStatus::Unspecified), "unspecified");
+        // Every wire value but Unspecified has a domain status.
+        let wire: Vec<_> = (1..).map_while(|i| pb::RecordStatus::try_from(i).ok()).collect();
+        assert_eq!(wire.len(), Status::ALL.len());
     }
 }

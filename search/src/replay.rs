@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde::Deserialize;
-use tensortune_kernels::{Config, Template, Workload, template};
+use tensortune_kernels::{Config, Template, Workload, registry};
 
 use crate::Error;
 use crate::features::{UnionLayout, WORKLOAD_FEATURES, row, target_for_class};
@@ -137,14 +137,14 @@ impl Dataset {
             // that names no template).
             let mut parts: Vec<(&'static dyn Template, u32, Configs)> = Vec::new();
             for ((name, version), configs) in by_template {
-                let template = template::by_name(&name)?;
+                let template = registry::by_name(&name)?;
                 match parts.iter_mut().find(|p| p.0.name() == name) {
                     Some(p) if p.1 < version => (p.1, p.2) = (version, configs),
                     Some(_) => {}
                     None => parts.push((template, version, configs)),
                 }
             }
-            let order: Vec<&str> = template::all().iter().map(|t| t.name()).collect();
+            let order: Vec<&str> = registry::all().iter().map(|t| t.name()).collect();
             parts.sort_by_key(|p| order.iter().position(|n| *n == p.0.name()));
             let mut candidates = Vec::new();
             let mut slots = Vec::new();

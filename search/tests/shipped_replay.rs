@@ -42,7 +42,7 @@ fn the_shipped_records_cover_three_full_spaces() {
     for (part, n) in spaces {
         let w = find(&data, part);
         let target = tensortune_search::features::target_for_class(&w.device_class);
-        let template = tensortune_kernels::template::by_name(&w.templates[0].0).unwrap();
+        let template = tensortune_kernels::registry::by_name(&w.templates[0].0).unwrap();
         let valid = template.valid_indices(&w.workload, &target).unwrap().len();
         assert_eq!(n, valid, "{part}: recorded configs vs valid configs");
         assert!(w.best_us > 0.0 && w.truth.iter().flatten().all(|&t| t >= w.best_us));

@@ -6,9 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::auth::Caller;
+use crate::counters::Counters;
 use crate::drift::{self, Drift};
 use crate::error::{Error, Result};
-use crate::http::Counters;
 use crate::model::{
     JobId, Measurement, RecordId, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId,
 };

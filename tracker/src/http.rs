@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -25,26 +25,6 @@ const DASHBOARD_JOBS: u32 = 50;
 
 /// The page; it polls the JSON below.
 const DASHBOARD: &str = include_str!("dashboard.html");
-
-/// Counters of what happened since the tracker started (what the store cannot say afterwards).
-#[derive(Default)]
-pub(crate) struct Counters {
-    /// Leases that ran out without a heartbeat (their tasks went back to the queue or were lost).
-    pub(crate) leases_expired: AtomicU64,
-    /// Reports stored.
-    pub(crate) reports_stored: AtomicU64,
-    /// Reports acknowledged as duplicates.
-    pub(crate) reports_duplicate: AtomicU64,
-    /// Reports stored but not trusted.
-    pub(crate) reports_untrusted: AtomicU64,
-}
-
-impl Counters {
-    /// Adds one to `counter`.
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 /// Serves the HTTP side on `listener` until `stop`.
 pub(crate) async fn serve(tracker: Arc<Tracker>, listener: TcpListener, stop: CancellationToken) -> anyhow::Result<()> {

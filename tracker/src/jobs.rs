@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use rand::RngExt;
-use tensortune_kernels::template;
+use tensortune_kernels::registry;
 use tensortune_kernels::{Template, Workload};
 
 use crate::auth::Caller;
@@ -178,12 +178,12 @@ impl Tracker {
             let takes_one = |t: &&'static dyn Template| {
                 workloads.iter().filter(|w| w.op() == op).any(|w| t.check_workload(w).is_ok())
             };
-            let all: Vec<_> = template::templates_for(op).into_iter().filter(takes_one).collect();
+            let all: Vec<_> = registry::templates_for(op).into_iter().filter(takes_one).collect();
             let ran: Vec<_> = all.iter().copied().filter(runs).collect();
             out.extend(if ran.is_empty() { all } else { ran });
         }
         // Registry order, whatever the order of the workloads' ops.
-        let registry = template::all();
+        let registry = registry::all();
         out.sort_by_key(|t| registry.iter().position(|r| r.name() == t.name()));
         Ok(out)
     }
@@ -352,7 +352,7 @@ fn check_workload(template: Option<&'static dyn Template>, i: usize, workload: &
     if let Some(t) = template {
         return t.check_workload(workload).map_err(|e| workload_error(i, workload, e));
     }
-    let all = template::templates_for(workload.op());
+    let all = registry::templates_for(workload.op());
     if all.is_empty() {
         return Err(Error::invalid(
             format!("workloads[{i}]"),

@@ -24,6 +24,7 @@
 //!   finished trials' outcomes, and transfer priors, computed on blocking threads.
 //! - `auth.rs`: bearer tokens with roles, the interceptor that checks them on every call, and the
 //!   `token` commands' store functions. `limits.rs`: per-token rate limits.
+//! - `counters.rs`: counters of what happened since start (leases expired, reports stored).
 //! - `http.rs`: the read-only HTTP side: the dashboard (`dashboard.html`), its JSON, `/metrics`.
 //! - `events.rs`: change notifications for job watchers and waiting workers.
 //! - `store/`: the queries, one function each, per table, on SQLite or PostgreSQL (several trackers
@@ -39,6 +40,7 @@
 
 mod auth;
 mod config;
+mod counters;
 mod dispatch;
 mod drift;
 mod error;

@@ -2,7 +2,7 @@
 //! from the wire. Prost types never get past the service layer; these do.
 
 use serde::{Deserialize, Serialize};
-use tensortune_kernels::{Target, Template, Workload};
+use tensortune_kernels::{Template, Workload};
 
 use crate::tuner::TunerKind;
 
@@ -204,18 +204,9 @@ impl Measurement {
     }
 }
 
-/// A worker's GPU: the limits validity rules use plus provenance (stored as JSON).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Device {
-    pub(crate) target: Target,
-    pub(crate) memory_bytes: u64,
-    pub(crate) uuid: String,
-    pub(crate) driver_version: String,
-    pub(crate) cuda_version: String,
-    pub(crate) nvrtc_version: String,
-    pub(crate) sm_clock_mhz: u32,
-    pub(crate) mem_clock_mhz: u32,
-}
+/// A worker's GPU: the limits validity rules use plus provenance (stored as JSON); the one
+/// definition, in `tensortune_kernels::target`.
+pub(crate) use tensortune_kernels::target::Device;
 
 /// A template a worker implements, spelled `name@version` in the store.
 #[derive(Clone, Debug, PartialEq, Eq)]

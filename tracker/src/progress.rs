@@ -99,7 +99,7 @@ impl JobTemplates {
         for s in &spelled {
             let t = TemplateRef::parse(s)
                 .ok_or_else(|| Error::Internal(format!("job {} lists template {s:?}, not name@version", job.id)))?;
-            let template = tensortune_kernels::template::by_name(&t.name).map_err(|_| {
+            let template = tensortune_kernels::registry::by_name(&t.name).map_err(|_| {
                 Error::Precondition(format!("template {:?} is not built into this tracker; resubmit the job", t.name))
             })?;
             if template.version() != t.version {

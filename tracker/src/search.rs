@@ -421,7 +421,7 @@ mod tests {
 
     #[test]
     fn a_union_space_holds_every_template_that_takes_the_workload() {
-        use tensortune_kernels::template::templates_for;
+        use tensortune_kernels::registry::templates_for;
         use tensortune_kernels::{DType, Layout, Matmul, Op, Types};
         let templates = templates_for(Op::Matmul);
         assert_eq!(
@@ -462,7 +462,7 @@ mod tests {
 
     #[test]
     fn an_exact_f32_conv_is_simt_conv2d_s_alone() {
-        use tensortune_kernels::template::templates_for;
+        use tensortune_kernels::registry::templates_for;
         use tensortune_kernels::{Conv2d, DType, Op, Types};
         let templates = templates_for(Op::Conv2d);
         let names: Vec<_> = templates.iter().map(|t| t.name()).collect();

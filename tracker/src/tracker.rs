@@ -17,9 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::Tokens;
 use crate::config::TrackerConfig;
+use crate::counters::Counters;
 use crate::error::Result;
 use crate::events::Events;
-use crate::http::Counters;
 use crate::model::{JobId, now_ms};
 use crate::search::{PriorKey, Search, SearchKey, Searches};
 use crate::store::{Exec, Pool, Tx};

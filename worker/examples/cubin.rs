@@ -9,8 +9,8 @@ fn main() -> anyhow::Result<()> {
     let arch = a.get(3).cloned().unwrap_or("sm_90".into());
     let t = if arch == "sm_80" { Target::sm80() } else { Target::sm90() };
     let template = match std::env::var("TT_TEMPLATE") {
-        Ok(name) => template::by_name(&name)?,
-        Err(_) => template::default_for(w.op())?,
+        Ok(name) => registry::by_name(&name)?,
+        Err(_) => registry::default_for(w.op())?,
     };
     let spec = template.generate(&w, &c, &t)?;
     let inc = tensortune_worker::nvrtc::find_include_dir().expect("CUDA headers");

@@ -81,8 +81,11 @@ fn main() -> anyhow::Result<()> {
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
     let mut exec = CudaExecutor::new(0).context("opening cuda:0")?;
     let f = exec.facts();
-    println!("device: {} ({}), driver {}, cuda {}", f.name, f.class_key, f.driver_version, f.cuda_version);
-    let target = f.target();
+    println!(
+        "device: {} ({}), driver {}, cuda {}",
+        f.target.name, f.target.class_key, f.driver_version, f.cuda_version
+    );
+    let target = f.target.clone();
 
     let mut rows = Vec::new();
     for (label, w) in &workloads {

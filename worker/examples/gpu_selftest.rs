@@ -29,8 +29,9 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context as _;
+use tensortune_kernels::registry;
 use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::template::{self, valid_configs};
+use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::{Config, Space, Workload};
 use tensortune_worker::cuda::CudaExecutor;
 use tensortune_worker::nvrtc;
@@ -45,15 +46,15 @@ fn main() -> anyhow::Result<()> {
     let f = exec.facts();
     println!(
         "device: {} ({}), sm_{}, {} SMs, driver {}, cuda {}, nvrtc {:?}",
-        f.name,
-        f.class_key,
-        f.arch,
-        f.sm_count,
+        f.target.name,
+        f.target.class_key,
+        f.target.arch,
+        f.target.sm_count,
         f.driver_version,
         f.cuda_version,
         nvrtc::version()
     );
-    let target = f.target();
+    let target = f.target.clone();
     let keys = [
         "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0",
         "matmul/m512n32k512/nt/f16,f32,f16/alpha=1,beta=0",
@@ -76,7 +77,7 @@ fn main() -> anyhow::Result<()> {
     };
     let workloads = keys.iter().map(|k| Workload::from_key(k)).collect::<Result<Vec<_>, _>>()?;
     let chosen_template = match std::env::var("SELFTEST_TEMPLATE") {
-        Ok(name) => Some(template::by_name(&name)?),
+        Ok(name) => Some(registry::by_name(&name)?),
         Err(_) => None,
     };
     // SELFTEST_KNOB=name:value keeps the configs whose knob has that value (e.g. producer:inline,
@@ -105,10 +106,10 @@ fn main() -> anyhow::Result<()> {
         // The named template; else the first of the op that supports the workload, or in `types`
         // mode every one that does (tf32 in tn is both wgmma_gemm's and mma_ext_gemm's).
         let supporting: Vec<_> =
-            template::templates_for(w.op()).into_iter().filter(|t| t.supports(w, &target).is_ok()).collect();
+            registry::templates_for(w.op()).into_iter().filter(|t| t.supports(w, &target).is_ok()).collect();
         let templates = match (&chosen_template, supporting.first()) {
             (Some(t), _) => vec![*t],
-            (None, None) => vec![template::default_for(w.op())?],
+            (None, None) => vec![registry::default_for(w.op())?],
             (None, Some(first)) if !every_template => vec![*first],
             (None, Some(_)) => supporting,
         };

@@ -40,11 +40,11 @@ fn main() -> anyhow::Result<()> {
     };
     let mut exec = CudaExecutor::new(0).context("opening cuda:0")?;
     let f = exec.facts();
-    let target = f.target();
+    let target = f.target.clone();
     let inc = nvrtc::find_include_dir().ok_or_else(|| anyhow::anyhow!("CUDA headers not found"))?;
     let template = match std::env::var("TT_TEMPLATE") {
-        Ok(name) => template::by_name(&name)?,
-        Err(_) => template::default_for(w.op())?,
+        Ok(name) => registry::by_name(&name)?,
+        Err(_) => registry::default_for(w.op())?,
     };
     let spec = template.generate(&w, &config, &target)?;
     let cubin = nvrtc::compile(&spec.source, &spec.name, &target.nvrtc_arch(), &inc)?.cubin;

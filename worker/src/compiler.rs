@@ -337,13 +337,8 @@ mod tests {
     const KERNEL: &str = "extern \"C\" __global__ void k(float* p) { p[threadIdx.x] = 1.0f; }\n";
 
     fn nvrtc_backend() -> Backend {
-        let (Some(version), Some(include_dir)) = (nvrtc::version(), nvrtc::find_include_dir()) else {
-            panic!(
-                "NVRTC is not loadable: run scripts/setup-nvrtc.sh, then \
-                 export LD_LIBRARY_PATH=$PWD/.nvrtc/nvidia/cu13/lib (this test compiles real code)"
-            );
-        };
-        Backend::Nvrtc { include_dir, version }
+        let t = nvrtc::find().unwrap_or_else(|why| panic!("{why} (this test compiles real code)"));
+        Backend::Nvrtc { include_dir: t.include_dir, version: t.version }
     }
 
     #[tokio::test]

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use tensortune_kernels::{Target, template};
+use tensortune_kernels::{Target, registry};
 use tensortune_proto::convert::{status_name, target_from_device};
 use tensortune_proto::pb;
 use tokio::sync::{Semaphore, mpsc};
@@ -89,7 +89,7 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
     let registration = pb::RegisterRequest {
         name: name.clone(),
         device: Some(device.clone()),
-        templates: template::all()
+        templates: registry::all()
             .iter()
             .map(|t| pb::TemplateRef { name: t.name().to_owned(), version: t.version() })
             .collect(),
@@ -214,22 +214,15 @@ fn gpu_faults(config: &WorkerConfig) -> anyhow::Result<Vec<Fault>> {
 fn prepare_run(config: &WorkerConfig, device: &pb::DeviceInfo) -> anyhow::Result<(Target, Backend)> {
     let target =
         target_from_device(device).map_err(|e| anyhow!("{} reports an unusable device: {e}", config.device))?;
-    let backend = match (nvrtc::version(), nvrtc::find_include_dir()) {
-        (Some(version), Some(include_dir)) => Backend::Nvrtc { include_dir, version },
-        (version, _) => {
-            let why = if version.is_none() {
-                "libnvrtc.so.13 could not be loaded (put its directory on LD_LIBRARY_PATH; scripts/setup-nvrtc.sh installs it)"
-            } else {
-                "the CUDA headers (mma.h, cuda_fp16.h) were not found (set TENSORTUNE_CUDA_INCLUDE or CUDA_HOME)"
-            };
-            match config.device {
-                DeviceSpec::Sim => {
-                    tracing::warn!("{why}; the sim device compiles nothing and reports compile_ms 0");
-                    Backend::Skip
-                }
-                _ => anyhow::bail!("{} cannot compile kernels: {why}", config.device),
+    let backend = match nvrtc::find() {
+        Ok(t) => Backend::Nvrtc { include_dir: t.include_dir, version: t.version },
+        Err(why) => match config.device {
+            DeviceSpec::Sim => {
+                tracing::warn!("{why}; the sim device compiles nothing and reports compile_ms 0");
+                Backend::Skip
             }
-        }
+            _ => anyhow::bail!("{} cannot compile kernels: {why}", config.device),
+        },
     };
     Ok((target, backend))
 }

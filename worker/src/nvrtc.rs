@@ -6,6 +6,7 @@
 
 use std::ffi::{CStr, CString, c_char};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use cudarc::nvrtc::sys;
@@ -40,10 +41,117 @@ pub struct Compiled {
     pub ms: f64,
 }
 
-/// Whether libnvrtc can be loaded (cudarc would panic on first use otherwise).
+/// The library's file name (its SONAME: a copy loaded by path answers a later load by name).
+const LIBRARY: &str = "libnvrtc.so.13";
+
+/// Where `scripts/setup-nvrtc.sh` unpacks NVIDIA's wheels, relative to the repository root.
+const WHEEL: &str = ".nvrtc/nvidia/cu13";
+
+/// NVRTC and the CUDA headers, found: what compiling a kernel needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Toolchain {
+    /// The directory holding `mma.h` and `cuda_fp16.h`.
+    pub include_dir: PathBuf,
+    /// NVRTC's version, "major.minor".
+    pub version: String,
+}
+
+/// The one lookup every command uses (the worker, `tensortune tune`'s embedded worker, `export`,
+/// the tests): libnvrtc and the CUDA headers, or why not, naming where it looked.
+pub fn find() -> Result<Toolchain, String> {
+    let Some(version) = version() else {
+        return Err(format!(
+            "{LIBRARY} was found neither by the dynamic loader (LD_LIBRARY_PATH) nor in {}; \
+             scripts/setup-nvrtc.sh installs it",
+            looked_in(&cuda_roots(), "lib")
+        ));
+    };
+    let Some(include_dir) = find_include_dir() else {
+        return Err(format!(
+            "the CUDA headers (mma.h, cuda_fp16.h) were found neither in TENSORTUNE_CUDA_INCLUDE nor in {}",
+            looked_in(&cuda_roots(), "include")
+        ));
+    };
+    Ok(Toolchain { include_dir, version })
+}
+
+/// The CUDA installations searched, in order: `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`, then
+/// the wheels that `scripts/setup-nvrtc.sh` unpacks into `.nvrtc/` at a repository root: above the
+/// current directory, above the running binary (a built `tensortune` in `target/`), and at the
+/// root of the tree this crate was built from.
+pub fn cuda_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(dir) = std::env::var_os(var) {
+            roots.push(dir.into());
+        }
+    }
+    roots.push("/usr/local/cuda".into());
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.extend(cwd.ancestors().map(|d| d.join(WHEEL)));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        roots.extend(exe.ancestors().map(|d| d.join(WHEEL)));
+    }
+    roots.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(WHEEL));
+    roots
+}
+
+/// The first root's `lib/libnvrtc.so.13` (or `lib64/`) that exists.
+fn library_in(roots: &[PathBuf]) -> Option<PathBuf> {
+    roots.iter().flat_map(|r| ["lib", "lib64"].map(|l| r.join(l).join(LIBRARY))).find(|p| p.is_file())
+}
+
+/// The first directory holding `mma.h` and `cuda_fp16.h`: `include` under a root, after
+/// `TENSORTUNE_CUDA_INCLUDE` when set.
+fn include_in(explicit: Option<PathBuf>, roots: &[PathBuf]) -> Option<PathBuf> {
+    explicit
+        .into_iter()
+        .chain(roots.iter().map(|r| r.join("include")))
+        .find(|d| d.join("mma.h").is_file() && d.join("cuda_fp16.h").is_file())
+}
+
+/// The directories searched, for an error message.
+fn looked_in(roots: &[PathBuf], sub: &str) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    for r in roots {
+        let d = r.join(sub).display().to_string();
+        if !seen.contains(&d) {
+            seen.push(d);
+        }
+    }
+    seen.join(", ")
+}
+
+/// Whether libnvrtc can be loaded (cudarc would panic on first use otherwise): by name through
+/// the dynamic loader first, else from [`cuda_roots`]. A copy found there is loaded by path
+/// (with `libnvrtc-builtins` beside it, which NVRTC loads by name) and kept for the process, so
+/// cudarc's own load by name finds it already loaded.
 pub fn available() -> bool {
-    // SAFETY: only tries to dlopen the library by its candidate names.
-    unsafe { sys::is_culib_present() }
+    static LOADED: OnceLock<bool> = OnceLock::new();
+    *LOADED.get_or_init(|| {
+        // SAFETY: only tries to dlopen the library by its candidate names.
+        if unsafe { sys::is_culib_present() } {
+            return true;
+        }
+        let Some(lib) = library_in(&cuda_roots()) else { return false };
+        let dir = lib.parent().expect("a file has a directory");
+        let builtins =
+            std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| {
+                p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("libnvrtc-builtins.so"))
+            });
+        for path in builtins.chain([lib.clone()]) {
+            // SAFETY: NVIDIA's libraries run no initialisers beyond their own set-up; each stays
+            // loaded for the life of the process (forgotten, never unloaded).
+            match unsafe { libloading::Library::new(&path) } {
+                Ok(loaded) => std::mem::forget(loaded),
+                Err(e) => tracing::warn!(path = %path.display(), "could not load: {e}"),
+            }
+        }
+        tracing::debug!(path = %lib.display(), "loaded NVRTC from a CUDA root");
+        // SAFETY: as above.
+        unsafe { sys::is_culib_present() }
+    })
 }
 
 /// NVRTC's version as "major.minor", when the library loads.
@@ -58,29 +166,9 @@ pub fn version() -> Option<String> {
 }
 
 /// The first directory holding the CUDA headers WMMA needs (`mma.h`, `cuda_fp16.h`): the
-/// `TENSORTUNE_CUDA_INCLUDE` variable, then `$CUDA_HOME`/`$CUDA_PATH`, `/usr/local/cuda`, then the
-/// NVRTC wheels that `scripts/setup-nvrtc.sh` unpacks into `.nvrtc/` (next to the binary's
-/// workspace or the current directory).
+/// `TENSORTUNE_CUDA_INCLUDE` variable, then `include` under each of [`cuda_roots`].
 pub fn find_include_dir() -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Ok(dir) = std::env::var("TENSORTUNE_CUDA_INCLUDE") {
-        candidates.push(dir.into());
-    }
-    for var in ["CUDA_HOME", "CUDA_PATH"] {
-        if let Ok(dir) = std::env::var(var) {
-            candidates.push(Path::new(&dir).join("include"));
-        }
-    }
-    candidates.push("/usr/local/cuda/include".into());
-    let wheel = Path::new(".nvrtc/nvidia/cu13/include");
-    if let Ok(cwd) = std::env::current_dir() {
-        candidates.extend(cwd.ancestors().map(|d| d.join(wheel)));
-    }
-    if let Ok(exe) = std::env::current_exe() {
-        candidates.extend(exe.ancestors().map(|d| d.join(wheel)));
-    }
-    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(wheel));
-    candidates.into_iter().find(|d| d.join("mma.h").is_file() && d.join("cuda_fp16.h").is_file())
+    include_in(std::env::var_os("TENSORTUNE_CUDA_INCLUDE").map(PathBuf::from), &cuda_roots())
 }
 
 /// ptxas warnings that mean wgmma instructions were serialized (C7510, C7511, and C7514: a
@@ -129,8 +217,7 @@ pub fn compile_with(
 ) -> Result<Compiled, CompileError> {
     if !available() {
         return Err(CompileError::Unavailable(
-            "libnvrtc.so.13 was not found; put its directory on LD_LIBRARY_PATH (scripts/setup-nvrtc.sh installs it)"
-                .into(),
+            find().err().unwrap_or_else(|| format!("{LIBRARY} could not be loaded")),
         ));
     }
     let start = Instant::now();
@@ -199,4 +286,77 @@ fn program_log(prog: &Program) -> String {
         return String::new();
     }
     CStr::from_bytes_until_nul(&buf).map(|s| s.to_string_lossy().trim_end().to_owned()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(path: &Path) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"").unwrap();
+    }
+
+    #[test]
+    fn the_search_covers_the_wheel_above_the_binary_and_the_working_directory() {
+        let roots = cuda_roots();
+        // A built binary sits in <repo>/target/<profile>/: every directory above it is searched.
+        for dir in std::env::current_exe().unwrap().ancestors() {
+            assert!(roots.contains(&dir.join(WHEEL)), "{dir:?} not searched: {roots:?}");
+        }
+        let cwd_wheel = std::env::current_dir().unwrap().join(WHEEL);
+        assert!(roots.contains(&cwd_wheel), "{cwd_wheel:?} not in {roots:?}");
+        assert!(roots.contains(&PathBuf::from("/usr/local/cuda")));
+        // Installations named by the environment come before the wheels.
+        let system = roots.iter().position(|r| r == Path::new("/usr/local/cuda")).unwrap();
+        assert!(roots.iter().position(|r| r == &cwd_wheel).unwrap() > system);
+    }
+
+    #[test]
+    fn library_and_headers_are_taken_from_the_first_root_that_has_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (empty, a, b) = (dir.path().join("empty"), dir.path().join("a"), dir.path().join("b"));
+        touch(&b.join("lib").join(LIBRARY));
+        touch(&a.join("lib64").join(LIBRARY));
+        let roots = vec![empty.clone(), a.clone(), b.clone()];
+        assert_eq!(library_in(&roots), Some(a.join("lib64").join(LIBRARY)));
+        assert_eq!(library_in(&roots[..1]), None);
+
+        for h in ["mma.h", "cuda_fp16.h"] {
+            touch(&b.join("include").join(h));
+        }
+        touch(&a.join("include/mma.h")); // without cuda_fp16.h: not a header directory
+        assert_eq!(include_in(None, &roots), Some(b.join("include")));
+        assert_eq!(include_in(Some(empty.clone()), &roots), Some(b.join("include")));
+        assert_eq!(include_in(Some(b.join("include")), &[]), Some(b.join("include")));
+        assert!(looked_in(&roots, "lib").contains(&a.join("lib").display().to_string()));
+    }
+
+    /// A binary run without LD_LIBRARY_PATH (`tensortune export` from `target/`) finds the NVRTC
+    /// that scripts/setup-nvrtc.sh installed, as the worker does: this test runs itself again
+    /// with the variable removed, from a directory outside the repository.
+    #[test]
+    fn nvrtc_loads_without_ld_library_path() {
+        if std::env::var_os("TENSORTUNE_NVRTC_CHILD").is_some() {
+            let toolchain = find().unwrap();
+            assert!(!toolchain.version.is_empty());
+            return;
+        }
+        assert!(
+            library_in(&cuda_roots()).is_some() || std::env::var_os("CUDA_HOME").is_some(),
+            "no {LIBRARY} under {}: run scripts/setup-nvrtc.sh",
+            looked_in(&cuda_roots(), "lib")
+        );
+        let elsewhere = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "nvrtc::tests::nvrtc_loads_without_ld_library_path", "--nocapture"])
+            .env("TENSORTUNE_NVRTC_CHILD", "1")
+            .env_remove("LD_LIBRARY_PATH")
+            .env_remove("TENSORTUNE_CUDA_INCLUDE")
+            .current_dir(elsewhere.path())
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    }
 }

@@ -3,7 +3,7 @@
 
 use tensortune_kernels::gemm::vendor_model_us;
 use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Workload, short_digest, template};
+use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Workload, registry, short_digest};
 use tensortune_proto::pb;
 
 use crate::compiler::Image;
@@ -97,7 +97,7 @@ impl Subject {
 
 /// The template `name` at `version`, which this worker must generate.
 fn template_named(name: &str, version: u32) -> Result<&'static dyn Template, String> {
-    let template = template::by_name(name).map_err(|e| e.to_string())?;
+    let template = registry::by_name(name).map_err(|e| e.to_string())?;
     if version != template.version() {
         return Err(format!(
             "the task asks for {name} version {version}; this worker generates version {}",

@@ -8,62 +8,14 @@
 //! byte length followed by that many bytes of JSON (binary images are base64 inside the JSON).
 
 use serde::{Deserialize, Serialize};
+use tensortune_kernels::Workload;
 use tensortune_kernels::support::Tolerance;
-use tensortune_kernels::{Arg, KernelSpec, Target, Workload};
 
-/// Outcome classes of one measurement (mirrors `pb::RecordStatus`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// Verified and timed.
-    Ok,
-    /// The config cannot run on this device (found at load time: registers, threads, shared memory).
-    InvalidConfig,
-    /// NVRTC rejected the source.
-    CompileError,
-    /// The kernel faulted or could not be launched.
-    LaunchError,
-    /// The output differs from the reference.
-    WrongResult,
-    /// The measurement ran past its deadline.
-    Timeout,
-    /// The GPU stopped answering.
-    DeviceLost,
-}
+/// Outcome classes of one measurement: the one definition every crate uses.
+pub use tensortune_kernels::status::Status;
 
-/// How to launch a compiled kernel (a `KernelSpec` without its source).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Launch {
-    /// Kernel identity.
-    pub name: String,
-    /// `extern "C"` entry point in the image.
-    pub entry: String,
-    /// Grid dimensions.
-    pub grid: [u32; 3],
-    /// Block dimensions.
-    pub block: [u32; 3],
-    /// Dynamic shared memory, bytes.
-    pub smem_bytes: u32,
-    /// Scratch buffer, bytes; zero-filled once when allocated (kernels leave it zeroed).
-    pub workspace_bytes: u64,
-    /// Buffers in argument order.
-    pub args: Vec<Arg>,
-}
-
-impl Launch {
-    /// How to launch the kernel of `spec`.
-    pub fn of(spec: &KernelSpec) -> Launch {
-        Launch {
-            name: spec.name.clone(),
-            entry: spec.entry.clone(),
-            grid: spec.grid,
-            block: spec.block,
-            smem_bytes: spec.smem_bytes,
-            workspace_bytes: spec.workspace_bytes,
-            args: spec.args.clone(),
-        }
-    }
-}
+/// How to launch a compiled kernel: the one definition, beside `tensortune_kernels::KernelSpec`.
+pub use tensortune_kernels::template::Launch;
 
 /// What the child needs to measure one config.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -176,58 +128,8 @@ impl MeasureOutcome {
     }
 }
 
-/// Static facts about the device a child drives (provenance and validity limits).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DeviceFacts {
-    /// Device class key (`tensortune_kernels::target::class_key`), or `sim`.
-    pub class_key: String,
-    /// Marketing name.
-    pub name: String,
-    /// Compute capability as major*10+minor.
-    pub arch: u32,
-    /// SMs.
-    pub sm_count: u32,
-    /// Threads per block.
-    pub max_threads_per_block: u32,
-    /// Opt-in shared memory per block, bytes.
-    pub max_smem_per_block: u32,
-    /// Shared memory per SM, bytes.
-    pub smem_per_sm: u32,
-    /// Registers per SM.
-    pub regs_per_sm: u32,
-    /// L2 size, bytes.
-    pub l2_bytes: u64,
-    /// Device memory, bytes.
-    pub memory_bytes: u64,
-    /// GPU UUID.
-    pub uuid: String,
-    /// Driver version, e.g. "13.0".
-    pub driver_version: String,
-    /// CUDA version the driver supports.
-    pub cuda_version: String,
-    /// Maximum SM clock, MHz.
-    pub sm_clock_mhz: u32,
-    /// Memory clock, MHz.
-    pub mem_clock_mhz: u32,
-}
-
-impl DeviceFacts {
-    /// The validity limits of this device, for generating kernels for it directly (the daemon
-    /// goes through the tracker's `DeviceInfo`, which validates them).
-    pub fn target(&self) -> Target {
-        Target {
-            class_key: self.class_key.clone(),
-            name: self.name.clone(),
-            arch: self.arch,
-            sm_count: self.sm_count,
-            max_threads_per_block: self.max_threads_per_block,
-            max_smem_per_block: self.max_smem_per_block,
-            smem_per_sm: self.smem_per_sm,
-            regs_per_sm: self.regs_per_sm,
-            l2_bytes: self.l2_bytes,
-        }
-    }
-}
+/// The device a child drives: the one definition, in `tensortune_kernels::target`.
+pub use tensortune_kernels::target::Device;
 
 /// Daemon -> child.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -249,7 +151,7 @@ pub enum Request {
 #[serde(tag = "type", content = "body", rename_all = "snake_case")]
 pub enum Response {
     /// Answer to `Hello`.
-    Hello(DeviceFacts),
+    Hello(Device),
     /// Answer to `Measure`. `support_loaded` lists the workload keys whose support module the
     /// child holds, so the daemon can stop sending them.
     Measured {
@@ -268,7 +170,7 @@ pub enum Response {
 /// A device backend, driven by the child process's request loop on one thread.
 pub trait Executor {
     /// Facts about the device.
-    fn facts(&self) -> DeviceFacts;
+    fn facts(&self) -> Device;
 
     /// Measures one config. Never panics on a bad kernel: faults become `launch_error` outcomes,
     /// and `poisoned()` turns true when the context cannot be used again.

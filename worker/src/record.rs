@@ -1,9 +1,9 @@
 //! What the worker tells the tracker: its device (`pb::DeviceInfo`) and its measurement records
 //! (`pb::Measurement`), built from what the child said.
 
-use tensortune_proto::pb;
+use tensortune_proto::{convert, pb};
 
-use crate::protocol::{DeviceFacts, MeasureOutcome, Status};
+use crate::protocol::{Device, MeasureOutcome};
 
 /// How a task's kernel image was obtained.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -15,25 +15,12 @@ pub(crate) struct Compile {
 }
 
 /// The device as the tracker sees it: the child's facts plus the daemon's NVRTC version.
-pub(crate) fn device_info(facts: &DeviceFacts, nvrtc_version: Option<String>) -> pb::DeviceInfo {
-    pb::DeviceInfo {
-        class_key: facts.class_key.clone(),
-        name: facts.name.clone(),
-        arch: facts.arch,
-        sm_count: facts.sm_count,
-        max_threads_per_block: facts.max_threads_per_block,
-        max_smem_per_block: facts.max_smem_per_block,
-        smem_per_sm: facts.smem_per_sm,
-        regs_per_sm: facts.regs_per_sm,
-        l2_bytes: facts.l2_bytes,
-        memory_bytes: facts.memory_bytes,
-        uuid: facts.uuid.clone(),
-        driver_version: facts.driver_version.clone(),
-        cuda_version: facts.cuda_version.clone(),
-        nvrtc_version: nvrtc_version.unwrap_or_default(),
-        sm_clock_mhz: facts.sm_clock_mhz,
-        mem_clock_mhz: facts.mem_clock_mhz,
+pub(crate) fn device_info(facts: &Device, nvrtc_version: Option<String>) -> pb::DeviceInfo {
+    let mut info = convert::device_info(facts);
+    if let Some(version) = nvrtc_version {
+        info.nvrtc_version = version;
     }
+    info
 }
 
 /// Provenance shared by every record of a worker run (the SM clock is filled per record).
@@ -49,23 +36,10 @@ pub(crate) fn provenance(worker_name: &str, device: &pb::DeviceInfo) -> pb::Prov
     }
 }
 
-/// The wire status of an outcome.
-pub(crate) fn status_to_pb(status: Status) -> pb::RecordStatus {
-    match status {
-        Status::Ok => pb::RecordStatus::Ok,
-        Status::InvalidConfig => pb::RecordStatus::InvalidConfig,
-        Status::CompileError => pb::RecordStatus::CompileError,
-        Status::LaunchError => pb::RecordStatus::LaunchError,
-        Status::WrongResult => pb::RecordStatus::WrongResult,
-        Status::Timeout => pb::RecordStatus::Timeout,
-        Status::DeviceLost => pb::RecordStatus::DeviceLost,
-    }
-}
-
 /// The record of one task.
 pub(crate) fn measurement(outcome: MeasureOutcome, compile: Compile, provenance: &pb::Provenance) -> pb::Measurement {
     pb::Measurement {
-        status: status_to_pb(outcome.status) as i32,
+        status: pb::RecordStatus::from(outcome.status) as i32,
         error: outcome.error,
         compile_ms: compile.ms,
         measure_ms: outcome.measure_ms,
@@ -88,6 +62,7 @@ pub(crate) fn measurement(outcome: MeasureOutcome, compile: Compile, provenance:
 mod tests {
     use super::*;
     use crate::protocol::Executor as _;
+    use crate::protocol::Status;
     use crate::sim::SimExecutor;
     use tensortune_proto::convert::status_name;
 
@@ -102,7 +77,7 @@ mod tests {
             (Status::Timeout, "timeout"),
             (Status::DeviceLost, "device_lost"),
         ] {
-            assert_eq!(status_name(status_to_pb(s)), name);
+            assert_eq!(status_name(pb::RecordStatus::from(s)), name);
             assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{name}\""));
         }
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tensortune_kernels::Target;
 
-use crate::protocol::{DeviceFacts, Executor, MeasureOutcome, MeasureRequest, Status};
+use crate::protocol::{Device, Executor, MeasureOutcome, MeasureRequest, Status};
 
 /// Environment variable that carries the faults (a JSON array of [`SimFault`]) to a sim child.
 pub const SIM_FAULTS_ENV: &str = "TENSORTUNE_SIM_FAULTS";
@@ -127,22 +127,14 @@ fn median(sorted: &[f64]) -> f64 {
 }
 
 impl Executor for SimExecutor {
-    fn facts(&self) -> DeviceFacts {
-        let t = &self.target;
-        DeviceFacts {
-            class_key: t.class_key.clone(),
-            name: t.name.clone(),
-            arch: t.arch,
-            sm_count: t.sm_count,
-            max_threads_per_block: t.max_threads_per_block,
-            max_smem_per_block: t.max_smem_per_block,
-            smem_per_sm: t.smem_per_sm,
-            regs_per_sm: t.regs_per_sm,
-            l2_bytes: t.l2_bytes,
+    fn facts(&self) -> Device {
+        Device {
+            target: self.target.clone(),
             memory_bytes: 80 << 30,
             uuid: "sim-0".into(),
             driver_version: "sim".into(),
             cuda_version: "sim".into(),
+            nvrtc_version: String::new(),
             sm_clock_mhz: 0,
             mem_clock_mhz: 0,
         }

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{DeviceSpec, WorkerConfig};
 use crate::frame::{self, FrameError};
-use crate::protocol::{DeviceFacts, MeasureOutcome, MeasureRequest, Request, Response, Status};
+use crate::protocol::{Device, MeasureOutcome, MeasureRequest, Request, Response, Status};
 use crate::sim::SIM_FAULTS_ENV;
 
 /// How long a child may take to open its device and answer Hello (CUDA context creation and
@@ -136,7 +136,7 @@ struct Launcher {
 
 impl Launcher {
     /// Starts a child and waits for its Hello.
-    async fn spawn(&self) -> anyhow::Result<(Child, DeviceFacts)> {
+    async fn spawn(&self) -> anyhow::Result<(Child, Device)> {
         let (program, args) = self.command.split_first().ok_or_else(|| {
             anyhow!("no command starts the measuring child (the current executable was not found); set child_command")
         })?;
@@ -191,7 +191,7 @@ pub(crate) struct Supervisor {
     launcher: Launcher,
     timeout: Duration,
     /// The device as the first child described it; later children must describe the same one.
-    facts: DeviceFacts,
+    facts: Device,
     /// `None` after a child was retired, until the next measurement starts a fresh one.
     child: Option<Child>,
     /// Workload keys whose support module the current child holds (so they are not sent again).
@@ -210,7 +210,7 @@ impl Supervisor {
         let launcher = Launcher { command: config.child_command.clone(), device: config.device.clone(), faults };
         // The one place a worker opens its device: the daemon and `probe` both come here.
         let (child, facts) = launcher.spawn().await.with_context(|| format!("opening {}", config.device))?;
-        tracing::info!(gpu = %config.device, child = child.pid, device = %facts.name, class = %facts.class_key, "measuring child started");
+        tracing::info!(gpu = %config.device, child = child.pid, device = %facts.target.name, class = %facts.target.class_key, "measuring child started");
         Ok(Supervisor {
             launcher,
             timeout: config.measure_timeout,
@@ -221,7 +221,7 @@ impl Supervisor {
     }
 
     /// The device, as the first child described it.
-    pub(crate) fn facts(&self) -> &DeviceFacts {
+    pub(crate) fn facts(&self) -> &Device {
         &self.facts
     }
 
@@ -301,16 +301,18 @@ impl Supervisor {
             let child = loop {
                 attempt += 1;
                 match self.launcher.spawn().await {
-                    Ok((child, facts)) if facts.class_key == self.facts.class_key && facts.uuid == self.facts.uuid => {
+                    Ok((child, facts))
+                        if facts.target.class_key == self.facts.target.class_key && facts.uuid == self.facts.uuid =>
+                    {
                         break child;
                     }
                     Ok((child, facts)) => {
                         child.retire(End::Ask).await;
                         anyhow::bail!(
                             "a restarted measuring child reports device {:?} ({}); the first one reported {:?} ({})",
-                            facts.class_key,
+                            facts.target.class_key,
                             facts.uuid,
-                            self.facts.class_key,
+                            self.facts.target.class_key,
                             self.facts.uuid
                         );
                     }

@@ -29,7 +29,10 @@ use crate::target::Target;
 use crate::template::{KernelSpec, Resources, Template};
 use crate::workload::{Conv2d, Op, Workload};
 
-use super::{ConvGemm, DOMAIN_SIZES, Plan, WgmmaGemm, model};
+use super::gemm::WgmmaGemm;
+use super::knobs::DOMAIN_SIZES;
+use super::model::model;
+use super::plan::{ConvGemm, Plan};
 
 /// The Hopper convolution template.
 pub struct WgmmaConv2d;
@@ -53,23 +56,7 @@ impl Template for WgmmaConv2d {
     }
 
     fn version(&self) -> u32 {
-        // 2: TMA im2col loads for layers whose channels are a multiple of a K tile (gathered in 1).
-        // 3: the shared body's wgmma descriptors advanced by constants (wgmma_gemm v3).
-        // 4: the body's tensor-map prefetch and 160-wide filter tiles (wgmma_gemm v4).
-        // 5: the body's K split in a cluster for grids that leave most SMs idle (wgmma_gemm v5).
-        // 6: the body's evict-first hint on an operand no other tile reads: a pointwise layer's
-        // activations when its output channels fit one tile (wgmma_gemm v6).
-        // 7: the body's stores from registers 16 bytes a thread, constant divisors in the tile
-        // order, and shared-space stores into the TMA-store staging (wgmma_gemm v7).
-        // 8: the body's stream-K range run before the tile-by-tile tiles (wgmma_gemm v8).
-        // 9: the body's 4-byte outputs stored from registers as pairs (wgmma_gemm v9).
-        // 10: the body's descriptors in uniform registers with inline loads (wgmma_gemm v10).
-        // 11: the raster knob (wgmma_gemm v11).
-        // 12: the body's K split in clusters of 2 that share the filter by multicast, K splits that
-        // fit one wave, and stream-K in whole shares on small grids (wgmma_gemm v12).
-        // 13: the body's relaxed first cluster meeting (wgmma_gemm v13).
-        // 14: the body's producer tail instead of a closing cluster meeting (wgmma_gemm v14).
-        14
+        crate::version::WGMMA_CONV2D
     }
 
     fn op(&self) -> Op {
@@ -165,7 +152,7 @@ impl Template for WgmmaConv2d {
 
 #[cfg(test)]
 mod tests {
-    use super::super::ConvX;
+    use super::super::plan::ConvX;
     use super::*;
     use crate::template::{Arg, TensorOperand, valid_configs};
     use crate::{Layout, Types};
@@ -338,7 +325,7 @@ mod tests {
     #[test]
     fn conv_layers_search_both_templates_on_hopper() {
         let w = layer(32, 56, 64, 64, 3, 1, 1, DType::F16);
-        let names: Vec<_> = crate::template::all()
+        let names: Vec<_> = crate::registry::all()
             .into_iter()
             .filter(|t| t.op() == Op::Conv2d && t.supports(&w, &Target::sm90()).is_ok())
             .map(|t| t.name())
@@ -347,7 +334,7 @@ mod tests {
         // TF32 too; exact f32 is neither's.
         for (input, want) in [(DType::Tf32, &["wmma_conv2d", "wgmma_conv2d"][..]), (DType::F32, &[][..])] {
             let w = layer(32, 56, 64, 64, 3, 1, 1, input);
-            let names: Vec<_> = crate::template::all()
+            let names: Vec<_> = crate::registry::all()
                 .into_iter()
                 .filter(|t| t.op() == Op::Conv2d && t.supports(&w, &Target::sm90()).is_ok())
                 .map(|t| t.name())

@@ -1,5 +1,12 @@
+use super::gemm::*;
+use super::plan::*;
 use super::*;
+use crate::dtype::DType;
+use crate::space::Config;
+use crate::target::Target;
+use crate::template::{Arg, Template, TensorOperand};
 use crate::workload::{Layout, Types};
+use crate::workload::{Matmul, Workload};
 
 fn mm(m: u64, n: u64, k: u64, layout: Layout, input: DType) -> Workload {
     Workload::Matmul(Matmul::new(m, n, k, layout, Types::default_for(input).unwrap()).unwrap())

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use tensortune_kernels::template::by_name;
+use tensortune_kernels::registry::by_name;
 use tensortune_kernels::{Template, Workload};
 use tensortune_proto::convert::{device_from_target, status_name, target_from_device};
 use tensortune_proto::pb;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tensortune_kernels::Workload;
-use tensortune_kernels::template::{self, by_name};
+use tensortune_kernels::registry::{self, by_name};
 use tensortune_proto::pb;
 use tensortune_proto::pb::tuning_server::Tuning;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
@@ -126,7 +126,7 @@ impl Tuning for TuningService {
         // No template: the best of every template that implements the operation, each at the
         // version this tracker was built with.
         let templates: Vec<(&str, u32)> = if req.template.is_empty() {
-            template::all().into_iter().filter(|t| t.op() == workload.op()).map(|t| (t.name(), t.version())).collect()
+            registry::all().into_iter().filter(|t| t.op() == workload.op()).map(|t| (t.name(), t.version())).collect()
         } else {
             let t = by_name(&req.template).map_err(|e| convert::template_error(&e))?;
             vec![(t.name(), if req.template_version == 0 { t.version() } else { req.template_version })]

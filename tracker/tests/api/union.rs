@@ -20,7 +20,7 @@ fn both_templates(name: &str) -> pb::RegisterRequest {
 
 /// The template a task's (or record's) name and version point at.
 fn template(name: &str, version: u32) -> &'static dyn Template {
-    let t = tensortune_kernels::template::by_name(name).unwrap();
+    let t = tensortune_kernels::registry::by_name(name).unwrap();
     assert_eq!(t.version(), version, "{name} at another version");
     t
 }

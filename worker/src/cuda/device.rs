@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError, LaunchConfig, PushKernelArg, result};
+use tensortune_kernels::Target;
 use tensortune_kernels::target::class_key;
 
-use crate::protocol::DeviceFacts;
+use crate::protocol::Device;
 
 /// A driver error with what we were doing when it happened.
 #[derive(Debug, Clone)]
@@ -174,7 +175,7 @@ pub(crate) fn grid_for(n: u64) -> LaunchConfig {
 }
 
 /// Reads the device's facts.
-pub(crate) fn facts(ctx: &Arc<CudaContext>) -> Result<DeviceFacts, CudaFailure> {
+pub(crate) fn facts(ctx: &Arc<CudaContext>) -> Result<Device, CudaFailure> {
     let attr = |a: Attr| ctx.attribute(a).map(|v| v.max(0) as u32).when(|| format!("reading {a:?}"));
     let name = ctx.name().when(|| "reading the device name".into())?;
     let (major, minor) = ctx.compute_capability().when(|| "reading the compute capability".into())?;
@@ -188,20 +189,23 @@ pub(crate) fn facts(ctx: &Arc<CudaContext>) -> Result<DeviceFacts, CudaFailure> 
     } else {
         String::new()
     };
-    Ok(DeviceFacts {
-        class_key: class_key(&name, arch, sm_count),
-        name,
-        arch,
-        sm_count,
-        max_threads_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
-        max_smem_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
-        smem_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?,
-        regs_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR)?,
-        l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
+    Ok(Device {
+        target: Target {
+            class_key: class_key(&name, arch, sm_count),
+            name,
+            arch,
+            sm_count,
+            max_threads_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_smem_per_block: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            smem_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?,
+            regs_per_sm: attr(Attr::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR)?,
+            l2_bytes: attr(Attr::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
+        },
         memory_bytes: ctx.total_mem().map(|m| m as u64).unwrap_or(0),
         uuid,
         driver_version: driver_version().unwrap_or_default(),
         cuda_version,
+        nvrtc_version: String::new(),
         sm_clock_mhz: attr(Attr::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)? / 1000,
         mem_clock_mhz: attr(Attr::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)? / 1000,
     })

@@ -22,7 +22,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 use tensortune_kernels::{DType, Matmul, Workload};
 
-use crate::protocol::{DeviceFacts, Executor, MeasureOutcome, MeasureRequest, Status};
+use crate::protocol::{Device, Executor, MeasureOutcome, MeasureRequest, Status};
 use device::{Context, CudaFailure, DevBuf, launch};
 use workload::{InputSet, WorkloadState};
 
@@ -36,7 +36,7 @@ const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
 pub struct CudaExecutor {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    facts: DeviceFacts,
+    facts: Device,
     blas: Option<Result<blas::Blas, String>>,
     /// cuBLASLt, created by the first matmul baseline of this child (or why it could not be).
     lt: Option<Result<blaslt::Lt, String>>,
@@ -215,12 +215,12 @@ impl CudaExecutor {
             ));
         }
         let smem = static_smem + l.smem_bytes;
-        if smem > self.facts.max_smem_per_block {
+        if smem > self.facts.target.max_smem_per_block {
             return Err(Fail(
                 Status::InvalidConfig,
                 format!(
                     "{} needs {smem} bytes of shared memory; this GPU allows {} per block",
-                    l.name, self.facts.max_smem_per_block
+                    l.name, self.facts.target.max_smem_per_block
                 ),
             ));
         }
@@ -292,9 +292,10 @@ impl CudaExecutor {
         let name = req.launch.name.clone();
         // The clock while the GPU is busy with this kernel, read just before its timed replays.
         let sm_clock_mhz = self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz());
-        let timed = time_as_asked(&self.ctx, &self.stream, self.facts.l2_bytes, &mut self.flush_scratch, req, |s| {
-            launch(s, &func, cfg, &args).when(|| format!("when launching {name}"))
-        });
+        let timed =
+            time_as_asked(&self.ctx, &self.stream, self.facts.target.l2_bytes, &mut self.flush_scratch, req, |s| {
+                launch(s, &func, cfg, &args).when(|| format!("when launching {name}"))
+            });
         let timing = timed.map_err(|f| self.fail(f))?;
 
         // The same check after hundreds of launches: catches state a kernel leaves behind (split-K
@@ -431,9 +432,10 @@ impl CudaExecutor {
             }
         }
         let (a, b) = w.inputs(InputSet::Timing);
-        let timed = time_as_asked(&self.ctx, &self.stream, self.facts.l2_bytes, &mut self.flush_scratch, req, |_| {
-            blas.gemm(&mm, a, b, d)
-        });
+        let timed =
+            time_as_asked(&self.ctx, &self.stream, self.facts.target.l2_bytes, &mut self.flush_scratch, req, |_| {
+                blas.gemm(&mm, a, b, d)
+            });
         let gemm_us = match timed {
             Ok(t) => t.median_us,
             Err(f) => {
@@ -479,9 +481,10 @@ impl CudaExecutor {
         }
         let d = self.workloads[wi].d.ptr;
         let (a, b) = (a8.ptr, b8.ptr);
-        let timed = time_as_asked(&self.ctx, &self.stream, self.facts.l2_bytes, &mut self.flush_scratch, req, |_| {
-            blas.gemm(stand_in, a, b, d)
-        });
+        let timed =
+            time_as_asked(&self.ctx, &self.stream, self.facts.target.l2_bytes, &mut self.flush_scratch, req, |_| {
+                blas.gemm(stand_in, a, b, d)
+            });
         match timed {
             Ok(t) => (Some(t.median_us), kind),
             Err(f) => {
@@ -543,9 +546,14 @@ impl CudaExecutor {
                 }
                 Ok(_) => {
                     let (a, b) = w.inputs(InputSet::Timing);
-                    time_as_asked(&self.ctx, &self.stream, self.facts.l2_bytes, &mut self.flush_scratch, req, |_| {
-                        plan.matmul(c, a, b, d)
-                    })
+                    time_as_asked(
+                        &self.ctx,
+                        &self.stream,
+                        self.facts.target.l2_bytes,
+                        &mut self.flush_scratch,
+                        req,
+                        |_| plan.matmul(c, a, b, d),
+                    )
                 }
                 Err(f) => Err(f),
             };
@@ -676,7 +684,7 @@ fn launch_config(l: &crate::protocol::Launch) -> LaunchConfig {
 }
 
 impl Executor for CudaExecutor {
-    fn facts(&self) -> DeviceFacts {
+    fn facts(&self) -> Device {
         self.facts.clone()
     }
 

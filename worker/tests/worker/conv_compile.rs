@@ -16,8 +16,7 @@ use tensortune_kernels::conv::WmmaConv2d;
 use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::{Config, Conv2d, DType, Target, Template, Types, Workload};
 
-mod common;
-use common::assert_all_compile;
+use crate::common::assert_all_compile;
 
 /// Configs per workload and target.
 const PER_WORKLOAD: usize = 4;

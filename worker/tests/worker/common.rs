@@ -4,9 +4,6 @@
 //! Batches run on every core; a failing batch is recompiled kernel by kernel to name the culprit
 //! with its log.
 
-// Each test crate that includes this module uses a part of it.
-#![allow(dead_code)]
-
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -16,12 +13,7 @@ use tensortune_worker::nvrtc;
 const BATCH: usize = 16;
 
 pub(crate) fn include_dir() -> PathBuf {
-    assert!(
-        nvrtc::available(),
-        "libnvrtc.so.13 is not loadable: run the tests through scripts/test.sh (it installs NVRTC from PyPI and sets LD_LIBRARY_PATH)"
-    );
-    nvrtc::find_include_dir()
-        .expect("CUDA headers not found: run scripts/setup-nvrtc.sh or set TENSORTUNE_CUDA_INCLUDE")
+    nvrtc::find().unwrap_or_else(|why| panic!("{why} (scripts/test.sh installs NVRTC from PyPI)")).include_dir
 }
 
 /// Runs `work` on every batch of `specs` (BATCH kernels behind one preamble, byte for byte as the

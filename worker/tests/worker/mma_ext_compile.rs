@@ -8,8 +8,7 @@ use tensortune_kernels::ext::MmaExtGemm;
 use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::{DType, KernelSpec, Layout, Matmul, Target, Template, Types, Workload};
 
-mod common;
-use common::assert_all_compile_without_spills;
+use crate::common::assert_all_compile_without_spills;
 
 const PER_WORKLOAD: usize = 6;
 

@@ -8,11 +8,10 @@
 //! failing batch is recompiled kernel by kernel to name the culprit with its log.
 
 use tensortune_kernels::template::valid_configs;
-use tensortune_kernels::{DType, KernelSpec, Layout, Matmul, Target, Template, Types, Workload, gemm, support};
+use tensortune_kernels::{DType, KernelSpec, Launch, Layout, Matmul, Target, Template, Types, Workload, gemm, support};
 use tensortune_worker::nvrtc;
 
-mod common;
-use common::{assert_all_compile, include_dir};
+use crate::common::{assert_all_compile, include_dir};
 
 fn matmul(m: u64, n: u64, k: u64, layout: Layout, types: Types) -> Workload {
     Workload::Matmul(Matmul::new(m, n, k, layout, types).unwrap())
@@ -52,14 +51,16 @@ fn support_modules_compile_for_every_type_combination() {
                 m.beta = 1.0;
                 let w = Workload::Matmul(m);
                 specs.push(KernelSpec {
-                    name: format!("support_{}", tensortune_kernels::short_digest(&w.key())),
                     source: support::source(&w),
-                    entry: "tt_compare".into(),
-                    grid: [1, 1, 1],
-                    block: [1, 1, 1],
-                    smem_bytes: 0,
-                    workspace_bytes: 0,
-                    args: vec![],
+                    launch: Launch {
+                        name: format!("support_{}", tensortune_kernels::short_digest(&w.key())),
+                        entry: "tt_compare".into(),
+                        grid: [1, 1, 1],
+                        block: [1, 1, 1],
+                        smem_bytes: 0,
+                        workspace_bytes: 0,
+                        args: vec![],
+                    },
                 });
             }
         }

@@ -10,8 +10,7 @@ use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::wgmma::conv::WgmmaConv2d;
 use tensortune_kernels::{Conv2d, DType, KernelSpec, Target, Template, Types, Workload};
 
-mod common;
-use common::{assert_all_compile, wgmma_kind as kind};
+use crate::common::{assert_all_compile, wgmma_kind as kind};
 
 /// A layer: batch, (h, w), c -> k, filter (r, s), pad, stride, dilation.
 #[allow(clippy::too_many_arguments)]

@@ -11,8 +11,7 @@ use tensortune_kernels::simt_conv::SimtConv2d;
 use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::{Conv2d, DType, KernelSpec, Layout, Matmul, Target, Template, Types, Workload};
 
-mod common;
-use common::assert_all_compile_without_spills;
+use crate::common::assert_all_compile_without_spills;
 
 /// `per` valid configs of each (warp_tile, min_blocks) pair, evenly spaced, from a start that
 /// differs per workload.

@@ -9,8 +9,10 @@ use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Types, Workload};
 
-mod common;
-use common::{assert_all_compile, assert_all_compile_without_spills, header_flag, header_int, wgmma_kind as kind};
+use crate::common;
+use crate::common::{
+    assert_all_compile, assert_all_compile_without_spills, header_flag, header_int, wgmma_kind as kind,
+};
 
 /// One config from every `every`-th kind (in kind order, starting at `turn % every`), from the
 /// middle of the kind's configs: successive workloads take turns, so every kind is compiled on a
@@ -222,7 +224,7 @@ fn operands_read_once_carry_the_evict_first_hint_and_compile() {
 /// alone: v14's first cut added a `__syncwarp` after the producer's tail, a no-op in the source of
 /// a single block, and ptxas answered with a YIELD in the producer's barrier waits that made a
 /// 7x7 layer 20% slower (H100, 2026-11-27). After an intended change, `TT_UPDATE_GOLDEN=1 cargo
-/// test -p tensortune-worker --test wgmma_compile` rewrites the record; its diff names the kernels
+/// test -p tensortune-worker --test worker wgmma_compile` rewrites the record; its diff names the kernels
 /// whose machine code moved.
 #[test]
 fn single_block_golden_kernels_keep_their_recorded_machine_code() {
@@ -242,7 +244,7 @@ fn single_block_golden_kernels_keep_their_recorded_machine_code() {
     let version = tensortune_worker::nvrtc::version().unwrap_or_default();
     let mut lines = vec![format!(
         "# SHA-256 (first 16 hex digits) of each single-block golden kernel's .text (NVRTC {version}, sm_90a);\n\
-             # written by TT_UPDATE_GOLDEN=1 cargo test -p tensortune-worker --test wgmma_compile"
+             # written by TT_UPDATE_GOLDEN=1 cargo test -p tensortune-worker --test worker wgmma_compile"
     )];
     for path in &sources {
         let source = std::fs::read_to_string(path).unwrap();

@@ -1,0 +1,23 @@
+//! Each template's version, in one place: bumped whenever a generator change can alter timings,
+//! and remembered by every measurement record. What each version changed is in
+//! `kernels/CHANGELOG.md`, one section per template.
+//!
+//! A template names its kernels with its version, and a template that builds on another's body
+//! (`simt_conv2d` on `simt_gemm`'s, `wgmma_conv2d` on `wgmma_gemm`'s) names them with its own;
+//! the numbers living here lets the shared body name either without importing the other
+//! template.
+
+/// `wmma_gemm`.
+pub const WMMA_GEMM: u32 = 6;
+/// `wmma_conv2d`.
+pub const WMMA_CONV2D: u32 = 1;
+/// `wgmma_gemm`.
+pub const WGMMA_GEMM: u32 = 14;
+/// `wgmma_conv2d`: follows `wgmma_gemm` since version 3 (they share the body).
+pub const WGMMA_CONV2D: u32 = 14;
+/// `simt_gemm`.
+pub const SIMT_GEMM: u32 = 2;
+/// `simt_conv2d`.
+pub const SIMT_CONV2D: u32 = 1;
+/// `mma_ext_gemm`.
+pub const MMA_EXT_GEMM: u32 = 1;

@@ -1,0 +1,57 @@
+//! `wgmma_gemm`'s knob domains, in the order of the space (the last varies fastest in the
+//! index), and the space they make.
+
+use crate::space::{Knob, Space};
+
+// The knob domains, in the order of the space (the last varies fastest in the index).
+pub(super) const BLOCK_M: &[u32] = &[64, 128, 160, 192, 256];
+pub(super) const BLOCK_N: &[u32] = &[64, 128, 256];
+pub(super) const CONSUMERS: &[u32] = &[1, 2];
+pub(super) const STAGES: &[u32] = &[2, 3, 4, 5, 6];
+pub(super) const CLUSTER: &[u32] = &[1, 2];
+pub(super) const PERSISTENT: &[u32] = &[0, 1];
+pub(super) const GROUP: &[u32] = &[1, 4, 8, 16];
+pub(super) const PRODUCER: &[&str] = &["warpgroup", "inline"];
+pub(super) const SCHEDULE: &[&str] = &["cooperative", "pingpong"];
+pub(super) const STREAM_K: &[u32] = &[0, 1];
+pub(super) const EPILOGUE: &[&str] = &["direct", "tma"];
+/// The dimension the tile walk takes first: N (the view's P, down a band of `raster_group`
+/// cluster rows, the order of versions 1-10 and the default of a config without the knob) or M
+/// (the view's Q, along a band of `raster_group` tile columns).
+pub(super) const RASTER: &[&str] = &["n", "m"];
+pub(super) const KNOBS: usize = 12;
+pub(super) const DOMAIN_SIZES: [usize; KNOBS] = [
+    BLOCK_M.len(),
+    BLOCK_N.len(),
+    CONSUMERS.len(),
+    STAGES.len(),
+    CLUSTER.len(),
+    PERSISTENT.len(),
+    GROUP.len(),
+    PRODUCER.len(),
+    SCHEDULE.len(),
+    STREAM_K.len(),
+    EPILOGUE.len(),
+    RASTER.len(),
+];
+
+/// The knob space: one knob per domain above, in their order.
+pub(super) fn space() -> Space {
+    let ints = |name, v: &[u32]| Knob::ints(name, &v.iter().map(|x| *x as i64).collect::<Vec<_>>());
+    Space {
+        knobs: vec![
+            ints("block_m", BLOCK_M),
+            ints("block_n", BLOCK_N),
+            ints("consumers", CONSUMERS),
+            ints("stages", STAGES),
+            ints("cluster", CLUSTER),
+            ints("persistent", PERSISTENT),
+            ints("raster_group", GROUP),
+            Knob::names("producer", PRODUCER),
+            Knob::names("schedule", SCHEDULE),
+            ints("stream_k", STREAM_K),
+            Knob::names("epilogue", EPILOGUE),
+            Knob::names("raster", RASTER).defaulting_to(0),
+        ],
+    }
+}
