@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs cuobjdump and nvdisasm from NVIDIA's PyPI wheels into .sass-tools/ at the repository
 # root, so that the SASS of a generated kernel can be read on a machine without a GPU or a CUDA
-# toolkit. Idempotent; prints the bin directory. Use with the worker's `cubin` example:
+# toolkit. Idempotent; prints the bin directory. Use with the lab's `cubin`:
 #   cuda=$(scripts/setup-nvrtc.sh); export LD_LIBRARY_PATH=$cuda/lib TENSORTUNE_CUDA_INCLUDE=$cuda/include
-#   TT_TEMPLATE=wgmma_gemm cargo run --release -p tensortune-worker --example cubin -- KEY CONFIG sm_90a k.cubin
-#   PATH=$(scripts/setup-sass.sh):$PATH cuobjdump --dump-sass k.cubin
+#   TT_TEMPLATE=wgmma_gemm cargo run --release -p tensortune-lab --bin cubin -- KEY CONFIG sm_90a k.cubin
+#   PATH=$(lab/setup-sass.sh):$PATH cuobjdump --dump-sass k.cubin
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dest="$root/.sass-tools"

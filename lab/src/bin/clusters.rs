@@ -15,8 +15,8 @@
 //! costs before any work. On an H100 the launch itself costs no more than one of single blocks,
 //! and the two meetings 0.7-0.9 us (`docs/data/clusters-launch-h100-2026-11-27.txt`). The kernels
 //! are built for `CLUSTERS_ARCH` (default sm_90a), all of them before the GPU is opened, so a
-//! machine without one still checks that they compile. `scripts/gpu-pack.sh` packs it and
-//! `gpu-check.sh clusters` runs it.
+//! machine without one still checks that they compile. `GPU_PACK_LAB=1 scripts/gpu-pack.sh` packs it
+//! and `lab/gpu-lab.sh clusters` runs it.
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
