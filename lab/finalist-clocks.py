@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Sets a bench database's records beside the clock samples of `CLOCKS=1 scripts/gpu-check.sh STEP`:
+"""Sets a bench database's records beside the clock samples of `CLOCKS=1 lab/gpu-lab.sh STEP`:
 per workload, the SM clock, board power, temperature and clock-event reasons (0x4: software power
 cap) over its trials and over its finalist task, then each finalist record (median of its round
 medians, its vendor time, the first 12 of its samples, the vendor's kind).
 
-  scripts/finalist-clocks.py logs/large.db logs/clocks.csv
+  lab/finalist-clocks.py logs/large.db logs/clocks.csv
 
 Made docs/data/large-finalist-rounds-h200-2026-11-26.txt.
 """

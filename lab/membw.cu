@@ -3,7 +3,7 @@
 // channels and writes its output channels. The data is laid out as planes: U units, RD input
 // planes and WR output planes of U vectors each (RD or WR is 1). Every variant is timed warm, the
 // same buffers replayed by a CUDA graph of REPS launches, as the worker times a kernel. Built and
-// run by `gpu-check.sh membw`:
+// run by `lab/gpu-lab.sh membw`:
 //   membw READ_MB WRITE_MB   ->   one line a variant: us per launch, TB/s moved
 // Variants:
 //   strided   one unit a thread, its RD vectors adjacent (each warp load spans RD x 512 bytes)
