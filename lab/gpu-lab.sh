@@ -674,7 +674,7 @@ step_diag() {
   done <"$file"
 }
 
-# Where conv layers stand against the memory (CDIAG_SUITE, default suites/conv-diag.json): a bench
+# Where conv layers stand against the memory (CDIAG_SUITE, required: a suite of conv layers): a bench
 # of the suite (CDIAG_TRIALS) keeps its database; each workload's fastest record is run by run_one
 # under Nsight Compute (cold L2, as ncu flushes caches between passes): ours alone in its process,
 # then cuDNN's kernels, each with its duration, DRAM bytes read and written, DRAM throughput
