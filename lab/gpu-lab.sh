@@ -44,25 +44,7 @@
 #                EXPORT_DIAG=1 (nsys and ncu of the same kernels in gemm_check and in run_one)
 #   CLOCKS=1 (any steps) samples the SM clock, power and clock-event reasons every 200 ms: logs/clocks.csv
 set -uo pipefail
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
-export PATH=/usr/local/cuda/bin:$PATH
-OUT=${OUT:-$(mktemp -d)}
-LOGS="$OUT/logs"
-mkdir -p "$LOGS"
-BIN=$(pwd)/.gpu
-SUMMARY="$OUT/summary.txt"
-: >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-# Samples UTC time, SM clock, board power, temperature and (where nvidia-smi knows the field) the
-# clock-event reasons every $2 ms into the CSV $1, in the background; prints the sampler's pid.
-sample_clocks() {
-  local fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
-  nvidia-smi --query-gpu=$fields --format=csv >/dev/null 2>&1 || fields=timestamp,clocks.sm,power.draw,temperature.gpu
-  nvidia-smi --query-gpu=$fields --format=csv,noheader -lms "$2" >"$1" 2>&1 &
-  echo $!
-}
+source "$(dirname "$0")/../scripts/gpu-common.sh"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >"$LOGS/nvidia-smi.txt" 2>&1
 say "$(date -u +%FT%TZ) $(tail -1 "$LOGS/nvidia-smi.txt")"
@@ -707,29 +689,13 @@ PY2
   done <"$LOGS/cdiag-best.txt"
 }
 
-# CLOCKS=1 samples the SM clock, power, temperature and the clock-event reasons every 200 ms while
-# the steps run, into logs/clocks.csv (UTC timestamps, to set beside the tensortune logs).
-[ "${CLOCKS:-0}" = 1 ] && SAMPLER=$(sample_clocks "$LOGS/clocks.csv" 200)
-
-# DEADLINE (seconds since the script started) skips the steps that would start after it, so that
-# one device call ends inside its limit with its logs packed.
-T0=$(date +%s)
-for step in "$@"; do
-  if [ -n "${DEADLINE:-}" ] && [ $(($(date +%s) - T0)) -gt "$DEADLINE" ]; then
-    say "skipped $step: past DEADLINE=$DEADLINE s"
-    continue
-  fi
-  case "$step" in
-    ab | abwin | sustain | hot | diag | convdiag | instmix | vendorkern | profile | sass | compile | repeat) "step_$step" ;;
-    cudnn | membw | clusters | splitpairs | regstore | exportdiag) "step_$step" ;;
-    *)
-      echo "unknown step $step" >&2
-      exit 2
-      ;;
+# Runs one step; fails for a name that is not a step.
+dispatch() {
+  case "$1" in
+    ab | abwin | sustain | hot | diag | convdiag | instmix | vendorkern | profile | sass | compile | repeat) "step_$1" || true ;;
+    cudnn | membw | clusters | splitpairs | regstore | exportdiag) "step_$1" || true ;;
+    *) return 1 ;;
   esac
-done
-[ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null
-tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
-cp "$SUMMARY" "$OUT/summary.txt" 2>/dev/null
-echo "=== summary"
-cat "$SUMMARY"
+}
+
+run_steps "$@"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks that a step script's header, its dispatch and its step_ functions name the same steps:
+# Checks that a step script's header, its `dispatch` and its step_ functions name the same steps:
 # every step the header lists exists and every step that exists is listed.
 #   scripts/check-steps.sh [SCRIPT...]   (default: scripts/gpu-check.sh lab/gpu-lab.sh)
 set -euo pipefail
@@ -9,7 +9,7 @@ for script in "${@:-scripts/gpu-check.sh lab/gpu-lab.sh}"; do
   for s in $script; do
     listed=$(sed -n 's/^#     \([a-z]\+\) .*/\1/p' "$s" | sort)
     defined=$(sed -n 's/^step_\([a-z]\+\)() {.*/\1/p' "$s" | sort)
-    dispatched=$(sed -n '/^  case "\$step" in/,/^    \*)/p' "$s" | grep '"step_\$step"' | sed 's/).*//' | tr '|' '\n' | tr -d ' ' | grep . | sort)
+    dispatched=$(sed -n '/^dispatch() {/,/^}/p' "$s" | grep '"step_\$1"' | sed 's/).*//' | tr '|' '\n' | tr -d ' ' | grep . | sort)
     if [ "$listed" != "$defined" ] || [ "$listed" != "$dispatched" ]; then
       echo "$s: the header lists [$(echo $listed)], step_ functions are [$(echo $defined)], the dispatch runs [$(echo $dispatched)]" >&2
       status=1

@@ -31,17 +31,7 @@
 #   CLOCKS=1 samples the SM clock, power and clock-event reasons every 200 ms into logs/clocks.csv.
 #   DEADLINE=S skips the steps that would start S seconds after the script did.
 set -uo pipefail
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
-export PATH=/usr/local/cuda/bin:$PATH
-OUT=${OUT:-$(mktemp -d)}
-LOGS="$OUT/logs"
-mkdir -p "$LOGS"
-BIN=$(pwd)/.gpu
-SUMMARY="$OUT/summary.txt"
-: >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+source "$(dirname "$0")/gpu-common.sh"
 # The table a bench or tune prints at its end.
 table() { sed -n '/^suite/,$p' "$1" | tee -a "$SUMMARY"; }
 
@@ -218,28 +208,12 @@ step_sweep() {
   tail -30 "$LOGS/sweep.log" | tee -a "$SUMMARY"
 }
 
-if [ "${CLOCKS:-0}" = 1 ]; then
-  fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
-  nvidia-smi --query-gpu=$fields --format=csv >/dev/null 2>&1 || fields=timestamp,clocks.sm,power.draw,temperature.gpu
-  nvidia-smi --query-gpu=$fields --format=csv,noheader -lms 200 >"$LOGS/clocks.csv" 2>&1 &
-  SAMPLER=$!
-fi
-
-T0=$(date +%s)
-for step in "$@"; do
-  if [ -n "${DEADLINE:-}" ] && [ $(($(date +%s) - T0)) -gt "$DEADLINE" ]; then
-    say "skipped $step: past DEADLINE=$DEADLINE s"
-    continue
-  fi
-  case "$step" in
-    selftest | bench | throughput | scaling | tune | cluster | gputests | faults | sanitize | export | sweep) "step_$step" ;;
-    *)
-      echo "unknown step $step; the steps are listed at the top of $0 (lab steps: lab/gpu-lab.sh)" >&2
-      exit 2
-      ;;
+# Runs one step; fails for a name that is not a step.
+dispatch() {
+  case "$1" in
+    selftest | bench | throughput | scaling | tune | cluster | gputests | faults | sanitize | export | sweep) "step_$1" || true ;;
+    *) return 1 ;;
   esac
-done
-[ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null
-tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
-echo "=== summary"
-cat "$SUMMARY"
+}
+
+run_steps "$@"
