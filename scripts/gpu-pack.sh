@@ -15,7 +15,7 @@ cargo build --release --locked "${bins[@]/#/--bin=}"
 [ ${#lab[@]} -gt 0 ] && cargo build --release --locked -p tensortune-lab "${lab[@]/#/--bin=}"
 mkdir -p .gpu
 target=${CARGO_TARGET_DIR:-target}
-for b in "${bins[@]}" "${lab[@]}"; do strip -o ".gpu/$b" "$target/release/$b"; done
+for b in "${bins[@]}" ${lab[@]+"${lab[@]}"}; do strip -o ".gpu/$b" "$target/release/$b"; done
 # The worker's GPU-only tests (#[ignore] in CI), as a test binary run by gpu-check.sh gputests.
 test_bin=$(cargo test --release --locked -p tensortune-worker --test daemon --no-run --message-format=json 2>/dev/null \
   | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
