@@ -1,273 +1,138 @@
 #!/usr/bin/env bash
-# GPU checks and benchmarks, run on the lent GPU machine by the `device` tool over a copy of the
-# working tree. Nothing is built there: scripts/gpu-pack.sh builds release binaries here and copies
-# them into .gpu/ (ignored by git; name it in `carry`). Logs go to $OUT/logs/ and are packed into
-# $OUT/logs.tar.gz at the end (the device tool brings back at most 8 files); JSON results go to
-# $OUT directly; a short summary is printed last.
+# The product's checks on a GPU machine: a short driver of `tensortune` commands. Nothing is built
+# there: scripts/gpu-pack.sh builds release binaries here and copies them into .gpu/ (carry it).
+# Logs go to $OUT/logs/, packed into $OUT/logs.tar.gz at the end; JSON results go to $OUT; a short
+# summary is printed last. The lab's diagnostics (A/B runs, ncu, sustained load) are in lab/.
 #
 #   scripts/gpu-check.sh STEP...
-#     selftest   cuda backend alone: every dtype and layout, a spread of configs, verified and timed
-#     tune       `tensortune tune` (embedded tracker + local worker) on 512x64x512 and 1024^3, 100 trials
-#     cluster    a tracker and two workers as separate processes on GPU 0, a 200-trial job
-#     bench      `tensortune bench` on the default suite (BENCH_TRIALS trials each, default 100)
-#     sass       instruction mix of a large and a small generated kernel (cuobjdump)
-#     compile    NVRTC throughput: threads in one process, and several processes
-#     matrix     cuda backend: every type combination x layout x 3 shapes (one ragged), MATRIX_CONFIGS each
-#     sweep      every valid config of each workload of SWEEP_SUITE (default suites/sweep-wmma.json;
-#                grid tuner, SWEEP_TEMPLATE or the union); records exported to $OUT/sweep.jsonl.gz
-#                (replay data; SWEEP_BUDGET seconds, then the remaining workloads are skipped;
-#                SWEEP_FROM=N starts at the suite's Nth workload)
-#     sanitize   compute-sanitizer (memcheck, racecheck, synccheck) on SANITIZE_KEY/SANITIZE_CONFIG (TT_TEMPLATE too)
-#     throughput `tensortune bench --throughput` (cold cache), THROUGHPUT_TRIALS per workload
-#     scaling    bench --throughput on cuda:0, then on cuda:all (run on a machine with several GPUs)
-#     gputests   the tests marked #[ignore = "needs a GPU"] (worker daemon on cuda:0)
-#     profile    ncu sections of one 4096^3 kernel (PROFILE_CONFIG; TT_TEMPLATE=wgmma_gemm for that template)
-#     faults     a 50-trial job on cuda:0 whose worker injects an out-of-bounds write and a hang
-#                (FAULTS, default oob:5,hang:12): expects 1 launch_error, 1 timeout, the rest ok
-#     repeat     a small and a large config, each timed in two separate run_one processes, warm and
-#                with the L2 flushed: relative difference of the medians (and flushed vs warm)
-#     multigpu   `tensortune-worker --device cuda:all`: one worker per GPU, a 100-trial job, the
-#                drift reference each one timed
-#     cudnn      the cuDNN baseline alone (cudnn_check): the conv suite's shapes x f16->f16,
-#                f16->f32, i8->i32, f32->f32 (FMA math) and tf32->f32 (tensor-op math), with its
-#                algorithm and cross-check; and a run without cuDNN
-#     conv       conv2d correctness: every dtype x shapes with padding, stride 2, dilation 2,
-#                ragged edges, both paths, every output element checked (gpu_selftest conv,
-#                CONV_CONFIGS per workload)
-#     convbench  `tensortune bench --suite suites/conv.json` (CONV_TRIALS per workload, default 300)
-#     openbars   `tensortune bench --suite suites/open-bars.json` (OPENBARS_TRIALS, default 300): the
-#                large and conv workloads whose bars were open on 2026-11-26, a quick re-measure
-#     union      the default suite with WMMA alone and with the union of templates (BENCH_TRIALS each)
-#     wsanitize  compute-sanitizer (memcheck, racecheck, synccheck) on one wgmma_gemm config per input type
-#     ab         run_one on each KEY CONFIG line of AB_FILE (default scripts/ab-wgmma.txt), vendor beside each
-#                (AB_TEMPLATE, default wgmma_gemm)
-#     wconv      wgmma_conv2d correctness: the conv matrix of `conv` with that template (WCONV_CONFIGS per
-#                workload), both load paths (gathered, pointwise)
-#     csmoke     each sanitizer config once through run_one (a quick check before wconv)
-#     splitpairs wgmma v12's K split, of single blocks and of tile pairs that share Y by multicast
-#                (cluster 2), in grids of one tile per block that leave most SMs idle: gpu_selftest with
-#                SELFTEST_KNOB=persistent:0 on long-K GEMMs (every type x layout, ragged M or N) and
-#                deep-K small-batch conv layers (im2col, gathered, pointwise; f16, bf16, i8),
-#                SPLITPAIRS_CONFIGS per workload; prints how many checked kernels split, by cluster.
-#                SPLITPAIRS_KNOB=stream_k:1 checks v12's stream-K of whole shares on the same work
-#                (at most half a wave of tiles) instead
-#     regstore   the epilogue that stores from registers (since wgmma v7, 2-byte outputs go 16 bytes
-#                a thread after a quad exchange of pairs; since v9, 4-byte outputs go as pairs):
-#                gpu_selftest with SELFTEST_KNOB=epilogue:direct over
-#                every output width (f32, i32, f16, bf16; packed f16 accumulators), ragged tiles,
-#                beta != 0, an M that is not a multiple of 8 (the pair path) and a K split;
-#                REGSTORE_CONFIGS per workload; then compute-sanitizer memcheck on a ragged f16-out
-#                case and a ragged K split
-#     instmix    executed instructions by opcode (ncu) of each KEY CONFIG of INSTMIX_FILE, and with
-#                INSTMIX_VENDOR=1 of the vendor kernels beside the first line
-#     csanitize  compute-sanitizer (memcheck, racecheck, synccheck) on each wgmma_conv2d config of
-#                CONV_CASES (gathered, im2col and pointwise; f16, bf16, i8, tf32); CONV_CASES_MATCH
-#                (e.g. tf32) keeps only the cases whose line contains it, for csmoke too
-#     types      issue 13's types: gpu_selftest types (f32 on simt_gemm, tf32 on mma_ext_gemm and in
-#                tn on wgmma_gemm, s4/u4/b1xor/b1and on mma_ext_gemm; TYPES_CONFIGS per workload and
-#                template, every output element checked, exact for the integer types);
-#                TYPES_MODE=conv32: the f32 and tf32 conv layers instead (gpu_selftest conv32: every
-#                template that supports each, wgmma_conv2d's im2col, gathered and pointwise paths;
-#                exact f32 on simt_conv2d, with 3 and 6 channels too)
-#     typesbench `tensortune bench --suite suites/types.json` (TYPES_TRIALS per workload, default
-#                200; TYPES_ARGS) against cuBLAS 32F, cuBLAS 32F_FAST_TF32 and, for s4/b1, cuBLAS's
-#                i8 GEMM of the same shape (each row's vendor kind printed); TYPES_SUITE another
-#                suite (suites/types-conv.json: f32 and tf32 convs against cuDNN FLOAT_CONFIG with
-#                FMA or tensor-op math), its JSON named after it
-#     export     `tensortune bench` of the default suite (BENCH_TRIALS, default 100) with its database
-#                kept, `tensortune export` of its best kernels, examples/bundle/gemm_check.c built
-#                with nvcc and run on the bundle: every output element against cuBLAS, time against
-#                the record (bundle and logs in logs.tar.gz)
-#     convdiag   conv layers against the memory: a bench of CDIAG_SUITE, then each best kernel and cuDNN's
-#                under ncu (duration, DRAM bytes and throughput, L2 hit rate, clock)
-#     sustain    ours alone, then ours and the vendor's pick alternating, under sustained load, with the
-#                clock and power sampled (SUSTAIN_FILE, default scripts/ab-wgmma-sustain.txt)
-#     hot        each kernel alone under sustained load (HOT_FILE, default scripts/hot-14336.txt:
-#                KEY CONFIG for ours, KEY CONFIG gemmex|lt:N for a vendor algorithm alone), held on
-#                the GPU for HOT_REPEAT x HOT_SAMPLES samples: the late time, clock, NVML power and
-#                energy per launch; HOT_NAMES=1 names each vendor algorithm's kernels (ncu, as vendorkern);
-#                HOT_TIMEOUT (default 120 s) ends a line that hangs, so that a broken trial build
-#                costs two minutes a line rather than the call
-#     diag       matmul kernels against the memory: each KEY CONFIG of DIAG_FILE (default
-#                scripts/diag-large.txt) and every cuBLAS candidate of its baseline under ncu (duration,
-#                DRAM bytes, L2 traffic and hit rate, clock); DIAG_VENDOR=first|0 profiles cuBLAS
-#                once a workload or never; NCU_EXTRA adds metrics (scripts/diag-l2.txt: the
-#                14336 winner's neighbours, for the L2 and fabric sectors of each knob)
-#     membw      the memory roofline of a streaming layer (scripts/membw.cu, nvcc): MEMBW_SIZES read/write MB
-#     clusters   worker example `clusters` (gpu-pack.sh packs it): how many clusters of 1-8 blocks run at
-#                once, and a launch of one wave of them, empty and with only our kernels' meetings, timed
-#                from a CUDA graph; CLUSTERS_SHAPES ("KiB threads" pairs, default "150 384 100 256")
-#     vendorkern the cuBLAS kernels run_one's baseline launches for VENDOR_KEYS (ncu: name, grid, block,
-#                cluster, shared memory, duration)
-#   CLOCKS=1 (any steps) samples the SM clock, power and clock-event reasons every 200 ms: logs/clocks.csv
+#     selftest   `tensortune selftest`: every template x input type x layout and conv path, a spread of
+#                configs each (SELFTEST_CONFIGS, default 4), every output element checked;
+#                SELFTEST_ARGS adds flags (e.g. "--template wgmma_gemm --dtype f16")
+#     bench      `tensortune bench` of each suite of BENCH_SUITES (default: default large conv types
+#                types-conv; held-out ones as heldout/NAME), BENCH_TRIALS each (default: 100 for
+#                default, 300 for large and conv, 200 for types and types-conv); BENCH_ARGS adds flags;
+#                $OUT/NAME-bench.json
+#     throughput `tensortune bench --throughput` (cold cache), THROUGHPUT_TRIALS per workload (200)
+#     scaling    bench --throughput on cuda:0, then on cuda:all (a machine with several GPUs)
+#     tune       `tensortune tune` (embedded tracker + local worker) on 512x64x512 and 1024^3
+#     cluster    a tracker and two workers on GPU 0 as separate processes, a 200-trial job; then one
+#                worker on every GPU (cuda:all) and a 100-trial job
+#     gputests   the worker's tests marked #[ignore = "needs a GPU"] (daemon on cuda:0)
+#     faults     a 50-trial job whose worker injects an out-of-bounds write and a hang (FAULTS, default
+#                oob:5,hang:12): expects 1 launch_error, 1 timeout, the rest ok
+#     sanitize   compute-sanitizer memcheck, racecheck and synccheck on each TEMPLATE KEY CONFIG line of
+#                scripts/sanitize-cases.txt (SANITIZE_MATCH keeps the lines that contain it), each
+#                kernel alone in `tensortune selftest --config ... --no-baseline`
+#     export     bench of the default suite with its database kept, `tensortune export` of its best
+#                kernels, examples/bundle/gemm_check.c built with nvcc and run on the bundle: every
+#                output element against cuBLAS, time against the record
+#     sweep      scripts/sweep.sh SWEEP_SUITE (default suites/sweeps/union-v14.json): ground truth for
+#                the search, $OUT/sweep.jsonl.gz
+#   CLOCKS=1 samples the SM clock, power and clock-event reasons every 200 ms into logs/clocks.csv.
+#   DEADLINE=S skips the steps that would start S seconds after the script did.
 set -uo pipefail
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
-export PATH=/usr/local/cuda/bin:$PATH
-OUT=${OUT:-$(mktemp -d)}
-LOGS="$OUT/logs"
-mkdir -p "$LOGS"
-BIN=$(pwd)/.gpu
-SUMMARY="$OUT/summary.txt"
-: >"$SUMMARY"
-say() { echo "$*" | tee -a "$SUMMARY"; }
-since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-# Samples UTC time, SM clock, board power, temperature and (where nvidia-smi knows the field) the
-# clock-event reasons every $2 ms into the CSV $1, in the background; prints the sampler's pid.
-sample_clocks() {
-  local fields=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active
-  nvidia-smi --query-gpu=$fields --format=csv >/dev/null 2>&1 || fields=timestamp,clocks.sm,power.draw,temperature.gpu
-  nvidia-smi --query-gpu=$fields --format=csv,noheader -lms "$2" >"$1" 2>&1 &
-  echo $!
-}
+source "$(dirname "$0")/gpu-common.sh"
+# The table a bench or tune prints at its end.
+table() { sed -n '/^suite/,$p' "$1" | tee -a "$SUMMARY"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >"$LOGS/nvidia-smi.txt" 2>&1
-say "$(date -u +%FT%TZ) $(tail -1 "$LOGS/nvidia-smi.txt")"
+say "$(date -u +%FT%TZ) $(tail -1 "$LOGS/nvidia-smi.txt") commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 step_selftest() {
-  timeout 600 "$BIN/gpu_selftest" "${SELFTEST_CONFIGS:-8}" "${SELFTEST_SAMPLES:-5}" >"$LOGS/selftest.log" 2>&1
-  say "selftest exit $?: $(grep SUMMARY "$LOGS/selftest.log")"
-  grep -v ": Ok " "$LOGS/selftest.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
-}
-
-step_tune() {
-  local db="$LOGS/tune.db"
-  for shape in "512 64 512" "1024 1024 1024"; do
-    set -- $shape
-    local name="tune_$1x$2x$3"
-    local start=$(date +%s.%N)
-    timeout 900 "$BIN/tensortune" --db "$db" tune matmul --m "$1" --n "$2" --k "$3" --trials "${TUNE_TRIALS:-100}" \
-      --json "$OUT/$name.json" >"$LOGS/$name.log" 2>&1
-    local rc=$?
-    say "$name exit $rc in $(since "$start") s"
-    grep -E "trials|best|vendor|check|config" "$LOGS/$name.log" | tee -a "$SUMMARY"
-  done
-  "$BIN/tensortune" --db "$db" records export --ok-only -o "$LOGS/tune-records.jsonl" >/dev/null 2>&1
-  say "tune records with a failed check: $(grep -c '"max_abs_err":null' "$LOGS/tune-records.jsonl" || true) of $(wc -l <"$LOGS/tune-records.jsonl") ok records lack a verification"
-  "$BIN/tensortune" --db "$db" records export -o "$LOGS/tune-all.jsonl" >/dev/null 2>&1
-  say "tune statuses: $(grep -o '"status":"[a-z_]*"' "$LOGS/tune-all.jsonl" | sort | uniq -c | tr '\n' ' ')"
-}
-
-step_cluster() {
-  local url=http://127.0.0.1:7171
-  "$BIN/tensortune-tracker" --listen 127.0.0.1:7171 --db "$LOGS/cluster.db" >"$LOGS/tracker.log" 2>&1 &
-  local tracker=$!
-  sleep 1
-  "$BIN/tensortune-worker" --tracker $url --device cuda:0 --name gpu0-a --compile-threads 8 >"$LOGS/worker-a.log" 2>&1 &
-  local wa=$!
-  "$BIN/tensortune-worker" --tracker $url --device cuda:0 --name gpu0-b --compile-threads 8 >"$LOGS/worker-b.log" 2>&1 &
-  local wb=$!
-  for _ in $(seq 1 60); do
-    [ "$("$BIN/tensortune" --tracker $url workers 2>/dev/null | grep -c online)" -ge 2 ] && break
-    sleep 1
-  done
-  local start=$(date +%s.%N)
-  timeout 900 "$BIN/tensortune" --tracker $url tune matmul --m 512 --n 32 --k 512 --trials 200 --json "$OUT/cluster.json" \
-    >"$LOGS/cluster.log" 2>&1
-  say "cluster job exit $? in $(since "$start") s"
-  grep -E "trials|best|vendor|check" "$LOGS/cluster.log" | tee -a "$SUMMARY"
-  "$BIN/tensortune" --tracker $url workers | tee -a "$SUMMARY"
-  kill $wa $wb; wait $wa $wb 2>/dev/null
-  kill $tracker; wait $tracker 2>/dev/null
-}
-
-# The default suite twice, WMMA alone (the old default) and the union of templates (today's
-# default), same trials: the union must not be slower on any shape.
-step_union() {
-  for run in wmma union; do
-    local args=""
-    [ "$run" = wmma ] && args="--template wmma_gemm"
-    timeout 900 "$BIN/tensortune" --db "$LOGS/union-$run.db" bench --trials "${BENCH_TRIALS:-100}" $args \
-      --json "$OUT/default-$run.json" >"$LOGS/default-$run.log" 2>&1
-    say "default suite, $run: exit $?"
-    sed -n '/^suite/,$p' "$LOGS/default-$run.log" | tee -a "$SUMMARY"
-  done
+  timeout 1800 "$BIN/tensortune" selftest --configs "${SELFTEST_CONFIGS:-4}" --json "$OUT/selftest.json" ${SELFTEST_ARGS:-} \
+    >"$LOGS/selftest.log" 2>&1
+  say "selftest exit $?: $(grep '^total:' "$LOGS/selftest.log")"
+  grep -v '^device\|^template \|^total' "$LOGS/selftest.log" | grep -v ' 0  $' | cut -c1-400 | head -30 | tee -a "$SUMMARY"
 }
 
 step_bench() {
-  timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" --json "$OUT/bench.json" ${BENCH_ARGS:-} \
-    >"$LOGS/bench.log" 2>&1
-  say "bench exit $?"
-  sed -n '/^suite/,$p' "$LOGS/bench.log" | tee -a "$SUMMARY"
-}
-
-step_sass() {
-  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/tensortune/cubin
-  local n=0
-  for f in $(ls -S "$cache"/*.cubin 2>/dev/null | head -3); do
-    cuobjdump -sass "$f" >"$LOGS/sass-$n.txt" 2>&1
-    say "$(basename "$f"): $(grep -oE '^\s+/\*[0-9a-f]+\*/\s+[A-Z0-9]+' "$LOGS/sass-$n.txt" | awk '{print $2}' | sort | uniq -c | sort -rn | head -8 | tr -s ' \n' ' ')"
-    n=$((n + 1))
+  local suite name trials start
+  for suite in ${BENCH_SUITES:-default large conv types types-conv}; do
+    name=$(basename "$suite")
+    case "$name" in default) trials=100 ;; large | conv) trials=300 ;; *) trials=200 ;; esac
+    start=$(date +%s.%N)
+    timeout 1500 "$BIN/tensortune" bench --suite "suites/$suite.json" --trials "${BENCH_TRIALS:-$trials}" ${BENCH_ARGS:-} \
+      --json "$OUT/$name-bench.json" >"$LOGS/$name-bench.log" 2>&1
+    say "bench $suite exit $? in $(since "$start") s"
+    table "$LOGS/$name-bench.log"
   done
-}
-
-step_compile() {
-  local key="matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0"
-  for t in 1 4 8 16; do
-    "$BIN/compile_bench" "$key" 48 $t 2>&1 | tee -a "$SUMMARY"
-  done
-  local start=$(date +%s.%N)
-  for p in 0 1 2 3; do "$BIN/compile_bench" "$key" 24 4 $((100 + p * 24)) >"$LOGS/compile-proc-$p.log" 2>&1 & done
-  wait
-  say "4 processes x 4 threads: 96 kernels in $(since "$start") s"
-}
-
-step_matrix() {
-  timeout 900 "$BIN/gpu_selftest" "${MATRIX_CONFIGS:-4}" 5 matrix >"$LOGS/matrix.log" 2>&1
-  say "matrix exit $?: $(grep SUMMARY "$LOGS/matrix.log")"
-  grep -v ": Ok " "$LOGS/matrix.log" | grep -v "^device\|^SUMMARY" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
-  say "workloads checked: $(grep ': Ok ' "$LOGS/matrix.log" | cut -d' ' -f1 | sort -u | wc -l)"
-}
-
-step_sweep() {
-  # Every valid config of each workload of SWEEP_SUITE (grid tuner, no finalists), one job per
-  # workload so that a run cut short still exports what it measured; workloads not started
-  # within SWEEP_BUDGET seconds are skipped and named. SWEEP_TEMPLATE narrows matmul
-  # workloads to one template (default: the union of every template that takes the workload).
-  local suite=${SWEEP_SUITE:-suites/sweep-wmma.json} t0=$(date +%s)
-  local tpl=()
-  [ -n "${SWEEP_TEMPLATE:-}" ] && tpl=(--template "$SWEEP_TEMPLATE")  # matmul workloads only
-  for key in $(grep -o '"workload": *"[^"]*"' "$suite" | sed 's/.*: *"//; s/"$//' | tail -n "+${SWEEP_FROM:-1}"); do
-    if [ $(($(date +%s) - t0)) -gt "${SWEEP_BUDGET:-480}" ]; then
-      say "sweep skipped (budget): $key"
-      continue
-    fi
-    local start=$(date +%s.%N) name=${key//\//_}
-    local narrow=()
-    [[ $key == matmul/* ]] && narrow=("${tpl[@]}")
-    timeout "${SWEEP_TIMEOUT:-400}" "$BIN/tensortune" bench --suite "$suite" --filter "$key" "${narrow[@]}" \
-      --tuner grid --trials 100000 --finalists 0 --samples "${SWEEP_SAMPLES:-5}" --json "$LOGS/sweep-$name.json" \
-      >"$LOGS/sweep-$name.log" 2>&1
-    say "sweep $key exit $? in $(since "$start") s: $(grep -c . "$LOGS/sweep-$name.log") lines"
-    tail -3 "$LOGS/sweep-$name.log" | cut -c1-200 >>"$SUMMARY"
-  done
-  # bench keeps each run's database beside its JSON (sweep-NAME.db)
-  : >"$LOGS/sweep.jsonl"
-  for d in "$LOGS"/sweep-*.db; do
-    [ -e "$d" ] || continue
-    "$BIN/tensortune" --db "$d" records export -o "${d%.db}.jsonl" >/dev/null 2>&1 && cat "${d%.db}.jsonl" >>"$LOGS/sweep.jsonl"
-  done
-  gzip -c "$LOGS/sweep.jsonl" >"$OUT/sweep.jsonl.gz"
-  say "sweep records: $(wc -l <"$LOGS/sweep.jsonl")"
 }
 
 step_throughput() {
-  timeout 900 "$BIN/tensortune" bench --throughput --trials "${THROUGHPUT_TRIALS:-200}" ${THROUGHPUT_ARGS:-} --json "$OUT/throughput.json" \
+  timeout 900 "$BIN/tensortune" bench --throughput --trials "${THROUGHPUT_TRIALS:-200}" --json "$OUT/throughput.json" \
     >"$LOGS/throughput.log" 2>&1
   say "throughput exit $?"
-  sed -n '/^suite/,$p' "$LOGS/throughput.log" | tee -a "$SUMMARY"
+  table "$LOGS/throughput.log"
 }
 
-step_sanitize() {
-  local key=${SANITIZE_KEY:-"matmul/m512n32k512/tn/f16,f16,f16/alpha=1,beta=0"}
-  local cfg=${SANITIZE_CONFIG:-'{"block_k":64,"block_m":32,"block_n":32,"frag":"m16n16k16","skew":1,"split_k":8,"split_reduce":"workspace","stages":1,"swizzle":1,"warps_k":4,"warps_m":1,"warps_n":2,"min_blocks":1}'}
-  say "sanitize $key $cfg"
-  for i in 1 2 3; do "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | cut -c1-300 | tee -a "$SUMMARY"; done
-  for tool in memcheck racecheck synccheck; do
-    timeout 300 compute-sanitizer --tool $tool --print-limit 20 "$BIN/run_one" "$key" "$cfg" 1 1 >"$LOGS/sanitize-$tool.log" 2>&1
-    say "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/sanitize-$tool.log" | tr '\n' ' ')"
-    grep -E "Error|Race|Invalid|hazard" "$LOGS/sanitize-$tool.log" | head -6 | tee -a "$SUMMARY"
+# Measurement throughput on one GPU, then on every GPU of the machine, same suite and trials, cold
+# cache, finalists off so the wall time is tuning alone.
+step_scaling() {
+  local dev
+  for dev in cuda:0 cuda:all; do
+    timeout 900 "$BIN/tensortune" bench --throughput --trials "${SCALING_TRIALS:-400}" --finalists 0 --device "$dev" \
+      --json "$OUT/scaling-${dev/:/-}.json" >"$LOGS/scaling-${dev/:/-}.log" 2>&1
+    say "scaling $dev exit $?"
+    table "$LOGS/scaling-${dev/:/-}.log"
   done
+}
+
+step_tune() {
+  local shape name start
+  for shape in "512 64 512" "1024 1024 1024"; do
+    set -- $shape
+    name="tune_$1x$2x$3" start=$(date +%s.%N)
+    timeout 900 "$BIN/tensortune" --db "$LOGS/tune.db" tune matmul --m "$1" --n "$2" --k "$3" --trials "${TUNE_TRIALS:-100}" \
+      --json "$OUT/$name.json" >"$LOGS/$name.log" 2>&1
+    say "$name exit $? in $(since "$start") s"
+    grep -E "trials|best|vendor|check|config" "$LOGS/$name.log" | tee -a "$SUMMARY"
+  done
+}
+
+# Starts a tracker on port $1 with database $2 in the background; sets TRACKER_PID and URL.
+start_tracker() {
+  URL=http://127.0.0.1:$1
+  "$BIN/tensortune-tracker" --listen "127.0.0.1:$1" --db "$2" >"$2.log" 2>&1 &
+  TRACKER_PID=$!
+  sleep 1
+}
+
+# Waits until the tracker at $URL lists at least $1 online workers (60 s at most).
+wait_workers() {
+  for _ in $(seq 1 60); do
+    [ "$("$BIN/tensortune" --tracker "$URL" workers 2>/dev/null | grep -c online)" -ge "$1" ] && return 0
+    sleep 1
+  done
+  say "fewer than $1 workers came online"
+  return 1
+}
+
+# A job through a tracker of its own: $1 name, $2 port, $3 trials, $4 workers to wait for, then the
+# workers' --device and --name pairs.
+cluster_job() {
+  local name=$1 port=$2 trials=$3 want=$4 pids=() start
+  shift 4
+  start_tracker "$port" "$LOGS/$name.db"
+  while [ $# -ge 2 ]; do
+    NO_COLOR=1 "$BIN/tensortune-worker" --tracker "$URL" --device "$1" --name "$2" --compile-threads 8 \
+      >"$LOGS/$name-worker-$2.log" 2>&1 &
+    pids+=($!)
+    shift 2
+  done
+  wait_workers "$want"
+  start=$(date +%s.%N)
+  timeout 900 "$BIN/tensortune" --tracker "$URL" tune matmul --m 1024 --n 1024 --k 1024 --trials "$trials" \
+    --json "$OUT/$name.json" >"$LOGS/$name.log" 2>&1
+  say "$name job exit $? in $(since "$start") s"
+  grep -E "trials|best|vendor|check" "$LOGS/$name.log" | tee -a "$SUMMARY"
+  "$BIN/tensortune" --tracker "$URL" workers | tee -a "$SUMMARY"
+  kill "${pids[@]}" "$TRACKER_PID"
+  wait "${pids[@]}" "$TRACKER_PID" 2>/dev/null
+}
+
+step_cluster() {
+  cluster_job cluster 7171 200 2 cuda:0 gpu0-a cuda:0 gpu0-b
+  cluster_job multigpu 7173 100 "$(nvidia-smi -L | grep -c '^GPU')" cuda:all all
 }
 
 step_gputests() {
@@ -276,894 +141,79 @@ step_gputests() {
   say "gputests exit $?: $(grep 'test result' "$LOGS/gputests.log")"
 }
 
-step_profile() {
-  local key=${PROFILE_KEY:-"matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"}
-  local cfg=${PROFILE_CONFIG:-'{"block_k":64,"block_m":128,"block_n":256,"frag":"m16n16k16","skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":2,"warps_n":4,"min_blocks":1}'}
-  "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | tee -a "$SUMMARY"
-  timeout 300 ncu --clock-control none --kernel-name regex:tt_w --launch-skip 1 --launch-count 1 \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-    --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
-    --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
-    "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu.txt" 2>&1
-  say "ncu exit $?"
-  if [ -n "${PROFILE_SOURCE:-}" ]; then
-    # Where the warps stall, by SASS instruction (the top lines of the source-counters table).
-    timeout 300 ncu --clock-control none --kernel-name regex:tt_w --launch-skip 1 --launch-count 1 \
-      --section SourceCounters --section InstructionStats --print-details all \
-      "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu-source.txt" 2>&1
-    say "ncu source exit $?"
-    grep -iE -A14 "Warp Stall Sampling|stall" "$LOGS/ncu-source.txt" | head -60 | tee -a "$SUMMARY"
-  fi
-  grep -E "stalled" "$LOGS/ncu.txt" | sort -k3 -n -r | head -12 | tee -a "$SUMMARY"
-  grep -E "Throughput|Duration|Pipe|Stall|Warp Cycles|Issued|Occupancy|Bank|L2 Hit|L1/TEX Hit|Registers|Eligible|Active Warps|SM Frequency|Memory \[%\]|Compute \(SM\)" "$LOGS/ncu.txt" | head -60 | tee -a "$SUMMARY"
-  # PROFILE_VENDOR=1: the same sections of the vendor kernel run_one times beside ours (cuBLAS's
-  # nvjet/xmma kernels), for a side-by-side reading.
-  if [ -n "${PROFILE_VENDOR:-}" ]; then
-    timeout 300 ncu --clock-control none --kernel-name regex:'^(nvjet|sm90_xmma|cutlass)' --launch-skip 1 --launch-count 1 \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-      --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
-      --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
-      "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu-vendor.txt" 2>&1
-    say "ncu vendor exit $?: $(grep -m1 -E '^  [a-z_]*(nvjet|xmma|cutlass)' "$LOGS/ncu-vendor.txt" | cut -c1-120)"
-    grep -E "stalled" "$LOGS/ncu-vendor.txt" | sort -k3 -n -r | head -12 | tee -a "$SUMMARY"
-    grep -E "Throughput|Duration|Pipe|Stall|Warp Cycles|Issued|Occupancy|Bank|L2 Hit|L1/TEX Hit|Registers|Eligible|Active Warps|SM Frequency|Memory \[%\]|Compute \(SM\)" "$LOGS/ncu-vendor.txt" | head -60 | tee -a "$SUMMARY"
-  fi
-}
-
-# Waits until the tracker at $1 lists at least $2 online workers (60 s at most).
-wait_workers() {
-  for _ in $(seq 1 60); do
-    [ "$("$BIN/tensortune" --tracker "$1" workers 2>/dev/null | grep -c online)" -ge "$2" ] && return 0
-    sleep 1
-  done
-  return 1
-}
-
 step_faults() {
-  local url=http://127.0.0.1:7172 faults=${FAULTS:-oob:5,hang:12}
-  "$BIN/tensortune-tracker" --listen 127.0.0.1:7172 --db "$LOGS/faults.db" >"$LOGS/faults-tracker.log" 2>&1 &
-  local tracker=$!
-  sleep 1
-  NO_COLOR=1 TENSORTUNE_INJECT_FAULTS=$faults "$BIN/tensortune-worker" --tracker $url --device cuda:0 --name faults \
+  local faults=${FAULTS:-oob:5,hang:12} worker start records="$LOGS/faults-records.jsonl"
+  start_tracker 7172 "$LOGS/faults.db"
+  NO_COLOR=1 TENSORTUNE_INJECT_FAULTS=$faults "$BIN/tensortune-worker" --tracker "$URL" --device cuda:0 --name faults \
     --compile-threads 8 --measure-timeout-secs 10 >"$LOGS/faults-worker.log" 2>&1 &
-  local worker=$!
-  wait_workers $url 1 || say "faults: the worker did not come online"
-  local start=$(date +%s.%N)
-  timeout 600 "$BIN/tensortune" --tracker $url tune matmul --m 512 --n 64 --k 512 --trials 50 --finalists 0 \
+  worker=$!
+  wait_workers 1
+  start=$(date +%s.%N)
+  timeout 600 "$BIN/tensortune" --tracker "$URL" tune matmul --m 512 --n 64 --k 512 --trials 50 --finalists 0 \
     --json "$OUT/faults.json" >"$LOGS/faults.log" 2>&1
   say "faults job ($faults) exit $? in $(since "$start") s"
-  "$BIN/tensortune" --tracker $url records export -o "$LOGS/faults-records.jsonl" >/dev/null 2>&1
-  local statuses=$(grep -o '"status":"[a-z_]*"' "$LOGS/faults-records.jsonl" | cut -d'"' -f4 | sort | uniq -c | tr -s ' \n' ' ')
-  local launch=$(grep -c '"status":"launch_error"' "$LOGS/faults-records.jsonl")
-  local hung=$(grep -c '"status":"timeout"' "$LOGS/faults-records.jsonl")
-  local other=$(grep -v '"status":"ok"' "$LOGS/faults-records.jsonl" | grep -vc '"status":"launch_error"\|"status":"timeout"')
-  local verdict=FAIL
+  "$BIN/tensortune" --tracker "$URL" records export -o "$records" >/dev/null 2>&1
+  local launch hung other verdict=FAIL
+  launch=$(grep -c '"status":"launch_error"' "$records")
+  hung=$(grep -c '"status":"timeout"' "$records")
+  other=$(grep -v '"status":"ok"' "$records" | grep -vc '"status":"launch_error"\|"status":"timeout"')
   [ "$launch" = 1 ] && [ "$hung" = 1 ] && [ "$other" = 0 ] && verdict=PASS
-  say "faults $verdict: statuses$statuses(expected 1 launch_error, 1 timeout, the rest ok)"
-  say "faults: worker log: $(grep -c 'injecting fault' "$LOGS/faults-worker.log") injections, $(grep -c 'started a fresh measuring child' "$LOGS/faults-worker.log") child restarts"
-  grep -h -o '"error":"[^"]\{0,200\}' "$LOGS/faults-records.jsonl" | grep -v '"error":"$' | head -4 | tee -a "$SUMMARY"
-  kill $worker; wait $worker 2>/dev/null
-  kill $tracker; wait $tracker 2>/dev/null
+  say "faults $verdict: $launch launch_error, $hung timeout, $other other failures of $(wc -l <"$records") records" \
+    "(expected 1, 1, 0); $(grep -c 'started a fresh measuring child' "$LOGS/faults-worker.log") child restarts"
+  kill "$worker" "$TRACKER_PID"
+  wait "$worker" "$TRACKER_PID" 2>/dev/null
 }
 
-step_repeat() {
-  local small_key="matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0"
-  local small_cfg='{"block_k":64,"block_m":32,"block_n":32,"frag":"m16n16k16","min_blocks":1,"skew":1,"split_k":8,"split_reduce":"workspace","stages":1,"swizzle":1,"warps_k":4,"warps_m":1,"warps_n":2}'
-  local large_key="matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"
-  local large_cfg='{"block_k":64,"block_m":128,"block_n":256,"frag":"m16n16k16","min_blocks":1,"skew":1,"split_k":1,"split_reduce":"workspace","stages":3,"swizzle":1,"warps_k":1,"warps_m":2,"warps_n":4}'
-  # Prints "MEDIAN VENDOR" of one run_one process.
-  once() {
-    "$BIN/run_one" "$1" "$2" "${REPEAT_SAMPLES:-10}" 1 "$3" 2>&1 | tee -a "$LOGS/repeat.log" \
-      | sed -n 's/.* median \([0-9.]*\) us .* vendor Some(\([0-9.]*\)).*/\1 \2/p' | tail -1
-  }
-  for which in small large; do
-    local key cfg
-    if [ $which = small ]; then key=$small_key cfg=$small_cfg; else key=$large_key cfg=$large_cfg; fi
-    local warm=""
-    for mode in warm flush; do
-      local a b
-      read -r a va <<<"$(once "$key" "$cfg" $mode)"
-      read -r b vb <<<"$(once "$key" "$cfg" $mode)"
-      say "repeat $which $mode: $a us then $b us: $(awk -v a="$a" -v b="$b" 'BEGIN { if (a > 0) printf "%+.2f%%", 100 * (b - a) / a; else print "n/a" }'); vendor $va then $vb us"
-      [ $mode = warm ] && warm=$a
-      [ $mode = flush ] && say "repeat $which flushed / warm: $(awk -v w="$warm" -v f="$a" 'BEGIN { if (w > 0) printf "%.2fx", f / w; else print "n/a" }')"
-    done
-  done
-}
-
-# Measurement throughput on one GPU, then on every GPU of the machine (cuda:all), same suite and
-# trials, cold cache, finalists off so the wall time is tuning alone.
-step_scaling() {
-  for dev in cuda:0 cuda:all; do
-    timeout 900 "$BIN/tensortune" bench --throughput --trials "${SCALING_TRIALS:-400}" --finalists 0 --device "$dev" ${SCALING_ARGS:-} \
-      --json "$OUT/scaling-${dev/:/-}.json" >"$LOGS/scaling-${dev/:/-}.log" 2>&1
-    say "scaling $dev exit $?"
-    sed -n '/^suite/,$p' "$LOGS/scaling-${dev/:/-}.log" | tee -a "$SUMMARY"
-  done
-}
-
-step_multigpu() {
-  local url=http://127.0.0.1:7173 gpus
-  gpus=$(nvidia-smi -L | grep -c '^GPU')
-  "$BIN/tensortune-tracker" --listen 127.0.0.1:7173 --db "$LOGS/multigpu.db" >"$LOGS/multigpu-tracker.log" 2>&1 &
-  local tracker=$!
-  sleep 1
-  NO_COLOR=1 "$BIN/tensortune-worker" --tracker $url --device cuda:all --compile-threads 16 >"$LOGS/multigpu-worker.log" 2>&1 &
-  local worker=$!
-  wait_workers $url "$gpus" || say "multigpu: fewer than $gpus workers came online"
-  local start=$(date +%s.%N)
-  timeout 600 "$BIN/tensortune" --tracker $url tune matmul --m 1024 --n 1024 --k 1024 --trials 100 \
-    --json "$OUT/multigpu.json" >"$LOGS/multigpu.log" 2>&1
-  say "multigpu job on $gpus GPUs exit $? in $(since "$start") s"
-  grep -E "trials|best" "$LOGS/multigpu.log" | tee -a "$SUMMARY"
-  "$BIN/tensortune" --tracker $url workers | tee -a "$SUMMARY"
-  say "multigpu drift references: $(grep -o 'gpu=[^ ]* reference_us=[0-9.]*' "$LOGS/multigpu-worker.log" | sort -u | tr '\n' ' ')"
-  kill $worker; wait $worker 2>/dev/null
-  kill $tracker; wait $tracker 2>/dev/null
-}
-
-step_cudnn() {
-  RUST_LOG=tensortune_worker=debug timeout 600 "$BIN/cudnn_check" "${CUDNN_SAMPLES:-10}" warm \
-    >"$LOGS/cudnn.txt" 2>"$LOGS/cudnn.log"
-  say "cudnn exit $?"
-  tail -39 "$LOGS/cudnn.txt" | tee -a "$SUMMARY"
-  TENSORTUNE_CUDNN_LIB=/nonexistent timeout 120 "$BIN/cudnn_check" 3 warm 2>/dev/null | tail -1 | tee -a "$SUMMARY"
-}
-
-step_conv() {
-  timeout 600 "$BIN/gpu_selftest" "${CONV_CONFIGS:-6}" 3 conv >"$LOGS/conv-check.log" 2>&1
-  say "conv check exit $?: $(grep SUMMARY "$LOGS/conv-check.log")"
-  grep -v ": Ok " "$LOGS/conv-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -30 | tee -a "$SUMMARY"
-}
-
-step_convbench() {
-  local start=$(date +%s.%N)
-  # CONV_SUITE: another suite (e.g. suites/conv-heldout.json); its JSON is named after it.
-  local suite=${CONV_SUITE:-suites/conv.json} name
-  name=$(basename "$suite" .json)
-  timeout 900 "$BIN/tensortune" bench --suite "$suite" --trials "${CONV_TRIALS:-300}" ${CONV_ARGS:-} \
-    --json "$OUT/$name-bench.json" >"$LOGS/$name-bench.log" 2>&1
-  say "convbench exit $? in $(since "$start") s"
-  sed -n '/^suite/,$p' "$LOGS/$name-bench.log" | tee -a "$SUMMARY"
-}
-
-# wgmma_gemm: correctness on WGMMA_KEYS (default: one workload per type and layout, a ragged one and
-# 4096^3), WGMMA_CONFIGS configs each spread over producer/cluster/persistence, then a short tune of
-# f16 4096^3 with the template alone (WGMMA_TRIALS) next to cuBLAS.
-step_wgmma() {
-  local keys=${WGMMA_KEYS:-"matmul/m256n256k256/nn/f16,f32,f32/alpha=1,beta=0 matmul/m1000n1000k1024/tn/f16,f32,f16/alpha=1,beta=0 matmul/m512n512k512/nt/bf16,f32,f32/alpha=1,beta=0 matmul/m512n384k512/tt/f16,f16,f16/alpha=0.5,beta=-1 matmul/m512n512k1024/tn/i8,i32,i32/alpha=1,beta=0 matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0"}
-  SELFTEST_TEMPLATE=wgmma_gemm timeout 300 "$BIN/gpu_selftest" "${WGMMA_CONFIGS:-4}" 3 $keys >"$LOGS/wgmma-check.log" 2>&1
-  say "wgmma check exit $?: $(grep SUMMARY "$LOGS/wgmma-check.log")"
-  grep -v ": Ok " "$LOGS/wgmma-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-600 | head -30 | tee -a "$SUMMARY"
-  grep "m4096n4096" "$LOGS/wgmma-check.log" | cut -c1-300 | tee -a "$SUMMARY"
-  if [ -f "$BIN/wgmma_best.cubin" ]; then
-    cuobjdump --dump-sass "$BIN/wgmma_best.cubin" >"$LOGS/wgmma-sass.txt" 2>&1
-    say "wgmma sass: $(grep -cE 'HGMMA|IGMMA' "$LOGS/wgmma-sass.txt") GMMA, $(grep -c 'UTMALDG' "$LOGS/wgmma-sass.txt") UTMALDG, $(grep -cE '\bHMMA\b' "$LOGS/wgmma-sass.txt") HMMA, $(grep -cE 'LDL|STL' "$LOGS/wgmma-sass.txt") local"
-    grep -oE '(HGMMA|IGMMA)[.A-Za-z0-9]*' "$LOGS/wgmma-sass.txt" | sort | uniq -c | head -5 | tee -a "$SUMMARY"
-  fi
-  if [ "${WGMMA_TRIALS:-0}" -gt 0 ]; then
-    local start=$(date +%s.%N)
-    timeout 600 "$BIN/tensortune" --db "$LOGS/wgmma.db" tune matmul --m 4096 --n 4096 --k 4096 --template wgmma_gemm \
-      --trials "$WGMMA_TRIALS" --json "$OUT/wgmma-tune.json" >"$LOGS/wgmma-tune.log" 2>&1
-    say "wgmma tune exit $? in $(since "$start") s"
-    grep -E "trials|best|vendor|check|config" "$LOGS/wgmma-tune.log" | tee -a "$SUMMARY"
-  fi
-}
-
-# `tensortune bench` on suites/large.json (LARGE_TRIALS each, default 300; LARGE_ARGS adds flags,
-# e.g. --template wgmma_gemm).
-step_large() {
-  local start=$(date +%s.%N)
-  timeout 1200 "$BIN/tensortune" --db "$LOGS/large.db" bench --suite suites/large.json --trials "${LARGE_TRIALS:-300}" \
-    ${LARGE_ARGS:-} --json "$OUT/large-bench.json" >"$LOGS/large-bench.log" 2>&1
-  say "large bench exit $? in $(since "$start") s"
-  sed -n '/^suite/,$p' "$LOGS/large-bench.log" | tee -a "$SUMMARY"
-  cp "$LOGS/large.db" "$OUT/large.db" 2>/dev/null
-}
-
-# convbench takes any suite; the JSON is named after it (open-bars-bench.json).
-step_openbars() { CONV_SUITE=suites/open-bars.json CONV_TRIALS=${OPENBARS_TRIALS:-300} step_convbench; }
-
-# compute-sanitizer memcheck, racecheck and synccheck on one wgmma_gemm config per input type (a
-# stream-K config in 2-block clusters for f16, ping-pong for bf16, an inline producer for i8, the
-# TMA-store epilogue reading C on a ragged shape, a 192-column A tile shared out two chunks and
-# one in a cluster, a 160-column K-major A tile multicast 80 rows a block, ping-pong, TMA store
-# of a ragged D reading C, and a one-column persistent grid keeping A resident with a ragged last K
-# tile), a K split over an 8-block cluster (ragged, reading C; case 3 splits in two), and stream-K
-# on a grid of more than a wave (ragged, reading C: the shared-out ranges run before the
-# tile-by-tile tiles since v8), a tile walk along M in 2-block clusters (case 10), and K splits of
-# pairs of tiles that share A by multicast (v12, clusters of 4: a ragged bf16 nt reading C, an i8
-# tn inline producer, a ragged f16 nn with two consumers; cases 11-13), and stream-K of whole
-# shares of at most half a wave of tiles in 2-block clusters (v12; ragged, reading C; case 14),
-# each alone in its process (no vendor baseline).
-step_wsanitize() {
-  local cases=(
-    'matmul/m1024n1024k2048/nn/f16,f32,f16/alpha=1,beta=0 {"block_m":256,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}'
-    'matmul/m1024n1024k1024/nt/bf16,f32,bf16/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"direct"}'
-    'matmul/m1024n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
-    'matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
-    'matmul/m1000n1000k1024/nn/f16,f32,f32/alpha=1,beta=0 {"block_m":192,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"tma"}'
-    'matmul/m1000n1000k1024/tn/bf16,f32,f32/alpha=2,beta=-1 {"block_m":160,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0}'
-    'matmul/m64n8704k264/tn/f16,f32,f16/alpha=2,beta=-1 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
-    'matmul/m504n520k2048/nn/f16,f32,f32/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
-    'matmul/m2048n3000k512/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"cooperative","stages":4,"stream_k":1}'
-    'matmul/m2000n3000k512/nn/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster":"m","raster_group":4,"schedule":"cooperative","stages":4,"stream_k":0}'
-    'matmul/m512n1000k4096/nt/bf16,f32,bf16/alpha=2,beta=-1 {"block_m":128,"block_n":64,"cluster":2,"consumers":1,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
-    'matmul/m1000n1000k4096/tn/i8,i32,i32/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"epilogue":"direct","persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
-    'matmul/m504n1000k4096/nn/f16,f32,f32/alpha=1,beta=0 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
-    'matmul/m504n1000k4096/nt/f16,f32,f16/alpha=1,beta=0.5 {"block_m":128,"block_n":64,"cluster":2,"consumers":1,"epilogue":"direct","persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":1}'
-  )
-  # WSANITIZE_ONLY=N runs the Nth case alone.
-  local n=0
-  for c in "${cases[@]}"; do
-    if [ -n "${WSANITIZE_ONLY:-}" ] && [ "$((n + 1))" != "$WSANITIZE_ONLY" ]; then n=$((n + 1)); continue; fi
-    local key=${c%% *} cfg=${c#* }
+step_sanitize() {
+  local template key cfg n=0 tool log
+  while read -r template key cfg; do
+    [[ -z "$template" || "$template" == \#* ]] && continue
+    [[ "$template $key $cfg" == *"${SANITIZE_MATCH:-}"* ]] || continue
     n=$((n + 1))
-    say "wsanitize $key $cfg"
-    TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout 60 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | cut -c1-200 | tee -a "$SUMMARY"
+    local run=("$BIN/tensortune" selftest --template "$template" --workload "$key" --config "$cfg" --no-baseline --samples 1)
+    say "sanitize $n: $template $key: $(timeout 60 "${run[@]}" 2>&1 | grep -m1 ': [a-z_]* ' | sed 's/.*}: //' | cut -c1-160)"
     for tool in memcheck racecheck synccheck; do
-      local log="$LOGS/wsanitize-$tool-$n-$(echo "$key" | cut -d/ -f4 | cut -d, -f1).log"
-      TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout "${WSANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --print-limit 20 \
-        "$BIN/run_one" "$key" "$cfg" 1 1 warm >"$log" 2>&1
+      log="$LOGS/sanitize-$n-$tool.log"
+      timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --print-limit 20 "${run[@]}" >"$log" 2>&1
       say "  $tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
       grep -E "Error|Race|Invalid|hazard" "$log" | head -4 | tee -a "$SUMMARY"
     done
-  done
-}
-
-# A/B timings of hand-picked wgmma_gemm configs (AB_FILE, default scripts/ab-wgmma.txt: KEY CONFIG per
-# line), each in its own run_one process with the vendor timed beside it, so each line's ratio is
-# taken at the clock of its moment.
-step_ab() {
-  local file=${AB_FILE:-scripts/ab-wgmma.txt}
-  # AB_BINS: run_one binaries in .gpu/ to compare (each config runs through each in turn, twice
-  # over in ABBA order when there are two, so a drifting clock falls on both alike).
-  local bins=(${AB_BINS:-run_one})
-  local order=("${bins[@]}")
-  [ "${#bins[@]}" -eq 2 ] && order=("${bins[0]}" "${bins[1]}" "${bins[1]}" "${bins[0]}")
-  say "ab: $(grep -vc '^#' "$file") configs from $file, binaries ${order[*]}"
-  grep -v '^#' "$file" | while read -r key cfg; do
-    local bin
-    for bin in "${order[@]}"; do
-      local line
-      line=$(TT_TEMPLATE=${AB_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0 timeout 60 "$BIN/$bin" "$key" "$cfg" "${AB_SAMPLES:-10}" 1 2>&1 |
-        grep -v '^ *$' | grep -m1 -E ' (Ok|[A-Z][A-Za-z]*) median |^Error' || echo "no result")
-      local us vendor
-      us=$(echo "$line" | sed -n 's/.*median \([0-9.]*\) us.*/\1/p')
-      vendor=$(echo "$line" | sed -n 's/.*vendor Some(\([0-9.]*\)).*/\1/p')
-      local ratio=$(awk -v a="$vendor" -v b="$us" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else print "-" }')
-      say "ab $ratio $(echo "$line" | grep -o 'Ok\|[A-Z][a-z]*Error\|Timeout\|Mismatch' | head -1) [$bin] $(echo "$key" | cut -d/ -f2-4) $cfg :: $(echo "$line" | cut -c1-220)"
-    done
-  done
-}
-
-# The winners of a bench (ABWIN_JSON, a `tensortune bench --json` file written earlier in the same
-# call) whose template is AB_TEMPLATE (default wgmma_conv2d), through step_ab's binaries: e.g. a
-# held-out suite tuned by the current binary, then each winner timed by the old and new binaries
-# in ABBA order.
-step_abwin() {
-  local json=${ABWIN_JSON:?ABWIN_JSON names a bench JSON} list="$LOGS/abwin.txt"
-  python3 - "$json" "${AB_TEMPLATE:-wgmma_conv2d}" >"$list" <<'PY'
-import json, sys
-rows = json.load(open(sys.argv[1]))["rows"]
-for row in rows:
-    for w in row["job"]["workloads"]:
-        best = w.get("best") or {}
-        if best.get("template") == sys.argv[2]:
-            print(w["workload"], json.dumps(best["config"], separators=(",", ":"), sort_keys=True))
-PY
-  say "abwin: $(wc -l <"$list") winners of $json"
-  AB_FILE="$list" AB_TEMPLATE=${AB_TEMPLATE:-wgmma_conv2d} step_ab
-}
-
-# Sustained load: for each KEY CONFIG of SUSTAIN_FILE (default scripts/ab-wgmma-sustain.txt, a
-# wgmma_gemm config a line), ours alone for SUSTAIN_REPEAT measurements of SUSTAIN_SAMPLES samples
-# (each sample at least 1 ms of launches), then ours and the vendor's pick alternating as often, in one
-# process each, with the SM clock and board power sampled every 100 ms. A short burst on a cool GPU
-# runs at full clock; a GPU kept busy runs under its power cap, where what each kernel costs in
-# energy decides its clock. Prints per config: ours alone (median us, clock, power), and the
-# alternating pairs (median us of each, the median of their ratios, vendor / ours).
-# SUSTAIN_VENDOR=gemmex|lt:N alternates with that vendor algorithm instead of run_one's pick.
-# SUSTAIN_MODES (default "alone alternate") picks the runs.
-step_sustain() {
-  local file=${SUSTAIN_FILE:-scripts/ab-wgmma-sustain.txt} n=0
-  local sampler
-  sampler=$(sample_clocks "$LOGS/sustain-power.csv" 100)
-  grep -v '^#' "$file" | while read -r key cfg; do
-    n=$((n + 1))
-    for mode in ${SUSTAIN_MODES:-alone alternate}; do
-      local env=(TT_TEMPLATE=${SUSTAIN_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0)
-      [ $mode = alone ] && env+=(TT_NO_BASELINE=1)
-      [ $mode = alternate ] && env+=(TT_ALTERNATE=1)
-      [ $mode = alternate ] && [ -n "${SUSTAIN_VENDOR:-}" ] && env+=(TT_VENDOR=$SUSTAIN_VENDOR)
-      local t0=$(date +%s%3N)
-      env "${env[@]}" timeout 300 "$BIN/run_one" "$key" "$cfg" "${SUSTAIN_SAMPLES:-20}" "${SUSTAIN_REPEAT:-8}" \
-        >"$LOGS/sustain-$n-$mode.log" 2>&1
-      local t1=$(date +%s%3N)
-      say "sustain $n $mode $(echo "$key" | cut -d/ -f2-4) $cfg"
-      python3 - "$LOGS/sustain-$n-$mode.log" "$LOGS/sustain-power.csv" "$t0" "$t1" <<'PY' | tee -a "$SUMMARY"
-import re, sys, statistics as st, datetime
-log, csv, t0, t1 = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-rows = []
-for line in open(log):
-    m = re.search(r" median ([0-9.]+) us .* vendor (Some\(([0-9.]+)\)|None) clock (\d+) MHz", line)
-    if m:
-        rows.append((float(m.group(1)), float(m.group(3)) if m.group(3) else None, int(m.group(4))))
-    elif "median" not in line and line.strip():
-        print("   ", line.strip()[:200])
-power = []
-for line in open(csv):
-    p = [x.strip() for x in line.split(",")]
-    try:
-        t = datetime.datetime.strptime(p[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc).timestamp() * 1000
-        if t0 + 1000 <= t <= t1:
-            power.append((float(p[1].split()[0]), float(p[2].split()[0])))
-    except (ValueError, IndexError):
-        pass
-if not rows:
-    print("   no measurement")
-    sys.exit()
-later = rows[1:] or rows  # the first measurement starts from whatever state the GPU was in
-ours = [r[0] for r in later]
-clk = [r[2] for r in later]
-line = "   ours %9.2f us (min %9.2f, max %9.2f), clock %4.0f MHz" % (st.median(ours), min(ours), max(ours), st.median(clk))
-if power:
-    line += ", sampled %4.0f MHz %3.0f W (%d samples)" % (st.mean(p[0] for p in power), st.mean(p[1] for p in power), len(power))
-pairs = [(r[0], r[1]) for r in later if r[1]]
-if pairs:
-    line += "; vendor %9.2f us, vendor/ours %.3f (pairs %s)" % (
-        st.median(p[1] for p in pairs), st.median(p[1] / p[0] for p in pairs), " ".join("%.3f" % (p[1] / p[0]) for p in pairs))
-print(line)
-PY
-    done
-  done
-  kill $sampler 2>/dev/null
-}
-
-# Each kernel alone under sustained load: for each line of HOT_FILE (KEY CONFIG, ours; or KEY
-# CONFIG VENDOR, that vendor algorithm alone, CONFIG only compiled: gemmex or lt:N for a matmul,
-# fastest for any workload, picked on the first measurement and held after; HOT_TEMPLATE names
-# the template of ours, default wgmma_gemm, wgmma_conv2d for conv lines), one run_one process that
-# holds the kernel on the GPU for HOT_REPEAT (default 10) measurements of HOT_SAMPLES (default 400)
-# samples, each of at least 1 ms of launches (a measurement of a large GEMM lasts about a second:
-# NVML's energy counter moves in steps of about 100 ms). The first two measurements are left out (the GPU
-# comes from whatever ran before); the rest give the median time, the NVML clock, the board's mean
-# power over each measurement (its energy counter) and so the energy per launch. Under the power
-# cap, a kernel's sustained time is its energy per launch over the cap: this ranks kernels as a
-# long job sees them, where a short burst on a cool GPU ranks them by cycles. HOT_NAMES=1 also
-# names the kernels each vendor line launches (vendor_kernels, its first four launches).
-step_hot() {
-  local file=${HOT_FILE:-scripts/hot-14336.txt} n=0
-  grep -v '^#' "$file" | while read -r key cfg vendor; do
-    [ -z "$key" ] && continue
-    n=$((n + 1))
-    local env=(TT_TEMPLATE=${HOT_TEMPLATE:-wgmma_gemm} RUST_BACKTRACE=0 TT_NO_BASELINE=1)
-    [ -n "$vendor" ] && env+=(TT_VENDOR=$vendor)
-    env "${env[@]}" timeout "${HOT_TIMEOUT:-120}" "$BIN/run_one" "$key" "$cfg" "${HOT_SAMPLES:-400}" "${HOT_REPEAT:-10}" \
-      >"$LOGS/hot-$n.log" 2>&1
-    local what=${vendor:-ours $cfg}
-    python3 - "$LOGS/hot-$n.log" "$n" "$(echo "$key" | cut -d/ -f2-4)" "$what" <<'PY' | tee -a "$SUMMARY"
-import re, sys, statistics as st
-log, n, shape, what = sys.argv[1:5]
-rows = []
-for line in open(log):
-    m = re.search(r"^(\d+) .* median ([0-9.]+) us .* clock (\d+) MHz.* energy (\d+) mJ", line)
-    if m and float(m.group(2)) > 0:
-        rows.append((int(m.group(1)), float(m.group(2)), int(m.group(3)), int(m.group(4))))
-    elif "median" not in line and line.strip():
-        print("   ", line.strip()[:200])
-late = rows[2:]
-if len(late) < 2:
-    print("hot %s %s %s: too few measurements (%d)" % (n, shape, what, len(rows)))
-    sys.exit()
-us = st.median(r[1] for r in late)
-# Mean power from the energy counter over the late repeats (wall time between their ends).
-w = (late[-1][3] - late[0][3]) / (late[-1][0] - late[0][0])
-print("hot %-2s %-22s %9.2f us (min %9.2f, max %9.2f)  %4.0f MHz  %4.0f W  %6.1f mJ/launch  %s"
-      % (n, shape, us, min(r[1] for r in late), max(r[1] for r in late), st.median(r[2] for r in late), w, w * us / 1e3, what[:150]))
-PY
-    if [ -n "$vendor" ] && [ "${HOT_NAMES:-0}" = 1 ]; then
-      vendor_kernels "$LOGS/hot-$n-names.csv" 4 TT_TEMPLATE="${HOT_TEMPLATE:-wgmma_gemm}" TT_NO_BASELINE=1 TT_VENDOR="$vendor"
-    fi
-  done
-}
-
-step_clusters() {
-  local shapes=(${CLUSTERS_SHAPES:-150 384 100 256}) i
-  [ -x "$BIN/clusters" ] || { say "clusters: no $BIN/clusters (scripts/gpu-pack.sh packs it)"; return; }
-  for ((i = 0; i + 1 < ${#shapes[@]}; i += 2)); do
-    timeout 120 "$BIN/clusters" "${shapes[i]}" "${shapes[i + 1]}" 2>&1 | tee -a "$SUMMARY"
-  done
-}
-
-# The memory roofline of a streaming layer: scripts/membw.cu built with nvcc, reading and writing
-# MEMBW_SIZES ("READ_MB WRITE_MB" pairs, default the conv suite's N=32 56x56 256->64 and 64->128
-# 1x1 layers' bytes) with 16-byte accesses, warm, by each of its kernels (see its header).
-step_membw() {
-  nvcc -O3 -arch=sm_90 -o "$LOGS/membw" scripts/membw.cu >"$LOGS/membw-build.log" 2>&1 || { say "membw: nvcc failed: $(head -5 "$LOGS/membw-build.log")"; return; }
-  local sizes=${MEMBW_SIZES:-"51.38 12.85 12.85 25.69"}
-  set -- $sizes
-  while [ $# -ge 2 ]; do
-    "$LOGS/membw" "$1" "$2" 2>&1 | tee -a "$SUMMARY"
-    shift 2
-  done
-}
-
-step_wconv() {
-  SELFTEST_TEMPLATE=wgmma_conv2d timeout "${WCONV_TIMEOUT:-900}" "$BIN/gpu_selftest" "${WCONV_CONFIGS:-6}" 3 conv >"$LOGS/wconv-check.log" 2>&1
-  say "wconv check exit $?: $(grep SUMMARY "$LOGS/wconv-check.log")"
-  grep -v ": Ok " "$LOGS/wconv-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -30 | tee -a "$SUMMARY"
-  # A 1x1, stride-1, unpadded layer is loaded by TMA tiles (pointwise); a layer whose channels are
-  # a multiple of 64 (128 for i8) by TMA in im2col mode; every other layer is gathered.
-  local pw='r1s1/pad0x0,stride1x1,' ok
-  ok=$(grep ': Ok ' "$LOGS/wconv-check.log")
-  say "pointwise ok: $(grep -c "$pw" <<<"$ok"), im2col ok: $(grep -v "$pw" <<<"$ok" | grep -cE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')," \
-    "gathered ok: $(grep -v "$pw" <<<"$ok" | grep -vcE 'c(128|256|384|512)/|c(64|192|320|448)/.*/(f16|bf16),')"
-}
-
-# splitpairs_run NAME TEMPLATE KEY...: gpu_selftest of TEMPLATE on the keys, its failures and
-# how many of the checked kernels split (single blocks or pairs) or ran stream-K.
-splitpairs_run() {
-  local name=$1 template=$2 log="$LOGS/splitpairs-$1.log"
-  shift 2
-  SELFTEST_TEMPLATE=$template SELFTEST_KNOB=${SPLITPAIRS_KNOB:-persistent:0} timeout 900 "$BIN/gpu_selftest" \
-    "${SPLITPAIRS_CONFIGS:-12}" 3 "$@" >"$log" 2>&1
-  say "splitpairs $name exit $?: $(grep SUMMARY "$log")"
-  grep -v ": Ok " "$log" | grep -v "^device\|^SUMMARY\|not supported" | cut -c1-300 | head -20 | tee -a "$SUMMARY"
-  say "$name splits ok: $(grep ': Ok ' "$log" | grep -c '_cl1_.*_ks[0-9]') single," \
-    "$(grep ': Ok ' "$log" | grep -c '_cl2_.*_ks[0-9]') in pairs;" \
-    "stream-K ok: $(grep ': Ok ' "$log" | grep -c '_perssk_')"
-}
-
-step_splitpairs() {
-  local keys=() t l
-  for t in f16,f32,f32 f16,f32,f16 f16,f16,f16 bf16,f32,f32 bf16,f32,bf16 i8,i32,i32; do
-    for l in nn nt tn tt; do
-      keys+=("matmul/m512n1000k4096/$l/$t/alpha=1,beta=0" "matmul/m1000n504k4096/$l/$t/alpha=2,beta=-1")
-    done
-  done
-  splitpairs_run gemm wgmma_gemm "${keys[@]}"
-  keys=()
-  for t in f16,f32,f16 bf16,f32,bf16 i8,i32,i32; do keys+=("conv2d/n1h14w14c256/k256r3s3/pad1x1,stride1x1,dil1x1/nhwc/$t"); done
-  keys+=("conv2d/n1h14w14c96/k256r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f32"
-    "conv2d/n2h14w14c1024/k256r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16"
-    "conv2d/n1h28w28c128/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/f16,f32,f32"
-    "conv2d/n1h28w28c512/k512r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16")
-  splitpairs_run conv wgmma_conv2d "${keys[@]}"
-}
-
-step_regstore() {
-  local keys="matmul/m1000n1000k1024/nn/f16,f32,f32/alpha=1,beta=0.5 matmul/m1000n1160k512/tn/f16,f32,f16/alpha=2,beta=-1 matmul/m1004n1000k512/tn/f16,f32,f16/alpha=1,beta=0 matmul/m512n384k512/tt/f16,f16,f16/alpha=1,beta=0 matmul/m512n384k512/tt/f16,f16,f16/alpha=0.5,beta=-1 matmul/m760n512k512/nt/bf16,f32,bf16/alpha=1,beta=0 matmul/m1000n1000k1024/tn/i8,i32,i32/alpha=1,beta=0 matmul/m512n512k8192/nn/f16,f32,f16/alpha=1,beta=0 matmul/m1002n520k256/tn/f16,f32,f32/alpha=1,beta=0"
-  SELFTEST_KNOB=epilogue:direct SELFTEST_TEMPLATE=wgmma_gemm timeout 300 "$BIN/gpu_selftest" "${REGSTORE_CONFIGS:-4}" 3 $keys \
-    >"$LOGS/regstore-check.log" 2>&1
-  say "regstore check exit $?: $(grep SUMMARY "$LOGS/regstore-check.log")"
-  grep -v ": Ok " "$LOGS/regstore-check.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
-  local cases=(
-    'matmul/m2000n2320k512/tn/f16,f32,f16/alpha=2,beta=-1 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":1,"producer":"warpgroup","raster_group":4,"schedule":"pingpong","stages":4,"stream_k":0}'
-    'matmul/m504n520k8200/nn/f16,f32,f32/alpha=1,beta=0.5 {"block_m":128,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0}'
-  )
-  local n=0
-  for c in "${cases[@]}"; do
-    local key=${c%% *} cfg=${c#* } log
-    n=$((n + 1))
-    log="$LOGS/regstore-memcheck-$n.log"
-    say "regstore $key: $(TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout 60 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | tail -1 | cut -c1-160)"
-    TT_TEMPLATE=wgmma_gemm TT_NO_BASELINE=1 timeout 120 compute-sanitizer --tool memcheck --print-limit 20 \
-      "$BIN/run_one" "$key" "$cfg" 1 1 warm >"$log" 2>&1
-    say "  memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$log")"
-  done
-}
-
-# wgmma_conv2d configs for the sanitizers and the smoke test: gathered f16 ragged, gathered bf16
-# stride 2 in a 2-block ping-pong cluster with the TMA-store epilogue, pointwise i8 inline, and
-# tf32 gathered (12 channels, ragged) and loaded by TMA im2col (64 channels, dilated).
-CONV_CASES=(
-    'conv2d/n2h7w5c16/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
-    'conv2d/n4h14w14c64/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/bf16,f32,bf16 {"block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0,"epilogue":"tma"}'
-    'conv2d/n3h5w7c32/k48r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
-    'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/f16,f32,f16 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
-    'conv2d/n3h9w9c128/k48r3s3/pad1x1,stride2x2,dil1x1/nhwc/i8,i32,i32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
-    'conv2d/n2h7w5c12/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/tf32,f32,f32 {"block_m":64,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":0,"epilogue":"direct"}'
-    'conv2d/n2h10w11c64/k40r3s3/pad2x2,stride1x1,dil2x2/nhwc/tf32,f32,f32 {"block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}'
-)
-
-# Each of CONV_CASES once through run_one, with a short timeout (a hang shows here, not in wconv).
-step_csmoke() {
-  for c in "${CONV_CASES[@]}"; do
-    [[ "$c" == *"${CONV_CASES_MATCH:-}"* ]] || continue
-    local key=${c%% *} cfg=${c#* }
-    say "csmoke $key: $(TT_TEMPLATE=wgmma_conv2d timeout 40 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | tail -1 | cut -c1-240)"
-  done
-}
-
-step_csanitize() {
-  local n=0
-  for c in "${CONV_CASES[@]}"; do
-    [[ "$c" == *"${CONV_CASES_MATCH:-}"* ]] || continue
-    local key=${c%% *} cfg=${c#* }
-    n=$((n + 1))
-    say "csanitize $key $cfg"
-    TT_TEMPLATE=wgmma_conv2d TT_NO_BASELINE=1 timeout 60 "$BIN/run_one" "$key" "$cfg" 3 1 2>&1 | cut -c1-200 | tee -a "$SUMMARY"
-    for tool in memcheck racecheck synccheck; do
-      local log="$LOGS/csanitize-$tool-$n.log"
-      TT_TEMPLATE=wgmma_conv2d TT_NO_BASELINE=1 timeout "${WSANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --print-limit 20 \
-        "$BIN/run_one" "$key" "$cfg" 1 1 warm >"$log" 2>&1
-      say "  $tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
-      grep -E "Error|Race|Invalid|hazard" "$log" | head -4 | tee -a "$SUMMARY"
-    done
-  done
+  done <scripts/sanitize-cases.txt
 }
 
 step_export() {
-  local suite=${EXPORT_SUITE:-suites/default.json}
-  timeout 1500 "$BIN/tensortune" bench --suite "$suite" --trials "${BENCH_TRIALS:-100}" --json "$LOGS/export-bench.json" \
+  local db
+  timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" --json "$LOGS/export-bench.json" \
     >"$LOGS/export-bench.log" 2>&1
   say "export: bench exit $?"
-  sed -n '/^suite/,$p' "$LOGS/export-bench.log" | tee -a "$SUMMARY"
-  # bench names its database after --json (with a suffix when that file exists) and says which.
-  local db
+  table "$LOGS/export-bench.log"
+  # bench names its database after --json and says which.
   db=$(sed -n 's/^bench database: //p' "$LOGS/export-bench.log" | head -1)
-  "$BIN/tensortune" --db "$db" export --suite "$suite" -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
+  "$BIN/tensortune" --db "$db" export --suite suites/default.json -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
   say "export exit $?"
   tee -a "$SUMMARY" <"$LOGS/export.log"
   nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm -ldl \
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
-  head -20 "$LOGS/gemm_check-build.log" | tee -a "$SUMMARY"
-  # EXPORT_RUNS: one gemm_check run per WARM_MS:PAUSE_MS[:FLAGS] entry (warm-up before each
-  # measurement, idle pause before each kernel's rounds). FLAGS, comma-separated: `noblas` runs it
-  # with TT_NO_BLAS=1 (no cuBLAS in the process, nothing checked), `only=S` with TT_ONLY=S (only
-  # the kernels matching S loaded), `keep` with TT_KEEP=1 (all checked first, every buffer held
-  # until all are timed), `extra=N` and `pieces=P` with TT_EXTRA_MB=N TT_EXTRA_PIECES=P.
-  local run warm pause flags f log
-  for run in ${EXPORT_RUNS:-0:2000}; do
-    IFS=: read -r warm pause flags <<<"$run"
-    local env=(TT_NO_BLAS=0)
-    for f in ${flags//,/ }; do
-      case "$f" in
-        noblas) env+=(TT_NO_BLAS=1) ;;
-        only=*) env+=("TT_ONLY=${f#only=}") ;;
-        keep) env+=(TT_KEEP=1) ;;
-        extra=*) env+=("TT_EXTRA_MB=${f#extra=}") ;;
-        pieces=*) env+=("TT_EXTRA_PIECES=${f#pieces=}") ;;
-      esac
-    done
-    log="$LOGS/gemm_check-$warm-$pause-${flags//[^a-z0-9]/_}.log"
-    env "${env[@]}" timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" "${EXPORT_SAMPLES:-10}" "${EXPORT_ROUNDS:-1}" \
-      "$warm" "$pause" >"$log" 2>&1
-    say "gemm_check (warm-up $warm ms, pause $pause ms, ${flags:-no flags}) exit $?"
-    tee -a "$SUMMARY" <"$log"
-  done
-  # EXPORT_RUNONE=N: the first N kernels of the bundle timed again through the worker's own path
-  # (run_one: NVRTC compile, cudarc launch, the worker's timing), for comparison with gemm_check.
-  if [ "${EXPORT_RUNONE:-0}" -gt 0 ]; then
-    python3 - "$LOGS/bundle/manifest.json" "${EXPORT_RUNONE}" >"$LOGS/runone.txt" <<'PY'
-import json, sys
-for k in json.load(open(sys.argv[1]))["kernels"][: int(sys.argv[2])]:
-    print(k["template"], k["workload_key"], json.dumps(k["config"], separators=(",", ":")), sep="\t")
-PY
-    local tmpl key cfg
-    while IFS=$'\t' read -r tmpl key cfg; do
-      TT_TEMPLATE=$tmpl timeout 120 "$BIN/run_one" "$key" "$cfg" 10 3 2>&1 | grep -v '^ *$' | cut -c1-300 | tail -4 | tee -a "$SUMMARY"
-    done <"$LOGS/runone.txt"
-  fi
-  [ -n "${EXPORT_DIAG:-}" ] && export_diag
+  timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" 10 1 0 2000 >"$LOGS/gemm_check.log" 2>&1
+  say "gemm_check exit $?"
+  tee -a "$SUMMARY" <"$LOGS/gemm_check.log"
   rm -f "$LOGS/gemm_check"
 }
 
-# EXPORT_DIAG=1 (after `export`): where a small kernel's time differs between gemm_check and the
-# worker. The same kernels run under Nsight Systems (every kernel's start and duration inside the
-# replayed graphs: a kernel's own time apart from the gaps between launches) and Nsight Compute
-# (duration, cycles, instructions, registers, shared memory, L2 sectors of a few launches), once in
-# gemm_check (no cuBLAS) and once in run_one (the worker's path).
-export_diag() {
-  python3 - "$LOGS/bundle/manifest.json" 2 >"$LOGS/diag.txt" <<'PY'
-import json, sys
-for k in json.load(open(sys.argv[1]))["kernels"][: int(sys.argv[2])]:
-    print(k["template"], k["workload_key"], json.dumps(k["config"], separators=(",", ":")), k["name"], sep="\t")
-PY
-  local metrics=gpu__time_duration.sum,sm__cycles_elapsed.max,smsp__inst_executed.sum,launch__registers_per_thread
-  metrics+=,launch__shared_mem_per_block_dynamic,launch__shared_mem_per_block_static,launch__grid_size,launch__block_size
-  metrics+=,lts__t_sectors.sum,dram__bytes_read.sum,smsp__cycles_active.avg,sm__warps_active.avg.pct_of_peak_sustained_active
-  say "nsys: $(command -v nsys || echo absent), ncu: $(command -v ncu || echo absent)"
-  if command -v nsys >/dev/null; then
-    TT_NO_BLAS=1 timeout 300 nsys profile --trace=cuda --cuda-graph-trace=node --force-overwrite true -o "$LOGS/nsys-gc" \
-      "$LOGS/gemm_check" "$LOGS/bundle" 10 1 0 500 >"$LOGS/nsys-gc.log" 2>&1
-    say "nsys gemm_check exit $?"
-    local i=0 tmpl key cfg name
-    while IFS=$'\t' read -r tmpl key cfg name; do
-      i=$((i + 1))
-      TT_TEMPLATE=$tmpl timeout 300 nsys profile --trace=cuda --cuda-graph-trace=node --force-overwrite true \
-        -o "$LOGS/nsys-r$i" "$BIN/run_one" "$key" "$cfg" 10 1 >"$LOGS/nsys-r$i.log" 2>&1
-      say "nsys run_one $i exit $?: $(grep -o 'median [0-9.]* us' "$LOGS/nsys-r$i.log" | tail -1)"
-    done <"$LOGS/diag.txt"
-    for rep in "$LOGS"/nsys-*.nsys-rep; do
-      nsys stats --report cuda_gpu_trace --format csv --force-export true -o "${rep%.nsys-rep}" "$rep" >/dev/null 2>&1
-    done
-    python3 - "$LOGS"/nsys-*cuda_gpu_trace.csv <<'PY' 2>&1 | tee -a "$SUMMARY"
-import csv, statistics, sys
-for path in sys.argv[1:]:
-    rows = [r for r in csv.DictReader(open(path)) if r.get("Name", "").startswith("tt_")]
-    by = {}
-    for r in rows:
-        by.setdefault(r["Name"], []).append((int(r["Start (ns)"]), int(r["Duration (ns)"])))
-    for name, ks in by.items():
-        ks.sort()
-        durs = [d for _, d in ks]
-        gaps = [b[0] - (a[0] + a[1]) for a, b in zip(ks, ks[1:]) if b[0] - (a[0] + a[1]) < 5000]
-        print("%s %s: %d launches, duration median %.0f ns, gap median %.0f ns, period median %.0f ns" % (
-            path.rsplit("/", 1)[-1].split("_cuda")[0], name[:60], len(ks), statistics.median(durs),
-            statistics.median(gaps) if gaps else -1, statistics.median(durs) + (statistics.median(gaps) if gaps else 0)))
-PY
-    rm -f "$LOGS"/nsys-*.nsys-rep "$LOGS"/nsys-*.sqlite
-  fi
-  if command -v ncu >/dev/null; then
-    local i=0 tmpl key cfg name
-    while IFS=$'\t' read -r tmpl key cfg name; do
-      i=$((i + 1))
-      TT_NO_BLAS=1 timeout 300 ncu --clock-control none --kernel-name "$name" --launch-skip 40 --launch-count 3 \
-        --metrics "$metrics" --csv "$LOGS/gemm_check" "$LOGS/bundle" 3 1 0 0 >"$LOGS/ncu-gc$i.csv" 2>&1
-      say "ncu gemm_check $i exit $?"
-      TT_TEMPLATE=$tmpl timeout 300 ncu --clock-control none --kernel-name "$name" --launch-skip 40 --launch-count 3 \
-        --metrics "$metrics" --csv "$BIN/run_one" "$key" "$cfg" 3 1 >"$LOGS/ncu-r$i.csv" 2>&1
-      say "ncu run_one $i exit $?"
-    done <"$LOGS/diag.txt"
-    for f in "$LOGS"/ncu-*.csv; do
-      say "== $(basename "$f")"
-      grep '"tt_' "$f" | awk -F'","' '{ print $(NF-2) " = " $NF }' | sed 's/"//g' | sort | uniq -c | cut -c1-160 | tee -a "$SUMMARY"
-    done
-  fi
+step_sweep() {
+  OUT="$OUT" timeout 3000 scripts/sweep.sh "${SWEEP_SUITE:-suites/sweeps/union-v14.json}" ${SWEEP_RANGE:-} \
+    >"$LOGS/sweep.log" 2>&1
+  say "sweep exit $?"
+  tail -30 "$LOGS/sweep.log" | tee -a "$SUMMARY"
 }
 
-# The vendor's kernel for each workload of VENDOR_KEYS (default: the large suite's shapes where
-# wgmma_gemm is furthest behind): run_one's baseline under Nsight Compute, which names the cuBLAS
-# kernel it launched (tile size, stream-K "segment_k", cluster) with its grid, block, cluster and
-# shared memory. Our config (VENDOR_CONFIG) is only there to give run_one something to compare.
-# vendor_kernels LOG COUNT [VAR=VALUE...]: run_one on $key $cfg under ncu (TT_TEMPLATE wgmma_gemm
-# unless given), the first COUNT vendor kernels it launches (CUBLAS_KERNELS) into LOG; prints each
-# kernel's name, launches and launch shape (grid, block, cluster, shared memory, registers), then
-# ncu's exit status.
-vendor_kernels() {
-  local log=$1 count=$2
-  shift 2
-  env TT_TEMPLATE=wgmma_gemm "$@" timeout 300 ncu --clock-control none --kernel-name regex:"$CUBLAS_KERNELS" \
-    --launch-skip 0 --launch-count "$count" --csv \
-    --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__cluster_dim_y,launch__shared_mem_per_block_dynamic,launch__registers_per_thread \
-    "$BIN/run_one" "$key" "$cfg" 3 1 >"$log" 2>&1
-  local status=$?
-  python3 - "$log" <<'PY' 2>&1 | tee -a "$SUMMARY"
-import csv, collections, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10 and r[0] != "ID"]
-by = collections.defaultdict(dict)
-for r in rows:
-    by[(r[0], r[4])][r[-3]] = r[-1]
-seen = collections.OrderedDict()
-for (i, name), m in by.items():
-    seen.setdefault(name, []).append(m)
-for name, ms in seen.items():
-    m = ms[-1]
-    print("  %s x%d: %s" % (name[:150], len(ms), ", ".join("%s=%s" % (k.replace("launch__", ""), v) for k, v in sorted(m.items()))))
-PY
-  say "  (ncu exit $status)"
-}
-
-step_vendorkern() {
-  local keys=${VENDOR_KEYS:-"matmul/m2048n5120k5120/nt/bf16,f32,f32/alpha=1,beta=0 matmul/m4096n14336k4096/nn/f16,f32,f32/alpha=1,beta=0 matmul/m8192n8192k8192/nn/f16,f32,f32/alpha=1,beta=0"}
-  local cfg=${VENDOR_CONFIG:-'{"block_m":256,"block_n":128,"cluster":2,"consumers":2,"epilogue":"tma","persistent":1,"producer":"warpgroup","raster_group":8,"schedule":"cooperative","stages":4,"stream_k":0}'}
-  local key n=0
-  for key in $keys; do
-    n=$((n + 1))
-    say "vendor kernels of $key:"
-    vendor_kernels "$LOGS/vendorkern-$n.csv" 40
-  done
-}
-
-step_types() {
-  timeout 560 "$BIN/gpu_selftest" "${TYPES_CONFIGS:-4}" 5 "${TYPES_MODE:-types}" >"$LOGS/types.log" 2>&1
-  say "types selftest exit $?: $(grep SUMMARY "$LOGS/types.log")"
-  grep -v ": Ok " "$LOGS/types.log" | grep -v "^device\|^SUMMARY" | cut -c1-400 | head -20 | tee -a "$SUMMARY"
-  say "workloads checked: $(grep ': Ok ' "$LOGS/types.log" | cut -d' ' -f1 | sort -u | wc -l)"
-  # The baselines each workload was timed against, as the records name them.
-  sed -n 's/^\([^ ]*\) .* base Some(\([0-9.]*\)) \(.*\) err .*/\1: \2 us, \3/p' "$LOGS/types.log" | cut -c1-200 | tee -a "$SUMMARY"
-}
-
-# The types suite's bench (a step of its own, so each fits one device call; TYPES_ARGS="--filter
-# tf32" and the like split it further).
-step_typesbench() {
-  local start=$(date +%s.%N)
-  local suite=${TYPES_SUITE:-suites/types.json} name
-  name=$(basename "$suite" .json)
-  timeout "${TYPES_TIMEOUT:-560}" "$BIN/tensortune" bench --suite "$suite" --trials "${TYPES_TRIALS:-200}" ${TYPES_ARGS:-} \
-    --json "$OUT/$name-bench.json" >"$LOGS/$name-bench.log" 2>&1
-  say "$name bench exit $? in $(since "$start") s"
-  sed -n '/^suite/,$p' "$LOGS/$name-bench.log" | tee -a "$SUMMARY"
-  # Which vendor kernel each row was measured against (cuBLAS 32F, 32F_FAST_TF32, or i8 for s4/b1).
-  python3 -c 'import json, sys
-for r in json.load(open(sys.argv[1]))["rows"]:
-    print("vendor of %s: %s" % (r["workload"], r.get("vendor_kind") or "none"))' "$OUT/$name-bench.json" 2>&1 |
-    tee -a "$SUMMARY"
-}
-
-# The vendor libraries' kernel names, as ncu's --kernel-name regexes (cuDNN's pick may be a GEMM
-# kernel of cuBLAS's family, e.g. nvjet_sm90_*, which sm90 matches).
-CUBLAS_KERNELS='^(sm90|sm80|cutlass|nvjet|xmma|gemm|Kernel)'
-CUDNN_KERNELS='xmma|cutlass|cudnn|implicit|fprop|nhwc|sm90|sm80'
-
-# ncu_pair NAME KEY TEMPLATE CONFIG VENDOR_REGEX: ours and the vendor's kernels for one KEY/CONFIG
-# under ncu, each in a process of its own: ours alone (a few launches), then the vendor's (every
-# candidate the baseline times, and the chosen one's replays; VENDOR_REGEX names them, empty skips
-# them): duration, DRAM bytes and throughput, L2 traffic and hit rate, clock, grid. One line a
-# kernel name, at its fastest launch; NCU_EXTRA (ncu metric names, comma-separated) adds metrics,
-# printed on a second line in millions. Logs: logs/NAME*.csv.
-ncu_pair() {
-  local name=$1 key=$2 tmpl=$3 cfg=$4 vendor_regex=$5
-  local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,lts__t_bytes.sum,sm__cycles_elapsed.avg.per_second,launch__grid_size${NCU_EXTRA:+,$NCU_EXTRA}
-  TT_NO_BASELINE=1 TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:'^tt_(w|simt|mma)' \
-    --launch-skip 1 --launch-count 3 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 >"$LOGS/$name.csv" 2>&1
-  : >"$LOGS/$name-vendor.csv"
-  [ -n "$vendor_regex" ] && TT_TEMPLATE=$tmpl timeout 200 ncu --clock-control none --kernel-name regex:"$vendor_regex" \
-    --launch-skip 0 --launch-count 60 --csv --metrics "$metrics" "$BIN/run_one" "$key" "$cfg" 2 1 \
-    >"$LOGS/$name-vendor.csv" 2>&1
-  NCU_EXTRA=${NCU_EXTRA:-} python3 - "$LOGS/$name.csv" "$LOGS/$name-vendor.csv" <<'PY2' 2>&1 | tee -a "$SUMMARY"
-import csv, collections, os, sys
-extra = [k for k in os.environ["NCU_EXTRA"].split(",") if k]
-rows = [r for f in sys.argv[1:] for r in csv.reader(open(f)) if len(r) > 10 and r[0] != "ID"]
-by = collections.defaultdict(lambda: collections.defaultdict(list))
-for r in rows:
-    try:
-        by[r[4]][r[-3]].append(float(r[-1].replace(",", "")))
-    except ValueError:
-        pass
-for name, m in by.items():
-    dur = m.get("gpu__time_duration.sum", [0])
-    i = dur.index(min(dur))
-    def at(k):
-        v = m.get(k, [])
-        return v[i] if i < len(v) else float("nan")
-    print("  %-70s x%-3d %9.2f us  read %7.2f MB  write %7.2f MB  dram %5.1f%%  L2 %8.1f MB hit %5.1f%%  %4.0f MHz  grid %d"
-          % (name[:70], len(dur), at("gpu__time_duration.sum") / 1e3, at("dram__bytes_read.sum") / 1e6,
-             at("dram__bytes_write.sum") / 1e6, at("dram__throughput.avg.pct_of_peak_sustained_elapsed"),
-             at("lts__t_bytes.sum") / 1e6, at("lts__t_sector_hit_rate.pct"), at("sm__cycles_elapsed.avg.per_second") / 1e6,
-             at("launch__grid_size")))
-    if extra:
-        print("    " + ", ".join("%s %s" % (k, "%.2f M" % (at(k) / 1e6) if abs(at(k)) >= 1e6 else "%.4g" % at(k)) for k in extra))
-PY2
-}
-
-# Executed instructions by opcode (ncu's sass__inst_executed_per_opcode, one launch, cold L2) of
-# each KEY CONFIG line of INSTMIX_FILE, and with INSTMIX_VENDOR=1 of the vendor kernels timed beside
-# the first line: where a kernel's instructions go, to set beside another's for the same work.
-# instmix_ncu LOG SECONDS KERNEL_REGEX SKIP COUNT [VAR=VALUE...]: run_one on $key $cfg under ncu,
-# the opcode counts of the matching kernels into LOG (CSV, with instance names).
-instmix_ncu() {
-  local log=$1 secs=$2 kernels=$3 skip=$4 count=$5
-  shift 5
-  env "$@" TT_TEMPLATE="${INSTMIX_TEMPLATE:-wgmma_gemm}" timeout "$secs" ncu --clock-control none \
-    --kernel-name regex:"$kernels" --launch-skip "$skip" --launch-count "$count" --csv --print-metric-instances details \
-    --metrics sass__inst_executed_per_opcode,smsp__inst_executed.sum,gpu__time_duration.sum \
-    "$BIN/run_one" "$key" "$cfg" 2 1 >"$log" 2>&1
-}
-
-step_instmix() {
-  local file=${INSTMIX_FILE:?INSTMIX_FILE names a KEY CONFIG file} key cfg n=0
-  while read -r key cfg; do
-    case "$key" in '#'* | '') continue ;; esac
-    n=$((n + 1))
-    say "instmix $n: $key $cfg"
-    instmix_ncu "$LOGS/instmix-$n.csv" 200 '^tt_w' 1 1 TT_NO_BASELINE=1
-    if [ "$n" = 1 ] && [ -n "${INSTMIX_VENDOR:-}" ]; then
-      instmix_ncu "$LOGS/instmix-vendor.csv" 300 "$CUBLAS_KERNELS" 0 40
-    fi
-  done <"$file"
-  python3 - "$LOGS"/instmix-*.csv <<'PY' 2>&1 | tee -a "$SUMMARY"
-import csv, sys
-seen = set()
-for f in sys.argv[1:]:
-    rows = [r for r in csv.reader(open(f)) if len(r) > 10 and r[0] != "ID"]
-    by = {}
-    for r in rows:
-        by.setdefault((r[0], r[4]), {})[r[-3]] = r[-1]
-    for (_, name), m in by.items():
-        if name in seen:
-            continue
-        seen.add(name)
-        # "total (OPCODE: n; OPCODE: n; ...)" with instance details (the separator may be a space).
-        ops = m.get("sass__inst_executed_per_opcode", "")
-        inner = ops[ops.find("(") + 1 : ops.rfind(")")] if "(" in ops else ops
-        pairs = []
-        for item in inner.split(";"):
-            parts = item.replace(":", " ").split()
-            if len(parts) >= 2:
-                try:
-                    pairs.append((float(parts[-1].replace(",", "")), " ".join(parts[:-1])))
-                except ValueError:
-                    pass
-        pairs.sort(reverse=True)
-        total = m.get("smsp__inst_executed.sum", "?")
-        print("  %s: %s instructions, %s ns" % (name[:80], total, m.get("gpu__time_duration.sum", "?")))
-        print("    " + ", ".join("%s %.2fM" % (op, v / 1e6) for v, op in pairs[:24]))
-PY
-}
-
-# Matmul kernels against the memory and the L2: each KEY CONFIG line of DIAG_FILE (default
-# scripts/diag-large.txt) under ncu beside every cuBLAS candidate of its baseline (ncu_pair);
-# DIAG_VENDOR=first profiles the vendor's kernels for the first line of each workload only, 0 never.
-step_diag() {
-  local file=${DIAG_FILE:-scripts/diag-large.txt} key cfg n=0 seen=" "
-  while read -r key cfg; do
-    case "$key" in '#'* | '') continue ;; esac
-    n=$((n + 1))
-    say "diag $n: $key ${DIAG_TEMPLATE:-wgmma_gemm} $cfg"
-    # DIAG_VENDOR_REGEX: the vendor's kernel names (default cuBLAS's; for a conv file with
-    # DIAG_TEMPLATE=wgmma_conv2d, cuDNN's: the value of CUDNN_KERNELS above).
-    local vendor=${DIAG_VENDOR_REGEX:-$CUBLAS_KERNELS}
-    case "${DIAG_VENDOR:-all}" in
-      0) vendor= ;;
-      first) case "$seen" in *" $key "*) vendor= ;; esac ;;
-    esac
-    seen="$seen$key "
-    ncu_pair "diag-$n" "$key" "${DIAG_TEMPLATE:-wgmma_gemm}" "$cfg" "$vendor"
-  done <"$file"
-}
-
-# Where conv layers stand against the memory (CDIAG_SUITE, default suites/conv-diag.json): a bench
-# of the suite (CDIAG_TRIALS) keeps its database; each workload's fastest record is run by run_one
-# under Nsight Compute (cold L2, as ncu flushes caches between passes): ours alone in its process,
-# then cuDNN's kernels, each with its duration, DRAM bytes read and written, DRAM throughput
-# against its peak, L2 hit rate and SM clock. A first run (H100, 2026-11-25) caught only the
-# support kernels (tt_fill_*) for ours; the filter now names the templates' kernels.
-step_convdiag() {
-  local suite=${CDIAG_SUITE:-suites/conv-diag.json} db="$LOGS/cdiag.db" start=$(date +%s.%N)
-  timeout 600 "$BIN/tensortune" --db "$db" bench --suite "$suite" --trials "${CDIAG_TRIALS:-150}" \
-    --json "$OUT/cdiag-bench.json" >"$LOGS/cdiag-bench.log" 2>&1
-  say "convdiag bench exit $? in $(since "$start") s"
-  sed -n '/^suite/,$p' "$LOGS/cdiag-bench.log" | tee -a "$SUMMARY"
-  "$BIN/tensortune" --db "$db" records export --ok-only -o "$LOGS/cdiag-records.jsonl" >/dev/null 2>&1
-  python3 - "$LOGS/cdiag-records.jsonl" >"$LOGS/cdiag-best.txt" <<'PY2'
-import json, sys
-best = {}
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    t = r.get("median_us") or 0
-    if t > 0 and (r["workload"] not in best or t < best[r["workload"]][0]):
-        best[r["workload"]] = (t, r["template"], json.dumps(r["config"], separators=(",", ":")))
-for w, (t, tmpl, cfg) in best.items():
-    print(w, tmpl, cfg)
-PY2
-  local key tmpl cfg n=0
-  while read -r key tmpl cfg; do
-    n=$((n + 1))
-    say "convdiag $n: $key $tmpl $cfg"
-    TT_TEMPLATE=$tmpl "$BIN/run_one" "$key" "$cfg" 10 2 2>&1 | grep -m2 ' median ' | cut -c1-240 | tee -a "$SUMMARY"
-    ncu_pair "cdiag-$n" "$key" "$tmpl" "$cfg" "$CUDNN_KERNELS"
-  done <"$LOGS/cdiag-best.txt"
-}
-
-# CLOCKS=1 samples the SM clock, power, temperature and the clock-event reasons every 200 ms while
-# the steps run, into logs/clocks.csv (UTC timestamps, to set beside the tensortune logs).
-[ "${CLOCKS:-0}" = 1 ] && SAMPLER=$(sample_clocks "$LOGS/clocks.csv" 200)
-
-# DEADLINE (seconds since the script started) skips the steps that would start after it, so that
-# one device call ends inside its limit with its logs packed.
-T0=$(date +%s)
-for step in "$@"; do
-  if [ -n "${DEADLINE:-}" ] && [ $(($(date +%s) - T0)) -gt "$DEADLINE" ]; then
-    say "skipped $step: past DEADLINE=$DEADLINE s"
-    continue
-  fi
-  case "$step" in
-    selftest | tune | cluster | bench | sass | compile | profile | gputests | matrix | sweep | throughput | sanitize) "step_$step" ;;
-    faults | repeat | multigpu | scaling | cudnn | conv | convbench | wgmma | large | ab | wsanitize | splitpairs | union | sustain | membw) "step_$step" ;;
-    wconv | csanitize | csmoke | export | types | typesbench | vendorkern | convdiag | diag | abwin) "step_$step" ;;
-    regstore | openbars | instmix | hot | clusters) "step_$step" ;;
-    *)
-      echo "unknown step $step" >&2
-      exit 2
-      ;;
+# Runs one step; fails for a name that is not a step.
+dispatch() {
+  case "$1" in
+    selftest | bench | throughput | scaling | tune | cluster | gputests | faults | sanitize | export | sweep) "step_$1" || true ;;
+    *) return 1 ;;
   esac
-done
-[ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null
-tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
-cp "$SUMMARY" "$OUT/summary.txt" 2>/dev/null
-echo "=== summary"
-cat "$SUMMARY"
+}
+
+run_steps "$@"

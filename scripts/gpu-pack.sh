@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Builds the release binaries here and copies them, stripped, into .gpu/ (ignored by git via
-# .git/info/exclude) for the `device` tool to carry to the GPU machine, where nothing is built.
+# .git/info/exclude) for the `device` tool to carry to the GPU machine, where nothing is built:
+# tensortune, tensortune-tracker, tensortune-worker and the worker's GPU-only tests (what
+# scripts/gpu-check.sh runs). GPU_PACK_LAB=1 adds the lab's binaries (lab/gpu-lab.sh: run_one,
+# clusters, cudnn_check, compile_bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exclude=$(git rev-parse --git-path info/exclude)
 grep -qx '/.gpu/' "$exclude" 2>/dev/null || { mkdir -p "$(dirname "$exclude")"; echo '/.gpu/' >> "$exclude"; }
-examples=(gpu_selftest run_one compile_bench cudnn_check clusters)
-cargo build --release --locked --bin tensortune --bin tensortune-tracker --bin tensortune-worker "${examples[@]/#/--example=}"
+bins=(tensortune tensortune-tracker tensortune-worker)
+lab=()
+[ "${GPU_PACK_LAB:-0}" = 1 ] && lab=(run_one clusters cudnn_check compile_bench)
+cargo build --release --locked "${bins[@]/#/--bin=}"
+[ ${#lab[@]} -gt 0 ] && cargo build --release --locked -p tensortune-lab "${lab[@]/#/--bin=}"
 mkdir -p .gpu
 target=${CARGO_TARGET_DIR:-target}
-for b in tensortune tensortune-tracker tensortune-worker; do strip -o ".gpu/$b" "$target/release/$b"; done
-for e in "${examples[@]}"; do strip -o ".gpu/$e" "$target/release/examples/$e"; done
+for b in "${bins[@]}" ${lab[@]+"${lab[@]}"}; do strip -o ".gpu/$b" "$target/release/$b"; done
 # The worker's GPU-only tests (#[ignore] in CI), as a test binary run by gpu-check.sh gputests.
 test_bin=$(cargo test --release --locked -p tensortune-worker --test worker --no-run --message-format=json 2>/dev/null \
   | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
@@ -29,5 +34,5 @@ fi
 size=$(du -sm .gpu | cut -f1)
 echo ".gpu holds ${size} MiB"
 if [ "$size" -gt 56 ]; then
-  echo "warning: .gpu is ${size} MiB; with the tree it may pass the device tool's 64 MiB: set GPU_PACK_ONLY to the binaries the steps need (e.g. 'tensortune gpu_selftest run_one')" >&2
+  echo "warning: .gpu is ${size} MiB; with the tree it may pass the device tool's 64 MiB: set GPU_PACK_ONLY to the binaries the steps need (e.g. 'tensortune run_one')" >&2
 fi

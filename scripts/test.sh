@@ -46,6 +46,8 @@ fi
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 echo "disk free for target/: $(df -h . | awk 'NR==2 {print $4}')" >&2
 status=0
+# The GPU step scripts: each step listed in a header exists, and each that exists is listed.
+scripts/check-steps.sh || status=$?
 cargo test --workspace --locked --no-fail-fast "$@" || status=$?
 # The tracker's tests on PostgreSQL: each test makes a database of its own on this server. The
 # throwaway server starts only now, so it lives for this suite alone (about a minute), not through

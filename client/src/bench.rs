@@ -322,10 +322,19 @@ mod tests {
 
     #[test]
     fn every_shipped_suite_parses_and_has_a_space_on_sm90() {
+        // User suites at the top, held-out and sweep suites in their own folders.
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../suites");
+        let mut paths = Vec::new();
+        for sub in ["", "heldout", "sweeps"] {
+            for entry in std::fs::read_dir(dir.join(sub)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "json") {
+                    paths.push(path);
+                }
+            }
+        }
         let mut seen = 0;
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
+        for path in paths {
             let text = std::fs::read_to_string(&path).unwrap();
             let (_, workloads) = Suite::parse(&text, &path.display().to_string()).unwrap();
             for w in &workloads {
@@ -344,7 +353,7 @@ mod tests {
     #[test]
     fn pointwise_heldout_layers_overflow_an_h200_l2() {
         // The suite tests the read-once L2 hint, which applies only past the L2 (60 MiB on an H200).
-        let text = include_str!("../../suites/conv-pointwise-heldout.json");
+        let text = include_str!("../../suites/heldout/conv-pointwise-heldout.json");
         let (_, workloads) = Suite::parse(text, "conv-pointwise-heldout").unwrap();
         assert_eq!(workloads.len(), 6);
         for w in &workloads {

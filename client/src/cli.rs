@@ -115,6 +115,10 @@ pub enum Command {
     /// without tensortune: manifest.json, index.txt, <name>.cu and <name>.<arch>.cubin (see the
     /// tensortune-bundle crate and tensortune_bundle.h).
     Export(ExportArgs),
+    /// Check every template on the local GPU (or the sim): every template x input type x layout
+    /// and conv path, a spread of configs each, every output element checked; a table, and a
+    /// non-zero exit when a kernel fails.
+    Selftest(SelftestArgs),
     /// Run a worker daemon (the same as `tensortune-worker`).
     Worker(WorkerArgs),
     /// Run tuners against recorded measurements instead of a GPU and compare them.
@@ -548,6 +552,54 @@ pub struct BenchArgs {
     /// Only workloads whose key contains this text.
     #[arg(long)]
     pub filter: Option<String>,
+}
+
+/// `tensortune selftest`.
+#[derive(Debug, Args)]
+pub struct SelftestArgs {
+    /// Only this template (workloads it does not support are listed and skipped); default: every
+    /// template that supports each workload.
+    #[arg(long)]
+    pub template: Option<String>,
+    /// Only workloads of these input types (f16, bf16, i8, f32, tf32, s4, u4, b1xor, b1and);
+    /// repeatable or comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_dtype)]
+    pub dtype: Vec<DType>,
+    /// These workloads (keys, as `tensortune jobs` shows them) instead of the built-in matrix;
+    /// repeatable.
+    #[arg(long)]
+    pub workload: Vec<String>,
+    /// One config (JSON, e.g. '{"bm":128,...}') of the one --workload instead of a spread: to
+    /// check and time a single kernel (with --no-baseline, under compute-sanitizer).
+    #[arg(long, requires = "workload")]
+    pub config: Option<String>,
+    /// Only configs whose knob has this value, NAME:VALUE (e.g. producer:inline); needs --template.
+    #[arg(long, requires = "template")]
+    pub knob: Option<String>,
+    /// Configs per template and workload.
+    #[arg(long, default_value_t = tensortune_worker::selftest::DEFAULT_CONFIGS)]
+    pub configs: usize,
+    /// Timing samples per kernel (the output is checked before and after them).
+    #[arg(long, default_value_t = tensortune_worker::selftest::DEFAULT_SAMPLES)]
+    pub samples: u32,
+    /// Leave the vendor library out of the process (compute-sanitizer's racecheck reports inside
+    /// cuBLAS's kernels otherwise).
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Device: cuda:N (a GPU of this machine) or sim (no GPU: generation, NVRTC and the sim's
+    /// check of each cubin; no output is verified).
+    #[arg(long, default_value = "cuda:0")]
+    pub device: String,
+    /// Also write the report (device, rows, every kernel) as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Print a line for every kernel, not only for those that fail.
+    #[arg(long, short)]
+    pub verbose: bool,
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    s.parse().map_err(|e: Error| e.to_string())
 }
 
 /// `tensortune worker`.

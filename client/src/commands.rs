@@ -34,6 +34,13 @@ pub async fn quarantine(tracker: Option<&str>, db: &Path, worker: u64, reason: &
     Ok(())
 }
 
+/// Runs `tensortune selftest` on a blocking thread (NVRTC and the CUDA calls must not hold the
+/// runtime's workers) and fails when any kernel failed.
+pub async fn selftest(args: &crate::cli::SelftestArgs) -> anyhow::Result<()> {
+    let args = crate::selftest::Args::try_from(args)?;
+    tokio::task::spawn_blocking(move || crate::selftest::run(&args)).await.context("the self-test thread")?
+}
+
 /// The tuner of a job that names none.
 pub const DEFAULT_TUNER: &str = "model";
 

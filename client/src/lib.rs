@@ -14,6 +14,7 @@
 //! - [`replay`]: `tensortune replay`, tuners against recorded measurements.
 //! - [`plot`]: `tensortune plot`, convergence, speedup and replay pictures.
 //! - [`report`]: JSON views of jobs and records, and the tables printed.
+//! - [`selftest`]: `tensortune selftest`, every template checked on the local GPU.
 
 pub mod api;
 pub mod bench;
@@ -23,6 +24,7 @@ pub mod export;
 pub mod plot;
 pub mod replay;
 pub mod report;
+pub mod selftest;
 pub mod session;
 
 use cli::{Cli, Command};
@@ -52,6 +54,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Records { command } => commands::records(tracker, db, command).await,
         Command::Export(e) => export::run(tracker, db, e).await,
         Command::Replay(r) => replay::run(r),
+        Command::Selftest(s) => commands::selftest(s).await,
         Command::Plot(p) => plot::run(tracker, db, p).await,
         Command::Quarantine { worker, reason } => commands::quarantine(tracker, db, *worker, reason).await,
         Command::Worker(w) => {

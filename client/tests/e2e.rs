@@ -1098,3 +1098,92 @@ fn conv_templates_on_sim() -> String {
     let v = |name: &str| by_name(name).map(|t| t.version()).unwrap();
     format!("wmma_conv2d v{} + wgmma_conv2d v{} on sim", v("wmma_conv2d"), v("wgmma_conv2d"))
 }
+
+/// `tensortune selftest --device sim`: real generation and NVRTC compiles of every template that
+/// takes each workload, the sim's check of each cubin, a table, the JSON report; bad flags are
+/// named; one config alone is checked and timed.
+#[test]
+fn selftest_on_sim_checks_every_template_of_each_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvrtc = tensortune_worker::nvrtc::available() && tensortune_worker::nvrtc::find_include_dir().is_some();
+    let selftest = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(["selftest", "--device", "sim"])
+            .args(args)
+            .env("XDG_CACHE_HOME", dir.path())
+            .output()
+            .unwrap();
+        let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    };
+    let f32_gemm = "matmul/m256n256k256/nn/f32,f32,f32/alpha=1,beta=0";
+    let tf32_conv = "conv2d/n2h7w5c16/k24r3s3/pad1x1,stride1x1,dil1x1/nhwc/tf32,f32,f32";
+    let f16_gemm = "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0";
+    if !nvrtc {
+        assert!(
+            std::env::var_os("TENSORTUNE_REQUIRE_NVRTC").is_none(),
+            "TENSORTUNE_REQUIRE_NVRTC is set but NVRTC is missing"
+        );
+        let (ok, text) = selftest(&["--workload", f32_gemm]);
+        assert!(!ok && text.contains("libnvrtc was not found"), "{text}");
+        return;
+    }
+    let json = dir.path().join("selftest.json");
+    let (ok, text) = selftest(&[
+        "--workload",
+        f32_gemm,
+        "--workload",
+        tf32_conv,
+        "--workload",
+        f16_gemm,
+        "--dtype",
+        "f32,tf32",
+        "--configs",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    for want in ["not checked (sim", "simt_gemm", "wmma_conv2d", "wgmma_conv2d", "total: 6 ok, 0 failed"] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    assert!(!text.contains("m512n64k512"), "--dtype left the f16 workload in:\n{text}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["verified"], false);
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{report}");
+    for row in rows {
+        assert_eq!(
+            (row["configs"].as_u64(), row["ok"].as_u64(), row["failed"].as_u64()),
+            (Some(2), Some(2), Some(0)),
+            "{row}"
+        );
+    }
+    let checks = report["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 6);
+    assert!(
+        checks.iter().all(|c| c["status"] == "ok" && c["median_us"].as_f64().is_some_and(|us| us > 0.0)),
+        "{report}"
+    );
+
+    // One config alone: checked and timed, or refused with the template's reason.
+    let w = Workload::from_key(f32_gemm).unwrap();
+    let simt = tensortune_kernels::template::by_name("simt_gemm").unwrap();
+    let (_, config) = tensortune_kernels::template::valid_configs(simt, &w, &tensortune_kernels::Target::sim())
+        .unwrap()
+        .into_iter()
+        .next()
+        .unwrap();
+    let (ok, text) = selftest(&["--workload", f32_gemm, "--template", "simt_gemm", "--config", &config.to_json()]);
+    assert!(ok && text.contains(": ok ") && text.contains(" us"), "{text}");
+    let (ok, text) = selftest(&["--workload", f32_gemm, "--template", "simt_gemm", "--config", r#"{"nope":1}"#]);
+    assert!(!ok && text.contains("invalid_config") && text.contains("1 of 1"), "{text}");
+
+    // Bad flags are named, with what is allowed.
+    let (ok, text) = selftest(&["--template", "wgmma_gemm", "--knob", "producer:psychic"]);
+    assert!(!ok && text.contains("--knob producer:psychic") && text.contains("takes"), "{text}");
+    let (ok, text) = selftest(&["--knob", "producer:tma"]);
+    assert!(!ok && text.contains("--template"), "{text}");
+    let (ok, text) = selftest(&["--dtype", "f7"]);
+    assert!(!ok && text.contains("f7"), "{text}");
+}

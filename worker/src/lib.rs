@@ -21,6 +21,7 @@
 //! - `inject`: fault injection on a real GPU (`TENSORTUNE_INJECT_FAULTS`), for tests of isolation.
 //! - [`cuda`]: the `cuda` backend (cudarc) that runs in the child.
 //! - [`nvrtc`]: NVRTC compilation to cubins.
+//! - [`selftest`]: every template checked on one device in this process (`tensortune selftest`).
 //!
 //! Binaries embedding the worker call [`child_main`] when their first argument is [`CHILD_ARG`]
 //! (before parsing flags), so that the same executable can serve as the measuring child.
@@ -30,6 +31,7 @@ pub mod cuda;
 pub mod nvrtc;
 pub mod params;
 pub mod protocol;
+pub mod selftest;
 pub mod sim;
 
 mod child;

@@ -175,7 +175,7 @@ pub(crate) fn support_module(workload: &Workload, key: &str) -> (String, String)
 }
 
 /// The analytic vendor time (what `sim` reports as its baseline).
-fn vendor_time(workload: &Workload) -> f64 {
+pub(crate) fn vendor_time(workload: &Workload) -> f64 {
     match workload {
         Workload::Matmul(m) => vendor_model_us(m),
         Workload::Conv2d(c) => {
