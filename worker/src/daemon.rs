@@ -32,7 +32,7 @@ use tonic::Code;
 
 use crate::compiler::{Backend, Compiler};
 use crate::config::{DeviceSpec, MEASURE_QUEUE, WorkerConfig};
-use crate::held::{Held, Lease};
+use crate::held::Held;
 use crate::inject::{self, Fault, INJECT_FAULTS_ENV, Injector};
 use crate::link::{Link, LinkError};
 use crate::measure::measure_stage;

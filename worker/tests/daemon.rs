@@ -417,6 +417,7 @@ async fn leases_never_exceed_the_room_and_every_task_is_reported() {
     let compiled = st.reports.iter().filter(|r| !r.measurement.as_ref().unwrap().cache_hit).count();
     assert_eq!(compiled, 1, "one image serves every task of the same config");
     assert_eq!(st.report_attempts, n as usize, "each task is reported once");
+    assert!(st.batch_calls > 0, "reports go through ReportResults");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
