@@ -6,8 +6,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::auth::Caller;
+use crate::commits::{Done, Op};
 use crate::counters::Counters;
-use crate::drift::{self, Drift};
+use crate::drift::{self, Drift, FlagChange};
 use crate::error::{Error, Result};
 use crate::model::{
     JobId, Measurement, RecordId, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId,
@@ -25,6 +26,8 @@ pub(crate) struct Report {
     pub(crate) stored: bool,
     /// The task's record (the earlier one when not stored).
     pub(crate) record_id: Option<RecordId>,
+    /// Whether some measurement of a stored report is not trusted.
+    pub(crate) untrusted: bool,
 }
 
 impl Tracker {
@@ -84,16 +87,35 @@ impl Tracker {
     }
 
     async fn try_lease(&self, worker: WorkerId, max: u32, caller: &Caller) -> Result<Vec<LeasedTask>> {
-        let mut w = self.write().await?;
+        match self.commit_op(Op::Lease { worker, max, caller: caller.clone() }).await? {
+            Done::Leased(tasks) => {
+                if !tasks.is_empty() {
+                    tracing::debug!(worker, tasks = tasks.len(), "leased tasks");
+                }
+                Ok(tasks)
+            }
+            _ => Err(Error::Internal("a lease was answered with another change's outcome".to_owned())),
+        }
+    }
+
+    /// The lease of [`Tracker::lease`] inside a group's write (see `commits`): the outer error
+    /// fails the group, the inner one refuses this lease alone.
+    pub(crate) async fn lease_in(
+        &self,
+        w: &mut Write<'_>,
+        worker: WorkerId,
+        max: u32,
+        caller: &Caller,
+    ) -> Result<Result<Vec<LeasedTask>>> {
         let now = w.now();
-        let row = store::workers::get(w.conn(), worker).await?.ok_or(Error::WorkerNotFound(worker))?;
-        authorize(caller, &row)?;
-        store::workers::touch(w.conn(), worker, now).await?;
+        let row = match self.checked_worker(w, worker, caller).await? {
+            Ok(row) => row,
+            Err(refused) => return Ok(Err(refused)),
+        };
         let expires = self.lease_deadline(now);
         let ids = store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
         if ids.is_empty() {
-            w.commit(&self.events).await?;
-            return Ok(Vec::new());
+            return Ok(Ok(Vec::new()));
         }
         let tasks = store::tasks::leased_details(w.conn(), &ids).await?;
         let mut jobs: Vec<JobId> = tasks.iter().map(|t| t.job_id).collect();
@@ -102,9 +124,30 @@ impl Tracker {
             w.job_changed(job);
             tracing::info!(job, "job running");
         }
-        w.commit(&self.events).await?;
-        tracing::debug!(worker, tasks = tasks.len(), "leased tasks");
-        Ok(tasks)
+        Ok(Ok(tasks))
+    }
+
+    /// Worker `worker`'s row when `caller` may act as it (the inner error otherwise), marked seen
+    /// now: once per write, however many of the worker's calls it holds.
+    async fn checked_worker(&self, w: &mut Write<'_>, worker: WorkerId, caller: &Caller) -> Result<Result<WorkerRow>> {
+        let row = match w.workers.get(&worker) {
+            Some(row) => row.clone(),
+            None => {
+                let Some(row) = store::workers::get(w.conn(), worker).await? else {
+                    return Ok(Err(Error::WorkerNotFound(worker)));
+                };
+                row
+            }
+        };
+        if let Err(refused) = authorize(caller, &row) {
+            return Ok(Err(refused));
+        }
+        if !w.workers.contains_key(&worker) {
+            let now = w.now();
+            store::workers::touch(w.conn(), worker, now).await?;
+            w.workers.insert(worker, row.clone());
+        }
+        Ok(Ok(row))
     }
 
     /// Renews the leases `worker` holds among `tasks` and stores its latest reference time (when it
@@ -117,22 +160,10 @@ impl Tracker {
         reference_us: Option<f64>,
         caller: &Caller,
     ) -> Result<Vec<TaskId>> {
-        let mut w = self.write().await?;
-        let now = w.now();
-        let row = store::workers::get(w.conn(), worker).await?.ok_or(Error::WorkerNotFound(worker))?;
-        authorize(caller, &row)?;
-        store::workers::touch(w.conn(), worker, now).await?;
-        let flag = match reference_us {
-            Some(r) => drift::note_reference(&mut w, worker, r).await?,
-            None => None,
+        let op = Op::Heartbeat { worker, tasks: tasks.to_vec(), reference_us, caller: caller.clone() };
+        let Done::Beat(renewed, flag) = self.commit_op(op).await? else {
+            return Err(Error::Internal("a heartbeat was answered with another change's outcome".to_owned()));
         };
-        let renewed: HashSet<TaskId> = if tasks.is_empty() {
-            HashSet::new()
-        } else {
-            let expires = self.lease_deadline(now);
-            store::tasks::renew(w.conn(), worker, tasks, expires).await?.into_iter().collect()
-        };
-        w.commit(&self.events).await?;
         if let Some(change) = flag {
             change.log();
         }
@@ -142,6 +173,33 @@ impl Tracker {
             tracing::debug!(worker, drop = ?drop, "heartbeat: tasks to drop");
         }
         Ok(drop)
+    }
+
+    /// The heartbeat of [`Tracker::heartbeat`] inside a group's write: the renewed leases and the
+    /// worker's drift flag if it changed.
+    pub(crate) async fn heartbeat_in(
+        &self,
+        w: &mut Write<'_>,
+        worker: WorkerId,
+        tasks: &[TaskId],
+        reference_us: Option<f64>,
+        caller: &Caller,
+    ) -> Result<Result<(HashSet<TaskId>, Option<FlagChange>)>> {
+        let now = w.now();
+        if let Err(refused) = self.checked_worker(w, worker, caller).await? {
+            return Ok(Err(refused));
+        }
+        let flag = match reference_us {
+            Some(r) => drift::note_reference(w, worker, r).await?,
+            None => None,
+        };
+        let renewed: HashSet<TaskId> = if tasks.is_empty() {
+            HashSet::new()
+        } else {
+            let expires = self.lease_deadline(now);
+            store::tasks::renew(w.conn(), worker, tasks, expires).await?.into_iter().collect()
+        };
+        Ok(Ok((renewed, flag)))
     }
 
     /// Stores what a worker measured for a task: a tuning task's measurement, or a finalist task's
@@ -154,23 +212,112 @@ impl Tracker {
         worker: WorkerId,
         task_id: TaskId,
         lease_serial: u32,
-        reported: &Reported,
+        reported: Reported,
         caller: &Caller,
     ) -> Result<Report> {
-        let mut w = self.write().await?;
+        let one = ReportItem { task: task_id, lease_serial, reported: Ok(reported) };
+        let mut outcomes = self.report_batch(worker, vec![one], caller).await?;
+        outcomes.pop().unwrap_or_else(|| Err(Error::Internal("a report of one task had no outcome".to_owned())))
+    }
+
+    /// Stores a batch of reports of `worker` in one write (one transaction, one commit: group
+    /// commit), each as [`Tracker::report`] would, and answers each in the batch's order. A report
+    /// refused for good (malformed, stale, not the holder's, an unknown task) gets its error in its
+    /// own outcome and changes nothing; the others are stored. A failure of the write itself (the
+    /// database) fails the whole batch, of which nothing is then stored: the worker retries it,
+    /// and the reports that reached the database before are acknowledged as duplicates.
+    pub(crate) async fn report_batch(
+        &self,
+        worker: WorkerId,
+        items: Vec<ReportItem>,
+        caller: &Caller,
+    ) -> Result<Vec<Result<Report>>> {
+        match self.commit_op(Op::Report { worker, items, caller: caller.clone() }).await? {
+            Done::Reported(outcomes) => {
+                // Counted once committed (a group that fails is run again).
+                for r in outcomes.iter().flatten() {
+                    let counter =
+                        if r.stored { &self.counters.reports_stored } else { &self.counters.reports_duplicate };
+                    Counters::bump(counter);
+                    if r.untrusted {
+                        Counters::bump(&self.counters.reports_untrusted);
+                    }
+                }
+                Ok(outcomes)
+            }
+            _ => Err(Error::Internal("a report was answered with another change's outcome".to_owned())),
+        }
+    }
+
+    /// The reports of [`Tracker::report_batch`] inside a group's write.
+    pub(crate) async fn report_in(
+        &self,
+        w: &mut Write<'_>,
+        worker: WorkerId,
+        items: &[ReportItem],
+        caller: &Caller,
+    ) -> Result<Result<Vec<Result<Report>>>> {
+        let row = match self.checked_worker(w, worker, caller).await? {
+            Ok(row) => row,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let mut outcomes = Vec::with_capacity(items.len());
+        for item in items {
+            let checked = match &item.reported {
+                Ok(reported) => self.check_report(w, worker, item.task, item.lease_serial, reported).await,
+                Err(refused) => Err(refused.again()),
+            };
+            let task = match checked {
+                Ok(Checked::Store(task)) => task,
+                Ok(Checked::Done(report)) => {
+                    tracing::debug!(worker, task = item.task, "duplicate report dropped");
+                    outcomes.push(Ok(report));
+                    continue;
+                }
+                // Refused for good: nothing of it was written, so the batch goes on without it.
+                Err(e) if e.refusal() => {
+                    outcomes.push(Err(e));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let Ok(reported) = &item.reported else { unreachable!("a refused report is never stored") };
+            let job = store::jobs::get(w.conn(), task.job_id).await?.ok_or(Error::JobNotFound(task.job_id))?;
+            let untrusted = judge(w, &task, &row, reported).await?;
+            for reason in untrusted.iter().flatten() {
+                tracing::warn!(worker, task = task.id, job = job.id, %reason, "report not trusted");
+            }
+            let producer = Producer { worker: Some(worker), token: caller.token, untrusted: &untrusted };
+            // From here on a failure may leave half a report in the transaction: it fails the
+            // whole group, which rolls back.
+            let record = match reported {
+                Reported::Tuning(m) => self.record_result(w, &job, &task, &producer, m).await?,
+                Reported::Finalists(ms) => self.record_finalists(w, &job, &task, &producer, ms).await?,
+            };
+            let untrusted = untrusted.iter().any(Option::is_some);
+            tracing::debug!(worker, task = task.id, job = job.id, record, untrusted, "result stored");
+            outcomes.push(Ok(Report { stored: true, record_id: Some(record), untrusted }));
+        }
+        Ok(Ok(outcomes))
+    }
+
+    /// The checks of one report of a batch, before anything of it is written: whether it fits its
+    /// task, whether the task is done already (the report is then acknowledged and dropped), and
+    /// whether `worker` may report it.
+    async fn check_report(
+        &self,
+        w: &mut Write<'_>,
+        worker: WorkerId,
+        task_id: TaskId,
+        lease_serial: u32,
+        reported: &Reported,
+    ) -> Result<Checked> {
         let task = store::tasks::get(w.conn(), task_id).await?.ok_or(Error::TaskNotFound(task_id))?;
         // A report that does not fit its task is refused even when repeated: it is malformed,
         // whatever became of the task.
         check_fits(&task, reported)?;
-        let now = w.now();
-        let row = store::workers::get(w.conn(), worker).await?.ok_or(Error::WorkerNotFound(worker))?;
-        authorize(caller, &row)?;
-        store::workers::touch(w.conn(), worker, now).await?;
         if task.state == TaskState::Done {
-            w.commit(&self.events).await?;
-            Counters::bump(&self.counters.reports_duplicate);
-            tracing::debug!(worker, task = task_id, "duplicate report dropped");
-            return Ok(Report { stored: false, record_id: task.record_id });
+            return Ok(Checked::Done(Report { stored: false, record_id: task.record_id, untrusted: false }));
         }
         if task.worker_id != Some(worker) {
             let holder = if task.state == TaskState::Leased { task.worker_id } else { None };
@@ -188,37 +335,7 @@ impl Tracker {
         if lease_serial != task.attempts && task.state == TaskState::Leased {
             return Err(Error::StaleLease { task: task_id, reported: lease_serial, current: task.attempts });
         }
-        let job = store::jobs::get(w.conn(), task.job_id).await?.ok_or(Error::JobNotFound(task.job_id))?;
-        let untrusted = judge(&mut w, &task, &row, reported).await?;
-        for reason in untrusted.iter().flatten() {
-            tracing::warn!(worker, task = task_id, job = job.id, %reason, "report not trusted");
-        }
-        let producer = Producer { worker: Some(worker), token: caller.token, untrusted: &untrusted };
-        let record = match reported {
-            Reported::Tuning(m) => self.record_result(&mut w, &job, &task, &producer, m).await?,
-            Reported::Finalists(ms) => self.record_finalists(&mut w, &job, &task, &producer, ms).await?,
-        };
-        w.commit(&self.events).await?;
-        Counters::bump(&self.counters.reports_stored);
-        if untrusted.iter().any(Option::is_some) {
-            Counters::bump(&self.counters.reports_untrusted);
-        }
-        match reported {
-            Reported::Tuning(m) => {
-                tracing::debug!(worker, task = task_id, job = job.id, record, status = ?m.status, median_us = m.median_us, "result stored");
-            }
-            Reported::Finalists(ms) => {
-                tracing::debug!(
-                    worker,
-                    task = task_id,
-                    job = job.id,
-                    record,
-                    finalists = ms.len(),
-                    "finalist results stored"
-                );
-            }
-        }
-        Ok(Report { stored: true, record_id: Some(record) })
+        Ok(Checked::Store(Box::new(task)))
     }
 
     /// Quarantines worker `id`: every record it produced becomes untrusted (workloads it was
@@ -254,6 +371,22 @@ impl Tracker {
         let drifts = drift::assess_all(&rows);
         Ok(rows.into_iter().zip(drifts).collect())
     }
+}
+
+/// One report of a batch ([`Tracker::report_batch`]): the task, the lease it answers, and what
+/// was measured (or why the report was refused on arrival, as malformed).
+pub(crate) struct ReportItem {
+    pub(crate) task: TaskId,
+    pub(crate) lease_serial: u32,
+    pub(crate) reported: Result<Reported>,
+}
+
+/// A report that passed its checks.
+enum Checked {
+    /// To store, in its task.
+    Store(Box<TaskRow>),
+    /// Its task is done already: acknowledged and dropped.
+    Done(Report),
 }
 
 /// Who produced the records of a report, and which of its measurements are not trusted.

@@ -52,6 +52,9 @@ pub(crate) enum Error {
     /// A bound on concurrent work (open streams) is reached; retrying later helps.
     #[error("{0}")]
     Exhausted(String),
+    /// The tracker cannot take the call now (it is shutting down); retrying later helps.
+    #[error("{0}")]
+    Unavailable(String),
     /// A second record for a task (or for one finalist of a finalist task) reached the database
     /// (the `records_task_unique` constraint).
     #[error("the task already has a record")]
@@ -75,6 +78,39 @@ impl Error {
 }
 
 impl Error {
+    /// Whether this refuses one report of a batch for good (malformed, unknown task, stale, not
+    /// the holder's) rather than failing the call: the batch goes on without it.
+    pub(crate) fn refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::Invalid { .. } | Error::TaskNotFound(_) | Error::NotHolder { .. } | Error::StaleLease { .. }
+        )
+    }
+
+    /// The same error again, for an answer given twice (a change run again after its group
+    /// failed). A database error, which has no copy, comes back as an internal one.
+    pub(crate) fn again(&self) -> Error {
+        match self {
+            Error::Invalid { field, message } => Error::Invalid { field: field.clone(), message: message.clone() },
+            Error::JobNotFound(id) => Error::JobNotFound(*id),
+            Error::TaskNotFound(id) => Error::TaskNotFound(*id),
+            Error::WorkerNotFound(id) => Error::WorkerNotFound(*id),
+            Error::NotHolder { worker, task, holder } => {
+                Error::NotHolder { worker: *worker, task: *task, holder: *holder }
+            }
+            Error::StaleLease { task, reported, current } => {
+                Error::StaleLease { task: *task, reported: *reported, current: *current }
+            }
+            Error::Precondition(m) => Error::Precondition(m.clone()),
+            Error::Denied(m) => Error::Denied(m.clone()),
+            Error::Exhausted(m) => Error::Exhausted(m.clone()),
+            Error::Unavailable(m) => Error::Unavailable(m.clone()),
+            Error::DuplicateRecord => Error::DuplicateRecord,
+            Error::Database(e) => Error::Internal(format!("database error: {e}")),
+            Error::Internal(m) => Error::Internal(m.clone()),
+        }
+    }
+
     /// Whether this is a failure of the storage under the database (see [`unwritable`]).
     pub(crate) fn unwritable(&self) -> bool {
         matches!(self, Error::Database(e) if unwritable(e).is_some())
@@ -160,6 +196,7 @@ impl From<Error> for tonic::Status {
             Error::Denied(_) => Status::permission_denied(e.to_string()),
             Error::DuplicateRecord => Status::already_exists(e.to_string()),
             Error::Exhausted(_) => Status::resource_exhausted(e.to_string()),
+            Error::Unavailable(_) => Status::unavailable(e.to_string()),
             Error::Database(db) => match unwritable(&db) {
                 // Nothing of the call was stored (its transaction rolled back): a worker keeps its
                 // result and retries, which `Unavailable` tells it to do.

@@ -14,7 +14,9 @@
 //!   (`tensortune_search::schedule`), early stopping, finishing workloads and jobs.
 //! - `finalists.rs`: noise-aware winners: a workload whose tuning ended re-measures its fastest
 //!   configs in one finalist task, and the fastest re-measurement wins.
-//! - `dispatch.rs`: worker registration, leasing with long polls, heartbeats, reports.
+//! - `dispatch.rs`: worker registration, leasing with long polls, heartbeats, reports (one or a
+//!   batch per call).
+//! - `commits.rs`: group commit: the leases, heartbeats and reports of many calls share one write.
 //! - `drift.rs`: workers' times of the shared reference kernel against their class's median;
 //!   drifting workers are flagged (and logged), never stopped.
 //! - `leases.rs`: the lease reaper and the resume step at start.
@@ -39,6 +41,7 @@
 //! same file resumes every unfinished job and loses no acknowledged record.
 
 mod auth;
+mod commits;
 mod config;
 mod counters;
 mod dispatch;
@@ -119,6 +122,7 @@ pub async fn run_with_http(
     tracker.resume().await.context("resuming unfinished jobs")?;
 
     let tasks = TaskTracker::new();
+    tasks.spawn(commits::committer(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(leases::reaper(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(relay_notifications(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(Arc::clone(&tracker.tokens).refresh(pool.clone(), stop.clone()));

@@ -35,7 +35,7 @@ struct RunArgs {
     /// The tensortune-tracker executable; default: beside this one.
     #[arg(long)]
     tracker_bin: Option<PathBuf>,
-    /// Workers in all.
+    /// Workers in all, 1 ..= 10000.
     #[arg(long, default_value_t = 200)]
     workers: u32,
     /// Processes the workers are spread over (a fault kills or stops one).
@@ -84,6 +84,14 @@ struct RunArgs {
     /// SIGKILLs the first and never restarts it.
     #[arg(long, default_value_t = 1)]
     trackers: u32,
+    /// Tasks a worker leases per call and reports per call at most (batched reports); 1 speaks
+    /// the single-task calls of trackers before batching.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    batch: u32,
+    /// Tasks each job keeps outstanding (its batch_size, 1 ..= 4096); the tracker's default (64)
+    /// when not given, which keeps at most 64 workers per job busy.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    job_batch: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -98,6 +106,8 @@ struct GroupArgs {
     measure_ms: u64,
     #[arg(long)]
     stats: PathBuf,
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    batch: u32,
 }
 
 #[tokio::main]
@@ -118,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
                 name: args.name,
                 measure: Duration::from_millis(args.measure_ms),
                 stats: args.stats,
+                batch: args.batch,
             };
             load::run_group(config, shutdown).await
         }
@@ -158,6 +169,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         seed: args.seed,
         pg: args.pg,
         trackers: args.trackers,
+        batch: args.batch,
+        job_batch: args.job_batch.unwrap_or(0),
     };
     let summary = load::run(config).await?;
     println!("{summary}");

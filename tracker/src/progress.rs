@@ -376,7 +376,12 @@ impl Tracker {
             if want == 0 {
                 return Ok(());
             }
-            self.propose_tasks(w, job, &wl, want).await?;
+            // Every task asked for went to the queue: `batch_size` are outstanding (or the whole
+            // target was proposed), which is where the next look would stop. Only proposals that
+            // were answered from the store at once need another look.
+            if self.propose_tasks(w, job, &wl, want).await? == want {
+                return Ok(());
+            }
         }
     }
 
@@ -447,7 +452,8 @@ impl Tracker {
     /// config with an earlier deterministic record gets a task that is done at once, pointing at
     /// that record, so it counts as a trial without being measured again; proposing stops early
     /// when such a trial ends the workload.
-    async fn propose_tasks(&self, w: &mut Write<'_>, job: &JobRow, wl: &WorkloadRow, n: u32) -> Result<()> {
+    /// Returns how many of them are pending (not answered from the store).
+    async fn propose_tasks(&self, w: &mut Write<'_>, job: &JobRow, wl: &WorkloadRow, n: u32) -> Result<u32> {
         let idx = wl.idx;
         let templates = JobTemplates::of(job)?;
         let spaces: Vec<Space> = templates.all().iter().map(|t| t.space()).collect();
@@ -505,7 +511,7 @@ impl Tracker {
         }
         w.job_changed(job.id);
         tracing::debug!(job = job.id, workload = idx, proposed = inserted, pending, "proposed tasks");
-        Ok(())
+        Ok(pending)
     }
 
     /// Stores the record of a finished task, counts it, and proposes what comes next.

@@ -41,6 +41,8 @@ pub(crate) struct Tracker {
     /// i/o error): heartbeats failed meanwhile, so the reaper renews every lease once writes go
     /// through again instead of expiring the leases of workers that are alive.
     pub(crate) outage: AtomicBool,
+    /// Dispatch changes waiting for the committer (`commits`), many to a write.
+    pub(crate) commits: crate::commits::Commits,
     /// The writer lock. SQLite admits one writer at a time anyway; taking it here first makes each
     /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
     /// guards, and spares writers SQLite's busy-wait.
@@ -64,6 +66,7 @@ impl Tracker {
             counters: Counters::default(),
             shutdown,
             outage: AtomicBool::new(false),
+            commits: crate::commits::Commits::default(),
             searches: Mutex::new(Searches::default()),
             instance: rand::random(),
             packs_loaded: AtomicBool::new(false),
@@ -103,6 +106,7 @@ impl Tracker {
             stopped: Vec::new(),
             changed: BTreeSet::new(),
             tasks_ready: false,
+            workers: HashMap::new(),
             finished: false,
         })
     }
@@ -152,6 +156,9 @@ pub(crate) struct Write<'a> {
     changed: BTreeSet<JobId>,
     /// Whether tasks became pending (long-polling workers are woken after the commit).
     tasks_ready: bool,
+    /// Workers this write read and marked seen (at `now`): a group commit holds many calls of the
+    /// same worker (a lease, a heartbeat, reports), which read and touch its row once.
+    pub(crate) workers: HashMap<crate::model::WorkerId, crate::store::workers::WorkerRow>,
     finished: bool,
 }
 

@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
@@ -27,46 +28,31 @@ use tensortune_proto::pb;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tonic::Code;
 
 use crate::compiler::{Backend, Compiler};
 use crate::config::{DeviceSpec, MEASURE_QUEUE, WorkerConfig};
-use crate::held::{Held, Lease};
+use crate::held::Held;
 use crate::inject::{self, Fault, INJECT_FAULTS_ENV, Injector};
-use crate::link::{Link, LinkError, TaskResult};
+use crate::link::{Link, LinkError};
 use crate::measure::measure_stage;
 use crate::nvrtc;
 use crate::prepare::prepare_stage;
 use crate::record;
 use crate::reference::{Reference, ReferenceTime};
+use crate::stage::{Leased, Report, Shared, TaskResult};
 use crate::supervisor::Supervisor;
 
 /// Most tasks asked for in one lease call (the tracker's limit).
 const MAX_LEASE: usize = 1024;
 /// A tracker that answers an empty lease at once (no long poll) is asked again after this long.
 const EMPTY_LEASE_PAUSE: Duration = Duration::from_millis(250);
+/// Most reports sent in one call (the tracker's limit).
+const MAX_REPORTS: usize = 1024;
+/// A worker leases what it can finish in this long at its measured rate (see [`Rate`]).
+const LEASE_AHEAD: Duration = Duration::from_secs(2);
 /// Pause before leasing again after the tracker refused a lease.
 const REFUSED_LEASE_PAUSE: Duration = Duration::from_secs(5);
-
-/// What every stage needs to know about the run.
-pub(crate) struct Shared {
-    pub(crate) target: Target,
-    pub(crate) compiler: Compiler,
-    pub(crate) provenance: pb::Provenance,
-    /// The device, for logs.
-    pub(crate) gpu: String,
-}
-
-/// A task between lease and prepare.
-pub(crate) struct Leased {
-    pub(crate) task: pb::Task,
-    pub(crate) lease: Lease,
-}
-
-/// A finished task on its way to the tracker.
-pub(crate) struct Report {
-    pub(crate) lease: Lease,
-    pub(crate) result: TaskResult,
-}
 
 /// Runs the worker until `shutdown` fires (then returns `Ok`) or it cannot go on.
 pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -139,9 +125,11 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
         let (link, held, stop) = (link.clone(), held.clone(), stop.clone());
         async move { heartbeat_stage(&link, &held, &reference_time, &stop).await }
     });
+    let rate = Arc::new(Rate::new());
+    let floor = config.compile_threads();
     stages.spawn("lease", {
-        let (link, stop) = (link.clone(), stop.clone());
-        async move { lease_stage(&link, room, held, lease_tx, &stop).await }
+        let (link, rate, stop) = (link.clone(), rate.clone(), stop.clone());
+        async move { lease_stage(&link, room, held, &rate, floor, lease_tx, &stop).await }
     });
     stages.spawn("prepare", {
         let (shared, report_tx, stop) = (shared.clone(), report_tx.clone(), stop.clone());
@@ -152,7 +140,7 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
         let injector = Injector::new(faults);
         async move { measure_stage(supervisor, &shared, measure_rx, report_tx, reference, injector, &stop).await }
     });
-    stages.spawn("report", async move { report_stage(&link, report_rx).await });
+    stages.spawn("report", async move { report_stage(&link, &rate, report_rx).await });
 
     let mut failure = None;
     while let Some((stage, result)) = stages.join_next().await {
@@ -257,10 +245,14 @@ async fn heartbeat_stage(
     }
 }
 
+/// Leases as many tasks as there is room for, up to what the worker finishes in [`LEASE_AHEAD`]
+/// (at least `floor`, what its compile pool starts at once), in one call.
 async fn lease_stage(
     link: &Link,
     room: Arc<Semaphore>,
     held: Arc<Held>,
+    rate: &Rate,
+    floor: usize,
     out: mpsc::Sender<Leased>,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -270,7 +262,8 @@ async fn lease_stage(
             p = room.clone().acquire_owned() => p.expect("the room semaphore is never closed"),
         };
         let mut permits = vec![first];
-        while permits.len() < MAX_LEASE {
+        let size = rate.lease_size(floor);
+        while permits.len() < size {
             match room.clone().try_acquire_owned() {
                 Ok(p) => permits.push(p),
                 Err(_) => break,
@@ -324,48 +317,134 @@ async fn lease_stage(
     }
 }
 
-async fn report_stage(link: &Link, mut reports: mpsc::Receiver<Report>) -> anyhow::Result<()> {
+async fn report_stage(link: &Link, rate: &Rate, mut reports: mpsc::Receiver<Report>) -> anyhow::Result<()> {
     // Set once a report was abandoned at shutdown: the tracker is unreachable, so the rest are
     // abandoned without another attempt (their leases expire and the tasks are measured again).
     let mut abandoning = false;
-    while let Some(Report { lease, result }) = reports.recv().await {
-        let task = lease.task_id;
-        if lease.dropped.is_cancelled() || abandoning {
+    // Cleared when the tracker predates `ReportResults`: reports then go one per call.
+    let mut batches = true;
+    while let Some(first) = reports.recv().await {
+        // Everything that finished while the last report was on its way goes in one call.
+        let mut batch = vec![first];
+        while batch.len() < MAX_REPORTS {
+            match reports.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        rate.finished(batch.len());
+        batch.retain(|r| !r.lease.dropped.is_cancelled());
+        if abandoning || batch.is_empty() {
             continue;
         }
-        let delivered = tokio::select! {
-            _ = lease.dropped.cancelled() => continue,
-            r = link.report(task, lease.lease_serial, &result) => r,
-        };
-        match delivered {
-            Ok(stored) => match &result {
-                TaskResult::Tuning(m) => tracing::info!(
-                    task,
-                    status = status_name(m.status()),
-                    median_us = m.median_us,
-                    compile_ms = m.compile_ms,
-                    cache_hit = m.cache_hit,
-                    stored,
-                    "reported"
-                ),
-                TaskResult::Finalists(ms) => {
-                    let outcomes: Vec<String> = ms
-                        .iter()
-                        .map(|m| match m.status() {
-                            pb::RecordStatus::Ok => format!("{:.3} us", m.median_us),
-                            other => status_name(other).to_owned(),
-                        })
-                        .collect();
-                    tracing::info!(task, finalists = %outcomes.join(", "), stored, "reported the finalists");
+        if batches {
+            let items: Vec<(u64, u32, &TaskResult)> =
+                batch.iter().map(|r| (r.lease.task_id, r.lease.lease_serial, &r.result)).collect();
+            match link.report_batch(&items).await {
+                Ok(outcomes) => {
+                    for (r, o) in batch.iter().zip(outcomes) {
+                        match Code::from_i32(o.code) {
+                            Code::Ok => reported(r, o.stored),
+                            code => tracing::warn!(
+                                task = r.lease.task_id,
+                                "giving up on the report: the tracker refused it: {code:?}: {}",
+                                o.message
+                            ),
+                        }
+                    }
+                    continue;
                 }
-            },
-            Err(LinkError::Cancelled) => {
-                tracing::info!(task, "shutting down with the tracker unreachable; abandoning unreported results");
-                abandoning = true;
+                Err(LinkError::Refused { code: Code::Unimplemented, .. }) => {
+                    tracing::info!("the tracker predates batched reports; reporting one task per call");
+                    batches = false;
+                }
+                Err(LinkError::Cancelled) => {
+                    tracing::info!(
+                        tasks = batch.len(),
+                        "shutting down with the tracker unreachable; abandoning unreported results"
+                    );
+                    abandoning = true;
+                    continue;
+                }
+                Err(LinkError::Register(e)) => anyhow::bail!(e),
+                Err(e @ LinkError::Refused { .. }) => {
+                    tracing::warn!(tasks = batch.len(), "giving up on the reports: {e}");
+                    continue;
+                }
             }
-            Err(LinkError::Register(e)) => anyhow::bail!(e),
-            Err(e @ LinkError::Refused { .. }) => tracing::warn!(task, "giving up on the report: {e}"),
+        }
+        for r in &batch {
+            if abandoning {
+                break;
+            }
+            let task = r.lease.task_id;
+            let delivered = tokio::select! {
+                _ = r.lease.dropped.cancelled() => continue,
+                d = link.report(task, r.lease.lease_serial, &r.result) => d,
+            };
+            match delivered {
+                Ok(stored) => reported(r, stored),
+                Err(LinkError::Cancelled) => {
+                    tracing::info!(task, "shutting down with the tracker unreachable; abandoning unreported results");
+                    abandoning = true;
+                }
+                Err(LinkError::Register(e)) => anyhow::bail!(e),
+                Err(e @ LinkError::Refused { .. }) => tracing::warn!(task, "giving up on the report: {e}"),
+            }
         }
     }
     Ok(())
+}
+
+/// Logs a delivered report.
+fn reported(r: &Report, stored: bool) {
+    let task = r.lease.task_id;
+    match &r.result {
+        TaskResult::Tuning(m) => tracing::info!(
+            task,
+            status = status_name(m.status()),
+            median_us = m.median_us,
+            compile_ms = m.compile_ms,
+            cache_hit = m.cache_hit,
+            stored,
+            "reported"
+        ),
+        TaskResult::Finalists(ms) => {
+            let outcomes: Vec<String> = ms
+                .iter()
+                .map(|m| match m.status() {
+                    pb::RecordStatus::Ok => format!("{:.3} us", m.median_us),
+                    other => status_name(other).to_owned(),
+                })
+                .collect();
+            tracing::info!(task, finalists = %outcomes.join(", "), stored, "reported the finalists");
+        }
+    }
+}
+
+/// How fast this worker finishes tasks, to size its leases: a worker leases what it can finish
+/// within [`LEASE_AHEAD`], so that tasks wait on the tracker for whichever worker is free rather
+/// than on a slow worker that took many.
+pub(crate) struct Rate {
+    started: Instant,
+    finished: AtomicU64,
+}
+
+impl Rate {
+    fn new() -> Rate {
+        Rate { started: Instant::now(), finished: AtomicU64::new(0) }
+    }
+
+    fn finished(&self, n: usize) {
+        self.finished.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Tasks to lease at most now, given `floor` (what the compile pool can start at once): the
+    /// tasks finished in [`LEASE_AHEAD`] at the rate so far, never fewer than `floor`.
+    fn lease_size(&self, floor: usize) -> usize {
+        let finished = self.finished.load(Ordering::Relaxed) as f64;
+        let elapsed = self.started.elapsed().as_secs_f64().max(1.0);
+        let ahead = (finished / elapsed * LEASE_AHEAD.as_secs_f64()).ceil() as usize;
+        ahead.max(floor).clamp(1, MAX_LEASE)
+    }
 }

@@ -9,6 +9,7 @@
 //!   `measure`: the stage that drives the measuring child; `finalist`: how the interleaved rounds of
 //!   a finalist task combine into its records; `reference`: the drift reference kernel and its
 //!   cadence.
+//! - `stage`: the types the stages pass to each other (`Shared`, `Leased`, `Report`, `TaskResult`).
 //! - `fleet`: one worker per GPU in one process (`cuda:all`, `cuda:0,1`).
 //! - `link`: the tracker's `Dispatch` service, with retries and re-registration.
 //! - `held`: the tasks a worker holds (back-pressure permits, heartbeat list, drop tokens).
@@ -49,6 +50,7 @@ mod plan;
 mod prepare;
 mod record;
 mod reference;
+mod stage;
 mod supervisor;
 
 pub use child::child_main;

@@ -16,6 +16,8 @@ use tensortune_proto::pb::dispatch_client::DispatchClient;
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
 
+use crate::stage::TaskResult;
+
 /// How long a lease call may hold the tracker open waiting for work.
 pub(crate) const LEASE_WAIT: Duration = Duration::from_millis(5000);
 /// Deadline of a call on top of any long-poll wait: a tracker that does not answer in this time is
@@ -26,15 +28,6 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_CAP: Duration = Duration::from_secs(5);
 /// Heartbeat interval used when the tracker suggests none.
 const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
-
-/// What a task's report carries.
-#[derive(Clone, Debug)]
-pub(crate) enum TaskResult {
-    /// The record of a tuning task.
-    Tuning(Box<pb::Measurement>),
-    /// The records of a finalist task, one per config in the task's order.
-    Finalists(Vec<pb::Measurement>),
-}
 
 /// Why a call gave up.
 #[derive(Debug, thiserror::Error)]
@@ -162,16 +155,36 @@ impl Link {
     pub(crate) async fn report(&self, task_id: u64, lease_serial: u32, result: &TaskResult) -> Result<bool, LinkError> {
         let response = self
             .call("ReportResult", CALL_DEADLINE, |mut client, worker_id| {
-                let (measurement, finalist_measurements) = match result {
-                    TaskResult::Tuning(m) => (Some(pb::Measurement::clone(m)), Vec::new()),
-                    TaskResult::Finalists(ms) => (None, ms.clone()),
-                };
-                let request =
-                    pb::ReportResultRequest { worker_id, task_id, measurement, finalist_measurements, lease_serial };
+                let request = result.request(worker_id, task_id, lease_serial);
                 async move { client.report_result(request).await }
             })
             .await?;
         Ok(response.stored)
+    }
+
+    /// Reports many tasks' results in one call (`reports`: task id, lease serial, result), stored
+    /// by the tracker in one transaction; returns each one's outcome in the order given. Retried
+    /// as [`Link::report`]; a tracker that predates the call refuses it as `Unimplemented`.
+    pub(crate) async fn report_batch(
+        &self,
+        reports: &[(u64, u32, &TaskResult)],
+    ) -> Result<Vec<pb::ReportOutcome>, LinkError> {
+        let requests: Vec<pb::ReportResultRequest> =
+            reports.iter().map(|(task, serial, result)| result.request(0, *task, *serial)).collect();
+        let response = self
+            .call("ReportResults", CALL_DEADLINE, |mut client, worker_id| {
+                let request = pb::ReportResultsRequest { worker_id, reports: requests.clone() };
+                async move { client.report_results(request).await }
+            })
+            .await?;
+        if response.outcomes.len() != reports.len() {
+            return Err(LinkError::Refused {
+                call: "ReportResults",
+                code: Code::Internal,
+                message: format!("{} outcomes answered {} reports", response.outcomes.len(), reports.len()),
+            });
+        }
+        Ok(response.outcomes)
     }
 
     /// Calls `rpc` until it succeeds, retrying transient failures with backoff and re-registering

@@ -13,16 +13,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::compiler::Image;
-use crate::daemon::{Report, Shared};
 use crate::finalist;
 use crate::held::Lease;
 use crate::inject::{Fault, INJECT_FAULTS_ENV, Injector};
-use crate::link::TaskResult;
 use crate::plan::{Pass, Plan};
 use crate::prepare::{Candidate, Prepared, Work};
 use crate::protocol::{MeasureOutcome, Status};
 use crate::record;
 use crate::reference::Reference;
+use crate::stage::{Report, Shared, TaskResult};
 use crate::supervisor::Supervisor;
 
 /// Times the vendor baseline of a workload is asked for before records go without one (a child

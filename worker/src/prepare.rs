@@ -13,12 +13,11 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
 use crate::compiler::{Build, Image};
-use crate::daemon::{Leased, Report, Shared};
 use crate::held::Lease;
-use crate::link::TaskResult;
 use crate::plan::{Plan, Sampling, Subject, support_module};
 use crate::protocol::{MeasureOutcome, Status};
 use crate::record::{self, Compile};
+use crate::stage::{Leased, Report, Shared, TaskResult};
 
 /// A task ready for the GPU.
 pub(crate) struct Prepared {

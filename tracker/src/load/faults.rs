@@ -175,14 +175,7 @@ pub(crate) async fn fire(fault: Fault, env: &mut Env<'_>, deadline: Instant) -> 
                 env.restarts += 1;
                 let fresh = format!("{name}r{}", env.restarts);
                 let workers = env.config.workers / env.config.groups;
-                env.groups[g] = GroupProc::spawn(
-                    &env.config.load_bin,
-                    &env.config.dir,
-                    env.url,
-                    &fresh,
-                    workers,
-                    env.config.measure,
-                )?;
+                env.groups[g] = GroupProc::spawn(env.config, env.url, &fresh, workers)?;
                 round.note = format!(
                     "group {name} (pid {pid}) killed holding {} tasks; {fresh} started in its place",
                     held.len()

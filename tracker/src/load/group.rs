@@ -28,6 +28,8 @@ const BACKOFF_CAP: Duration = Duration::from_secs(1);
 const LEASE_WAIT_MS: u32 = 1000;
 /// A call the tracker does not answer in this long is treated as failed and retried.
 const CALL_DEADLINE: Duration = Duration::from_secs(10);
+/// Most reports in one `ReportResults` call (the tracker's limit).
+const MAX_REPORTS: usize = 1024;
 /// How often the stats file is rewritten.
 const FLUSH_EVERY: Duration = Duration::from_millis(500);
 
@@ -46,6 +48,10 @@ pub struct GroupConfig {
     pub measure: Duration,
     /// Where the stats go (JSON, [`GroupStats`]).
     pub stats: PathBuf,
+    /// Tasks a worker leases per call, and reports per call at most (`ReportResults`, all that
+    /// finished since its last report). 1 speaks the single-task calls (`ReportResult`) that
+    /// trackers before batching answer.
+    pub batch: u32,
 }
 
 /// What the workers of a group saw.
@@ -117,6 +123,8 @@ fn flush(path: &PathBuf, stats: &Mutex<GroupStats>) -> anyhow::Result<()> {
 /// One worker: its own connection to each tracker, id and loop.
 struct Worker<'a> {
     clients: Vec<DispatchClient<Channel>>,
+    /// The tasks it holds (renewed by its heartbeats).
+    held: &'a Mutex<Vec<u64>>,
     /// The tracker it calls now (an index into `clients`).
     at: usize,
     id: u64,
@@ -179,7 +187,8 @@ async fn worker(
             .connect_lazy();
         clients.push(DispatchClient::new(channel));
     }
-    let mut w = Worker { clients, at: 0, id: 0, stats, stop };
+    let held: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let mut w = Worker { clients, held: &held, at: 0, id: 0, stats, stop };
     let registration = pb::RegisterRequest {
         name: format!("{}/{index}", config.name),
         device: Some(device_from_target(&Target::sim())),
@@ -198,7 +207,6 @@ async fn worker(
     let registered = answer.map_err(|s| anyhow::anyhow!("registration refused: {:?}: {}", s.code(), s.message()))?;
     w.id = registered.worker_id;
     let heartbeat = Duration::from_millis(u64::from(registered.heartbeat_ms.max(100)));
-    let held: Arc<Mutex<Vec<u64>>> = Arc::default();
     let beats = {
         let (clients, held, stop, id) = (w.clients.clone(), Arc::clone(&held), stop.clone(), w.id);
         let mut at = 0;
@@ -230,21 +238,95 @@ async fn worker(
         }
     };
     let beats = tokio::spawn(beats);
-    let result = work(&mut w, config, &held).await;
+    let result = work(&mut w, config).await;
     beats.abort();
     result
 }
 
-async fn work(w: &mut Worker<'_>, config: &GroupConfig, held: &Mutex<Vec<u64>>) -> anyhow::Result<()> {
+async fn work(w: &mut Worker<'_>, config: &GroupConfig) -> anyhow::Result<()> {
+    if config.batch <= 1 {
+        return work_one_by_one(w, config).await;
+    }
+    let held = w.held;
+    // Measured tasks go to the reporter, which sends every one that finished since its last call
+    // in one `ReportResults`: a GPU worker's results arrive one at a time, its reports need not.
+    let (finished, mut to_report) = tokio::sync::mpsc::unbounded_channel::<pb::Task>();
+    let mut reporter = Worker { clients: w.clients.clone(), held, at: 0, id: w.id, stats: w.stats, stop: w.stop };
+    let reports = async {
+        while let Some(first) = to_report.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < MAX_REPORTS {
+                match to_report.try_recv() {
+                    Ok(t) => batch.push(t),
+                    Err(_) => break,
+                }
+            }
+            let reports: Vec<pb::ReportResultRequest> = batch.iter().map(|t| report(0, t)).collect();
+            let answer = reporter
+                .call("report", |mut c, worker_id| {
+                    let request = pb::ReportResultsRequest { worker_id, reports: reports.clone() };
+                    async move { c.report_results(request).await }
+                })
+                .await;
+            held.lock().expect("held lock").retain(|t| !batch.iter().any(|b| b.task_id == *t));
+            let outcomes = match answer {
+                Err(()) => return,
+                Ok(Ok(r)) => r.outcomes,
+                Ok(Err(status)) => {
+                    let mut stats = reporter.stats.lock().expect("stats lock");
+                    stats.refused += batch.len() as u64;
+                    let key = format!("report refused {:?}", status.code());
+                    stats.messages.entry(key).or_insert_with(|| status.message().to_owned());
+                    continue;
+                }
+            };
+            let mut stats = reporter.stats.lock().expect("stats lock");
+            for o in outcomes {
+                match tonic::Code::from_i32(o.code) {
+                    tonic::Code::Ok if o.stored => stats.stored += 1,
+                    tonic::Code::Ok => stats.duplicate += 1,
+                    code => {
+                        stats.refused += 1;
+                        let key = format!("report refused {code:?}");
+                        stats.messages.entry(key).or_insert(o.message);
+                    }
+                }
+            }
+        }
+    };
+    let measures = async {
+        loop {
+            let Some(tasks) = lease(w, config.batch).await else { return };
+            for task in tasks {
+                tokio::select! {
+                    () = w.stop.cancelled() => return,
+                    () = tokio::time::sleep(config.measure) => {}
+                }
+                if finished.send(task).is_err() {
+                    return;
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = reports => {}
+        () = measures => {}
+    }
+    Ok(())
+}
+
+/// Leases up to `max` tasks (at least one; a long poll), holding them for the heartbeats; `None`
+/// at shutdown.
+async fn lease(w: &mut Worker<'_>, max: u32) -> Option<Vec<pb::Task>> {
     loop {
         let started = Instant::now();
         let leased = w
             .call("lease", |mut c, worker_id| async move {
-                c.lease_tasks(pb::LeaseTasksRequest { worker_id, max_tasks: 1, wait_ms: LEASE_WAIT_MS }).await
+                c.lease_tasks(pb::LeaseTasksRequest { worker_id, max_tasks: max, wait_ms: LEASE_WAIT_MS }).await
             })
             .await;
         let tasks = match leased {
-            Err(()) => return Ok(()),
+            Err(()) => return None,
             Ok(Ok(r)) => r.tasks,
             Ok(Err(status)) => {
                 w.stats.lock().expect("stats lock").retried("lease", &status);
@@ -255,13 +337,20 @@ async fn work(w: &mut Worker<'_>, config: &GroupConfig, held: &Mutex<Vec<u64>>) 
         if tasks.is_empty() {
             continue;
         }
-        {
-            let mut stats = w.stats.lock().expect("stats lock");
-            stats.latency("lease", started.elapsed());
-            stats.leased += tasks.len() as u64;
-        }
+        let mut stats = w.stats.lock().expect("stats lock");
+        stats.latency("lease", started.elapsed());
+        stats.leased += tasks.len() as u64;
+        w.held.lock().expect("held lock").extend(tasks.iter().map(|t| t.task_id));
+        return Some(tasks);
+    }
+}
+
+/// The worker of trackers before batching: one task per lease, one report per call.
+async fn work_one_by_one(w: &mut Worker<'_>, config: &GroupConfig) -> anyhow::Result<()> {
+    let held = w.held;
+    loop {
+        let Some(tasks) = lease(w, 1).await else { return Ok(()) };
         for task in tasks {
-            held.lock().expect("held lock").push(task.task_id);
             tokio::select! {
                 () = w.stop.cancelled() => return Ok(()),
                 () = tokio::time::sleep(config.measure) => {}

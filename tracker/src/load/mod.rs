@@ -83,6 +83,11 @@ pub struct LoadConfig {
     pub pg: Option<String>,
     /// Tracker processes on the one database (more than one needs `pg`).
     pub trackers: u32,
+    /// Tasks a worker leases per call and reports per call at most (see [`GroupConfig::batch`]).
+    pub batch: u32,
+    /// Tasks each job keeps outstanding (its `batch_size`); 0 leaves the tracker's default (64),
+    /// which keeps at most 64 workers per job busy.
+    pub job_batch: u32,
 }
 
 /// Latency of one rpc, microseconds.
@@ -258,8 +263,8 @@ fn ms(us: u32) -> f64 {
 /// Runs a load test as `config` says.
 pub async fn run(config: LoadConfig) -> anyhow::Result<Summary> {
     anyhow::ensure!(
-        config.workers >= 1 && config.workers <= 1000,
-        "invalid --workers {}: allowed 1 ..= 1000",
+        config.workers >= 1 && config.workers <= 10_000,
+        "invalid --workers {}: allowed 1 ..= 10000",
         config.workers
     );
     anyhow::ensure!(
@@ -274,6 +279,7 @@ pub async fn run(config: LoadConfig) -> anyhow::Result<Summary> {
         "invalid --trials {}: allowed 1 ..= 10000",
         config.trials
     );
+    anyhow::ensure!((1..=1024).contains(&config.batch), "invalid --batch {}: allowed 1 ..= 1024", config.batch);
     anyhow::ensure!((1..=8).contains(&config.trackers), "invalid --trackers {}: allowed 1 ..= 8", config.trackers);
     anyhow::ensure!(
         config.trackers == 1 || config.pg.is_some(),
@@ -341,7 +347,7 @@ async fn run_load(
     let mut groups = Vec::new();
     for g in 0..config.groups {
         let n = config.workers / config.groups + u32::from(g < config.workers % config.groups);
-        groups.push(GroupProc::spawn(&config.load_bin, &config.dir, &url, &format!("g{g}"), n, config.measure)?);
+        groups.push(GroupProc::spawn(config, &url, &format!("g{g}"), n)?);
     }
     let mut conn = wait_for_workers(db, config.workers).await?;
 
@@ -485,6 +491,7 @@ fn job_request(j: u32, config: &LoadConfig) -> pb::SubmitJobRequest {
         seed: config.seed + u64::from(j),
         label: format!("load {j}"),
         finalists: Some(0),
+        batch_size: config.job_batch,
         ..Default::default()
     }
 }

@@ -1,7 +1,7 @@
 //! The processes of a load run: the tracker (started, killed, restarted on the same database and
 //! port, its CPU time and peak memory read from `/proc`) and the worker groups; signals.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -10,6 +10,8 @@ use tensortune_proto::pb;
 use tensortune_proto::pb::tuning_client::TuningClient;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
+
+use super::LoadConfig;
 
 /// How long a started tracker may take to answer.
 const START_PATIENCE: Duration = Duration::from_secs(30);
@@ -210,14 +212,8 @@ pub(crate) struct GroupProc {
 }
 
 impl GroupProc {
-    pub(crate) fn spawn(
-        bin: &Path,
-        dir: &Path,
-        tracker: &str,
-        name: &str,
-        workers: u32,
-        measure: Duration,
-    ) -> anyhow::Result<GroupProc> {
+    pub(crate) fn spawn(config: &LoadConfig, tracker: &str, name: &str, workers: u32) -> anyhow::Result<GroupProc> {
+        let (bin, dir, measure) = (&config.load_bin, &config.dir, config.measure);
         let stats = dir.join(format!("group-{name}.json"));
         let log = std::fs::File::create(dir.join(format!("group-{name}.log")))?;
         let child = Command::new(bin)
@@ -229,6 +225,8 @@ impl GroupProc {
             .arg(measure.as_millis().to_string())
             .arg("--stats")
             .arg(&stats)
+            .arg("--batch")
+            .arg(config.batch.to_string())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

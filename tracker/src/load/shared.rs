@@ -47,7 +47,7 @@ pub(crate) async fn run_shared(config: &LoadConfig, server: &str, summary: &mut 
         // Group g's workers call tracker g mod K first and the others in turn after it.
         let first = g as usize % urls.len();
         let list = [&urls[first..], &urls[..first]].concat().join(",");
-        groups.push(GroupProc::spawn(&config.load_bin, &config.dir, &list, &format!("g{g}"), n, config.measure)?);
+        groups.push(GroupProc::spawn(config, &list, &format!("g{g}"), n)?);
     }
     let mut conn = PgConnection::connect(&db).await.context("connecting to the load database")?;
     wait_for_workers(&mut conn, config.workers).await?;

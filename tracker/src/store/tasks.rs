@@ -129,11 +129,13 @@ pub(crate) async fn get(e: impl Into<Exec<'_>>, id: TaskId) -> Result<Option<Tas
     Ok(on!(e, |c, pg| sqlx::query_as("SELECT * FROM tasks WHERE id = $1").bind(id).fetch_optional(c).await)?)
 }
 
-/// Tuning tasks of a workload that are pending or leased.
+/// Tuning tasks of a workload that are pending or leased. Asked after every report: it reads the
+/// outstanding tasks of the job alone (`tasks_by_state`; the `+` keeps SQLite from walking every
+/// task of the workload through `tasks_config_unique` instead, which made it linear in the trials).
 pub(crate) async fn outstanding(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Result<u32> {
     let n: i64 = on!(e, |c, pg| sqlx::query_scalar(
         "SELECT COUNT(*) FROM tasks
-         WHERE job_id = $1 AND workload_idx = $2 AND kind = 'tuning' AND state IN ('pending', 'leased')",
+         WHERE state IN ('pending', 'leased') AND job_id = $1 AND +workload_idx = $2 AND kind = 'tuning'",
     )
     .bind(job)
     .bind(i64::from(idx))
@@ -143,13 +145,18 @@ pub(crate) async fn outstanding(e: impl Into<Exec<'_>>, job: JobId, idx: u32) ->
 }
 
 /// Tuning tasks of `job` that are pending or leased, per workload: (workload index, count), only
-/// workloads that have some.
+/// workloads that have some. Asked after every report of a job with a trial budget: on SQLite it
+/// reads the job's outstanding tasks alone (`tasks_by_state`), not every task of the job.
 pub(crate) async fn outstanding_by_workload(e: impl Into<Exec<'_>>, job: JobId) -> Result<Vec<(u32, u32)>> {
-    let rows: Vec<(i64, i64)> = on!(e, |c, pg| sqlx::query_as(
+    let rows: Vec<(i64, i64)> = on!(e, |c, pg| sqlx::query_as(if pg {
         "SELECT workload_idx, COUNT(*) FROM tasks
-         WHERE job_id = $1 AND kind = 'tuning' AND state IN ('pending', 'leased')
-         GROUP BY workload_idx ORDER BY workload_idx",
-    )
+         WHERE state IN ('pending', 'leased') AND job_id = $1 AND kind = 'tuning'
+         GROUP BY workload_idx ORDER BY workload_idx"
+    } else {
+        "SELECT workload_idx, COUNT(*) FROM tasks INDEXED BY tasks_by_state
+         WHERE state IN ('pending', 'leased') AND job_id = $1 AND kind = 'tuning'
+         GROUP BY workload_idx ORDER BY workload_idx"
+    })
     .bind(job)
     .fetch_all(c)
     .await)?;

@@ -233,3 +233,63 @@ async fn a_report_for_an_earlier_lease_of_a_task_held_again_is_refused() {
     assert_eq!(get_job(&mut tuning, id).await.state, pb::JobState::Done as i32);
     tracker.stop().await;
 }
+
+#[tokio::test]
+async fn a_batch_of_reports_is_answered_report_by_report_and_a_retried_batch_stores_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut a = FakeWorker::register(&tracker, "box/0").await;
+    let mut b = FakeWorker::register(&tracker, "box/1").await;
+    submit(&mut tuning, job(vec![matmul(64, 64, 64)], 8, 8)).await;
+
+    let mine = a.lease_some(3).await;
+    assert_eq!(mine.len(), 3);
+    let theirs = b.lease_some(1).await.remove(0);
+    let entry = |task: &pb::Task, measurement: pb::Measurement| pb::ReportResultRequest {
+        task_id: task.task_id,
+        measurement: Some(measurement),
+        lease_serial: task.lease_serial,
+        ..Default::default()
+    };
+    let mut reports: Vec<pb::ReportResultRequest> = mine.iter().map(|t| entry(t, measure(t))).collect();
+    // Refused for good, each in its own outcome: a task leased to another worker, a malformed
+    // measurement, an unknown task.
+    reports.push(entry(&theirs, measure(&theirs)));
+    reports.push(pb::ReportResultRequest { measurement: Some(pb::Measurement::default()), ..entry(&mine[0], ok(1.0)) });
+    reports.push(pb::ReportResultRequest { task_id: 999_999, ..entry(&mine[0], ok(1.0)) });
+    let request = pb::ReportResultsRequest { worker_id: a.id, reports };
+
+    let first = a.client.report_results(request.clone()).await.unwrap().into_inner().outcomes;
+    let codes: Vec<Code> = first.iter().map(|o| Code::from_i32(o.code)).collect();
+    assert_eq!(
+        codes,
+        [Code::Ok, Code::Ok, Code::Ok, Code::FailedPrecondition, Code::InvalidArgument, Code::NotFound],
+        "{first:?}"
+    );
+    assert!(first[..3].iter().all(|o| o.stored && o.record_id > 0), "{first:?}");
+    assert!(first[3].message.contains("does not hold"), "{}", first[3].message);
+    assert!(first[4].message.contains("reports[4].measurement.status"), "{}", first[4].message);
+    assert_eq!(
+        first.iter().map(|o| o.task_id).collect::<Vec<_>>(),
+        request.reports.iter().map(|r| r.task_id).collect::<Vec<_>>()
+    );
+
+    // The same batch again (a worker that never saw the answer): acknowledged, nothing stored.
+    let again = a.client.report_results(request.clone()).await.unwrap().into_inner().outcomes;
+    for (o, f) in again[..3].iter().zip(&first) {
+        assert_eq!((o.code, o.stored, o.record_id), (0, false, f.record_id), "{again:?}");
+    }
+    let records = all_records(&mut tuning).await;
+    assert_eq!(records.len(), 3, "{records:?}");
+    assert!(b.report(&theirs, measure(&theirs)).await.unwrap().stored);
+
+    // The batch as a whole: its worker must exist, and it holds 1 ..= 1024 reports.
+    let (c, _) = code(a.client.report_results(pb::ReportResultsRequest { worker_id: 777, ..request.clone() }).await);
+    assert_eq!(c, Code::NotFound);
+    let (c, message) =
+        code(a.client.report_results(pb::ReportResultsRequest { worker_id: a.id, reports: vec![] }).await);
+    assert_eq!(c, Code::InvalidArgument);
+    assert!(message.contains("1 ..= 1024"), "{message}");
+    tracker.stop().await;
+}

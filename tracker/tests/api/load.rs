@@ -43,6 +43,8 @@ async fn a_small_load_with_a_killed_worker_group_and_a_tracker_restart_loses_not
         seed: 3,
         pg: None,
         trackers: 1,
+        batch: 1,
+        job_batch: 0,
     };
     let summary = load::run(config).await.unwrap();
     let text = summary.to_string();
@@ -63,6 +65,51 @@ async fn a_small_load_with_a_killed_worker_group_and_a_tracker_restart_loses_not
         let log = std::fs::read_to_string(dir.path().join(log)).unwrap();
         assert!(log.contains("tracker serving") && !log.contains("panicked"), "{log}");
     }
+}
+
+/// Batching on: workers lease 8 tasks a call and send every finished one in one `ReportResults`,
+/// which the tracker stores in group commits; the tracker is SIGKILLed while batches are on their
+/// way and restarted. A batch it never answered is sent again and stores nothing twice; every
+/// trial is stored exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_reports_with_a_tracker_killed_mid_batch_lose_nothing_and_duplicate_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LoadConfig {
+        dir: dir.path().to_path_buf(),
+        tracker_bin: TRACKER.into(),
+        load_bin: LOAD.into(),
+        workers: 40,
+        groups: 2,
+        jobs: 4,
+        trials: 150,
+        // Short measurements: reports stream in continuously, so the kill lands among batches.
+        measure: Duration::from_millis(20),
+        lease_secs: 2,
+        heartbeat_secs: 1,
+        deadline: Duration::from_secs(90),
+        faults: vec![Fault::KillTracker],
+        hold: Duration::from_secs(1),
+        tmpfs_mib: None,
+        seed: 7,
+        pg: None,
+        trackers: 1,
+        batch: 8,
+        job_batch: 64,
+    };
+    let summary = load::run(config).await.unwrap();
+    let text = summary.to_string();
+    let db = &summary.db;
+    assert!(summary.finished && db.jobs_not_done == 0, "{text}");
+    assert_eq!((db.tasks_not_done, db.tasks_without_record, db.device_lost), (0, 0, 0), "lost tasks: {text}");
+    assert_eq!(db.duplicates(), 0, "{text}");
+    assert_eq!((db.records, db.trials_expected), (600, 600), "{text}");
+    let round = &summary.faults[0];
+    assert!(round.fault == Fault::KillTracker && round.recovered, "{text}");
+    // Reports went in batches, and some were on their way when the tracker died.
+    let report = &summary.latency["report"];
+    assert!(report.calls > 0 && (report.calls as u64) < summary.reports_stored, "{text}");
+    assert!(summary.retried.keys().any(|k| k.starts_with("report ")), "no report was caught by the kill: {text}");
+    assert!(summary.ok(), "{text}");
 }
 
 /// A tracker process on a free port, its log in `dir`.
@@ -234,6 +281,8 @@ async fn two_trackers_on_postgres_survive_one_killed() {
         seed: 5,
         pg: Some(server),
         trackers: 2,
+        batch: 8,
+        job_batch: 0,
     };
     let summary = load::run(config).await.unwrap();
     let text = summary.to_string();

@@ -102,7 +102,9 @@ struct State {
     /// Accepted reports, in arrival order.
     reports: Vec<pb::ReportResultRequest>,
     report_attempts: usize,
-    /// Answer this many reports with Unavailable.
+    /// `ReportResults` calls (batches of reports).
+    batch_calls: usize,
+    /// Answer this many report calls with Unavailable.
     fail_reports: usize,
     /// Answer the next heartbeat with NotFound, like a tracker that lost the worker.
     forget_worker: bool,
@@ -120,6 +122,20 @@ impl State {
         {
             self.pending.extend(wave);
         }
+    }
+
+    /// Takes a report: `(stored, record_id)`, or the refusal of a task not leased.
+    fn accept(&mut self, request: pb::ReportResultRequest) -> Result<(bool, u64), Status> {
+        if self.reports.iter().any(|r| r.task_id == request.task_id) {
+            return Ok((false, 0));
+        }
+        if !self.outstanding.remove(&request.task_id) {
+            return Err(Status::failed_precondition(format!("task {} is not leased to this worker", request.task_id)));
+        }
+        self.reports.push(request);
+        let record_id = self.reports.len() as u64;
+        self.release();
+        Ok((true, record_id))
     }
 
     fn report(&self, task_id: u64) -> &pb::Measurement {
@@ -224,17 +240,42 @@ impl Dispatch for Fake {
             st.fail_reports -= 1;
             return Err(Status::unavailable("the tracker is restarting"));
         }
-        if st.reports.iter().any(|r| r.task_id == request.task_id) {
-            return Ok(Response::new(pb::ReportResultResponse { stored: false, record_id: 0 }));
-        }
-        if !st.outstanding.remove(&request.task_id) {
-            return Err(Status::failed_precondition(format!("task {} is not leased to this worker", request.task_id)));
-        }
-        st.reports.push(request);
-        let record_id = st.reports.len() as u64;
-        st.release();
+        let (stored, record_id) = st.accept(request)?;
         self.changed.notify_waiters();
-        Ok(Response::new(pb::ReportResultResponse { stored: true, record_id }))
+        Ok(Response::new(pb::ReportResultResponse { stored, record_id }))
+    }
+
+    /// As many `report_result`s in one call: a failed call counts as one attempt, a delivered one
+    /// as one per report (so that the tests' counts do not depend on how reports were batched).
+    async fn report_results(
+        &self,
+        request: Request<pb::ReportResultsRequest>,
+    ) -> Result<Response<pb::ReportResultsResponse>, Status> {
+        let request = request.into_inner();
+        let mut st = self.state();
+        st.batch_calls += 1;
+        if st.fail_reports > 0 {
+            st.report_attempts += 1;
+            st.fail_reports -= 1;
+            return Err(Status::unavailable("the tracker is restarting"));
+        }
+        let mut outcomes = Vec::new();
+        for r in request.reports {
+            st.report_attempts += 1;
+            let task_id = r.task_id;
+            let r = pb::ReportResultRequest { worker_id: request.worker_id, ..r };
+            outcomes.push(match st.accept(r) {
+                Ok((stored, record_id)) => pb::ReportOutcome { task_id, stored, record_id, ..Default::default() },
+                Err(s) => pb::ReportOutcome {
+                    task_id,
+                    code: s.code() as i32,
+                    message: s.message().to_owned(),
+                    ..Default::default()
+                },
+            });
+        }
+        self.changed.notify_waiters();
+        Ok(Response::new(pb::ReportResultsResponse { outcomes }))
     }
 }
 
@@ -376,6 +417,7 @@ async fn leases_never_exceed_the_room_and_every_task_is_reported() {
     let compiled = st.reports.iter().filter(|r| !r.measurement.as_ref().unwrap().cache_hit).count();
     assert_eq!(compiled, 1, "one image serves every task of the same config");
     assert_eq!(st.report_attempts, n as usize, "each task is reported once");
+    assert!(st.batch_calls > 0, "reports go through ReportResults");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
