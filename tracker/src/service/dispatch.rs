@@ -97,4 +97,11 @@ impl Dispatch for DispatchService {
             record_id: report.record_id.unwrap_or_default() as u64,
         }))
     }
+
+    async fn leave(&self, request: Request<pb::LeaveRequest>) -> Result<Response<pb::LeaveResponse>, Status> {
+        let caller = Caller::of(&request);
+        let worker = id("worker_id", request.into_inner().worker_id)?;
+        let released = self.tracker.leave(worker, &caller).await.map_err(|e| self.tracker.noting_outage(e))?;
+        Ok(Response::new(pb::LeaveResponse { released: u32::try_from(released).unwrap_or(u32::MAX) }))
+    }
 }

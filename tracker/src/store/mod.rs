@@ -32,7 +32,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection,
 
 /// How long a statement waits for SQLite's write lock before failing. Writes are serialised by the
 /// tracker itself, so this only matters when another process (a backup, the sqlite3 shell) holds it.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connections in the pool: reads (snapshots, watches, exports) run beside the one writer.
 const MAX_CONNECTIONS: u32 = 8;

@@ -135,6 +135,17 @@ pub(crate) async fn mark_offline(e: impl Into<Exec<'_>>, before: i64) -> Result<
     .await)?)
 }
 
+/// Marks worker `id` offline (it left); false when unknown.
+pub(crate) async fn set_offline(e: impl Into<Exec<'_>>, id: WorkerId, now: i64) -> Result<bool> {
+    let done = on!(e, |c, pg| sqlx::query("UPDATE workers SET state = 'offline', last_seen_ms = $2 WHERE id = $1")
+        .bind(id)
+        .bind(now)
+        .execute(c)
+        .await
+        .map(|r| r.rows_affected()))?;
+    Ok(done == 1)
+}
+
 /// Stores the worker's latest timing of the reference kernel.
 pub(crate) async fn set_reference(e: impl Into<Exec<'_>>, id: WorkerId, reference_us: f64) -> Result<()> {
     on!(e, |c, pg| sqlx::query("UPDATE workers SET reference_us = $2 WHERE id = $1")

@@ -12,6 +12,7 @@ mod leases;
 mod lifecycle;
 mod load;
 mod model;
+mod ops;
 mod restart;
 mod reuse;
 mod shared;
