@@ -4,7 +4,6 @@
 //! trial: nothing lost, nothing measured twice.
 
 use std::collections::HashSet;
-use std::process::Stdio;
 use std::time::Duration;
 
 use tensortune_kernels::gemm::WmmaGemm;
@@ -48,6 +47,26 @@ async fn sigterm_hands_the_leases_back_and_another_worker_takes_them_at_once() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    let log = std::fs::File::create(dir.path().join("worker.log")).unwrap();
+    let mut worker = Command::new(WORKER)
+        .args(["--tracker", &url, "--device", "sim", "--name", "box/sim", "--compile-threads", "1", "--no-disk-cache"])
+        .env("RUST_LOG", "info")
+        // The worker logs to stdout.
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The job is bound to the class of the registered worker.
+    let deadline = Instant::now() + PATIENCE;
+    while workers(&mut tuning).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not register; see {}",
+            dir.path().join("worker.log").display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let workload = pb::Workload {
         op: Some(pb::workload::Op::Matmul(pb::Matmul {
             m: 512,
@@ -73,15 +92,6 @@ async fn sigterm_hands_the_leases_back_and_another_worker_takes_them_at_once() {
     };
     let job_id = tuning.submit_job(request).await.unwrap().into_inner().job_id;
 
-    let log = std::fs::File::create(dir.path().join("worker.log")).unwrap();
-    let mut worker = Command::new(WORKER)
-        .args(["--tracker", &url, "--device", "sim", "--name", "box/sim", "--compile-threads", "1", "--no-disk-cache"])
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
     // Wait until it has measured a few tasks and holds leases.
     let deadline = Instant::now() + PATIENCE;
     loop {

@@ -230,11 +230,11 @@ async fn sigterm_mid_job_then_a_restart_resumes_with_every_acknowledged_record()
     let mut tracker = TrackerProcess::start(dir.path()).await;
     let url = tracker.url.clone();
     let mut tuning = TuningClient::connect(url.clone()).await.unwrap();
+    let mut client = DispatchClient::connect(url.clone()).await.unwrap();
+    let id = client.register(registration("box/0", sim_device())).await.unwrap().into_inner().worker_id;
     let trials = 200;
     let job_id = submit(&mut tuning, job(vec![matmul(512, 256, 256)], trials, 8)).await;
     let target = get_job(&mut tuning, job_id).await.workloads[0].trials_target as usize;
-    let mut client = DispatchClient::connect(url.clone()).await.unwrap();
-    let id = client.register(registration("box/0", sim_device())).await.unwrap().into_inner().worker_id;
 
     // A worker reports as fast as it can; SIGTERM lands while it does.
     let reporter = tokio::spawn(async move {
