@@ -2,8 +2,15 @@
 # Checks the systemd units with `systemd-analyze verify`, against the binaries in BINDIR (the
 # units name /usr/local/bin/..., which a build machine does not have: copies of the units point at
 # BINDIR instead). Fails on any complaint, warnings included (verify exits 0 on an unknown key).
+# Installs Debian's systemd package when systemd-analyze is missing (as root).
 # Usage: deploy/verify-units.sh BINDIR   (e.g. target/debug)
 set -euo pipefail
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+        || { echo "verify-units: systemd-analyze is missing; install Debian's systemd package" >&2; exit 1; }
+    echo "verify-units: installing Debian's systemd package for systemd-analyze" >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd) >&2
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 bindir=$(cd "${1:?usage: verify-units.sh BINDIR}" && pwd)
 for bin in tensortune-tracker tensortune-worker; do

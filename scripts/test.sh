@@ -42,23 +42,13 @@ if [ -z "${CXX:-}" ] && ! command -v c++ >/dev/null 2>&1; then
         echo "no c++ and no root apt-get: the simt_cpu test will fail; set CXX to a C++20 compiler" >&2
     fi
 fi
-# deploy/verify-units.sh checks the systemd units with systemd-analyze: Debian's systemd package,
-# installed when missing.
-if ! command -v systemd-analyze >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-        echo "installing systemd for the unit check" >&2
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd) >&2 \
-            || echo "systemd could not be installed: the unit check will fail" >&2
-    else
-        echo "no systemd-analyze and no root apt-get: the unit check will fail" >&2
-    fi
-fi
 # A test run builds once: incremental state (about 2 GB) buys nothing here.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 echo "disk free for target/: $(df -h . | awk 'NR==2 {print $4}')" >&2
 status=0
 cargo test --workspace --locked --no-fail-fast "$@" || status=$?
-# The systemd units of deploy/, against the binaries the tests just built.
+# The systemd units of deploy/, against the binaries the tests just built (Debian's systemd
+# package is installed when systemd-analyze is missing, as root).
 deploy/verify-units.sh "${CARGO_TARGET_DIR:-target}/debug" || status=$?
 # The tracker's tests on PostgreSQL: each test makes a database of its own on this server. The
 # throwaway server starts only now, so it lives for this suite alone (about a minute), not through

@@ -5,6 +5,7 @@
 
 pub mod access;
 pub mod convert;
+pub mod settings;
 
 /// The protocol version this build speaks, sent with every call as [`PROTOCOL_HEADER`]. It changes
 /// only when a change breaks the other side (a field's meaning, a removed rpc); added rpcs and

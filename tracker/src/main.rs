@@ -207,28 +207,12 @@ impl ServeArgs {
         let file = ServeFile::read(path)?;
         let given =
             |id: &str| matches!(matches.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable));
-        macro_rules! take {
-            ($($key:ident),*) => {$(
-                if !given(stringify!($key)) && let Some(v) = file.$key { self.$key = v; }
-            )*};
-        }
-        macro_rules! take_opt {
-            ($($key:ident),*) => {$(
-                if !given(stringify!($key)) && file.$key.is_some() { self.$key = file.$key; }
-            )*};
-        }
-        take!(
-            listen,
-            db,
-            lease_secs,
-            heartbeat_secs,
-            max_attempts,
-            insecure,
-            http_public,
-            submit_rate,
-            shutdown_grace_secs
+        tensortune_proto::take_settings!(
+            self, file, given;
+            value: listen, db, lease_secs, heartbeat_secs, max_attempts, insecure, http_public, submit_rate,
+                shutdown_grace_secs;
+            optional: tls_cert, tls_key, tls_client_ca, http, retain_days
         );
-        take_opt!(tls_cert, tls_key, tls_client_ca, http, retain_days);
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             anyhow::bail!("--config {}: tls-cert and tls-key go together (flags or keys)", path.display());
         }

@@ -49,6 +49,13 @@ const PRUNABLE_PG: &str = "
       AND r.id NOT IN (SELECT record_id FROM tasks
                        WHERE record_id IS NOT NULL AND (kind = 'finalist' OR job_id != r.job_id))";
 
+/// Detaches the tasks of the records `$1` (a JSON array of ids) from them.
+const UNLINK_TASKS: &str =
+    "UPDATE tasks SET record_id = NULL WHERE record_id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))";
+
+/// Deletes the records `$1` (a JSON array of ids).
+const DELETE_RECORDS: &str = "DELETE FROM records WHERE id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))";
+
 /// What a prune did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PruneSummary {
@@ -105,26 +112,15 @@ async fn prune_pool(pool: &store::Pool, cutoff: i64) -> sqlx::Result<PruneSummar
         .bind(cutoff)
         .fetch_all(c)
         .await)?;
+    let list = store::json(&ids);
+    // Tasks let go of the records first (their foreign key), then the records go.
     let mut deleted = 0;
-    // In chunks: a statement takes a bounded number of parameters.
-    for chunk in ids.chunks(500) {
-        let list = store::json(chunk);
-        on!(tx.exec(), |c, pg| sqlx::query(store::sql(
-            pg,
-            "UPDATE tasks SET record_id = NULL WHERE record_id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))"
-        ))
-        .bind(&list)
-        .execute(c)
-        .await
-        .map(|r| r.rows_affected()))?;
-        deleted += on!(tx.exec(), |c, pg| sqlx::query(store::sql(
-            pg,
-            "DELETE FROM records WHERE id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))"
-        ))
-        .bind(&list)
-        .execute(c)
-        .await
-        .map(|r| r.rows_affected()))?;
+    for statement in [UNLINK_TASKS, DELETE_RECORDS] {
+        deleted = on!(tx.exec(), |c, pg| sqlx::query(store::sql(pg, statement))
+            .bind(&list)
+            .execute(c)
+            .await
+            .map(|r| r.rows_affected()))?;
     }
     tx.commit().await?;
     Ok(PruneSummary { records: deleted })

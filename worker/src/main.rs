@@ -94,18 +94,11 @@ impl Args {
             toml::from_str(&text).map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
         let given =
             |id: &str| matches!(matches.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable));
-        macro_rules! take {
-            ($($key:ident),*) => {$(
-                if !given(stringify!($key)) && let Some(v) = file.$key { self.$key = v; }
-            )*};
-        }
-        macro_rules! take_opt {
-            ($($key:ident),*) => {$(
-                if !given(stringify!($key)) && file.$key.is_some() { self.$key = file.$key; }
-            )*};
-        }
-        take!(tracker, compile_threads, no_disk_cache, measure_timeout_secs);
-        take_opt!(name, cache_dir, token_file, tls_ca, tls_cert, tls_key);
+        tensortune_proto::take_settings!(
+            self, file, given;
+            value: tracker, compile_threads, no_disk_cache, measure_timeout_secs;
+            optional: name, cache_dir, token_file, tls_ca, tls_cert, tls_key
+        );
         if !given("device")
             && let Some(device) = file.device
         {

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use tensortune_kernels::gemm::WmmaGemm;
-use tensortune_kernels::{Target, Template};
+use tensortune_kernels::{DType, Layout, Matmul, Target, Template, Types, Workload};
 use tensortune_proto::convert::device_from_target;
 use tensortune_proto::pb;
 use tensortune_proto::pb::dispatch_client::DispatchClient;
@@ -67,21 +67,13 @@ async fn sigterm_hands_the_leases_back_and_another_worker_takes_them_at_once() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let workload = pb::Workload {
-        op: Some(pb::workload::Op::Matmul(pb::Matmul {
-            m: 512,
-            n: 256,
-            k: 256,
-            layout: pb::Layout::Nn as i32,
-            input: pb::Dtype::F16 as i32,
-            ..Default::default()
-        })),
-    };
+    let workload =
+        Workload::Matmul(Matmul::new(512, 256, 256, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap());
     let trials = 40;
     // Four outstanding at a time, all of which the worker (6 in flight with one compile thread)
     // holds: none is left for anyone else unless it hands them back.
     let request = pb::SubmitJobRequest {
-        workloads: vec![workload],
+        workloads: vec![(&workload).into()],
         template: WmmaGemm.name().into(),
         trials,
         batch_size: 4,

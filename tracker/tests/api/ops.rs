@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::Code;
 use tonic::metadata::MetadataValue;
 
+use crate::binary::tracker;
 use crate::harness::*;
 use crate::http::get;
 use crate::load::TrackerProcess;
@@ -490,16 +491,6 @@ async fn pruning_keeps_every_best_finalist_and_reused_record_and_unfinished_jobs
     tracker.stop().await;
 }
 
-/// Runs the tracker binary with `args`: (success, stdout, stderr).
-fn tracker_cli(args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(TRACKER).args(args).env("RUST_LOG", "warn").output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn the_binary_reads_its_config_file_and_the_maintenance_commands_take_its_db() {
     let dir = tempfile::tempdir().unwrap();
@@ -508,20 +499,20 @@ fn the_binary_reads_its_config_file_and_the_maintenance_commands_take_its_db() {
     std::fs::write(&config, format!("db = {:?}\nlisten = \"127.0.0.1:0\"\n", db.to_str().unwrap())).unwrap();
     let config = config.to_str().unwrap();
     // Makes the database.
-    let (ok, _, stderr) = tracker_cli(&["token", "list", "--db", db.to_str().unwrap()]);
+    let (ok, _, stderr) = tracker(&["token", "list", "--db", db.to_str().unwrap()]);
     assert!(ok, "{stderr}");
     let copy = dir.path().join("copy.db");
-    let (ok, stdout, stderr) = tracker_cli(&["backup", "--config", config, "--to", copy.to_str().unwrap()]);
+    let (ok, stdout, stderr) = tracker(&["backup", "--config", config, "--to", copy.to_str().unwrap()]);
     assert!(ok && stdout.contains("written and checked"), "{stdout} {stderr}");
-    let (ok, stdout, stderr) = tracker_cli(&["prune", "--config", config, "--retain-days", "7"]);
+    let (ok, stdout, stderr) = tracker(&["prune", "--config", config, "--retain-days", "7"]);
     assert!(ok && stdout.contains("pruned 0 records"), "{stdout} {stderr}");
-    let (ok, _, stderr) = tracker_cli(&["prune", "--db", db.to_str().unwrap(), "--retain-days", "99999"]);
+    let (ok, _, stderr) = tracker(&["prune", "--db", db.to_str().unwrap(), "--retain-days", "99999"]);
     assert!(!ok && stderr.contains("--retain-days 99999"), "{stderr}");
 
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "db = \"x.db\"\nworkers = 3\n").unwrap();
-    let (ok, _, stderr) = tracker_cli(&["--config", bad.to_str().unwrap()]);
+    let (ok, _, stderr) = tracker(&["--config", bad.to_str().unwrap()]);
     assert!(!ok && stderr.contains("workers") && stderr.contains(bad.to_str().unwrap()), "{stderr}");
-    let (ok, _, stderr) = tracker_cli(&["serve", "--config", bad.to_str().unwrap()]);
+    let (ok, _, stderr) = tracker(&["serve", "--config", bad.to_str().unwrap()]);
     assert!(!ok && stderr.contains("unknown field"), "{stderr}");
 }
