@@ -49,6 +49,9 @@ status=0
 # The GPU step scripts: each step listed in a header exists, and each that exists is listed.
 scripts/check-steps.sh || status=$?
 cargo test --workspace --locked --no-fail-fast "$@" || status=$?
+# The systemd units of deploy/, against the binaries the tests just built (Debian's systemd
+# package is installed when systemd-analyze is missing, as root).
+deploy/verify-units.sh "${CARGO_TARGET_DIR:-target}/debug" || status=$?
 # The tracker's tests on PostgreSQL: each test makes a database of its own on this server. The
 # throwaway server starts only now, so it lives for this suite alone (about a minute), not through
 # the workspace's build and tests; its log is printed when the suite fails or the server is gone.

@@ -141,7 +141,8 @@ impl Access {
     }
 }
 
-/// Adds `authorization: Bearer <token>` to each call (nothing without a token).
+/// Adds `authorization: Bearer <token>` to each call (nothing without a token), and the protocol
+/// version this build speaks ([`crate::PROTOCOL_HEADER`]).
 #[derive(Clone)]
 pub struct Bearer(Option<AsciiMetadataValue>);
 
@@ -150,6 +151,7 @@ impl Interceptor for Bearer {
         if let Some(value) = &self.0 {
             request.metadata_mut().insert("authorization", value.clone());
         }
+        request.metadata_mut().insert(crate::PROTOCOL_HEADER, AsciiMetadataValue::from(crate::PROTOCOL_VERSION));
         Ok(request)
     }
 }

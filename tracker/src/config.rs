@@ -33,7 +33,17 @@ pub struct TrackerConfig {
     /// Load the record packs this build ships into the store as the model tuner's transfer prior
     /// (on the first job that can use them), so that a new database starts warm.
     pub prior_pack: bool,
+    /// On shutdown, how long calls already in flight may take to finish once the listener stopped
+    /// accepting; calls still running then are dropped, their transactions rolled back (nothing
+    /// they did was acknowledged), so that a supervisor's stop timeout is never reached.
+    pub shutdown_grace: Duration,
+    /// Prune superseded records of jobs that ended more than this many days ago (see
+    /// `tensortune-tracker prune`), at start and every hour; `None` keeps every record.
+    pub retain_days: Option<u32>,
 }
+
+/// The longest shutdown grace: beyond it a supervisor would long have killed the process.
+const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(600);
 
 /// Submissions a token may make at once before [`TrackerConfig::submit_rate`] applies.
 pub const SUBMIT_BURST: u32 = 50;
@@ -72,6 +82,8 @@ impl Default for TrackerConfig {
             insecure: false,
             submit_rate: 5.0,
             prior_pack: true,
+            shutdown_grace: Duration::from_secs(10),
+            retain_days: None,
         }
     }
 }
@@ -99,6 +111,16 @@ impl TrackerConfig {
                 self.submit_rate
             );
         }
+        if let Some(days) = self.retain_days {
+            crate::prune::check_retain_days(days)?;
+        }
+        if self.shutdown_grace > MAX_SHUTDOWN_GRACE {
+            anyhow::bail!(
+                "shutdown grace {:?} is out of range; use 0 ..= {} s (10 s is the default)",
+                self.shutdown_grace,
+                MAX_SHUTDOWN_GRACE.as_secs()
+            );
+        }
         Ok(())
     }
 }
@@ -120,6 +142,7 @@ mod tests {
             TrackerConfig { max_attempts: 0, ..ok.clone() },
             TrackerConfig { submit_rate: 0.0, ..ok.clone() },
             TrackerConfig { submit_rate: f64::NAN, ..ok.clone() },
+            TrackerConfig { shutdown_grace: Duration::from_secs(601), ..ok.clone() },
         ];
         for config in bad {
             assert!(config.validate().is_err(), "{config:?}");

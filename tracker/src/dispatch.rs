@@ -338,6 +338,29 @@ impl Tracker {
         Ok(Checked::Store(Box::new(task)))
     }
 
+    /// A worker that stops hands back every task it holds: they are pending again at once (and
+    /// waiting leases are woken), and the worker is marked offline. Returns how many went back.
+    /// Its earlier reports stay; a late report of a handed-back task is still accepted until
+    /// another worker leases it, as after an expired lease.
+    pub(crate) async fn leave(&self, worker: WorkerId, caller: &Caller) -> Result<u64> {
+        let mut w = self.write().await?;
+        let now = w.now();
+        let row = store::workers::get(w.conn(), worker).await?.ok_or(Error::WorkerNotFound(worker))?;
+        if !caller.owns(row.token_id) {
+            return Err(Error::Denied(format!(
+                "worker {worker} registered with another token; a worker token acts only for the workers it registered"
+            )));
+        }
+        let released = store::tasks::release_worker(w.conn(), worker, now).await?;
+        store::workers::set_offline(w.conn(), worker, now).await?;
+        if released > 0 {
+            w.tasks_ready();
+        }
+        w.commit(&self.events).await?;
+        tracing::info!(worker, released, "worker left; its tasks are pending again");
+        Ok(released)
+    }
+
     /// Quarantines worker `id`: every record it produced becomes untrusted (workloads it was
     /// winning fall back to their fastest trusted record), the tasks it holds go back to the
     /// queue, and its further leases and reports are refused. Returns the records it marked.

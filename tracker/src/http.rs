@@ -34,9 +34,20 @@ pub(crate) async fn serve(tracker: Arc<Tracker>, listener: TcpListener, stop: Ca
         .route("/api/jobs", get(jobs))
         .route("/api/jobs/{id}/trials", get(trials))
         .route("/api/workers", get(workers))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
         .with_state(tracker);
     axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await?;
     Ok(())
+}
+
+/// 200 when the tracker can do its work (every migration applied, the database writable), else
+/// 503 with the reason.
+async fn readyz(State(tracker): State<Arc<Tracker>>) -> Response {
+    match crate::health::ready(&tracker.pool).await {
+        Ok(()) => "ready\n".into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
+    }
 }
 
 /// A failure as a plain-text 500 (the detail is logged).

@@ -28,6 +28,12 @@
 //!   `token` commands' store functions. `limits.rs`: per-token rate limits.
 //! - `counters.rs`: counters of what happened since start (leases expired, reports stored).
 //! - `http.rs`: the read-only HTTP side: the dashboard (`dashboard.html`), its JSON, `/metrics`.
+//! - `http.rs`: the read-only HTTP side: the dashboard (`dashboard.html`), its JSON, `/metrics`,
+//!   and the probes `/healthz` and `/readyz`.
+//! - `health.rs`: readiness (migrations applied, store writable) for `/readyz` and the gRPC
+//!   health-checking service. `version.rs`: the protocol version check in front of every call.
+//! - `backup.rs`, `prune.rs`: the `backup` (a consistent SQLite copy while serving) and `prune`
+//!   (superseded records of ended jobs) commands.
 //! - `events.rs`: change notifications for job watchers and waiting workers.
 //! - `store/`: the queries, one function each, per table, on SQLite or PostgreSQL (several trackers
 //!   may share one PostgreSQL database).
@@ -42,6 +48,7 @@
 
 mod auth;
 mod commits;
+mod backup;
 mod config;
 mod counters;
 mod dispatch;
@@ -49,6 +56,7 @@ mod drift;
 mod error;
 mod events;
 mod finalists;
+mod health;
 mod http;
 mod jobs;
 mod leases;
@@ -58,11 +66,13 @@ mod model;
 mod packs;
 mod plausible;
 mod progress;
+mod prune;
 mod search;
 mod service;
 mod store;
 mod tracker;
 mod tuner;
+mod version;
 
 use std::sync::Arc;
 
@@ -76,9 +86,12 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 pub use auth::{Role, TokenInfo, add_token, list_tokens, revoke_token};
+pub use backup::{BackupSummary, backup, verify as verify_backup};
 pub use config::{SUBMIT_BURST, ServerTls, TrackerConfig};
+pub use prune::{PruneSummary, prune};
 
 use auth::Gate;
+use version::Versioned;
 
 use service::dispatch::DispatchService;
 use service::tuning::TuningService;
@@ -126,6 +139,7 @@ pub async fn run_with_http(
     tasks.spawn(leases::reaper(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(relay_notifications(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(Arc::clone(&tracker.tokens).refresh(pool.clone(), stop.clone()));
+    tasks.spawn(prune::every_period(Arc::clone(&tracker), stop.clone()));
     if let Some(http) = http {
         let addr = http.local_addr().context("reading the HTTP listener's address")?;
         tracing::info!(%addr, "dashboard and /metrics serving");
@@ -155,9 +169,17 @@ pub async fn run_with_http(
         }
         builder = builder.tls_config(config).context("configuring TLS (--tls-cert/--tls-key/--tls-client-ca)")?;
     }
-    let tuning_gate = Gate::new(Arc::clone(&tracker.tokens), "Tuning", &[Role::Client, Role::Admin], false);
-    let dispatch_gate = Gate::new(Arc::clone(&tracker.tokens), "Dispatch", &[Role::Worker, Role::Admin], worker_certs);
-    let served = builder
+    let tuning_gate =
+        Versioned::new("Tuning", Gate::new(Arc::clone(&tracker.tokens), "Tuning", &[Role::Client, Role::Admin], false));
+    let dispatch_gate = Versioned::new(
+        "Dispatch",
+        Gate::new(Arc::clone(&tracker.tokens), "Dispatch", &[Role::Worker, Role::Admin], worker_certs),
+    );
+    // The health service takes no token and no version: probes have neither.
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    tasks.spawn(health::report_grpc(Arc::clone(&tracker), reporter, stop.clone()));
+    let serve = builder
+        .add_service(health_service)
         .add_service(TuningServer::with_interceptor(
             TuningService::new(Arc::clone(&tracker), tasks.clone()),
             tuning_gate,
@@ -166,14 +188,34 @@ pub async fn run_with_http(
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             stop.clone().cancelled_owned(),
-        )
-        .await;
+        );
+    tokio::pin!(serve);
+    // Once stopped, the listener accepts nothing more and streams and long polls end at once;
+    // other calls get the grace to finish. Whatever still runs after it is dropped: its
+    // transaction rolls back, and since its caller never got an answer, nothing acknowledged is
+    // lost (the caller retries against the next tracker run).
+    let grace = tracker.config.shutdown_grace;
+    let served = tokio::select! {
+        served = &mut serve => served,
+        () = async { stop.cancelled().await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_s = grace.as_secs_f64(), "calls still in flight after the shutdown grace; dropping them");
+            Ok(())
+        }
+    };
 
     stop.cancel();
     tasks.close();
-    tasks.wait().await;
-    drop(tracker);
-    pool.close().await;
+    // Calls cut off above may still hold database connections on their own tasks: closing the
+    // pool waits for them, within the grace again. Past it the process ends; SQLite (or
+    // PostgreSQL) rolls back whatever they had not committed.
+    let drained = async move {
+        tasks.wait().await;
+        drop(tracker);
+        pool.close().await;
+    };
+    if tokio::time::timeout(grace.max(std::time::Duration::from_secs(1)), drained).await.is_err() {
+        tracing::warn!("calls still held database connections after the shutdown grace; leaving them");
+    }
     tracing::info!(addr = %local, "tracker stopped");
     served.context("serving gRPC")
 }

@@ -5,14 +5,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use serde::Deserialize;
 use tensortune_tracker::{Role, ServerTls, TrackerConfig};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 /// The tensortune tracker: tuning jobs, leased dispatch to workers, the SQLite record store.
 ///
-/// Without a subcommand it serves; `token` manages the bearer tokens callers present.
+/// Without a subcommand it serves; `token` manages the bearer tokens callers present, `backup`
+/// copies a serving database, `prune` drops superseded records of ended jobs.
 #[derive(Parser, Debug)]
 #[command(version, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -32,6 +35,49 @@ enum Command {
         #[command(subcommand)]
         action: TokenAction,
     },
+    /// Copy a SQLite database consistently, also while a tracker serves it, and check the copy
+    /// (PostgreSQL: use pg_dump).
+    Backup {
+        /// The new file to write (it must not exist).
+        #[arg(long)]
+        to: PathBuf,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Delete the records of jobs that ended more than N days ago, keeping every workload's best,
+    /// its finalists and records other jobs reused. Safe while a tracker serves the database.
+    Prune {
+        /// Keep everything of jobs that ended within this many days (0: prune every ended job).
+        #[arg(long)]
+        retain_days: u32,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+/// The database of a maintenance command: --db, else the `db` key of --config, else the default.
+#[derive(Args, Debug)]
+struct DbArgs {
+    /// The database: a SQLite file (PATH or sqlite://PATH) or postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE
+    /// [default: the db key of --config, else tensortune.db].
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// The tracker's TOML config file, whose db key names the database when --db is not given.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl DbArgs {
+    fn resolve(self) -> anyhow::Result<PathBuf> {
+        if let Some(db) = self.db {
+            return Ok(db);
+        }
+        let file = match &self.config {
+            Some(path) => ServeFile::read(path)?,
+            None => ServeFile::default(),
+        };
+        Ok(file.db.unwrap_or_else(|| PathBuf::from("tensortune.db")))
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -69,8 +115,13 @@ enum TokenAction {
     },
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone, PartialEq)]
 struct ServeArgs {
+    /// A TOML file of settings: any flag below as a key, spelled as the flag without its dashes
+    /// (lease-secs = 30, listen = "0.0.0.0:7070"). Flags given on the command line win over it; an
+    /// unknown key is an error.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Address to serve gRPC on. Addresses other than loopback need tokens and TLS (or --insecure).
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
@@ -113,11 +164,71 @@ struct ServeArgs {
     /// database then starts its first model job from the templates' analytic models).
     #[arg(long)]
     no_prior_pack: bool,
+    /// On SIGTERM, seconds that calls in flight may take to finish before the tracker exits
+    /// (whatever it acknowledged is committed either way).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=600))]
+    shutdown_grace_secs: u64,
+    /// Prune superseded records of jobs that ended more than this many days ago, at start and
+    /// every hour (as the prune command does); unset keeps everything.
+    #[arg(long)]
+    retain_days: Option<u32>,
+}
+
+/// The `--config` file of `serve`: a key per flag, spelled as the flag.
+#[derive(Deserialize, Default, Debug, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct ServeFile {
+    listen: Option<SocketAddr>,
+    db: Option<PathBuf>,
+    lease_secs: Option<u64>,
+    heartbeat_secs: Option<u64>,
+    max_attempts: Option<u32>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    insecure: Option<bool>,
+    http: Option<SocketAddr>,
+    http_public: Option<bool>,
+    submit_rate: Option<f64>,
+    shutdown_grace_secs: Option<u64>,
+    retain_days: Option<u32>,
+    no_prior_pack: Option<bool>,
+}
+
+impl ServeFile {
+    /// Reads and parses `path`; an unknown key or a value of the wrong type is an error naming the
+    /// file, the key and its line.
+    fn read(path: &std::path::Path) -> anyhow::Result<ServeFile> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading --config {}", path.display()))?;
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))
+    }
+}
+
+impl ServeArgs {
+    /// The flags given on the command line (per `matches`), the rest from `--config` when given,
+    /// then the defaults.
+    fn merged(mut self, matches: &ArgMatches) -> anyhow::Result<ServeArgs> {
+        let Some(path) = &self.config else { return Ok(self) };
+        let file = ServeFile::read(path)?;
+        let given =
+            |id: &str| matches!(matches.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable));
+        tensortune_proto::take_settings!(
+            self, file, given;
+            value: listen, db, lease_secs, heartbeat_secs, max_attempts, insecure, http_public, submit_rate,
+                shutdown_grace_secs, no_prior_pack;
+            optional: tls_cert, tls_key, tls_client_ca, http, retain_days
+        );
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            anyhow::bail!("--config {}: tls-cert and tls-key go together (flags or keys)", path.display());
+        }
+        Ok(self)
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
@@ -127,9 +238,33 @@ async fn main() -> anyhow::Result<()> {
         .log_internal_errors(false)
         .init();
     match cli.command {
-        None => serve(cli.serve).await,
-        Some(Command::Serve(args)) => serve(args).await,
+        None | Some(Command::Serve(_)) => serve(serve_args(cli, &matches)?).await,
         Some(Command::Token { action }) => token(action).await,
+        Some(Command::Backup { to, db }) => {
+            let summary = tensortune_tracker::backup(&db.resolve()?, &to).await?;
+            println!(
+                "backup {} written and checked: {} bytes, {} jobs, {} records",
+                summary.path.display(),
+                summary.bytes,
+                summary.jobs,
+                summary.records
+            );
+            Ok(())
+        }
+        Some(Command::Prune { retain_days, db }) => {
+            let summary = tensortune_tracker::prune(&db.resolve()?, retain_days).await?;
+            println!("pruned {} records of jobs that ended more than {retain_days} days ago", summary.records);
+            Ok(())
+        }
+    }
+}
+
+/// The settings of a command line that serves (with or without `serve`), merged with its
+/// `--config`.
+fn serve_args(cli: Cli, matches: &ArgMatches) -> anyhow::Result<ServeArgs> {
+    match cli.command {
+        Some(Command::Serve(args)) => args.merged(matches.subcommand_matches("serve").unwrap_or(matches)),
+        _ => cli.serve.merged(matches),
     }
 }
 
@@ -153,6 +288,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         insecure: args.insecure,
         submit_rate: args.submit_rate,
         prior_pack: !args.no_prior_pack,
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+        retain_days: args.retain_days,
     };
     let http = match args.http {
         Some(addr) if !addr.ip().is_loopback() && !args.http_public => anyhow::bail!(
@@ -267,5 +404,97 @@ async fn note_file_size_limit() {
             }
         }
         Err(e) => tracing::warn!(error = %e, "cannot handle SIGXFSZ; a file-size limit would kill the tracker"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `serve` args from `argv` (after the program name) merged with their --config.
+    fn serve_args(argv: &[&str]) -> anyhow::Result<ServeArgs> {
+        let matches =
+            Cli::command().try_get_matches_from(std::iter::once("tensortune-tracker").chain(argv.iter().copied()))?;
+        super::serve_args(Cli::from_arg_matches(&matches)?, &matches)
+    }
+
+    fn write(dir: &tempfile::TempDir, text: &str) -> String {
+        let path = dir.path().join("tracker.toml");
+        std::fs::write(&path, text).unwrap();
+        path.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn every_key_of_the_file_is_taken_and_flags_win_over_it() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let file = write(
+            &dir,
+            r#"
+            listen = "127.0.0.1:7171"
+            db = "/var/lib/tensortune/tracker.db"
+            lease-secs = 45
+            heartbeat-secs = 9
+            max-attempts = 5
+            tls-cert = "/etc/tt/cert.pem"
+            tls-key = "/etc/tt/key.pem"
+            tls-client-ca = "/etc/tt/ca.pem"
+            insecure = true
+            http = "127.0.0.1:7172"
+            http-public = true
+            submit-rate = 2.5
+            shutdown-grace-secs = 20
+            retain-days = 90
+            "#,
+        );
+        let from_file = serve_args(&["--config", &file]).unwrap();
+        let expected = ServeArgs {
+            config: Some(PathBuf::from(&file)),
+            listen: "127.0.0.1:7171".parse().unwrap(),
+            db: "/var/lib/tensortune/tracker.db".into(),
+            lease_secs: 45,
+            heartbeat_secs: 9,
+            max_attempts: 5,
+            tls_cert: Some("/etc/tt/cert.pem".into()),
+            tls_key: Some("/etc/tt/key.pem".into()),
+            tls_client_ca: Some("/etc/tt/ca.pem".into()),
+            insecure: true,
+            http: Some("127.0.0.1:7172".parse().unwrap()),
+            http_public: true,
+            submit_rate: 2.5,
+            shutdown_grace_secs: 20,
+            retain_days: Some(90),
+        };
+        assert_eq!(from_file, expected);
+        // The serve subcommand reads the same file, and its flags win the same way.
+        assert_eq!(serve_args(&["serve", "--config", &file]).unwrap(), expected);
+        assert_eq!(serve_args(&["serve", "--config", &file, "--max-attempts", "2"]).unwrap().max_attempts, 2);
+        let over = serve_args(&["--config", &file, "--lease-secs", "60", "--db", "other.db"]).unwrap();
+        assert_eq!((over.lease_secs, over.db.clone()), (60, PathBuf::from("other.db")));
+        assert_eq!(over.heartbeat_secs, 9, "keys the command line leaves alone still come from the file");
+        // A flag given with its default value still wins over the file.
+        assert_eq!(serve_args(&["--config", &file, "--lease-secs", "30"]).unwrap().lease_secs, 30);
+        // Without a file: the defaults.
+        let plain = serve_args(&[]).unwrap();
+        assert_eq!((plain.lease_secs, plain.retain_days, plain.shutdown_grace_secs), (30, None, 10));
+    }
+
+    #[test]
+    fn the_shipped_example_config_is_valid() {
+        let file: ServeFile = toml::from_str(include_str!("../../deploy/tracker.toml")).unwrap();
+        assert_eq!(file.db.as_deref(), Some(std::path::Path::new("/var/lib/tensortune/tracker.db")));
+        assert!(file.listen.is_some() && file.retain_days.is_some());
+    }
+
+    #[test]
+    fn an_unknown_key_or_a_wrong_type_is_refused_naming_it_and_the_file() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let file = write(&dir, "lease-secs = 30\nlease_seconds = 30\n");
+        let e = format!("{:#}", serve_args(&["--config", &file]).unwrap_err());
+        assert!(e.contains("lease_seconds") && e.contains(&file) && e.contains("unknown field"), "{e}");
+        let file = write(&dir, "lease-secs = \"thirty\"\n");
+        let e = format!("{:#}", serve_args(&["--config", &file]).unwrap_err());
+        assert!(e.contains("lease-secs") && e.contains(&file), "{e}");
+        let e = format!("{:#}", serve_args(&["--config", "/nonexistent/tracker.toml"]).unwrap_err());
+        assert!(e.contains("/nonexistent/tracker.toml"), "{e}");
     }
 }

@@ -140,7 +140,12 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
         let injector = Injector::new(faults);
         async move { measure_stage(supervisor, &shared, measure_rx, report_tx, reference, injector, &stop).await }
     });
-    stages.spawn("report", async move { report_stage(&link, &rate, report_rx).await });
+    stages.spawn("report", async move {
+        let reported = report_stage(&link, &rate, report_rx).await;
+        // Every earlier stage is gone (the report channel closed): hand back what is still held.
+        leave(&link).await;
+        reported
+    });
 
     let mut failure = None;
     while let Some((stage, result)) = stages.join_next().await {
@@ -314,6 +319,16 @@ async fn lease_stage(
                 return Ok(());
             }
         }
+    }
+}
+
+/// Hands the tasks the worker still holds back to the tracker in one call (shutdown, or a stage
+/// that failed): another worker can lease them at once.
+async fn leave(link: &Link) {
+    match link.leave().await {
+        Ok(Some(released)) => tracing::info!(released, "handed the tasks still held back to the tracker"),
+        Ok(None) => tracing::info!("the tracker predates Leave; the tasks still held wait for their leases to expire"),
+        Err(e) => tracing::warn!("handing the held tasks back failed ({e}); they wait for their leases to expire"),
     }
 }
 

@@ -187,6 +187,23 @@ impl Link {
         Ok(response.outcomes)
     }
 
+    /// Hands back every task the tracker still counts as this worker's, in one call, when the
+    /// worker stops: they go back to the queue at once instead of waiting out their leases.
+    /// Returns how many; `Ok(None)` from a tracker that predates `Leave` (the leases then expire).
+    /// One attempt, plus retries only while shutdown has not been requested.
+    pub(crate) async fn leave(&self) -> Result<Option<u32>, LinkError> {
+        let answered = self
+            .call("Leave", CALL_DEADLINE, |mut client, worker_id| async move {
+                client.leave(pb::LeaveRequest { worker_id }).await
+            })
+            .await;
+        match answered {
+            Ok(response) => Ok(Some(response.released)),
+            Err(LinkError::Refused { code: Code::Unimplemented, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Calls `rpc` until it succeeds, retrying transient failures with backoff and re-registering
     /// on `NotFound`. A second `NotFound` right after re-registering is returned as refused (the
     /// tracker knows the worker, so it is the task it does not know). At least one attempt is made

@@ -130,6 +130,9 @@ pub(crate) async fn measure_stage(
         }
     }
     .await;
+    // The reports are complete: let the report stage finish (and hand back the held tasks) while
+    // the child stops, which may take its exit grace.
+    drop(report);
     measurer.supervisor.shutdown().await;
     result
 }

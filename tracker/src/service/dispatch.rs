@@ -166,4 +166,11 @@ impl Dispatch for DispatchService {
             .collect();
         Ok(Response::new(pb::ReportResultsResponse { outcomes }))
     }
+
+    async fn leave(&self, request: Request<pb::LeaveRequest>) -> Result<Response<pb::LeaveResponse>, Status> {
+        let caller = Caller::of(&request);
+        let worker = id("worker_id", request.into_inner().worker_id)?;
+        let released = self.tracker.leave(worker, &caller).await.map_err(|e| self.tracker.noting_outage(e))?;
+        Ok(Response::new(pb::LeaveResponse { released: u32::try_from(released).unwrap_or(u32::MAX) }))
+    }
 }

@@ -33,7 +33,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres, Sqlite, SqliteConnection,
 
 /// How long a statement waits for SQLite's write lock before failing. Writes are serialised by the
 /// tracker itself, so this only matters when another process (a backup, the sqlite3 shell) holds it.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Page cache of each SQLite connection, KiB (see `open_sqlite`).
 const SQLITE_CACHE_KIB: u32 = 32 * 1024;

@@ -116,9 +116,15 @@ pub(crate) async fn list(e: impl Into<Exec<'_>>) -> Result<Vec<WorkerRow>> {
 
 /// Records that the worker was heard from; false when unknown.
 pub(crate) async fn touch(e: impl Into<Exec<'_>>, id: WorkerId, now: i64) -> Result<bool> {
-    let done = on!(e, |c, pg| sqlx::query("UPDATE workers SET last_seen_ms = $2, state = 'online' WHERE id = $1")
+    seen(e, id, now, "online").await
+}
+
+/// Records that the worker was heard from at `now`, in `state`; false when unknown.
+async fn seen(e: impl Into<Exec<'_>>, id: WorkerId, now: i64, state: &str) -> Result<bool> {
+    let done = on!(e, |c, pg| sqlx::query("UPDATE workers SET last_seen_ms = $2, state = $3 WHERE id = $1")
         .bind(id)
         .bind(now)
+        .bind(state)
         .execute(c)
         .await
         .map(|r| r.rows_affected()))?;
@@ -133,6 +139,11 @@ pub(crate) async fn mark_offline(e: impl Into<Exec<'_>>, before: i64) -> Result<
     .bind(before)
     .fetch_all(c)
     .await)?)
+}
+
+/// Marks worker `id` offline (it left); false when unknown.
+pub(crate) async fn set_offline(e: impl Into<Exec<'_>>, id: WorkerId, now: i64) -> Result<bool> {
+    seen(e, id, now, "offline").await
 }
 
 /// Stores the worker's latest timing of the reference kernel.

@@ -7,7 +7,8 @@ use tempfile::TempDir;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tensortune-tracker");
 
-fn tracker(args: &[&str]) -> (bool, String, String) {
+/// Runs the tracker binary with `args`: (success, stdout, stderr).
+pub(crate) fn tracker(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(BIN).args(args).env("RUST_LOG", "warn").output().unwrap();
     (
         out.status.success(),

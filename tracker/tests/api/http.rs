@@ -42,7 +42,7 @@ impl Served {
 }
 
 /// `GET path` over HTTP/1.1: (status, body).
-async fn get(addr: &str, path: &str) -> (u16, String) {
+pub(crate) async fn get(addr: &str, path: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();

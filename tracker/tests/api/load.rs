@@ -113,14 +113,14 @@ async fn batched_reports_with_a_tracker_killed_mid_batch_lose_nothing_and_duplic
 }
 
 /// A tracker process on a free port, its log in `dir`.
-struct TrackerProcess {
-    child: Child,
-    url: String,
+pub(crate) struct TrackerProcess {
+    pub(crate) child: Child,
+    pub(crate) url: String,
 }
 
 impl TrackerProcess {
     /// Starts it with 2 s leases and 1 s heartbeats.
-    async fn start(dir: &Path) -> TrackerProcess {
+    pub(crate) async fn start(dir: &Path) -> TrackerProcess {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         // The log is a regular file on purpose: a write limit hits it as well as the database.
         let log = std::fs::File::create(dir.join("tracker.log")).unwrap();

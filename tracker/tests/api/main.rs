@@ -13,6 +13,7 @@ mod lifecycle;
 mod load;
 mod model;
 mod packs;
+mod ops;
 mod restart;
 mod reuse;
 mod shared;

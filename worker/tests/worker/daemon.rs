@@ -277,6 +277,11 @@ impl Dispatch for Fake {
         self.changed.notify_waiters();
         Ok(Response::new(pb::ReportResultsResponse { outcomes }))
     }
+
+    /// A tracker that predates `Leave`: the worker must stop all the same.
+    async fn leave(&self, _request: Request<pb::LeaveRequest>) -> Result<Response<pb::LeaveResponse>, Status> {
+        Err(Status::unimplemented("this fake tracker predates Leave"))
+    }
 }
 
 /// Serves `fake` on a free port until the returned token is cancelled; returns its address.

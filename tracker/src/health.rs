@@ -1,0 +1,115 @@
+//! Health for supervisors and load balancers: liveness (the process answers) and readiness (the
+//! store can be written and every migration this build knows is applied). The HTTP side serves
+//! them as `/healthz` and `/readyz`; the gRPC port answers the standard health-checking protocol
+//! (`grpc.health.v1.Health`), whose status follows readiness.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use crate::store::{self, Pool};
+use crate::tracker::Tracker;
+
+/// How long the write probe waits for the database's write lock: a tracker whose writes would
+/// wait longer than this is not ready (another process holds the lock, or the disk stalls).
+const WRITE_PROBE_WAIT: Duration = Duration::from_secs(1);
+
+/// Bound on a whole readiness check, whatever the database does.
+const CHECK_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How often the gRPC health status is brought in line with readiness.
+const GRPC_PERIOD: Duration = Duration::from_secs(2);
+
+/// The services whose gRPC health status follows readiness ("" is the server as a whole).
+pub(crate) const SERVICES: [&str; 3] = ["", "tensortune.v1.Tuning", "tensortune.v1.Dispatch"];
+
+/// `Ok` when the tracker can do its work: every migration applied and the write lock obtainable;
+/// else why not, in words an operator can act on.
+pub(crate) async fn ready(pool: &Pool) -> Result<(), String> {
+    match tokio::time::timeout(CHECK_DEADLINE, check(pool)).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("the database did not answer within {} s", CHECK_DEADLINE.as_secs())),
+    }
+}
+
+async fn check(pool: &Pool) -> Result<(), String> {
+    let applied: Vec<i64> = match pool {
+        Pool::Sqlite(p) => sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(p).await,
+        Pool::Postgres(p) => {
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success").fetch_all(p).await
+        }
+    }
+    .map_err(|e| format!("reading the applied migrations failed: {e}"))?;
+    if let Some(missing) = known_versions(pool).into_iter().find(|v| !applied.contains(v)) {
+        return Err(format!("migration {missing} is not applied; restart the tracker to apply it"));
+    }
+    write_probe(pool).await.map_err(|e| format!("the database cannot be written: {e}"))
+}
+
+/// The migration versions this build ships for the database at hand.
+fn known_versions(pool: &Pool) -> Vec<i64> {
+    match pool {
+        Pool::Sqlite(_) => sqlx::migrate!("../migrations/sqlite").iter().map(|m| m.version).collect(),
+        Pool::Postgres(_) => sqlx::migrate!("../migrations/postgres").iter().map(|m| m.version).collect(),
+    }
+}
+
+/// Takes the database's write lock and lets it go, changing nothing.
+async fn write_probe(pool: &Pool) -> sqlx::Result<()> {
+    match pool {
+        Pool::Sqlite(p) => {
+            let mut conn = p.acquire().await?;
+            let wait = format!("PRAGMA busy_timeout = {}", WRITE_PROBE_WAIT.as_millis());
+            sqlx::query(sqlx::AssertSqlSafe(wait)).execute(&mut *conn).await?;
+            let probed = async {
+                sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+                sqlx::query("ROLLBACK").execute(&mut *conn).await.map(|_| ())
+            }
+            .await;
+            // Back to the pool's own patience for the tracker's writes.
+            let restore = format!("PRAGMA busy_timeout = {}", store::BUSY_TIMEOUT.as_millis());
+            sqlx::query(sqlx::AssertSqlSafe(restore)).execute(&mut *conn).await?;
+            probed
+        }
+        Pool::Postgres(p) => {
+            let mut tx = p.begin().await?;
+            let wait = format!("SET LOCAL lock_timeout = {}", WRITE_PROBE_WAIT.as_millis());
+            sqlx::query(sqlx::AssertSqlSafe(wait)).execute(&mut *tx).await?;
+            sqlx::query("LOCK TABLE jobs, tasks, records, workers IN ROW EXCLUSIVE MODE").execute(&mut *tx).await?;
+            tx.rollback().await
+        }
+    }
+}
+
+/// Keeps the gRPC health status of [`SERVICES`] in line with readiness until `stop`, then marks
+/// them not serving.
+pub(crate) async fn report_grpc(tracker: Arc<Tracker>, reporter: HealthReporter, stop: CancellationToken) {
+    let mut last = None;
+    loop {
+        let status = match ready(&tracker.pool).await {
+            Ok(()) => ServingStatus::Serving,
+            Err(why) => {
+                if last != Some(ServingStatus::NotServing) {
+                    tracing::warn!(%why, "not ready");
+                }
+                ServingStatus::NotServing
+            }
+        };
+        if last != Some(status) {
+            for service in SERVICES {
+                reporter.set_service_status(service, status).await;
+            }
+            last = Some(status);
+        }
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = tokio::time::sleep(GRPC_PERIOD) => {}
+        }
+    }
+    for service in SERVICES {
+        reporter.set_service_status(service, ServingStatus::NotServing).await;
+    }
+}
