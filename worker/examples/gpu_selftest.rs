@@ -169,6 +169,7 @@ fn main() -> anyhow::Result<()> {
                     samples,
                     min_sample_ms: 1.0,
                     min_batch: 50,
+                    sample_launches: 0,
                     flush_l2: false,
                     baseline: first,
                     fresh_baseline: false,

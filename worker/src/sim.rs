@@ -232,6 +232,7 @@ mod tests {
             samples: 9,
             min_sample_ms: 1.0,
             min_batch: 50,
+            sample_launches: 0,
             flush_l2: false,
             baseline,
             fresh_baseline: false,

@@ -656,7 +656,7 @@ where
         }
         timing::Mode::ColdL2 { scratch: scratch.as_ref().expect("allocated above") }
     } else {
-        timing::Mode::Batched { min_sample_ms: req.min_sample_ms }
+        timing::Mode::Batched { min_sample_ms: req.min_sample_ms, launches: req.sample_launches }
     };
     timing::time(ctx, stream, req.samples.max(1), mode, enqueue)
 }
