@@ -74,6 +74,10 @@ pub struct BenchRow {
     pub vendor_us: Option<f64>,
     /// Vendor call.
     pub vendor_kind: String,
+    /// The algorithm the vendor ran where it beat the best (`report::vendor_edge`); empty where
+    /// the best won or the vendor does not say.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vendor_beat_with: String,
     /// vendor / best.
     pub speedup: Option<f64>,
     /// Achieved TFLOP/s of the best kernel.
@@ -118,6 +122,7 @@ fn row(workload: &Workload, job: &pb::Job, wall_s: f64) -> BenchRow {
         best_us: best.as_ref().map(|b| b.median_us),
         vendor_us: best.as_ref().and_then(|b| b.baseline_us),
         vendor_kind: best.as_ref().map(|b| b.baseline_kind.clone()).unwrap_or_default(),
+        vendor_beat_with: best.as_ref().and_then(report::vendor_edge).unwrap_or_default().to_owned(),
         speedup: best.as_ref().filter(|b| b.speedup > 0.0).map(|b| b.speedup),
         tflops: best.as_ref().map(|b| b.tflops),
         trials,
@@ -129,7 +134,7 @@ fn row(workload: &Workload, job: &pb::Job, wall_s: f64) -> BenchRow {
     }
 }
 
-/// The table printed at the end.
+/// The table printed at the end; where the vendor beat the best, the algorithm it ran follows.
 pub fn table(rows: &[BenchRow]) -> String {
     let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map(f).unwrap_or_else(|| "-".into());
     let mut s = format!(
@@ -149,6 +154,9 @@ pub fn table(rows: &[BenchRow]) -> String {
             r.wall_s,
             r.configs_per_s
         ));
+        if !r.vendor_beat_with.is_empty() {
+            s.push_str(&format!("{:<52} vendor ran: {}\n", "", r.vendor_beat_with));
+        }
     }
     s
 }

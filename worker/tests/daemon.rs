@@ -322,6 +322,7 @@ async fn every_task_is_compiled_measured_and_then_served_from_the_cache() {
             assert_eq!(m.samples_us.len(), 5);
             assert!(m.median_us > 0.0 && m.batch >= 50 && m.smem_bytes > 0);
             assert_eq!((m.baseline_us.is_some(), m.baseline_kind.as_str()), (true, "model"));
+            assert!(m.vendor_algo.starts_with("algo=sim tile="), "the vendor's algorithm: {:?}", m.vendor_algo);
             assert_eq!((m.max_abs_err, m.max_rel_err), (None, None), "sim runs no kernel");
             let p = m.provenance.as_ref().unwrap();
             assert_eq!((p.worker_name.as_str(), p.gpu_uuid.as_str()), ("test/sim", "sim-0"));

@@ -569,7 +569,8 @@ impl CudaExecutor {
             }
         }
         let (us, number) = best?;
-        Some((us, format!("cublasLt heuristic #{number} of {}", candidates.len()), number))
+        let kind = format!("cublasLt heuristic #{number} of {}", candidates.len());
+        Some((us, crate::record::with_vendor_algo(&kind, &candidates[number - 1].describe()), number))
     }
 
     /// Times the vendor library alone on `req`'s workload, with no kernel of ours: loads the
