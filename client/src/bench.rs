@@ -279,6 +279,34 @@ mod tests {
     }
 
     #[test]
+    fn the_table_names_the_vendor_algorithm_under_a_row_the_vendor_won() {
+        let w = Workload::from_key("matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0").unwrap();
+        let job = |vendor_us: f64| pb::Job {
+            workloads: vec![pb::WorkloadProgress {
+                best: Some(pb::Record {
+                    template: "wgmma_gemm".into(),
+                    speedup: vendor_us / 12.0,
+                    measurement: Some(pb::Measurement {
+                        median_us: 12.0,
+                        baseline_us: Some(vendor_us),
+                        baseline_kind: "cublasLt heuristic #1 of 8".into(),
+                        vendor_algo: "algo=66 tile=128x64x64 stages=4".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let (lost, won) = (row(&w, &job(11.5), 1.0), row(&w, &job(13.0), 1.0));
+        assert_eq!(lost.vendor_beat_with, "algo=66 tile=128x64x64 stages=4");
+        assert_eq!(won.vendor_beat_with, "", "the best won: nothing to show");
+        let text = table(&[lost, won]);
+        assert_eq!(text.matches("vendor ran: algo=66 tile=128x64x64 stages=4").count(), 1, "{text}");
+    }
+
+    #[test]
     fn throughput_suite_is_valid() {
         let (_, workloads) = Suite::parse(THROUGHPUT_SUITE, "throughput").unwrap();
         assert_eq!(workloads.len(), 2);
