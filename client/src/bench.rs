@@ -74,6 +74,10 @@ pub struct BenchRow {
     pub vendor_us: Option<f64>,
     /// Vendor call.
     pub vendor_kind: String,
+    /// The algorithm the vendor ran where it beat the best (`report::vendor_edge`); empty where
+    /// the best won or the vendor does not say.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vendor_beat_with: String,
     /// vendor / best.
     pub speedup: Option<f64>,
     /// Achieved TFLOP/s of the best kernel.
@@ -118,6 +122,7 @@ fn row(workload: &Workload, job: &pb::Job, wall_s: f64) -> BenchRow {
         best_us: best.as_ref().map(|b| b.median_us),
         vendor_us: best.as_ref().and_then(|b| b.baseline_us),
         vendor_kind: best.as_ref().map(|b| b.baseline_kind.clone()).unwrap_or_default(),
+        vendor_beat_with: best.as_ref().and_then(report::vendor_edge).unwrap_or_default().to_owned(),
         speedup: best.as_ref().filter(|b| b.speedup > 0.0).map(|b| b.speedup),
         tflops: best.as_ref().map(|b| b.tflops),
         trials,
@@ -129,7 +134,7 @@ fn row(workload: &Workload, job: &pb::Job, wall_s: f64) -> BenchRow {
     }
 }
 
-/// The table printed at the end.
+/// The table printed at the end; where the vendor beat the best, the algorithm it ran follows.
 pub fn table(rows: &[BenchRow]) -> String {
     let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map(f).unwrap_or_else(|| "-".into());
     let mut s = format!(
@@ -149,6 +154,9 @@ pub fn table(rows: &[BenchRow]) -> String {
             r.wall_s,
             r.configs_per_s
         ));
+        if !r.vendor_beat_with.is_empty() {
+            s.push_str(&format!("{:<52} vendor ran: {}\n", "", r.vendor_beat_with));
+        }
     }
     s
 }
@@ -268,6 +276,34 @@ mod tests {
         assert_eq!((plain.tuner.as_deref(), plain.finalists), (Some("random"), Some(0)));
         let told = job(&["--tuner", "model", "--finalists", "2", "--trials", "7"]);
         assert_eq!((told.tuner.as_deref(), told.finalists, told.trials), (Some("model"), Some(2), 7));
+    }
+
+    #[test]
+    fn the_table_names_the_vendor_algorithm_under_a_row_the_vendor_won() {
+        let w = Workload::from_key("matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0").unwrap();
+        let job = |vendor_us: f64| pb::Job {
+            workloads: vec![pb::WorkloadProgress {
+                best: Some(pb::Record {
+                    template: "wgmma_gemm".into(),
+                    speedup: vendor_us / 12.0,
+                    measurement: Some(pb::Measurement {
+                        median_us: 12.0,
+                        baseline_us: Some(vendor_us),
+                        baseline_kind: "cublasLt heuristic #1 of 8".into(),
+                        vendor_algo: "algo=66 tile=128x64x64 stages=4".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let (lost, won) = (row(&w, &job(11.5), 1.0), row(&w, &job(13.0), 1.0));
+        assert_eq!(lost.vendor_beat_with, "algo=66 tile=128x64x64 stages=4");
+        assert_eq!(won.vendor_beat_with, "", "the best won: nothing to show");
+        let text = table(&[lost, won]);
+        assert_eq!(text.matches("vendor ran: algo=66 tile=128x64x64 stages=4").count(), 1, "{text}");
     }
 
     #[test]

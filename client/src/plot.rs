@@ -497,6 +497,7 @@ mod tests {
             batch: 1,
             baseline_us: vendor,
             baseline_kind: String::new(),
+            vendor_algo: String::new(),
             speedup: 0.0,
             tflops: 0.0,
             max_abs_err: None,

@@ -70,6 +70,10 @@ pub struct RecordView {
     pub baseline_us: Option<f64>,
     /// Vendor call.
     pub baseline_kind: String,
+    /// The algorithm the vendor library says it ran (cuBLASLt's tile, stages, cluster, split-K);
+    /// empty when unknown.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub vendor_algo: String,
     /// baseline / median.
     pub speedup: f64,
     /// Achieved TFLOP/s (TOP/s for integers).
@@ -121,6 +125,7 @@ impl From<&pb::Record> for RecordView {
             batch: m.batch,
             baseline_us: m.baseline_us,
             baseline_kind: m.baseline_kind.clone(),
+            vendor_algo: m.vendor_algo.clone(),
             speedup: r.speedup,
             tflops: r.tflops,
             max_abs_err: m.max_abs_err,
@@ -362,7 +367,15 @@ pub fn fmt_templates(job: &JobView) -> String {
     job.templates.join(" + ")
 }
 
-/// The best-record lines of a workload: time, rate, vendor time and speedup, config.
+/// What beat the space's best, when the vendor was faster and says which algorithm it ran: that
+/// algorithm, to read beside the best's config for what the space lacks.
+pub fn vendor_edge(best: &RecordView) -> Option<&str> {
+    let faster = best.baseline_us.is_some_and(|b| b > 0.0 && b < best.median_us);
+    (faster && !best.vendor_algo.is_empty()).then_some(best.vendor_algo.as_str())
+}
+
+/// The best-record lines of a workload: time, rate, vendor time and speedup, the algorithm the
+/// vendor ran where it was faster, config.
 pub fn fmt_best(best: &RecordView) -> String {
     let mut s = format!(
         "  best    {}  {:.1} TFLOP/s  (record {}, job {})\n",
@@ -382,6 +395,9 @@ pub fn fmt_best(best: &RecordView) -> String {
                 if best.baseline_kind.is_empty() { "not measured" } else { &best.baseline_kind }
             );
         }
+    }
+    if let Some(algo) = vendor_edge(best) {
+        let _ = writeln!(s, "  beaten  by the vendor's {algo} (what the space's best below lacks)");
     }
     let _ = writeln!(s, "  config  {}", fmt_config(&best.config));
     if let Some(e) = best.max_abs_err {
@@ -491,6 +507,27 @@ mod tests {
         assert_eq!(fmt_counts(&counts), "none");
         counts.insert("ok".to_string(), 3);
         assert_eq!(fmt_counts(&counts), "ok 3");
+    }
+
+    #[test]
+    fn the_vendor_algorithm_shows_beside_a_best_it_beat() {
+        let mut best = RecordView::from(&pb::Record::default());
+        best.median_us = 12.0;
+        best.baseline_us = Some(11.5);
+        best.baseline_kind = "cublasLt heuristic #1 of 8".into();
+        best.speedup = 11.5 / 12.0;
+        best.vendor_algo = "algo=66 tile=128x64x64 stages=4 cluster=2x1x1 splitk=1 swizzle=0".into();
+        let text = fmt_best(&best);
+        assert!(text.contains("  beaten  by the vendor's algo=66 tile=128x64x64 stages=4 cluster=2x1x1"), "{text}");
+        // A best that beat the vendor, or a vendor that does not say, gets no such line.
+        best.baseline_us = Some(13.0);
+        assert_eq!(vendor_edge(&best), None);
+        assert!(!fmt_best(&best).contains("beaten"));
+        best.baseline_us = Some(11.5);
+        best.vendor_algo.clear();
+        assert_eq!(vendor_edge(&best), None);
+        best.baseline_us = None;
+        assert_eq!(vendor_edge(&best), None);
     }
 
     #[test]

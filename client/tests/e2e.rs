@@ -164,6 +164,10 @@ async fn two_sim_workers_tune_and_the_tracker_restarts_with_everything_kept() {
     assert_eq!(best_before.len(), 1);
     assert_eq!(best_before[0].measurement.as_ref().unwrap().median_us, fastest);
     assert_eq!(best_before[0].device_class, "sim");
+    // The vendor's algorithm travels from the sim child through the tracker's store.
+    let vendor = best_before[0].measurement.as_ref().unwrap();
+    assert_eq!(vendor.baseline_kind, "model");
+    assert!(vendor.vendor_algo.starts_with("algo=sim tile=128x64x64 "), "{:?}", vendor.vendor_algo);
 
     workers.cancel();
     w1.await.unwrap().unwrap();

@@ -172,6 +172,8 @@ pub(crate) struct Measurement {
     pub(crate) batch: u32,
     pub(crate) baseline_us: Option<f64>,
     pub(crate) baseline_kind: String,
+    /// The algorithm the vendor library says it ran for the baseline (empty when unknown).
+    pub(crate) vendor_algo: String,
     pub(crate) max_abs_err: Option<f64>,
     pub(crate) max_rel_err: Option<f64>,
     pub(crate) provenance: Provenance,
@@ -194,6 +196,7 @@ impl Measurement {
             batch: 0,
             baseline_us: None,
             baseline_kind: String::new(),
+            vendor_algo: String::new(),
             max_abs_err: None,
             max_rel_err: None,
             provenance: Provenance::default(),

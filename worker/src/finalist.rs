@@ -1,7 +1,7 @@
 //! Finalist tasks: a workload's fastest configs measured again, interleaved, in one session of one
 //! worker, so that a winner is not chosen on the noise of one measurement.
 //!
-//! The measure stage runs `rounds` rounds; each round measures every config once, in task order,
+//! The measure stage runs up to `rounds` rounds; each round measures every config once, in task order,
 //! with the task's samples (round 1: A B C, round 2: A B C, ...). Interleaving spreads slow drift
 //! (clocks, temperature, a neighbour's load) over all configs instead of charging it to whichever
 //! config ran while it happened. Each measurement is followed at once by a timing of the vendor
@@ -13,8 +13,117 @@
 //! kernel that killed its child would only do it again, and a hang costs a whole deadline each
 //! time. The child restarts as usual and the other configs go on. [`combine`] turns a config's
 //! rounds into its record.
+//!
+//! The task's `rounds` is a maximum. After [`MIN_ROUNDS`] rounds, and after every round after
+//! them, [`verdict`] asks whether more rounds can still change the outcome: the rounds stop as
+//! soon as every other finalist is either clearly slower than the fastest (its lead is beyond
+//! the measured noise) or within that noise of it (a tie, which more rounds would not resolve into
+//! a difference worth a round). The noise is measured, not assumed: the spread of each finalist's
+//! per-round medians, as the standard error of their mean, never below [`NOISE_FLOOR`].
 
 use crate::protocol::{MeasureOutcome, Status};
+
+/// Rounds every finalist task runs (unless it asks for fewer): the first measure of the noise
+/// between rounds needs two of them; one round shows only the noise within a measurement, which
+/// misses what changes between measurements (clocks, temperature, a neighbour's load).
+pub(crate) const MIN_ROUNDS: u32 = 2;
+/// The least relative standard error a finalist's time is credited with, however alike its rounds
+/// read: two rounds that happen to agree to 0.01% do not make a 0.1% lead real. 0.25% is about
+/// the run-to-run spread of a graph-replayed median on an H100/H200 at steady clocks (the drift
+/// reference reads within +-0.3% over a session, docs/BENCHMARKS.md).
+pub(crate) const NOISE_FLOOR: f64 = 0.0025;
+/// How many noises a lead must exceed to count as real (a one-sided z of 3: about one wrong call
+/// in a thousand if the rounds' noise were normal and well estimated; with two rounds it is
+/// estimated from one difference, so the margin is kept wide).
+pub(crate) const SEPARATION: f64 = 3.0;
+
+/// What the rounds so far say.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Verdict {
+    /// Some finalist is neither clearly slower than the fastest nor within noise of it: another
+    /// round may decide.
+    Undecided,
+    /// Every other finalist is clearly slower than `winner` (its position in the task).
+    Separated {
+        /// The position of the fastest finalist.
+        winner: usize,
+    },
+    /// Every other finalist is clearly slower than the fastest or within the noise of it (at
+    /// least one within): more rounds would not tell a difference worth a round.
+    WithinNoise,
+    /// Fewer than two finalists are still measured: there is nothing left to compare.
+    NothingToCompare,
+}
+
+impl Verdict {
+    /// Whether the rounds may stop.
+    pub(crate) fn settled(&self) -> bool {
+        !matches!(self, Verdict::Undecided)
+    }
+}
+
+/// A finalist's rounds so far, as [`verdict`] weighs them: the median of its per-round medians and
+/// the relative standard error of their mean (at least [`NOISE_FLOOR`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Estimate {
+    center_us: f64,
+    error: f64,
+}
+
+impl Estimate {
+    /// `None` for a finalist with no rounds, or one whose last round was not ok (it is measured no
+    /// more, and can no longer win).
+    fn of(rounds: &[MeasureOutcome]) -> Option<Estimate> {
+        if rounds.is_empty() || rounds.iter().any(|o| o.status != Status::Ok || o.median_us <= 0.0) {
+            return None;
+        }
+        let medians: Vec<f64> = rounds.iter().map(|o| o.median_us).collect();
+        let center_us = median(&medians);
+        let n = medians.len() as f64;
+        let error = if medians.len() < 2 {
+            NOISE_FLOOR
+        } else {
+            let mean = medians.iter().sum::<f64>() / n;
+            let var = medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (n - 1.0);
+            (var.sqrt() / n.sqrt() / center_us).max(NOISE_FLOOR)
+        };
+        Some(Estimate { center_us, error })
+    }
+}
+
+/// Whether the rounds measured so far (`measured[i]`: finalist `i`'s outcomes, one a round, empty
+/// for a finalist that was never measured) can stop: see the module's notes. With `round` the
+/// rounds run so far, nothing is settled before [`MIN_ROUNDS`] (or `rounds`, the task's maximum,
+/// when it is smaller), not even a lone finalist's rounds: its record is still the workload's
+/// time; the caller stops at `rounds` whatever this says.
+pub(crate) fn verdict(measured: &[Vec<MeasureOutcome>], round: u32, rounds: u32) -> Verdict {
+    if round < MIN_ROUNDS.min(rounds) {
+        return Verdict::Undecided;
+    }
+    let live: Vec<(usize, Estimate)> =
+        measured.iter().enumerate().filter_map(|(i, r)| Some((i, Estimate::of(r)?))).collect();
+    if live.len() < 2 {
+        return Verdict::NothingToCompare;
+    }
+    // The fastest; ties go to the earlier position, the faster tuning record.
+    let (winner, best) = live
+        .iter()
+        .copied()
+        .min_by(|a, b| a.1.center_us.total_cmp(&b.1.center_us).then(a.0.cmp(&b.0)))
+        .expect("two or more finalists are live");
+    let mut tied = false;
+    for (i, other) in live.iter().copied().filter(|(i, _)| *i != winner) {
+        let lead = (other.center_us - best.center_us) / best.center_us;
+        let noise = best.error.hypot(other.error);
+        if lead <= noise {
+            tied = true;
+        } else if lead <= SEPARATION * noise {
+            tracing::trace!(finalist = i, lead, noise, "finalist neither tied with the fastest nor clearly slower");
+            return Verdict::Undecided;
+        }
+    }
+    if tied { Verdict::WithinNoise } else { Verdict::Separated { winner } }
+}
 
 /// One config's record from its rounds, in round order, out of `rounds` planned.
 ///
@@ -129,6 +238,70 @@ mod tests {
         assert!(c.samples_us.is_empty() && c.median_us == 0.0);
         assert_eq!(c.measure_ms, 5010.0);
         assert_eq!(combine(Vec::new(), 3).status, Status::LaunchError);
+    }
+
+    /// A finalist's rounds with these medians (one sample each).
+    fn rounds_of(medians: &[f64]) -> Vec<MeasureOutcome> {
+        medians.iter().map(|&m| round(&[m], 50, 0)).collect()
+    }
+
+    #[test]
+    fn finalists_far_apart_stop_after_the_minimum_rounds() {
+        let measured = vec![rounds_of(&[10.0]), rounds_of(&[12.0]), rounds_of(&[11.0])];
+        assert_eq!(verdict(&measured, 1, 3), Verdict::Undecided, "one round measures no noise between rounds");
+        let measured = vec![rounds_of(&[10.0, 10.02]), rounds_of(&[12.0, 12.1]), rounds_of(&[11.0, 10.9])];
+        assert_eq!(verdict(&measured, 2, 3), Verdict::Separated { winner: 0 });
+        // The winner may be any position.
+        let measured = vec![rounds_of(&[12.0, 12.1]), rounds_of(&[10.0, 10.02])];
+        assert_eq!(verdict(&measured, 2, 5), Verdict::Separated { winner: 1 });
+        // A task that asks for one round settles after it, on the floor's noise.
+        let measured = vec![rounds_of(&[10.0]), rounds_of(&[12.0])];
+        assert_eq!(verdict(&measured, 1, 1), Verdict::Separated { winner: 0 });
+    }
+
+    #[test]
+    fn finalists_within_noise_stop_too() {
+        // Identical rounds (as on `sim`): the floor is the noise, and 0.1% is within it.
+        let measured = vec![rounds_of(&[10.0, 10.0]), rounds_of(&[10.01, 10.01]), rounds_of(&[13.0, 13.0])];
+        assert_eq!(verdict(&measured, 2, 3), Verdict::WithinNoise, "one tie and one clearly slower");
+        // Noisy rounds: 1% apart, but the faster one's rounds differ by 6%.
+        let measured = vec![rounds_of(&[10.0, 10.6]), rounds_of(&[10.5, 10.3])];
+        assert_eq!(verdict(&measured, 2, 3), Verdict::WithinNoise);
+    }
+
+    #[test]
+    fn a_lead_between_noise_and_separation_wants_another_round() {
+        // 1% apart with the floor's noise (0.35% for the pair): more than one noise, less than three.
+        let measured = vec![rounds_of(&[10.0, 10.0]), rounds_of(&[10.1, 10.1])];
+        assert_eq!(verdict(&measured, 2, 3), Verdict::Undecided);
+        // A third round that agrees does not shrink the floor: still undecided (the caller stops
+        // at the task's maximum).
+        let measured = vec![rounds_of(&[10.0, 10.0, 10.0]), rounds_of(&[10.1, 10.1, 10.1])];
+        assert_eq!(verdict(&measured, 3, 3), Verdict::Undecided);
+        // Noise measured from the rounds: 4% apart with rounds that differ by 2% is undecided
+        // after two rounds, and separated once more rounds shrink the error of their mean.
+        let measured = vec![rounds_of(&[10.0, 10.2]), rounds_of(&[10.4, 10.6])];
+        assert_eq!(verdict(&measured, 2, 5), Verdict::Undecided);
+        let measured = vec![rounds_of(&[10.0, 10.2, 10.1, 10.1]), rounds_of(&[10.4, 10.6, 10.5, 10.5])];
+        assert_eq!(verdict(&measured, 4, 5), Verdict::Separated { winner: 0 });
+    }
+
+    #[test]
+    fn finalists_that_failed_are_out_of_the_comparison() {
+        let mut hung = MeasureOutcome::failed(Status::Timeout, "hung");
+        hung.measure_ms = 1.0;
+        let measured =
+            vec![rounds_of(&[10.0, 10.0]), vec![round(&[9.0], 50, 0), hung.clone()], rounds_of(&[10.1, 10.1])];
+        assert_eq!(
+            verdict(&measured, 2, 3),
+            Verdict::Undecided,
+            "the failed one does not win; the other two are close"
+        );
+        let measured = vec![rounds_of(&[10.0]), vec![hung.clone()], Vec::new()];
+        assert_eq!(verdict(&measured, 1, 3), Verdict::Undecided, "a lone finalist still gets the minimum rounds");
+        let measured = vec![rounds_of(&[10.0, 10.0]), vec![hung], Vec::new()];
+        assert_eq!(verdict(&measured, 2, 3), Verdict::NothingToCompare, "one finalist left: no more rounds");
+        assert!(Verdict::NothingToCompare.settled() && !Verdict::Undecided.settled());
     }
 
     #[test]

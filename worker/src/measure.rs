@@ -197,7 +197,7 @@ impl Measurer<'_> {
         })
     }
 
-    /// Measures a finalist task's configs `rounds` times, interleaved (see `finalist`), and
+    /// Measures a finalist task's configs up to `rounds` times, interleaved (see `finalist`), and
     /// returns their records in task order; `None` when the task was dropped or the worker is
     /// stopping (nothing is reported). Finalists, and the vendor after them, are timed in long
     /// samples (see [`Pass`]): at the clock of a sustained load, not of a burst.
@@ -222,6 +222,7 @@ impl Measurer<'_> {
         rounds: u32,
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<Vec<pb::Measurement>>> {
+        let started = Instant::now();
         let mut measured: Vec<Vec<MeasureOutcome>> = finalists.iter().map(|_| Vec::new()).collect();
         let mut vendor: Vec<Vec<(f64, String)>> = finalists.iter().map(|_| Vec::new()).collect();
         if let Some(Candidate::Ready(kernel)) = finalists.iter().find(|f| matches!(f, Candidate::Ready(_))) {
@@ -264,6 +265,13 @@ impl Measurer<'_> {
                     "finalist measured"
                 );
                 outcomes.push(outcome);
+            }
+            // Adaptive: no more rounds once they cannot change the verdict (see `finalist`).
+            let verdict = finalist::verdict(&measured, round, rounds);
+            if verdict.settled() || round == rounds {
+                let ms = started.elapsed().as_secs_f64() * 1e3;
+                tracing::info!(task = lease.task_id, round, rounds, ?verdict, ms, "finalist rounds done");
+                break;
             }
         }
         let mut records = Vec::with_capacity(finalists.len());

@@ -21,6 +21,16 @@ const MIN_SAMPLE_MS: f64 = 1.0;
 /// 0.967-0.980 in 0.55 s ones, and 0.96-0.99 each held alone for seconds (docs/BENCHMARKS.md,
 /// stop 30).
 const FINALIST_MIN_MS: f64 = 500.0;
+/// Launches a finalist's measurement (all its samples) needs at most: its samples end once they
+/// hold this many, if that comes before [`FINALIST_MIN_MS`] (but never shorter than a trial's
+/// [`MIN_SAMPLE_MS`]). Half a second is for kernels heavy enough to move the clocks, which run
+/// 100 us and more (the case above ran 650 us); there 5000 launches last the whole half second.
+/// A 3 us kernel (f16 512x64x512) would otherwise be held for 170000 launches a measurement, and
+/// the vendor after it as long: 12.5 s of a 16 s default `tune` on an H200 (2026-11-27) went to
+/// its three finalists' three rounds, each finalist and vendor timing half a second, and the
+/// warm-up timing every vendor candidate for half a second each. 5000 launches of 3 us in 10
+/// samples is 15 ms, where one sample's median already repeats to a fraction of a percent.
+const FINALIST_LAUNCHES: u32 = 5000;
 /// Fewest launches per timing sample.
 const MIN_BATCH: u32 = 50;
 /// Timing samples of a task that names none (the tracker's default for jobs).
@@ -159,6 +169,10 @@ impl Plan {
                 Pass::FinalistWarmUp | Pass::FinalistRound => (FINALIST_MIN_MS / f64::from(samples)).max(MIN_SAMPLE_MS),
             },
             min_batch: MIN_BATCH,
+            sample_launches: match pass {
+                Pass::Trial => 0,
+                Pass::FinalistWarmUp | Pass::FinalistRound => (FINALIST_LAUNCHES / samples).max(MIN_BATCH),
+            },
             flush_l2: self.sampling.flush_l2,
             baseline: baseline || pass != Pass::Trial,
             fresh_baseline: pass != Pass::Trial,
@@ -200,7 +214,7 @@ mod tests {
         let round = plan.request(5, &image, &image, false, Pass::FinalistRound);
         let vendor = |r: &MeasureRequest| (r.baseline, r.fresh_baseline, r.repick_baseline);
         assert_eq!((trial.min_sample_ms, vendor(&trial)), (MIN_SAMPLE_MS, (false, false, false)));
-        // A finalist measurement lasts at least half a second, whatever the samples.
+        // A finalist measurement asks for half a second, whatever the samples ...
         assert!(warm.min_sample_ms * f64::from(warm.samples) >= 500.0, "{} ms x {}", warm.min_sample_ms, warm.samples);
         plan.sampling.samples = 1000;
         let long = plan.request(5, &image, &image, false, Pass::FinalistRound);
@@ -209,9 +223,14 @@ mod tests {
         assert_eq!(plan.request(5, &image, &image, false, Pass::FinalistRound).min_sample_ms, 125.0);
         assert_eq!(vendor(&warm), (true, true, true), "the warm-up picks the vendor's algorithm again");
         assert_eq!((round.min_sample_ms, vendor(&round)), (warm.min_sample_ms, (true, true, false)));
+        // ... unless its launches come first: 5000 in all (500 a sample of the default 10), at least
+        // MIN_BATCH a sample.
+        assert_eq!((trial.sample_launches, round.sample_launches, warm.sample_launches), (0, 500, 500));
+        assert_eq!(long.sample_launches, MIN_BATCH);
         // Everything else is the trial's request.
         let same = |r: &MeasureRequest| MeasureRequest {
             min_sample_ms: 0.0,
+            sample_launches: 0,
             baseline: false,
             fresh_baseline: false,
             repick_baseline: false,

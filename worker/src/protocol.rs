@@ -44,6 +44,12 @@ pub struct MeasureRequest {
     pub min_sample_ms: f64,
     /// Fewest launches per sample.
     pub min_batch: u32,
+    /// When nonzero, a sample may end before `min_sample_ms` once it holds this many launches
+    /// (never before `timing`'s shortest sample, a trial's): a finalist's long samples are for
+    /// kernels heavy enough to move the GPU's clocks, and would hold a short kernel's for 100000
+    /// launches (see `plan`). 0: `min_sample_ms` alone.
+    #[serde(default)]
+    pub sample_launches: u32,
     /// Flush the L2 cache before every sample: each sample is then one launch from a cold L2
     /// (batch 1; `min_sample_ms` and `min_batch` do not apply), and so is the vendor baseline's.
     #[serde(default)]
@@ -224,6 +230,7 @@ mod tests {
             samples: 1,
             min_sample_ms: 1.0,
             min_batch: 1,
+            sample_launches: 0,
             flush_l2: true,
             baseline: false,
             fresh_baseline: false,

@@ -36,8 +36,27 @@ pub(crate) fn provenance(worker_name: &str, device: &pb::DeviceInfo) -> pb::Prov
     }
 }
 
+/// Joins a vendor kind and the algorithm the library says it ran (`describe`d), as the child
+/// carries them in one text (`kind [algorithm]`), so that the algorithm goes wherever the kind
+/// goes (the child's and the daemon's baselines, a finalist's rounds); [`split_vendor_algo`]
+/// parts them into the record's two fields. Text may follow (the compute type of an f32 GEMM).
+pub(crate) fn with_vendor_algo(kind: &str, algo: &str) -> String {
+    if algo.is_empty() { kind.to_owned() } else { format!("{kind} [{algo}]") }
+}
+
+/// A vendor kind made by [`with_vendor_algo`] parted into (kind, algorithm); a kind without an
+/// algorithm gives an empty one.
+pub(crate) fn split_vendor_algo(text: &str) -> (String, String) {
+    let Some(open) = text.find(" [") else { return (text.to_owned(), String::new()) };
+    let Some(len) = text[open + 2..].find(']') else { return (text.to_owned(), String::new()) };
+    let algo = text[open + 2..open + 2 + len].to_owned();
+    let kind = format!("{}{}", &text[..open], &text[open + 2 + len + 1..]);
+    (kind, algo)
+}
+
 /// The record of one task.
 pub(crate) fn measurement(outcome: MeasureOutcome, compile: Compile, provenance: &pb::Provenance) -> pb::Measurement {
+    let (baseline_kind, vendor_algo) = split_vendor_algo(&outcome.baseline_kind);
     pb::Measurement {
         status: pb::RecordStatus::from(outcome.status) as i32,
         error: outcome.error,
@@ -48,13 +67,14 @@ pub(crate) fn measurement(outcome: MeasureOutcome, compile: Compile, provenance:
         spread: outcome.spread,
         batch: outcome.batch,
         baseline_us: outcome.baseline_us,
-        baseline_kind: outcome.baseline_kind,
+        baseline_kind,
         max_abs_err: outcome.max_abs_err,
         max_rel_err: outcome.max_rel_err,
         provenance: Some(pb::Provenance { sm_clock_mhz: outcome.sm_clock_mhz, ..provenance.clone() }),
         cache_hit: compile.cache_hit,
         registers: outcome.registers,
         smem_bytes: outcome.smem_bytes,
+        vendor_algo,
     }
 }
 
@@ -80,6 +100,24 @@ mod tests {
             assert_eq!(status_name(pb::RecordStatus::from(s)), name);
             assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{name}\""));
         }
+    }
+
+    #[test]
+    fn the_vendor_algorithm_rides_with_its_kind_and_parts_from_it_in_the_record() {
+        let algo = "algo=66 tile=128x64x64 stages=4 cluster=1x1x1 splitk=1 swizzle=0";
+        let kind = with_vendor_algo("cublasLt heuristic #2 of 8", algo);
+        assert_eq!(split_vendor_algo(&kind), ("cublasLt heuristic #2 of 8".into(), algo.into()));
+        // Text after it (an f32 GEMM's compute type) stays with the kind.
+        let f32 = format!("{kind} CUBLAS_COMPUTE_32F");
+        assert_eq!(split_vendor_algo(&f32), ("cublasLt heuristic #2 of 8 CUBLAS_COMPUTE_32F".into(), algo.into()));
+        for plain in ["cublasGemmEx", "cudnnConvolutionForward IMPLICIT_PRECOMP_GEMM (tensor-op), x", "", "odd [open"] {
+            assert_eq!(split_vendor_algo(plain), (plain.to_string(), String::new()));
+            assert_eq!(with_vendor_algo(plain, ""), plain);
+        }
+        let mut outcome = MeasureOutcome::failed(Status::Ok, "");
+        outcome.baseline_kind = kind;
+        let m = measurement(outcome, Compile::default(), &pb::Provenance::default());
+        assert_eq!((m.baseline_kind.as_str(), m.vendor_algo.as_str()), ("cublasLt heuristic #2 of 8", algo));
     }
 
     #[test]

@@ -441,6 +441,7 @@ fn measure_workload(
                             samples: selection.samples,
                             min_sample_ms: 1.0,
                             min_batch: 50,
+                            sample_launches: 0,
                             flush_l2: false,
                             baseline: first && !selection.no_baseline,
                             fresh_baseline: false,

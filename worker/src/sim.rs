@@ -4,7 +4,9 @@
 //! only checks that what it was sent looks like cubins and answers the template's analytic time
 //! (`MeasureRequest::model_us`) with a small deterministic jitter per sample. It runs no kernel, so
 //! its records carry no error figures (`max_abs_err`/`max_rel_err` are `None`), no registers and
-//! an SM clock of 0; the vendor baseline is the analytic vendor time, of kind `model`. An L2 flush
+//! an SM clock of 0; the vendor baseline is the analytic vendor time, of kind `model`, with an
+//! algorithm text ([`vendor_algo`]) shaped like cuBLASLt's, so that the path from the child to the
+//! client's report is exercised without a GPU. An L2 flush
 //! changes no time (the model has no cache); it only shows as a batch of 1, as on a GPU.
 //!
 //! Fault injection: [`SimFault`]s, passed to the child as JSON in the [`SIM_FAULTS_ENV`]
@@ -15,9 +17,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tensortune_kernels::Target;
+use tensortune_kernels::{Target, Workload};
 
 use crate::protocol::{Device, Executor, MeasureOutcome, MeasureRequest, Status};
+use crate::record;
 
 /// Environment variable that carries the faults (a JSON array of [`SimFault`]) to a sim child.
 pub const SIM_FAULTS_ENV: &str = "TENSORTUNE_SIM_FAULTS";
@@ -118,6 +121,33 @@ fn jitter(task_id: u64, sample: u32) -> f64 {
     1.0 + JITTER * (2.0 * unit - 1.0)
 }
 
+/// The algorithm `sim`'s vendor "runs" for `workload` on `target`, in the words cuBLASLt's are
+/// described in (`cuda::blaslt`): a tile as large as the output allows, split-K when the tiles
+/// leave most SMs idle on a deep K, a 2x1 cluster when there are waves to share operands in. A
+/// rule of thumb, not cuBLASLt's heuristic: it only has to be plausible and differ by shape.
+pub(crate) fn vendor_algo(workload: &Workload, target: &Target) -> String {
+    let (m, n, k) = match workload {
+        Workload::Matmul(mm) => (mm.m, mm.n, mm.k),
+        Workload::Conv2d(c) => c.gemm_dims(),
+    };
+    let tile_m = if m >= 128 { 128 } else { 64 };
+    let tile_n = match n {
+        n if n >= 2048 => 256,
+        n if n >= 128 => 128,
+        _ => 64,
+    };
+    let blocks = m.div_ceil(tile_m) * n.div_ceil(tile_n);
+    let sms = u64::from(target.sm_count.max(1));
+    let splitk = if blocks * 2 <= sms && k >= 2048 { (k / 1024).min(sms / blocks.max(1)).clamp(1, 4) } else { 1 };
+    let cluster = if blocks >= 2 * sms { "2x1x1" } else { "1x1x1" };
+    let mut text = format!("algo=sim tile={tile_m}x{tile_n}x64 stages=4 cluster={cluster} splitk={splitk}");
+    if splitk > 1 {
+        text.push_str(" reduction=compute_type");
+    }
+    text.push_str(" swizzle=0");
+    text
+}
+
 fn median(sorted: &[f64]) -> f64 {
     match sorted.len() {
         0 => 0.0,
@@ -176,7 +206,10 @@ impl Executor for SimExecutor {
             // A flushing GPU times one launch per sample.
             batch: if request.flush_l2 { 1 } else { request.min_batch.max(1) },
             baseline_us,
-            baseline_kind: if baseline_us.is_some() { "model".into() } else { String::new() },
+            baseline_kind: match baseline_us {
+                Some(_) => record::with_vendor_algo("model", &vendor_algo(&request.workload, &self.target)),
+                None => String::new(),
+            },
             max_abs_err: None,
             max_rel_err: None,
             registers: 0,
@@ -224,6 +257,7 @@ mod tests {
             samples: 9,
             min_sample_ms: 1.0,
             min_batch: 50,
+            sample_launches: 0,
             flush_l2: false,
             baseline,
             fresh_baseline: false,
@@ -261,8 +295,26 @@ mod tests {
         let mut sim = SimExecutor::new(Vec::new());
         assert_eq!(sim.measure(&request(1, false)).baseline_us, None);
         let b = sim.measure(&request(2, true));
-        assert_eq!((b.baseline_us, b.baseline_kind.as_str()), (Some(3.0), "model"));
+        let (kind, algo) = record::split_vendor_algo(&b.baseline_kind);
+        assert_eq!((b.baseline_us, kind.as_str()), (Some(3.0), "model"));
+        // 512x64x512 on 132 SMs: 4 tiles of 128x64, K too shallow to split.
+        assert_eq!(algo, "algo=sim tile=128x64x64 stages=4 cluster=1x1x1 splitk=1 swizzle=0");
         assert_eq!(sim.measure(&request(3, false)).baseline_us, Some(3.0));
+    }
+
+    #[test]
+    fn the_vendor_algorithm_differs_by_shape() {
+        let target = Target::sim();
+        let mm = |m, n, k| {
+            Workload::Matmul(Matmul::new(m, n, k, Layout::Tn, Types::default_for(DType::F16).unwrap()).unwrap())
+        };
+        let skinny_deep = vendor_algo(&mm(128, 128, 8192), &target);
+        assert!(
+            skinny_deep.contains("tile=128x128x64") && skinny_deep.contains("splitk=4 reduction="),
+            "{skinny_deep}"
+        );
+        let large = vendor_algo(&mm(8192, 8192, 8192), &target);
+        assert!(large.contains("tile=128x256x64") && large.contains("cluster=2x1x1 splitk=1 swizzle"), "{large}");
     }
 
     #[test]

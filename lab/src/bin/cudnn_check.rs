@@ -110,6 +110,7 @@ fn main() -> anyhow::Result<()> {
             samples,
             min_sample_ms: 1.0,
             min_batch: 50,
+            sample_launches: 0,
             flush_l2,
             baseline: true,
             fresh_baseline: false,

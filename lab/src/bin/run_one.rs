@@ -62,6 +62,7 @@ fn main() -> anyhow::Result<()> {
             samples,
             min_sample_ms: 1.0,
             min_batch: 50,
+            sample_launches: 0,
             flush_l2,
             // TT_NO_BASELINE: ours alone in the process (for compute-sanitizer, whose racecheck
             // otherwise reports inside the vendor's kernels).

@@ -310,6 +310,7 @@ fn measurement_at(at: &str, m: pb::Measurement) -> Result<Measurement> {
         batch: m.batch,
         baseline_us: m.baseline_us,
         baseline_kind: m.baseline_kind,
+        vendor_algo: m.vendor_algo,
         max_abs_err: m.max_abs_err,
         max_rel_err: m.max_rel_err,
         provenance: Provenance {
@@ -433,6 +434,7 @@ pub(crate) fn record(r: Record) -> pb::Record {
             cache_hit: r.cache_hit,
             registers: r.registers,
             smem_bytes: r.smem_bytes,
+            vendor_algo: r.vendor_algo,
         }),
         tflops: r.tflops,
         speedup: r.speedup,

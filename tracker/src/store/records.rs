@@ -34,6 +34,9 @@ pub(crate) struct Record {
     pub(crate) batch: u32,
     pub(crate) baseline_us: Option<f64>,
     pub(crate) baseline_kind: String,
+    /// The algorithm the vendor library says it ran for the baseline (empty when unknown).
+    #[sqlx(default)]
+    pub(crate) vendor_algo: String,
     pub(crate) max_abs_err: Option<f64>,
     pub(crate) max_rel_err: Option<f64>,
     #[sqlx(try_from = "i64")]
@@ -105,9 +108,9 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, r: &NewRecord<'_>, now: i64) 
                               config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
                               spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers,
                               smem_bytes, cache_hit, provenance, tflops, speedup, created_ms, remeasure, finalist_pos,
-                              token_id, untrusted)
+                              token_id, untrusted, vendor_algo)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                 $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33)
+                 $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34)
          RETURNING id",
     )
     .bind(r.task_id)
@@ -143,6 +146,7 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, r: &NewRecord<'_>, now: i64) 
     .bind(i64::from(r.finalist.unwrap_or(0)))
     .bind(r.token_id)
     .bind(r.untrusted)
+    .bind(&m.vendor_algo)
     .fetch_one(c)
     .await)?)
 }

@@ -8,6 +8,10 @@
 //! looks for it first and reports its absence as an error (the baseline is then gemmEx alone).
 //! Heuristic results are read through [`HeuristicRow`], with the status as an integer, so a
 //! status the bindings lack cannot become an invalid enum.
+//!
+//! [`Candidate::describe`] reads what an algorithm is (`cublasLtMatmulAlgoConfigGetAttribute`:
+//! tile, stages, cluster shape, split-K and its reduction, swizzle), so that a record can say
+//! which algorithm the vendor ran, and a user can see what a space that lost to it lacks.
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -15,8 +19,10 @@ use std::sync::Arc;
 
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys::{
-    self, cublasComputeType_t, cublasLtMatmulAlgo_t, cublasLtMatmulDescAttributes_t as DescAttr,
-    cublasLtMatmulPreferenceAttributes_t as PrefAttr, cublasStatus_t, cudaDataType,
+    self, cublasComputeType_t, cublasLtClusterShape_t, cublasLtMatmulAlgo_t,
+    cublasLtMatmulAlgoConfigAttributes_t as AlgoAttr, cublasLtMatmulDescAttributes_t as DescAttr,
+    cublasLtMatmulPreferenceAttributes_t as PrefAttr, cublasLtMatmulStages_t, cublasLtMatmulTile_t, cublasStatus_t,
+    cudaDataType,
 };
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUresult;
@@ -55,6 +61,131 @@ pub(crate) struct Candidate {
     pub(crate) workspace_bytes: usize,
     /// cuBLASLt's estimate of the waves of blocks it runs on the GPU.
     pub(crate) waves: f32,
+}
+
+impl Candidate {
+    /// What cuBLASLt says this algorithm is, as `algo=ID tile=MxNxK stages=S cluster=XxYxZ
+    /// splitk=N [reduction=R] swizzle=0|1`, each attribute left out when the library does not
+    /// report it (an older cuBLASLt has no cluster shape), e.g. `algo=66 tile=128x64x64 stages=4
+    /// cluster=1x1x1 splitk=1 swizzle=0`. The tile's K is its stages' (cuBLASLt names a stage
+    /// configuration KxS). Runs nothing on the GPU.
+    pub(crate) fn describe(&self) -> String {
+        let attr = |a| config_attribute(&self.algo, a);
+        let mut parts = Vec::new();
+        if let Some(id) = attr(AlgoAttr::CUBLASLT_ALGO_CONFIG_ID) {
+            parts.push(format!("algo={}", id as i32));
+        }
+        let tile = attr(AlgoAttr::CUBLASLT_ALGO_CONFIG_TILE_ID).and_then(tile_name);
+        let stages = attr(AlgoAttr::CUBLASLT_ALGO_CONFIG_STAGES_ID).and_then(stages_name);
+        // A stage configuration is named KxS (K of the tile, S stages) or KxAUTO.
+        let (k, depth) = match stages.as_deref().and_then(|s| s.split_once('x')) {
+            Some((k, depth)) => (Some(k.to_owned()), Some(depth.to_lowercase())),
+            None => (None, stages),
+        };
+        match (tile, k) {
+            (Some(tile), Some(k)) => parts.push(format!("tile={tile}x{k}")),
+            (Some(tile), None) => parts.push(format!("tile={tile}")),
+            _ => {}
+        }
+        if let Some(depth) = depth {
+            parts.push(format!("stages={depth}"));
+        }
+        if let Some(cluster) = attr(AlgoAttr::CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID).and_then(cluster_name) {
+            parts.push(format!("cluster={cluster}"));
+        }
+        if let Some(splits) = attr(AlgoAttr::CUBLASLT_ALGO_CONFIG_SPLITK_NUM) {
+            let splits = splits as i32;
+            parts.push(format!("splitk={splits}"));
+            if splits > 1
+                && let Some(scheme) = attr(AlgoAttr::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME)
+            {
+                parts.push(format!("reduction={}", reduction_name(scheme)));
+            }
+        }
+        if let Some(swizzle) = attr(AlgoAttr::CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING) {
+            parts.push(format!("swizzle={swizzle}"));
+        }
+        parts.join(" ")
+    }
+}
+
+/// One attribute of an algorithm's configuration as an unsigned integer of its size (1 to 8
+/// bytes, as the library says when asked with an empty buffer); `None` when the library does not
+/// know the attribute.
+fn config_attribute(algo: &cublasLtMatmulAlgo_t, attr: AlgoAttr) -> Option<u64> {
+    let mut size = 0usize;
+    // SAFETY: `algo` is a live algorithm from this library's heuristic; with a size of 0 and a
+    // null buffer the call only writes the size the attribute needs into `size`.
+    let status = unsafe { sys::cublasLtMatmulAlgoConfigGetAttribute(algo, attr, ptr::null_mut(), 0, &mut size) };
+    if status != cublasStatus_t::CUBLAS_STATUS_SUCCESS || !(1..=8).contains(&size) {
+        return None;
+    }
+    let mut buf = [0u8; 8];
+    let mut written = 0usize;
+    // SAFETY: `buf` has room for the `size` (at most 8) bytes asked for; `written` is a valid
+    // out-pointer.
+    let status = unsafe {
+        sys::cublasLtMatmulAlgoConfigGetAttribute(algo, attr, buf.as_mut_ptr().cast::<c_void>(), size, &mut written)
+    };
+    if status != cublasStatus_t::CUBLAS_STATUS_SUCCESS || written != size {
+        return None;
+    }
+    Some(match size {
+        1 => u64::from(buf[0]),
+        2 => u64::from(u16::from_ne_bytes([buf[0], buf[1]])),
+        4 => u64::from(u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]])),
+        8 => u64::from_ne_bytes(buf),
+        _ => return None,
+    })
+}
+
+// The enums below are read from integers the library returns. In the bindings built here (cudarc
+// 0.19.10, cuda-13000) each declares every value from 0 to its END but those named in the
+// functions below (checked against the bindings' source when this was written); a change of
+// bindings that moves an END fails these assertions, and the gaps must be checked again.
+const TILE_END: u32 = 635;
+const STAGES_END: u32 = 39;
+const CLUSTER_END: u32 = 52;
+const _: () = assert!(cublasLtMatmulTile_t::CUBLASLT_MATMUL_TILE_END as u32 == TILE_END);
+const _: () = assert!(cublasLtMatmulStages_t::CUBLASLT_MATMUL_STAGES_END as u32 == STAGES_END);
+const _: () = assert!(cublasLtClusterShape_t::CUBLASLT_CLUSTER_SHAPE_END as u32 == CLUSTER_END);
+
+/// A tile id as cuBLASLt names it (`128x256`); `None` for undefined or unknown ids.
+fn tile_name(id: u64) -> Option<String> {
+    let id = u32::try_from(id).ok().filter(|&id| id > 0 && id < TILE_END)?;
+    // SAFETY: `cublasLtMatmulTile_t` is `repr(u32)` and declares every value in 1..TILE_END.
+    let tile: cublasLtMatmulTile_t = unsafe { std::mem::transmute::<u32, cublasLtMatmulTile_t>(id) };
+    Some(format!("{tile:?}").trim_start_matches("CUBLASLT_MATMUL_TILE_").to_owned())
+}
+
+/// A stages id as cuBLASLt names it (`64x4`: K 64, 4 stages; `64xAUTO`); `None` for undefined
+/// or unknown ids.
+fn stages_name(id: u64) -> Option<String> {
+    let id = u32::try_from(id).ok().filter(|&id| id > 0 && id < STAGES_END && id != 29 && id != 30)?;
+    // SAFETY: `cublasLtMatmulStages_t` is `repr(u32)` and declares every value in 1..STAGES_END
+    // but 29 and 30, excluded above.
+    let stages: cublasLtMatmulStages_t = unsafe { std::mem::transmute::<u32, cublasLtMatmulStages_t>(id) };
+    Some(format!("{stages:?}").trim_start_matches("CUBLASLT_MATMUL_STAGES_").to_owned())
+}
+
+/// A cluster shape id as cuBLASLt names it (`2x1x1`, `auto`); `None` for unknown ids.
+fn cluster_name(id: u64) -> Option<String> {
+    let id = u32::try_from(id).ok().filter(|&id| id < CLUSTER_END && id != 1)?;
+    // SAFETY: `cublasLtClusterShape_t` is `repr(u32)` and declares every value in 0..CLUSTER_END
+    // but 1, excluded above.
+    let shape: cublasLtClusterShape_t = unsafe { std::mem::transmute::<u32, cublasLtClusterShape_t>(id) };
+    Some(format!("{shape:?}").trim_start_matches("CUBLASLT_CLUSTER_SHAPE_").to_lowercase())
+}
+
+/// A split-K reduction scheme (`cublasLtReductionScheme_t`, a bit mask) by name.
+fn reduction_name(scheme: u64) -> String {
+    match scheme {
+        0 => "none".into(),
+        1 => "inplace".into(),
+        2 => "compute_type".into(),
+        4 => "output_type".into(),
+        n => format!("{n:#x}"),
+    }
 }
 
 /// A cuBLASLt handle, with the measuring stream it enqueues on and its workspace.
@@ -308,6 +439,20 @@ mod tests {
         assert_eq!(stored(&matmul(Layout::Tt)), [(32, 64, 32), (48, 32, 48), d]);
         assert_eq!(Ops::of(&matmul(Layout::Tn)), Ops { a_t: true, lda: 32, b_t: false, ldb: 32 });
         assert_eq!(Ops::of(&matmul(Layout::Nt)), Ops { a_t: false, lda: 64, b_t: true, ldb: 48 });
+    }
+
+    #[test]
+    fn algorithm_ids_are_named_as_cublaslt_names_them() {
+        assert_eq!(tile_name(23).as_deref(), Some("128x256"));
+        assert_eq!(tile_name(18).as_deref(), Some("128x64"));
+        assert_eq!((tile_name(0), tile_name(u64::from(TILE_END)), tile_name(1 << 40)), (None, None, None));
+        assert_eq!(stages_name(16).as_deref(), Some("64x4"));
+        assert_eq!(stages_name(35).as_deref(), Some("64xAUTO"));
+        assert_eq!((stages_name(0), stages_name(29), stages_name(30), stages_name(99)), (None, None, None, None));
+        assert_eq!(cluster_name(3).as_deref(), Some("2x1x1"));
+        assert_eq!(cluster_name(0).as_deref(), Some("auto"));
+        assert_eq!((cluster_name(1), cluster_name(u64::from(CLUSTER_END))), (None, None));
+        assert_eq!((reduction_name(1), reduction_name(6)), ("inplace".to_string(), "0x6".to_string()));
     }
 
     #[test]

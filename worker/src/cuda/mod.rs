@@ -577,7 +577,8 @@ impl CudaExecutor {
             }
         }
         let (us, number) = best?;
-        Some((us, format!("cublasLt heuristic #{number} of {}", candidates.len()), number))
+        let kind = format!("cublasLt heuristic #{number} of {}", candidates.len());
+        Some((us, crate::record::with_vendor_algo(&kind, &candidates[number - 1].describe()), number))
     }
 
     /// Times the vendor library alone on `req`'s workload, with no kernel of ours: loads the
@@ -664,7 +665,7 @@ where
         }
         timing::Mode::ColdL2 { scratch: scratch.as_ref().expect("allocated above") }
     } else {
-        timing::Mode::Batched { min_sample_ms: req.min_sample_ms }
+        timing::Mode::Batched { min_sample_ms: req.min_sample_ms, launches: req.sample_launches }
     };
     timing::time(ctx, stream, req.samples.max(1), mode, enqueue)
 }

@@ -6,8 +6,10 @@
 //!
 //! - [`Mode::Batched`] (the default): every sample replays a graph whose batch of launches grows
 //!   until a sample lasts at least `min_sample_ms` (a graph of up to 5 ms, replayed back to back
-//!   as often as a longer sample needs); samples run back to back, so the inputs stay in L2 from
-//!   one launch to the next (the steady state of a kernel called in a loop).
+//!   as often as a longer sample needs), or, with a `launches` cap, until it holds that many
+//!   launches if that comes first (but at least [`SHORTEST_SAMPLE_MS`]); samples run back to back,
+//!   so the inputs stay in L2 from one launch to the next (the steady state of a kernel called in
+//!   a loop).
 //! - [`Mode::ColdL2`] (a job's `flush_l2`): every sample is one launch, the replay of a graph of
 //!   batch 1 between two events. Before each sample, outside the events, a memset overwrites a
 //!   scratch buffer of twice the L2 size ([`flush_bytes`]), which evicts the kernel's inputs and
@@ -29,6 +31,9 @@ const PROBE_BATCH: u32 = 8;
 const MAX_BATCH: u32 = 20_000;
 /// The most GPU time one graph holds, milliseconds: longer samples replay it several times.
 const GRAPH_MS: f64 = 5.0;
+/// The shortest sample a `launches` cap leaves: a trial's (`plan`'s `MIN_SAMPLE_MS`), so that
+/// a sample is always far longer than the replay's own overhead.
+const SHORTEST_SAMPLE_MS: f64 = 1.0;
 /// Scratch used to flush an L2 whose size the driver does not report: larger than any L2 so far
 /// (H100 50 MiB, B200 126 MiB).
 const UNKNOWN_L2_FLUSH_BYTES: u64 = 256 << 20;
@@ -41,6 +46,9 @@ pub(crate) enum Mode<'a> {
     Batched {
         /// Minimum GPU time of one sample, milliseconds.
         min_sample_ms: f64,
+        /// When nonzero, a sample ends sooner once it holds this many launches (and lasts at
+        /// least [`SHORTEST_SAMPLE_MS`]).
+        launches: u32,
     },
     /// One launch per sample, after overwriting `scratch` (cold L2).
     ColdL2 {
@@ -124,7 +132,9 @@ where
     enqueue(stream)?;
     stream.synchronize().when(|| "when running the warm-up launch".into())?;
     match mode {
-        Mode::Batched { min_sample_ms } => batched(ctx, stream, samples, min_sample_ms, &mut enqueue),
+        Mode::Batched { min_sample_ms, launches } => {
+            batched(ctx, stream, samples, min_sample_ms, launches, &mut enqueue)
+        }
         Mode::ColdL2 { scratch } => cold(ctx, stream, samples, scratch, &mut enqueue),
     }
 }
@@ -134,12 +144,14 @@ where
 /// most [`GRAPH_MS`] of launches: a finalist's 50 ms samples of a 2 us kernel replay a graph of
 /// 2500 launches 10 times instead of capturing 20000 launches on the host for every timing (the
 /// conv suite's batch-1 layers spent 56-68 s in their finalist stage that way, 23-27 s with the
-/// replays; H100, 2026-11-26). The reported `batch` is launches per sample.
+/// replays; H100, 2026-11-26). With a `launches` cap, the probe's time also shortens the samples
+/// (see [`sample_ms`]). The reported `batch` is launches per sample.
 fn batched<F>(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
     samples: u32,
     min_sample_ms: f64,
+    launches: u32,
     enqueue: &mut F,
 ) -> Result<Timing, CudaFailure>
 where
@@ -149,7 +161,7 @@ where
     replay_ms(ctx, stream, &probe)?;
     let per_launch_ms = replay_ms(ctx, stream, &probe)? / PROBE_BATCH as f64;
     drop(probe);
-    let (batch, reps) = sample_shape(per_launch_ms, min_sample_ms);
+    let (batch, reps) = sample_shape(per_launch_ms, sample_ms(per_launch_ms, min_sample_ms, launches));
 
     let graph = capture(stream, batch, enqueue)?;
     replay_ms(ctx, stream, &graph)?;
@@ -170,6 +182,16 @@ where
         samples_us.push(ms * 1e3 / launches as f64);
     }
     Ok(summarise(samples_us, launches))
+}
+
+/// How long a sample of a launch of `per_launch_ms` lasts: `min_sample_ms`, or with a `launches`
+/// cap, the time of that many launches if shorter, but at least [`SHORTEST_SAMPLE_MS`] (and never
+/// longer than `min_sample_ms`).
+fn sample_ms(per_launch_ms: f64, min_sample_ms: f64, launches: u32) -> f64 {
+    match launches {
+        0 => min_sample_ms,
+        n => (f64::from(n) * per_launch_ms).max(SHORTEST_SAMPLE_MS).min(min_sample_ms),
+    }
 }
 
 /// Launches per graph and graph replays per sample for a launch of `per_launch_ms` and samples of
@@ -272,6 +294,20 @@ mod tests {
                 assert!(f64::from(batch) * per < GRAPH_MS + per, "{per_launch} {min_ms}: graph of {batch}");
             }
         }
+    }
+
+    #[test]
+    fn a_launches_cap_shortens_long_samples_of_short_kernels_only() {
+        // No cap: the length asked for.
+        assert_eq!(sample_ms(0.003, 50.0, 0), 50.0);
+        // A 3 us kernel's finalist samples: 500 launches, 1.5 ms instead of 50.
+        assert!((sample_ms(0.003, 50.0, 500) - 1.5).abs() < 1e-12);
+        // Never shorter than a trial's sample, never longer than asked.
+        assert_eq!(sample_ms(0.0005, 50.0, 500), SHORTEST_SAMPLE_MS);
+        assert_eq!(sample_ms(0.2, 50.0, 500), 50.0, "a 200 us kernel keeps its half second");
+        assert_eq!(sample_ms(0.0005, 0.5, 500), 0.5);
+        let (batch, reps) = sample_shape(0.003, sample_ms(0.003, 50.0, 500));
+        assert!((500..=501).contains(&batch) && reps == 1, "{batch} x {reps}");
     }
 
     #[test]

@@ -368,6 +368,7 @@ async fn every_task_is_compiled_measured_and_then_served_from_the_cache() {
             assert_eq!(m.samples_us.len(), 5);
             assert!(m.median_us > 0.0 && m.batch >= 50 && m.smem_bytes > 0);
             assert_eq!((m.baseline_us.is_some(), m.baseline_kind.as_str()), (true, "model"));
+            assert!(m.vendor_algo.starts_with("algo=sim tile="), "the vendor's algorithm: {:?}", m.vendor_algo);
             assert_eq!((m.max_abs_err, m.max_rel_err), (None, None), "sim runs no kernel");
             let p = m.provenance.as_ref().unwrap();
             assert_eq!((p.worker_name.as_str(), p.gpu_uuid.as_str()), ("test/sim", "sim-0"));
@@ -516,6 +517,55 @@ async fn finalists_are_measured_in_rounds_and_reported_in_task_order() {
     assert!(finalists[0].cache_hit, "the tuned config's image is reused");
 }
 
+/// Two valid configs whose sim times differ by a factor within `range` (slower / faster).
+fn pair_apart(range: std::ops::Range<f64>) -> (u64, u64) {
+    let valid = template::valid_configs(&WmmaGemm, &workload(), &Target::sim()).unwrap();
+    let mut timed: Vec<(u64, f64)> = valid.iter().map(|(i, _)| (*i, model_us(*i))).collect();
+    timed.sort_by(|a, b| a.1.total_cmp(&b.1));
+    for (a, fast) in timed.iter().enumerate() {
+        if let Some(slow) = timed[a + 1..].iter().find(|slow| range.contains(&(slow.1 / fast.1))) {
+            return (fast.0, slow.0);
+        }
+    }
+    panic!("no two valid configs are {range:?} apart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalist_rounds_stop_once_they_cannot_change_the_verdict() {
+    require_nvrtc();
+    let cache = tempfile::tempdir().unwrap();
+    // Far apart (10% and more): separated after the minimum two rounds of the five allowed.
+    let (fast, slow) = pair_apart(1.1..10.0);
+    let far = finalist_task(1, &[slow, fast], 5);
+    // The same config twice: within noise, also after two rounds.
+    let (same, _) = pair_apart(1.1..10.0);
+    let tied = finalist_task(2, &[same, same], 5);
+    // 0.6% apart: beyond the noise floor of a sim's identical rounds, short of three noises; more
+    // rounds are wanted, up to the task's four.
+    let (near_fast, near_slow) = pair_apart(1.005..1.008);
+    let near = finalist_task(3, &[near_fast, near_slow], 4);
+    let fake = Fake::new(vec![vec![far], vec![tied], vec![near]]);
+    run_until(&fake, worker_config("", cache.path()), |st| st.reports.len() == 3).await;
+
+    let st = fake.state();
+    for (task, rounds) in [(1, 2), (2, 2), (3, 4)] {
+        let finalists = st.finalists(task);
+        assert_eq!(finalists.len(), 2, "task {task}");
+        for m in finalists {
+            assert_eq!(status(m), pb::RecordStatus::Ok, "task {task}: {}", m.error);
+            assert_eq!(m.samples_us.len(), rounds * 5, "task {task}: {rounds} rounds of 5 samples");
+            assert!(m.baseline_us.is_some(), "task {task}: the vendor was timed beside each round");
+        }
+    }
+    let far = st.finalists(1);
+    assert!(
+        far[1].median_us * 1.1 <= far[0].median_us,
+        "records in task order: {} {}",
+        far[0].median_us,
+        far[1].median_us
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finalist_that_crashes_its_child_does_not_lose_the_others() {
     require_nvrtc();
@@ -556,7 +606,8 @@ async fn finalists_that_cannot_run_are_settled_without_the_gpu() {
     let st = fake.state();
     let mixed = st.finalists(1);
     assert_eq!((status(&mixed[0]), status(&mixed[1])), (pb::RecordStatus::InvalidConfig, pb::RecordStatus::Ok));
-    assert_eq!(mixed[1].samples_us.len(), 3 * 5);
+    // The one finalist left has nothing to be compared with: the minimum rounds, not all 3.
+    assert_eq!(mixed[1].samples_us.len(), 2 * 5);
     let refused = st.finalists(2);
     assert_eq!(refused.len(), 2);
     assert!(refused.iter().all(|m| status(m) == pb::RecordStatus::InvalidConfig && m.error.contains("version")));
