@@ -59,7 +59,7 @@ fn the_sanitize_cases_are_valid_configs() {
     for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
         let mut parts = line.splitn(3, ' ');
         let (name, key, config) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
-        let template = tensortune_kernels::template::by_name(name).unwrap();
+        let template = tensortune_kernels::registry::by_name(name).unwrap();
         let w = Workload::from_key(key).unwrap();
         let c = Config::from_json(config).unwrap();
         template.check(&w, &c, &Target::sm90()).unwrap_or_else(|e| panic!("sanitize case {line}: {e}"));

@@ -54,7 +54,7 @@ fn shipped() -> BTreeSet<(String, u32)> {
 fn every_current_template_version_has_shipped_ground_truth_or_a_dated_waiver() {
     let shipped = shipped();
     let mut missing = Vec::new();
-    for t in tensortune_kernels::template::all() {
+    for t in tensortune_kernels::registry::all() {
         let here = (t.name().to_owned(), t.version());
         if shipped.contains(&here) {
             assert!(
@@ -88,6 +88,6 @@ fn every_current_template_version_has_shipped_ground_truth_or_a_dated_waiver() {
     assert!(missing.is_empty(), "stale search ground truth:\n{}", missing.join("\n"));
     for (name, _, day, why) in WAIVERS {
         assert!(day.len() == 10 && !why.is_empty(), "waiver of {name} needs a date and a reason");
-        assert!(tensortune_kernels::template::by_name(name).is_ok(), "waiver of {name}: no such template");
+        assert!(tensortune_kernels::registry::by_name(name).is_ok(), "waiver of {name}: no such template");
     }
 }

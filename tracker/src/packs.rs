@@ -14,7 +14,7 @@
 
 use std::io::{BufRead, Read};
 
-use tensortune_kernels::{Config, Workload, template};
+use tensortune_kernels::{Config, Workload, registry};
 
 use crate::error::{Error, Result};
 use crate::model::Status;
@@ -97,7 +97,7 @@ pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<Parsed> {
         }
         let l: Line = serde_json::from_str(&line).map_err(|e| bad(format!("not a record: {e}")))?;
         let workload = Workload::from_key(&l.workload).map_err(|e| bad(format!("workload: {e}")))?;
-        if template::by_name(&l.template).is_err() {
+        if registry::by_name(&l.template).is_err() {
             out.unknown_template += 1;
             continue;
         }

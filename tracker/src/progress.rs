@@ -328,7 +328,7 @@ impl Tracker {
             // Only records of the templates' current versions: a prior reads no other (a pack
             // imported by hand keeps every version, for a tracker built later).
             let current = |r: &&crate::store::packs::PackRecord| {
-                tensortune_kernels::template::by_name(&r.template).is_ok_and(|t| t.version() == r.template_version)
+                tensortune_kernels::registry::by_name(&r.template).is_ok_and(|t| t.version() == r.template_version)
             };
             for r in parsed.records.iter().filter(current) {
                 added += u64::from(store::packs::insert(w.conn(), name, r).await?);

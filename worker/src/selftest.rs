@@ -18,11 +18,12 @@ use std::sync::mpsc;
 use anyhow::Context as _;
 use serde::Serialize;
 use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::template::{self, Template, valid_configs};
+use tensortune_kernels::registry;
+use tensortune_kernels::template::{Template, valid_configs};
 use tensortune_kernels::{Config, DType, KernelSpec, Space, Target, Workload};
 
 use crate::config::DeviceSpec;
-use crate::protocol::{DeviceFacts, Executor, Launch, MeasureOutcome, MeasureRequest, Status};
+use crate::protocol::{Device, Executor, Launch, MeasureOutcome, MeasureRequest, Status};
 use crate::{nvrtc, plan};
 
 /// Configs checked per (template, workload) unless told otherwise.
@@ -130,7 +131,7 @@ pub struct Skipped {
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     /// The device.
-    pub device: DeviceFacts,
+    pub device: Device,
     /// NVRTC's version.
     pub nvrtc: Option<String>,
     /// Whether outputs were checked against a reference (a GPU), or only generated, compiled and
@@ -162,7 +163,7 @@ impl Report {
 pub fn validate(selection: &Selection) -> anyhow::Result<()> {
     anyhow::ensure!(selection.configs >= 1, "--configs {}: must be at least 1", selection.configs);
     anyhow::ensure!(selection.samples >= 1, "--samples {}: must be at least 1", selection.samples);
-    let template = selection.template.as_deref().map(template::by_name).transpose()?;
+    let template = selection.template.as_deref().map(registry::by_name).transpose()?;
     if let Some((knob, value)) = &selection.knob {
         let Some(template) = template else {
             anyhow::bail!("--knob {knob}:{value} needs --template (each template has its own knobs)");
@@ -205,7 +206,7 @@ pub fn run(selection: &Selection, device: &DeviceSpec, on_check: &mut dyn FnMut(
     let facts = exec.facts();
     let target = facts.target();
     let arch = target.nvrtc_arch();
-    let chosen = selection.template.as_deref().map(template::by_name).transpose()?;
+    let chosen = selection.template.as_deref().map(registry::by_name).transpose()?;
     let workloads = if selection.workloads.is_empty() { matrix() } else { selection.workloads.clone() };
     let workloads: Vec<Workload> = workloads
         .into_iter()
@@ -482,7 +483,7 @@ fn templates_for(
 ) -> (Vec<&'static dyn Template>, Vec<(String, String)>) {
     let candidates = match chosen {
         Some(t) => vec![t],
-        None => template::templates_for(w.op()),
+        None => registry::templates_for(w.op()),
     };
     let mut yes = Vec::new();
     let mut no = Vec::new();
@@ -707,7 +708,7 @@ mod tests {
     fn the_matrix_covers_every_template_input_type_and_layout() {
         let target = Target::sm90();
         let workloads = matrix();
-        for t in template::all() {
+        for t in registry::all() {
             let supported: Vec<_> = workloads.iter().filter(|w| t.supports(w, &target).is_ok()).collect();
             assert!(!supported.is_empty(), "{} checks no workload of the matrix", t.name());
         }
@@ -728,7 +729,7 @@ mod tests {
         let target = Target::sm90();
         // A pointwise layer: wmma_conv2d runs it on both paths (implicit GEMM and plain matrix).
         let w = Workload::from_key("conv2d/n3h5w7c32/k48r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f32").unwrap();
-        let t = template::by_name("wmma_conv2d").unwrap();
+        let t = registry::by_name("wmma_conv2d").unwrap();
         let valid = valid_configs(t, &w, &target).unwrap();
         let picked = spread(&valid, 6);
         assert_eq!(picked.len(), 6);
