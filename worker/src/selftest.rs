@@ -204,7 +204,7 @@ pub fn run(selection: &Selection, device: &DeviceSpec, on_check: &mut dyn FnMut(
     };
     let mut exec = open()?;
     let facts = exec.facts();
-    let target = facts.target();
+    let target = facts.target.clone();
     let arch = target.nvrtc_arch();
     let chosen = selection.template.as_deref().map(registry::by_name).transpose()?;
     let workloads = if selection.workloads.is_empty() { matrix() } else { selection.workloads.clone() };
