@@ -48,7 +48,7 @@ fn config_at(index: u64) -> Config {
 }
 
 fn kernel_name(index: u64) -> String {
-    WmmaGemm.generate(&workload(), &config_at(index), &Target::sim()).unwrap().name
+    WmmaGemm.generate(&workload(), &config_at(index), &Target::sim()).unwrap().launch.name
 }
 
 fn task(task_id: u64, index: u64) -> pb::Task {
