@@ -25,26 +25,11 @@ const LOAD: &str = env!("CARGO_BIN_EXE_tensortune-load");
 async fn a_small_load_with_a_killed_worker_group_and_a_tracker_restart_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let config = LoadConfig {
-        dir: dir.path().to_path_buf(),
-        tracker_bin: TRACKER.into(),
-        load_bin: LOAD.into(),
-        workers: 20,
-        groups: 4,
-        jobs: 3,
-        trials: 60,
         // Long enough that the run outlasts both faults (they fire at 1/4 and 2/4 of the trials).
         measure: Duration::from_millis(500),
-        lease_secs: 2,
-        heartbeat_secs: 1,
-        deadline: Duration::from_secs(60),
         faults: vec![Fault::KillWorkers, Fault::KillTracker],
-        hold: Duration::from_secs(1),
-        tmpfs_mib: None,
         seed: 3,
-        pg: None,
-        trackers: 1,
-        batch: 1,
-        job_batch: 0,
+        ..small_load(dir.path())
     };
     let summary = load::run(config).await.unwrap();
     let text = summary.to_string();
@@ -75,26 +60,18 @@ async fn a_small_load_with_a_killed_worker_group_and_a_tracker_restart_loses_not
 async fn batched_reports_with_a_tracker_killed_mid_batch_lose_nothing_and_duplicate_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let config = LoadConfig {
-        dir: dir.path().to_path_buf(),
-        tracker_bin: TRACKER.into(),
-        load_bin: LOAD.into(),
         workers: 40,
         groups: 2,
         jobs: 4,
         trials: 150,
         // Short measurements: reports stream in continuously, so the kill lands among batches.
         measure: Duration::from_millis(20),
-        lease_secs: 2,
-        heartbeat_secs: 1,
         deadline: Duration::from_secs(90),
         faults: vec![Fault::KillTracker],
-        hold: Duration::from_secs(1),
-        tmpfs_mib: None,
         seed: 7,
-        pg: None,
-        trackers: 1,
         batch: 8,
         job_batch: 64,
+        ..small_load(dir.path())
     };
     let summary = load::run(config).await.unwrap();
     let text = summary.to_string();
@@ -110,6 +87,32 @@ async fn batched_reports_with_a_tracker_killed_mid_batch_lose_nothing_and_duplic
     assert!(report.calls > 0 && (report.calls as u64) < summary.reports_stored, "{text}");
     assert!(summary.retried.keys().any(|k| k.starts_with("report ")), "no report was caught by the kill: {text}");
     assert!(summary.ok(), "{text}");
+}
+
+/// A small load in `dir`: 20 workers in 4 processes, 3 jobs x 60 trials of 300 ms measurements, 2 s
+/// leases, one SQLite tracker, single-task calls, no faults.
+fn small_load(dir: &Path) -> LoadConfig {
+    LoadConfig {
+        dir: dir.to_path_buf(),
+        tracker_bin: TRACKER.into(),
+        load_bin: LOAD.into(),
+        workers: 20,
+        groups: 4,
+        jobs: 3,
+        trials: 60,
+        measure: Duration::from_millis(300),
+        lease_secs: 2,
+        heartbeat_secs: 1,
+        deadline: Duration::from_secs(60),
+        faults: Vec::new(),
+        hold: Duration::from_secs(1),
+        tmpfs_mib: None,
+        seed: 1,
+        pg: None,
+        trackers: 1,
+        batch: 1,
+        job_batch: 0,
+    }
 }
 
 /// A tracker process on a free port, its log in `dir`.
@@ -264,25 +267,13 @@ async fn two_trackers_on_postgres_survive_one_killed() {
     };
     let dir = tempfile::tempdir().unwrap();
     let config = LoadConfig {
-        dir: dir.path().to_path_buf(),
-        tracker_bin: TRACKER.into(),
-        load_bin: LOAD.into(),
-        workers: 20,
-        groups: 4,
-        jobs: 3,
-        trials: 60,
-        measure: Duration::from_millis(300),
-        lease_secs: 2,
-        heartbeat_secs: 1,
         deadline: Duration::from_secs(90),
         faults: vec![Fault::KillTracker],
-        hold: Duration::from_secs(1),
-        tmpfs_mib: None,
         seed: 5,
         pg: Some(server),
         trackers: 2,
         batch: 8,
-        job_batch: 0,
+        ..small_load(dir.path())
     };
     let summary = load::run(config).await.unwrap();
     let text = summary.to_string();
