@@ -108,10 +108,10 @@ pub fn table(report: &Report) -> String {
     let f = &report.device;
     let mut out = format!(
         "device: {} ({}), sm_{}, {} SMs, driver {}, nvrtc {}; outputs {}\n",
-        f.name,
-        f.class_key,
-        f.arch,
-        f.sm_count,
+        f.target.name,
+        f.target.class_key,
+        f.target.arch,
+        f.target.sm_count,
         f.driver_version,
         report.nvrtc.as_deref().unwrap_or("?"),
         if report.verified {
