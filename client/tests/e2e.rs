@@ -1172,7 +1172,7 @@ fn selftest_on_sim_checks_every_template_of_each_workload() {
 
     // One config alone: checked and timed, or refused with the template's reason.
     let w = Workload::from_key(f32_gemm).unwrap();
-    let simt = tensortune_kernels::template::by_name("simt_gemm").unwrap();
+    let simt = tensortune_kernels::registry::by_name("simt_gemm").unwrap();
     let (_, config) = tensortune_kernels::template::valid_configs(simt, &w, &tensortune_kernels::Target::sim())
         .unwrap()
         .into_iter()
