@@ -112,7 +112,7 @@ impl TrackerConfig {
             );
         }
         if let Some(days) = self.retain_days {
-            crate::prune::check_retain_days(days)?;
+            check_retain_days(days)?;
         }
         if self.shutdown_grace > MAX_SHUTDOWN_GRACE {
             anyhow::bail!(
@@ -123,6 +123,17 @@ impl TrackerConfig {
         }
         Ok(())
     }
+}
+
+/// The longest retention `--retain-days` takes (about 100 years).
+const MAX_RETAIN_DAYS: u32 = 36_500;
+
+/// Fails unless `days` is a retention `--retain-days` takes.
+pub(crate) fn check_retain_days(days: u32) -> anyhow::Result<()> {
+    if days > MAX_RETAIN_DAYS {
+        anyhow::bail!("--retain-days {days} is out of range; use 0 ..= {MAX_RETAIN_DAYS}");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

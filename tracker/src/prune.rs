@@ -21,8 +21,6 @@ use crate::tracker::Tracker;
 /// How often a tracker with `retain_days` prunes.
 const PRUNE_PERIOD: Duration = Duration::from_secs(60 * 60);
 
-/// The longest retention `--retain-days` takes (about 100 years).
-const MAX_RETAIN_DAYS: u32 = 36_500;
 
 /// Ids of the records to delete; `$1` is the cutoff (ms since the epoch). Every `NOT IN` list
 /// leaves NULLs out: one NULL in it would keep every record.
@@ -66,21 +64,13 @@ pub struct PruneSummary {
 /// Deletes the superseded records of jobs that ended more than `retain_days` days ago (0: every
 /// ended job) from the database `db` names.
 pub async fn prune(db: &Path, retain_days: u32) -> anyhow::Result<PruneSummary> {
-    check_retain_days(retain_days)?;
+    crate::config::check_retain_days(retain_days)?;
     let pool = store::open(db).await?;
     let result = prune_pool(&pool, cutoff(retain_days)).await;
     pool.close().await;
     let summary = result.with_context(|| format!("pruning {}", store::redact(&db.to_string_lossy())))?;
     tracing::info!(records = summary.records, retain_days, "pruned superseded records of ended jobs");
     Ok(summary)
-}
-
-/// Fails unless `days` is a retention `--retain-days` takes.
-pub(crate) fn check_retain_days(days: u32) -> anyhow::Result<()> {
-    if days > MAX_RETAIN_DAYS {
-        anyhow::bail!("--retain-days {days} is out of range; use 0 ..= {MAX_RETAIN_DAYS}");
-    }
-    Ok(())
 }
 
 /// The end time before which ended jobs are pruned, ms since the epoch.
