@@ -373,26 +373,28 @@ pub fn learning_curve(
 ) -> Result<Vec<(usize, usize)>, Error> {
     let mut out = Vec::new();
     for &count in counts {
-        let runs: Vec<Result<Run, Error>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..seeds)
-                .map(|seed| {
-                    s.spawn(move || {
-                        let prior = data.prior_from_some(target, count, seed);
-                        let prior = (!prior.is_empty()).then(|| Arc::new(prior));
-                        run(target, "model", seed, prior, budget, batch)
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Model("a replay thread panicked".into()))))
-                .collect()
-        });
-        let runs = runs.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let runs = per_seed(seeds, |seed| {
+            let prior = data.prior_from_some(target, count, seed);
+            let prior = (!prior.is_empty()).then(|| Arc::new(prior));
+            run(target, "model", seed, prior, budget, batch)
+        })?;
         let cap = budget.min(target.candidates.len()) + 1;
         out.push((count, median(runs.iter().map(|r| r.to_2.unwrap_or(cap)).collect())));
     }
     Ok(out)
+}
+
+/// `one(seed)` for seeds 0..`seeds`, each on a thread of its own; the first error, if any.
+fn per_seed(seeds: u64, one: impl Fn(u64) -> Result<Run, Error> + Sync) -> Result<Vec<Run>, Error> {
+    let one = &one;
+    let runs: Vec<Result<Run, Error>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..seeds).map(|seed| s.spawn(move || one(seed))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Model("a replay thread panicked".into()))))
+            .collect()
+    });
+    runs.into_iter().collect()
 }
 
 /// Medians over seeds of one tuner on one workload.
@@ -433,19 +435,7 @@ pub fn summarise(
     budget: usize,
     batch: usize,
 ) -> Result<Summary, Error> {
-    let runs: Vec<Result<Run, Error>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..seeds)
-            .map(|seed| {
-                let prior = prior.clone();
-                s.spawn(move || run(data, tuner, seed, prior, budget, batch))
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Model("a replay thread panicked".into()))))
-            .collect()
-    });
-    let runs = runs.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let runs = per_seed(seeds, |seed| run(data, tuner, seed, prior.clone(), budget, batch))?;
     let cap = budget.min(data.candidates.len()) + 1;
     let mut ratios: Vec<f64> = runs.iter().map(|r| r.final_ratio).collect();
     ratios.sort_by(f64::total_cmp);
