@@ -47,8 +47,8 @@
 //! same file resumes every unfinished job and loses no acknowledged record.
 
 mod auth;
-mod commits;
 mod backup;
+mod commits;
 mod config;
 mod counters;
 mod dispatch;

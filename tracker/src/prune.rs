@@ -21,7 +21,6 @@ use crate::tracker::Tracker;
 /// How often a tracker with `retain_days` prunes.
 const PRUNE_PERIOD: Duration = Duration::from_secs(60 * 60);
 
-
 /// Ids of the records to delete; `$1` is the cutoff (ms since the epoch). Every `NOT IN` list
 /// leaves NULLs out: one NULL in it would keep every record.
 const PRUNABLE_SQLITE: &str = "

@@ -17,8 +17,8 @@ use std::sync::mpsc;
 
 use anyhow::Context as _;
 use serde::Serialize;
-use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::registry;
+use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::template::{Template, valid_configs};
 use tensortune_kernels::{Config, DType, KernelSpec, Space, Target, Workload};
 
