@@ -18,8 +18,9 @@ use tensortune_kernels::{Config, Conv2d, DType, Target, Template, Types, Workloa
 
 use crate::common::assert_all_compile;
 
-/// Configs per workload and target.
-const PER_WORKLOAD: usize = 4;
+/// Configs per workload and target: round-robin over the kinds, so two per workload still reach
+/// every kind on each target (the asserts below), at half the NVRTC time of four.
+const PER_WORKLOAD: usize = 2;
 
 /// A conv: batch, (h, w), c -> k, filter (r, s), pad, stride, dilation.
 #[allow(clippy::too_many_arguments)]
@@ -83,13 +84,18 @@ fn kind(c: &Config) -> String {
     )
 }
 
-/// `per` configs of `valid`, round-robin over its kinds, each kind's picks drawn with a fixed LCG.
+/// `per` configs of `valid`, round-robin over its kinds from a kind drawn with a fixed LCG (so that
+/// with fewer picks than kinds, successive workloads start at different kinds), each kind's picks
+/// drawn with the same LCG.
 fn sample(valid: &[(u64, Config)], per: usize, seed: &mut u64) -> Vec<Config> {
     let mut kinds: BTreeMap<String, Vec<&Config>> = BTreeMap::new();
     for (_, c) in valid {
         kinds.entry(kind(c)).or_default().push(c);
     }
     let mut groups: Vec<Vec<&Config>> = kinds.into_values().collect();
+    *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let first = (*seed >> 33) as usize % groups.len().max(1);
+    groups.rotate_left(first);
     let mut out = Vec::new();
     while out.len() < per && groups.iter().any(|g| !g.is_empty()) {
         for g in groups.iter_mut().filter(|g| !g.is_empty()) {
@@ -129,7 +135,7 @@ fn a_sample_of_conv_configs_compiles_for_sm80_and_sm90() {
                 }
             }
         }
-        assert!(specs.len() >= 300, "only {} sampled kernels for {}", specs.len(), target.name);
+        assert!(specs.len() >= 150, "only {} sampled kernels for {}", specs.len(), target.name);
         total += specs.len();
         assert_all_compile(&specs, &target);
     }

@@ -77,10 +77,11 @@ fn support_modules_compile_for_every_type_combination() {
 }
 
 /// Every type combination x layout x three shapes (one ragged in M and N, one with beta = 1 so the
-/// epilogue reads C), seven configs spread over each workload's valid space: 504 kernels per arch.
+/// epilogue reads C), three configs spread over each workload's valid space (offset per workload,
+/// so successive workloads take different ones): 216 kernels per arch.
 #[test]
 fn a_sample_of_every_dtype_and_layout_compiles_for_sm80_and_sm90() {
-    const PER_WORKLOAD: usize = 7;
+    const PER_WORKLOAD: usize = 3;
     let shapes: [(u64, u64, u64, f64); 3] = [(512, 64, 512, 0.0), (1024, 1024, 1024, 1.0), (200, 72, 272, 0.0)];
     for target in [Target::sm80(), Target::sm90()] {
         let mut specs = Vec::new();
@@ -108,7 +109,7 @@ fn a_sample_of_every_dtype_and_layout_compiles_for_sm80_and_sm90() {
                 }
             }
         }
-        assert!(specs.len() >= 500, "only {} sampled kernels", specs.len());
+        assert!(specs.len() >= 200, "only {} sampled kernels", specs.len());
         assert_all_compile(&specs, &target);
     }
 }

@@ -1,4 +1,4 @@
-//! NVRTC compiles what `wgmma_conv2d` emits for sm_90a, on the CPU: over 300 configs spread over
+//! NVRTC compiles what `wgmma_conv2d` emits for sm_90a, on the CPU: over 150 configs spread over
 //! every 16-bit and 8-bit input type, and a further sample of tf32 layers (f32 data, TF32
 //! wgmmas), all three load paths (a pointwise layer read by TMA tiles, TMA im2col where
 //! the channels are a multiple of a K tile, the gather everywhere else),
@@ -66,8 +66,8 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
                 let w = Workload::Conv2d(l);
                 let valid = valid_configs(&WgmmaConv2d, &w, &target).unwrap();
                 assert!(!valid.is_empty(), "no valid config for {}", w.key());
-                // Every 7th config, from a different start per layer: a spread over the space.
-                for (_, c) in valid.iter().skip(turn % 7).step_by(valid.len() / 9 + 1) {
+                // About five configs evenly spread over the space, from a different start per layer.
+                for (_, c) in valid.iter().skip(turn % 7).step_by(valid.len() / 5 + 1) {
                     kinds.insert(kind(c));
                     let spec = WgmmaConv2d.generate(&w, c, &target).unwrap();
                     if spec.name.contains("gather") {
@@ -88,9 +88,9 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
         specs.len(),
         kinds.len()
     );
-    assert!(specs.len() >= 300, "only {} sampled configs", specs.len());
+    assert!(specs.len() >= 150, "only {} sampled configs", specs.len());
     assert!(
-        gathered >= 100 && im2col >= 80 && pointwise >= 60,
+        gathered >= 50 && im2col >= 40 && pointwise >= 30,
         "{gathered} gathered, {im2col} im2col, {pointwise} pointwise"
     );
     assert!(kinds.len() >= 20, "only {} kinds of config: {kinds:?}", kinds.len());
