@@ -135,6 +135,11 @@ pub async fn run_with_http(
     tracker.resume().await.context("resuming unfinished jobs")?;
 
     let tasks = TaskTracker::new();
+    // The shipped record packs are parsed now, off the request path, so that the first model
+    // job's prior does not wait for them.
+    if tracker.config.prior_pack {
+        tasks.spawn_blocking(|| packs::shipped().len());
+    }
     tasks.spawn(commits::committer(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(leases::reaper(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(relay_notifications(Arc::clone(&tracker), stop.clone()));
