@@ -325,11 +325,9 @@ pub fn curve(
     Ok(out)
 }
 
-/// Runs the tuner batch by batch as the tracker does, calling `step(trials so far, best time so
-/// far)` after every trial, until the budget (capped at the space) is spent, the tuner has nothing
-/// to propose, or `step` returns false at the end of a batch. Like the tracker, it proposes each
-/// batch while the one before it measures (`Tuner::propose_around`): batch k + 2 is chosen
-/// knowing the outcomes of batches 1..=k. Returns what was observed and the best time.
+/// Runs the tuner batch by batch, calling `step(trials so far, best time so far)` after every
+/// trial, until the budget (capped at the space) is spent, the tuner has nothing to propose, or
+/// `step` returns false at the end of a batch. Returns what was observed and the best time.
 fn walk(
     data: &Recorded,
     tuner_name: &str,
@@ -342,20 +340,14 @@ fn walk(
     let mut tuner = by_name(tuner_name, seed, prior)?;
     let budget = budget.min(data.candidates.len());
     let mut observed: Vec<Observation> = Vec::with_capacity(budget);
-    let mut in_flight: Vec<usize> = Vec::new();
     let mut best = f64::INFINITY;
     let mut go_on = true;
-    while go_on {
-        let room = budget - observed.len() - in_flight.len();
-        let next = if room > 0 {
-            tuner.propose_around(&data.candidates, &observed, &in_flight, batch.min(room))
-        } else {
-            vec![]
-        };
-        if next.is_empty() && in_flight.is_empty() {
+    while go_on && observed.len() < budget {
+        let proposals = tuner.propose(&data.candidates, &observed, batch.min(budget - observed.len()));
+        if proposals.is_empty() {
             break;
         }
-        for pos in std::mem::replace(&mut in_flight, next) {
+        for pos in proposals {
             let time_us = data.truth[pos];
             observed.push(Observation { pos, time_us });
             if let Some(t) = time_us {

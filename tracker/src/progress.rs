@@ -350,14 +350,10 @@ impl Tracker {
                 return Ok(());
             }
             let outstanding = store::tasks::outstanding(w.conn(), job.id, idx).await?;
-            let batches = job.tuner.proposes_batches();
-            // A batch tuner's next batch comes while at most one is outstanding (see
-            // `TunerKind::proposes_batches`); the others top up to `batch_size`.
-            if batches && outstanding > job.batch_size {
+            if job.tuner.proposes_batches() && outstanding > 0 {
                 return Ok(());
             }
-            let room = if batches { job.batch_size } else { job.batch_size.saturating_sub(outstanding) };
-            let want = room.min(wl.trials_target.saturating_sub(wl.proposed));
+            let want = job.batch_size.saturating_sub(outstanding).min(wl.trials_target.saturating_sub(wl.proposed));
             if want == 0 {
                 return Ok(());
             }
@@ -403,14 +399,9 @@ impl Tracker {
             }
             let in_flight: u32 = outstanding.iter().map(|(_, n)| n).sum();
             let batches = job.tuner.proposes_batches();
-            // A batch is proposed whole, while at most one is in flight: freed slots wait for the
-            // rest of the one before rather than go, one by one, to another workload as batches
-            // too small to explore.
-            let want = match batches {
-                true if in_flight > job.batch_size => 0,
-                true => job.batch_size.min(left),
-                false => job.batch_size.saturating_sub(in_flight).min(left),
-            };
+            // A batch is proposed whole: freed slots wait for the rest of the one in flight rather
+            // than go, one by one, to another workload as batches too small to explore.
+            let want = if batches && in_flight > 0 { 0 } else { job.batch_size.saturating_sub(in_flight).min(left) };
             if want == 0 || running.is_empty() {
                 return Ok(());
             }

@@ -177,29 +177,3 @@ async fn transfer_starts_a_model_from_other_workloads_records() {
     assert_eq!(configs(&alone_without), configs(b));
     tracker.stop().await;
 }
-
-#[tokio::test]
-async fn the_next_batch_is_proposed_while_the_last_one_measures() {
-    // Batches of 8: the first is leasable at once; the second once the first has a result (so
-    // the worker compiles it while the first measures); never more than two batches out.
-    let dir = tempfile::tempdir().unwrap();
-    let tracker = TestTracker::start(config(&dir)).await;
-    let mut tuning = tracker.tuning().await;
-    let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    submit(&mut tuning, model_job(vec![big()], 40, 8)).await;
-    let first = worker.lease_some(64).await;
-    assert_eq!(first.len(), 8, "the first batch");
-    assert!(worker.lease(64, 300).await.is_empty(), "a second batch before any result");
-    worker.report(&first[0], measure(&first[0])).await.unwrap();
-    let second = worker.lease_some(64).await;
-    assert_eq!(second.len(), 8, "the next batch, while 7 of the first are out");
-    let taken: HashSet<u64> = first.iter().chain(&second).map(|t| t.config_index).collect();
-    assert_eq!(taken.len(), 16, "a config in flight was proposed again");
-    assert!(worker.lease(64, 300).await.is_empty(), "a third batch while two are out");
-    // The rest of the first batch in: the third comes, chosen knowing the first's outcomes.
-    for t in &first[1..] {
-        worker.report(t, measure(t)).await.unwrap();
-    }
-    assert_eq!(worker.lease_some(64).await.len(), 8, "the third batch");
-    tracker.stop().await;
-}
