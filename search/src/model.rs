@@ -9,6 +9,11 @@ use forust_ml::objective::ObjectiveType;
 
 use crate::Error;
 
+/// Rows from which a fit builds its histograms on every core (a prior's model, fitted once on
+/// tens of thousands of rows); smaller fits (a workload's own, every batch) stay on one thread.
+/// The result is the same either way: forust builds each column's histogram alone, in row order.
+const PARALLEL_ROWS: usize = 10_000;
+
 /// Boosting rounds, step and depth: small trees on hundreds of rows, refitted every batch.
 const ROUNDS: usize = 80;
 const LEARNING_RATE: f32 = 0.15;
@@ -53,7 +58,7 @@ impl CostModel {
             .set_learning_rate(LEARNING_RATE)
             .set_max_depth(MAX_DEPTH)
             .set_min_leaf_weight(1.0)
-            .set_parallel(false)
+            .set_parallel(rows.len() >= PARALLEL_ROWS)
             .set_seed(seed);
         booster.fit(&data, y, weights, None).map_err(|e| Error::Model(e.to_string()))?;
         Ok(CostModel { booster, width })

@@ -100,27 +100,103 @@ impl Prior {
         self.rows.is_empty()
     }
 
-    /// The prior's model for a workload whose workload columns are `here`: fitted on every row,
-    /// each weighed by how similar its workload is (`similarity`); `None` when nothing similar
-    /// enough is in the prior or the fit fails. Fitted once per workload and cached.
+    /// The prior's model for a workload whose workload columns are `here`: fitted on the rows
+    /// [`Prior::selection`] picks, each weighed by how similar its workload is (`similarity`);
+    /// `None` when nothing similar enough is in the prior or the fit fails. Fitted once per
+    /// workload and cached.
     pub fn model_for(&self, here: &[f64; 7], seed: u64) -> Option<Arc<CostModel>> {
         let key = here.map(f64::to_bits);
         let mut fitted = self.fitted.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, m)) = fitted.iter().find(|(k, _)| *k == key) {
             return m.clone();
         }
-        let weights: Vec<f64> = self.sources.iter().map(|s| similarity(s, here)).collect();
-        // Each workload of the prior counted once, by how similar it is.
-        let mut workloads: Vec<[u64; 7]> = self.sources.iter().map(|s| s.map(f64::to_bits)).collect();
+        let picked = self.selection(here);
+        // Each workload that trains the model counted once, by how similar it is.
+        let mut workloads: Vec<[u64; 7]> = picked.iter().map(|&i| self.sources[i].map(f64::to_bits)).collect();
         workloads.sort_unstable();
         workloads.dedup();
         let similar: f64 = workloads.iter().map(|w| similarity(&w.map(f64::from_bits), here)).sum();
         let model = (similar >= MIN_PRIOR_SIMILARITY)
-            .then(|| CostModel::fit(&self.rows, &self.y, &weights, seed).ok().map(Arc::new))
+            .then(|| {
+                let rows: Vec<Vec<f64>> = picked.iter().map(|&i| self.rows[i].clone()).collect();
+                let y: Vec<f64> = picked.iter().map(|&i| self.y[i]).collect();
+                let weights: Vec<f64> = picked.iter().map(|&i| similarity(&self.sources[i], here)).collect();
+                CostModel::fit(&rows, &y, &weights, seed).ok().map(Arc::new)
+            })
             .flatten();
         fitted.push((key, model.clone()));
         model
     }
+
+    /// The rows (positions, ascending) that train the model for a workload whose columns are
+    /// `here`: those of the [`PRIOR_WORKLOADS`] workloads most similar to it (`nearest`), at most
+    /// [`PRIOR_ROWS_PER_WORKLOAD`] of each (`capped`). The tracker featurizes only these (a new
+    /// database's packs hold about 50 workloads and 120,000 records of today's templates), so a
+    /// prior's cost stops growing with the store.
+    pub fn selection(&self, here: &[f64; 7]) -> Vec<usize> {
+        let mut groups: Vec<([u64; 7], Vec<usize>)> = Vec::new();
+        for (i, s) in self.sources.iter().enumerate() {
+            let key = s.map(f64::to_bits);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, rows)) => rows.push(i),
+                None => groups.push((key, vec![i])),
+            }
+        }
+        let sources: Vec<[f64; 7]> = groups.iter().map(|(k, _)| k.map(f64::from_bits)).collect();
+        let mut out: Vec<usize> = Vec::new();
+        for g in nearest(&sources, &[*here], PRIOR_WORKLOADS) {
+            let rows = &groups[g].1;
+            let y: Vec<f64> = rows.iter().map(|&i| self.y[i]).collect();
+            out.extend(capped(&y, PRIOR_ROWS_PER_WORKLOAD).into_iter().map(|j| rows[j]));
+        }
+        out.sort_unstable();
+        out
+    }
+}
+
+/// Most workloads of a prior that train its model for one tuned workload: the most similar. At
+/// least every other workload of each ground-truth file (14 matmuls, 7 conv layers), so the
+/// replay's bars are those of the whole file: dropping even one cost a strided conv of the
+/// training split (n12 28x28 256->256 3x3 stride 2) 41 trials to 5% instead of 19 at 6 of 7.
+pub const PRIOR_WORKLOADS: usize = 16;
+
+/// Most rows of one prior workload that train the model (see [`capped`]): a sweep's sample. A
+/// cap of 1,200 (the fastest half of it, the rest spread evenly) cost the same strided conv 75
+/// trials to 5% instead of 19: the model needs the shape of the whole space.
+pub const PRIOR_ROWS_PER_WORKLOAD: usize = 3000;
+
+/// Positions into `sources` (workload columns) of the `k` most similar to each of `targets`
+/// (by [`similarity`]; ties to the earlier), ascending, each once: the workloads of a prior that
+/// may train a model for any of `targets`.
+pub fn nearest(sources: &[[f64; 7]], targets: &[[f64; 7]], k: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::new();
+    for t in targets {
+        let mut order: Vec<usize> = (0..sources.len()).collect();
+        order.sort_by(|a, b| similarity(t, &sources[*b]).total_cmp(&similarity(t, &sources[*a])).then(a.cmp(b)));
+        out.extend(order.into_iter().take(k));
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Positions (ascending) of at most `cap` of one workload's rows, given their transfer targets
+/// `y` (`model::normalise_transfer`; lower is faster): the fastest half of the cap, then an even
+/// spread over the rest, so the model sees both what is near the best and the shape of the
+/// whole space. Ties by position, so the choice depends on the values alone.
+pub fn capped(y: &[f64], cap: usize) -> Vec<usize> {
+    if y.len() <= cap {
+        return (0..y.len()).collect();
+    }
+    let mut order: Vec<usize> = (0..y.len()).collect();
+    order.sort_by(|a, b| y[*a].total_cmp(&y[*b]).then(a.cmp(b)));
+    let best = cap / 2;
+    let rest = &order[best..];
+    let spread = cap - best;
+    let mut out: Vec<usize> = order[..best].to_vec();
+    out.extend((0..spread).map(|i| rest[i * rest.len() / spread]));
+    out.sort_unstable();
+    out
 }
 
 /// A prior whose workloads are, summed, less similar to the tuned one than one workload about
@@ -136,6 +212,20 @@ pub trait Tuner: Send {
 
     /// Up to `n` distinct positions of candidates not yet in `observed`.
     fn propose(&mut self, candidates: &[Candidate], observed: &[Observation], n: usize) -> Vec<usize>;
+
+    /// As [`Tuner::propose`] while the configs at `pending` (proposed, not yet measured) are
+    /// measured: none of them again. The tracker asks for the next batch while the last one
+    /// measures, so that the GPU never waits for a fit and the compiler works a batch ahead.
+    fn propose_around(
+        &mut self,
+        candidates: &[Candidate],
+        observed: &[Observation],
+        pending: &[usize],
+        n: usize,
+    ) -> Vec<usize> {
+        let wanted = n.saturating_add(pending.len());
+        self.propose(candidates, observed, wanted).into_iter().filter(|p| !pending.contains(p)).take(n).collect()
+    }
 }
 
 /// The tuners this build knows.
@@ -480,9 +570,26 @@ impl Tuner for ModelGuided {
     }
 
     fn propose(&mut self, candidates: &[Candidate], observed: &[Observation], n: usize) -> Vec<usize> {
-        let free = unmeasured(candidates.len(), observed);
-        // The batch depends only on the seed and what has been observed, so a restarted tracker
-        // proposes the same batch again.
+        self.propose_around(candidates, observed, &[], n)
+    }
+
+    /// The configs in flight are out of the pool, and their knob-neighbours are penalised as if
+    /// this batch had picked them: the batch spreads around what is already being measured.
+    fn propose_around(
+        &mut self,
+        candidates: &[Candidate],
+        observed: &[Observation],
+        pending: &[usize],
+        n: usize,
+    ) -> Vec<usize> {
+        let mut free = unmeasured(candidates.len(), observed);
+        for p in pending {
+            if let Some(f) = free.get_mut(*p) {
+                *f = false;
+            }
+        }
+        // The batch depends only on the seed and what has been observed (and is in flight), so a
+        // restarted tracker proposes the same batch again.
         let round_seed = self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(observed.len() as u64);
         let mut rng = StdRng::seed_from_u64(round_seed);
         let pool = self.pool(candidates, &free, &mut rng, n);
@@ -516,6 +623,12 @@ impl Tuner for ModelGuided {
             _ => Quota::none(),
         };
         let mut penalty = vec![0.0f64; pool.len()];
+        for &i in &shortlist {
+            let knobs = &candidates[pool[i]].knobs;
+            let near =
+                pending.iter().filter_map(|p| candidates.get(*p)).filter(|c| neighbours(knobs, &c.knobs)).count();
+            penalty[i] += 0.5 * spread * near as f64;
+        }
         let mut chosen: Vec<usize> = Vec::with_capacity(n);
         let mut taken: HashSet<usize> = HashSet::new();
         while chosen.len() < exploit {
@@ -809,6 +922,53 @@ mod tests {
         // A space of one template, or a prior, leaves the batch to the scores alone.
         let one: Vec<Candidate> = cands.iter().filter(|c| c.group == 0).cloned().collect();
         assert_eq!(Quota::new(&one, &(0..one.len()).collect::<Vec<_>>(), 16).per_group, Vec::new());
+    }
+
+    #[test]
+    fn a_batch_proposed_while_another_measures_skips_it() {
+        let cands = space();
+        let mut tuner = ModelGuided::new(5, None);
+        let first = tuner.propose(&cands, &[], 8);
+        let second = tuner.propose_around(&cands, &[], &first, 8);
+        assert_eq!(second.len(), 8);
+        assert!(second.iter().all(|p| !first.contains(p)), "{first:?} then {second:?}");
+        // Asked again with the first batch measured, it proposes none of the second either.
+        let observed: Vec<Observation> =
+            first.iter().map(|&pos| Observation { pos, time_us: Some(time(&cands[pos])) }).collect();
+        let third = tuner.propose_around(&cands, &observed, &second, 8);
+        assert_eq!(third.len(), 8);
+        assert!(third.iter().all(|p| !first.contains(p) && !second.contains(p)), "{third:?}");
+        // The default for the other tuners: as many new ones, none of those in flight.
+        let mut random = Random { seed: 1 };
+        let r1 = random.propose(&cands, &[], 8);
+        let r2 = random.propose_around(&cands, &[], &r1, 8);
+        assert_eq!(r2.len(), 8);
+        assert!(r2.iter().all(|p| !r1.contains(p)));
+    }
+
+    #[test]
+    fn a_prior_trains_on_the_nearest_workloads_and_a_capped_share_of_each() {
+        // The fastest half of the cap first, then an even spread of the rest; ties by position.
+        let y: Vec<f64> = (0..10).map(|i| f64::from(9 - i)).collect();
+        assert_eq!(capped(&y, 4), vec![3, 7, 8, 9]);
+        assert_eq!(capped(&y, 20), (0..10).collect::<Vec<_>>());
+        // The k nearest of each target, each once.
+        let at = |m: f64| [m, 6.0, 9.0, 2.0, 4.0, 1.0, 0.0];
+        let sources = [at(4.0), at(8.0), at(12.0), at(9.0), at(5.0)];
+        assert_eq!(nearest(&sources, &[at(4.0)], 2), vec![0, 4]);
+        assert_eq!(nearest(&sources, &[at(4.0), at(12.0)], 2), vec![0, 2, 3, 4]);
+        // A prior of more workloads and rows than a model trains on.
+        let mut prior = Prior::default();
+        for w in 0..(PRIOR_WORKLOADS + 3) {
+            let n = PRIOR_ROWS_PER_WORKLOAD + 5;
+            let rows: Vec<Vec<f64>> = (0..n).map(|i| vec![i as f64]).collect();
+            let times: Vec<Option<f64>> = (0..n).map(|i| Some(1.0 + i as f64)).collect();
+            prior.extend(at(w as f64), rows, &times);
+        }
+        let picked = prior.selection(&at(0.0));
+        assert_eq!(picked.len(), PRIOR_WORKLOADS * PRIOR_ROWS_PER_WORKLOAD);
+        let far = at((PRIOR_WORKLOADS + 2) as f64);
+        assert!(picked.iter().all(|i| prior.sources[*i] != far), "a far workload trained the model");
     }
 
     #[test]

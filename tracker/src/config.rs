@@ -30,8 +30,9 @@ pub struct TrackerConfig {
     /// Jobs one token (or, on a tracker without tokens, everyone together) may submit per second
     /// on average; bursts of [`SUBMIT_BURST`] pass at once.
     pub submit_rate: f64,
-    /// Load the record packs this build ships into the store as the model tuner's transfer prior
-    /// (on the first job that can use them), so that a new database starts warm.
+    /// Use the record packs this build ships as the model tuner's transfer prior (parsed once,
+    /// in the background from the tracker's start, and read from memory), so that a new
+    /// database starts warm.
     pub prior_pack: bool,
     /// On shutdown, how long calls already in flight may take to finish once the listener stopped
     /// accepting; calls still running then are dropped, their transactions rolled back (nothing

@@ -463,6 +463,7 @@ mod tests {
             submit_rate: 2.5,
             shutdown_grace_secs: 20,
             retain_days: Some(90),
+            no_prior_pack: false,
         };
         assert_eq!(from_file, expected);
         // The serve subcommand reads the same file, and its flags win the same way.

@@ -4,21 +4,25 @@
 //! of `tensortune records export` (or the trimmed lines under `search/testdata/`): workload,
 //! template, template_version, config, device_class, status, median_us.
 //!
-//! Pack records live in their own table and serve the prior only: they were measured on another
-//! machine, so they are never reused as a trial's measurement and never answer `best`. A
-//! tracker loads the packs it ships with on the first job that can use them (a model job with
-//! transfer on a GPU's device class) unless `--no-prior-pack`; `tensortune records import` adds
-//! others. The prior takes pack records of the job's device class, or of another class of the
+//! Pack records serve the prior only: they were measured on another machine, so they are never
+//! reused as a trial's measurement and never answer `best`. The packs a tracker ships with are
+//! part of its binary: it parses them once per process, in the background from its start
+//! ([`shipped`]), and reads them from memory, unless `--no-prior-pack`; `tensortune records
+//! import` stores others in their own table. The prior takes pack records of the job's device class, or of another class of the
 //! same architecture where the job's has none of that workload (an H200 store starts warm from
 //! H100 records and the other way round: the features are computed for the job's device).
 
 use std::io::{BufRead, Read};
 
-use tensortune_kernels::{Config, Workload, registry};
+use std::sync::OnceLock;
+
+use tensortune_kernels::{Config, Template, Workload, registry};
 
 use crate::error::{Error, Result};
 use crate::model::Status;
+use crate::store::Json;
 use crate::store::packs::PackRecord;
+use crate::store::records::PriorRecord;
 
 /// The packs this build ships (`search/testdata/`), by name.
 pub(crate) const SHIPPED: &[(&str, &[u8])] = &[
@@ -36,9 +40,70 @@ pub(crate) const SHIPPED: &[(&str, &[u8])] = &[
     ("shipped:sweep-h200-union-v6v2", include_bytes!("../../search/testdata/sweep-h200-union-v6v2.jsonl.gz")),
 ];
 
-/// Pack records a prior reads per template at most. A model fit on this many rows takes about a
-/// second, once per workload of a job.
+/// Imported pack records a prior reads per template at most (the prior then keeps the rows of
+/// the workloads nearest the job's, `search::prior`).
 pub(crate) const PRIOR_PACK_RECORDS: u32 = 50_000;
+
+/// A shipped pack's record as a prior reads it.
+pub(crate) struct Shipped {
+    template: String,
+    template_version: u32,
+    device_class: String,
+    record: PriorRecord,
+}
+
+/// The records of the shipped packs of the templates' current versions (a prior reads no other),
+/// parsed on first use and kept for the life of the process. A shipped pack that does not parse
+/// (a unit test checks that each does) is left out, with an error in the log.
+pub(crate) fn shipped() -> &'static [Shipped] {
+    static RECORDS: OnceLock<Vec<Shipped>> = OnceLock::new();
+    RECORDS.get_or_init(|| {
+        let mut out = Vec::new();
+        for (name, bytes) in SHIPPED {
+            match parse(bytes, name) {
+                Ok(parsed) => out.extend(
+                    parsed
+                        .records
+                        .into_iter()
+                        .filter(|r| registry::by_name(&r.template).is_ok_and(|t| t.version() == r.template_version))
+                        .map(|r| Shipped {
+                            record: PriorRecord {
+                                workload_key: r.workload_key,
+                                workload: Json(r.workload),
+                                config: r.config,
+                                status: r.status,
+                                median_us: r.median_us,
+                            },
+                            template: r.template,
+                            template_version: r.template_version,
+                            device_class: r.device_class,
+                        }),
+                ),
+                Err(e) => tracing::error!(pack = name, "a shipped record pack does not parse: {e}"),
+            }
+        }
+        tracing::info!(records = out.len(), "shipped record packs parsed for the transfer prior");
+        out
+    })
+}
+
+/// The shipped records of `template` (its version) on device classes of `class`'s architecture,
+/// leaving out the workloads in `exclude` (sorted): with each record's device class.
+pub(crate) fn shipped_prior(
+    shipped: &[Shipped],
+    template: &dyn Template,
+    class: &str,
+    exclude: &[String],
+) -> Vec<(String, PriorRecord)> {
+    let Some(arch) = arch(class) else { return Vec::new() };
+    shipped
+        .iter()
+        .filter(|s| s.template == template.name() && s.template_version == template.version())
+        .filter(|s| self::arch(&s.device_class) == Some(arch))
+        .filter(|s| exclude.binary_search(&s.record.workload_key).is_err())
+        .map(|s| (s.device_class.clone(), s.record.clone()))
+        .collect()
+}
 
 /// What a pack file held.
 #[derive(Debug, Default)]
@@ -114,6 +179,7 @@ pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<Parsed> {
         out.records.push(PackRecord {
             workload_key: workload.key(),
             workload_json: crate::store::json(&workload),
+            workload,
             template: l.template,
             template_version: l.template_version,
             config: config.to_json(),
@@ -159,8 +225,12 @@ impl crate::tracker::Tracker {
 /// The LIKE pattern of every device class of `class`'s architecture (`name/sm90/132sm` ->
 /// `%/sm90/%`); `None` for `sim` or a class without one.
 pub(crate) fn arch_pattern(class: &str) -> Option<String> {
-    let arch = class.split('/').find(|part| part.starts_with("sm") && part[2..].chars().all(|c| c.is_ascii_digit()))?;
-    Some(format!("%/{arch}/%"))
+    Some(format!("%/{}/%", arch(class)?))
+}
+
+/// The architecture part of a device class (`name/sm90/132sm` -> `sm90`).
+fn arch(class: &str) -> Option<&str> {
+    class.split('/').find(|part| part.starts_with("sm") && part[2..].chars().all(|c| c.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -196,5 +266,53 @@ mod tests {
         assert_eq!(arch_pattern("nvidia-h200/sm90/132sm").as_deref(), Some("%/sm90/%"));
         assert_eq!(arch_pattern("nvidia-h100-80gb-hbm3/sm90/132sm"), arch_pattern("nvidia-h200/sm90/132sm"));
         assert_eq!(arch_pattern("sim"), None);
+    }
+}
+
+#[cfg(test)]
+mod profile {
+    use std::time::Instant;
+
+    use tensortune_kernels::registry::templates_for;
+    use tensortune_kernels::{DType, Layout, Matmul, Op, Target, Types};
+
+    use super::*;
+
+    /// Where a fresh tracker's first model job spends its time before its first proposal (run
+    /// with `--release -- --ignored --nocapture`; prints, asserts nothing about speed).
+    #[tokio::test]
+    #[ignore]
+    async fn time_to_first_proposal_on_a_fresh_database() {
+        let t = Instant::now();
+        let lap = |what: &str, t: &mut Instant| {
+            eprintln!("{what:<44} {:>8.0} ms", t.elapsed().as_secs_f64() * 1e3);
+            *t = Instant::now();
+        };
+        let mut t0 = t;
+        let records = shipped();
+        lap(&format!("parse shipped packs ({} records)", records.len()), &mut t0);
+        let w =
+            Workload::Matmul(Matmul::new(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap());
+        let target = Target::sm90();
+        let templates = templates_for(Op::Matmul);
+        let space = crate::search::spaces(templates.clone(), vec![w], target.clone(), true).await.unwrap();
+        let space = space.into_iter().next().unwrap().unwrap();
+        lap(&format!("space and features ({} candidates)", space.valid.len()), &mut t0);
+        let mut parts = Vec::new();
+        for slot in crate::search::slots_of(&space) {
+            let t = templates[slot as usize];
+            let found = shipped_prior(records, t, "nvidia-h200/sm90/132sm", &[w.key()]);
+            parts.push((t, found.into_iter().map(|(_, r)| r).collect::<Vec<_>>()));
+        }
+        lap(&format!("pack records ({})", parts.iter().map(|p| p.1.len()).sum::<usize>()), &mut t0);
+        let prior = crate::search::prior(parts, space.layout.clone().unwrap(), target, vec![w]).await.unwrap();
+        lap(&format!("prior rows ({} rows)", prior.rows.len()), &mut t0);
+        let cands = space.candidates.unwrap();
+        let here = tensortune_search::features::workload_row(&w);
+        let model = prior.model_for(&here, 1).unwrap();
+        lap("fit the prior's model", &mut t0);
+        let _ = model.predict(&cands.iter().map(|c| c.features.clone()).collect::<Vec<_>>());
+        lap("predict every candidate", &mut t0);
+        eprintln!("total {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
     }
 }

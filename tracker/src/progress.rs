@@ -230,8 +230,9 @@ impl Tracker {
             .layout
             .clone()
             .ok_or_else(|| Error::Internal("a model search was built without its candidates' features".to_owned()))?;
-        let exclude: Vec<String> =
-            store::workloads::list(w.conn(), job.id).await?.into_iter().map(|r| r.workload_key).collect();
+        let own = store::workloads::list(w.conn(), job.id).await?;
+        let tuned: Vec<tensortune_kernels::Workload> = own.iter().map(|r| r.workload.0).collect();
+        let exclude: Vec<String> = own.into_iter().map(|r| r.workload_key).collect();
         let limit = PRIOR_RECORDS / slots.len().max(1) as u32;
         let mut parts = Vec::with_capacity(slots.len());
         let mut read = 0;
@@ -252,23 +253,26 @@ impl Tracker {
             workloads.extend(records.iter().map(|r| r.workload_key.clone()));
             parts.push((template, records));
         }
-        let prior = Arc::new(search::prior(parts, layout, target.clone()).await?);
+        let started = std::time::Instant::now();
+        let prior = Arc::new(search::prior(parts, layout, target.clone(), tuned).await?);
         tracing::info!(
             job = job.id,
             slots = ?slots,
             records = read,
             rows = prior.rows.len(),
             workloads = workloads.len(),
+            ms = started.elapsed().as_millis() as u64,
             "transfer prior built"
         );
         w.insert_prior(key, Arc::clone(&prior));
         Ok(Some(prior))
     }
 
-    /// Pack records (`crate::packs`) of `template` for a job's prior, loading the shipped packs
-    /// first if this database has not yet: per workload that `own` (the store's records) does
-    /// not hold, its records on the job's device class, or where that class has none, on the
-    /// class of the same architecture with the most.
+    /// Pack records (`crate::packs`) of `template` for a job's prior: those imported into the
+    /// store and, unless `--no-prior-pack`, those this build ships (held in memory, parsed once
+    /// per process): per workload that `own` (the store's records) does not hold, its records on
+    /// the job's device class, or where that class has none, on the class of the same
+    /// architecture with the most.
     async fn pack_prior(
         &self,
         w: &mut Write<'_>,
@@ -278,14 +282,11 @@ impl Tracker {
         own: &[PriorRecord],
     ) -> Result<Vec<PriorRecord>> {
         let Some(pattern) = crate::packs::arch_pattern(&job.device_class) else { return Ok(Vec::new()) };
-        if self.config.prior_pack {
-            self.load_shipped_packs(w).await?;
-        }
         let mut exclude = exclude.to_vec();
         exclude.extend(own.iter().map(|r| r.workload_key.clone()));
         exclude.sort();
         exclude.dedup();
-        let found = store::packs::prior(
+        let mut found = store::packs::prior(
             w.conn(),
             template.name(),
             template.version(),
@@ -294,6 +295,10 @@ impl Tracker {
             crate::packs::PRIOR_PACK_RECORDS,
         )
         .await?;
+        if self.config.prior_pack {
+            let shipped = tokio::task::spawn_blocking(crate::packs::shipped).await?;
+            found.extend(crate::packs::shipped_prior(shipped, template, &job.device_class, &exclude));
+        }
         // Per workload, the class to take: the job's own, else the one with the most records.
         let mut classes: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
         for (class, r) in &found {
@@ -311,35 +316,6 @@ impl Tracker {
             })
             .collect();
         Ok(found.into_iter().filter(|(class, r)| chosen.get(&r.workload_key) == Some(class)).map(|(_, r)| r).collect())
-    }
-
-    /// Stores the packs this build ships, once per database (a pack already stored is skipped).
-    async fn load_shipped_packs(&self, w: &mut Write<'_>) -> Result<()> {
-        use std::sync::atomic::Ordering;
-        if self.packs_loaded.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        for (name, bytes) in crate::packs::SHIPPED {
-            if store::packs::has(w.conn(), name).await? {
-                continue;
-            }
-            let parsed = tokio::task::spawn_blocking(move || crate::packs::parse(bytes, name)).await??;
-            let mut added = 0u64;
-            // Only records of the templates' current versions: a prior reads no other (a pack
-            // imported by hand keeps every version, for a tracker built later).
-            let current = |r: &&crate::store::packs::PackRecord| {
-                tensortune_kernels::registry::by_name(&r.template).is_ok_and(|t| t.version() == r.template_version)
-            };
-            for r in parsed.records.iter().filter(current) {
-                added += u64::from(store::packs::insert(w.conn(), name, r).await?);
-            }
-            tracing::info!(pack = name, records = added, "shipped record pack loaded as the transfer prior");
-        }
-        // Only after the write commits would a second check be skipped safely; a write that rolls
-        // back leaves the flag set, and the next prior finds the packs missing only in that case,
-        // which costs one model without its pack, not a wrong answer.
-        self.packs_loaded.store(true, Ordering::Release);
-        Ok(())
     }
 
     /// Proposes the first tasks of a job, or its next ones after a restart: per workload, or with

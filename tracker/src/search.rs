@@ -326,15 +326,18 @@ fn features_error(template: &dyn Template, w: &Workload, index: u64, e: &dyn std
 
 /// A model's transfer prior from stored records (the store's `prior_records` of each template in
 /// `templates`, read per template: other workloads of the device class, template and version),
-/// in `layout` (the space's, whose templates are `templates` in this order); computed on a blocking thread. Each
-/// workload's records, across the templates, are one group (so that one template's configs can
-/// be learned to be faster than another's): per config its fastest ok time, or a failure when
-/// none was ok. Configs that a template's current space does not know any more, and workloads
-/// that do not parse, are skipped.
+/// in `layout` (the space's, whose templates are `templates` in this order), for a job whose
+/// workloads are `tuned`; computed on a blocking thread. Each workload's records, across the
+/// templates, are one group (so that one template's configs can be learned to be faster than
+/// another's): per config its fastest ok time, or a failure when none was ok. Only what a model
+/// for one of `tuned` can train on gets a feature row (`Prior::selection`: the workloads nearest
+/// each, at most so many rows of each), so the cost does not grow with the store. Configs that a
+/// template's current space does not know any more, and workloads that do not parse, are skipped.
 pub(crate) async fn prior(
     templates: Vec<(&'static dyn Template, Vec<PriorRecord>)>,
     layout: UnionLayout,
     target: Target,
+    tuned: Vec<Workload>,
 ) -> Result<Prior> {
     let task = tokio::task::spawn_blocking(move || {
         // Ordered maps: the prior's row order (and so the model fitted on it) must not depend on
@@ -353,28 +356,53 @@ pub(crate) async fn prior(
                 };
             }
         }
+        let groups: Vec<Group> = groups.into_values().collect();
+        let sources: Vec<[f64; 7]> = groups.iter().map(|(w, _)| features::workload_row(w)).collect();
+        let tuned: Vec<[f64; 7]> = tuned.iter().map(features::workload_row).collect();
         let spaces: Vec<_> = templates.iter().map(|(t, _)| t.space()).collect();
-        let mut prior = Prior::default();
-        for (workload, configs) in groups.into_values() {
-            let mut rows = Vec::with_capacity(configs.len());
-            let mut times = Vec::with_capacity(configs.len());
-            for ((pos, config), time) in configs {
-                let Ok(config) = Config::from_json(&config) else { continue };
-                if spaces[pos].index_of(&config).is_err() {
-                    continue;
-                }
-                let Ok((row, _)) = features::row(templates[pos].0, &workload, &config, &target) else { continue };
-                let Some(row) = layout.embed(pos, &row) else { continue };
+        let picked = tensortune_search::tuner::nearest(&sources, &tuned, tensortune_search::tuner::PRIOR_WORKLOADS);
+        // A feature row each, one thread per workload (thousands of rows each), in their order.
+        let featurize = |g: usize| {
+            let (workload, configs) = &groups[g];
+            let known: Vec<(usize, Config, Option<f64>)> = configs
+                .iter()
+                .filter_map(|((pos, config), time)| {
+                    let config = Config::from_json(config).ok()?;
+                    spaces[*pos].index_of(&config).ok()?;
+                    Some((*pos, config, *time))
+                })
+                .collect();
+            let times: Vec<Option<f64>> = known.iter().map(|k| k.2).collect();
+            let keep = tensortune_search::tuner::capped(
+                &tensortune_search::model::normalise_transfer(&times),
+                tensortune_search::tuner::PRIOR_ROWS_PER_WORKLOAD,
+            );
+            let mut rows = Vec::with_capacity(keep.len());
+            let mut kept = Vec::with_capacity(keep.len());
+            for (pos, config, time) in keep.into_iter().map(|i| &known[i]) {
+                let Ok((row, _)) = features::row(templates[*pos].0, workload, config, &target) else { continue };
+                let Some(row) = layout.embed(*pos, &row) else { continue };
                 rows.push(row);
-                times.push(time);
+                kept.push(*time);
             }
+            (features::workload_row(workload), rows, kept)
+        };
+        let featurize = &featurize;
+        let parts: Vec<_> = std::thread::scope(|scope| {
+            let threads: Vec<_> = picked.iter().map(|&g| scope.spawn(move || featurize(g))).collect();
+            threads.into_iter().map(|t| t.join()).collect()
+        });
+        let mut prior = Prior::default();
+        for part in parts {
+            let (source, rows, kept) =
+                part.map_err(|_| Error::Internal("a thread computing prior features panicked".to_owned()))?;
             if !rows.is_empty() {
-                prior.extend(features::workload_row(&workload), rows, &times);
+                prior.extend(source, rows, &kept);
             }
         }
-        prior
+        Ok(prior)
     });
-    Ok(task.await?)
+    task.await?
 }
 
 #[cfg(test)]

@@ -50,9 +50,6 @@ pub(crate) struct Tracker {
     /// A random number naming this tracker process in its PostgreSQL notifications, so that it
     /// skips its own (it has woken its waiters already).
     pub(crate) instance: u64,
-    /// Whether this process has made sure the shipped record packs are in the store
-    /// (`Tracker::load_shipped_packs`).
-    pub(crate) packs_loaded: AtomicBool,
 }
 
 impl Tracker {
@@ -69,7 +66,6 @@ impl Tracker {
             commits: crate::commits::Commits::default(),
             searches: Mutex::new(Searches::default()),
             instance: rand::random(),
-            packs_loaded: AtomicBool::new(false),
         })
     }
 

@@ -12,6 +12,7 @@ pub(crate) struct PackRecord {
     pub(crate) workload_key: String,
     /// The workload as its JSON column.
     pub(crate) workload_json: String,
+    pub(crate) workload: tensortune_kernels::Workload,
     pub(crate) template: String,
     pub(crate) template_version: u32,
     /// Canonical config JSON (`Config::to_json`).
@@ -44,16 +45,6 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, pack: &str, r: &PackRecord) -
     .await
     .map(|r| r.rows_affected()))?;
     Ok(done > 0)
-}
-
-/// Whether any record of `pack` is stored.
-pub(crate) async fn has(e: impl Into<Exec<'_>>, pack: &str) -> Result<bool> {
-    let row: Option<(i64,)> =
-        on!(e, |c, pg| sqlx::query_as(sql(pg, "SELECT 1 FROM pack_records WHERE pack = $1 LIMIT 1"))
-            .bind(pack)
-            .fetch_optional(c)
-            .await)?;
-    Ok(row.is_some())
 }
 
 /// Pack records of one template version on device classes like `class_pattern` (an SQL LIKE

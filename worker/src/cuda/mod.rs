@@ -233,8 +233,68 @@ impl CudaExecutor {
         Ok((func, regs, smem))
     }
 
+    /// After launches of `req`'s kernel (`what`): a `wrong_result` when it wrote past the end of
+    /// the output or of its workspace (`ws`), and then the workload's inputs and reference are
+    /// generated again, so that whatever it overwrote beyond cannot fail the configs after it.
+    fn guard(&mut self, wi: usize, req: &MeasureRequest, ws: Option<&DevBuf>, what: &str) -> Result<(), Fail> {
+        let w = &self.workloads[wi];
+        let mut overruns = Vec::new();
+        if let Some(d) = w.output_overrun(&self.stream).map_err(|f| self.fail(f))? {
+            overruns.push(("the output", d));
+        }
+        if let Some(ws) = ws
+            && let Some(d) = workload::workspace_overrun(&self.stream, ws, req.launch.workspace_bytes as usize)
+                .map_err(|f| self.fail(f))?
+        {
+            overruns.push(("its workspace", d));
+        }
+        if overruns.is_empty() {
+            return Ok(());
+        }
+        let w = &self.workloads[wi];
+        w.restore(&self.stream).map_err(|f| self.fail(f))?;
+        let said: Vec<String> = overruns
+            .iter()
+            .map(|(buf, d)| format!("{} bytes past the end of {buf} (the first {} bytes after it)", d.changed, d.first))
+            .collect();
+        tracing::warn!(workload = %req.workload_key, kernel = %req.launch.name, "a kernel wrote out of bounds: {}", said.join("; "));
+        Err(Fail(
+            Status::WrongResult,
+            format!(
+                "{} wrote out of bounds in {what}: {}; the inputs and reference were generated again",
+                req.launch.name,
+                said.join("; ")
+            ),
+        ))
+    }
+
     /// One launch of the kernel under test on `set`, then a full check against the reference.
+    /// A check that fails is repeated once on inputs and a reference generated again, so that a
+    /// reference some earlier kernel overwrote (beyond the canaries) fails no config but that one.
     fn run_and_check(
+        &mut self,
+        wi: usize,
+        func: &CudaFunction,
+        req: &MeasureRequest,
+        ws: Option<&DevBuf>,
+    ) -> Result<(f64, f64), Fail> {
+        match self.run_and_check_once(wi, func, req, ws) {
+            Err(Fail(Status::WrongResult, first)) => {
+                self.workloads[wi].restore(&self.stream).map_err(|f| self.fail(f))?;
+                let again = self.run_and_check_once(wi, func, req, ws);
+                if again.is_ok() {
+                    tracing::warn!(workload = %req.workload_key, kernel = %req.launch.name, "the check failed, then passed on inputs and a reference generated again: something had overwritten them ({first})");
+                } else {
+                    // Whatever this kernel wrote must not fail the next config.
+                    self.workloads[wi].restore(&self.stream).map_err(|f| self.fail(f))?;
+                }
+                again
+            }
+            other => other,
+        }
+    }
+
+    fn run_and_check_once(
         &mut self,
         wi: usize,
         func: &CudaFunction,
@@ -282,9 +342,10 @@ impl CudaExecutor {
         let (func, registers, smem_bytes) = self.load(req)?;
         let ws = match req.launch.workspace_bytes {
             0 => None,
-            n => Some(DevBuf::zeroed(&self.ctx, &self.stream, n as usize).map_err(|f| self.fail(f))?),
+            n => Some(workload::workspace(&self.ctx, &self.stream, n as usize).map_err(|f| self.fail(f))?),
         };
         let (max_abs, max_rel) = self.run_and_check(wi, &func, req, ws.as_ref())?;
+        self.guard(wi, req, ws.as_ref(), "its checked launch")?;
 
         let cfg = launch_config(&req.launch);
         let args =
@@ -297,6 +358,7 @@ impl CudaExecutor {
                 launch(s, &func, cfg, &args).when(|| format!("when launching {name}"))
             });
         let timing = timed.map_err(|f| self.fail(f))?;
+        self.guard(wi, req, ws.as_ref(), "its timed launches")?;
 
         // The same check after hundreds of launches: catches state a kernel leaves behind (split-K
         // counters) and races that only show on later runs.

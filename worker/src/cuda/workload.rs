@@ -18,6 +18,14 @@ const SEED_A_TIME: u32 = 0x1a33;
 const SEED_B_TIME: u32 = 0x1b44;
 const SEED_C: u32 = 0x0c55;
 
+/// Bytes of canary after the output and after a kernel's workspace: a kernel that writes past
+/// either end changes them, and its measurement becomes a failure instead of a corruption of
+/// whatever buffer lies beyond (an H200 sweep once saw 2 MiB of the float64 reference zeroed by
+/// some kernel, after which every config failed the check the same way).
+pub(crate) const CANARY_BYTES: usize = 256 * 1024;
+/// The canary's byte: neither zero nor a pattern of the poison, so an overrun of either shows.
+const CANARY_BYTE: u8 = 0xa5;
+
 /// Which input set a launch reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum InputSet {
@@ -40,6 +48,9 @@ pub(crate) struct Comparison {
 pub(crate) struct WorkloadState {
     pub(crate) workload: Workload,
     _module: Arc<CudaModule>,
+    f_fill_in: CudaFunction,
+    f_fill_out: CudaFunction,
+    f_reference: CudaFunction,
     f_poison: CudaFunction,
     f_compare: CudaFunction,
     a_check: DevBuf,
@@ -53,6 +64,8 @@ pub(crate) struct WorkloadState {
     mag: DevBuf,
     stats: DevBuf,
     out_elems: u64,
+    /// Bytes of the output (`d` holds [`CANARY_BYTES`] more, its canary).
+    out_bytes: usize,
 }
 
 impl WorkloadState {
@@ -79,8 +92,12 @@ impl WorkloadState {
         let (a_elems, b_elems, out_elems) = support::operand_elements(workload);
         // Sizes in bits: packed inputs hold several elements per byte.
         let alloc = |elems: u64, ty: DType| DevBuf::new(ctx, ty.storage_bytes(elems) as usize);
+        let out_bytes = t.output.storage_bytes(out_elems) as usize;
         let state = WorkloadState {
             workload: *workload,
+            f_fill_in,
+            f_fill_out,
+            f_reference,
             f_poison,
             f_compare,
             a_check: alloc(a_elems, t.input)?,
@@ -88,14 +105,25 @@ impl WorkloadState {
             a_time: alloc(a_elems, t.input)?,
             b_time: alloc(b_elems, t.input)?,
             c: alloc(out_elems, t.output)?,
-            d: alloc(out_elems, t.output)?,
+            d: DevBuf::new(ctx, out_bytes + CANARY_BYTES)?,
             reference: DevBuf::new(ctx, out_elems as usize * 8)?,
             sq: DevBuf::new(ctx, out_elems as usize * 8)?,
             mag: DevBuf::new(ctx, out_elems as usize * 8)?,
             stats: DevBuf::new(ctx, 256)?,
             out_elems,
+            out_bytes,
             _module: module.clone(),
         };
+        state.restore(stream)?;
+        Ok(state)
+    }
+
+    /// Generates the inputs and C, computes the reference and arms the output's canary: at the
+    /// start, and again after a kernel may have written where it must not (a changed canary, a
+    /// failed check), so that the next config is checked against data known to be right.
+    pub(crate) fn restore(&self, stream: &Arc<CudaStream>) -> Result<(), CudaFailure> {
+        let key = self.workload.key();
+        let (a_elems, b_elems, out_elems) = support::operand_elements(&self.workload);
         let fill = |f: &CudaFunction, buf: &DevBuf, n: u64, seed: u32, check: bool| {
             launch(
                 stream,
@@ -105,27 +133,32 @@ impl WorkloadState {
             )
             .when(|| format!("when generating inputs for {key}"))
         };
-        fill(&f_fill_in, &state.a_check, a_elems, SEED_A_CHECK, true)?;
-        fill(&f_fill_in, &state.b_check, b_elems, SEED_B_CHECK, true)?;
-        fill(&f_fill_in, &state.a_time, a_elems, SEED_A_TIME, false)?;
-        fill(&f_fill_in, &state.b_time, b_elems, SEED_B_TIME, false)?;
-        fill(&f_fill_out, &state.c, out_elems, SEED_C, true)?;
+        fill(&self.f_fill_in, &self.a_check, a_elems, SEED_A_CHECK, true)?;
+        fill(&self.f_fill_in, &self.b_check, b_elems, SEED_B_CHECK, true)?;
+        fill(&self.f_fill_in, &self.a_time, a_elems, SEED_A_TIME, false)?;
+        fill(&self.f_fill_in, &self.b_time, b_elems, SEED_B_TIME, false)?;
+        fill(&self.f_fill_out, &self.c, out_elems, SEED_C, true)?;
         launch(
             stream,
-            &f_reference,
+            &self.f_reference,
             grid_for(out_elems),
             &[
-                KArg::Ptr(state.a_check.ptr),
-                KArg::Ptr(state.b_check.ptr),
-                KArg::Ptr(state.c.ptr),
-                KArg::Ptr(state.reference.ptr),
-                KArg::Ptr(state.sq.ptr),
-                KArg::Ptr(state.mag.ptr),
+                KArg::Ptr(self.a_check.ptr),
+                KArg::Ptr(self.b_check.ptr),
+                KArg::Ptr(self.c.ptr),
+                KArg::Ptr(self.reference.ptr),
+                KArg::Ptr(self.sq.ptr),
+                KArg::Ptr(self.mag.ptr),
             ],
         )
         .when(|| format!("when computing the reference of {key}"))?;
-        stream.synchronize().when(|| format!("when computing the reference of {key}"))?;
-        Ok(state)
+        arm_canary(stream, self.d.ptr + self.out_bytes as u64).when(|| format!("when arming the canary of {key}"))?;
+        stream.synchronize().when(|| format!("when computing the reference of {key}"))
+    }
+
+    /// What changed in the canary after the output (see [`canary_damage`]), `None` when intact.
+    pub(crate) fn output_overrun(&self, stream: &CudaStream) -> Result<Option<Damage>, CudaFailure> {
+        read_canary(stream, self.d.ptr + self.out_bytes as u64)
     }
 
     /// A generated kernel's arguments: device pointers, and tensor maps encoded over them.
@@ -175,7 +208,7 @@ impl WorkloadState {
     /// Copies C into the output buffer (for vendor calls whose C is in place).
     pub(crate) fn load_c_into_output(&self, stream: &CudaStream) -> Result<(), CudaFailure> {
         // SAFETY: C and D have the same size (out_elems of the output type).
-        unsafe { result::memcpy_dtod_async(self.d.ptr, self.c.ptr, self.d.bytes, stream.cu_stream()) }
+        unsafe { result::memcpy_dtod_async(self.d.ptr, self.c.ptr, self.out_bytes, stream.cu_stream()) }
             .when(|| "when copying C into the output".into())
     }
 
@@ -277,5 +310,65 @@ fn encode(arg: &Arg, ptr: cudarc::driver::sys::CUdeviceptr) -> Result<KArg, Cuda
             code: cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE,
             context: format!("when encoding {arg:?}: {e}"),
         }),
+    }
+}
+
+/// A kernel's scratch of `bytes` (zeroed, as kernels expect it), followed by an armed canary.
+pub(crate) fn workspace(ctx: &Arc<CudaContext>, stream: &CudaStream, bytes: usize) -> Result<DevBuf, CudaFailure> {
+    let buf = DevBuf::zeroed(ctx, stream, bytes + CANARY_BYTES)?;
+    arm_canary(stream, buf.ptr + bytes as u64).when(|| "when arming a workspace's canary".into())?;
+    Ok(buf)
+}
+
+/// What changed in the canary of a workspace of `bytes` (see [`workspace`]).
+pub(crate) fn workspace_overrun(
+    stream: &CudaStream,
+    buf: &DevBuf,
+    bytes: usize,
+) -> Result<Option<Damage>, CudaFailure> {
+    read_canary(stream, buf.ptr + bytes as u64)
+}
+
+/// Fills the [`CANARY_BYTES`] at `at` with the canary.
+fn arm_canary(stream: &CudaStream, at: u64) -> Result<(), cudarc::driver::DriverError> {
+    // SAFETY: every caller allocated CANARY_BYTES past the data that starts its buffer.
+    unsafe { result::memset_d8_async(at, CANARY_BYTE, CANARY_BYTES, stream.cu_stream()) }
+}
+
+/// Reads the canary at `at` back (after the stream's work) and says what changed.
+fn read_canary(stream: &CudaStream, at: u64) -> Result<Option<Damage>, CudaFailure> {
+    stream.synchronize().when(|| "waiting for the stream".into())?;
+    let mut bytes = vec![0u8; CANARY_BYTES];
+    // SAFETY: CANARY_BYTES at `at` belong to the buffer (see `arm_canary`).
+    unsafe { result::memcpy_dtoh_sync(&mut bytes, at) }.when(|| "reading a canary back".into())?;
+    Ok(canary_damage(&bytes))
+}
+
+/// Where a canary was overwritten: the first changed byte's offset past the buffer's end, and
+/// how many bytes changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Damage {
+    pub(crate) first: usize,
+    pub(crate) changed: usize,
+}
+
+/// What changed in a canary's bytes as read back; `None` when every byte is still the canary's.
+pub(crate) fn canary_damage(bytes: &[u8]) -> Option<Damage> {
+    let first = bytes.iter().position(|b| *b != CANARY_BYTE)?;
+    let changed = bytes[first..].iter().filter(|b| **b != CANARY_BYTE).count();
+    Some(Damage { first, changed })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_canary_names_the_first_changed_byte_and_counts_the_rest() {
+        let mut bytes = vec![CANARY_BYTE; 4096];
+        assert_eq!(canary_damage(&bytes), None);
+        bytes[100..104].fill(0);
+        bytes[2000] = 1;
+        assert_eq!(canary_damage(&bytes), Some(Damage { first: 100, changed: 5 }));
     }
 }
