@@ -325,9 +325,8 @@ impl Plan<'_> {
             self.set(DescAttr::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &(data_type(w.types.output) as i32))?;
         }
         if w.input_scale == InputScale::Tensor {
-            // Two f32 values, A's then B's.
-            self.set(DescAttr::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &f.tensor_scales)?;
-            self.set(DescAttr::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &(f.tensor_scales + 4))?;
+            self.set(DescAttr::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &f.a_scale)?;
+            self.set(DescAttr::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &f.b_scale)?;
         }
         Ok(())
     }
@@ -432,11 +431,13 @@ impl Drop for Plan<'_> {
 }
 
 /// The device buffers a fused plan points cuBLASLt at: the bias (output type) and the FP8 inputs'
-/// two f32 scales.
+/// f32 scales, each at the start of a buffer of its own (a pointer 4 bytes into one buffer was
+/// refused at launch).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Fused {
     pub(crate) bias: u64,
-    pub(crate) tensor_scales: u64,
+    pub(crate) a_scale: u64,
+    pub(crate) b_scale: u64,
 }
 
 /// Whether cuBLASLt can fuse `w`'s epilogue, or why not: it has bias, ReLU and GELU epilogues

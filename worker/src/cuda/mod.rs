@@ -520,7 +520,7 @@ impl CudaExecutor {
         only: Option<usize>,
     ) -> Option<(f64, String, usize)> {
         let v = &self.workloads[wi].vectors;
-        let fused = blaslt::Fused { bias: v.bias.ptr, tensor_scales: v.tensor.ptr };
+        let fused = blaslt::Fused { bias: v.bias.ptr, a_scale: v.tensor.ptr, b_scale: v.tensor_b.ptr };
         let why = match blaslt::fusable(mm) {
             Ok(()) => match self.lt_baseline(wi, mm, Some(fused), false, req, only) {
                 Some((us, kind, n)) => {

@@ -305,15 +305,21 @@ pub(crate) struct Vectors {
     pub(crate) bias: DevBuf,
     pub(crate) scale: DevBuf,
     pub(crate) tensor: DevBuf,
+    /// B's tensor scale alone, in a buffer of its own for cuBLASLt's B_SCALE_POINTER: pointing
+    /// it 4 bytes into `tensor` made every FP8 candidate return CUBLAS_STATUS_NOT_SUPPORTED at
+    /// launch (H200, 2026-11-28), an alignment rule the heuristic does not see.
+    pub(crate) tensor_b: DevBuf,
 }
 
 impl Vectors {
     fn new(ctx: &Arc<CudaContext>, workload: &Workload) -> Result<Vectors, CudaFailure> {
         let (bias, scale, tensor) = host_vectors(workload);
+        let tensor_b = tensor.get(4..).unwrap_or_default();
         Ok(Vectors {
             bias: DevBuf::from_bytes(ctx, &bias)?,
             scale: DevBuf::from_bytes(ctx, &scale)?,
             tensor: DevBuf::from_bytes(ctx, &tensor)?,
+            tensor_b: DevBuf::from_bytes(ctx, tensor_b)?,
         })
     }
 }
