@@ -361,7 +361,9 @@ impl Matmul {
                     seen_epi = true;
                 }
                 _ => {
-                    return Err(bad(format!("unexpected {part:?} after beta; allowed: scale=tensor, then epi=<parts>")));
+                    return Err(bad(format!(
+                        "unexpected {part:?} after beta; allowed: scale=tensor, then epi=<parts>"
+                    )));
                 }
             }
         }
