@@ -397,6 +397,10 @@ impl CudaExecutor {
             return (us, kind, None);
         }
         // A fused epilogue or FP8 inputs: cuBLASLt alone (gemmEx has neither).
+        if mm.types.input == DType::E5m2 {
+            // Seen on an H200 (2026-11-28): no candidate of the plain or the fused plan ran.
+            return (None, "none: cuBLASLt has no e5m2 x e5m2 FP8 matmul (it pairs e5m2 with e4m3 only)".into(), None);
+        }
         if mm.fused() || mm.types.input.is_fp8() {
             let only = match only {
                 Some(VendorPick::Lt(n)) => Some(n),

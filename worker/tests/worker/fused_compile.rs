@@ -105,6 +105,11 @@ fn fp8_and_fused_epilogue_kernels_pass_every_element_on_the_gpu() {
     assert_eq!(report.failed(), 0, "{} kernels failed", report.failed());
     assert!(report.ok() >= 2 * KEYS.len(), "only {} kernels ran", report.ok());
     for c in &report.checks {
+        // cuBLASLt has no e5m2 x e5m2 FP8 matmul: those have no vendor time, and say so.
+        if c.workload.contains("/e5m2,") {
+            assert!(c.baseline_kind.contains("no e5m2 x e5m2"), "{}: {}", c.workload, c.baseline_kind);
+            continue;
+        }
         assert!(c.baseline_us.is_some(), "{}: no vendor baseline ({})", c.workload, c.baseline_kind);
         assert!(!c.baseline_kind.contains("failed our check"), "{}: {}", c.workload, c.baseline_kind);
     }
