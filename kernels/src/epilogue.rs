@@ -95,14 +95,27 @@ impl Epilogue {
         }
     }
 
-    /// The whole epilogue on one element in f64: `sum` is the exact product sum, `row_scale` and
-    /// `bias` the vectors' values at its row (ignored unless the epilogue has them), `ab_scale`
-    /// the product of the input scales (1 without them).
-    pub fn apply(&self, sum: f64, alpha: f64, beta: f64, c: f64, ab_scale: f64, row_scale: f64, bias: f64) -> f64 {
-        let s = if self.scale { row_scale } else { 1.0 };
-        let b = if self.bias { bias } else { 0.0 };
-        self.activate(alpha * ab_scale * s * sum + beta * c + b)
+    /// The whole epilogue on one element in f64, with `alpha` and `beta`.
+    pub fn apply(&self, alpha: f64, beta: f64, e: Element) -> f64 {
+        let s = if self.scale { e.row_scale } else { 1.0 };
+        let b = if self.bias { e.bias } else { 0.0 };
+        self.activate(alpha * e.ab_scale * s * e.sum + beta * e.c + b)
     }
+}
+
+/// What the epilogue of one output element reads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Element {
+    /// The exact product sum.
+    pub sum: f64,
+    /// C at the element.
+    pub c: f64,
+    /// The product of the input scales (1 without them).
+    pub ab_scale: f64,
+    /// The per-row scale at its row (ignored unless the epilogue has it).
+    pub row_scale: f64,
+    /// The bias at its row (ignored unless the epilogue has it).
+    pub bias: f64,
 }
 
 impl fmt::Display for Epilogue {
@@ -248,7 +261,8 @@ mod tests {
     fn every_epilogue_applies_in_cublaslt_order() {
         // sum 3, alpha 2, beta 0.5 with C = -4, input scales 0.125, row scale 2, bias -1:
         // 2 * 0.125 * 2 * 3 + 0.5 * -4 - 1 = -1.5 before the activation.
-        let run = |text: &str| text.parse::<Epilogue>().unwrap().apply(3.0, 2.0, 0.5, -4.0, 0.125, 2.0, -1.0);
+        let e = Element { sum: 3.0, c: -4.0, ab_scale: 0.125, row_scale: 2.0, bias: -1.0 };
+        let run = |text: &str| text.parse::<Epilogue>().unwrap().apply(2.0, 0.5, e);
         assert_eq!(run("none"), 2.0 * 0.125 * 3.0 - 2.0);
         assert_eq!(run("bias"), 2.0 * 0.125 * 3.0 - 2.0 - 1.0);
         assert_eq!(run("scale"), 2.0 * 0.125 * 2.0 * 3.0 - 2.0);
@@ -258,7 +272,8 @@ mod tests {
         assert_eq!(run("relu"), 0.0_f64.max(2.0 * 0.125 * 3.0 - 2.0));
         assert_eq!(run("bias+gelu"), gelu_tanh(-2.25));
         // The activation sees the residual (beta C) and the bias, as cuBLASLt's does.
-        assert_eq!("relu".parse::<Epilogue>().unwrap().apply(1.0, 1.0, 1.0, -3.0, 1.0, 1.0, 0.0), 0.0);
+        let e = Element { sum: 1.0, c: -3.0, ab_scale: 1.0, row_scale: 1.0, bias: 0.0 };
+        assert_eq!("relu".parse::<Epilogue>().unwrap().apply(1.0, 1.0, e), 0.0);
     }
 
     #[test]
