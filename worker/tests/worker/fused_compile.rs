@@ -86,7 +86,7 @@ fn fp8_and_fused_epilogue_kernels_pass_every_element_on_the_gpu() {
         ..Selection::default()
     };
     let report = selftest::run(&selection, &DeviceSpec::Cuda(0), &mut |_| {}).unwrap();
-    eprintln!("device {}", report.device.name);
+    eprintln!("device {}", report.device.target.name);
     for c in &report.checks {
         eprintln!(
             "{:<14} {:>10.2} us  vendor {:>10.2} us  max_abs {:>9.2e}  {}  {}  {} {}",
