@@ -28,6 +28,12 @@ pub struct Operands {
     pub c: sys::CUdeviceptr,
     /// The output D.
     pub d: sys::CUdeviceptr,
+    /// A fused epilogue's bias (M values of the output type); 0 when the entry has none.
+    pub bias: sys::CUdeviceptr,
+    /// A fused epilogue's per-row scale (M f32 values); 0 when the entry has none.
+    pub scale: sys::CUdeviceptr,
+    /// FP8 inputs' per-tensor scales (two f32 values, A's then B's); 0 when the entry has none.
+    pub tensor_scales: sys::CUdeviceptr,
 }
 
 /// A CUtensorMap as a kernel parameter (a `const __grid_constant__` 128-byte value), pushed onto
@@ -172,6 +178,9 @@ fn pointer(ops: &Operands, ws: u64, operand: Operand, name: &str) -> Result<u64>
         Operand::B => ops.b,
         Operand::C => ops.c,
         Operand::D => ops.d,
+        Operand::Bias => ops.bias,
+        Operand::Scale => ops.scale,
+        Operand::TensorScales => ops.tensor_scales,
         Operand::Workspace => {
             if ws != 0 {
                 ws
@@ -205,7 +214,7 @@ fn map_dtype(dtype: DType) -> sys::CUtensorMapDataType {
         DType::Bf16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         DType::F32 | DType::Tf32 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
         DType::I32 => Ty::CU_TENSOR_MAP_DATA_TYPE_INT32,
-        DType::I8 => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        DType::I8 | DType::E4m3 | DType::E5m2 => Ty::CU_TENSOR_MAP_DATA_TYPE_UINT8,
     }
 }
 

@@ -38,6 +38,10 @@ pub enum DType {
     I8,
     /// Signed 32-bit integer.
     I32,
+    /// 8-bit float, 4 exponent and 3 mantissa bits (OCP FP8 E4M3).
+    E4m3,
+    /// 8-bit float, 5 exponent and 2 mantissa bits (OCP FP8 E5M2).
+    E5m2,
 }
 
 impl DType {
@@ -50,13 +54,15 @@ impl DType {
             DType::Tf32 => "tf32",
             DType::I8 => "i8",
             DType::I32 => "i32",
+            DType::E4m3 => "e4m3",
+            DType::E5m2 => "e5m2",
         }
     }
 
     /// Bytes per element.
     pub fn bytes(self) -> u64 {
         match self {
-            DType::I8 => 1,
+            DType::I8 | DType::E4m3 | DType::E5m2 => 1,
             DType::F16 | DType::Bf16 => 2,
             DType::F32 | DType::Tf32 | DType::I32 => 4,
         }
@@ -182,6 +188,12 @@ pub enum Operand {
     /// Scratch of [`Entry::workspace_bytes`]: zeroed once before the first launch; every launch
     /// leaves it zeroed again. Never shared by two launches in flight at once.
     Workspace,
+    /// A fused epilogue's bias: M values of the output type, one per row of D.
+    Bias,
+    /// A fused epilogue's per-row scale: M f32 values (a per-row alpha).
+    Scale,
+    /// FP8 inputs' per-tensor scales: two f32 values, A's then B's.
+    TensorScales,
 }
 
 impl Operand {
@@ -193,6 +205,9 @@ impl Operand {
             Operand::C => "c",
             Operand::D => "d",
             Operand::Workspace => "workspace",
+            Operand::Bias => "bias",
+            Operand::Scale => "scale",
+            Operand::TensorScales => "tensor_scales",
         }
     }
 }

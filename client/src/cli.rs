@@ -489,6 +489,12 @@ pub struct MatmulArgs {
     /// Epilogue scale of C.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub beta: f64,
+    /// Fused epilogue: none, or scale, bias, relu, gelu joined by '+' (e.g. bias+gelu).
+    #[arg(long, default_value = "none")]
+    pub epilogue: String,
+    /// Per-tensor scales of e4m3/e5m2 inputs: none or tensor.
+    #[arg(long, default_value = "none")]
+    pub scale: String,
 }
 
 /// Convolution shape.
@@ -687,6 +693,8 @@ impl MatmulArgs {
             types: parse_types(&self.types, Op::Matmul)?,
             alpha: self.alpha,
             beta: self.beta,
+            epilogue: self.epilogue.parse().map_err(flag_error)?,
+            input_scale: self.scale.parse().map_err(flag_error)?,
         };
         m.validate().map_err(flag_error)?;
         Ok(Workload::Matmul(m))

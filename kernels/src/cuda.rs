@@ -90,6 +90,7 @@ impl fmt::Display for Scalar {
 /// The generated part of a kernel: includes, typedefs, `#define`s and the `cfg` namespace.
 #[derive(Default)]
 pub struct Header {
+    includes: Vec<String>,
     comments: Vec<String>,
     typedefs: Vec<(String, String)>,
     defines: Vec<(String, String)>,
@@ -97,6 +98,13 @@ pub struct Header {
 }
 
 impl Header {
+    /// `#include <name>` after [`PREAMBLE`] (headers only some kernels need, such as
+    /// `cuda_fp8.h`, so that the sources of the others stay as they were).
+    pub fn include(&mut self, name: &str) -> &mut Self {
+        self.includes.push(name.into());
+        self
+    }
+
     /// A comment line at the top.
     pub fn comment(&mut self, text: impl Into<String>) -> &mut Self {
         self.comments.push(text.into());
@@ -143,6 +151,9 @@ impl Header {
     /// part in order. `#define`s are undone at the end of the block.
     pub fn source(&self, ns: &str, parts: &[&str]) -> String {
         let mut s = String::from(PREAMBLE);
+        for name in &self.includes {
+            let _ = writeln!(s, "#include <{name}>");
+        }
         for c in &self.comments {
             let _ = writeln!(s, "// {c}");
         }

@@ -40,6 +40,10 @@ pub enum DType {
     B1Xor,
     /// One bit, packed; products are AND (popcount of a & b).
     B1And,
+    /// 8-bit float, 4 exponent and 3 mantissa bits (OCP FP8 E4M3: finite, no infinities).
+    E4m3,
+    /// 8-bit float, 5 exponent and 2 mantissa bits (OCP FP8 E5M2).
+    E5m2,
 }
 
 /// One table for the spellings, so a new type is added in one place.
@@ -56,11 +60,13 @@ const TABLE: &[(DType, &str, &str, u32)] = &[
     (DType::U4, "u4", "unsigned", 4),
     (DType::B1Xor, "b1xor", "unsigned", 1),
     (DType::B1And, "b1and", "unsigned", 1),
+    (DType::E4m3, "e4m3", "__nv_fp8_e4m3", 8),
+    (DType::E5m2, "e5m2", "__nv_fp8_e5m2", 8),
 ];
 
 impl DType {
     /// Every type, in table order.
-    pub const ALL: [DType; 10] = [
+    pub const ALL: [DType; 12] = [
         DType::F16,
         DType::Bf16,
         DType::I8,
@@ -71,6 +77,8 @@ impl DType {
         DType::U4,
         DType::B1Xor,
         DType::B1And,
+        DType::E4m3,
+        DType::E5m2,
     ];
 
     fn row(self) -> &'static (DType, &'static str, &'static str, u32) {
@@ -121,6 +129,12 @@ impl DType {
         }
     }
 
+    /// Whether the type is one of the 8-bit floats (`e4m3`, `e5m2`): inputs only, whose CUDA
+    /// types need `cuda_fp8.h`.
+    pub fn is_fp8(self) -> bool {
+        matches!(self, DType::E4m3 | DType::E5m2)
+    }
+
     /// Whether the type is an integer type (sub-byte types included).
     pub fn is_int(self) -> bool {
         matches!(self, DType::I8 | DType::I32 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And)
@@ -133,6 +147,8 @@ impl DType {
             DType::Bf16 => 2f64.powi(-8),
             DType::F32 => 2f64.powi(-24),
             DType::Tf32 => 2f64.powi(-11),
+            DType::E4m3 => 2f64.powi(-4),
+            DType::E5m2 => 2f64.powi(-3),
             DType::I8 | DType::I32 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => 0.0,
         }
     }
@@ -157,6 +173,16 @@ impl FromStr for DType {
             "int32" | "int" => "i32",
             "int4" => "s4",
             "uint4" => "u4",
+            "fp8" | "float8" => {
+                return Err(Error::invalid(
+                    "dtype",
+                    format!(
+                        "{s:?} needs its format: e4m3 (4 exponent bits, range 448) or e5m2 (5 exponent bits, range 57344)"
+                    ),
+                ));
+            }
+            "float8_e4m3fn" | "fp8e4m3" => "e4m3",
+            "float8_e5m2" | "fp8e5m2" => "e5m2",
             "b1" | "bit" => {
                 return Err(Error::invalid(
                     "dtype",
@@ -184,6 +210,10 @@ mod tests {
         assert_eq!("FP16".parse::<DType>().unwrap(), DType::F16);
         let err = "f64".parse::<DType>().unwrap_err().to_string();
         assert!(err.contains("dtype") && err.contains("\"f64\"") && err.contains("b1xor"), "{err}");
+        let err = "fp8".parse::<DType>().unwrap_err().to_string();
+        assert!(err.contains("e4m3") && err.contains("e5m2"), "{err}");
+        assert_eq!("float8_e4m3fn".parse::<DType>().unwrap(), DType::E4m3);
+        assert!(DType::E5m2.is_fp8() && !DType::I8.is_fp8() && !DType::E4m3.is_int());
         let err = "b1".parse::<DType>().unwrap_err().to_string();
         assert!(err.contains("b1xor") && err.contains("b1and"), "{err}");
     }

@@ -414,6 +414,7 @@ impl Template for MmaExtGemm {
     fn check_workload(&self, workload: &Workload) -> Result<()> {
         let w = matmul(workload)?;
         w.validate()?;
+        w.require_plain("mma_ext_gemm")?;
         let input = w.types.input;
         fragment(input).ok_or_else(|| unsupported_input(input))?;
         // Rows of staged tiles move in 16-byte vectors at best and never straddle a row end:

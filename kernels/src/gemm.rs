@@ -220,6 +220,16 @@ impl Template for WmmaGemm {
     fn check_workload(&self, workload: &Workload) -> Result<()> {
         let w = matmul(workload)?;
         w.validate()?;
+        w.require_plain("wmma_gemm")?;
+        if w.types.input.is_fp8() {
+            return Err(Error::invalid(
+                "input",
+                format!(
+                    "wmma_gemm takes no {} inputs (WMMA has no 8-bit float fragments); wgmma_gemm takes them",
+                    w.types.input
+                ),
+            ));
+        }
         let k_align = 16 / w.types.input.bytes() as u64;
         if w.k % k_align != 0 {
             return Err(Error::invalid(
@@ -315,7 +325,9 @@ pub fn vendor_model_us(w: &Matmul) -> f64 {
     let per_gpu = match w.types.input {
         DType::F32 => 67e6,
         DType::Tf32 => 650e6 * 1.3 * 0.5,
-        DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => 650e6 * 1.3 * 2.0,
+        DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And | DType::E4m3 | DType::E5m2 => {
+            650e6 * 1.3 * 2.0
+        }
         DType::F16 | DType::Bf16 | DType::I32 => 650e6 * 1.3,
     };
     // Packed inputs are timed on their i8 stand-in: a byte per element.

@@ -29,6 +29,7 @@
 pub mod conv;
 pub mod cuda;
 pub mod dtype;
+pub mod epilogue;
 pub mod error;
 pub mod ext;
 pub mod gemm;
@@ -46,6 +47,7 @@ pub mod wgmma;
 pub mod workload;
 
 pub use dtype::DType;
+pub use epilogue::{Activation, Epilogue, InputScale};
 pub use error::{Error, Result};
 pub use space::{Config, Knob, KnobValue, Space};
 pub use target::Target;

@@ -137,7 +137,17 @@ impl Plan {
 
     fn conv_at_positions(c: &Conv2d, pos: &[usize]) -> Plan {
         let (pixels, channels, taps) = c.gemm_dims();
-        let w = Matmul { m: channels, n: pixels, k: taps, layout: Layout::Tn, types: c.types, alpha: 1.0, beta: 0.0 };
+        let w = Matmul {
+            m: channels,
+            n: pixels,
+            k: taps,
+            layout: Layout::Tn,
+            types: c.types,
+            alpha: 1.0,
+            beta: 0.0,
+            epilogue: crate::Epilogue::NONE,
+            input_scale: crate::InputScale::None,
+        };
         Plan { conv: Some(*c), ..Plan::from_positions(&w, pos) }
     }
 
@@ -658,6 +668,7 @@ impl Template for SimtGemm {
     fn check_workload(&self, workload: &Workload) -> Result<()> {
         let w = matmul(workload)?;
         w.validate()?;
+        w.require_plain("simt_gemm")?;
         if w.types.input != DType::F32 {
             return Err(Error::invalid(
                 "input",

@@ -23,6 +23,12 @@ pub enum Arg {
     D,
     /// Scratch of `workspace_bytes`; zeroed once when allocated, kernels leave it zeroed.
     Workspace,
+    /// The epilogue's bias: M values of the output type, one per row of D.
+    Bias,
+    /// The epilogue's per-row scale: M f32 values (a per-row alpha).
+    Scale,
+    /// The FP8 inputs' per-tensor scales: two f32 values, A's then B's.
+    TensorScales,
     /// A TMA tensor map of an operand, passed by value (a `__grid_constant__` CUtensorMap).
     Map(TensorMap),
     /// A TMA tensor map in im2col mode over a convolution's input, passed by value.

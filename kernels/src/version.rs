@@ -12,9 +12,9 @@ pub const WMMA_GEMM: u32 = 6;
 /// `wmma_conv2d`.
 pub const WMMA_CONV2D: u32 = 1;
 /// `wgmma_gemm`.
-pub const WGMMA_GEMM: u32 = 14;
+pub const WGMMA_GEMM: u32 = 15;
 /// `wgmma_conv2d`: follows `wgmma_gemm` since version 3 (they share the body).
-pub const WGMMA_CONV2D: u32 = 14;
+pub const WGMMA_CONV2D: u32 = 15;
 /// `simt_gemm`.
 pub const SIMT_GEMM: u32 = 2;
 /// `simt_conv2d`.

@@ -8,6 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::dtype::DType;
+use crate::epilogue::{Epilogue, InputScale};
 use crate::error::{Error, Result};
 
 /// Largest matmul dimension accepted.
@@ -101,6 +102,8 @@ impl Types {
         (DType::U4, DType::I32, &[DType::I32]),
         (DType::B1Xor, DType::I32, &[DType::I32]),
         (DType::B1And, DType::I32, &[DType::I32]),
+        (DType::E4m3, DType::F32, &[DType::Bf16, DType::F16, DType::F32]),
+        (DType::E5m2, DType::F32, &[DType::Bf16, DType::F16, DType::F32]),
     ];
 
     /// The input types of [`Types::SUPPORTED`], for messages.
@@ -164,7 +167,8 @@ impl Types {
     }
 }
 
-/// D = alpha * op(A) * op(B) + beta * C, C and D column-major M x N.
+/// D = act(alpha * sa * sb * scale[m] * op(A) * op(B) + beta * C + bias[m]), C and D
+/// column-major M x N (see [`crate::epilogue`]; a plain matmul is alpha * op(A) op(B) + beta C).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Matmul {
     /// Rows of op(A), C and D.
@@ -181,12 +185,28 @@ pub struct Matmul {
     pub alpha: f64,
     /// Scale of C; 0 means C is not read.
     pub beta: f64,
+    /// What is fused after the product besides alpha and beta.
+    #[serde(default)]
+    pub epilogue: Epilogue,
+    /// Per-tensor scales of FP8 inputs.
+    #[serde(default)]
+    pub input_scale: InputScale,
 }
 
 impl Matmul {
-    /// A validated matmul with alpha = 1, beta = 0.
+    /// A validated matmul with alpha = 1, beta = 0 and no other epilogue.
     pub fn new(m: u64, n: u64, k: u64, layout: Layout, types: Types) -> Result<Matmul> {
-        let w = Matmul { m, n, k, layout, types, alpha: 1.0, beta: 0.0 };
+        let w = Matmul {
+            m,
+            n,
+            k,
+            layout,
+            types,
+            alpha: 1.0,
+            beta: 0.0,
+            epilogue: Epilogue::NONE,
+            input_scale: InputScale::None,
+        };
         w.validate()?;
         Ok(w)
     }
@@ -228,6 +248,30 @@ impl Matmul {
                 ));
             }
         }
+        if input.is_fp8() && self.layout != Layout::Tn {
+            return Err(Error::invalid(
+                "layout",
+                format!(
+                    "{} for {input} inputs; 8-bit float operands must be K-contiguous (layout tn): wgmma reads them K-major only, and cuBLASLt's FP8 matmul takes TN only",
+                    self.layout
+                ),
+            ));
+        }
+        if self.input_scale != InputScale::None && !input.is_fp8() {
+            return Err(Error::invalid(
+                "scale",
+                format!("scale={} is for e4m3 and e5m2 inputs, not {input}", self.input_scale.name()),
+            ));
+        }
+        if !self.epilogue.is_none() && self.types.output.is_int() {
+            return Err(Error::invalid(
+                "epilogue",
+                format!(
+                    "{} needs a float output; {} outputs take alpha and beta only",
+                    self.epilogue, self.types.output
+                ),
+            ));
+        }
         for (field, v) in [("alpha", self.alpha), ("beta", self.beta)] {
             if !v.is_finite() {
                 return Err(Error::invalid(field, format!("{v} is not finite")));
@@ -249,13 +293,34 @@ impl Matmul {
         self.beta != 0.0
     }
 
+    /// Whether the epilogue or input scales go beyond alpha and beta (a template without them
+    /// must refuse the workload).
+    pub fn fused(&self) -> bool {
+        !self.epilogue.is_none() || self.input_scale != InputScale::None
+    }
+
+    /// `Unsupported` naming `template` when the workload fuses more than alpha and beta.
+    pub fn require_plain(&self, template: &'static str) -> Result<()> {
+        if self.fused() {
+            return Err(Error::invalid(
+                "epilogue",
+                format!(
+                    "{template} fuses alpha and beta only, not epi={} scale={}; wgmma_gemm fuses them",
+                    self.epilogue,
+                    self.input_scale.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The GEMM view of this matmul (identity).
     pub fn gemm(&self) -> Matmul {
         *self
     }
 
     fn key(&self) -> String {
-        format!(
+        let mut key = format!(
             "matmul/m{}n{}k{}/{}/{}/alpha={},beta={}",
             self.m,
             self.n,
@@ -264,7 +329,45 @@ impl Matmul {
             self.types.key(),
             fmt_scale(self.alpha),
             fmt_scale(self.beta)
-        )
+        );
+        // Left out when plain, so that keys from before epilogues existed stay as they were.
+        if self.input_scale != InputScale::None {
+            key.push_str(&format!(",scale={}", self.input_scale.name()));
+        }
+        if !self.epilogue.is_none() {
+            key.push_str(&format!(",epi={}", self.epilogue));
+        }
+        key
+    }
+
+    /// Parses the last part of key `key`: `alpha=<a>,beta=<b>`, then optionally `scale=<s>` and
+    /// `epi=<parts>` in that order. A bad scale or epilogue names its own field.
+    fn parse_epilogue(key: &str, text: &str) -> Result<(f64, f64, InputScale, Epilogue)> {
+        let bad = |why: String| Error::invalid("key", format!("{key:?} is not a workload key: {why}"));
+        let mut parts = text.split(',');
+        let mut number = |name: &str| {
+            parts
+                .next()
+                .and_then(|p| p.strip_prefix(name)?.strip_prefix('=')?.parse::<f64>().ok())
+                .ok_or_else(|| bad("epilogue must read alpha=<a>,beta=<b>[,scale=tensor][,epi=<parts>]".into()))
+        };
+        let (alpha, beta) = (number("alpha")?, number("beta")?);
+        let (mut scale, mut epi, mut seen_epi) = (InputScale::None, Epilogue::NONE, false);
+        for part in parts {
+            match part.split_once('=') {
+                Some(("scale", v)) if !seen_epi && scale == InputScale::None => scale = v.parse()?,
+                Some(("epi", v)) if !seen_epi => {
+                    epi = v.parse()?;
+                    seen_epi = true;
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "unexpected {part:?} after beta; allowed: scale=tensor, then epi=<parts>"
+                    )));
+                }
+            }
+        }
+        Ok((alpha, beta, scale, epi))
     }
 }
 
@@ -368,6 +471,12 @@ impl Conv2d {
         }
         let _ = k;
         Types::new(self.types.input, self.types.accumulator, Some(self.types.output))?;
+        if self.types.input.is_fp8() {
+            return Err(Error::invalid(
+                "input",
+                format!("{} convolutions are not supported; 8-bit floats are for tn matmul only", self.types.input),
+            ));
+        }
         if self.types.input.is_packed() {
             return Err(Error::invalid(
                 "input",
@@ -521,7 +630,8 @@ impl Workload {
         let ln = |a: u64, b: u64| ((a as f64) / (b as f64)).ln().abs();
         match (self, other) {
             (Workload::Matmul(a), Workload::Matmul(b)) if a.layout == b.layout && a.types == b.types => {
-                let epilogue = if (a.alpha, a.beta) == (b.alpha, b.beta) { 0.0 } else { 1e-3 };
+                let same = (a.alpha, a.beta, a.epilogue, a.input_scale) == (b.alpha, b.beta, b.epilogue, b.input_scale);
+                let epilogue = if same { 0.0 } else { 1e-3 };
                 Some(ln(a.m, b.m) + ln(a.n, b.n) + ln(a.k, b.k) + epilogue)
             }
             (Workload::Conv2d(a), Workload::Conv2d(b))
@@ -550,12 +660,7 @@ impl Workload {
         let w = match parts.as_slice() {
             ["matmul", dims, layout, types, epi] => {
                 let d = parse_fields(dims, &['m', 'n', 'k']).ok_or_else(|| bad("dims must read m<M>n<N>k<K>"))?;
-                let (alpha, beta) = epi
-                    .split_once(',')
-                    .and_then(|(a, b)| {
-                        Some((a.strip_prefix("alpha=")?.parse().ok()?, b.strip_prefix("beta=")?.parse().ok()?))
-                    })
-                    .ok_or_else(|| bad("epilogue must read alpha=<a>,beta=<b>"))?;
+                let (alpha, beta, input_scale, epilogue) = Matmul::parse_epilogue(key, epi)?;
                 Workload::Matmul(Matmul {
                     m: d[0],
                     n: d[1],
@@ -564,6 +669,8 @@ impl Workload {
                     types: Types::parse_key(types)?,
                     alpha,
                     beta,
+                    epilogue,
+                    input_scale,
                 })
             }
             ["conv2d", input, filter, geo, "nhwc", types] => {
@@ -664,6 +771,58 @@ mod tests {
         m.beta = -1.25;
         let w = Workload::Matmul(m);
         assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
+    }
+
+    #[test]
+    fn fp8_and_epilogue_keys_round_trip_and_old_keys_stay() {
+        let e4m3 = Types::new(DType::E4m3, DType::F32, Some(DType::Bf16)).unwrap();
+        let mut m = Matmul::new(4096, 4096, 4096, Layout::Tn, e4m3).unwrap();
+        m.input_scale = InputScale::Tensor;
+        let w = Workload::Matmul(m);
+        assert_eq!(w.key(), "matmul/m4096n4096k4096/tn/e4m3,f32,bf16/alpha=1,beta=0,scale=tensor");
+        assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
+        m.epilogue = "gelu+bias".parse().unwrap();
+        m.beta = 1.0;
+        let w = Workload::Matmul(m);
+        assert_eq!(w.key(), "matmul/m4096n4096k4096/tn/e4m3,f32,bf16/alpha=1,beta=1,scale=tensor,epi=bias+gelu");
+        assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
+        let mut bf =
+            Matmul::new(512, 64, 512, Layout::Nn, Types::new(DType::Bf16, DType::F32, Some(DType::Bf16)).unwrap())
+                .unwrap();
+        bf.epilogue = "scale+relu".parse().unwrap();
+        let w = Workload::Matmul(bf);
+        assert_eq!(w.key(), "matmul/m512n64k512/nn/bf16,f32,bf16/alpha=1,beta=0,epi=scale+relu");
+        assert_eq!(Workload::from_key(&w.key()).unwrap(), w);
+        // A different epilogue is the same shape with a tie-break, never the same key.
+        let plain = Workload::Matmul(Matmul { epilogue: Epilogue::NONE, ..bf });
+        assert_eq!(plain.key(), "matmul/m512n64k512/nn/bf16,f32,bf16/alpha=1,beta=0");
+        assert!(plain.shape_distance(&w).unwrap() > 0.0);
+        // JSON written before the fields existed still reads.
+        let old = r#"{"op":"matmul","m":8,"n":8,"k":16,"layout":"nn","types":{"input":"f16","accumulator":"f32","output":"f32"},"alpha":1.0,"beta":0.0}"#;
+        let read: Workload = serde_json::from_str(old).unwrap();
+        assert!(matches!(read, Workload::Matmul(m) if !m.fused()));
+    }
+
+    #[test]
+    fn fp8_and_epilogue_errors_name_the_field_and_the_allowed_values() {
+        let base = "matmul/m64n64k64/tn/e4m3,f32,bf16/alpha=1,beta=0";
+        for (key, field, says) in [
+            ("matmul/m64n64k64/nn/e4m3,f32,bf16/alpha=1,beta=0", "layout", "layout tn"),
+            ("matmul/m64n64k64/tn/e5m2,f32,i32/alpha=1,beta=0", "output", "allowed: bf16, f16, f32"),
+            ("matmul/m64n64k64/tn/e4m3,f16,f16/alpha=1,beta=0", "accumulator", "allowed: f32"),
+            ("matmul/m64n64k64/tn/f16,f32,f32/alpha=1,beta=0,scale=tensor", "scale", "e4m3 and e5m2"),
+            ("matmul/m64n64k64/tn/e4m3,f32,bf16/alpha=1,beta=0,scale=row", "scale", "allowed: none, tensor"),
+            ("matmul/m64n64k64/tn/e4m3,f32,bf16/alpha=1,beta=0,epi=bias+swish", "epilogue", "allowed: scale, bias"),
+            ("matmul/m64n64k64/tn/i8,i32,i32/alpha=1,beta=0,epi=relu", "epilogue", "float output"),
+            ("matmul/m64n64k64/tn/e4m3,f32,bf16/alpha=1,beta=0,epi=relu,scale=tensor", "key", "then epi"),
+        ] {
+            let e = Workload::from_key(key).unwrap_err();
+            assert_eq!(e.field(), Some(field), "{key}: {e}");
+            assert!(e.to_string().contains(says), "{key}: {e}");
+        }
+        Workload::from_key(base).unwrap();
+        let conv = "conv2d/n1h8w8c16/k16r1s1/pad0x0,stride1x1,dil1x1/nhwc/e4m3,f32,bf16";
+        assert_eq!(Workload::from_key(conv).unwrap_err().field(), Some("input"));
     }
 
     #[test]

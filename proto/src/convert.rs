@@ -52,6 +52,8 @@ pub fn dtype_to_pb(d: DType) -> pb::Dtype {
         DType::U4 => pb::Dtype::U4,
         DType::B1Xor => pb::Dtype::B1Xor,
         DType::B1And => pb::Dtype::B1And,
+        DType::E4m3 => pb::Dtype::E4m3,
+        DType::E5m2 => pb::Dtype::E5m2,
     }
 }
 
@@ -69,9 +71,13 @@ pub fn dtype_from_pb(field: &str, v: i32) -> Result<Option<DType>, FieldError> {
         Ok(pb::Dtype::U4) => Ok(Some(DType::U4)),
         Ok(pb::Dtype::B1Xor) => Ok(Some(DType::B1Xor)),
         Ok(pb::Dtype::B1And) => Ok(Some(DType::B1And)),
+        Ok(pb::Dtype::E4m3) => Ok(Some(DType::E4m3)),
+        Ok(pb::Dtype::E5m2) => Ok(Some(DType::E5m2)),
         Err(_) => Err(FieldError::new(
             field,
-            format!("unknown dtype value {v}; expected f16, bf16, i8, f32, i32, tf32, s4, u4, b1xor or b1and"),
+            format!(
+                "unknown dtype value {v}; expected f16, bf16, i8, f32, i32, tf32, s4, u4, b1xor, b1and, e4m3 or e5m2"
+            ),
         )),
     }
 }
@@ -128,6 +134,11 @@ impl From<&Workload> for pb::Workload {
                 output: dtype_to_pb(m.types.output) as i32,
                 alpha: Some(m.alpha),
                 beta: Some(m.beta),
+                epilogue: if m.epilogue.is_none() { String::new() } else { m.epilogue.name() },
+                input_scale: match m.input_scale {
+                    tensortune_kernels::InputScale::None => String::new(),
+                    s => s.name().to_string(),
+                },
             }),
             Workload::Conv2d(c) => pb::workload::Op::Conv2d(pb::Conv2d {
                 n: c.n,
@@ -169,6 +180,8 @@ impl TryFrom<&pb::Workload> for Workload {
                     types,
                     alpha: m.alpha.unwrap_or(1.0),
                     beta: m.beta.unwrap_or(0.0),
+                    epilogue: m.epilogue.parse().map_err(|e| FieldError::from_kernels("matmul", e))?,
+                    input_scale: m.input_scale.parse().map_err(|e| FieldError::from_kernels("matmul", e))?,
                 };
                 mm.validate().map_err(|e| FieldError::from_kernels("matmul", e))?;
                 Workload::Matmul(mm)

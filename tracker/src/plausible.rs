@@ -53,7 +53,7 @@ fn peak_flops_per_sm_clock(arch: u32, input: DType) -> f64 {
         _ => 8192.0,
     };
     match input {
-        DType::I8 => f16 * 2.0,
+        DType::I8 | DType::E4m3 | DType::E5m2 => f16 * 2.0,
         // Exact f32 runs on the CUDA cores: 128 FMA lanes per SM from Ampere on (64 before, so
         // this only loosens the check there); newer parts again take twice.
         DType::F32 => {

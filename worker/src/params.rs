@@ -13,6 +13,9 @@ pub fn param(arg: &Arg) -> Param {
         Arg::C => Param::Pointer { operand: Operand::C },
         Arg::D => Param::Pointer { operand: Operand::D },
         Arg::Workspace => Param::Pointer { operand: Operand::Workspace },
+        Arg::Bias => Param::Pointer { operand: Operand::Bias },
+        Arg::Scale => Param::Pointer { operand: Operand::Scale },
+        Arg::TensorScales => Param::Pointer { operand: Operand::TensorScales },
         Arg::Map(m) => {
             Param::TensorMap(MapRecipe::tiled(operand(m.operand), dtype(m.dtype), m.dims, m.row_bytes, m.box_dims))
         }
@@ -43,6 +46,8 @@ pub fn bundle_dtype(d: tensortune_kernels::DType) -> Option<tensortune_bundle::D
         K::I32 => Some(B::I32),
         K::Tf32 => Some(B::Tf32),
         K::S4 | K::U4 | K::B1Xor | K::B1And => None,
+        K::E4m3 => Some(B::E4m3),
+        K::E5m2 => Some(B::E5m2),
     }
 }
 

@@ -195,7 +195,17 @@ pub(crate) fn vendor_time(workload: &Workload) -> f64 {
         Workload::Conv2d(c) => {
             // cuDNN's implicit GEMM: NHWC activations are K-contiguous (T), KRSC filters too (N).
             let (m, n, k) = c.gemm_dims();
-            vendor_model_us(&Matmul { m, n, k, layout: Layout::Tn, types: c.types, alpha: 1.0, beta: 0.0 })
+            vendor_model_us(&Matmul {
+                m,
+                n,
+                k,
+                layout: Layout::Tn,
+                types: c.types,
+                alpha: 1.0,
+                beta: 0.0,
+                epilogue: tensortune_kernels::Epilogue::NONE,
+                input_scale: tensortune_kernels::InputScale::None,
+            })
         }
     }
 }

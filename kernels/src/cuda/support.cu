@@ -41,6 +41,18 @@ template <> __device__ __forceinline__ half make<half>(unsigned long long i, uns
 template <> __device__ __forceinline__ __nv_bfloat16 make<__nv_bfloat16>(unsigned long long i, unsigned seed, bool check) {
   return __float2bfloat16_rn(draw(i, seed, check));
 }
+#ifdef __CUDA_FP8_TYPES_EXIST__
+// FP8 inputs: the check set's multiples of 1/8 in [-1, 1] are exact in e4m3 and e5m2 (at most
+// three significant bits).
+template <> __device__ __forceinline__ __nv_fp8_e4m3 make<__nv_fp8_e4m3>(unsigned long long i, unsigned seed, bool check) {
+  return __nv_fp8_e4m3(draw(i, seed, check));
+}
+template <> __device__ __forceinline__ __nv_fp8_e5m2 make<__nv_fp8_e5m2>(unsigned long long i, unsigned seed, bool check) {
+  return __nv_fp8_e5m2(draw(i, seed, check));
+}
+__device__ __forceinline__ double to_f64(__nv_fp8_e4m3 x) { return (double)(float)x; }
+__device__ __forceinline__ double to_f64(__nv_fp8_e5m2 x) { return (double)(float)x; }
+#endif
 template <> __device__ __forceinline__ float make<float>(unsigned long long i, unsigned seed, bool check) {
   return draw(i, seed, check);
 }
@@ -96,6 +108,13 @@ __device__ __forceinline__ bool is_poison(__nv_bfloat16 x) { return __hisnan(x);
 __device__ __forceinline__ bool is_poison(float x) { return isnan(x); }
 __device__ __forceinline__ bool is_poison(int x) { return x == (int)0x80000001; }
 
+// An f32 value rounded to an output type (nearest even).
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ half from_f32<half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ int from_f32<int>(float v) { return __float2int_rn(v); }
+
 }  // namespace tt
 
 using namespace tt;
@@ -107,7 +126,7 @@ extern "C" __global__ void tt_fill_in(T_IN* p, unsigned long long n, unsigned se
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < units;
        i += (unsigned long long)gridDim.x * blockDim.x) {
     if constexpr (FINE_CHECK) {
-      p[i] = draw(i, seed, check != 0, true);
+      p[i] = T_IN(draw(i, seed, check != 0, true));
     } else {
       p[i] = make<T_IN>(i, seed, check != 0);
     }
@@ -126,12 +145,22 @@ extern "C" __global__ void tt_poison(T_OUT* p, unsigned long long n) {
     p[i] = poison_value<T_OUT>();
 }
 
-// Reference: ref = alpha * sum + beta * c in float64, plus per element the scales the tolerance
-// needs: sq = |alpha| * sqrt(sum of squared products), mag = |alpha * sum| + |beta * c|.
-// Launch with one thread per output element (grid-stride), any block size.
+// GELU, tanh form, in float64.
+__device__ __forceinline__ double gelu_f64(double x) {
+  return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// Reference: ref = act(alpha * sa * sb * scale[m] * sum + beta * c + bias[m]) in float64 (the
+// epilogue's parts only where the workload has them; a convolution has none), plus per element
+// the scales the tolerance needs: sq = |alpha sa sb scale[m]| * sqrt(sum of squared products),
+// mag = |alpha sa sb scale[m] * sum| + |beta * c| + |bias[m]|; both grow by 1.13 (GELU's
+// steepest slope) under GELU. Launch with one thread per output element (grid-stride), any
+// block size.
 extern "C" __global__ void tt_reference(const T_IN* __restrict__ A, const T_IN* __restrict__ B,
                                         const T_OUT* __restrict__ C, double* __restrict__ ref,
-                                        double* __restrict__ sq, double* __restrict__ mag) {
+                                        double* __restrict__ sq, double* __restrict__ mag,
+                                        const T_OUT* __restrict__ bias, const float* __restrict__ row_scale,
+                                        const float* __restrict__ tensor_scales) {
   const unsigned long long total = (unsigned long long)OUT_ELEMS;
   for (unsigned long long o = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; o < total;
        o += (unsigned long long)gridDim.x * blockDim.x) {
@@ -170,9 +199,47 @@ extern "C" __global__ void tt_reference(const T_IN* __restrict__ A, const T_IN* 
     }
 #endif
     const double c = READ_C ? to_f64(C[o]) : 0.0;
-    ref[o] = ALPHA_F64 * sum + BETA_F64 * c;
-    sq[o] = fabs(ALPHA_F64) * sqrt(sum_sq);
-    mag[o] = fabs(ALPHA_F64 * sum) + fabs(BETA_F64 * c);
+#if TT_OP_CONV2D
+    const long long row = 0;
+#else
+    const long long row = m;
+#endif
+    double scale = ALPHA_F64;
+    if (TENSOR_SCALE) scale *= (double)tensor_scales[0] * (double)tensor_scales[1];
+    if (EPI_SCALE) scale *= (double)row_scale[row];
+    const double b = EPI_BIAS ? to_f64(bias[row]) : 0.0;
+    const double pre = scale * sum + BETA_F64 * c + b;
+    const double slope = EPI_ACT == 2 ? 1.13 : 1.0;
+    ref[o] = EPI_ACT == 1 ? fmax(pre, 0.0) : EPI_ACT == 2 ? gelu_f64(pre) : pre;
+    sq[o] = slope * fabs(scale) * sqrt(sum_sq);
+    mag[o] = slope * (fabs(scale * sum) + fabs(BETA_F64 * c) + fabs(b));
+  }
+}
+
+// The unfused epilogue a framework runs after a vendor GEMM that cannot fuse it: D holds the
+// plain product (alpha 1, beta 0, no input scales); this writes
+// D = act(alpha * sa * sb * scale[m] * D + beta * C + bias[m]) in f32, one thread per element
+// (grid-stride). The vendor baseline's second kernel where cuBLASLt has no such epilogue.
+extern "C" __global__ void tt_epilogue(T_OUT* __restrict__ D, const T_OUT* __restrict__ C,
+                                       const T_OUT* __restrict__ bias, const float* __restrict__ row_scale,
+                                       const float* __restrict__ tensor_scales) {
+  const unsigned long long total = (unsigned long long)OUT_ELEMS;
+  for (unsigned long long o = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; o < total;
+       o += (unsigned long long)gridDim.x * blockDim.x) {
+#if TT_OP_CONV2D
+    const long long row = 0;
+#else
+    const long long row = (long long)(o % M);
+#endif
+    float s = (float)ALPHA_F64;
+    if (TENSOR_SCALE) s *= tensor_scales[0] * tensor_scales[1];
+    if (EPI_SCALE) s *= row_scale[row];
+    float v = s * (float)to_f64(D[o]);
+    if (READ_C) v += (float)BETA_F64 * (float)to_f64(C[o]);
+    if (EPI_BIAS) v += (float)to_f64(bias[row]);
+    if (EPI_ACT == 1) v = fmaxf(v, 0.0f);
+    if (EPI_ACT == 2) v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    D[o] = from_f32<T_OUT>(v);
   }
 }
 

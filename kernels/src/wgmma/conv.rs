@@ -155,6 +155,7 @@ mod tests {
     use super::super::plan::ConvX;
     use super::*;
     use crate::template::{Arg, TensorOperand, valid_configs};
+    use crate::version::WGMMA_CONV2D;
     use crate::{Layout, Types};
 
     #[allow(clippy::too_many_arguments)] // a layer is this many numbers; a struct would restate Conv2d
@@ -220,7 +221,7 @@ mod tests {
         {
             assert!(spec.source.contains(line), "{line} missing");
         }
-        assert!(spec.name.starts_with("tt_wgmma_conv2d_gather_v14_"), "{}", spec.name);
+        assert!(spec.name.starts_with(&format!("tt_wgmma_conv2d_gather_v{}_", WGMMA_CONV2D)), "{}", spec.name);
         let f = WgmmaConv2d.features(&padded, &c, &target).unwrap();
         assert_eq!(f.last(), Some(&("gather", 1.0)));
     }
@@ -243,7 +244,7 @@ mod tests {
         for line in ["IM2COL = true;", "GATHER = false;", "CONV_C = 64;", "OUT_W = 5;", "STRIDE_H = 2;"] {
             assert!(spec.source.contains(line), "{line} missing");
         }
-        assert!(spec.name.starts_with("tt_wgmma_conv2d_im2col_v14_"), "{}", spec.name);
+        assert!(spec.name.starts_with(&format!("tt_wgmma_conv2d_im2col_v{}_", WGMMA_CONV2D)), "{}", spec.name);
         // The window's extent and dilation set the upper corner.
         let Workload::Conv2d(mut d) = layer else { unreachable!() };
         d.dilation = (2, 3);
@@ -307,7 +308,10 @@ mod tests {
         assert_eq!(ConvGemm::of(&g).0.x, ConvX::Gather);
         let few = layer(2, 9, 4, 40, 3, 1, 1, DType::Tf32);
         let spec = WgmmaConv2d.generate(&few, &config(&few, "warpgroup"), &target).unwrap();
-        assert!(spec.source.contains("CONV_C = 4;") && spec.name.starts_with("tt_wgmma_conv2d_gather_v14_"));
+        assert!(
+            spec.source.contains("CONV_C = 4;")
+                && spec.name.starts_with(&format!("tt_wgmma_conv2d_gather_v{}_", WGMMA_CONV2D))
+        );
         let e = WgmmaConv2d.supports(&layer(2, 9, 6, 40, 3, 1, 1, DType::Tf32), &target).unwrap_err();
         assert!(e.field() == Some("c") && e.to_string().contains("multiple of 4"), "{e}");
         // A pointwise layer: plain TMA tiles of floats.

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use super::plan::{ConvX, Plan, im2col_corners};
 use crate::cuda::{Header, Scalar, ident};
 use crate::dtype::DType;
+use crate::epilogue::{Activation, InputScale};
 use crate::target::Target;
 use crate::template::{Arg, Im2colMap, KernelSpec, Launch, Resources, TensorMap, TensorOperand};
 use crate::workload::Workload;
@@ -131,6 +132,9 @@ impl Plan {
         let epi_int = t.output.is_int();
         let scalar = |v: f64| if epi_int { Scalar::Int(v as i64) } else { Scalar::Float(v) };
         let mut h = Header::default();
+        if t.input.is_fp8() {
+            h.include("cuda_fp8.h");
+        }
         match &self.conv {
             Some(c) => h
                 .comment(format!(
@@ -144,7 +148,10 @@ impl Plan {
                 ))
                 .comment(format!("workload {}", Workload::Conv2d(c.conv).key())),
             None => h
-                .comment(format!("wgmma_gemm v{}: D = alpha * op(A) op(B) + beta * C", crate::version::WGMMA_GEMM))
+                .comment(format!(
+                    "wgmma_gemm v{}: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])",
+                    crate::version::WGMMA_GEMM
+                ))
                 .comment(format!("workload {}", Workload::Matmul(*w).key())),
         };
         // The convolution's geometry (placeholders when there is none: the gather is not compiled).
@@ -224,8 +231,56 @@ impl Plan {
             .flag("READ_C", w.reads_c())
             .value("T_EPI", "ALPHA", scalar(w.alpha))
             .value("T_EPI", "BETA", scalar(w.beta));
+        self.epilogue_header(&mut h);
         let body = crate::cuda::fill_holes(BODY, &format!("// @fill(mma_tile)\n{}", self.mma_tile()));
         h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, &body])
+    }
+
+    /// The fused epilogue's constants and the kernel parameters it adds after the workspace, in
+    /// the order of [`Plan::epilogue_args`].
+    fn epilogue_header(&self, h: &mut Header) {
+        let e = &self.w.epilogue;
+        let tensor = self.w.input_scale == InputScale::Tensor;
+        let act = match e.activation {
+            Activation::None => 0,
+            Activation::Relu => 1,
+            Activation::Gelu => 2,
+        };
+        let mut params = String::new();
+        if e.bias {
+            params.push_str(", const T_OUT* __restrict__ bias_v");
+        }
+        if e.scale {
+            params.push_str(", const float* __restrict__ rscale_v");
+        }
+        if tensor {
+            params.push_str(", const float* __restrict__ tscale_v");
+        }
+        h.flag("EPI_SCALE", e.scale)
+            .flag("EPI_BIAS", e.bias)
+            .int("EPI_ACT", act)
+            .flag("TENSOR_SCALE", tensor)
+            .flag("FUSED", self.w.fused())
+            .define("TT_EPI_PARAMS", params)
+            .define("TT_EPI_BIAS", if e.bias { "bias_v" } else { "nullptr" })
+            .define("TT_EPI_RSCALE", if e.scale { "rscale_v" } else { "nullptr" })
+            .define("TT_EPI_AB", if tensor { "(tscale_v[0] * tscale_v[1])" } else { "1.0f" });
+    }
+
+    /// The epilogue's buffers, in parameter order (after the workspace).
+    pub(super) fn epilogue_args(&self) -> Vec<Arg> {
+        let e = &self.w.epilogue;
+        let mut args = Vec::new();
+        if e.bias {
+            args.push(Arg::Bias);
+        }
+        if e.scale {
+            args.push(Arg::Scale);
+        }
+        if self.w.input_scale == InputScale::Tensor {
+            args.push(Arg::TensorScales);
+        }
+        args
     }
 
     /// `mma_tile(acc, dx, dy)`: one wgmma of a 64 x BQ tile (K 16, or 32 for i8) accumulating into
@@ -236,6 +291,8 @@ impl Plan {
         let regs = self.acc_regs();
         let (shape, constraint) = match (t.input, t.accumulator) {
             (DType::I8, _) => (format!("m64n{n}k32.s32.s8.s8"), "+r"),
+            // FP8: K 32 (32 bytes), f32 accumulators, K-major operands only.
+            (input, _) if input.is_fp8() => (format!("m64n{n}k32.f32.{0}.{0}", input.name()), "+f"),
             // TF32: K 8 (32 bytes, as every type's step), f32 accumulators.
             (DType::Tf32, _) => (format!("m64n{n}k8.f32.tf32.tf32"), "+f"),
             (DType::F16, DType::F16) => (format!("m64n{n}k16.f16.f16.f16"), "+r"),
@@ -246,8 +303,9 @@ impl Plan {
         // K-major) the scale-a/b immediates and the transpose bits of MN-major operands.
         let tail = if t.input == DType::I8 {
             "p".to_string()
-        } else if t.input == DType::Tf32 {
-            // TF32 has the scale immediates but no transpose bits: its operands are K-major.
+        } else if t.input == DType::Tf32 || t.input.is_fp8() {
+            // TF32 and FP8 have the scale immediates but no transpose bits: their operands are
+            // K-major.
             "p, 1, 1".to_string()
         } else {
             format!("p, 1, 1, {}, {}", u32::from(!self.x_kmajor()), u32::from(!self.y_kmajor()))
@@ -311,10 +369,14 @@ impl Plan {
                 block: [res.threads, 1, 1],
                 smem_bytes: res.smem_bytes,
                 workspace_bytes: res.workspace_bytes,
-                args: if self.tma_store {
-                    vec![x, Arg::Map(y), Arg::Map(self.map_d()), Arg::C, Arg::D, Arg::Workspace]
-                } else {
-                    vec![x, Arg::Map(y), Arg::C, Arg::D, Arg::Workspace]
+                args: {
+                    let mut args = if self.tma_store {
+                        vec![x, Arg::Map(y), Arg::Map(self.map_d()), Arg::C, Arg::D, Arg::Workspace]
+                    } else {
+                        vec![x, Arg::Map(y), Arg::C, Arg::D, Arg::Workspace]
+                    };
+                    args.extend(self.epilogue_args());
+                    args
                 },
             },
         }

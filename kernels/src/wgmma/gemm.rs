@@ -45,8 +45,11 @@ impl Template for WgmmaGemm {
         let w = matmul(workload)?;
         w.validate()?;
         let input = w.types.input;
-        if !matches!(input, DType::F16 | DType::Bf16 | DType::I8 | DType::Tf32) {
-            return Err(Error::invalid("input", format!("wgmma_gemm takes f16, bf16, i8 or tf32 inputs, not {input}")));
+        if !matches!(input, DType::F16 | DType::Bf16 | DType::I8 | DType::Tf32 | DType::E4m3 | DType::E5m2) {
+            return Err(Error::invalid(
+                "input",
+                format!("wgmma_gemm takes f16, bf16, i8, tf32, e4m3 or e5m2 inputs, not {input}"),
+            ));
         }
         if matches!(input, DType::I8 | DType::Tf32) && w.layout != crate::Layout::Tn {
             let other = if input == DType::I8 { "wmma_gemm" } else { "mma_ext_gemm" };

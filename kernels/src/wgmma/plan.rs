@@ -110,6 +110,8 @@ impl ConvGemm {
             types: c.types,
             alpha: 1.0,
             beta: 0.0,
+            epilogue: crate::Epilogue::NONE,
+            input_scale: crate::InputScale::None,
         };
         let x = if pointwise {
             ConvX::Tiled

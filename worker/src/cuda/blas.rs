@@ -106,6 +106,8 @@ pub(super) fn data_type(d: DType) -> cudaDataType {
         DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => cudaDataType::CUDA_R_8I,
         DType::F32 | DType::Tf32 => cudaDataType::CUDA_R_32F,
         DType::I32 => cudaDataType::CUDA_R_32I,
+        DType::E4m3 => cudaDataType::CUDA_R_8F_E4M3,
+        DType::E5m2 => cudaDataType::CUDA_R_8F_E5M2,
     }
 }
 

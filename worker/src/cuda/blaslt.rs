@@ -26,7 +26,7 @@ use cudarc::cublaslt::sys::{
 };
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUresult;
-use tensortune_kernels::{DType, Matmul};
+use tensortune_kernels::{Activation, DType, InputScale, Matmul};
 
 use super::blas::{Ops, Scalars, operation};
 use super::device::{CudaFailure, DevBuf};
@@ -213,8 +213,9 @@ impl Lt {
         Ok(Lt { handle, stream: stream.clone(), workspace })
     }
 
-    /// Describes `w` to cuBLASLt as `blas` describes it to `cublasGemmEx`.
-    pub(crate) fn plan(&self, w: &Matmul) -> Result<Plan<'_>, String> {
+    /// Describes `w` to cuBLASLt as `blas` describes it to `cublasGemmEx`, with its fused
+    /// epilogue and FP8 input scales when `fused` gives their device buffers (see [`Fused`]).
+    pub(crate) fn plan(&self, w: &Matmul, fused: Option<Fused>) -> Result<Plan<'_>, String> {
         self.stream.context().bind_to_thread().map_err(|e| format!("binding the context: {e:?}"))?;
         let scalars = Scalars::of(w);
         // The compute types of `blas::compute_type`, in cuBLASLt's own binding of the enum.
@@ -242,6 +243,9 @@ impl Lt {
             lt::create_matmul_desc(compute, scale).map_err(|e| format!("cublasLtMatmulDescCreate failed: {e:?}"))?;
         p.set_operation(DescAttr::CUBLASLT_MATMUL_DESC_TRANSA, ops.a_t)?;
         p.set_operation(DescAttr::CUBLASLT_MATMUL_DESC_TRANSB, ops.b_t)?;
+        if let Some(f) = fused {
+            p.fuse(w, f)?;
+        }
         p.a = layout(data_type(w.types.input), a)?;
         p.b = layout(data_type(w.types.input), b)?;
         p.d = layout(data_type(w.types.output), d)?;
@@ -291,6 +295,40 @@ impl Plan<'_> {
         // read from a local that outlives the call.
         unsafe { lt::set_matmul_desc_attribute(self.desc, attr, &op as *const i32 as *const c_void, size_of::<i32>()) }
             .map_err(|e| format!("cublasLtMatmulDescSetAttribute({attr:?}) failed: {e:?}"))
+    }
+
+    /// Sets one attribute of the descriptor from a plain value.
+    fn set<T: Copy>(&self, attr: DescAttr, value: &T) -> Result<(), String> {
+        // SAFETY: the descriptor is live; every attribute set through here is of T's size and
+        // representation (uint32 for the epilogue, int32 for a data type, a device pointer for a
+        // pointer attribute), read from a reference that outlives the call.
+        unsafe { lt::set_matmul_desc_attribute(self.desc, attr, value as *const T as *const c_void, size_of::<T>()) }
+            .map_err(|e| format!("cublasLtMatmulDescSetAttribute({attr:?}) failed: {e:?}"))
+    }
+
+    /// The fused epilogue (`CUBLASLT_EPILOGUE_*` with the bias pointer) and the FP8 inputs'
+    /// scale pointers. A per-row scale has no cuBLASLt epilogue: [`fusable`] says so first.
+    fn fuse(&self, w: &Matmul, f: Fused) -> Result<(), String> {
+        use sys::cublasLtEpilogue_t as E;
+        let e = &w.epilogue;
+        let epilogue = match (e.bias, e.activation) {
+            (false, Activation::None) => E::CUBLASLT_EPILOGUE_DEFAULT,
+            (false, Activation::Relu) => E::CUBLASLT_EPILOGUE_RELU,
+            (false, Activation::Gelu) => E::CUBLASLT_EPILOGUE_GELU,
+            (true, Activation::None) => E::CUBLASLT_EPILOGUE_BIAS,
+            (true, Activation::Relu) => E::CUBLASLT_EPILOGUE_RELU_BIAS,
+            (true, Activation::Gelu) => E::CUBLASLT_EPILOGUE_GELU_BIAS,
+        };
+        self.set(DescAttr::CUBLASLT_MATMUL_DESC_EPILOGUE, &(epilogue as u32))?;
+        if e.bias {
+            self.set(DescAttr::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &f.bias)?;
+            self.set(DescAttr::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &(data_type(w.types.output) as i32))?;
+        }
+        if w.input_scale == InputScale::Tensor {
+            self.set(DescAttr::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &f.a_scale)?;
+            self.set(DescAttr::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &f.b_scale)?;
+        }
+        Ok(())
     }
 
     /// The algorithms cuBLASLt's heuristic proposes, best first by its own estimate; those it
@@ -392,6 +430,39 @@ impl Drop for Plan<'_> {
     }
 }
 
+/// The device buffers a fused plan points cuBLASLt at: the bias (output type) and the FP8 inputs'
+/// f32 scales, each at the start of a buffer of its own (a pointer 4 bytes into one buffer was
+/// refused at launch).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fused {
+    pub(crate) bias: u64,
+    pub(crate) a_scale: u64,
+    pub(crate) b_scale: u64,
+}
+
+/// Whether cuBLASLt can fuse `w`'s epilogue, or why not: it has bias, ReLU and GELU epilogues
+/// and FP8 scale pointers, but no per-row scale beside a host beta that keeps alpha (its
+/// ALPHA_DEVICE_VECTOR modes replace alpha and are not offered with every type), so that one
+/// runs unfused.
+pub(crate) fn fusable(w: &Matmul) -> Result<(), String> {
+    if w.epilogue.scale {
+        return Err("cuBLASLt has no per-row scale epilogue".into());
+    }
+    Ok(())
+}
+
+/// The name of the `CUBLASLT_EPILOGUE_*` a fused plan of `w` uses.
+pub(crate) fn epilogue_name(w: &Matmul) -> &'static str {
+    match (w.epilogue.bias, w.epilogue.activation) {
+        (false, Activation::None) => "DEFAULT",
+        (false, Activation::Relu) => "RELU",
+        (false, Activation::Gelu) => "GELU",
+        (true, Activation::None) => "BIAS",
+        (true, Activation::Relu) => "RELU_BIAS",
+        (true, Activation::Gelu) => "GELU_BIAS",
+    }
+}
+
 /// A matrix as stored, column-major: rows, columns, leading dimension.
 type Stored = (u64, u64, u64);
 
@@ -415,6 +486,8 @@ fn data_type(d: DType) -> cudaDataType {
         DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => cudaDataType::CUDA_R_8I,
         DType::F32 | DType::Tf32 => cudaDataType::CUDA_R_32F,
         DType::I32 => cudaDataType::CUDA_R_32I,
+        DType::E4m3 => cudaDataType::CUDA_R_8F_E4M3,
+        DType::E5m2 => cudaDataType::CUDA_R_8F_E5M2,
     }
 }
 

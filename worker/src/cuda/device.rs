@@ -97,6 +97,14 @@ impl DevBuf {
         Ok(buf)
     }
 
+    /// Allocates and copies `data` in (at least 256 bytes, as [`DevBuf::new`]).
+    pub(crate) fn from_bytes(ctx: &Arc<CudaContext>, data: &[u8]) -> Result<DevBuf, CudaFailure> {
+        let buf = DevBuf::new(ctx, data.len())?;
+        // SAFETY: the buffer holds at least data.len() bytes; the copy is synchronous.
+        unsafe { result::memcpy_htod_sync(buf.ptr, data) }.when(|| "copying epilogue vectors in".into())?;
+        Ok(buf)
+    }
+
     /// Enqueues a write of `value` to every byte on `stream`.
     pub(crate) fn fill_async(&self, stream: &CudaStream, value: u8) -> Result<(), DriverError> {
         // SAFETY: ptr spans `bytes` bytes of this context's memory.

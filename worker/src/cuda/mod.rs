@@ -20,7 +20,7 @@ use std::time::Instant;
 use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
-use tensortune_kernels::{DType, Matmul, Workload};
+use tensortune_kernels::{DType, InputScale, Matmul, Workload};
 
 use crate::protocol::{Device, Executor, MeasureOutcome, MeasureRequest, Status};
 use device::{Context, CudaFailure, DevBuf, launch};
@@ -458,6 +458,21 @@ impl CudaExecutor {
             let (us, kind) = self.packed_baseline(wi, &stand_in, req);
             return (us, kind, None);
         }
+        // A fused epilogue or FP8 inputs: cuBLASLt alone (gemmEx has neither).
+        if mm.types.input == DType::E5m2 {
+            // Seen on an H200 (2026-11-28): no candidate of the plain or the fused plan ran.
+            return (None, "none: cuBLASLt has no e5m2 x e5m2 FP8 matmul (it pairs e5m2 with e4m3 only)".into(), None);
+        }
+        if mm.fused() || mm.types.input.is_fp8() {
+            let only = match only {
+                Some(VendorPick::Lt(n)) => Some(n),
+                _ => None,
+            };
+            return match self.fused_baseline(wi, &mm, req, only) {
+                Some((us, kind, n)) => (Some(us), kind, Some(VendorPick::Lt(n))),
+                None => (None, "none: cuBLASLt ran no algorithm for this fused or FP8 matmul".into(), None),
+            };
+        }
         // f32 data is multiplied two ways: the kind says which (the other types have one).
         let compute = |kind: String| match mm.types.input {
             DType::F32 => format!("{kind} CUBLAS_COMPUTE_32F"),
@@ -465,7 +480,7 @@ impl CudaExecutor {
             _ => kind,
         };
         if let Some(VendorPick::Lt(number)) = only {
-            return match self.lt_baseline(wi, &mm, req, Some(number)) {
+            return match self.lt_baseline(wi, &mm, None, false, req, Some(number)) {
                 Some((us, kind, _)) => (Some(us), compute(kind), only),
                 None => (None, format!("none: cuBLASLt heuristic #{number} did not run again"), None),
             };
@@ -510,7 +525,7 @@ impl CudaExecutor {
         if matches!(only, Some(VendorPick::GemmEx)) {
             return (Some(gemm_us), compute(kind), only);
         }
-        let (us, kind, pick) = match self.lt_baseline(wi, &mm, req, None) {
+        let (us, kind, pick) = match self.lt_baseline(wi, &mm, None, false, req, None) {
             Some((us, lt_kind, number)) if us < gemm_us => (us, lt_kind, VendorPick::Lt(number)),
             _ => (gemm_us, kind, VendorPick::GemmEx),
         };
@@ -558,15 +573,55 @@ impl CudaExecutor {
         }
     }
 
+    /// The baseline of a matmul with a fused epilogue or FP8 inputs: cuBLASLt with the same
+    /// epilogue (`CUBLASLT_EPILOGUE_*`, the FP8 scale pointers) where it can fuse it; otherwise
+    /// (a per-row scale, or no algorithm for the fused plan) cuBLASLt's plain product followed by
+    /// the support module's elementwise epilogue kernel, timed together, as a framework runs it.
+    /// The kind says which.
+    fn fused_baseline(
+        &mut self,
+        wi: usize,
+        mm: &Matmul,
+        req: &MeasureRequest,
+        only: Option<usize>,
+    ) -> Option<(f64, String, usize)> {
+        let v = &self.workloads[wi].vectors;
+        let fused = blaslt::Fused { bias: v.bias.ptr, a_scale: v.tensor.ptr, b_scale: v.tensor_b.ptr };
+        let why = match blaslt::fusable(mm) {
+            Ok(()) => match self.lt_baseline(wi, mm, Some(fused), false, req, only) {
+                Some((us, kind, n)) => {
+                    let what = format!("fused CUBLASLT_EPILOGUE_{}", blaslt::epilogue_name(mm));
+                    let scales = if mm.input_scale == InputScale::Tensor { ", A/B scale pointers" } else { "" };
+                    return Some((us, format!("{kind} ({what}{scales})"), n));
+                }
+                None => "cuBLASLt proposed or ran no algorithm for the fused epilogue".to_string(),
+            },
+            Err(why) => why,
+        };
+        let plain = Matmul {
+            alpha: 1.0,
+            beta: 0.0,
+            epilogue: tensortune_kernels::Epilogue::NONE,
+            input_scale: InputScale::None,
+            ..*mm
+        };
+        let (us, kind, n) = self.lt_baseline(wi, &plain, None, true, req, only)?;
+        Some((us, format!("{kind} + tt_epilogue elementwise kernel (unfused: {why})"), n))
+    }
+
     /// The fastest of cuBLASLt's heuristic candidates for matmul workload `wi` (or `only` the one
     /// of that number) whose output passes our check, each checked and timed as `cublasGemmEx`
     /// is: (time, kind, number). None when cuBLASLt is missing or refuses the workload, or no
     /// candidate runs and passes; the reasons go to the debug log, and the baseline is then
     /// gemmEx alone.
+    /// With `fused`, the plan fuses `mm`'s epilogue; with `unfused`, each run is followed by the
+    /// workload's epilogue as an elementwise kernel.
     fn lt_baseline(
         &mut self,
         wi: usize,
         mm: &Matmul,
+        fused: Option<blaslt::Fused>,
+        unfused: bool,
         req: &MeasureRequest,
         only: Option<usize>,
     ) -> Option<(f64, String, usize)> {
@@ -578,7 +633,7 @@ impl CudaExecutor {
             self.lt = Some(loaded);
         }
         let lt = self.lt.as_ref().expect("set above").as_ref().ok()?;
-        let found = lt.plan(mm).and_then(|plan| plan.candidates().map(|c| (plan, c)));
+        let found = lt.plan(mm, fused).and_then(|plan| plan.candidates().map(|c| (plan, c)));
         let (plan, candidates) = match found {
             Ok(found) => found,
             Err(e) => {
@@ -600,6 +655,7 @@ impl CudaExecutor {
             let checked = w
                 .load_c_into_output(&self.stream)
                 .and_then(|_| plan.matmul(c, a, b, d))
+                .and_then(|_| if unfused { w.apply_epilogue(&self.stream) } else { Ok(()) })
                 .and_then(|_| w.compare(&self.stream, &req.tolerance));
             let timed = match checked {
                 Ok(cmp) if cmp.failures > 0 => {
@@ -614,7 +670,10 @@ impl CudaExecutor {
                         self.facts.target.l2_bytes,
                         &mut self.flush_scratch,
                         req,
-                        |_| plan.matmul(c, a, b, d),
+                        |s| {
+                            plan.matmul(c, a, b, d)?;
+                            if unfused { w.apply_epilogue(s) } else { Ok(()) }
+                        },
                     )
                 }
                 Err(f) => Err(f),

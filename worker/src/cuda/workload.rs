@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, result};
 use cudarc::nvrtc::Ptx;
 use tensortune_kernels::support::{self, Tolerance};
-use tensortune_kernels::{Arg, DType, Im2colMap, TensorMap, TensorOperand, Workload};
+use tensortune_kernels::{Arg, DType, Im2colMap, InputScale, TensorMap, TensorOperand, Workload, epilogue};
 
 use super::device::{Context, CudaFailure, DevBuf, KArg, grid_for, launch};
 
@@ -53,12 +53,17 @@ pub(crate) struct WorkloadState {
     f_reference: CudaFunction,
     f_poison: CudaFunction,
     f_compare: CudaFunction,
+    f_epilogue: CudaFunction,
     a_check: DevBuf,
     b_check: DevBuf,
     a_time: DevBuf,
     b_time: DevBuf,
     c: DevBuf,
     pub(crate) d: DevBuf,
+    /// The epilogue's vectors (see `tensortune_kernels::epilogue`): bias (M of the output type),
+    /// per-row scale (M f32) and the FP8 inputs' tensor scales (2 f32); 256-byte stand-ins for a
+    /// workload without them, so every pointer is valid.
+    pub(crate) vectors: Vectors,
     reference: DevBuf,
     sq: DevBuf,
     mag: DevBuf,
@@ -87,6 +92,7 @@ impl WorkloadState {
         let f_poison = func("tt_poison")?;
         let f_reference = func("tt_reference")?;
         let f_compare = func("tt_compare")?;
+        let f_epilogue = func("tt_epilogue")?;
 
         let t = workload.types();
         let (a_elems, b_elems, out_elems) = support::operand_elements(workload);
@@ -100,12 +106,14 @@ impl WorkloadState {
             f_reference,
             f_poison,
             f_compare,
+            f_epilogue,
             a_check: alloc(a_elems, t.input)?,
             b_check: alloc(b_elems, t.input)?,
             a_time: alloc(a_elems, t.input)?,
             b_time: alloc(b_elems, t.input)?,
             c: alloc(out_elems, t.output)?,
             d: DevBuf::new(ctx, out_bytes + CANARY_BYTES)?,
+            vectors: Vectors::new(ctx, workload)?,
             reference: DevBuf::new(ctx, out_elems as usize * 8)?,
             sq: DevBuf::new(ctx, out_elems as usize * 8)?,
             mag: DevBuf::new(ctx, out_elems as usize * 8)?,
@@ -149,6 +157,9 @@ impl WorkloadState {
                 KArg::Ptr(self.reference.ptr),
                 KArg::Ptr(self.sq.ptr),
                 KArg::Ptr(self.mag.ptr),
+                KArg::Ptr(self.vectors.bias.ptr),
+                KArg::Ptr(self.vectors.scale.ptr),
+                KArg::Ptr(self.vectors.tensor.ptr),
             ],
         )
         .when(|| format!("when computing the reference of {key}"))?;
@@ -178,6 +189,9 @@ impl WorkloadState {
                     Arg::D => self.d.ptr,
                     // A kernel that needs no workspace still gets a valid pointer.
                     Arg::Workspace => workspace.map_or(self.stats.ptr, |w| w.ptr),
+                    Arg::Bias => self.vectors.bias.ptr,
+                    Arg::Scale => self.vectors.scale.ptr,
+                    Arg::TensorScales => self.vectors.tensor.ptr,
                     Arg::Map(TensorMap { operand, .. }) | Arg::Im2col(Im2colMap { operand, .. }) => {
                         let ptr = match operand {
                             TensorOperand::A => a,
@@ -210,6 +224,25 @@ impl WorkloadState {
         // SAFETY: C and D have the same size (out_elems of the output type).
         unsafe { result::memcpy_dtod_async(self.d.ptr, self.c.ptr, self.out_bytes, stream.cu_stream()) }
             .when(|| "when copying C into the output".into())
+    }
+
+    /// Applies the workload's epilogue in place to a plain product in the output (alpha 1, beta
+    /// 0, unscaled inputs), with the support module's elementwise kernel: the second kernel of
+    /// an unfused vendor baseline.
+    pub(crate) fn apply_epilogue(&self, stream: &CudaStream) -> Result<(), CudaFailure> {
+        launch(
+            stream,
+            &self.f_epilogue,
+            grid_for(self.out_elems),
+            &[
+                KArg::Ptr(self.d.ptr),
+                KArg::Ptr(self.c.ptr),
+                KArg::Ptr(self.vectors.bias.ptr),
+                KArg::Ptr(self.vectors.scale.ptr),
+                KArg::Ptr(self.vectors.tensor.ptr),
+            ],
+        )
+        .when(|| "when applying the unfused epilogue".into())
     }
 
     /// Compares every output element with the reference.
@@ -260,7 +293,9 @@ impl WorkloadState {
             DType::F32 | DType::Tf32 => f32::from_le_bytes(raw) as f64,
             DType::I32 => i32::from_le_bytes(raw) as f64,
             // Outputs are never packed (Types::SUPPORTED): a byte is the nearest reading.
-            DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => raw[0] as i8 as f64,
+            DType::I8 | DType::S4 | DType::U4 | DType::B1Xor | DType::B1And | DType::E4m3 | DType::E5m2 => {
+                raw[0] as i8 as f64
+            }
         };
         Ok((got, expected[0]))
     }
@@ -296,6 +331,63 @@ impl WorkloadState {
         .map(|b| b.bytes)
         .sum()
     }
+}
+
+/// The epilogue's vectors on the device.
+pub(crate) struct Vectors {
+    pub(crate) bias: DevBuf,
+    pub(crate) scale: DevBuf,
+    pub(crate) tensor: DevBuf,
+    /// B's tensor scale alone, in a buffer of its own for cuBLASLt's B_SCALE_POINTER: pointing
+    /// it 4 bytes into `tensor` made every FP8 candidate return CUBLAS_STATUS_NOT_SUPPORTED at
+    /// launch (H200, 2026-11-28), an alignment rule the heuristic does not see.
+    pub(crate) tensor_b: DevBuf,
+}
+
+impl Vectors {
+    fn new(ctx: &Arc<CudaContext>, workload: &Workload) -> Result<Vectors, CudaFailure> {
+        let (bias, scale, tensor) = host_vectors(workload);
+        let tensor_b = tensor.get(4..).unwrap_or_default();
+        Ok(Vectors {
+            bias: DevBuf::from_bytes(ctx, &bias)?,
+            scale: DevBuf::from_bytes(ctx, &scale)?,
+            tensor: DevBuf::from_bytes(ctx, &tensor)?,
+            tensor_b: DevBuf::from_bytes(ctx, tensor_b)?,
+        })
+    }
+}
+
+/// The bytes of the epilogue's vectors for `workload` (empty where it has none): the bias in
+/// the output type, the per-row scale and the tensor scales in f32, from the fixed values of
+/// `tensortune_kernels::epilogue`.
+pub(crate) fn host_vectors(workload: &Workload) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let Workload::Matmul(m) = workload else { return Default::default() };
+    let rows = 0..m.m;
+    let bias: Vec<u8> = if m.epilogue.bias {
+        rows.clone()
+            .flat_map(|r| {
+                let v = epilogue::bias_value(r);
+                match m.types.output {
+                    DType::F16 => half::f16::from_f64(v).to_le_bytes().to_vec(),
+                    DType::Bf16 => half::bf16::from_f64(v).to_le_bytes().to_vec(),
+                    _ => (v as f32).to_le_bytes().to_vec(),
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let scale: Vec<u8> = if m.epilogue.scale {
+        rows.flat_map(|r| (epilogue::scale_value(r) as f32).to_le_bytes()).collect()
+    } else {
+        Vec::new()
+    };
+    let tensor: Vec<u8> = if m.input_scale == InputScale::Tensor {
+        epilogue::TENSOR_SCALES.iter().flat_map(|s| s.to_le_bytes()).collect()
+    } else {
+        Vec::new()
+    };
+    (bias, scale, tensor)
 }
 
 /// A generated kernel's tensor-map argument encoded over `ptr`, through the bundle crate's

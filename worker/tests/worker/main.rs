@@ -6,12 +6,14 @@
 //! - `daemon`: the daemon against a fake tracker, measuring children on `sim` (and, marked
 //!   `#[ignore = "needs a GPU"]`, on `cuda:0`).
 //! - `compile_process`: the compile child's frame protocol.
+//! - `fused_compile`: FP8 and fused-epilogue kernels compile (and, marked, pass on `cuda:0`).
 //! - `*_compile`: NVRTC compiles what each template generates, through `common`'s batched harness.
 
 mod common;
 mod compile_process;
 mod conv_compile;
 mod daemon;
+mod fused_compile;
 mod generated_kernels_compile;
 mod mma_ext_compile;
 mod simt_compile;

@@ -31,7 +31,8 @@ fn a_sample_of_wgmma_configs_compiles_for_sm90a() {
     let mut specs: Vec<KernelSpec> = Vec::new();
     let mut kinds_seen = std::collections::BTreeSet::new();
     let mut turn = 0;
-    for (input, acc, outs) in Types::SUPPORTED {
+    // FP8 has its own few kernels (fused_compile), so this sample stays the size it was.
+    for (input, acc, outs) in Types::SUPPORTED.iter().filter(|r| !r.0.is_fp8()) {
         for out in *outs {
             let types = Types::new(*input, *acc, Some(*out)).unwrap();
             for layout in Layout::ALL {

@@ -187,6 +187,9 @@ pub(super) fn data_type(d: DType) -> u32 {
         // Conv2d::validate refuses packed types, so no conv descriptor meets one; their nearest
         // storage is bytes.
         DType::S4 | DType::U4 | DType::B1Xor | DType::B1And => cudnnDataType_t::CUDNN_DATA_INT8,
+        // Conv2d::validate refuses FP8 too.
+        DType::E4m3 => cudnnDataType_t::CUDNN_DATA_FP8_E4M3,
+        DType::E5m2 => cudnnDataType_t::CUDNN_DATA_FP8_E5M2,
     }) as u32
 }
 

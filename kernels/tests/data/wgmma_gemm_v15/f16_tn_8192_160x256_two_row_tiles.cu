@@ -8,27 +8,31 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v14: D = alpha * op(A) op(B) + beta * C
-// workload matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v14_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
+// wgmma_gemm v15: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m8192n8192k8192/tn/f16,f32,f32/alpha=1,beta=0
+#define KERNEL_NAME tt_wgmma_gemm_v15_f16f32f32_tn_m160n256_c2_s4_cl1_pers_g8_ws_01b11594
 #define TT_CLUSTER_ATTR 
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v14_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6 {
+#define TT_EPI_PARAMS 
+#define TT_EPI_BIAS nullptr
+#define TT_EPI_RSCALE nullptr
+#define TT_EPI_AB 1.0f
+namespace ns_tt_wgmma_gemm_v15_f16f32f32_tn_m160n256_c2_s4_cl1_pers_g8_ws_01b11594 {
 typedef half T_IN;
 typedef float T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 4096;
-constexpr int Q = 4096;
-constexpr int K = 4096;
-constexpr int BP = 128;
-constexpr int BQ = 256;
+constexpr int P = 8192;
+constexpr int Q = 8192;
+constexpr int K = 8192;
+constexpr int BP = 256;
+constexpr int BQ = 160;
 constexpr int BK = 64;
 constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
@@ -36,8 +40,8 @@ constexpr int CLUSTER = 1;
 constexpr int GROUP = 8;
 constexpr bool RASTER_M = false;
 constexpr int TILES_P = 32;
-constexpr int TILES_Q = 16;
-constexpr int ACC_REGS = 128;
+constexpr int TILES_Q = 52;
+constexpr int ACC_REGS = 80;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
 constexpr int GRID_CLUSTERS = 132;
@@ -69,14 +73,19 @@ constexpr int STRIDE_W = 1;
 constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
-constexpr bool Y_KMAJOR = false;
+constexpr bool Y_KMAJOR = true;
 constexpr bool EVEN_P = true;
-constexpr bool EVEN_Q = true;
+constexpr bool EVEN_Q = false;
 constexpr bool PAIRS_ALIGNED = true;
 constexpr bool VEC_ALIGNED = true;
 constexpr bool READ_C = false;
 constexpr T_EPI ALPHA = 1.0f;
 constexpr T_EPI BETA = 0.0f;
+constexpr bool EPI_SCALE = false;
+constexpr bool EPI_BIAS = false;
+constexpr int EPI_ACT = 0;
+constexpr bool TENSOR_SCALE = false;
+constexpr bool FUSED = false;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -531,12 +540,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n256k16.f32.f16.f16: X K-major, Y MN-major.
+// wgmma.m64n160k16.f32.f16.f16: X K-major, Y K-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, %81, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
       : "l"(dx), "l"(dy), "r"(1));
 }
 
@@ -1038,51 +1047,71 @@ template <> struct Pair<int> { typedef int2 type; };
 template <> struct Pair<half> { typedef __half2 type; };
 template <> struct Pair<__nv_bfloat16> { typedef __nv_bfloat162 type; };
 
-__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const T_OUT* __restrict__ C, size_t off) {
-  if constexpr (READ_C) {
-    return ALPHA * acc + BETA * to_epi(C[off]);
-  } else {
-    return ALPHA == (T_EPI)1 ? acc : ALPHA * acc;
-  }
+// What the epilogue reads besides the accumulators: C, the per-row bias and scale vectors (indexed
+// by the view's column q, the user's row m) and the product of the FP8 inputs' tensor scales.
+struct EpiIn {
+  const T_OUT* __restrict__ c;
+  const T_OUT* __restrict__ bias;
+  const float* __restrict__ rscale;
+  float ab;
+};
+
+// GELU, tanh form (as cuBLASLt's CUBLASLT_EPILOGUE_GELU).
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+// D = act(alpha * ab * scale[q] * acc + beta * C + bias[q]) for the element at offset `off`,
+// column q of the view; vectors are read only for columns inside D.
+__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int q) {
+  T_EPI v = ALPHA == (T_EPI)1 ? acc : ALPHA * acc;
+  if constexpr (TENSOR_SCALE) v = v * C.ab;
+  const bool in_q = EVEN_Q || q < Q;
+  if constexpr (EPI_SCALE) v = v * (in_q ? C.rscale[q] : 0.0f);
+  if constexpr (READ_C) v = v + BETA * to_epi(C.c[off]);
+  if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[q]) : (T_EPI)0);
+  if constexpr (EPI_ACT == 1) v = v > (T_EPI)0 ? v : (T_EPI)0;
+  if constexpr (EPI_ACT == 2) v = gelu_tanh(v);
+  return v;
 }
 
 // The pair (v0, v1) at row p, columns q and q + 1 after the epilogue, as it is stored: C is read
 // only for elements inside D. WHOLE: the caller knows q is even and Q even, so q < Q covers q + 1.
 template <bool WHOLE = false>
-__device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v1, const T_OUT* __restrict__ C, int p,
+__device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v1, const EpiIn& C, int p,
                                                                int q) {
   typename Pair<T_OUT>::type o;
   T_OUT* e = reinterpret_cast<T_OUT*>(&o);
   if constexpr (READ_C) {
     const size_t off = (size_t)p * Q + q;
     const bool in_p = EVEN_P || p < P;
-    e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v0, C, off) : v0);
+    e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v0, C, off, q) : v0);
     if constexpr (WHOLE) {
-      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v1, C, off + 1) : v1);
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v1, C, off + 1, q + 1) : v1);
     } else {
-      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < Q) ? epilogue(v1, C, off + 1) : v1);
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < Q) ? epilogue(v1, C, off + 1, q + 1) : v1);
     }
   } else {
-    e[0] = from_epi<T_OUT>(epilogue(v0, C, 0));
-    e[1] = from_epi<T_OUT>(epilogue(v1, C, 0));
+    e[0] = from_epi<T_OUT>(epilogue(v0, C, 0, q));
+    e[1] = from_epi<T_OUT>(epilogue(v1, C, 0, q + 1));
   }
   return o;
 }
 
 // Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1.
-__device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* __restrict__ D, int p, int q,
+__device__ __forceinline__ void store_pair(const EpiIn& C, T_OUT* __restrict__ D, int p, int q,
                                            T_EPI v0, T_EPI v1) {
   if (!EVEN_P && p >= P) return;
   const size_t off = (size_t)p * Q + q;
   if (PAIRS_ALIGNED && (EVEN_Q || q + 1 < Q)) {
     typename Pair<T_OUT>::type o;
     T_OUT* e = reinterpret_cast<T_OUT*>(&o);
-    e[0] = from_epi<T_OUT>(epilogue(v0, C, off));
-    e[1] = from_epi<T_OUT>(epilogue(v1, C, off + 1));
+    e[0] = from_epi<T_OUT>(epilogue(v0, C, off, q));
+    e[1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
     *reinterpret_cast<typename Pair<T_OUT>::type*>(D + off) = o;
   } else {
-    if (EVEN_Q || q < Q) D[off] = from_epi<T_OUT>(epilogue(v0, C, off));
-    if (EVEN_Q || q + 1 < Q) D[off + 1] = from_epi<T_OUT>(epilogue(v1, C, off + 1));
+    if (EVEN_Q || q < Q) D[off] = from_epi<T_OUT>(epilogue(v0, C, off, q));
+    if (EVEN_Q || q + 1 < Q) D[off + 1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
   }
 }
 
@@ -1101,12 +1130,12 @@ template <> struct IsHalf<half> { static constexpr bool value = true; };
 constexpr bool STORE_VECTORS = sizeof(T_OUT) == 2 && VEC_ALIGNED && (SPLIT == 1 || REGS_PER_J == 2 || SPLIT_NV % 2 == 0);
 // Packed f16 accumulators stored as they are (f16 out, alpha 1, no C): register 2j + h holds the
 // pair (j, h), so no conversion is needed.
-constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1;
+constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1 && !FUSED;
 
 // p_r: this thread's first row (the row of h = 0); q0: the tile's first column.
 template <int REGS>
 __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t, int kr, int p_r, int q0,
-                                               const T_OUT* __restrict__ C, T_OUT* __restrict__ D) {
+                                               const EpiIn& C, T_OUT* __restrict__ D) {
   const int c = threadIdx.x % 4;
 #pragma unroll
   for (int j = 0; j < BQ / 8; j += 2) {
@@ -1154,7 +1183,7 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
 template <int REGS>
 __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const TmaDesc* map_d,
                                                unsigned char* bufs, int& count, int cw, int p0, int q0,
-                                               const T_OUT* __restrict__ C) {
+                                               const EpiIn& C) {
   const int t_in = threadIdx.x % 128, lane = threadIdx.x % 32, warp = t_in / 32;
   constexpr int EPI_BUF = 64 * 128;
 #pragma unroll
@@ -1191,9 +1220,14 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
 
 extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT_CLUSTER_ATTR
     KERNEL_NAME(TT_X_PARAM, const __grid_constant__ tt::TmaDesc mapY, TT_MAP_D
-                const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws) {
+                const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws TT_EPI_PARAMS) {
   using namespace tt;
   TT_FAULT_HOOK;
+  EpiIn epi;
+  epi.c = C;
+  epi.bias = TT_EPI_BIAS;
+  epi.rscale = TT_EPI_RSCALE;
+  epi.ab = TT_EPI_AB;
   extern __shared__ unsigned char smem_raw[];
   // Swizzle atoms must sit on 1024-byte boundaries; the launch asks for 1024 bytes of slack.
   unsigned char* smem =
@@ -1359,13 +1393,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         store_tile_tma(acc[t], map_d, sE + cw * 2 * 64 * 128, stored, cw,
-                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, tq * BQ, C);
+                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, tq * BQ, epi);
       continue;
     }
     const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
     if constexpr (STORE_VECTORS) {
 #pragma unroll
-      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, tq * BQ, C, D);
+      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, tq * BQ, epi, D);
       continue;
     }
     const int q_base = tq * BQ + 2 * (lane % 4);
@@ -1378,7 +1412,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
           if (!stores_pair(t, j, h, kr)) continue;
           T_EPI v0, v1;
           acc_pair(acc[t], j, h, v0, v1);
-          store_pair(C, D, p_base + t * 64 + 8 * h, q_base + 8 * j, v0, v1);
+          store_pair(epi, D, p_base + t * 64 + 8 * h, q_base + 8 * j, v0, v1);
         }
       }
     }
@@ -1390,7 +1424,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v14_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
+}  // namespace ns_tt_wgmma_gemm_v15_f16f32f32_tn_m160n256_c2_s4_cl1_pers_g8_ws_01b11594
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
@@ -1398,3 +1432,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #undef TT_X_PARAM
 #undef TT_X_MAP
 #undef TT_X_IN
+#undef TT_EPI_PARAMS
+#undef TT_EPI_BIAS
+#undef TT_EPI_RSCALE
+#undef TT_EPI_AB

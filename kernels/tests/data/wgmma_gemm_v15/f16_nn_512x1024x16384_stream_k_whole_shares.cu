@@ -8,16 +8,20 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v14: D = alpha * op(A) op(B) + beta * C
+// wgmma_gemm v15: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
 // workload matmul/m512n1024k16384/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v14_f16f32f32_nn_m128n64_c1_s6_cl2_grid_g1_ws_4cf57a34
-#define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
+#define KERNEL_NAME tt_wgmma_gemm_v15_f16f32f32_nn_m128n64_c1_s6_cl1_perssk_g1_ws_4cf57a34
+#define TT_CLUSTER_ATTR 
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-namespace ns_tt_wgmma_gemm_v14_f16f32f32_nn_m128n64_c1_s6_cl2_grid_g1_ws_4cf57a34 {
+#define TT_EPI_PARAMS 
+#define TT_EPI_BIAS nullptr
+#define TT_EPI_RSCALE nullptr
+#define TT_EPI_AB 1.0f
+namespace ns_tt_wgmma_gemm_v15_f16f32f32_nn_m128n64_c1_s6_cl1_perssk_g1_ws_4cf57a34 {
 typedef half T_IN;
 typedef float T_OUT;
 typedef float T_EPI;
@@ -32,7 +36,7 @@ constexpr int BQ = 128;
 constexpr int BK = 64;
 constexpr int STAGES = 6;
 constexpr int CONSUMERS = 1;
-constexpr int CLUSTER = 2;
+constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
 constexpr bool RASTER_M = false;
 constexpr int TILES_P = 16;
@@ -40,14 +44,14 @@ constexpr int TILES_Q = 4;
 constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 32;
+constexpr int GRID_CLUSTERS = 128;
 constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
-constexpr int SK_ITERS = 0;
+constexpr int SK_ITERS = 16384;
 constexpr int CONSUMER_REGS = 240;
 constexpr bool SPECIALIZED = true;
 constexpr bool PINGPONG = false;
-constexpr bool STREAM_K = false;
+constexpr bool STREAM_K = true;
 constexpr bool TMA_STORE = false;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
@@ -77,6 +81,11 @@ constexpr bool VEC_ALIGNED = true;
 constexpr bool READ_C = false;
 constexpr T_EPI ALPHA = 1.0f;
 constexpr T_EPI BETA = 0.0f;
+constexpr bool EPI_SCALE = false;
+constexpr bool EPI_BIAS = false;
+constexpr int EPI_ACT = 0;
+constexpr bool TENSOR_SCALE = false;
+constexpr bool FUSED = false;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -1038,51 +1047,71 @@ template <> struct Pair<int> { typedef int2 type; };
 template <> struct Pair<half> { typedef __half2 type; };
 template <> struct Pair<__nv_bfloat16> { typedef __nv_bfloat162 type; };
 
-__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const T_OUT* __restrict__ C, size_t off) {
-  if constexpr (READ_C) {
-    return ALPHA * acc + BETA * to_epi(C[off]);
-  } else {
-    return ALPHA == (T_EPI)1 ? acc : ALPHA * acc;
-  }
+// What the epilogue reads besides the accumulators: C, the per-row bias and scale vectors (indexed
+// by the view's column q, the user's row m) and the product of the FP8 inputs' tensor scales.
+struct EpiIn {
+  const T_OUT* __restrict__ c;
+  const T_OUT* __restrict__ bias;
+  const float* __restrict__ rscale;
+  float ab;
+};
+
+// GELU, tanh form (as cuBLASLt's CUBLASLT_EPILOGUE_GELU).
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+// D = act(alpha * ab * scale[q] * acc + beta * C + bias[q]) for the element at offset `off`,
+// column q of the view; vectors are read only for columns inside D.
+__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int q) {
+  T_EPI v = ALPHA == (T_EPI)1 ? acc : ALPHA * acc;
+  if constexpr (TENSOR_SCALE) v = v * C.ab;
+  const bool in_q = EVEN_Q || q < Q;
+  if constexpr (EPI_SCALE) v = v * (in_q ? C.rscale[q] : 0.0f);
+  if constexpr (READ_C) v = v + BETA * to_epi(C.c[off]);
+  if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[q]) : (T_EPI)0);
+  if constexpr (EPI_ACT == 1) v = v > (T_EPI)0 ? v : (T_EPI)0;
+  if constexpr (EPI_ACT == 2) v = gelu_tanh(v);
+  return v;
 }
 
 // The pair (v0, v1) at row p, columns q and q + 1 after the epilogue, as it is stored: C is read
 // only for elements inside D. WHOLE: the caller knows q is even and Q even, so q < Q covers q + 1.
 template <bool WHOLE = false>
-__device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v1, const T_OUT* __restrict__ C, int p,
+__device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v1, const EpiIn& C, int p,
                                                                int q) {
   typename Pair<T_OUT>::type o;
   T_OUT* e = reinterpret_cast<T_OUT*>(&o);
   if constexpr (READ_C) {
     const size_t off = (size_t)p * Q + q;
     const bool in_p = EVEN_P || p < P;
-    e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v0, C, off) : v0);
+    e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v0, C, off, q) : v0);
     if constexpr (WHOLE) {
-      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v1, C, off + 1) : v1);
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v1, C, off + 1, q + 1) : v1);
     } else {
-      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < Q) ? epilogue(v1, C, off + 1) : v1);
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < Q) ? epilogue(v1, C, off + 1, q + 1) : v1);
     }
   } else {
-    e[0] = from_epi<T_OUT>(epilogue(v0, C, 0));
-    e[1] = from_epi<T_OUT>(epilogue(v1, C, 0));
+    e[0] = from_epi<T_OUT>(epilogue(v0, C, 0, q));
+    e[1] = from_epi<T_OUT>(epilogue(v1, C, 0, q + 1));
   }
   return o;
 }
 
 // Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1.
-__device__ __forceinline__ void store_pair(const T_OUT* __restrict__ C, T_OUT* __restrict__ D, int p, int q,
+__device__ __forceinline__ void store_pair(const EpiIn& C, T_OUT* __restrict__ D, int p, int q,
                                            T_EPI v0, T_EPI v1) {
   if (!EVEN_P && p >= P) return;
   const size_t off = (size_t)p * Q + q;
   if (PAIRS_ALIGNED && (EVEN_Q || q + 1 < Q)) {
     typename Pair<T_OUT>::type o;
     T_OUT* e = reinterpret_cast<T_OUT*>(&o);
-    e[0] = from_epi<T_OUT>(epilogue(v0, C, off));
-    e[1] = from_epi<T_OUT>(epilogue(v1, C, off + 1));
+    e[0] = from_epi<T_OUT>(epilogue(v0, C, off, q));
+    e[1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
     *reinterpret_cast<typename Pair<T_OUT>::type*>(D + off) = o;
   } else {
-    if (EVEN_Q || q < Q) D[off] = from_epi<T_OUT>(epilogue(v0, C, off));
-    if (EVEN_Q || q + 1 < Q) D[off + 1] = from_epi<T_OUT>(epilogue(v1, C, off + 1));
+    if (EVEN_Q || q < Q) D[off] = from_epi<T_OUT>(epilogue(v0, C, off, q));
+    if (EVEN_Q || q + 1 < Q) D[off + 1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
   }
 }
 
@@ -1101,12 +1130,12 @@ template <> struct IsHalf<half> { static constexpr bool value = true; };
 constexpr bool STORE_VECTORS = sizeof(T_OUT) == 2 && VEC_ALIGNED && (SPLIT == 1 || REGS_PER_J == 2 || SPLIT_NV % 2 == 0);
 // Packed f16 accumulators stored as they are (f16 out, alpha 1, no C): register 2j + h holds the
 // pair (j, h), so no conversion is needed.
-constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1;
+constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1 && !FUSED;
 
 // p_r: this thread's first row (the row of h = 0); q0: the tile's first column.
 template <int REGS>
 __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t, int kr, int p_r, int q0,
-                                               const T_OUT* __restrict__ C, T_OUT* __restrict__ D) {
+                                               const EpiIn& C, T_OUT* __restrict__ D) {
   const int c = threadIdx.x % 4;
 #pragma unroll
   for (int j = 0; j < BQ / 8; j += 2) {
@@ -1154,7 +1183,7 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
 template <int REGS>
 __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const TmaDesc* map_d,
                                                unsigned char* bufs, int& count, int cw, int p0, int q0,
-                                               const T_OUT* __restrict__ C) {
+                                               const EpiIn& C) {
   const int t_in = threadIdx.x % 128, lane = threadIdx.x % 32, warp = t_in / 32;
   constexpr int EPI_BUF = 64 * 128;
 #pragma unroll
@@ -1191,9 +1220,14 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
 
 extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT_CLUSTER_ATTR
     KERNEL_NAME(TT_X_PARAM, const __grid_constant__ tt::TmaDesc mapY, TT_MAP_D
-                const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws) {
+                const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws TT_EPI_PARAMS) {
   using namespace tt;
   TT_FAULT_HOOK;
+  EpiIn epi;
+  epi.c = C;
+  epi.bias = TT_EPI_BIAS;
+  epi.rscale = TT_EPI_RSCALE;
+  epi.ab = TT_EPI_AB;
   extern __shared__ unsigned char smem_raw[];
   // Swizzle atoms must sit on 1024-byte boundaries; the launch asks for 1024 bytes of slack.
   unsigned char* smem =
@@ -1359,13 +1393,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         store_tile_tma(acc[t], map_d, sE + cw * 2 * 64 * 128, stored, cw,
-                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, tq * BQ, C);
+                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, tq * BQ, epi);
       continue;
     }
     const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
     if constexpr (STORE_VECTORS) {
 #pragma unroll
-      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, tq * BQ, C, D);
+      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, tq * BQ, epi, D);
       continue;
     }
     const int q_base = tq * BQ + 2 * (lane % 4);
@@ -1378,7 +1412,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
           if (!stores_pair(t, j, h, kr)) continue;
           T_EPI v0, v1;
           acc_pair(acc[t], j, h, v0, v1);
-          store_pair(C, D, p_base + t * 64 + 8 * h, q_base + 8 * j, v0, v1);
+          store_pair(epi, D, p_base + t * 64 + 8 * h, q_base + 8 * j, v0, v1);
         }
       }
     }
@@ -1390,7 +1424,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v14_f16f32f32_nn_m128n64_c1_s6_cl2_grid_g1_ws_4cf57a34
+}  // namespace ns_tt_wgmma_gemm_v15_f16f32f32_nn_m128n64_c1_s6_cl1_perssk_g1_ws_4cf57a34
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
@@ -1398,3 +1432,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #undef TT_X_PARAM
 #undef TT_X_MAP
 #undef TT_X_IN
+#undef TT_EPI_PARAMS
+#undef TT_EPI_BIAS
+#undef TT_EPI_RSCALE
+#undef TT_EPI_AB
