@@ -221,6 +221,7 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
         time_us: m.median_us,
         vendor_us: m.baseline_us,
         vendor_kind: m.baseline_kind.clone(),
+        winner: Entry::winner_of(m.median_us, m.baseline_us).to_owned(),
         provenance: Provenance {
             record_id: record.id,
             job_id: record.job_id,
