@@ -201,6 +201,10 @@ pub struct ExportArgs {
     /// Write sources and the manifest only, without compiling cubins (no NVRTC needed).
     #[arg(long)]
     pub no_cubin: bool,
+    /// Leave out (and name on stderr) the workloads with no trusted ok record instead of refusing:
+    /// for a model's suite, whose untuned workloads keep the vendor's op.
+    #[arg(long)]
+    pub skip_untuned: bool,
     /// Print the manifest as JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -129,8 +129,33 @@ fn a_models_suite_tunes_as_one_job_on_sim_and_exports_its_winners() {
     // While it ran, the progress lines showed the model's time.
     assert!(stderr.contains("model ") && stderr.contains("(vendor "), "{stderr}");
 
+    // A workload the job never tuned: export refuses the suite, unless told to leave it out.
+    let more = dir.path().join("more.json");
+    let text = std::fs::read_to_string(&suite)
+        .unwrap()
+        .replace("\"count\": 2}", "\"count\": 2},\n{\"workload\": \"matmul/m32n32k32/nn/f16,f32,f16/alpha=1,beta=0\"}");
+    std::fs::write(&more, text).unwrap();
     let bundle = dir.path().join("bundle");
-    cli(&["export", "--suite", suite.to_str().unwrap(), "-o", bundle.to_str().unwrap(), "--no-cubin"]);
+    let refused = std::process::Command::new(BIN)
+        .args(["--db", db.to_str().unwrap(), "export", "--suite", more.to_str().unwrap()])
+        .args(["-o", bundle.to_str().unwrap(), "--no-cubin"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("no trusted ok record for 1 of the 4 workloads"));
+    let (_, stderr) = cli(&[
+        "export",
+        "--suite",
+        more.to_str().unwrap(),
+        "-o",
+        bundle.to_str().unwrap(),
+        "--no-cubin",
+        "--skip-untuned",
+    ]);
+    assert!(
+        stderr.contains("left out, with no trusted ok record: matmul/m32n32k32/nn/f16,f32,f16/alpha=1,beta=0"),
+        "{stderr}"
+    );
     let manifest = tensortune_bundle::Bundle::open(&bundle).unwrap().manifest;
     assert_eq!(manifest.kernels.len(), 3);
     for k in &manifest.kernels {

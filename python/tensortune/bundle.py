@@ -56,12 +56,16 @@ class Plan:
             raise FileNotFoundError(f"{path} does not exist: is {directory!r} a bundle (tensortune export -o DIR)?") from None
         return cls(manifest, directory, arch)
 
-    def decide(self, key):
-        """(entry, None) when the model should launch the bundle's kernel for `key`, else
-        (None, why PyTorch keeps its op)."""
+    def decide(self, key, epilogue=()):
+        """(entry, None) when the model should launch the bundle's kernel for `key` followed by
+        `epilogue` (the call's own parts: `bias`), else (None, why PyTorch keeps its op)."""
         e = self.entries.get(key)
         if e is None:
             return None, "not tuned (no kernel in the bundle)"
+        if "bias" in epilogue and "bias" not in (e.get("epilogue") or ""):
+            # PyTorch adds a bias inside its GEMM (cuBLASLt's epilogue); ours would need another
+            # pass over the output, which the vendor time in the bundle does not count.
+            return None, "a bias PyTorch fuses and this kernel does not"
         if winner(e) != "ours":
             return None, f"the vendor won ({e.get('vendor_us', 0):.2f} us vs ours {e['time_us']:.2f} us)"
         if self.arch is not None and cubin_for(e, self.arch) is None:
@@ -75,7 +79,7 @@ class Plan:
         """How many of `keys` run ours, and why the others do not (reason -> count)."""
         ours, why = 0, {}
         for k in keys:
-            e, reason = self.decide(k)
+            e, reason = self.decide(*k) if isinstance(k, tuple) else self.decide(k)
             if e is not None:
                 ours += 1
             else:

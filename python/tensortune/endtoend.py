@@ -55,7 +55,7 @@ def tune(args, suite_path):
     _cli(args, "tune", "--suite", suite_path, "--total-trials", str(args.total_trials), "--trials", str(args.trials),
          "--device", args.device, "--json", report_path)
     wall = time.perf_counter() - started
-    _cli(args, "export", "--suite", suite_path, "-o", bundle)
+    _cli(args, "export", "--suite", suite_path, "-o", bundle, "--skip-untuned")
     return bundle, wall, json.load(open(report_path))
 
 

@@ -341,7 +341,7 @@ class _Apply(TorchFunctionMode):
             if why is not None:
                 self.applied.kept[why] = self.applied.kept.get(why, 0) + 1
             return func(*args, **kwargs)
-        entry, reason = self.applied.plan.decide(call.key)
+        entry, reason = self.applied.plan.decide(call.key, call.epilogue)
         out = _launch(self.applied, call, entry) if entry is not None else None
         if out is None:
             reason = reason or "operands not laid out as the kernel reads them"

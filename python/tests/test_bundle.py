@@ -43,14 +43,19 @@ def test_ours_runs_only_where_it_won_and_can_run():
     assert why == "no cubin for sm_80 (the bundle has sm_90a)"
     _, why = plan(entry(problem={"op": "matmul", "alpha": 2.0, "beta": 0.0})).decide(KEY)
     assert why == "the kernel scales by alpha/beta"
+    # A call with a bias keeps PyTorch's fused GEMM + bias unless the kernel fuses it too.
+    _, why = plan(entry()).decide(KEY, ["bias"])
+    assert why == "a bias PyTorch fuses and this kernel does not"
+    assert plan(entry(epilogue="bias")).decide(KEY, ["bias"])[0] is not None
+    assert plan(entry()).decide(KEY, [])[0] is not None
 
 
 def test_the_fastest_of_several_classes_is_kept_and_summarised():
     p = plan(entry(time_us=11.0), entry(time_us=9.0, vendor_us=None))
     assert p.entries[KEY]["time_us"] == 9.0
     assert winner(p.entries[KEY]) == "ours"
-    ours, why = p.summary([KEY, KEY, "matmul/m1n1k1/nn/f16,f32,f16/alpha=1,beta=0"])
-    assert ours == 2 and why == {"not tuned": 1}
+    ours, why = p.summary([KEY, KEY, "matmul/m1n1k1/nn/f16,f32,f16/alpha=1,beta=0", (KEY, ["bias"])])
+    assert ours == 2 and why == {"not tuned": 1, "a bias PyTorch fuses and this kernel does not": 1}
 
 
 def test_a_bad_bundle_is_explained(tmp_path):
