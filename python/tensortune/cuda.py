@@ -58,49 +58,42 @@ def _u32s(values):
     return (ctypes.c_uint32 * len(values))(*values)
 
 
-def encode_tiled(recipe, address):
-    """A tiled CUtensorMap over `address`, as a manifest `tensor_map` param says; (keep-alive, pointer)."""
+def _encode(call, recipe, address, rank, middle):
+    """Encodes a CUtensorMap with `call` (the tiled or im2col encoder): the arguments both share
+    around `middle`, those of its own; (keep-alive, pointer)."""
     raw, at = _aligned_map()
-    r = lib().cuTensorMapEncodeTiled(
+    r = getattr(lib(), call)(
         ctypes.c_void_p(at),
         ctypes.c_int(_MAP_TYPE[recipe["dtype"]]),
-        ctypes.c_uint32(2),
+        ctypes.c_uint32(rank),
         ctypes.c_void_p(address),
         _u64s(recipe["dims"]),
         _u64s(recipe["strides_bytes"]),
-        _u32s(recipe["box_dims"]),
-        _u32s(recipe["element_strides"]),
-        ctypes.c_int(0),
+        *middle,
+        ctypes.c_int(0),  # no interleave
         ctypes.c_int(_SWIZZLE_128B),
         ctypes.c_int(_L2_256B),
-        ctypes.c_int(0),
+        ctypes.c_int(0),  # out-of-bounds elements read as zero
     )
-    _check(r, "cuTensorMapEncodeTiled", f"operand {recipe['operand']}")
+    _check(r, call, f"operand {recipe['operand']}")
     return raw, at
 
 
+def encode_tiled(recipe, address):
+    """A tiled CUtensorMap over `address`, as a manifest `tensor_map` param says."""
+    return _encode("cuTensorMapEncodeTiled", recipe, address, 2, [_u32s(recipe["box_dims"]), _u32s(recipe["element_strides"])])
+
+
 def encode_im2col(recipe, address):
-    """An im2col CUtensorMap over a convolution's NHWC input; (keep-alive, pointer)."""
-    raw, at = _aligned_map()
-    r = lib().cuTensorMapEncodeIm2col(
-        ctypes.c_void_p(at),
-        ctypes.c_int(_MAP_TYPE[recipe["dtype"]]),
-        ctypes.c_uint32(4),
-        ctypes.c_void_p(address),
-        _u64s(recipe["dims"]),
-        _u64s(recipe["strides_bytes"]),
+    """An im2col CUtensorMap over a convolution's NHWC input."""
+    middle = [
         (ctypes.c_int * 2)(*recipe["lower_corner"]),
         (ctypes.c_int * 2)(*recipe["upper_corner"]),
         ctypes.c_uint32(recipe["channels_per_pixel"]),
         ctypes.c_uint32(recipe["pixels_per_column"]),
         _u32s(recipe["element_strides"]),
-        ctypes.c_int(0),
-        ctypes.c_int(_SWIZZLE_128B),
-        ctypes.c_int(_L2_256B),
-        ctypes.c_int(0),
-    )
-    _check(r, "cuTensorMapEncodeIm2col", f"operand {recipe['operand']}")
-    return raw, at
+    ]
+    return _encode("cuTensorMapEncodeIm2col", recipe, address, 4, middle)
 
 
 class Kernel:

@@ -17,8 +17,6 @@ construction on what a call is.
 precision model on `meta` captures half precision keys without computing anything).
 """
 
-import json
-
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
@@ -371,7 +369,3 @@ def apply(model, bundle_dir, arch=None):
     model.forward = forward
     return applied
 
-
-def suite_json(suite):
-    """The suite as the CLI reads it (for printing)."""
-    return json.dumps(suite, indent=2)

@@ -4,7 +4,8 @@
 //! (measured over a recent window, or estimated optimistically from its best so far when the
 //! window shows nothing yet), so time goes where it still buys microseconds.
 //!
-//! With the vendor's time of a workload known, its curve is capped there: a model runs the vendor's
+//! With the vendor's time of a workload known (the tracker passes it for a model's job, one
+//! submitted with weights), its curve is capped there: a model runs the vendor's
 //! kernel wherever it is faster (the bundle says which won), so only time below the vendor's is a
 //! gain. A workload far behind its vendor then keeps only the optimistic forward estimate, which
 //! shrinks as it takes trials, and the budget moves to workloads that can still beat theirs.

@@ -439,13 +439,19 @@ impl Tracker {
             for wl in &running {
                 self.ensure_search(w, job, wl).await?;
                 let observed = w.observations((job.id, wl.idx));
-                // Every worker's latest vendor time of the workload on the class (no worker is 0).
-                let vendor = store::records::vendor_times(w.conn(), &wl.workload_key, &job.device_class, 0).await?;
+                // A model's job (weights given) runs the vendor's kernel where it is faster: its
+                // curves stop at every worker's latest vendor time (no worker's id is 0).
+                let vendor_us = match wl.weight {
+                    Some(_) => {
+                        median(store::records::vendor_times(w.conn(), &wl.workload_key, &job.device_class, 0).await?)
+                    }
+                    None => None,
+                };
                 progress.push(TaskProgress {
-                    weight: wl.weight,
+                    weight: wl.weight.unwrap_or(1.0),
                     best_after: best_after(&observed, wl.proposed),
                     open: wl.proposed < wl.trials_target,
-                    vendor_us: median(vendor),
+                    vendor_us,
                 });
             }
             let shares = allocate(progress, &running, want, batches);
@@ -697,7 +703,7 @@ mod tests {
             end_state: None,
             finalist_gap: None,
             chance_better: None,
-            weight: 1.0,
+            weight: None,
         }
     }
 
@@ -705,7 +711,7 @@ mod tests {
         rows.iter()
             .zip(observed)
             .map(|(r, o)| TaskProgress {
-                weight: r.weight,
+                weight: r.weight.unwrap_or(1.0),
                 best_after: best_after(o, r.proposed),
                 open: r.proposed < r.trials_target,
                 vendor_us: None,

@@ -171,10 +171,10 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
 /// Largest weight a workload may have: a count of occurrences, not an overflow.
 const MAX_WEIGHT: f64 = 1e9;
 
-/// The weight of each workload: 1 each when none is given, else one per workload in (0, 1e9].
-fn job_weights(weights: &[f64], workloads: usize) -> Result<Vec<f64>> {
+/// The weight of each workload (a model's job), one per workload in (0, 1e9]; `None` when none is given.
+fn job_weights(weights: &[f64], workloads: usize) -> Result<Option<Vec<f64>>> {
     if weights.is_empty() {
-        return Ok(vec![1.0; workloads]);
+        return Ok(None);
     }
     if weights.len() != workloads {
         return Err(Error::invalid(
@@ -190,7 +190,7 @@ fn job_weights(weights: &[f64], workloads: usize) -> Result<Vec<f64>> {
             ));
         }
     }
-    Ok(weights.to_vec())
+    Ok(Some(weights.to_vec()))
 }
 
 /// A template lookup's failure, as an error of the `template` field.
@@ -525,7 +525,7 @@ pub(crate) fn job(view: JobView) -> pb::Job {
                 finalists: w.finalists.into_iter().map(finalist).collect(),
                 finalist_gap: w.row.finalist_gap.unwrap_or_default(),
                 chance_better: w.row.chance_better,
-                weight: w.row.weight,
+                weight: w.row.weight.unwrap_or(1.0),
             })
             .collect(),
         error: job.error,

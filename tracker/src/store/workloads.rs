@@ -38,8 +38,10 @@ pub(crate) struct WorkloadRow {
     /// When its tuning ended: the model's chance that an untried config is >= 2% faster than the
     /// best found (model tuner only).
     pub(crate) chance_better: Option<f64>,
-    /// How much it matters to a job with a trial budget (the scheduler's weight); 1 by default.
-    pub(crate) weight: f64,
+    /// How much it matters to a model's job (`SubmitJobRequest.weights`); `None` for a job
+    /// submitted without weights, which weighs each workload 1 and never caps a curve at the
+    /// vendor's time.
+    pub(crate) weight: Option<f64>,
 }
 
 /// A workload to insert.
@@ -48,7 +50,7 @@ pub(crate) struct NewWorkload<'a> {
     pub(crate) workload: &'a Workload,
     pub(crate) trials_target: u32,
     pub(crate) space_size: u64,
-    pub(crate) weight: f64,
+    pub(crate) weight: Option<f64>,
 }
 
 /// Inserts workload `w.idx` of `job`, running.
