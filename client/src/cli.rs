@@ -52,7 +52,7 @@ pub struct Cli {
 pub enum Command {
     /// Tune one workload and print the best kernel next to the vendor library's time, or (with
     /// --suite) a whole model's workloads as one job.
-    Tune(TuneArgs),
+    Tune(Box<TuneArgs>),
     /// Write the suite of an ONNX model's matmul, batched matmul and conv2d workloads.
     Extract(ExtractArgs),
     /// Tune every workload of a suite on the local GPU and print a table (also written as JSON).

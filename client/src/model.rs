@@ -115,8 +115,9 @@ async fn submit_tunable(session: &mut Session, mut request: pb::SubmitJobRequest
         let index = refused_workload(refused.message()).filter(|i| *i < request.workloads.len());
         match index {
             Some(i) if refused.code() == tonic::Code::InvalidArgument && request.workloads.len() > 1 => {
-                let key = request.workloads[i].clone();
-                let key = Workload::try_from(&key).map(|w| w.key()).unwrap_or_else(|_| format!("workloads[{i}]"));
+                let key = Workload::try_from(&request.workloads[i])
+                    .map(|w| w.key())
+                    .unwrap_or_else(|_| format!("workloads[{i}]"));
                 eprintln!("not tuned (the model keeps the vendor's op): {key}: {}", refused.message());
                 request.workloads.remove(i);
                 request.weights.remove(i);

@@ -8,7 +8,10 @@ use tensortune::extract::{extract, run};
 
 const SMALL: &[u8] = include_bytes!("data/small.onnx");
 
-fn entries(suite: &Suite) -> Vec<(String, Option<u64>, Option<u64>, Option<String>)> {
+/// (key, count, batch, epilogue) of a suite entry.
+type Row = (String, Option<u64>, Option<u64>, Option<String>);
+
+fn entries(suite: &Suite) -> Vec<Row> {
     suite.workloads.iter().map(|e| (e.workload.clone(), e.count, e.batch, e.epilogue.clone())).collect()
 }
 

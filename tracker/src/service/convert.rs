@@ -185,7 +185,7 @@ fn job_weights(weights: &[f64], workloads: usize) -> Result<Option<Vec<f64>>> {
     for (i, w) in weights.iter().enumerate() {
         if !(w.is_finite() && *w > 0.0 && *w <= MAX_WEIGHT) {
             return Err(Error::invalid(
-                &format!("weights[{i}]"),
+                format!("weights[{i}]"),
                 format!("{w} is out of range; allowed 0 < weight <= {MAX_WEIGHT:e}"),
             ));
         }
