@@ -56,6 +56,12 @@ api_test=$(cargo test --workspace --locked --no-run --message-format=json 2>/dev
 # The systemd units of deploy/, against the binaries the tests just built (Debian's systemd
 # package is installed when systemd-analyze is missing, as root).
 deploy/verify-units.sh "${CARGO_TARGET_DIR:-target}/debug" || status=$?
+# The Python package's tests (python/tests): without torch here, capture's torch tests skip (they
+# run on the GPU machine, scripts/gpu-model.sh); pytest goes into target/ when missing.
+if ! python3 -c 'import pytest' 2>/dev/null; then
+    python3 -m pip install --quiet --disable-pip-version-check --target target/pytest-env pytest >&2 || true
+fi
+PYTHONPATH=python:target/pytest-env python3 -m pytest -q -p no:cacheprovider python/tests || status=$?
 # The tracker's tests on PostgreSQL: each test makes a database of its own on this server. The
 # throwaway server starts only now, so it lives for this suite alone (about a minute), not through
 # the workspace's build and tests; its log is printed when the suite fails or the server is gone.

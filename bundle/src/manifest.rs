@@ -396,11 +396,30 @@ pub struct Entry {
     pub vendor_us: Option<f64>,
     /// What the vendor time is (`cublasGemmEx`, `cublasLt heuristic #3 of 8`, ...).
     pub vendor_kind: String,
+    /// Which ran the workload faster in the measuring session ([`Entry::winner_of`]): `ours`
+    /// (this kernel) or `vendor` (a program should keep calling the vendor library for it). Empty
+    /// in bundles written before this field; read it through [`Entry::winner`].
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub winner: String,
     /// Where the numbers come from.
     pub provenance: Provenance,
 }
 
 impl Entry {
+    /// `ours` when the kernel's time is below the vendor's (or no vendor time is known), else
+    /// `vendor`.
+    pub fn winner_of(time_us: f64, vendor_us: Option<f64>) -> &'static str {
+        match vendor_us {
+            Some(v) if v > 0.0 && v <= time_us => "vendor",
+            _ => "ours",
+        }
+    }
+
+    /// The recorded winner, or for an older bundle the one its times say.
+    pub fn winner(&self) -> &str {
+        if self.winner.is_empty() { Self::winner_of(self.time_us, self.vendor_us) } else { &self.winner }
+    }
+
     /// The cubin file for a GPU of compute capability `arch`: `sm_{arch}a` (the arch-specific
     /// image, e.g. the wgmma kernels' `sm_90a`), else `sm_{arch}`.
     pub fn cubin_for(&self, arch: u32) -> Option<&str> {

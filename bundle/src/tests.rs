@@ -45,6 +45,7 @@ fn entry(name: &str, problem: Problem, arch: u32, sm_count: u32, time_us: f64) -
         time_us,
         vendor_us: Some(time_us * 1.1),
         vendor_kind: "cublasGemmEx".into(),
+        winner: String::new(),
         provenance: Provenance { record_id: 7, samples_us: vec![time_us], batch: 50, ..Provenance::default() },
     }
 }
@@ -188,4 +189,18 @@ fn a_tf32_entry_answers_tf32_problems_only() {
     assert_eq!(select(&back, &problem(DType::Tf32), 90, 132).map(|s| s.nearest), Some(false));
     assert!(select(&back, &problem(DType::F32), 90, 132).is_none(), "exact f32 never gets a tf32 kernel");
     assert_eq!(DType::Tf32.bytes(), 4);
+}
+
+#[test]
+fn the_winner_is_recorded_or_read_from_the_times() {
+    let mut e = entry("k1", matmul(1024, 1024, 1024, Layout::Nn), 90, 132, 10.0);
+    assert_eq!(e.winner(), "ours");
+    e.vendor_us = Some(9.0);
+    assert_eq!(e.winner(), "vendor");
+    assert_eq!(Entry::winner_of(10.0, None), "ours");
+    assert_eq!(Entry::winner_of(10.0, Some(10.0)), "vendor");
+    e.winner = "ours".into();
+    let text = serde_json::to_string(&manifest(vec![e])).unwrap();
+    assert!(text.contains("\"winner\":\"ours\""));
+    assert_eq!(Manifest::parse(&text).unwrap().kernels[0].winner(), "ours");
 }

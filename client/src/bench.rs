@@ -42,6 +42,28 @@ pub struct SuiteEntry {
     /// Trials for this workload; default: --trials.
     #[serde(default)]
     pub trials: Option<u32>,
+    /// How many times a model runs it per forward pass (a captured or extracted suite); default 1.
+    /// `tune --suite` weighs the workload by it and sums the model's time with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// Matrices of a batched matmul (each one the workload's shape); default 1. The job tunes one
+    /// matrix and counts it `batch` times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
+    /// What follows the op in the model and could be fused into it (`bias`, `relu`, `gelu`,
+    /// `bias+relu`, ...): recorded, not yet tuned (the key's alpha/beta epilogue is what is tuned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epilogue: Option<String>,
+    /// Where the model runs it (module names or ONNX node names), for the reader.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ops: Vec<String>,
+}
+
+impl SuiteEntry {
+    /// How many times a model runs the workload's shape per forward pass: `count` x `batch`.
+    pub fn occurrences(&self) -> u64 {
+        self.count.unwrap_or(1).saturating_mul(self.batch.unwrap_or(1))
+    }
 }
 
 impl Suite {
@@ -56,6 +78,13 @@ impl Suite {
             .iter()
             .enumerate()
             .map(|(i, e)| {
+                for (field, v) in [("count", e.count), ("batch", e.batch)] {
+                    if v == Some(0) {
+                        bail!(
+                            "{origin}: workloads[{i}].{field} is 0; it counts occurrences, at least 1 (or leave it out)"
+                        );
+                    }
+                }
                 Workload::from_key(&e.workload).map_err(|err| anyhow::anyhow!("{origin}: workloads[{i}]: {err}"))
             })
             .collect::<anyhow::Result<Vec<_>>>()?;

@@ -50,8 +50,11 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Tune one workload and print the best kernel next to the vendor library's time.
-    Tune(TuneArgs),
+    /// Tune one workload and print the best kernel next to the vendor library's time, or (with
+    /// --suite) a whole model's workloads as one job.
+    Tune(Box<TuneArgs>),
+    /// Write the suite of an ONNX model's matmul, batched matmul and conv2d workloads.
+    Extract(ExtractArgs),
     /// Tune every workload of a suite on the local GPU and print a table (also written as JSON).
     Bench(BenchArgs),
     /// The best measured kernel for a workload, per device class.
@@ -198,6 +201,10 @@ pub struct ExportArgs {
     /// Write sources and the manifest only, without compiling cubins (no NVRTC needed).
     #[arg(long)]
     pub no_cubin: bool,
+    /// Leave out (and name on stderr) the workloads with no trusted ok record instead of refusing:
+    /// for a model's suite, whose untuned workloads keep the vendor's op.
+    #[arg(long)]
+    pub skip_untuned: bool,
     /// Print the manifest as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -345,12 +352,46 @@ pub struct JobArgs {
     pub no_transfer: bool,
 }
 
-/// `tensortune tune`.
+/// `tensortune tune`: one workload (`tune matmul ...`, `tune conv2d ...`), or a whole model's
+/// suite as one job (`tune --suite model.json --total-trials N`).
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct TuneArgs {
     /// The workload.
     #[command(subcommand)]
-    pub workload: WorkloadCmd,
+    pub workload: Option<WorkloadCmd>,
+    /// A model's suite (what `tensortune.torch.capture` or `tensortune extract` wrote): every
+    /// workload in one job, weighted by its `count`; the report sums the model's GEMM/conv time
+    /// (count x the faster of the best kernel and the vendor's) as tuning proceeds and at the end.
+    #[arg(long, required = true)]
+    pub suite: Option<PathBuf>,
+    /// Job settings (with --suite).
+    #[command(flatten)]
+    pub job: JobArgs,
+    /// Embedded worker (with --suite; `--device cuda:all` measures on every GPU).
+    #[command(flatten)]
+    pub local: LocalDevice,
+    /// Also write the model's table as JSON to this file (with --suite).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// `tensortune extract`: the suite of an ONNX model's matmul, batched matmul and conv2d nodes.
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// The ONNX file.
+    pub model: PathBuf,
+    /// The batch size for a symbolic (or unknown) first input dimension, 1 ..= 65536.
+    #[arg(long, default_value_t = 1)]
+    pub batch: u64,
+    /// Element type the model runs in: f16 or bf16 (the suite's keys take it; ONNX f32 graphs are
+    /// usually run in half precision once tuned), or f32 (exact, on the CUDA cores), or as-is:
+    /// the graph's own type.
+    #[arg(long, default_value = "as-is")]
+    pub dtype: String,
+    /// The suite file to write (default: stdout).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
 }
 
 /// The workload flags of `tune` and `best`.
@@ -751,7 +792,7 @@ mod tests {
 
     fn workload(args: &[&str]) -> anyhow::Result<Workload> {
         match parse(args).command {
-            Command::Tune(t) => t.workload.workload(),
+            Command::Tune(t) => t.workload.expect("a workload subcommand").workload(),
             other => panic!("{other:?}"),
         }
     }

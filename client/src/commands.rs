@@ -68,6 +68,7 @@ pub fn submit_request(
         flush_l2: job.flush_l2,
         total_trials: job.total_trials,
         transfer: Some(!job.no_transfer),
+        weights: Vec::new(),
     }
 }
 

@@ -42,7 +42,10 @@ pub async fn run(tracker: Option<&str>, db: &Path, args: &ExportArgs) -> anyhow:
     let answers = answers?;
     let missing: Vec<String> =
         workloads.iter().zip(&answers).filter(|(_, a)| a.best.is_empty()).map(|(w, _)| w.key()).collect();
-    if !missing.is_empty() {
+    if !missing.is_empty() && args.skip_untuned {
+        // A model's untuned workloads keep the vendor's op (`tensortune.torch.apply`).
+        eprintln!("left out, with no trusted ok record: {}", missing.join(", "));
+    } else if !missing.is_empty() {
         let class = args.device_class.as_deref().map(|c| format!(" on device class {c:?}")).unwrap_or_default();
         bail!(
             "no trusted ok record{class} for {} of the {} workloads, so nothing was exported: {}; tune them first \
@@ -231,6 +234,7 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
         time_us: m.median_us,
         vendor_us: m.baseline_us,
         vendor_kind: m.baseline_kind.clone(),
+        winner: Entry::winner_of(m.median_us, m.baseline_us).to_owned(),
         provenance: Provenance {
             record_id: record.id,
             job_id: record.job_id,

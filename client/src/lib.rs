@@ -11,6 +11,9 @@
 //! - [`commands`]: one function per command.
 //! - [`bench`]: `tensortune bench`, suites of workloads tuned one after another.
 //! - [`export`]: `tensortune export`, best kernels as a bundle a program loads.
+//! - [`model`]: `tensortune tune --suite`, a model's workloads as one job and its predicted time.
+//! - [`extract`]: `tensortune extract`, an ONNX model's workloads as a suite.
+//! - [`onnx`]: the messages of onnx.proto that `extract` reads.
 //! - [`replay`]: `tensortune replay`, tuners against recorded measurements.
 //! - [`plot`]: `tensortune plot`, convergence, speedup and replay pictures.
 //! - [`report`]: JSON views of jobs and records, and the tables printed.
@@ -21,6 +24,9 @@ pub mod bench;
 pub mod cli;
 pub mod commands;
 pub mod export;
+pub mod extract;
+pub mod model;
+pub mod onnx;
 pub mod plot;
 pub mod replay;
 pub mod report;
@@ -41,7 +47,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let tracker = cli.tracker.as_deref();
     let db = cli.db_path();
     match &cli.command {
-        Command::Tune(t) => commands::tune(tracker, db, &t.workload).await,
+        Command::Tune(t) => match &t.workload {
+            Some(w) => commands::tune(tracker, db, w).await,
+            None => model::tune(tracker, db, t).await,
+        },
+        Command::Extract(e) => extract::run(e),
         Command::Bench(b) => bench::run(tracker, cli.db.as_deref(), b).await,
         Command::Best { workload, device_class, json } => {
             commands::best(tracker, db, workload, device_class.as_deref(), *json).await

@@ -269,6 +269,58 @@ impl From<&pb::Job> for JobView {
     }
 }
 
+/// A model's predicted GEMM/conv time from a job of its workloads: per workload, its weight (how
+/// many times the model runs it) times the faster of the best kernel so far and the vendor's
+/// (what `tensortune.torch.apply` runs), summed over the workloads measured so far.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ModelTime {
+    /// Sum of weight x min(best, vendor), microseconds.
+    pub tuned_us: f64,
+    /// Sum of weight x vendor, microseconds: the model as the vendor library runs it.
+    pub vendor_us: f64,
+    /// Workloads with a vendor time (the sums cover only these).
+    pub measured: usize,
+    /// Workloads in the job.
+    pub workloads: usize,
+}
+
+impl ModelTime {
+    /// The sums over `job`'s workloads (a weight of 0, from a tracker without weights, counts 1).
+    pub fn of(job: &pb::Job) -> ModelTime {
+        let mut t = ModelTime { tuned_us: 0.0, vendor_us: 0.0, measured: 0, workloads: job.workloads.len() };
+        for w in &job.workloads {
+            let Some(m) = w.best.as_ref().and_then(|b| b.measurement.as_ref()) else { continue };
+            let Some(vendor) = m.baseline_us.filter(|v| *v > 0.0) else { continue };
+            let weight = if w.weight > 0.0 { w.weight } else { 1.0 };
+            let best = if m.median_us > 0.0 { m.median_us.min(vendor) } else { vendor };
+            t.tuned_us += weight * best;
+            t.vendor_us += weight * vendor;
+            t.measured += 1;
+        }
+        t
+    }
+
+    /// vendor / tuned (1 when nothing is measured).
+    pub fn speedup(&self) -> f64 {
+        if self.tuned_us > 0.0 { self.vendor_us / self.tuned_us } else { 1.0 }
+    }
+
+    /// `model 1.234 ms (vendor 1.300 ms, 1.05x) over 12/54 workloads`.
+    pub fn line(&self) -> String {
+        if self.measured == 0 {
+            return format!("model: no workload of {} measured yet", self.workloads);
+        }
+        format!(
+            "model {} (vendor {}, {:.3}x) over {}/{} workloads",
+            fmt_us(self.tuned_us),
+            fmt_us(self.vendor_us),
+            self.speedup(),
+            self.measured,
+            self.workloads
+        )
+    }
+}
+
 /// `4.31 us`, `1.234 ms`.
 pub fn fmt_us(us: f64) -> String {
     if us >= 1000.0 { format!("{:.3} ms", us / 1000.0) } else { format!("{us:.2} us") }
@@ -474,6 +526,10 @@ pub fn fmt_job(job: &JobView) -> String {
 
 /// One line for the progress bar: the best so far of each workload.
 pub fn progress_message(job: &pb::Job) -> String {
+    // A model's job (a budget shared by several workloads): one line for the whole model.
+    if job.total_trials > 0 && job.workloads.len() > 1 {
+        return ModelTime::of(job).line();
+    }
     let parts: Vec<String> = job
         .workloads
         .iter()

@@ -127,7 +127,8 @@ impl Tracker {
             let idx = i as u32;
             let space_size = space.valid.len() as u64;
             let trials_target = u32::try_from(space_size).unwrap_or(u32::MAX).min(req.trials);
-            let row = NewWorkload { idx, workload, trials_target, space_size };
+            let weight = req.weights.as_ref().and_then(|w| w.get(i).copied());
+            let row = NewWorkload { idx, workload, trials_target, space_size, weight };
             store::workloads::insert(w.conn(), id, &row).await?;
         }
         let job = store::jobs::get(w.conn(), id).await?.ok_or(Error::JobNotFound(id))?;

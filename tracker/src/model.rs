@@ -253,6 +253,8 @@ pub(crate) struct EarlyStop {
 /// A validated job submission (what does not depend on the tracker's state).
 pub(crate) struct JobRequest {
     pub(crate) workloads: Vec<Workload>,
+    /// How much each workload matters to a model's job with `total_trials`; `None`: not given.
+    pub(crate) weights: Option<Vec<f64>>,
     /// The template asked for; `None`: every template that supports each workload on the job's
     /// device class (and that some worker of the class runs).
     pub(crate) template: Option<&'static dyn Template>,

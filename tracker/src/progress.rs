@@ -62,6 +62,12 @@ fn best_after(observed: &[Observed], proposed: u32) -> Vec<f64> {
     out
 }
 
+/// The median of `times`, `None` when empty.
+fn median(mut times: Vec<f64>) -> Option<f64> {
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).copied()
+}
+
 /// How many of `want` trials each of `running` gets: the next trial, or with `batches` the next
 /// batch (the rest of `want`), goes to the workload `schedule::next` picks, and counts as in
 /// flight. `progress[i].open` says whether workload `i` may take more.
@@ -409,10 +415,19 @@ impl Tracker {
             for wl in &running {
                 self.ensure_search(w, job, wl).await?;
                 let observed = w.observations((job.id, wl.idx));
+                // A model's job (weights given) runs the vendor's kernel where it is faster: its
+                // curves stop at every worker's latest vendor time (no worker's id is 0).
+                let vendor_us = match wl.weight {
+                    Some(_) => {
+                        median(store::records::vendor_times(w.conn(), &wl.workload_key, &job.device_class, 0).await?)
+                    }
+                    None => None,
+                };
                 progress.push(TaskProgress {
-                    weight: 1.0,
+                    weight: wl.weight.unwrap_or(1.0),
                     best_after: best_after(&observed, wl.proposed),
                     open: wl.proposed < wl.trials_target,
+                    vendor_us,
                 });
             }
             let shares = allocate(progress, &running, want, batches);
@@ -664,6 +679,7 @@ mod tests {
             end_state: None,
             finalist_gap: None,
             chance_better: None,
+            weight: None,
         }
     }
 
@@ -671,9 +687,10 @@ mod tests {
         rows.iter()
             .zip(observed)
             .map(|(r, o)| TaskProgress {
-                weight: 1.0,
+                weight: r.weight.unwrap_or(1.0),
                 best_after: best_after(o, r.proposed),
                 open: r.proposed < r.trials_target,
+                vendor_us: None,
             })
             .collect()
     }

@@ -147,7 +147,9 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
         }
         n => n,
     };
+    let weights = job_weights(&req.weights, workloads.len())?;
     Ok(JobRequest {
+        weights,
         workloads,
         template,
         tuner,
@@ -164,6 +166,31 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
         transfer: req.transfer.unwrap_or(true),
         total_trials,
     })
+}
+
+/// Largest weight a workload may have: a count of occurrences, not an overflow.
+const MAX_WEIGHT: f64 = 1e9;
+
+/// The weight of each workload (a model's job), one per workload in (0, 1e9]; `None` when none is given.
+fn job_weights(weights: &[f64], workloads: usize) -> Result<Option<Vec<f64>>> {
+    if weights.is_empty() {
+        return Ok(None);
+    }
+    if weights.len() != workloads {
+        return Err(Error::invalid(
+            "weights",
+            format!("holds {} weights for {workloads} workloads; give one per workload, or none", weights.len()),
+        ));
+    }
+    for (i, w) in weights.iter().enumerate() {
+        if !(w.is_finite() && *w > 0.0 && *w <= MAX_WEIGHT) {
+            return Err(Error::invalid(
+                format!("weights[{i}]"),
+                format!("{w} is out of range; allowed 0 < weight <= {MAX_WEIGHT:e}"),
+            ));
+        }
+    }
+    Ok(Some(weights.to_vec()))
 }
 
 /// A template lookup's failure, as an error of the `template` field.
@@ -498,6 +525,7 @@ pub(crate) fn job(view: JobView) -> pb::Job {
                 finalists: w.finalists.into_iter().map(finalist).collect(),
                 finalist_gap: w.row.finalist_gap.unwrap_or_default(),
                 chance_better: w.row.chance_better,
+                weight: w.row.weight.unwrap_or(1.0),
             })
             .collect(),
         error: job.error,

@@ -38,6 +38,10 @@ pub(crate) struct WorkloadRow {
     /// When its tuning ended: the model's chance that an untried config is >= 2% faster than the
     /// best found (model tuner only).
     pub(crate) chance_better: Option<f64>,
+    /// How much it matters to a model's job (`SubmitJobRequest.weights`); `None` for a job
+    /// submitted without weights, which weighs each workload 1 and never caps a curve at the
+    /// vendor's time.
+    pub(crate) weight: Option<f64>,
 }
 
 /// A workload to insert.
@@ -46,13 +50,14 @@ pub(crate) struct NewWorkload<'a> {
     pub(crate) workload: &'a Workload,
     pub(crate) trials_target: u32,
     pub(crate) space_size: u64,
+    pub(crate) weight: Option<f64>,
 }
 
 /// Inserts workload `w.idx` of `job`, running.
 pub(crate) async fn insert(e: impl Into<Exec<'_>>, job: JobId, w: &NewWorkload<'_>) -> Result<()> {
     on!(e, |c, pg| sqlx::query(
-        "INSERT INTO job_workloads (job_id, idx, workload_key, workload, trials_target, space_size, state)
-         VALUES ($1, $2, $3, $4, $5, $6, 'running')",
+        "INSERT INTO job_workloads (job_id, idx, workload_key, workload, trials_target, space_size, state, weight)
+         VALUES ($1, $2, $3, $4, $5, $6, 'running', $7)",
     )
     .bind(job)
     .bind(i64::from(w.idx))
@@ -60,6 +65,7 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, job: JobId, w: &NewWorkload<'
     .bind(json(w.workload))
     .bind(i64::from(w.trials_target))
     .bind(i64::try_from(w.space_size).unwrap_or(i64::MAX))
+    .bind(w.weight)
     .execute(c)
     .await
     .map(|r| r.rows_affected()))?;

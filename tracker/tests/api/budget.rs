@@ -156,3 +156,52 @@ async fn a_model_job_spends_its_budget_in_batches() {
     assert_eq!(configs.len(), 40);
     tracker.stop().await;
 }
+
+/// A model's job (weights given), every workload improving alike on `curve`; returns the trials
+/// each got. `vendor` gives a workload's vendor time (else the harness's 1.5x of each record).
+async fn model_job(weights: Vec<f64>, vendor: impl Fn(usize) -> Option<f64>) -> Vec<u32> {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    let workloads: Vec<pb::Workload> = [(128, 128, 128), (256, 128, 256), (256, 64, 256)]
+        .iter()
+        .take(weights.len())
+        .map(|&(m, n, k)| matmul(m, n, k))
+        .collect();
+    let keys: Vec<String> = workloads.iter().map(|w| Workload::try_from(w).unwrap().key()).collect();
+    let req = pb::SubmitJobRequest { total_trials: 90, weights: weights.clone(), ..job(workloads, 100, 4) };
+    let id = submit(&mut tuning, req).await;
+    assert_eq!(get_job(&mut tuning, id).await.workloads.iter().map(|w| w.weight).collect::<Vec<_>>(), weights);
+    let mut given: HashMap<String, u32> = HashMap::new();
+    drive_with(&mut worker, &mut tuning, id, |t| {
+        let n = given.entry(t.workload_key.clone()).or_default();
+        *n += 1;
+        let m = ok(100.0 / f64::from(*n));
+        let i = keys.iter().position(|k| *k == t.workload_key).unwrap();
+        match vendor(i) {
+            Some(v) => pb::Measurement { baseline_us: Some(v), ..m },
+            None => m,
+        }
+    })
+    .await;
+    let job = get_job(&mut tuning, id).await;
+    tracker.stop().await;
+    let done: Vec<u32> = job.workloads.iter().map(|w| w.trials_done).collect();
+    assert_eq!(done.iter().sum::<u32>(), 90, "{done:?}");
+    done
+}
+
+#[tokio::test]
+async fn a_models_weights_steer_its_budget() {
+    let done = model_job(vec![1.0, 30.0, 1.0], |_| None).await;
+    assert!(done[1] >= done[0] + 8 && done[1] >= done[2] + 8, "the heavy workload got {done:?}");
+}
+
+#[tokio::test]
+async fn a_model_job_spends_little_where_the_vendor_stays_far_ahead() {
+    // Both improve alike, but workload 1's vendor runs in 0.5 us: what tuning finds there is never
+    // run by the model.
+    let done = model_job(vec![1.0, 1.0], |i| (i == 1).then_some(0.5)).await;
+    assert!(done[0] >= done[1] + 8, "the workload behind its vendor got {done:?}");
+}

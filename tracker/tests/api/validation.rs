@@ -173,6 +173,16 @@ async fn bad_submissions_name_the_field() {
                 "invalid total_trials: 2 is fewer than the job's 3 workloads",
             ),
             (
+                "weights for some workloads",
+                pb::SubmitJobRequest { weights: vec![1.0, 2.0], ..base() },
+                "invalid weights: holds 2 weights for 1 workloads; give one per workload, or none",
+            ),
+            (
+                "a weight that is not a count",
+                pb::SubmitJobRequest { weights: vec![f64::NAN], ..base() },
+                "invalid weights[0]: NaN is out of range; allowed 0 < weight <= 1e9",
+            ),
+            (
                 "margin negative",
                 pb::SubmitJobRequest { early_stop_margin: -0.1, early_stop_trials: 5, ..base() },
                 "invalid early_stop_margin:",

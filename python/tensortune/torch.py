@@ -1,0 +1,371 @@
+"""A PyTorch model's workloads as a tensortune suite (`capture`), and a bundle's kernels run inside
+the model (`apply`).
+
+Both work through one `TorchFunctionMode`, which sees every torch function the model calls:
+`nn.Linear` (through `F.linear`), `F.linear`, `torch.matmul`/`mm`/`bmm`/`addmm`/`baddbmm`, the `@`
+operator and the Tensor methods of the same names, and `nn.Conv2d` (through `F.conv2d`). One
+function, `_workload`, turns such a call into its workload key, so capture and apply agree by
+construction on what a call is.
+
+- Linear/matmul: row-major Y[rows, n] = X[rows, k] @ W[k, n] is the key's column-major
+  D (n x rows) = op(A) op(B) with op(A) = W^T, op(B) = X^T; leading dimensions of X fold into rows
+  when W is a matrix, otherwise they are the suite entry's `batch` (a batched matmul).
+- Conv2d: NCHW shapes, NHWC in the key (channels_last tensors are NHWC in memory); one group only.
+- Epilogue: a bias argument, and a ReLU or GELU applied next to the op's output.
+
+`capture` needs no GPU: run it on CPU tensors, or on the `meta` device for shapes alone (a half
+precision model on `meta` captures half precision keys without computing anything).
+"""
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from . import bundle as _bundle
+from .suite import SuiteBuilder, conv2d_key, join_epilogue, matmul_key, matmul_layout, write_suite
+
+_LINEAR = {F.linear}
+_MATMUL = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm}
+_BMM = {torch.bmm, torch.Tensor.bmm}
+_ADDMM = {torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm}
+_CONV = {F.conv2d}
+_ACTIVATIONS = {
+    torch.relu: "relu",
+    torch.relu_: "relu",
+    F.relu: "relu",
+    torch.Tensor.relu: "relu",
+    torch.Tensor.relu_: "relu",
+    F.gelu: "gelu",
+}
+# Calls that only read metadata: they neither consume an op's output nor end its epilogue.
+_METADATA = {"__get__", "size", "dim", "stride", "is_contiguous", "numel", "data_ptr", "__len__", "element_size"}
+
+
+def _dtype_name(t, conv):
+    if t.dtype == torch.float16:
+        return "f16"
+    if t.dtype == torch.bfloat16:
+        return "bf16"
+    if t.dtype == torch.float32:
+        tf32 = torch.backends.cudnn.allow_tf32 if conv else torch.backends.cuda.matmul.allow_tf32
+        return "tf32" if tf32 else "f32"
+    return None
+
+
+def _rows_contiguous(t):
+    """Whether the last dimension is the contiguous one (row-major rows)."""
+    return t.dim() >= 1 and (t.stride(-1) == 1 or t.size(-1) == 1)
+
+
+def _cols_contiguous(t):
+    return t.dim() >= 2 and (t.stride(-2) == 1 or t.size(-2) == 1)
+
+
+def _dense(t):
+    """Whether `t` is one dense block, read row- or (for a matrix) column-major."""
+    return t.is_contiguous() or (t.dim() == 2 and t.t().is_contiguous())
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class _Call:
+    """A recognised call: its key, batch, epilogue parts and the operands as the kernel reads them."""
+
+    def __init__(self, kind, key, batch, epilogue, operands, out_shape):
+        self.kind = kind
+        self.key = key
+        self.batch = batch
+        self.epilogue = epilogue
+        self.operands = operands
+        self.out_shape = out_shape
+
+
+def _matmul_call(x, w, bias, kind):
+    """Y = X @ W (+ bias): x [..., rows, k], w [k, n] or [..., k, n]."""
+    if x.dim() < 2 or w.dim() < 2:
+        return None, "a matrix-vector product"
+    if x.dtype != w.dtype:
+        return None, f"mixed dtypes {x.dtype} and {w.dtype}"
+    dtype = _dtype_name(x, conv=False)
+    if dtype is None:
+        return None, f"dtype {x.dtype}"
+    k, n = w.shape[-2], w.shape[-1]
+    if x.shape[-1] != k:
+        return None, "inner dimensions differ"
+    x_rows = _rows_contiguous(x)
+    w_rows = _rows_contiguous(w)
+    if not (x_rows or _cols_contiguous(x)) or not (w_rows or _cols_contiguous(w)):
+        return None, "an operand with neither rows nor columns contiguous"
+    layout = matmul_layout(x_rows, w_rows)
+    lead = tuple(x.shape[:-2])
+    if w.dim() == 2:
+        rows = x.shape[-2]
+        for d in lead:
+            rows *= d
+        batch = None
+        if lead and not x_rows:
+            return None, "a batched X with contiguous columns against a matrix W"
+    else:
+        rows = x.shape[-2]
+        batch = 1
+        for d in torch.broadcast_shapes(lead, tuple(w.shape[:-2])):
+            batch *= d
+    key = matmul_key(int(n), int(rows), int(k), layout, dtype)
+    parts = ["bias"] if bias is not None else []
+    out_shape = tuple(x.shape[:-1]) + (n,) if w.dim() == 2 else None
+    return _Call(kind, key, batch if batch and batch > 1 else None, parts, (x, w, bias), out_shape), None
+
+
+def _conv_call(args, kwargs):
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+    a = dict(zip(names, args))
+    a.update(kwargs)
+    x, w = a["input"], a["weight"]
+    bias = a.get("bias")
+    stride, dilation = _pair(a.get("stride", 1)), _pair(a.get("dilation", 1))
+    groups = a.get("groups", 1)
+    if groups != 1:
+        return None, f"groups={groups} (grouped and depthwise convolutions are not tuned)"
+    if x.dim() != 4:
+        return None, f"a {x.dim()}-D input"
+    dtype = _dtype_name(x, conv=True)
+    if dtype is None:
+        return None, f"dtype {x.dtype}"
+    padding = a.get("padding", 0)
+    r, s = w.shape[2], w.shape[3]
+    if padding == "valid":
+        padding = (0, 0)
+    elif padding == "same":
+        if any(st != 1 for st in stride) or any((d * (k - 1)) % 2 for d, k in zip(dilation, (r, s))):
+            return None, "padding='same' that pads unevenly"
+        padding = (dilation[0] * (r - 1) // 2, dilation[1] * (s - 1) // 2)
+    padding = _pair(padding)
+    n, c, h, wd = (int(v) for v in x.shape)
+    key = conv2d_key(n, h, wd, c, int(w.shape[0]), int(r), int(s), padding, stride, dilation, dtype)
+    p = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
+    q = (wd + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
+    parts = ["bias"] if bias is not None else []
+    return _Call("conv2d", key, None, parts, (x, w, bias), (n, int(w.shape[0]), p, q)), None
+
+
+def _workload(func, args, kwargs):
+    """(call, None) when `func(*args, **kwargs)` is a tunable op, (None, why not) when it is one of
+    the ops but cannot be tuned, (None, None) when it is some other function."""
+    try:
+        if func in _LINEAR:
+            x, w = args[0], args[1] if len(args) > 1 else kwargs["weight"]
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            return _matmul_call(x, w.t(), bias, "linear")
+        if func in _MATMUL or func in _BMM:
+            return _matmul_call(args[0], args[1], None, "matmul")
+        if func in _ADDMM:
+            if kwargs.get("beta", 1) not in (0, 1) or kwargs.get("alpha", 1) != 1:
+                return None, "alpha/beta scaling"
+            return _matmul_call(args[1], args[2], args[0], "addmm")
+        if func in _CONV:
+            return _conv_call(args, kwargs)
+    except (IndexError, KeyError, AttributeError, TypeError) as e:
+        return None, f"unexpected arguments ({e})"
+    return None, None
+
+
+def _name(func):
+    return getattr(func, "__name__", str(func))
+
+
+class _Capture(TorchFunctionMode):
+    def __init__(self, builder, where):
+        super().__init__()
+        self.builder = builder
+        self.where = where
+        self.pending = None  # (call, output, op name): an op whose epilogue may still follow
+
+    def _flush(self):
+        if self.pending is not None:
+            call, _, op = self.pending
+            self.builder.add(call.key, op=op, batch=call.batch, epilogue=join_epilogue(call.epilogue))
+            self.pending = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _name(func) in _METADATA:
+            return func(*args, **kwargs)
+        activation = _ACTIVATIONS.get(func)
+        if self.pending is not None:
+            call, out, _ = self.pending
+            if activation and args and args[0] is out and len(call.epilogue) < 3:
+                call.epilogue.append(activation)
+                result = func(*args, **kwargs)
+                self._flush()
+                return result
+            self._flush()
+        call, why = _workload(func, args, kwargs)
+        out = func(*args, **kwargs)
+        op = self.where[-1] if self.where else _name(func)
+        if call is not None:
+            self.pending = (call, out, op)
+        elif why is not None:
+            self.builder.skip(f"{op}: {_name(func)}: {why}")
+        return out
+
+
+def _module_names(model, stack):
+    """Forward hooks that keep `stack` holding the running module's qualified name."""
+    # Both hooks must return None: a forward hook's return value replaces the module's output.
+    def enter(label):
+        return lambda _m, _a: stack.append(label)
+
+    def leave(_m, _a, _o):
+        stack.pop()
+
+    handles = []
+    for name, m in model.named_modules():
+        handles.append(m.register_forward_pre_hook(enter(name or type(m).__name__)))
+        handles.append(m.register_forward_hook(leave))
+    return handles
+
+
+def capture(model, example_inputs, path=None, name=None, description=None):
+    """Runs `model(*example_inputs)` once (no gradients) and returns the suite of its distinct
+    matmul, batched matmul and conv2d workloads with their counts; writes it to `path` when given.
+
+    `example_inputs` is a tuple of positional inputs (a lone tensor is taken as one input) or a
+    dict of keyword inputs. The suite's `skipped` list (not read by the CLI) names the ops of those
+    kinds that cannot be tuned (grouped convolutions, unsupported dtypes, ...).
+    """
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    builder = SuiteBuilder()
+    stack = []
+    handles = _module_names(model, stack)
+    mode = _Capture(builder, stack)
+    try:
+        with torch.no_grad(), mode:
+            if isinstance(example_inputs, dict):
+                model(**example_inputs)
+            else:
+                model(*example_inputs)
+            mode._flush()
+    finally:
+        for h in handles:
+            h.remove()
+    name = name or type(model).__name__
+    suite = builder.suite(name, description or f"The matmul and conv2d workloads of {name} (tensortune.torch.capture).")
+    if builder.skipped:
+        suite["skipped"] = builder.skipped
+    if path is not None:
+        write_suite(suite, path)
+    return suite
+
+
+class Applied:
+    """What `apply` did: the plan, the kernels loaded, and launch counts (ours / PyTorch's)."""
+
+    def __init__(self, model, plan, original_forward):
+        self.model = model
+        self.plan = plan
+        self.kernels = {}
+        self.workspaces = {}
+        self.ours = 0
+        self.kept = {}
+        self._original_forward = original_forward
+
+    def remove(self):
+        """Restores the model's own forward."""
+        self.model.forward = self._original_forward
+
+    def report(self):
+        return {"kernels": sorted(self.kernels), "ours": self.ours, "kept": dict(self.kept)}
+
+
+def _kernel(applied, entry):
+    from . import cuda
+
+    k = applied.kernels.get(entry["name"])
+    if k is None:
+        arch = applied.plan.arch
+        path = f"{applied.plan.directory}/{_bundle.cubin_for(entry, arch)}"
+        k = cuda.Kernel(entry, path)
+        applied.kernels[entry["name"]] = k
+        if entry.get("workspace_bytes", 0) > 0:
+            applied.workspaces[entry["name"]] = torch.zeros(entry["workspace_bytes"], dtype=torch.uint8, device="cuda")
+    return k
+
+
+def _launch(applied, call, entry):
+    """Runs `call` with the bundle's kernel; returns the output, or None when the tensors are not
+    laid out as the kernel reads them (PyTorch's op then runs)."""
+    x, w, bias = call.operands
+    if not (x.is_cuda and w.is_cuda):
+        return None
+    if call.kind == "conv2d":
+        if not (x.is_contiguous(memory_format=torch.channels_last) and w.is_contiguous(memory_format=torch.channels_last)):
+            return None
+        out = torch.empty(call.out_shape, dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
+        a, b = x, w
+    else:
+        if call.batch is not None or call.out_shape is None:
+            return None  # batched products keep PyTorch's op (the bundle's kernels are one matrix)
+        # The key's A is W^T, its B is X^T; both dense as stored (the key's layout says which
+        # way round), with no gaps between rows.
+        if not (_dense(x) and _dense(w)):
+            return None
+        out = torch.empty(call.out_shape, dtype=x.dtype, device=x.device)
+        a, b = w, x
+    kernel = _kernel(applied, entry)
+    ws = applied.workspaces.get(entry["name"])
+    pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr(), "d": out.data_ptr()}
+    pointers["workspace"] = ws.data_ptr() if ws is not None else out.data_ptr()
+    kernel.launch(pointers, torch.cuda.current_stream().cuda_stream)
+    if bias is not None:
+        if call.kind == "conv2d":
+            out.add_(bias.view(1, -1, 1, 1))
+        else:
+            out.add_(bias)
+    return out
+
+
+class _Apply(TorchFunctionMode):
+    def __init__(self, applied):
+        super().__init__()
+        self.applied = applied
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        call, why = _workload(func, args, kwargs)
+        if call is None:
+            if why is not None:
+                self.applied.kept[why] = self.applied.kept.get(why, 0) + 1
+            return func(*args, **kwargs)
+        entry, reason = self.applied.plan.decide(call.key, call.epilogue)
+        out = _launch(self.applied, call, entry) if entry is not None else None
+        if out is None:
+            reason = reason or "operands not laid out as the kernel reads them"
+            self.applied.kept[reason] = self.applied.kept.get(reason, 0) + 1
+            return func(*args, **kwargs)
+        self.applied.ours += 1
+        return out
+
+
+def apply(model, bundle_dir, arch=None):
+    """Makes `model`'s forward run the bundle's kernel for each captured op where ours won the
+    tuning (and keep PyTorch's op where the vendor won, the shape was not tuned, or the tensors
+    are laid out otherwise). Kernels launch on `torch.cuda.current_stream()`, so a CUDA graph
+    captured around the forward holds them. Returns an `Applied` (`.remove()` undoes it)."""
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability()
+        arch = major * 10 + minor
+    plan = _bundle.Plan.load(str(bundle_dir), arch=arch)
+    original = model.forward
+    applied = Applied(model, plan, original)
+    mode = _Apply(applied)
+
+    def forward(*args, **kwargs):
+        with mode:
+            return original(*args, **kwargs)
+
+    model.forward = forward
+    return applied
+
