@@ -188,6 +188,19 @@ pub trait Template: Send + Sync {
     /// Bumped whenever a generator change can alter timings; records remember it.
     fn version(&self) -> u32;
 
+    /// The oldest version whose records still describe this version's kernels: a bump that only
+    /// adds workloads the older version refused (new types, epilogues) and leaves the kernels of
+    /// the others as they were keeps their records good for the search's prior and ground truth.
+    /// `version()` unless the template says otherwise.
+    fn records_hold_since(&self) -> u32 {
+        self.version()
+    }
+
+    /// Whether a record made with `version` of this template describes its kernels today.
+    fn records_hold_for(&self, version: u32) -> bool {
+        (self.records_hold_since()..=self.version()).contains(&version)
+    }
+
     /// The operation it implements.
     fn op(&self) -> Op;
 

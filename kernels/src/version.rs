@@ -15,6 +15,11 @@ pub const WMMA_CONV2D: u32 = 1;
 pub const WGMMA_GEMM: u32 = 15;
 /// `wgmma_conv2d`: follows `wgmma_gemm` since version 3 (they share the body).
 pub const WGMMA_CONV2D: u32 = 15;
+/// The oldest `wgmma_gemm` / `wgmma_conv2d` version whose records hold for today's kernels: v15
+/// added FP8 inputs and fused epilogues, which v14 refused, and generates the workloads v14 took
+/// with every new branch compiled out (`FUSED`, `EPI_*`, `TENSOR_SCALE` false); the single-block
+/// golden kernels keep their v14 machine code byte for byte (`wgmma_compile`'s golden test).
+pub const WGMMA_RECORDS_HOLD_SINCE: u32 = 14;
 /// `simt_gemm`.
 pub const SIMT_GEMM: u32 = 2;
 /// `simt_conv2d`.

@@ -65,7 +65,7 @@ pub(crate) fn shipped() -> &'static [Shipped] {
                     parsed
                         .records
                         .into_iter()
-                        .filter(|r| registry::by_name(&r.template).is_ok_and(|t| t.version() == r.template_version))
+                        .filter(|r| registry::by_name(&r.template).is_ok_and(|t| t.records_hold_for(r.template_version)))
                         .map(|r| Shipped {
                             record: PriorRecord {
                                 workload_key: r.workload_key,
@@ -98,7 +98,7 @@ pub(crate) fn shipped_prior(
     let Some(arch) = arch(class) else { return Vec::new() };
     shipped
         .iter()
-        .filter(|s| s.template == template.name() && s.template_version == template.version())
+        .filter(|s| s.template == template.name() && template.records_hold_for(s.template_version))
         .filter(|s| self::arch(&s.device_class) == Some(arch))
         .filter(|s| exclude.binary_search(&s.record.workload_key).is_err())
         .map(|s| (s.device_class.clone(), s.record.clone()))

@@ -59,6 +59,10 @@ impl Template for WgmmaConv2d {
         crate::version::WGMMA_CONV2D
     }
 
+    fn records_hold_since(&self) -> u32 {
+        crate::version::WGMMA_RECORDS_HOLD_SINCE
+    }
+
     fn op(&self) -> Op {
         Op::Conv2d
     }

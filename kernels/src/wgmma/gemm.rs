@@ -26,6 +26,10 @@ impl Template for WgmmaGemm {
         crate::version::WGMMA_GEMM
     }
 
+    fn records_hold_since(&self) -> u32 {
+        crate::version::WGMMA_RECORDS_HOLD_SINCE
+    }
+
     fn op(&self) -> Op {
         Op::Matmul
     }
