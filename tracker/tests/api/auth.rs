@@ -294,7 +294,7 @@ async fn implausible_reports_never_become_best_and_quarantine_distrusts_a_worker
     let mut admin = tuning(addr, Some(&s.admin)).await;
     // 4096^3 f16: at least ~130 us on 132 SMs at any clock.
     let w = matmul(4096, 4096, 4096);
-    admin.submit_job(job(vec![w], 6, 3)).await.unwrap();
+    admin.submit_job(job(vec![w.clone()], 6, 3)).await.unwrap();
 
     let take = |worker_id| pb::LeaseTasksRequest { worker_id, max_tasks: 1, wait_ms: 5000 };
     let t1 = liar.lease_tasks(take(liar_id)).await.unwrap().into_inner().tasks.remove(0);
@@ -329,7 +329,7 @@ async fn implausible_reports_never_become_best_and_quarantine_distrusts_a_worker
 
     let best = |admin: &mut TuningClient<Authed>| {
         let mut admin = admin.clone();
-
+        let w = w.clone();
         async move {
             let req = pb::QueryBestRequest { workload: Some(w), ..Default::default() };
             admin.query_best(req).await.unwrap().into_inner().best
@@ -514,7 +514,7 @@ async fn winners_are_confirmed_on_another_worker_and_times_that_do_not_reproduce
     let mut a = FakeWorker::register(&tracker, "a").await;
     let mut b = FakeWorker::register(&tracker, "b").await;
     let w = matmul(256, 256, 256);
-    tuning.submit_job(job_with_finalists(vec![w], 4, 4, Some(2))).await.unwrap();
+    tuning.submit_job(job_with_finalists(vec![w.clone()], 4, 4, Some(2))).await.unwrap();
     let tasks = a.lease_some(4).await;
     assert_eq!(tasks.len(), 4);
     // One time a's GPU cannot really reach, three ordinary ones.

@@ -14,7 +14,7 @@ async fn an_identical_job_finishes_from_stored_records() {
 
     // The first job measures 6 configs: the lowest index times out (not reused), one fails to
     // compile (reused: it would fail again), the rest are ok.
-    let first = submit(&mut tuning, job(vec![w], 6, 6)).await;
+    let first = submit(&mut tuning, job(vec![w.clone()], 6, 6)).await;
     let mut reported = Vec::new();
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while reported.len() < 6 {
@@ -37,7 +37,7 @@ async fn an_identical_job_finishes_from_stored_records() {
     assert_eq!(all_records(&mut tuning).await.len(), 6);
 
     // The same job again (same seed, so the same configs): five come from the store.
-    let second = submit(&mut tuning, job(vec![w], 6, 3)).await;
+    let second = submit(&mut tuning, job(vec![w.clone()], 6, 3)).await;
     let job2 = get_job(&mut tuning, second).await;
     assert_eq!((job2.workloads[0].trials_done, job2.workloads[0].reused), (5, 5));
     assert_eq!(job2.workloads[0].status_counts.get("compile_error"), Some(&1));
@@ -55,7 +55,7 @@ async fn an_identical_job_finishes_from_stored_records() {
     );
 
     // A third identical job is entirely reused: done at once, nothing to lease.
-    let third = submit(&mut tuning, job(vec![w], 6, 3)).await;
+    let third = submit(&mut tuning, job(vec![w.clone()], 6, 3)).await;
     let job3 = get_job(&mut tuning, third).await;
     assert_eq!(job3.state, pb::JobState::Done as i32);
     assert_eq!((job3.workloads[0].trials_done, job3.workloads[0].reused), (6, 6));
@@ -63,7 +63,7 @@ async fn an_identical_job_finishes_from_stored_records() {
     assert_eq!(all_records(&mut tuning).await.len(), 7);
 
     // A bigger budget measures only what is new.
-    let fourth = submit(&mut tuning, job(vec![w], 9, 3)).await;
+    let fourth = submit(&mut tuning, job(vec![w.clone()], 9, 3)).await;
     let fresh = drive(&mut worker, &mut tuning, fourth).await;
     assert_eq!(fresh.len(), 3);
     let job4 = get_job(&mut tuning, fourth).await;
