@@ -291,6 +291,20 @@ pub(crate) async fn renew(
     .await)?)
 }
 
+/// The tasks among `ids` that `worker` holds (leased to it now), read without writing: a
+/// heartbeat renews them in memory (`changes::Renewals`) and the reaper stores the renewal.
+pub(crate) async fn held(e: impl Into<Exec<'_>>, worker: WorkerId, ids: &[TaskId]) -> Result<Vec<TaskId>> {
+    Ok(on!(e, |c, pg| sqlx::query_scalar(sql(
+        pg,
+        "SELECT id FROM tasks
+         WHERE state = 'leased' AND worker_id = $1 AND id IN (SELECT CAST(value AS BIGINT) FROM json_each($2))",
+    ))
+    .bind(worker)
+    .bind(json(ids))
+    .fetch_all(c)
+    .await)?)
+}
+
 /// Gives every leased task a lease ending at `expires_ms` (at start: the holders may have survived
 /// the tracker). Returns how many.
 pub(crate) async fn renew_all(e: impl Into<Exec<'_>>, expires_ms: i64) -> Result<u64> {
@@ -301,14 +315,24 @@ pub(crate) async fn renew_all(e: impl Into<Exec<'_>>, expires_ms: i64) -> Result
         .map(|r| r.rows_affected()))?)
 }
 
-/// Marks the task done with its record.
-pub(crate) async fn complete(e: impl Into<Exec<'_>>, id: TaskId, record: RecordId, now: i64) -> Result<()> {
+/// Marks the task done with its record, numbered `trial` among its workload's finished trials when
+/// given (in the same statement: one fewer per report).
+pub(crate) async fn complete(
+    e: impl Into<Exec<'_>>,
+    id: TaskId,
+    record: RecordId,
+    trial: Option<u32>,
+    now: i64,
+) -> Result<()> {
     on!(e, |c, pg| sqlx::query(
-        "UPDATE tasks SET state = 'done', record_id = $2, lease_expires_ms = NULL, updated_ms = $3 WHERE id = $1",
+        "UPDATE tasks SET state = 'done', record_id = $2, lease_expires_ms = NULL, updated_ms = $3,
+                          trial = COALESCE($4, trial)
+         WHERE id = $1",
     )
     .bind(id)
     .bind(record)
     .bind(now)
+    .bind(trial.map(i64::from))
     .execute(c)
     .await
     .map(|r| r.rows_affected()))?;
