@@ -52,6 +52,18 @@ impl Tracker {
     /// Runs `group` in one write and answers each change; when the write fails, runs each change
     /// again in a write of its own.
     async fn commit_group(&self, group: Vec<Queued>) {
+        // A lease whose caller gave up waiting (its deadline passed while the lease queued) is not
+        // made: its tasks would sit leased to a worker that never learns of them until the lease
+        // expires, and a task that loses three leases that way is recorded as lost. Reports and
+        // heartbeats are applied all the same (a report is stored once, whoever waits for it).
+        let (group, gone): (Vec<Queued>, Vec<Queued>) =
+            group.into_iter().partition(|q| !(matches!(q.op, Op::Lease { .. }) && q.answer.is_closed()));
+        if !gone.is_empty() {
+            tracing::debug!(leases = gone.len(), "leases whose callers left were not made");
+        }
+        if group.is_empty() {
+            return;
+        }
         let together = async {
             let mut w = self.write().await?;
             let mut done = Vec::with_capacity(group.len());
