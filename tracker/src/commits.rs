@@ -4,7 +4,7 @@
 //! A commit costs the database a sync to disk (about 3 ms on the CI machine's disk), and writes
 //! are one at a time: with one transaction per call a tracker stores at most a few hundred calls a
 //! second, however little each does. Here a call queues its change ([`Op`]) and waits; the
-//! committer task takes the queued changes (reports before leases, up to a bounded amount of work:
+//! committer task takes the queued changes (in arrival order, up to a bounded amount of work:
 //! `changes::Commits::take`) and runs them in one [`Write`], so the syncs per second stay the same
 //! while the calls per sync grow with the load. Heartbeats do not queue here unless they carry a
 //! new reference time: they renew leases in memory (`changes::Renewals`).
@@ -100,8 +100,8 @@ impl Tracker {
     }
 }
 
-/// The committer: runs the queued changes, as many to a write as `Commits::take` gives (reports
-/// first, up to a group's weight), until `stop`; then closes the queue and runs what is left in it.
+/// The committer: runs the queued changes, as many to a write as `Commits::take` gives (in arrival
+/// order, up to a group's weight), until `stop`; then closes the queue and runs what is left in it.
 pub(crate) async fn committer(tracker: Arc<Tracker>, stop: CancellationToken) {
     loop {
         let group = tracker.commits.take(false);
