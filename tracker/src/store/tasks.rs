@@ -271,7 +271,9 @@ pub(crate) async fn leased_details(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Re
     .await)?)
 }
 
-/// Renews the leases `worker` holds among `ids`; returns the renewed ones.
+/// Renews the leases `worker` holds among `ids` until `expires_ms`, or leaves them as they are when
+/// they run longer already (a renewal noted in memory before an outage is stored after the leases
+/// got a whole lease back: it must not shorten them); returns the renewed ones.
 pub(crate) async fn renew(
     e: impl Into<Exec<'_>>,
     worker: WorkerId,
@@ -280,7 +282,7 @@ pub(crate) async fn renew(
 ) -> Result<Vec<TaskId>> {
     Ok(on!(e, |c, pg| sqlx::query_scalar(sql(
         pg,
-        "UPDATE tasks SET lease_expires_ms = $3
+        "UPDATE tasks SET lease_expires_ms = CASE WHEN lease_expires_ms > $3 THEN lease_expires_ms ELSE $3 END
          WHERE state = 'leased' AND worker_id = $1 AND id IN (SELECT CAST(value AS BIGINT) FROM json_each($2))
          RETURNING id",
     ))
