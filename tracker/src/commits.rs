@@ -4,92 +4,24 @@
 //! A commit costs the database a sync to disk (about 3 ms on the CI machine's disk), and writes
 //! are one at a time: with one transaction per call a tracker stores at most a few hundred calls a
 //! second, however little each does. Here a call queues its change ([`Op`]) and waits; the
-//! committer task takes every queued change at once and runs them in one [`Write`], so the syncs
-//! per second stay the same while the calls per sync grow with the load.
+//! committer task takes the queued changes (in arrival order, up to a bounded amount of work:
+//! `changes::Commits::take`) and runs them in one [`Write`], so the syncs per second stay the same
+//! while the calls per sync grow with the load. Heartbeats do not queue here unless they carry a
+//! new reference time: they renew leases in memory (`changes::Renewals`).
 //!
 //! Each change first checks what it can refuse (an unknown or quarantined worker, a stale report)
 //! and answers such a refusal on its own, without writing. A failure after that (the database)
 //! would fail every change of the group; the group is then rolled back and each change run again
 //! alone, so that one change's failure fails only its own call.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::Caller;
-use crate::dispatch::{Report, ReportItem};
-use crate::drift::FlagChange;
+use crate::changes::{Done, Op, Queued};
 use crate::error::{Error, Result};
-use crate::model::{TaskId, WorkerId};
-use crate::store::tasks::LeasedTask;
 use crate::tracker::{Tracker, Write};
-
-/// Most changes one group takes: bounds a group's transaction (and the wait of the calls in it)
-/// when calls arrive faster than they commit.
-const MAX_GROUP: usize = 512;
-
-/// A change a dispatch call asks for.
-pub(crate) enum Op {
-    /// Lease up to `max` tasks to `worker`.
-    Lease { worker: WorkerId, max: u32, caller: Caller },
-    /// Renew the leases `worker` holds among `tasks`, store its reference time.
-    Heartbeat { worker: WorkerId, tasks: Vec<TaskId>, reference_us: Option<f64>, caller: Caller },
-    /// Store a batch of reports of `worker`.
-    Report { worker: WorkerId, items: Vec<ReportItem>, caller: Caller },
-}
-
-/// What a change did.
-pub(crate) enum Done {
-    /// The tasks leased.
-    Leased(Vec<LeasedTask>),
-    /// The leases renewed, and the worker's drift flag if it changed.
-    Beat(HashSet<TaskId>, Option<FlagChange>),
-    /// Each report's outcome, in the batch's order.
-    Reported(Vec<Result<Report>>),
-}
-
-/// A queued change and where its answer goes.
-struct Queued {
-    op: Op,
-    answer: oneshot::Sender<Result<Done>>,
-}
-
-/// The queue of changes waiting for the committer.
-#[derive(Default)]
-pub(crate) struct Commits {
-    queue: Mutex<Queue>,
-    /// Wakes the committer.
-    queued: Notify,
-}
-
-#[derive(Default)]
-struct Queue {
-    ops: Vec<Queued>,
-    /// Set when the committer stopped: later changes are refused as unavailable.
-    closed: bool,
-}
-
-impl Commits {
-    fn push(&self, q: Queued) -> std::result::Result<(), Queued> {
-        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        if queue.closed {
-            return Err(q);
-        }
-        queue.ops.push(q);
-        drop(queue);
-        self.queued.notify_one();
-        Ok(())
-    }
-
-    fn take(&self, close: bool) -> Vec<Queued> {
-        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.closed |= close;
-        let n = queue.ops.len().min(MAX_GROUP);
-        queue.ops.drain(..n).collect()
-    }
-}
 
 impl Tracker {
     /// Runs `op` in the next group commit; returns what it did once its group committed.
@@ -120,6 +52,18 @@ impl Tracker {
     /// Runs `group` in one write and answers each change; when the write fails, runs each change
     /// again in a write of its own.
     async fn commit_group(&self, group: Vec<Queued>) {
+        // A lease whose caller gave up waiting (its deadline passed while the lease queued) is not
+        // made: its tasks would sit leased to a worker that never learns of them until the lease
+        // expires, and a task that loses three leases that way is recorded as lost. Reports and
+        // heartbeats are applied all the same (a report is stored once, whoever waits for it).
+        let (group, gone): (Vec<Queued>, Vec<Queued>) =
+            group.into_iter().partition(|q| !(matches!(q.op, Op::Lease { .. }) && q.answer.is_closed()));
+        if !gone.is_empty() {
+            tracing::debug!(leases = gone.len(), "leases whose callers left were not made");
+        }
+        if group.is_empty() {
+            return;
+        }
         let together = async {
             let mut w = self.write().await?;
             let mut done = Vec::with_capacity(group.len());
@@ -156,8 +100,8 @@ impl Tracker {
     }
 }
 
-/// The committer: runs the queued changes, as many to a write as are queued (up to
-/// [`MAX_GROUP`]), until `stop`; then closes the queue and runs what is left in it.
+/// The committer: runs the queued changes, as many to a write as `Commits::take` gives (in arrival
+/// order, up to a group's weight), until `stop`; then closes the queue and runs what is left in it.
 pub(crate) async fn committer(tracker: Arc<Tracker>, stop: CancellationToken) {
     loop {
         let group = tracker.commits.take(false);

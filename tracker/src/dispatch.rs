@@ -6,29 +6,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::auth::Caller;
-use crate::commits::{Done, Op};
+use crate::changes::{Done, Op, Report, ReportItem};
 use crate::counters::Counters;
 use crate::drift::{self, Drift, FlagChange};
 use crate::error::{Error, Result};
-use crate::model::{
-    JobId, Measurement, RecordId, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId,
-};
+use crate::model::{JobId, Measurement, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId};
 use crate::plausible;
 use crate::store::tasks::{LeasedTask, TaskRow};
 use crate::store::workers::WorkerRow;
 use crate::store::{self};
 use crate::tracker::{Tracker, Write};
-
-/// What became of a report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Report {
-    /// False when the task already had a record: the report was acknowledged and dropped.
-    pub(crate) stored: bool,
-    /// The task's record (the earlier one when not stored).
-    pub(crate) record_id: Option<RecordId>,
-    /// Whether some measurement of a stored report is not trusted.
-    pub(crate) untrusted: bool,
-}
 
 impl Tracker {
     /// Registers a worker (or re-registers one that passes its previous id, keeping its leases)
@@ -133,7 +120,7 @@ impl Tracker {
         let row = match w.workers.get(&worker) {
             Some(row) => row.clone(),
             None => {
-                let Some(row) = store::workers::get(w.conn(), worker).await? else {
+                let Some(row) = store::workers::get_lean(w.conn(), worker).await? else {
                     return Ok(Err(Error::WorkerNotFound(worker)));
                 };
                 row
@@ -153,6 +140,11 @@ impl Tracker {
     /// Renews the leases `worker` holds among `tasks` and stores its latest reference time (when it
     /// has one); returns the tasks it should drop (leased to another worker, done, cancelled or
     /// unknown), in the order given.
+    ///
+    /// Without a new reference time this writes nothing and waits for no write: it reads which of
+    /// the tasks the worker holds and notes the renewal in memory (`changes::Renewals`), which the
+    /// reaper stores before it expires anything. A new reference time re-judges the worker's drift,
+    /// a write: that heartbeat goes through the group commit.
     pub(crate) async fn heartbeat(
         &self,
         worker: WorkerId,
@@ -160,13 +152,27 @@ impl Tracker {
         reference_us: Option<f64>,
         caller: &Caller,
     ) -> Result<Vec<TaskId>> {
-        let op = Op::Heartbeat { worker, tasks: tasks.to_vec(), reference_us, caller: caller.clone() };
-        let Done::Beat(renewed, flag) = self.commit_op(op).await? else {
-            return Err(Error::Internal("a heartbeat was answered with another change's outcome".to_owned()));
+        let row = store::workers::get_lean(&self.pool, worker).await?.ok_or(Error::WorkerNotFound(worker))?;
+        authorize(caller, &row)?;
+        let renewed: HashSet<TaskId> = match reference_us {
+            Some(r) if row.reference_us != Some(r) => {
+                let op = Op::Heartbeat { worker, tasks: tasks.to_vec(), reference_us, caller: caller.clone() };
+                let Done::Beat(renewed, flag) = self.commit_op(op).await? else {
+                    return Err(Error::Internal("a heartbeat was answered with another change's outcome".to_owned()));
+                };
+                if let Some(change) = flag {
+                    change.log();
+                }
+                renewed
+            }
+            _ => {
+                let held =
+                    if tasks.is_empty() { Vec::new() } else { store::tasks::held(&self.pool, worker, tasks).await? };
+                let now = crate::model::now_ms();
+                self.renewals.note(worker, &held, now, self.lease_deadline(now));
+                held.into_iter().collect()
+            }
         };
-        if let Some(change) = flag {
-            change.log();
-        }
         let mut seen = HashSet::new();
         let drop: Vec<TaskId> = tasks.iter().copied().filter(|t| !renewed.contains(t) && seen.insert(*t)).collect();
         if !drop.is_empty() {
@@ -190,7 +196,7 @@ impl Tracker {
             return Ok(Err(refused));
         }
         let flag = match reference_us {
-            Some(r) => drift::note_reference(w, worker, r).await?,
+            Some(r) => note_reference(w, worker, r).await?,
             None => None,
         };
         let renewed: HashSet<TaskId> = if tasks.is_empty() {
@@ -373,6 +379,7 @@ impl Tracker {
             return Err(Error::WorkerNotFound(id));
         }
         let marked = store::records::quarantine_worker(w.conn(), id, &why).await?;
+        w.forget_workloads();
         let affected = store::workloads::drop_untrusted_winners(w.conn()).await?;
         for &(job, idx) in &affected {
             // Its searches saw the worker's times as trusted: they reload from the store.
@@ -394,14 +401,6 @@ impl Tracker {
         let drifts = drift::assess_all(&rows);
         Ok(rows.into_iter().zip(drifts).collect())
     }
-}
-
-/// One report of a batch ([`Tracker::report_batch`]): the task, the lease it answers, and what
-/// was measured (or why the report was refused on arrival, as malformed).
-pub(crate) struct ReportItem {
-    pub(crate) task: TaskId,
-    pub(crate) lease_serial: u32,
-    pub(crate) reported: Result<Reported>,
 }
 
 /// A report that passed its checks.
@@ -442,6 +441,27 @@ fn authorize(caller: &Caller, row: &WorkerRow) -> Result<()> {
         return Err(Error::Denied(format!("worker {} is quarantined ({why}); an admin must let it back", row.id)));
     }
     Ok(())
+}
+
+/// Stores `worker`'s latest reference time and re-judges its flag; returns the change to log, if
+/// its flag changed. The worker was just heard from, so it counts among the online peers.
+async fn note_reference(w: &mut Write<'_>, worker: WorkerId, reference_us: f64) -> Result<Option<FlagChange>> {
+    store::workers::set_reference(w.conn(), worker, reference_us).await?;
+    let Some(row) = store::workers::get_lean(w.conn(), worker).await? else { return Ok(None) };
+    let peers = store::workers::class_references(w.conn(), &row.device_class).await?;
+    let drift = drift::assess(Some(reference_us), &peers);
+    if drift.flagged == row.drift_flagged {
+        return Ok(None);
+    }
+    store::workers::set_drift_flagged(w.conn(), worker, drift.flagged).await?;
+    Ok(Some(FlagChange {
+        worker,
+        name: row.name,
+        device_class: row.device_class,
+        reference_us,
+        drift,
+        peers: peers.len(),
+    }))
 }
 
 /// Why each ok measurement of a report cannot be true (`crate::plausible`), in the report's order.

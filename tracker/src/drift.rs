@@ -7,11 +7,8 @@
 
 use std::collections::HashMap;
 
-use crate::error::Result;
 use crate::model::WorkerId;
 use crate::store::workers::WorkerRow;
-use crate::store::{self};
-use crate::tracker::Write;
 
 /// |drift| above which a worker is flagged. Workers of one class time the same kernel the same
 /// way (CUDA graphs, a median of samples), so healthy peers agree to about a percent; 5% is well
@@ -106,31 +103,6 @@ impl FlagChange {
             );
         }
     }
-}
-
-/// Stores `worker`'s latest reference time and re-judges its flag; returns the change to log, if
-/// its flag changed. The worker was just heard from, so it counts among the online peers.
-pub(crate) async fn note_reference(
-    w: &mut Write<'_>,
-    worker: WorkerId,
-    reference_us: f64,
-) -> Result<Option<FlagChange>> {
-    store::workers::set_reference(w.conn(), worker, reference_us).await?;
-    let Some(row) = store::workers::get(w.conn(), worker).await? else { return Ok(None) };
-    let peers = store::workers::class_references(w.conn(), &row.device_class).await?;
-    let drift = assess(Some(reference_us), &peers);
-    if drift.flagged == row.drift_flagged {
-        return Ok(None);
-    }
-    store::workers::set_drift_flagged(w.conn(), worker, drift.flagged).await?;
-    Ok(Some(FlagChange {
-        worker,
-        name: row.name,
-        device_class: row.device_class,
-        reference_us,
-        drift,
-        peers: peers.len(),
-    }))
 }
 
 #[cfg(test)]

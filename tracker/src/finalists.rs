@@ -193,7 +193,7 @@ impl Tracker {
         // A task given up on (or of a cancelled job) is stored but decides nothing: its workload
         // already finished without it.
         let live = matches!(task.state, TaskState::Pending | TaskState::Leased);
-        store::tasks::complete(w.conn(), task.id, record, now).await?;
+        store::tasks::complete(w.conn(), task.id, record, None, now).await?;
         if live && wl.state == WorkloadState::Finalizing && job.is_active() {
             self.decide(w, job, wl, &ranking, &ids, finalists).await?;
         }
@@ -225,6 +225,7 @@ impl Tracker {
         );
         tracing::warn!(record = finalist.record_id, %why, "tuning record not confirmed");
         store::records::distrust(w.conn(), finalist.record_id, &why).await?;
+        w.forget_workloads();
         for (job, _) in store::workloads::drop_untrusted_winners(w.conn()).await? {
             w.job_changed(job);
         }
@@ -257,7 +258,9 @@ impl Tracker {
         wl.finalist_gap = Some(ranking.gap);
         wl.state = wl.end_state.take().unwrap_or(WorkloadState::Done);
         store::workloads::save_progress(w.conn(), &wl).await?;
-        store::jobs::touch(w.conn(), job.id, now).await?;
+        // Its best record changed without its best time: the next read goes to the store.
+        w.forget_workloads();
+        self.touch_job(w, job.id).await?;
         w.job_changed(job.id);
         let winner = ranking.winner.map(|pos| &finalists[pos]);
         tracing::info!(
@@ -285,6 +288,7 @@ impl Tracker {
         }
         wl.state = wl.end_state.take().unwrap_or(WorkloadState::Done);
         store::workloads::save_progress(w.conn(), &wl).await?;
+        w.forget_workloads();
         let note = format!(
             "workload {} ({}) finished without finalists: the lease of its finalist task expired {} times; \
              its best is its fastest tuning record",

@@ -1,15 +1,17 @@
 //! Lease upkeep: the reaper that returns expired leases to the queue (or gives up on a task whose
 //! workers keep dying), and the resume step that picks up every unfinished job at start.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use crate::changes::Renewal;
 use crate::dispatch::Producer;
 use crate::error::Result;
-use crate::model::{JobState, Measurement, TaskKind, WorkloadState, now_ms};
+use crate::model::{JobState, Measurement, TaskKind, WorkerId, WorkloadState, now_ms};
 use crate::progress::JobTemplates;
 use crate::store::{self};
 use crate::tracker::{Tracker, millis};
@@ -41,7 +43,7 @@ impl Tracker {
     /// Returns expired leases to the queue; a tuning task whose lease expired `max_attempts` times
     /// gets a `device_lost` record instead, and a finalist task is given up on. Marks workers not heard from for a lease offline.
     pub(crate) async fn reap(&self) -> Result<()> {
-        let mut w = self.write().await?;
+        let w = self.write().await?;
         // Checked once the writer lock is held: a reap that waited for it through an outage must
         // not expire the leases whose heartbeats the outage refused.
         if self.outage.swap(false, std::sync::atomic::Ordering::AcqRel) {
@@ -50,7 +52,20 @@ impl Tracker {
                 .await
                 .inspect_err(|_| self.outage.store(true, std::sync::atomic::Ordering::Release));
         }
+        // Heartbeats renewed leases in memory: stored first, in this write, so that none of them
+        // expires; kept for the next reap when this one fails.
+        let renewals = self.renewals.take();
+        let reaped = self.reap_in(w, &renewals).await;
+        if reaped.is_err() {
+            self.renewals.restore(renewals);
+        }
+        reaped
+    }
+
+    /// The reap of [`Tracker::reap`] in `w`, after storing `renewals`.
+    async fn reap_in(&self, mut w: crate::tracker::Write<'_>, renewals: &HashMap<WorkerId, Renewal>) -> Result<()> {
         let now = w.now();
+        self.store_renewals(&mut w, renewals).await?;
         let expired = store::tasks::expired(w.conn(), now).await?;
         let count = expired.len() as u64;
         for task in expired {
@@ -89,6 +104,23 @@ impl Tracker {
         self.counters.leases_expired.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
         for worker in offline {
             tracing::info!(worker, "worker offline: not heard from for a lease");
+        }
+        Ok(())
+    }
+
+    /// Stores the renewals heartbeats noted in memory (see `changes::Renewals`): each worker's
+    /// leases among its noted tasks run to its latest deadline, and it was seen then.
+    async fn store_renewals(
+        &self,
+        w: &mut crate::tracker::Write<'_>,
+        renewals: &HashMap<WorkerId, Renewal>,
+    ) -> Result<()> {
+        for (&worker, r) in renewals {
+            if !r.tasks.is_empty() {
+                let tasks: Vec<_> = r.tasks.iter().copied().collect();
+                store::tasks::renew(w.conn(), worker, &tasks, r.expires_ms).await?;
+            }
+            store::workers::seen_at(w.conn(), worker, r.seen_ms).await?;
         }
         Ok(())
     }

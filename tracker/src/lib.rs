@@ -17,6 +17,8 @@
 //! - `dispatch.rs`: worker registration, leasing with long polls, heartbeats, reports (one or a
 //!   batch per call).
 //! - `commits.rs`: group commit: the leases, heartbeats and reports of many calls share one write.
+//! - `changes.rs`: what those calls ask of a group (`Op`), what it did (`Done`), the queue they wait
+//!   in, and the lease renewals of heartbeats answered without a write (stored by the reaper).
 //! - `drift.rs`: workers' times of the shared reference kernel against their class's median;
 //!   drifting workers are flagged (and logged), never stopped.
 //! - `leases.rs`: the lease reaper and the resume step at start.
@@ -48,6 +50,7 @@
 
 mod auth;
 mod backup;
+mod changes;
 mod commits;
 mod config;
 mod counters;

@@ -13,7 +13,9 @@ use tensortune_search::tuner::Prior;
 
 use crate::dispatch::Producer;
 use crate::error::{Error, Result};
-use crate::model::{JobState, Measurement, RecordId, Status, TaskId, TemplateRef, WorkloadState};
+use crate::model::{
+    JobId, JobState, Measurement, RecordId, Status, TaskId, TaskKind, TaskState, TemplateRef, WorkloadState,
+};
 use crate::search::{self, Search};
 use crate::store::jobs::JobRow;
 use crate::store::records::{ContentKey, NewRecord, Outcome, PriorRecord, PriorScope, TrialOutcome};
@@ -34,6 +36,8 @@ struct Trial {
     outcome: Outcome,
     /// Answered from an earlier identical record instead of measured.
     reused: bool,
+    /// The trial number already stored with the task (with its completion), if it was.
+    numbered: Option<u32>,
 }
 
 /// A stored trial outcome as the search sees it (`None` for a template the job does not search,
@@ -140,10 +144,25 @@ impl JobTemplates {
 
 impl Tracker {
     /// Workload `idx` of `job`, which must exist.
+    /// Read once per write: later reads get the row as this write last stored it.
     pub(crate) async fn workload(&self, w: &mut Write<'_>, job: &JobRow, idx: u32) -> Result<WorkloadRow> {
-        store::workloads::get(w.conn(), job.id, idx)
+        if let Some(row) = w.workload_row((job.id, idx)) {
+            return Ok(row.clone());
+        }
+        let row = store::workloads::get(w.conn(), job.id, idx)
             .await?
-            .ok_or_else(|| Error::Internal(format!("workload {idx} of job {} is missing from the store", job.id)))
+            .ok_or_else(|| Error::Internal(format!("workload {idx} of job {} is missing from the store", job.id)))?;
+        w.remember_workload(&row);
+        Ok(row)
+    }
+
+    /// Sets job `id`'s `updated_ms` to this write's time, once per write.
+    pub(crate) async fn touch_job(&self, w: &mut Write<'_>, id: JobId) -> Result<()> {
+        if w.first_touch(id) {
+            let now = w.now();
+            store::jobs::touch(w.conn(), id, now).await?;
+        }
+        Ok(())
     }
 
     /// Loads the search of a workload if it is not in memory (after a restart, or a failed write):
@@ -355,7 +374,14 @@ impl Tracker {
             if wl.state != WorkloadState::Running {
                 return Ok(());
             }
-            let outstanding = store::tasks::outstanding(w.conn(), job.id, idx).await?;
+            let outstanding = match w.outstanding((job.id, idx)) {
+                Some(n) => n,
+                None => {
+                    let n = store::tasks::outstanding(w.conn(), job.id, idx).await?;
+                    w.counted_outstanding((job.id, idx), n);
+                    n
+                }
+            };
             if job.tuner.proposes_batches() && outstanding > 0 {
                 return Ok(());
             }
@@ -393,11 +419,11 @@ impl Tracker {
                 for mut wl in running.into_iter().filter(|r| outstanding_of(r.idx) == 0) {
                     self.end_tuning(w, job, &mut wl, WorkloadState::Done, "the job's trial budget is spent").await?;
                     store::workloads::save_progress(w.conn(), &wl).await?;
+                    w.forget_workloads();
                     ended = true;
                 }
                 if ended {
-                    let now = w.now();
-                    store::jobs::touch(w.conn(), job.id, now).await?;
+                    self.touch_job(w, job.id).await?;
                     w.job_changed(job.id);
                     self.finish_job_if_done(w, job).await?;
                 }
@@ -494,7 +520,7 @@ impl Tracker {
             match reuse {
                 None => pending += 1,
                 Some(outcome) => {
-                    let trial = Trial { task, config: point, outcome, reused: true };
+                    let trial = Trial { task, config: point, outcome, reused: true, numbered: None };
                     if self.finish_trial(w, job, idx, trial).await? != WorkloadState::Running {
                         break;
                     }
@@ -502,6 +528,8 @@ impl Tracker {
             }
         }
         store::workloads::add_proposed(w.conn(), job.id, idx, inserted).await?;
+        w.proposed_more((job.id, idx), inserted);
+        w.outstanding_changed((job.id, idx), pending, 0);
         if pending > 0 {
             w.tasks_ready();
         }
@@ -543,7 +571,12 @@ impl Tracker {
         };
         let now = w.now();
         let id = store::records::insert(w.conn(), &record, now).await?;
-        store::tasks::complete(w.conn(), task.id, id, now).await?;
+        // Numbered at once: the trial it becomes is the workload's next (`finish_trial`).
+        let number = wl.done + 1;
+        store::tasks::complete(w.conn(), task.id, id, Some(number), now).await?;
+        if task.kind == TaskKind::Tuning && matches!(task.state, TaskState::Pending | TaskState::Leased) {
+            w.outstanding_changed((job.id, task.workload_idx), 0, 1);
+        }
         let outcome = Outcome {
             id,
             status: measurement.status,
@@ -551,7 +584,7 @@ impl Tracker {
             trusted: producer.untrusted(0).is_none(),
         };
         let config = Point::new(slot, u64::try_from(task.config_index).unwrap_or_default());
-        let trial = Trial { task: task.id, config, outcome, reused: false };
+        let trial = Trial { task: task.id, config, outcome, reused: false, numbered: Some(number) };
         self.finish_trial(w, job, task.workload_idx, trial).await?;
         self.advance(w, job, task.workload_idx).await?;
         Ok(id)
@@ -562,11 +595,13 @@ impl Tracker {
     /// reached its target (then its finalists, or the end of the workload and perhaps of the job).
     /// Returns the workload's state.
     async fn finish_trial(&self, w: &mut Write<'_>, job: &JobRow, idx: u32, trial: Trial) -> Result<WorkloadState> {
-        let Trial { task, config, outcome, reused } = trial;
+        let Trial { task, config, outcome, reused, numbered } = trial;
         let mut wl = self.workload(w, job, idx).await?;
         wl.done += 1;
         wl.reused += u32::from(reused);
-        store::tasks::set_trial(w.conn(), task, wl.done).await?;
+        if numbered != Some(wl.done) {
+            store::tasks::set_trial(w.conn(), task, wl.done).await?;
+        }
         let ok = outcome.ok();
         w.observed((job.id, idx), Observed { config, time_us: ok.then_some(outcome.median_us) });
         if ok {
@@ -598,9 +633,10 @@ impl Tracker {
         if let Some(end) = ended {
             self.end_tuning(w, job, &mut wl, end, "").await?;
         }
-        let now = w.now();
         store::workloads::save_progress(w.conn(), &wl).await?;
-        store::jobs::touch(w.conn(), job.id, now).await?;
+        // Stored whole, its best time beside its best record: the next read may take it as is.
+        w.remember_workload(&wl);
+        self.touch_job(w, job.id).await?;
         w.job_changed(job.id);
         if ended.is_some() {
             self.finish_job_if_done(w, job).await?;
@@ -622,6 +658,7 @@ impl Tracker {
     ) -> Result<()> {
         let now = w.now();
         let cancelled = store::tasks::cancel_unfinished(w.conn(), job.id, Some(wl.idx), now).await?;
+        w.forget_outstanding((job.id, wl.idx));
         wl.chance_better = w.chance((job.id, wl.idx)).await?;
         w.stop_search(job.id, Some(wl.idx));
         wl.state = end;

@@ -42,7 +42,9 @@ pub(crate) struct Tracker {
     /// through again instead of expiring the leases of workers that are alive.
     pub(crate) outage: AtomicBool,
     /// Dispatch changes waiting for the committer (`commits`), many to a write.
-    pub(crate) commits: crate::commits::Commits,
+    pub(crate) commits: crate::changes::Commits,
+    /// Lease renewals of heartbeats answered without a write, stored by the reaper.
+    pub(crate) renewals: crate::changes::Renewals,
     /// The writer lock. SQLite admits one writer at a time anyway; taking it here first makes each
     /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
     /// guards, and spares writers SQLite's busy-wait.
@@ -63,7 +65,8 @@ impl Tracker {
             counters: Counters::default(),
             shutdown,
             outage: AtomicBool::new(false),
-            commits: crate::commits::Commits::default(),
+            commits: crate::changes::Commits::default(),
+            renewals: crate::changes::Renewals::default(),
             searches: Mutex::new(Searches::default()),
             instance: rand::random(),
         })
@@ -103,6 +106,9 @@ impl Tracker {
             changed: BTreeSet::new(),
             tasks_ready: false,
             workers: HashMap::new(),
+            workload_rows: HashMap::new(),
+            jobs_touched: HashSet::new(),
+            outstanding: HashMap::new(),
             finished: false,
         })
     }
@@ -155,6 +161,17 @@ pub(crate) struct Write<'a> {
     /// Workers this write read and marked seen (at `now`): a group commit holds many calls of the
     /// same worker (a lease, a heartbeat, reports), which read and touch its row once.
     pub(crate) workers: HashMap<crate::model::WorkerId, crate::store::workers::WorkerRow>,
+    /// Workload rows as this write last stored them (see `Tracker::workload`): a report reads its
+    /// workload three times (its record, its trial, the next proposal) and a group holds many
+    /// reports of one workload. Only rows this write wrote whole are kept; any other change of a
+    /// workload row forgets them all.
+    workload_rows: HashMap<SearchKey, crate::store::workloads::WorkloadRow>,
+    /// Jobs whose `updated_ms` this write set already (to `now`, the same for all its rows).
+    jobs_touched: HashSet<JobId>,
+    /// Outstanding (pending or leased) tuning tasks per workload, once counted in this write and
+    /// kept in step by its own changes (a task finished, a task proposed), so that each report of
+    /// a group does not count them again. Anything else that changes them forgets the count.
+    outstanding: HashMap<SearchKey, u32>,
     finished: bool,
 }
 
@@ -250,6 +267,55 @@ impl Write<'_> {
     /// Notes that a job changed.
     pub(crate) fn job_changed(&mut self, job: JobId) {
         self.changed.insert(job);
+    }
+
+    /// A workload row as this write last stored it, if it did.
+    pub(crate) fn workload_row(&self, key: SearchKey) -> Option<&crate::store::workloads::WorkloadRow> {
+        self.workload_rows.get(&key)
+    }
+
+    /// Keeps `row`, just read or stored whole by this write, for its next reads.
+    pub(crate) fn remember_workload(&mut self, row: &crate::store::workloads::WorkloadRow) {
+        self.workload_rows.insert((row.job_id, row.idx), row.clone());
+    }
+
+    /// Notes that `n` more tasks of a workload were proposed (its stored `proposed` grew by `n`).
+    pub(crate) fn proposed_more(&mut self, key: SearchKey, n: u32) {
+        if let Some(row) = self.workload_rows.get_mut(&key) {
+            row.proposed += n;
+        }
+    }
+
+    /// Forgets every kept workload row: some row changed in a way they do not follow.
+    pub(crate) fn forget_workloads(&mut self) {
+        self.workload_rows.clear();
+    }
+
+    /// The outstanding tuning tasks of a workload as counted earlier in this write, if they were.
+    pub(crate) fn outstanding(&self, key: SearchKey) -> Option<u32> {
+        self.outstanding.get(&key).copied()
+    }
+
+    /// Keeps `n`, just counted, as the workload's outstanding tuning tasks.
+    pub(crate) fn counted_outstanding(&mut self, key: SearchKey, n: u32) {
+        self.outstanding.insert(key, n);
+    }
+
+    /// Adjusts a kept count of outstanding tuning tasks: `more` proposed, `fewer` finished.
+    pub(crate) fn outstanding_changed(&mut self, key: SearchKey, more: u32, fewer: u32) {
+        if let Some(n) = self.outstanding.get_mut(&key) {
+            *n = (*n + more).saturating_sub(fewer);
+        }
+    }
+
+    /// Forgets the kept count of a workload's outstanding tasks (some were cancelled).
+    pub(crate) fn forget_outstanding(&mut self, key: SearchKey) {
+        self.outstanding.remove(&key);
+    }
+
+    /// Whether job `id` still needs its `updated_ms` set in this write (true once per job).
+    pub(crate) fn first_touch(&mut self, id: JobId) -> bool {
+        self.jobs_touched.insert(id)
     }
 
     /// Notes that tasks became pending.

@@ -73,6 +73,10 @@ pub struct GroupStats {
     pub retried: BTreeMap<String, u64>,
     /// A sample message per retried kind, to show what the tracker said.
     pub messages: BTreeMap<String, String>,
+    /// CPU seconds (user + system) this group process used by its last flush: the load tool's
+    /// own cost, which shares the machine with the tracker.
+    #[serde(default)]
+    pub cpu_s: f64,
 }
 
 impl GroupStats {
@@ -113,7 +117,12 @@ pub async fn run_group(config: GroupConfig, shutdown: CancellationToken) -> anyh
 }
 
 fn flush(path: &PathBuf, stats: &Mutex<GroupStats>) -> anyhow::Result<()> {
-    let text = serde_json::to_string(&*stats.lock().expect("stats lock"))?;
+    let cpu = super::procs::cpu_seconds(std::process::id());
+    let text = {
+        let mut stats = stats.lock().expect("stats lock");
+        stats.cpu_s = cpu.unwrap_or(stats.cpu_s);
+        serde_json::to_string(&*stats)?
+    };
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)?;

@@ -135,6 +135,11 @@ pub struct Summary {
     pub tasks_per_s: f64,
     /// The tracker's CPU seconds (user + system, every incarnation).
     pub tracker_cpu_s: f64,
+    /// The trackers' CPU per tuning record stored, milliseconds.
+    pub tracker_ms_per_task: f64,
+    /// CPU seconds of the worker groups (the load tool's protocol workers), apart from the
+    /// tracker's: on a small machine they compete with it for the same cores.
+    pub workers_cpu_s: f64,
     /// The tracker's peak resident memory over its incarnations, MiB (the largest of the
     /// trackers when several).
     pub tracker_peak_rss_mib: f64,
@@ -222,7 +227,12 @@ impl fmt::Display for Summary {
                 l.calls
             )?;
         }
-        writeln!(f, "tracker cpu, peak rss       {:.1} s, {:.1} MiB", self.tracker_cpu_s, self.tracker_peak_rss_mib)?;
+        writeln!(
+            f,
+            "tracker cpu, peak rss       {:.1} s ({:.3} ms per task), {:.1} MiB",
+            self.tracker_cpu_s, self.tracker_ms_per_task, self.tracker_peak_rss_mib
+        )?;
+        writeln!(f, "load workers' cpu           {:.1} s (apart from the tracker's)", self.workers_cpu_s)?;
         if let Some(cpu) = self.db_server_cpu_s {
             writeln!(f, "database server cpu         {cpu:.1} s")?;
         }
@@ -419,8 +429,15 @@ async fn run_load(
     if let Ok(mut c) = records {
         let (_, n) = check::progress(&mut c).await?;
         summary.tasks_per_s = n as f64 / summary.wall_s.max(1e-9);
+        summary.tracker_ms_per_task = per_task_ms(summary.tracker_cpu_s, n);
     }
     Ok(())
+}
+
+/// CPU milliseconds per record: `cpu_s` over `records` (0 without records).
+pub(crate) fn per_task_ms(cpu_s: f64, records: impl TryInto<u32>) -> f64 {
+    let n = f64::from(records.try_into().unwrap_or(u32::MAX));
+    if n > 0.0 { cpu_s * 1e3 / n } else { 0.0 }
 }
 
 /// Reads every group's stats file (killed groups' last flush included).
@@ -441,6 +458,7 @@ fn gather(config: &LoadConfig, summary: &mut Summary) -> anyhow::Result<()> {
             }
             latency.entry(rpc).or_default().extend(samples);
         }
+        summary.workers_cpu_s += stats.cpu_s;
         summary.reports_stored += stats.stored;
         summary.reports_duplicate += stats.duplicate;
         summary.reports_refused += stats.refused;

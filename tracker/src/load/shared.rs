@@ -112,6 +112,7 @@ pub(crate) async fn run_shared(config: &LoadConfig, server: &str, summary: &mut 
     gather(config, summary)?;
     let (_, records) = progress(&mut conn).await?;
     summary.tasks_per_s = records as f64 / summary.wall_s.max(1e-9);
+    summary.tracker_ms_per_task = super::per_task_ms(summary.tracker_cpu_s, records);
     summary.db = check(&mut conn).await?;
     conn.close().await?;
     Ok(())

@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::convert::{self, id, in_range};
 use crate::auth::Caller;
-use crate::dispatch::ReportItem;
+use crate::changes::ReportItem;
 use crate::error::Error;
 use crate::tracker::{Tracker, millis};
 

@@ -337,6 +337,7 @@ async fn open_sqlite(path: &Path) -> anyhow::Result<SqlitePool> {
         .pragma("cache_size", format!("-{}", SQLITE_CACHE_KIB));
     let pool = SqlitePoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
+        .after_connect(|conn, _| Box::pin(stable_plans(conn)))
         .after_release(|conn, _| {
             Box::pin(async move {
                 // The ping runs after the rollback a dropped transaction queued. When a COMMIT
@@ -367,6 +368,37 @@ async fn open_sqlite(path: &Path) -> anyhow::Result<SqlitePool> {
     };
     probe.await.map_err(|e| unusable(path, "writing to", e))?;
     Ok(pool)
+}
+
+/// Turns on SQLite's query planner stability guarantee (`SQLITE_DBCONFIG_ENABLE_QPSG`) on `conn`.
+///
+/// Without it, SQLite marks a statement whose plan looked at a bound value (a `LIMIT $n`, a term a
+/// partial index's condition was matched against) to be compiled again whenever it is bound anew,
+/// and sqlx binds anew at every execution: the lease and report statements were compiled again
+/// each time they ran, a quarter of the tracker's CPU under load (docs/tracker-scaling.md). With
+/// the guarantee a plan never depends on bound values, so each statement is compiled once per
+/// connection; no query here needs a bound value to find its index.
+async fn stable_plans(conn: &mut SqliteConnection) -> sqlx::Result<()> {
+    use std::ffi::c_int;
+    let mut handle = conn.lock_handle().await?;
+    let db = handle.as_raw_handle().as_ptr();
+    // SAFETY: `db` is this connection's open handle, held by `handle` for the call, so no other
+    // thread uses it; SQLITE_DBCONFIG_ENABLE_QPSG takes an int (1: on) and an `int*` for the
+    // setting it leaves, which may be null.
+    let rc = unsafe {
+        libsqlite3_sys::sqlite3_db_config(
+            db,
+            libsqlite3_sys::SQLITE_DBCONFIG_ENABLE_QPSG,
+            1 as c_int,
+            std::ptr::null_mut::<c_int>(),
+        )
+    };
+    if rc != libsqlite3_sys::SQLITE_OK {
+        return Err(sqlx::Error::Configuration(
+            format!("SQLite refused its query planner stability guarantee (code {rc})").into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The start-up error for a database file that cannot be used, naming the file and, for the

@@ -271,7 +271,9 @@ pub(crate) async fn leased_details(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Re
     .await)?)
 }
 
-/// Renews the leases `worker` holds among `ids`; returns the renewed ones.
+/// Renews the leases `worker` holds among `ids` until `expires_ms`, or leaves them as they are when
+/// they run longer already (a renewal noted in memory before an outage is stored after the leases
+/// got a whole lease back: it must not shorten them); returns the renewed ones.
 pub(crate) async fn renew(
     e: impl Into<Exec<'_>>,
     worker: WorkerId,
@@ -280,13 +282,27 @@ pub(crate) async fn renew(
 ) -> Result<Vec<TaskId>> {
     Ok(on!(e, |c, pg| sqlx::query_scalar(sql(
         pg,
-        "UPDATE tasks SET lease_expires_ms = $3
+        "UPDATE tasks SET lease_expires_ms = CASE WHEN lease_expires_ms > $3 THEN lease_expires_ms ELSE $3 END
          WHERE state = 'leased' AND worker_id = $1 AND id IN (SELECT CAST(value AS BIGINT) FROM json_each($2))
          RETURNING id",
     ))
     .bind(worker)
     .bind(json(ids))
     .bind(expires_ms)
+    .fetch_all(c)
+    .await)?)
+}
+
+/// The tasks among `ids` that `worker` holds (leased to it now), read without writing: a
+/// heartbeat renews them in memory (`changes::Renewals`) and the reaper stores the renewal.
+pub(crate) async fn held(e: impl Into<Exec<'_>>, worker: WorkerId, ids: &[TaskId]) -> Result<Vec<TaskId>> {
+    Ok(on!(e, |c, pg| sqlx::query_scalar(sql(
+        pg,
+        "SELECT id FROM tasks
+         WHERE state = 'leased' AND worker_id = $1 AND id IN (SELECT CAST(value AS BIGINT) FROM json_each($2))",
+    ))
+    .bind(worker)
+    .bind(json(ids))
     .fetch_all(c)
     .await)?)
 }
@@ -301,14 +317,24 @@ pub(crate) async fn renew_all(e: impl Into<Exec<'_>>, expires_ms: i64) -> Result
         .map(|r| r.rows_affected()))?)
 }
 
-/// Marks the task done with its record.
-pub(crate) async fn complete(e: impl Into<Exec<'_>>, id: TaskId, record: RecordId, now: i64) -> Result<()> {
+/// Marks the task done with its record, numbered `trial` among its workload's finished trials when
+/// given (in the same statement: one fewer per report).
+pub(crate) async fn complete(
+    e: impl Into<Exec<'_>>,
+    id: TaskId,
+    record: RecordId,
+    trial: Option<u32>,
+    now: i64,
+) -> Result<()> {
     on!(e, |c, pg| sqlx::query(
-        "UPDATE tasks SET state = 'done', record_id = $2, lease_expires_ms = NULL, updated_ms = $3 WHERE id = $1",
+        "UPDATE tasks SET state = 'done', record_id = $2, lease_expires_ms = NULL, updated_ms = $3,
+                          trial = COALESCE($4, trial)
+         WHERE id = $1",
     )
     .bind(id)
     .bind(record)
     .bind(now)
+    .bind(trial.map(i64::from))
     .execute(c)
     .await
     .map(|r| r.rows_affected()))?;

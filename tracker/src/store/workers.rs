@@ -109,6 +109,18 @@ pub(crate) async fn get(e: impl Into<Exec<'_>>, id: WorkerId) -> Result<Option<W
     Ok(on!(e, |c, pg| sqlx::query_as(select_workers!(" WHERE w.id = $1")).bind(id).fetch_optional(c).await)?)
 }
 
+/// The worker `id` without its counts (`leased` and `reported` read 0): what a dispatch call needs
+/// (its token, class, templates, quarantine). [`get`] counts the worker's records, a walk that
+/// grows with everything it ever reported; a call of a busy worker must not pay for that.
+pub(crate) async fn get_lean(e: impl Into<Exec<'_>>, id: WorkerId) -> Result<Option<WorkerRow>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(
+        "SELECT w.*, CAST(0 AS BIGINT) AS leased, CAST(0 AS BIGINT) AS reported FROM workers w WHERE w.id = $1"
+    )
+    .bind(id)
+    .fetch_optional(c)
+    .await)?)
+}
+
 /// Every worker, by id.
 pub(crate) async fn list(e: impl Into<Exec<'_>>) -> Result<Vec<WorkerRow>> {
     Ok(on!(e, |c, pg| sqlx::query_as(select_workers!(" ORDER BY w.id")).fetch_all(c).await)?)
@@ -129,6 +141,21 @@ async fn seen(e: impl Into<Exec<'_>>, id: WorkerId, now: i64, state: &str) -> Re
         .await
         .map(|r| r.rows_affected()))?;
     Ok(done == 1)
+}
+
+/// Records that the worker was heard from at `seen` (a heartbeat answered without a write, stored
+/// later by the reaper): online again, unless it was heard from later than that (it left since,
+/// or a write already touched it).
+pub(crate) async fn seen_at(e: impl Into<Exec<'_>>, id: WorkerId, seen: i64) -> Result<()> {
+    on!(e, |c, pg| sqlx::query(
+        "UPDATE workers SET last_seen_ms = $2, state = 'online' WHERE id = $1 AND last_seen_ms < $2"
+    )
+    .bind(id)
+    .bind(seen)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
+    Ok(())
 }
 
 /// Marks online workers not heard from since `before` offline; returns them.
