@@ -65,7 +65,9 @@ pub(crate) fn shipped() -> &'static [Shipped] {
                     parsed
                         .records
                         .into_iter()
-                        .filter(|r| registry::by_name(&r.template).is_ok_and(|t| t.records_hold_for(r.template_version)))
+                        .filter(|r| {
+                            registry::by_name(&r.template).is_ok_and(|t| t.records_hold_for(r.template_version))
+                        })
                         .map(|r| Shipped {
                             record: PriorRecord {
                                 workload_key: r.workload_key,
