@@ -134,6 +134,11 @@ impl Prior {
     /// database's packs hold about 50 workloads and 120,000 records of today's templates), so a
     /// prior's cost stops growing with the store.
     pub fn selection(&self, here: &[f64; 7]) -> Vec<usize> {
+        self.selection_of(here, PRIOR_WORKLOADS, PRIOR_ROWS_PER_WORKLOAD)
+    }
+
+    /// [`Prior::selection`] with `workloads` nearest workloads and at most `rows` rows of each.
+    pub fn selection_of(&self, here: &[f64; 7], workloads: usize, rows: usize) -> Vec<usize> {
         let mut groups: Vec<([u64; 7], Vec<usize>)> = Vec::new();
         for (i, s) in self.sources.iter().enumerate() {
             let key = s.map(f64::to_bits);
@@ -144,26 +149,27 @@ impl Prior {
         }
         let sources: Vec<[f64; 7]> = groups.iter().map(|(k, _)| k.map(f64::from_bits)).collect();
         let mut out: Vec<usize> = Vec::new();
-        for g in nearest(&sources, &[*here], PRIOR_WORKLOADS) {
-            let rows = &groups[g].1;
-            let y: Vec<f64> = rows.iter().map(|&i| self.y[i]).collect();
-            out.extend(capped(&y, PRIOR_ROWS_PER_WORKLOAD).into_iter().map(|j| rows[j]));
+        for g in nearest(&sources, &[*here], workloads) {
+            let members = &groups[g].1;
+            let y: Vec<f64> = members.iter().map(|&i| self.y[i]).collect();
+            out.extend(capped(&y, rows).into_iter().map(|j| members[j]));
         }
         out.sort_unstable();
         out
     }
 }
 
-/// Most workloads of a prior that train its model for one tuned workload: the most similar. At
-/// least every other workload of each ground-truth file (14 matmuls, 7 conv layers), so the
-/// replay's bars are those of the whole file: dropping even one cost a strided conv of the
-/// training split (n12 28x28 256->256 3x3 stride 2) 41 trials to 5% instead of 19 at 6 of 7.
-pub const PRIOR_WORKLOADS: usize = 16;
+/// Most workloads of a prior that train its model for one tuned workload: the most similar. A
+/// bound on the prior's cost as the store grows, above every ground-truth file's count (32 in the
+/// first sweeps, 15 + 8 in today's), so no bar's training set is cut: 16 cost the held-out
+/// m768n3072k768 tt of the first sweeps its 2x gain (0.81x, CI of 2026-11-28), and dropping even
+/// one of 7 conv layers cost a strided conv of the training split 41 trials to 5% instead of 19.
+pub const PRIOR_WORKLOADS: usize = 64;
 
-/// Most rows of one prior workload that train the model (see [`capped`]): a sweep's sample. A
-/// cap of 1,200 (the fastest half of it, the rest spread evenly) cost the same strided conv 75
-/// trials to 5% instead of 19: the model needs the shape of the whole space.
-pub const PRIOR_ROWS_PER_WORKLOAD: usize = 3000;
+/// Most rows of one prior workload that train the model (see [`capped`]): above every shipped
+/// workload's count (today's sweeps 3,000, the exhaustive ones up to about 9,300), a bound for
+/// larger stores. A cap of 1,200 cost the strided conv above 75 trials to 5% instead of 19.
+pub const PRIOR_ROWS_PER_WORKLOAD: usize = 20_000;
 
 /// Positions into `sources` (workload columns) of the `k` most similar to each of `targets`
 /// (by [`similarity`]; ties to the earlier), ascending, each once: the workloads of a prior that
@@ -957,17 +963,19 @@ mod tests {
         let sources = [at(4.0), at(8.0), at(12.0), at(9.0), at(5.0)];
         assert_eq!(nearest(&sources, &[at(4.0)], 2), vec![0, 4]);
         assert_eq!(nearest(&sources, &[at(4.0), at(12.0)], 2), vec![0, 2, 3, 4]);
-        // A prior of more workloads and rows than a model trains on.
+        // A prior of more workloads and rows than a model trains on (small bounds: the product's
+        // are above every shipped file, see PRIOR_WORKLOADS).
+        let (workloads, cap) = (4, 30);
         let mut prior = Prior::default();
-        for w in 0..(PRIOR_WORKLOADS + 3) {
-            let n = PRIOR_ROWS_PER_WORKLOAD + 5;
+        for w in 0..(workloads + 3) {
+            let n = cap + 5;
             let rows: Vec<Vec<f64>> = (0..n).map(|i| vec![i as f64]).collect();
             let times: Vec<Option<f64>> = (0..n).map(|i| Some(1.0 + i as f64)).collect();
             prior.extend(at(w as f64), rows, &times);
         }
-        let picked = prior.selection(&at(0.0));
-        assert_eq!(picked.len(), PRIOR_WORKLOADS * PRIOR_ROWS_PER_WORKLOAD);
-        let far = at((PRIOR_WORKLOADS + 2) as f64);
+        let picked = prior.selection_of(&at(0.0), workloads, cap);
+        assert_eq!(picked.len(), workloads * cap);
+        let far = at((workloads + 2) as f64);
         assert!(picked.iter().all(|i| prior.sources[*i] != far), "a far workload trained the model");
     }
 
