@@ -71,6 +71,10 @@ async fn batched_reports_with_a_tracker_killed_mid_batch_lose_nothing_and_duplic
         seed: 7,
         batch: 8,
         job_batch: 64,
+        // Leases a loaded CI machine's late heartbeat does not expire (2 s did, under load 30:
+        // device_lost without any fault of a worker); the test is about the kill.
+        lease_secs: 6,
+        heartbeat_secs: 2,
         ..small_load(dir.path())
     };
     let summary = load::run(config).await.unwrap();
