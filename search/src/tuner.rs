@@ -220,8 +220,9 @@ pub trait Tuner: Send {
     fn propose(&mut self, candidates: &[Candidate], observed: &[Observation], n: usize) -> Vec<usize>;
 
     /// As [`Tuner::propose`] while the configs at `pending` (proposed, not yet measured) are
-    /// measured: none of them again. The tracker asks for the next batch while the last one
-    /// measures, so that the GPU never waits for a fit and the compiler works a batch ahead.
+    /// measured: none of them again. The tracker asks this way when a batch is still partly in
+    /// flight (after a reused record, or a restart); it proposes a whole batch only once the last
+    /// is in (a look-ahead of one batch missed the replay bars, 2026-11-28).
     fn propose_around(
         &mut self,
         candidates: &[Candidate],
