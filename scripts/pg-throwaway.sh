@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL server for the tests: `start DIR` creates a cluster in DIR (empty or
 # missing), starts it on a free loopback port with trust authentication (nothing but this machine
-# can reach it) and prints its URL; `alive DIR` succeeds while it runs; `stop DIR` stops it.
+# can reach it) and prints its URL; `alive DIR` succeeds while it runs; `stop DIR` stops it;
+# `has-initdb` succeeds when PostgreSQL's server programs are installed.
 # Debian's `postgresql` package is installed when no initdb is found and this runs as root. initdb
 # refuses to run as root, so the server then runs as the `postgres` user the package creates.
 set -euo pipefail
@@ -45,6 +46,9 @@ start)
         || { cat "$dir/server.log" >&2; exit 1; }
     echo "postgres://postgres@127.0.0.1:$port/postgres"
     ;;
+has-initdb)
+    find_bin initdb >/dev/null
+    ;;
 alive)
     dir=${2:?usage: pg-throwaway.sh alive DIR}
     pg_ctl=$(find_bin pg_ctl)
@@ -56,7 +60,7 @@ stop)
     as_owner "$pg_ctl" -D "$dir/data" -m fast -w stop >&2 || true
     ;;
 *)
-    echo "usage: pg-throwaway.sh start DIR | alive DIR | stop DIR" >&2
+    echo "usage: pg-throwaway.sh start DIR | alive DIR | stop DIR | has-initdb" >&2
     exit 2
     ;;
 esac

@@ -1,88 +1,152 @@
 #!/usr/bin/env bash
-# The test command (README, CI). Installs NVRTC from PyPI when needed, then runs every test of the
-# workspace with it: code generation, NVRTC compilation of generated kernels, the gRPC services,
-# SQLite and the `sim` device end to end; then the tracker's suite again on a throwaway PostgreSQL
-# server (scripts/pg-throwaway.sh; Debian's postgresql is installed when missing, as root).
-# TENSORTUNE_TEST_PG=URL uses a server of your own instead. GPU-only checks live in
-# scripts/gpu-check.sh.
+# The test command (README, CI). Builds every test of the workspace once and runs the test
+# binaries side by side (TEST_JOBS at a time, default: cores + 1), with NVRTC from PyPI: code
+# generation, NVRTC compilation of generated kernels, the gRPC services, SQLite and the `sim`
+# device end to end; the tracker's API suite a second time on a throwaway PostgreSQL server
+# (scripts/pg-throwaway.sh), the doctests, the systemd units, the Python package's tests and the
+# GPU step scripts' headers. TENSORTUNE_TEST_PG=URL uses a PostgreSQL server of your own.
+# Arguments go to every test binary (a name filter, --ignored, ...). GPU-only checks live in
+# scripts/gpu-check.sh. Each binary's output is printed whole when it ends; a table of binaries,
+# results and seconds comes last, and the exit status is non-zero when anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cuda=$(scripts/setup-nvrtc.sh)
-export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
-export TENSORTUNE_REQUIRE_NVRTC=1
-# The dashboard test drives a real headless browser: Debian's chromium, installed when missing.
-if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-        echo "installing chromium for the dashboard test" >&2
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >&2 \
-            || echo "chromium could not be installed: the dashboard test will say SKIPPED" >&2
-    else
-        echo "no chromium and no root apt-get: the dashboard test will say SKIPPED" >&2
-    fi
-fi
-# `tensortune plot` lays text out with a TrueType font from the system; its test needs one.
-if [ -z "${TENSORTUNE_FONT:-}" ] && ! find /usr/share/fonts /usr/local/share/fonts -name '*.ttf' 2>/dev/null | grep -q .; then
-    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-        echo "installing fonts-dejavu-core for the plot test" >&2
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fonts-dejavu-core) >&2 \
-            || echo "no font could be installed: the plot test will fail; set TENSORTUNE_FONT to a .ttf file" >&2
-    else
-        echo "no TrueType font and no root apt-get: the plot test will fail; set TENSORTUNE_FONT to a .ttf file" >&2
-    fi
-fi
-# kernels/tests/simt_cpu.rs runs generated CUDA on the CPU through a C++20 compiler ($CXX, else
-# c++): Debian's g++ is installed when there is none.
-if [ -z "${CXX:-}" ] && ! command -v c++ >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-        echo "installing g++ for the simt_cpu test" >&2
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends g++) >&2 \
-            || echo "g++ could not be installed: the simt_cpu test will fail; set CXX to a C++20 compiler" >&2
-    else
-        echo "no c++ and no root apt-get: the simt_cpu test will fail; set CXX to a C++20 compiler" >&2
-    fi
-fi
+root=$(pwd)
+target=${CARGO_TARGET_DIR:-target}
+logs="$target/test-logs"
+rm -rf "$logs" && mkdir -p "$logs"
 # A test run builds once: incremental state (about 2 GB) buys nothing here.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 echo "disk free for target/: $(df -h . | awk 'NR==2 {print $4}')" >&2
+
+# What the tests need from the system, installed while the workspace builds (as root, Debian):
+# chromium (the dashboard test drives a real headless browser), a TrueType font (`tensortune
+# plot`), a C++20 compiler (kernels/tests/simt_cpu.rs runs generated CUDA on the CPU), systemd-analyze
+# (deploy/verify-units.sh) and PostgreSQL (unless TENSORTUNE_TEST_PG names a server); then NVRTC
+# and the CUDA headers from PyPI (scripts/setup-nvrtc.sh) and pytest when missing.
+setup() {
+    local pkgs=()
+    command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || pkgs+=(chromium)
+    if [ -z "${TENSORTUNE_FONT:-}" ] && ! find /usr/share/fonts /usr/local/share/fonts -name '*.ttf' 2>/dev/null | grep -q .; then
+        pkgs+=(fonts-dejavu-core)
+    fi
+    [ -n "${CXX:-}" ] || command -v c++ >/dev/null 2>&1 || pkgs+=(g++)
+    command -v systemd-analyze >/dev/null 2>&1 || pkgs+=(systemd)
+    if [ -z "${TENSORTUNE_TEST_PG:-}" ] && ! scripts/pg-throwaway.sh has-initdb; then pkgs+=(postgresql); fi
+    if [ ${#pkgs[@]} -gt 0 ]; then
+        if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+            echo "installing ${pkgs[*]} for the tests" >&2
+            (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}") >&2 \
+                || echo "apt-get could not install ${pkgs[*]}: the tests that need them will say so" >&2
+        else
+            echo "missing ${pkgs[*]} and no root apt-get: the tests that need them will say so" >&2
+        fi
+    fi
+    scripts/setup-nvrtc.sh >"$logs/nvrtc-dir"
+    if ! python3 -c 'import pytest' 2>/dev/null; then
+        python3 -m pip install --quiet --disable-pip-version-check --target "$target/pytest-env" pytest >&2 || true
+    fi
+}
+setup >"$logs/setup.log" 2>&1 &
+setup_pid=$!
+
 status=0
-# The GPU step scripts: each step listed in a header exists, and each that exists is listed.
-scripts/check-steps.sh || status=$?
-cargo test --workspace --locked --no-fail-fast "$@" || status=$?
-# The tracker's API suite as that build made it: `cargo test -p tensortune-tracker` would resolve
-# the features again for one package and rebuild much of the dependency tree (minutes on 2 cores).
-api_test=$(cargo test --workspace --locked --no-run --message-format=json 2>/dev/null \
-  | grep '"name":"api"' | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
-# The systemd units of deploy/, against the binaries the tests just built (Debian's systemd
-# package is installed when systemd-analyze is missing, as root).
-deploy/verify-units.sh "${CARGO_TARGET_DIR:-target}/debug" || status=$?
-# The Python package's tests (python/tests): without torch here, capture's torch tests skip (they
-# run on the GPU machine, scripts/gpu-model.sh); pytest goes into target/ when missing.
-if ! python3 -c 'import pytest' 2>/dev/null; then
-    python3 -m pip install --quiet --disable-pip-version-check --target target/pytest-env pytest >&2 || true
-fi
-PYTHONPATH=python:target/pytest-env python3 -m pytest -q -p no:cacheprovider python/tests || status=$?
-# The tracker's tests on PostgreSQL: each test makes a database of its own on this server. The
-# throwaway server starts only now, so it lives for this suite alone (about a minute), not through
-# the workspace's build and tests; its log is printed when the suite fails or the server is gone.
+cargo test --workspace --locked --no-run --message-format=json >"$logs/build.json" \
+    || { echo "the workspace's tests did not build" >&2; status=1; }
+wait "$setup_pid" || { cat "$logs/setup.log" >&2; echo "setting up the test machine failed" >&2; exit 1; }
+cat "$logs/setup.log" >&2
+[ "$status" = 0 ] || exit "$status"
+cuda=$(cat "$logs/nvrtc-dir")
+export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
+export TENSORTUNE_REQUIRE_NVRTC=1
+
+# The tracker's tests on PostgreSQL: each test makes a database of its own on this server.
 pg_dir=
 if [ -z "${TENSORTUNE_TEST_PG:-}" ]; then
     pg_dir=$(mktemp -d /tmp/tensortune-pg.XXXXXX)
     trap 'scripts/pg-throwaway.sh stop "$pg_dir"; rm -rf "$pg_dir"' EXIT
-    TENSORTUNE_TEST_PG=$(scripts/pg-throwaway.sh start "$pg_dir")
-fi
-echo "tracker tests on PostgreSQL ($TENSORTUNE_TEST_PG)" >&2
-pg_status=0
-if [ -z "$api_test" ]; then
-    echo "the tracker's API test binary was not found in the workspace build" >&2
-    pg_status=1
+    pg_url=$(scripts/pg-throwaway.sh start "$pg_dir") || { echo "the throwaway PostgreSQL server did not start" >&2; exit 1; }
 else
-    (cd tracker && TENSORTUNE_TEST_PG=$TENSORTUNE_TEST_PG "$api_test") || pg_status=$?
+    pg_url=$TENSORTUNE_TEST_PG
 fi
-if [ -n "$pg_dir" ] && { [ "$pg_status" != 0 ] || ! scripts/pg-throwaway.sh alive "$pg_dir"; }; then
-    echo "the throwaway PostgreSQL server's log (last 60 lines):" >&2
+
+# The jobs: each test binary the build made (label, directory, command), the API suite again on
+# PostgreSQL, and the checks that are not cargo tests. The long ones start first.
+jobs_file="$logs/jobs.tsv"
+python3 - "$logs/build.json" "$root" >"$jobs_file" <<'EOF'
+import json, os, sys
+first = ["worker/worker", "tracker/api", "search/union_v14_replay", "search/shipped_replay", "client/e2e"]
+jobs = []
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+        continue
+    pkg_dir = os.path.dirname(m["manifest_path"])
+    label = os.path.relpath(pkg_dir, sys.argv[2]) + "/" + m["target"]["name"]
+    jobs.append((label, pkg_dir, m["executable"]))
+jobs.sort(key=lambda j: (first.index(j[0]) if j[0] in first else len(first), j[0]))
+for label, d, exe in jobs:
+    print(f"{label}\t{d}\t{exe}")
+EOF
+api=$(awk -F'\t' '$1 == "tracker/api" { print $3 }' "$jobs_file")
+if [ -n "$api" ]; then
+    printf 'tracker/api on postgres\t%s/tracker\tenv TENSORTUNE_TEST_PG=%s %s\n' "$root" "$pg_url" "$api" >>"$jobs_file"
+else
+    printf 'tracker/api on postgres\t%s\tfalse the API test binary was not built\n' "$root" >>"$jobs_file"
+fi
+printf 'doctests\t%s\tcargo test --workspace --locked --doc\n' "$root" >>"$jobs_file"
+printf 'deploy units\t%s\tdeploy/verify-units.sh %s/debug\n' "$root" "$target" >>"$jobs_file"
+printf 'python tests\t%s\tenv PYTHONPATH=python:%s/pytest-env python3 -m pytest -q -p no:cacheprovider python/tests\n' \
+    "$root" "$target" >>"$jobs_file"
+printf 'gpu step headers\t%s\tscripts/check-steps.sh\n' "$root" >>"$jobs_file"
+
+# Runs job $1 (label, directory, command); its output goes to a log, printed whole when it ends.
+run_job() {
+    local label=$1 dir=$2 cmd=$3 log start rc=0
+    shift 3
+    log="$logs/$(echo "$label" | tr ' /' '__').log"
+    start=$(date +%s)
+    if [[ $cmd == /* ]]; then
+        (cd "$dir" && "$cmd" "$@") >"$log" 2>&1 || rc=$?
+    else
+        (cd "$dir" && eval "$cmd") >"$log" 2>&1 || rc=$?
+    fi
+    { echo "=== $label (exit $rc, $(($(date +%s) - start)) s)"; cat "$log"; } >&2
+    printf '%s\t%s\t%s\n' "$label" "$rc" "$(($(date +%s) - start))" >>"$logs/results.tsv"
+}
+
+parallel=${TEST_JOBS:-$(($(nproc) + 1))}
+: >"$logs/results.tsv"
+running=0
+while IFS=$'\t' read -r label dir cmd; do
+    if [ "$running" -ge "$parallel" ]; then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    case "$label" in
+    # Test binaries take the script's arguments; the other jobs run as they are.
+    "tracker/api on postgres" | doctests | "deploy units" | "python tests" | "gpu step headers") run_job "$label" "$dir" "$cmd" & ;;
+    *) run_job "$label" "$dir" "$cmd" "$@" & ;;
+    esac
+    running=$((running + 1))
+done <"$jobs_file"
+wait
+
+if [ -n "$pg_dir" ] && ! scripts/pg-throwaway.sh alive "$pg_dir"; then
+    echo "the throwaway PostgreSQL server is gone; its log (last 60 lines):" >&2
     tail -n 60 "$pg_dir/server.log" >&2 || true
-    df -h "$pg_dir" >&2 || true
 fi
-[ "$pg_status" = 0 ] || status=$pg_status
+echo >&2
+printf '%-32s %6s %6s\n' job exit s >&2
+sort -t$'\t' -k3,3nr "$logs/results.tsv" | awk -F'\t' '{ printf "%-32s %6s %6s\n", $1, $2, $3 }' >&2
+jobs_run=$(wc -l <"$logs/results.tsv")
+jobs_wanted=$(wc -l <"$jobs_file")
+[ "$jobs_run" = "$jobs_wanted" ] || { echo "only $jobs_run of $jobs_wanted jobs reported" >&2; status=1; }
+failed=$(awk -F'\t' '$2 != 0' "$logs/results.tsv" | wc -l)
+[ "$failed" = 0 ] || { echo "$failed jobs failed" >&2; status=1; }
+# The number of tests that ran, as cargo counts them.
+grep -ho '^test result: .*' "$logs"/*.log | awk '{ p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' >&2
 exit $status

@@ -51,57 +51,54 @@ where
     found.into_inner().unwrap()
 }
 
-/// Compiles every spec for `arch`, in batches on all cores; returns "name: log" per failure. A
-/// failing batch is recompiled kernel by kernel to name the culprit.
-pub(crate) fn compile_all(specs: &[KernelSpec], arch: &str) -> Vec<String> {
+/// Compiles every spec for `arch` with `extra` flags, in batches on all cores. Returns
+/// "name: log" per kernel that failed (a failing batch is recompiled kernel by kernel to name the
+/// culprit) and the log lines of the batches (and kernels) that compiled, for warnings.
+fn compile_batches(specs: &[KernelSpec], arch: &str, extra: &[&str]) -> (Vec<String>, Vec<String>) {
     let inc = include_dir();
-    each_batch(specs, |batch, source| {
-        if nvrtc::compile(source, "batch", arch, &inc).is_ok() {
-            return Vec::new();
-        }
-        batch
+    let lines = each_batch(specs, |batch, source| match nvrtc::compile_with(source, "batch", arch, &inc, extra) {
+        Ok(c) => c.log.lines().map(|l| format!("log: {l}")).collect(),
+        Err(_) => batch
             .iter()
-            .filter_map(|spec| {
-                let e = nvrtc::compile(&spec.source, &spec.name, arch, &inc).err()?;
-                Some(format!("{} ({arch}): {e}", spec.name))
+            .flat_map(|spec| match nvrtc::compile_with(&spec.source, &spec.name, arch, &inc, extra) {
+                Ok(c) => c.log.lines().map(|l| format!("log: {l}")).collect(),
+                Err(e) => vec![format!("failed: {} ({arch}): {e}", spec.name)],
             })
-            .collect()
-    })
+            .collect(),
+    });
+    let (failed, logs): (Vec<String>, Vec<String>) = lines.into_iter().partition(|l| l.starts_with("failed: "));
+    let strip = |v: Vec<String>, p: &str| v.into_iter().map(|l| l[p.len()..].to_owned()).collect();
+    (strip(failed, "failed: "), strip(logs, "log: "))
 }
 
-/// Compiles every spec for `target` ([`compile_all`]) and fails naming each kernel that did not
+/// Compiles every spec for `target` in batches on all cores and fails naming each kernel that did not
 /// compile, with its log.
 pub(crate) fn assert_all_compile(specs: &[KernelSpec], target: &Target) {
-    let failures = compile_all(specs, &target.nvrtc_arch());
-    assert!(
-        failures.is_empty(),
-        "{} of {} kernels failed on {}:\n{}",
-        failures.len(),
-        specs.len(),
-        target.name,
-        failures.join("\n\n")
-    );
+    let failures = compile_batches(specs, &target.nvrtc_arch(), &[]).0;
+    assert_compiled(&failures, specs.len(), target);
 }
 
-/// [`assert_all_compile`], then fails naming each kernel that spills registers ([`spills`]).
+/// [`assert_all_compile`] and ptxas's spill warnings in one compilation of each batch: fails naming each
+/// kernel that did not compile, then each kernel that spills registers.
 pub(crate) fn assert_all_compile_without_spills(specs: &[KernelSpec], target: &Target) {
-    assert_all_compile(specs, target);
-    let spilled = spills(specs, &target.nvrtc_arch());
+    let arch = target.nvrtc_arch();
+    let (failures, logs) = compile_batches(specs, &arch, &[WARN_ON_SPILLS]);
+    assert_compiled(&failures, specs.len(), target);
+    let spilled = spill_lines(logs, &arch);
     assert!(spilled.is_empty(), "{} of {} kernels spill:\n{}", spilled.len(), specs.len(), spilled.join("\n"));
 }
 
-/// ptxas's spill warnings for `specs` on `arch` (compiled in batches with
-/// `--ptxas-options=--warn-on-spills`): one line per kernel that spills registers to local memory,
-/// naming it. Compile errors are [`compile_all`]'s business; a batch that fails here is reported
-/// as a line too.
-pub(crate) fn spills(specs: &[KernelSpec], arch: &str) -> Vec<String> {
-    let inc = include_dir();
-    each_batch(specs, |_, source| {
-        match nvrtc::compile_with(source, "batch", arch, &inc, &["--ptxas-options=--warn-on-spills"]) {
-            Ok(c) => c.log.lines().filter(|l| l.contains("spill")).map(|l| format!("{arch}: {l}")).collect(),
-            Err(e) => vec![format!("{arch}: a batch failed to compile: {e}")],
-        }
-    })
+/// Fails naming each kernel of `failures` (out of `n` compiled for `target`), with its log.
+fn assert_compiled(failures: &[String], n: usize, target: &Target) {
+    assert!(failures.is_empty(), "{} of {n} kernels failed on {}:\n{}", failures.len(), target.name, failures.join("\n\n"));
+}
+
+/// ptxas's option that writes a warning for each function that spills registers to local memory.
+const WARN_ON_SPILLS: &str = "--ptxas-options=--warn-on-spills";
+
+/// The spill warnings among NVRTC log lines, each prefixed with `arch`.
+fn spill_lines(logs: Vec<String>, arch: &str) -> Vec<String> {
+    logs.into_iter().filter(|l| l.contains("spill")).map(|l| format!("{arch}: {l}")).collect()
 }
 
 /// The value of `constexpr int NAME = V;` in a generated source (panics when it has none).
