@@ -12,6 +12,7 @@
 //! same architecture where the job's has none of that workload (an H200 store starts warm from
 //! H100 records and the other way round: the features are computed for the job's device).
 
+use std::collections::HashMap;
 use std::io::{BufRead, Read};
 
 use std::sync::OnceLock;
@@ -58,29 +59,31 @@ pub(crate) struct Shipped {
 pub(crate) fn shipped() -> &'static [Shipped] {
     static RECORDS: OnceLock<Vec<Shipped>> = OnceLock::new();
     RECORDS.get_or_init(|| {
+        // Each pack on a thread of its own, reading only the records of current versions: the
+        // first job of a fresh tracker waits for these.
+        let current = |template: &str, version: u32| registry::by_name(template).is_ok_and(|t| t.records_hold_for(version));
+        let parsed: Vec<(&str, Result<Parsed>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = SHIPPED
+                .iter()
+                .map(|(name, bytes)| (*name, scope.spawn(move || parse_where(bytes, name, current))))
+                .collect();
+            handles.into_iter().map(|(name, h)| (name, h.join().expect("parsing a pack does not panic"))).collect()
+        });
         let mut out = Vec::new();
-        for (name, bytes) in SHIPPED {
-            match parse(bytes, name) {
-                Ok(parsed) => out.extend(
-                    parsed
-                        .records
-                        .into_iter()
-                        .filter(|r| {
-                            registry::by_name(&r.template).is_ok_and(|t| t.records_hold_for(r.template_version))
-                        })
-                        .map(|r| Shipped {
-                            record: PriorRecord {
-                                workload_key: r.workload_key,
-                                workload: Json(r.workload),
-                                config: r.config,
-                                status: r.status,
-                                median_us: r.median_us,
-                            },
-                            template: r.template,
-                            template_version: r.template_version,
-                            device_class: r.device_class,
-                        }),
-                ),
+        for (name, result) in parsed {
+            match result {
+                Ok(parsed) => out.extend(parsed.records.into_iter().map(|r| Shipped {
+                    record: PriorRecord {
+                        workload_key: r.workload_key,
+                        workload: Json(r.workload),
+                        config: r.config,
+                        status: r.status,
+                        median_us: r.median_us,
+                    },
+                    template: r.template,
+                    template_version: r.template_version,
+                    device_class: r.device_class,
+                })),
                 Err(e) => tracing::error!(pack = name, "a shipped record pack does not parse: {e}"),
             }
         }
@@ -145,6 +148,12 @@ fn status(name: &str) -> Option<Status> {
 /// Parses a pack: JSON lines, gzip-compressed or plain (`origin` names it in errors). A line that
 /// is not a valid record is an error naming the line and the field.
 pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<Parsed> {
+    parse_where(bytes, origin, |_, _| true)
+}
+
+/// [`parse`], keeping only the records whose template and version pass `keep` (the others are
+/// read no further than those two fields, and not checked).
+fn parse_where(bytes: &[u8], origin: &str, keep: impl Fn(&str, u32) -> bool) -> Result<Parsed> {
     let mut text = Vec::new();
     let reader: Box<dyn Read + '_> =
         if bytes.starts_with(&[0x1f, 0x8b]) { Box::new(flate2::read::GzDecoder::new(bytes)) } else { Box::new(bytes) };
@@ -153,6 +162,8 @@ pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<Parsed> {
         message: format!("{origin}: not a readable pack: {e}"),
     })?;
     let mut out = Parsed::default();
+    // Records of one workload share its parsed form: a pack holds thousands per workload.
+    let mut workloads: HashMap<String, (Workload, String, String)> = HashMap::new();
     for (n, line) in text.lines().enumerate() {
         let bad = |what: String| Error::Invalid {
             field: "records".to_owned(),
@@ -163,7 +174,19 @@ pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<Parsed> {
             continue;
         }
         let l: Line = serde_json::from_str(&line).map_err(|e| bad(format!("not a record: {e}")))?;
-        let workload = Workload::from_key(&l.workload).map_err(|e| bad(format!("workload: {e}")))?;
+        if !keep(&l.template, l.template_version) {
+            continue;
+        }
+        let (workload, workload_key, workload_json) = match workloads.get(&l.workload) {
+            Some(parsed) => parsed.clone(),
+            None => {
+                let workload = Workload::from_key(&l.workload).map_err(|e| bad(format!("workload: {e}")))?;
+                let (key, json) = (workload.key(), crate::store::json(&workload));
+                let parsed = (workload, key, json);
+                workloads.insert(l.workload.clone(), parsed.clone());
+                parsed
+            }
+        };
         if registry::by_name(&l.template).is_err() {
             out.unknown_template += 1;
             continue;
@@ -179,8 +202,8 @@ pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<Parsed> {
             return Err(bad(format!("device_class: {:?} is not a GPU's class", l.device_class)));
         }
         out.records.push(PackRecord {
-            workload_key: workload.key(),
-            workload_json: crate::store::json(&workload),
+            workload_key,
+            workload_json,
             workload,
             template: l.template,
             template_version: l.template_version,

@@ -209,8 +209,8 @@ impl Measurer<'_> {
     /// may win (2026-11-26, an H100 at its power cap, f16 4096x14336x4096: cublasGemmEx 652 us
     /// and cuBLASLt's #5 671 us in a burst, 763 and 750 us held for seconds). A burst of nine
     /// short timings in the rounds had favoured whichever candidate it timed first (2026-11-25);
-    /// after the warm-up's half second at the rounds' load, and in half-second timings, none
-    /// starts from a cool GPU. Every measurement in the rounds times the pick right after, so each
+    /// after the warm-up at the rounds' load, none starts from a cool GPU (the timings' length:
+    /// `plan::FINALIST_MIN_MS`). Every measurement in the rounds times the pick right after, so each
     /// finalist is compared with the vendor from the same GPU state, round by round. Each record
     /// carries the median of the vendor timings that followed it (see
     /// [`finalist::vendor_of_rounds`]).
