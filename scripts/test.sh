@@ -91,9 +91,12 @@ jobs.sort(key=lambda j: (first.index(j[0]) if j[0] in first else len(first), j[0
 for label, d, exe in jobs:
     print(f"{label}\t{d}\t{exe}")
 EOF
+# The API suite on PostgreSQL takes as long as on SQLite: it starts right after it.
 api=$(awk -F'\t' '$1 == "tracker/api" { print $3 }' "$jobs_file")
 if [ -n "$api" ]; then
-    printf 'tracker/api on postgres\t%s/tracker\tenv TENSORTUNE_TEST_PG=%s %s\n' "$root" "$pg_url" "$api" >>"$jobs_file"
+    pg_job=$(printf 'tracker/api on postgres\t%s/tracker\tenv TENSORTUNE_TEST_PG=%s %s' "$root" "$pg_url" "$api")
+    awk -F'\t' -v job="$pg_job" '{ print } $1 == "tracker/api" { print job }' "$jobs_file" >"$jobs_file.new"
+    mv "$jobs_file.new" "$jobs_file"
 else
     printf 'tracker/api on postgres\t%s\tfalse the API test binary was not built\n' "$root" >>"$jobs_file"
 fi

@@ -21,7 +21,7 @@ use tonic::transport::Channel;
 
 /// How long any wait in a test may take before the test fails (never a timing assertion: only a
 /// bound on a hang).
-pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(180);
 
 /// A running tracker.
 pub(crate) struct TestTracker {

@@ -66,7 +66,7 @@ async fn batched_reports_with_a_tracker_killed_mid_batch_lose_nothing_and_duplic
         trials: 150,
         // Short measurements: reports stream in continuously, so the kill lands among batches.
         measure: Duration::from_millis(20),
-        deadline: Duration::from_secs(90),
+        deadline: Duration::from_secs(300),
         faults: vec![Fault::KillTracker],
         seed: 7,
         batch: 8,
@@ -107,7 +107,7 @@ fn small_load(dir: &Path) -> LoadConfig {
         measure: Duration::from_millis(300),
         lease_secs: 2,
         heartbeat_secs: 1,
-        deadline: Duration::from_secs(60),
+        deadline: Duration::from_secs(300),
         faults: Vec::new(),
         hold: Duration::from_secs(1),
         tmpfs_mib: None,
@@ -270,7 +270,7 @@ async fn two_trackers_on_postgres_survive_one_killed() {
     };
     let dir = tempfile::tempdir().unwrap();
     let config = LoadConfig {
-        deadline: Duration::from_secs(90),
+        deadline: Duration::from_secs(300),
         faults: vec![Fault::KillTracker],
         seed: 5,
         pg: Some(server),

@@ -320,7 +320,7 @@ async fn a_backup_during_a_200_worker_load_is_whole_and_holds_every_record_ackno
         measure: Duration::from_millis(800),
         lease_secs: 10,
         heartbeat_secs: 2,
-        deadline: Duration::from_secs(180),
+        deadline: Duration::from_secs(300),
         faults: vec![],
         hold: Duration::from_secs(1),
         tmpfs_mib: None,

@@ -7,7 +7,9 @@
 //!   `#[ignore = "needs a GPU"]`, on `cuda:0`).
 //! - `compile_process`: the compile child's frame protocol.
 //! - `fused_compile`: FP8 and fused-epilogue kernels compile (and, marked, pass on `cuda:0`).
-//! - `*_compile`: NVRTC compiles what each template generates, through `common`'s batched harness.
+//! - `*_compile`: NVRTC compiles what each template generates, through `common`'s batched harness
+//!   (the exhaustive compile of one workload's space is marked `#[ignore]` too: thousands of
+//!   kernels, run on the GPU machine's cores by `scripts/gpu-check.sh gputests`).
 
 mod common;
 mod compile_process;
