@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use tensortune_kernels::energy::{self, Objective, Regime};
 use tensortune_kernels::workload::{Conv2d, Layout, Matmul, Types};
 use tensortune_kernels::{DType, Error, Workload};
 
@@ -350,6 +351,18 @@ pub struct JobArgs {
     /// Do not start the model tuner from other workloads' records.
     #[arg(long)]
     pub no_transfer: bool,
+    /// The clock regime to tune in: burst (each config timed from a cool GPU at full clock, as a
+    /// latency-bound server calls it) or sustained (timed once the GPU settled at its
+    /// power-capped clock under the kernel, as a training job runs it; seconds per config).
+    #[arg(long, default_value = "burst", value_parser = Regime::parse)]
+    pub regime: Regime,
+    /// What to minimise per record: time, energy (joules per launch) or edp (energy x delay).
+    #[arg(long, default_value = "time", value_parser = Objective::parse)]
+    pub objective: Objective,
+    /// Pick the least-energy kernel within this much of the fastest time (e.g. 3% or 0.03; 0 =
+    /// off; at most 100%), among the re-measured finalists.
+    #[arg(long, default_value = "0", value_parser = energy::parse_slowdown)]
+    pub max_slowdown: f64,
 }
 
 /// `tensortune tune`: one workload (`tune matmul ...`, `tune conv2d ...`), or a whole model's
@@ -469,6 +482,9 @@ pub struct BestQuery {
     /// Only this device class.
     #[arg(long = "device-class")]
     pub device_class: Option<String>,
+    /// Only records timed in this regime: burst or sustained.
+    #[arg(long, default_value = "burst", value_parser = Regime::parse)]
+    pub regime: Regime,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

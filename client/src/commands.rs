@@ -69,6 +69,9 @@ pub fn submit_request(
         total_trials: job.total_trials,
         transfer: Some(!job.no_transfer),
         weights: Vec::new(),
+        regime: job.regime.name().to_owned(),
+        objective: job.objective.name().to_owned(),
+        max_slowdown: job.max_slowdown,
     }
 }
 
@@ -276,6 +279,7 @@ pub async fn best(
             template: query.template.clone().unwrap_or_default(),
             template_version: 0,
             nearest: true,
+            regime: query.regime.name().to_owned(),
         })
         .await
         .map_err(status_error);

@@ -509,6 +509,14 @@ mod tests {
             untrusted: String::new(),
             provenance: Default::default(),
             created_ms: 0,
+            energy_mj: None,
+            power_w: None,
+            mean_clock_mhz: None,
+            temperature_c: None,
+            regime: "burst".into(),
+            settle_ms: 0.0,
+            steady: true,
+            baseline_energy_mj: None,
         }
     }
 

@@ -497,6 +497,7 @@ impl Tracker {
                 .map_err(|e| Error::Internal(format!("config {index} of {}: {e}", template.name())))?
                 .to_json();
             let key = ContentKey {
+                regime: &job.regime,
                 workload_key: &wl.workload_key,
                 template: template.name(),
                 template_version: template.version(),

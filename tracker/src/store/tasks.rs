@@ -56,6 +56,8 @@ pub(crate) struct LeasedTask {
     pub(crate) samples: u32,
     pub(crate) lease_expires_ms: i64,
     pub(crate) flush_l2: bool,
+    /// The job's regime (`burst` or `sustained`).
+    pub(crate) regime: String,
     pub(crate) kind: TaskKind,
     #[sqlx(try_from = "String")]
     pub(crate) finalists: Json<Vec<Finalist>>,
@@ -259,7 +261,7 @@ pub(crate) async fn leased_details(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Re
     Ok(on!(e, |c, pg| sqlx::query_as(sql(
         pg,
         "SELECT t.id, t.job_id, w.workload, w.workload_key, t.template, t.template_version, t.config, t.config_index,
-                j.samples, t.lease_expires_ms, j.flush_l2, t.kind, t.finalists, j.finalist_rounds, t.attempts
+                j.samples, t.lease_expires_ms, j.flush_l2, j.regime, t.kind, t.finalists, j.finalist_rounds, t.attempts
          FROM tasks t
          JOIN jobs j ON j.id = t.job_id
          JOIN job_workloads w ON w.job_id = t.job_id AND w.idx = t.workload_idx
