@@ -127,7 +127,8 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Run tuners against recorded measurements instead of a GPU and compare them.
     Replay(ReplayArgs),
-    /// Draw a job's convergence, a bench run's speedups or tuners replayed on records (SVG, PNG).
+    /// Draw a job's convergence or its time-energy front (--pareto), a bench run's speedups or
+    /// tuners replayed on records (SVG, PNG).
     Plot(PlotArgs),
     /// Admin: distrust every record of a worker and refuse its further work (revoke its token
     /// too with `tensortune-tracker token revoke` when it is not to come back).
@@ -175,6 +176,10 @@ pub struct PlotArgs {
     /// Only workloads whose key contains this.
     #[arg(long)]
     pub workload: Option<String>,
+    /// With --job or --records: the time-energy plane instead of convergence, every record with
+    /// an energy as a point and the Pareto front (faster or cheaper than every other) joined.
+    #[arg(long)]
+    pub pareto: bool,
     /// The picture: a .svg or .png file.
     #[arg(long, short)]
     pub output: PathBuf,

@@ -61,11 +61,6 @@ pub(crate) struct JobRow {
 }
 
 impl JobRow {
-    /// The job's regime (a stored name the schema checks; burst if it were ever anything else).
-    pub(crate) fn regime(&self) -> Regime {
-        Regime::parse(&self.regime).unwrap_or_default()
-    }
-
     /// What the job minimises.
     pub(crate) fn objective(&self) -> Objective {
         Objective::parse(&self.objective).unwrap_or_default()

@@ -1,7 +1,7 @@
 //! Queries on `records`.
 
 use tensortune_kernels::Workload;
-use tensortune_kernels::energy::Regime;
+use tensortune_kernels::energy::{Objective, Regime};
 
 use super::{Exec, Json, json, on, sql};
 use crate::error::Result;
@@ -82,12 +82,15 @@ pub(crate) struct Outcome {
     pub(crate) median_us: f64,
     /// False for a record marked untrusted: its time counts for nothing.
     pub(crate) trusted: bool,
+    /// Millijoules per launch, when read.
+    pub(crate) energy_mj: Option<f64>,
 }
 
 impl Outcome {
-    /// Whether the record gives a time to trust.
-    pub(crate) fn ok(&self) -> bool {
-        self.status == Status::Ok && self.trusted && self.median_us > 0.0
+    /// The record's score for `objective` (smaller is better), when it gives one to trust: ok,
+    /// trusted, and with the energy the objective needs.
+    pub(crate) fn score(&self, objective: Objective) -> Option<f64> {
+        (self.status == Status::Ok && self.trusted).then(|| objective.score(self.median_us, self.energy_mj)).flatten()
     }
 }
 
@@ -204,7 +207,7 @@ pub(crate) struct ContentKey<'a> {
 /// Re-measurements are left out so that a trial always points at a tuning record.
 pub(crate) async fn reusable(e: impl Into<Exec<'_>>, key: &ContentKey<'_>) -> Result<Option<Outcome>> {
     Ok(on!(e, |c, pg| sqlx::query_as(
-        "SELECT id, status, median_us, untrusted IS NULL AS trusted FROM records
+        "SELECT id, status, median_us, untrusted IS NULL AS trusted, energy_mj FROM records
          WHERE workload_key = $1 AND template = $2 AND template_version = $3 AND device_class = $4 AND config = $5
            AND regime = $6 AND status NOT IN ('timeout', 'device_lost') AND NOT remeasure AND untrusted IS NULL
          ORDER BY id LIMIT 1",
@@ -229,13 +232,15 @@ pub(crate) struct Trial {
     pub(crate) config: String,
     pub(crate) record_id: RecordId,
     pub(crate) median_us: f64,
+    /// Millijoules per launch, when read.
+    pub(crate) energy_mj: Option<f64>,
 }
 
 /// The `limit` fastest ok trials of workload `idx` of `job` (by the median of the record each
 /// trial points at, reused records included), fastest first. Each trial has its own config.
 pub(crate) async fn fastest_trials(e: impl Into<Exec<'_>>, job: JobId, idx: u32, limit: u32) -> Result<Vec<Trial>> {
     Ok(on!(e, |c, pg| sqlx::query_as(
-        "SELECT t.template, t.template_version, t.config_index, t.config, r.id AS record_id, r.median_us
+        "SELECT t.template, t.template_version, t.config_index, t.config, r.id AS record_id, r.median_us, r.energy_mj
          FROM tasks t JOIN records r ON r.id = t.record_id
          WHERE t.job_id = $1 AND t.workload_idx = $2 AND t.kind = 'tuning' AND t.state = 'done' AND r.status = 'ok'
            AND r.untrusted IS NULL
@@ -260,6 +265,8 @@ pub(crate) struct TrialOutcome {
     pub(crate) median_us: f64,
     /// False for a record marked untrusted.
     pub(crate) trusted: bool,
+    /// Millijoules per launch, when read.
+    pub(crate) energy_mj: Option<f64>,
 }
 
 /// The outcomes of the finished tuning trials of workload `idx` of `job` (the record each points
@@ -268,7 +275,7 @@ pub(crate) struct TrialOutcome {
 pub(crate) async fn trial_outcomes(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Result<Vec<TrialOutcome>> {
     Ok(on!(e, |c, pg| sqlx::query_as(
         "SELECT t.template, t.template_version, t.config_index, r.status, r.median_us,
-                r.untrusted IS NULL AS trusted
+                r.untrusted IS NULL AS trusted, r.energy_mj
          FROM tasks t JOIN records r ON r.id = t.record_id
          WHERE t.job_id = $1 AND t.workload_idx = $2 AND t.kind = 'tuning' AND t.state = 'done'
          ORDER BY t.trial, t.updated_ms, t.id",
