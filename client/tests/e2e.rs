@@ -721,7 +721,12 @@ fn energy_and_the_regime_flow_from_tune_to_best_export_and_the_pareto_plot() {
     let energy = ["--regime", "sustained", "--objective", "energy", "--max-slowdown", "5%"];
     let (ok, out, err) = cli(&[&["tune", "matmul"][..], &shape[..], &run[..], &energy[..]].concat());
     assert!(ok, "{err}");
-    for want in ["tuned   sustained regime, objective energy, the least energy within 5.0% of the fastest", "  energy  ", " mJ/launch  ", "(sustained, steady after "] {
+    for want in [
+        "tuned   sustained regime, objective energy, the least energy within 5.0% of the fastest",
+        "  energy  ",
+        " mJ/launch  ",
+        "(sustained, steady after ",
+    ] {
         assert!(out.contains(want), "missing {want:?} in:\n{out}\n{err}");
     }
 
@@ -745,7 +750,8 @@ fn energy_and_the_regime_flow_from_tune_to_best_export_and_the_pareto_plot() {
     assert!(lines.len() >= 12, "{out}");
     for l in lines.iter().filter(|l| l["status"] == "ok") {
         assert_eq!(l["regime"], "sustained");
-        let (e, w, us) = (l["energy_mj"].as_f64().unwrap(), l["power_w"].as_f64().unwrap(), l["median_us"].as_f64().unwrap());
+        let (e, w, us) =
+            (l["energy_mj"].as_f64().unwrap(), l["power_w"].as_f64().unwrap(), l["median_us"].as_f64().unwrap());
         assert!((e - w * us * 1e-3).abs() < 1e-6 * e.max(1.0), "energy is power x time: {l}");
     }
 

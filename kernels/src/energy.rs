@@ -164,9 +164,10 @@ pub fn least_energy_within<T: Copy>(candidates: &[(f64, Option<f64>, T)], slowdo
     let fastest = candidates.iter().map(|c| c.0).filter(|t| t.is_finite() && *t > 0.0).reduce(f64::min)?;
     let bound = fastest * (1.0 + slowdown);
     let within = candidates.iter().filter(|c| c.0 <= bound);
-    let by_energy = within.clone().filter_map(|c| c.1.filter(|e| *e > 0.0).map(|e| (e, c.0, c.2))).min_by(|a, b| {
-        a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1))
-    });
+    let by_energy = within
+        .clone()
+        .filter_map(|c| c.1.filter(|e| *e > 0.0).map(|e| (e, c.0, c.2)))
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
     match by_energy {
         Some((_, _, id)) => Some(id),
         None => within.min_by(|a, b| a.0.total_cmp(&b.0)).map(|c| c.2),
@@ -176,7 +177,8 @@ pub fn least_energy_within<T: Copy>(candidates: &[(f64, Option<f64>, T)], slowdo
 /// The time-energy Pareto front of `points` (time, energy): the indices of the points no other
 /// point beats on both (no faster point uses less or equal energy), fastest first.
 pub fn pareto_front(points: &[(f64, f64)]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..points.len()).filter(|&i| points[i].0.is_finite() && points[i].1.is_finite()).collect();
+    let mut order: Vec<usize> =
+        (0..points.len()).filter(|&i| points[i].0.is_finite() && points[i].1.is_finite()).collect();
     order.sort_by(|&a, &b| points[a].0.total_cmp(&points[b].0).then(points[a].1.total_cmp(&points[b].1)));
     let mut front = Vec::new();
     let mut least = f64::INFINITY;

@@ -67,8 +67,10 @@ pub(crate) fn pick(remeasured: &[(Status, f64, Option<f64>)], objective: Objecti
         .collect();
     let mut ranking = rank(&scored);
     if slowdown > 0.0 {
-        let ok: Vec<(f64, Option<f64>, usize)> =
-            (0..remeasured.len()).filter(|&i| remeasured[i].0 == Status::Ok).map(|i| (remeasured[i].1, remeasured[i].2, i)).collect();
+        let ok: Vec<(f64, Option<f64>, usize)> = (0..remeasured.len())
+            .filter(|&i| remeasured[i].0 == Status::Ok)
+            .map(|i| (remeasured[i].1, remeasured[i].2, i))
+            .collect();
         if let Some(winner) = energy::least_energy_within(&ok, slowdown) {
             ranking.order.retain(|&i| i != winner);
             ranking.order.insert(0, winner);

@@ -292,15 +292,14 @@ impl Tracker {
         }
         // Classes without a record of this shape get the best record of the nearest tuned shape.
         let answered: BTreeSet<String> = best.iter().map(|r| r.device_class.clone()).collect();
-        let candidates =
-            store::records::best_per_workload(
-                &self.pool,
-                &workload.comparable_key_pattern(),
-                &spelled,
-                device_class,
-                regime,
-            )
-            .await?;
+        let candidates = store::records::best_per_workload(
+            &self.pool,
+            &workload.comparable_key_pattern(),
+            &spelled,
+            device_class,
+            regime,
+        )
+        .await?;
         let mut nearest: HashMap<String, (f64, Record)> = HashMap::new();
         for r in candidates {
             if answered.contains(&r.device_class) {

@@ -17,7 +17,6 @@ use crate::model::{
     JobId, JobState, Measurement, RecordId, Status, TaskId, TaskKind, TaskState, TemplateRef, WorkloadState,
 };
 use crate::search::{self, Search};
-use tensortune_kernels::energy::{self, Objective};
 use crate::store::jobs::JobRow;
 use crate::store::records::{ContentKey, NewRecord, Outcome, PriorRecord, PriorScope, TrialOutcome};
 use crate::store::tasks::{NewTask, TaskRow};
@@ -25,6 +24,7 @@ use crate::store::workloads::WorkloadRow;
 use crate::store::{self};
 use crate::tracker::{Tracker, Write};
 use crate::tuner::{Observed, Point, TunerKind, WorkloadSpace};
+use tensortune_kernels::energy::{self, Objective};
 
 /// Most records a transfer prior is built from: enough for a model to learn the space's shape,
 /// few enough that building it (a feature row each) and fitting on it stay quick.

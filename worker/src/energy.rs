@@ -184,8 +184,13 @@ pub fn settled_at(trace: &[StatePoint], rule: &SteadyRule) -> Option<f64> {
         let steady = |w: &[&StatePoint]| {
             flat(w.iter().map(|q| q.clock_mhz), rule.clock_tol) && flat(w.iter().map(|q| q.power_w), rule.power_tol)
         };
-        let agree = close(mean(recent.iter().map(|q| q.clock_mhz)), mean(before.iter().map(|q| q.clock_mhz)), rule.clock_tol)
-            && close(mean(recent.iter().map(|q| q.power_w)), mean(before.iter().map(|q| q.power_w)), rule.power_tol);
+        let agree =
+            close(mean(recent.iter().map(|q| q.clock_mhz)), mean(before.iter().map(|q| q.clock_mhz)), rule.clock_tol)
+                && close(
+                    mean(recent.iter().map(|q| q.power_w)),
+                    mean(before.iter().map(|q| q.power_w)),
+                    rule.power_tol,
+                );
         if steady(&recent) && steady(&before) && agree {
             return Some(t);
         }
@@ -270,11 +275,7 @@ mod tests {
                 let t = i as f64 * 100.0;
                 let f = (t / settle_ms).min(1.0);
                 let noise = if i % 2 == 0 { 1.002 } else { 0.998 };
-                StatePoint {
-                    t_ms: t,
-                    clock_mhz: (1980.0 - 225.0 * f) * noise,
-                    power_w: (700.0 - 50.0 * f) * noise,
-                }
+                StatePoint { t_ms: t, clock_mhz: (1980.0 - 225.0 * f) * noise, power_w: (700.0 - 50.0 * f) * noise }
             })
             .collect()
     }
@@ -284,7 +285,7 @@ mod tests {
         let rule = SteadyRule::default();
         let at = settled_at(&trace(5000.0, 12_000.0), &rule).expect("it settles");
         // Not before the transient ended plus the two windows that must see it flat.
-        assert!(at >= 5000.0 && at <= 7200.0, "{at}");
+        assert!((5000.0..=7200.0).contains(&at), "{at}");
         // A transient that outlasts the trace never settles.
         assert_eq!(settled_at(&trace(5000.0, 4000.0), &rule), None);
         // Nor does a clock the cap keeps pulling down and letting up every half second.

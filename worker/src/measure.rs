@@ -56,7 +56,9 @@ impl Baselines {
         let key = (key.to_owned(), flush_l2);
         match outcome.baseline_us {
             Some(us) => {
-                self.known.entry(key).or_insert_with(|| (us, outcome.baseline_kind.clone(), outcome.baseline_energy_mj));
+                self.known
+                    .entry(key)
+                    .or_insert_with(|| (us, outcome.baseline_kind.clone(), outcome.baseline_energy_mj));
             }
             None => {
                 if let Some((us, kind, energy)) = self.known.get(&key) {

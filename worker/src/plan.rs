@@ -278,7 +278,10 @@ mod tests {
         let mut plan = crate::reference::plan(&Target::sm90()).expect("the drift reference plans for sm_90");
         let image = Image { cubin: vec![1, 2, 3] };
         let burst = plan.request(5, &image, &image, false, Pass::Trial);
-        assert_eq!((burst.regime, burst.settle_cap_ms, burst.baseline, burst.fresh_baseline), (Regime::Burst, 0.0, false, false));
+        assert_eq!(
+            (burst.regime, burst.settle_cap_ms, burst.baseline, burst.fresh_baseline),
+            (Regime::Burst, 0.0, false, false)
+        );
         assert_eq!(burst.energy_ms, crate::energy::MIN_WINDOW_MS, "every trial reads its energy");
         plan.sampling.regime = Regime::Sustained;
         let sustained = plan.request(5, &image, &image, false, Pass::Trial);

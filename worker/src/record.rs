@@ -153,11 +153,18 @@ mod tests {
             mean_clock_mhz: Some(1755.0),
             temperature_c: None,
         };
-        (outcome.regime, outcome.settle_ms, outcome.steady) = (tensortune_kernels::energy::Regime::Sustained, 4200.0, false);
+        (outcome.regime, outcome.settle_ms, outcome.steady) =
+            (tensortune_kernels::energy::Regime::Sustained, 4200.0, false);
         let m = measurement(outcome, Compile::default(), &pb::Provenance::default());
-        assert_eq!((m.energy_mj, m.power_w, m.mean_clock_mhz, m.temperature_c), (Some(11.1), Some(650.0), Some(1755.0), None));
+        assert_eq!(
+            (m.energy_mj, m.power_w, m.mean_clock_mhz, m.temperature_c),
+            (Some(11.1), Some(650.0), Some(1755.0), None)
+        );
         assert_eq!((m.regime.as_str(), m.settle_ms, m.steady), ("sustained", 4200.0, false));
         let plain = measurement(MeasureOutcome::failed(Status::Ok, ""), Compile::default(), &pb::Provenance::default());
-        assert_eq!((plain.energy_mj, plain.baseline_energy_mj, plain.regime.as_str(), plain.steady), (None, None, "burst", true));
+        assert_eq!(
+            (plain.energy_mj, plain.baseline_energy_mj, plain.regime.as_str(), plain.steady),
+            (None, None, "burst", true)
+        );
     }
 }

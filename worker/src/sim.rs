@@ -255,8 +255,7 @@ impl Executor for SimExecutor {
         let baseline_us = self.baselines.get(&request.workload_key).map(|us| us * vendor.slowdown);
         let model_us = request.model_us * state.slowdown;
 
-        let samples_us: Vec<f64> =
-            (0..request.samples.max(1)).map(|i| model_us * jitter(request.task_id, i)).collect();
+        let samples_us: Vec<f64> = (0..request.samples.max(1)).map(|i| model_us * jitter(request.task_id, i)).collect();
         let mut sorted = samples_us.clone();
         sorted.sort_by(f64::total_cmp);
         let median_us = median(&sorted);
@@ -431,10 +430,14 @@ mod tests {
     #[test]
     fn a_kernel_drawing_past_the_cap_slows_down_sustained() {
         // As fast as the vendor: the most work, the most power.
-        let hot = (0..64).map(|i| power_model(&format!("k{i}"), 3.0, 3.0, Regime::Burst)).find(|p| p.power_w > SIM_CAP_W);
+        let hot =
+            (0..64).map(|i| power_model(&format!("k{i}"), 3.0, 3.0, Regime::Burst)).find(|p| p.power_w > SIM_CAP_W);
         let hot = hot.expect("some kernel draws past the cap in burst");
         assert_eq!(hot.slowdown, 1.0);
-        let name = (0..64).map(|i| format!("k{i}")).find(|n| power_model(n, 3.0, 3.0, Regime::Burst).power_w > SIM_CAP_W).unwrap();
+        let name = (0..64)
+            .map(|i| format!("k{i}"))
+            .find(|n| power_model(n, 3.0, 3.0, Regime::Burst).power_w > SIM_CAP_W)
+            .unwrap();
         let held = power_model(&name, 3.0, 3.0, Regime::Sustained);
         assert!(held.slowdown > 1.0 && held.power_w == SIM_CAP_W && held.clock_mhz < SIM_CLOCK_MHZ, "{held:?}");
     }

@@ -14,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::finalists::FinalistView;
 use crate::jobs::{JobView, MAX_WORKLOADS};
 use crate::model::{
-    Device, EarlyStop, JobRequest, JobState, Measurement, Power, Provenance, Registration, Reported, Status,
-    TaskKind, TemplateRef, WorkloadState,
+    Device, EarlyStop, JobRequest, JobState, Measurement, Power, Provenance, Registration, Reported, Status, TaskKind,
+    TemplateRef, WorkloadState,
 };
 use crate::store::records::Record;
 use crate::store::tasks::LeasedTask;
@@ -343,13 +343,19 @@ fn measurement_at(at: &str, m: pb::Measurement) -> Result<Measurement> {
         if let Some(v) = v
             && !(v.is_finite() && v > 0.0)
         {
-            return Err(Error::invalid(format!("{at}.{field}"), format!("{v} must be finite and > 0, or unset (unknown)")));
+            return Err(Error::invalid(
+                format!("{at}.{field}"),
+                format!("{v} must be finite and > 0, or unset (unknown)"),
+            ));
         }
     }
     if let Some(t) = m.temperature_c
         && !(t.is_finite() && (-50.0..=200.0).contains(&t))
     {
-        return Err(Error::invalid(format!("{at}.temperature_c"), format!("{t} must be -50 ..= 200 degrees, or unset")));
+        return Err(Error::invalid(
+            format!("{at}.temperature_c"),
+            format!("{t} must be -50 ..= 200 degrees, or unset"),
+        ));
     }
     let regime = Regime::parse(&m.regime).map_err(|e| Error::invalid(format!("{at}.regime"), e))?;
     time("settle_ms", m.settle_ms)?;

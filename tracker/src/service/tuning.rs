@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tensortune_kernels::energy::Regime;
 use tensortune_kernels::Workload;
+use tensortune_kernels::energy::Regime;
 use tensortune_kernels::registry::{self, by_name};
 use tensortune_proto::pb;
 use tensortune_proto::pb::tuning_server::Tuning;

@@ -110,10 +110,7 @@ async fn the_energy_objective_and_the_max_slowdown_pick_their_winners() {
     let time = submit(&mut tuning, pb::SubmitJobRequest { tuner: "grid".into(), ..job(workload(), 12, 12) }).await;
     let tasks = drive_with(&mut worker, &mut tuning, time, measured).await;
     let fastest = tasks.iter().min_by(|a, b| fake_us(a).total_cmp(&fake_us(b))).unwrap();
-    let least = tasks
-        .iter()
-        .min_by(|a, b| (fake_us(a) * watts(a)).total_cmp(&(fake_us(b) * watts(b))))
-        .unwrap();
+    let least = tasks.iter().min_by(|a, b| (fake_us(a) * watts(a)).total_cmp(&(fake_us(b) * watts(b)))).unwrap();
     assert_ne!(fastest.config_index, least.config_index, "the test's configs must disagree");
     let best = |job: &pb::Job| job.workloads[0].best.clone().unwrap();
     assert_eq!(best(&get_job(&mut tuning, time).await).config_index, fastest.config_index);

@@ -358,10 +358,15 @@ impl CudaExecutor {
         let name = req.launch.name.clone();
         // The clock while the GPU is busy with this kernel, read just before its timed replays.
         let sm_clock_mhz = self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz());
-        let timed =
-            time_as_asked(&self.ctx, &self.stream, self.facts.target.l2_bytes, &mut self.flush_scratch, &self.nvml, req, |s| {
-                launch(s, &func, cfg, &args).when(|| format!("when launching {name}"))
-            });
+        let timed = time_as_asked(
+            &self.ctx,
+            &self.stream,
+            self.facts.target.l2_bytes,
+            &mut self.flush_scratch,
+            &self.nvml,
+            req,
+            |s| launch(s, &func, cfg, &args).when(|| format!("when launching {name}")),
+        );
         let timing = timed.map_err(|f| self.fail(f))?;
         self.guard(wi, req, ws.as_ref(), "its timed launches")?;
 
@@ -533,10 +538,15 @@ impl CudaExecutor {
             }
         }
         let (a, b) = w.inputs(InputSet::Timing);
-        let timed =
-            time_as_asked(&self.ctx, &self.stream, self.facts.target.l2_bytes, &mut self.flush_scratch, &self.nvml, req, |_| {
-                blas.gemm(&mm, a, b, d)
-            });
+        let timed = time_as_asked(
+            &self.ctx,
+            &self.stream,
+            self.facts.target.l2_bytes,
+            &mut self.flush_scratch,
+            &self.nvml,
+            req,
+            |_| blas.gemm(&mm, a, b, d),
+        );
         let gemm_us = match timed {
             Ok(t) => t.median_us,
             Err(f) => {
@@ -582,10 +592,15 @@ impl CudaExecutor {
         }
         let d = self.workloads[wi].d.ptr;
         let (a, b) = (a8.ptr, b8.ptr);
-        let timed =
-            time_as_asked(&self.ctx, &self.stream, self.facts.target.l2_bytes, &mut self.flush_scratch, &self.nvml, req, |_| {
-                blas.gemm(stand_in, a, b, d)
-            });
+        let timed = time_as_asked(
+            &self.ctx,
+            &self.stream,
+            self.facts.target.l2_bytes,
+            &mut self.flush_scratch,
+            &self.nvml,
+            req,
+            |_| blas.gemm(stand_in, a, b, d),
+        );
         match timed {
             Ok(t) => (Some(t.median_us), kind),
             Err(f) => {

@@ -205,19 +205,26 @@ struct Phase {
     gpu_ms: f64,
 }
 
-/// Replays `graph` (of `batch` launches, about `graph_ms` each replay) back to back, one chunk
-/// of [`CHUNK_MS`] queued ahead of the one running, polling `probe` every [`POLL_MS`], until
-/// `done` says so of the polls (looked at once a chunk) or `cap_ms` passed.
+/// A captured graph of `batch` launches that one replay of runs for about `graph_ms`.
+#[derive(Clone, Copy)]
+struct Replayed<'a> {
+    graph: &'a CudaGraph,
+    batch: u32,
+    graph_ms: f64,
+}
+
+/// Replays `replayed`'s graph back to back, one chunk of [`CHUNK_MS`] queued ahead of the one
+/// running, polling `probe` every [`POLL_MS`], until `done` says so of the polls (looked at once
+/// a chunk) or `cap_ms` passed.
 fn run_polled(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
-    graph: &CudaGraph,
-    batch: u32,
-    graph_ms: f64,
+    replayed: Replayed<'_>,
     probe: &dyn Probe,
     cap_ms: f64,
     done: impl Fn(&[Poll]) -> bool,
 ) -> Result<Phase, CudaFailure> {
+    let Replayed { graph, batch, graph_ms } = replayed;
     let reps = ((CHUNK_MS / graph_ms.max(1e-6)).ceil() as u32).max(1);
     let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).when(|| "when creating an event".into())?;
     start.record(stream).when(|| "when recording an event".into())?;
@@ -283,12 +290,13 @@ where
 
     let graph = capture(stream, batch, enqueue)?;
     let graph_ms = replay_ms(ctx, stream, &graph)?;
+    let replayed = Replayed { graph: &graph, batch, graph_ms };
     // The sustained regime: the kernel runs until the GPU is steady under it (without NVML there
     // is nothing to tell steady by: timed at once, and said to be unsteady).
     let (settle_ms, steady) = match (extra.settle, extra.probe) {
         (Some((rule, cap_ms)), Some(probe)) => {
             let started = Instant::now();
-            let phase = run_polled(ctx, stream, &graph, batch, graph_ms, probe, cap_ms, |polls| {
+            let phase = run_polled(ctx, stream, replayed, probe, cap_ms, |polls| {
                 energy::settled_at(&energy::state_trace(polls), &rule).is_some()
             })?;
             let steady = energy::settled_at(&energy::state_trace(&phase.polls), &rule).is_some();
@@ -319,9 +327,8 @@ where
         && extra.energy_ms > 0.0
     {
         let window = extra.energy_ms;
-        let phase = run_polled(ctx, stream, &graph, batch, graph_ms, probe, energy::MAX_WINDOW_MS.max(2.0 * window), |polls| {
-            energy::enough(polls, window)
-        })?;
+        let cap_ms = energy::MAX_WINDOW_MS.max(2.0 * window);
+        let phase = run_polled(ctx, stream, replayed, probe, cap_ms, |polls| energy::enough(polls, window))?;
         let launch_us = if phase.launches > 0 { phase.gpu_ms * 1e3 / phase.launches as f64 } else { 0.0 };
         timing.power = energy::reading(&phase.polls, launch_us, window);
     }
