@@ -57,6 +57,8 @@ pub struct CudaExecutor {
     /// The energy per launch of the latest baseline, when it was timed as the pick alone (the
     /// energy of a timing of every candidate belongs to the last candidate, not the pick).
     vendor_energy_mj: Option<f64>,
+    /// The energy per launch of each baseline in `baselines`, when read.
+    baseline_energy: HashMap<(String, bool), Option<f64>>,
 }
 
 /// A failed measurement: the status to report and the text.
@@ -159,6 +161,7 @@ impl CudaExecutor {
             poisoned: false,
             nvml,
             vendor_energy_mj: None,
+            baseline_energy: HashMap::new(),
         })
     }
 
@@ -383,12 +386,12 @@ impl CudaExecutor {
         })?;
 
         let key = baseline_key(req);
-        let mut baseline_energy_mj = None;
         if req.baseline && (req.fresh_baseline || !self.baselines.contains_key(&key)) {
             let b = self.timed_baseline(wi, req);
-            baseline_energy_mj = self.vendor_energy_mj;
+            self.baseline_energy.insert(key.clone(), self.vendor_energy_mj);
             self.baselines.insert(key.clone(), b);
         }
+        let baseline_energy_mj = self.baseline_energy.get(&key).copied().flatten();
         let (baseline_us, baseline_kind) = self.baselines.get(&key).cloned().unwrap_or((None, String::new()));
         Ok(MeasureOutcome {
             status: Status::Ok,
@@ -436,17 +439,23 @@ impl CudaExecutor {
                 }
             }
         }
-        // Every candidate: in the sustained regime none waits for the steady state (up to nine
-        // waits would outlast the measurement's deadline); the pick is timed again alone, settled.
+        // Every candidate, without an energy window (a candidate's energy is not the pick's) and,
+        // in the sustained regime, without waiting for the steady state (up to nine waits would
+        // outlast the measurement's deadline). Then the pick alone: its energy, and in the
+        // sustained regime its time, settled under itself; burst keeps the candidates' time, as
+        // before regimes.
         let sustained = req.regime == Regime::Sustained;
-        let each = MeasureRequest { settle_cap_ms: 0.0, regime: Regime::Burst, ..req.clone() };
-        let (us, kind, pick) = self.baseline(wi, if sustained { &each } else { req }, None);
+        let each = MeasureRequest { settle_cap_ms: 0.0, regime: Regime::Burst, energy_ms: 0.0, ..req.clone() };
+        let (us, kind, pick) = self.baseline(wi, &each, None);
         match pick {
             Some(p) if us.is_some() => {
                 self.picks.insert(key, (p, kind.clone()));
-                if sustained && let (Some(again), now, _) = self.baseline(wi, req, Some(p)) {
+                if (sustained || req.energy_ms > 0.0)
+                    && let (Some(again), now, _) = self.baseline(wi, req, Some(p))
+                {
                     self.vendor_energy_mj = timing::last_power().energy_mj;
-                    return (Some(again), if now.contains(CHECK_FAILED) { now } else { kind });
+                    let kind = if now.contains(CHECK_FAILED) { now } else { kind };
+                    return (if sustained { Some(again) } else { us }, kind);
                 }
             }
             _ => {
