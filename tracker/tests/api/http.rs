@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{FakeWorker, PATIENCE, config, drive, fake_us, job, matmul, measure, ok, submit};
+use crate::harness::{FakeWorker, PATIENCE, config, drive, fake_us, job, matmul, ok, submit};
 
 /// A tracker serving gRPC and HTTP.
 struct Served {
