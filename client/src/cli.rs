@@ -368,6 +368,10 @@ pub struct JobArgs {
     /// off; at most 100%), among the re-measured finalists.
     #[arg(long, default_value = "0", value_parser = energy::parse_slowdown)]
     pub max_slowdown: f64,
+    /// Read no energy (saves each trial's 100 ms - 1 s energy window; records say unknown).
+    /// `bench --throughput` implies it.
+    #[arg(long)]
+    pub no_energy: bool,
 }
 
 /// `tensortune tune`: one workload (`tune matmul ...`, `tune conv2d ...`), or a whole model's

@@ -271,6 +271,9 @@ pub struct JobView {
     /// The least-energy pick within this fraction of the fastest (0: off).
     #[serde(default)]
     pub max_slowdown: f64,
+    /// Whether its measurements skipped their energy window.
+    #[serde(default)]
+    pub no_energy: bool,
 }
 
 fn time() -> String {
@@ -321,6 +324,7 @@ impl From<&pb::Job> for JobView {
             regime: if j.regime.is_empty() { burst() } else { j.regime.clone() },
             objective: if j.objective.is_empty() { time() } else { j.objective.clone() },
             max_slowdown: j.max_slowdown,
+            no_energy: j.no_energy,
         }
     }
 }
@@ -563,7 +567,8 @@ pub fn fmt_job(job: &JobView) -> String {
     } else {
         String::new()
     };
-    let _ = writeln!(s, "  tuned   {} regime, objective {}{slowdown}", job.regime, job.objective);
+    let unread = if job.no_energy { ", energy not read" } else { "" };
+    let _ = writeln!(s, "  tuned   {} regime, objective {}{slowdown}{unread}", job.regime, job.objective);
     // With several templates, each best and finalist says which one it is.
     let several = job.templates.len() > 1;
     if !job.error.is_empty() {

@@ -10,5 +10,6 @@ ALTER TABLE records ADD COLUMN baseline_energy_mj DOUBLE PRECISION;
 ALTER TABLE jobs ADD COLUMN regime TEXT NOT NULL DEFAULT 'burst' CHECK (regime IN ('burst', 'sustained'));
 ALTER TABLE jobs ADD COLUMN objective TEXT NOT NULL DEFAULT 'time' CHECK (objective IN ('time', 'energy', 'edp'));
 ALTER TABLE jobs ADD COLUMN max_slowdown DOUBLE PRECISION NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN no_energy BOOLEAN NOT NULL DEFAULT FALSE;
 DROP INDEX records_by_content;
 CREATE INDEX records_by_content ON records (workload_key, template, template_version, device_class, config, regime);

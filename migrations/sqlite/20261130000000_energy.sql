@@ -16,6 +16,8 @@ ALTER TABLE records ADD COLUMN baseline_energy_mj REAL;
 ALTER TABLE jobs ADD COLUMN regime TEXT NOT NULL DEFAULT 'burst' CHECK (regime IN ('burst', 'sustained'));
 ALTER TABLE jobs ADD COLUMN objective TEXT NOT NULL DEFAULT 'time' CHECK (objective IN ('time', 'energy', 'edp'));
 ALTER TABLE jobs ADD COLUMN max_slowdown REAL NOT NULL DEFAULT 0;
+-- Whether its measurements skip their energy window.
+ALTER TABLE jobs ADD COLUMN no_energy INTEGER NOT NULL DEFAULT 0 CHECK (no_energy IN (0, 1));
 -- Reuse looks records up by content and regime: a burst record never answers a sustained trial.
 DROP INDEX records_by_content;
 CREATE INDEX records_by_content ON records (workload_key, template, template_version, device_class, config, regime);

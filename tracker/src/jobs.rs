@@ -121,6 +121,7 @@ impl Tracker {
             regime: req.regime,
             objective: req.objective,
             max_slowdown: req.max_slowdown,
+            no_energy: req.no_energy,
             token_id: caller.token,
         };
 

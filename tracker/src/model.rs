@@ -313,6 +313,8 @@ pub(crate) struct JobRequest {
     pub(crate) objective: Objective,
     /// The least-energy pick within this fraction of the fastest; 0: off.
     pub(crate) max_slowdown: f64,
+    /// Measurements skip their energy window.
+    pub(crate) no_energy: bool,
 }
 
 /// Filters of a record export.

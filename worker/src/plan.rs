@@ -54,6 +54,8 @@ pub(crate) struct Sampling {
     pub(crate) flush_l2: bool,
     /// The clock regime to time in.
     pub(crate) regime: Regime,
+    /// Skip the energy window (the job reads no energy).
+    pub(crate) no_energy: bool,
 }
 
 impl Sampling {
@@ -64,7 +66,7 @@ impl Sampling {
             tracing::warn!(task = task.task_id, "{e}; measuring it as burst");
             Regime::Burst
         });
-        Sampling { samples: task.samples, flush_l2: task.flush_l2, regime }
+        Sampling { samples: task.samples, flush_l2: task.flush_l2, regime, no_energy: task.no_energy }
     }
 }
 
@@ -198,7 +200,7 @@ impl Plan {
             repick_baseline: pass == Pass::FinalistWarmUp,
             regime: self.sampling.regime,
             settle_cap_ms: if sustained { SETTLE_CAP_MS } else { 0.0 },
-            energy_ms: ENERGY_MS,
+            energy_ms: if self.sampling.no_energy { 0.0 } else { ENERGY_MS },
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }
@@ -290,5 +292,8 @@ mod tests {
         let task = pb::Task { regime: "sustained".into(), samples: 3, ..Default::default() };
         assert_eq!(Sampling::of_task(&task).regime, Regime::Sustained);
         assert_eq!(Sampling::of_task(&pb::Task::default()).regime, Regime::Burst, "trackers that predate regimes");
+        plan.sampling.no_energy = true;
+        assert_eq!(plan.request(5, &image, &image, false, Pass::Trial).energy_ms, 0.0, "a job that reads no energy");
+        assert!(Sampling::of_task(&pb::Task { no_energy: true, ..Default::default() }).no_energy);
     }
 }

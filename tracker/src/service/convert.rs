@@ -156,6 +156,7 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
         regime,
         objective,
         max_slowdown,
+        no_energy: req.no_energy,
         weights,
         workloads,
         template,
@@ -596,6 +597,7 @@ pub(crate) fn job(view: JobView) -> pb::Job {
         regime: job.regime,
         objective: job.objective,
         max_slowdown: job.max_slowdown,
+        no_energy: job.no_energy,
         templates: job
             .templates
             .0
@@ -636,6 +638,7 @@ pub(crate) fn task(t: LeasedTask) -> pb::Task {
         lease_serial: t.attempts,
         flush_l2: t.flush_l2,
         regime: t.regime,
+        no_energy: t.no_energy,
         finalist_indices: t.finalists.0.iter().map(|f| f.config_index).collect(),
         finalist_configs: t.finalists.0.into_iter().map(|f| f.config).collect(),
         rounds: if finalist { t.finalist_rounds } else { 0 },

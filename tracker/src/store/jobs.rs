@@ -50,6 +50,8 @@ pub(crate) struct JobRow {
     pub(crate) objective: String,
     /// The least-energy pick within this fraction of the fastest; 0: off.
     pub(crate) max_slowdown: f64,
+    /// Its measurements skip their energy window.
+    pub(crate) no_energy: bool,
     /// Why the job failed or was cancelled, or what went wrong on the way to done (workloads that
     /// finished without their finalists).
     pub(crate) error: String,
@@ -100,6 +102,7 @@ pub(crate) struct NewJob<'a> {
     pub(crate) regime: Regime,
     pub(crate) objective: Objective,
     pub(crate) max_slowdown: f64,
+    pub(crate) no_energy: bool,
     /// The submitting token.
     pub(crate) token_id: Option<i64>,
 }
@@ -111,9 +114,9 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, job: &NewJob<'_>, now: i64) -
         "INSERT INTO jobs (state, template, template_version, tuner, device_class, trials, batch_size, seed, samples,
                            label, early_stop_trials, early_stop_margin, finalists, finalist_rounds, flush_l2,
                            transfer, total_trials, templates, created_ms, updated_ms, token_id, regime, objective,
-                           max_slowdown)
+                           max_slowdown, no_energy)
          VALUES ('queued', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $18, $17, $17, $19,
-                 $20, $21, $22)
+                 $20, $21, $22, $23)
          RETURNING id",
     )
     .bind(job.template)
@@ -138,6 +141,7 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, job: &NewJob<'_>, now: i64) -
     .bind(job.regime.name())
     .bind(job.objective.name())
     .bind(job.max_slowdown)
+    .bind(job.no_energy)
     .fetch_one(c).await
     })?;
     Ok(id)

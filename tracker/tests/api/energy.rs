@@ -47,7 +47,7 @@ async fn records_carry_energy_and_the_regime_through_job_best_and_export() {
     );
 
     let tasks = drive_with(&mut worker, &mut tuning, id, |t| {
-        assert_eq!(t.regime, "sustained", "every task says the job's regime");
+        assert_eq!((t.regime.as_str(), t.no_energy), ("sustained", false), "every task says the job's regime");
         with_energy(fake_us(t), watts(t), "sustained")
     })
     .await;
@@ -81,11 +81,14 @@ async fn records_carry_energy_and_the_regime_through_job_best_and_export() {
     assert_eq!(code_, Code::InvalidArgument);
     assert!(message.contains("regime") && message.contains("burst or sustained"), "{message}");
 
-    // A burst job of the same workload does not reuse the sustained records: it measures.
-    let burst = submit(&mut tuning, job(vec![matmul(256, 128, 256)], 4, 4)).await;
-    assert_eq!(get_job(&mut tuning, burst).await.workloads[0].reused, 0);
+    // A burst job of the same workload does not reuse the sustained records: it measures (and,
+    // asked to, its tasks tell the worker to skip the energy window).
+    let burst = pb::SubmitJobRequest { no_energy: true, ..job(vec![matmul(256, 128, 256)], 4, 4) };
+    let burst = submit(&mut tuning, burst).await;
+    let submitted = get_job(&mut tuning, burst).await;
+    assert_eq!((submitted.workloads[0].reused, submitted.no_energy, submitted.regime.as_str()), (0, true, "burst"));
     drive_with(&mut worker, &mut tuning, burst, |t| {
-        assert_eq!(t.regime, "burst");
+        assert_eq!((t.regime.as_str(), t.no_energy), ("burst", true));
         ok(fake_us(t) * 0.9)
     })
     .await;
