@@ -27,6 +27,10 @@
 #     export     bench of the default suite with its database kept, `tensortune export` of its best
 #                kernels, examples/bundle/gemm_check.c built with nvcc and run on the bundle: every
 #                output element against cuBLAS, time against the record
+#     energy     issue 39's bars, records for each: the same grid trials of f16 4096^3 (ENERGY_SHAPE) twice
+#                (energies agree within 5%?) and of a K twice as long (1.9-2.1x the energy?), burst; then
+#                `tune` with --objective time and energy in both regimes (time and mJ of each pick);
+#                `bench` of ENERGY_SUITES (default: default large) in each regime; JSON lines under $OUT
 #     sweep      scripts/sweep.sh SWEEP_SUITE (default suites/sweeps/union-v14.json): ground truth for
 #                the search, $OUT/sweep.jsonl.gz
 #   CLOCKS=1 samples the SM clock, power and clock-event reasons every 200 ms into logs/clocks.csv.
@@ -202,6 +206,64 @@ step_export() {
   rm -f "$LOGS/gemm_check"
 }
 
+step_energy() {
+  local shape=(${ENERGY_SHAPE:-4096 4096 4096}) db regime objective suite start
+  local grid=(--tuner grid --trials "${ENERGY_TRIALS:-24}" --finalists 0 --seed 1)
+  # Two runs of the same configs (fresh databases: nothing reused), and a K twice as long.
+  for run in a b long; do
+    db="$LOGS/energy-$run.db" start=$(date +%s.%N)
+    local k=${shape[2]}
+    [ "$run" = long ] && k=$((2 * k))
+    timeout 1200 "$BIN/tensortune" --db "$db" tune matmul --m "${shape[0]}" --n "${shape[1]}" --k "$k" "${grid[@]}" \
+      >"$LOGS/energy-$run.log" 2>&1
+    say "energy run $run exit $? in $(since "$start") s"
+    "$BIN/tensortune" --db "$db" records export --ok-only -o "$OUT/energy-$run.jsonl" >/dev/null 2>&1
+  done
+  python3 - "$OUT/energy-a.jsonl" "$OUT/energy-b.jsonl" "$OUT/energy-long.jsonl" <<'PY' | tee -a "$SUMMARY"
+import json, sys, statistics
+def load(p):
+    out = {}
+    for line in open(p):
+        r = json.loads(line)
+        if r.get("energy_mj"):
+            out[json.dumps(r["config"], sort_keys=True)] = r
+    return out
+a, b, long = (load(p) for p in sys.argv[1:4])
+same = [(a[c]["energy_mj"], b[c]["energy_mj"]) for c in a if c in b]
+diff = [abs(x - y) / min(x, y) for x, y in same]
+print(f"energy repeat: {len(same)} configs in both runs, {sum(d <= 0.05 for d in diff)} within 5%, "
+      f"median diff {100 * statistics.median(diff) if diff else float('nan'):.2f}%, max {100 * max(diff, default=float('nan')):.2f}%")
+ratio = [long[c]["energy_mj"] / a[c]["energy_mj"] for c in a if c in long]
+print(f"energy of 2K / K: {len(ratio)} configs, {sum(1.9 <= r <= 2.1 for r in ratio)} in 1.9-2.1x, "
+      f"median {statistics.median(ratio) if ratio else float('nan'):.3f}x, range {min(ratio, default=0):.3f}-{max(ratio, default=0):.3f}")
+unknown = sum(1 for line in open(sys.argv[1]) if json.loads(line).get("energy_mj") is None)
+print(f"records without an energy in run a: {unknown}")
+PY
+  # The objective's pick against the time's, in both regimes (the best line has time, mJ, W, clock).
+  for regime in burst sustained; do
+    for objective in time energy; do
+      db="$LOGS/energy-$regime-$objective.db" start=$(date +%s.%N)
+      timeout 1800 "$BIN/tensortune" --db "$db" tune matmul --m "${shape[0]}" --n "${shape[1]}" --k "${shape[2]}" \
+        --trials "${ENERGY_TUNE_TRIALS:-60}" --regime "$regime" --objective "$objective" \
+        --json "$OUT/energy-$regime-$objective.json" >"$LOGS/energy-$regime-$objective.log" 2>&1
+      say "tune $regime $objective exit $? in $(since "$start") s"
+      grep -E "tuned|best|vendor|energy|config" "$LOGS/energy-$regime-$objective.log" | tee -a "$SUMMARY"
+      "$BIN/tensortune" --db "$db" records export -o "$OUT/energy-$regime-$objective.jsonl" >/dev/null 2>&1
+    done
+  done
+  # Winners per regime on the suites (time each regime's winner in the other with the exported
+  # configs: `tensortune selftest --workload KEY --config JSON` in a hot loop is lab/gpu-lab.sh hot).
+  for suite in ${ENERGY_SUITES:-default large}; do
+    for regime in burst sustained; do
+      start=$(date +%s.%N)
+      timeout 2400 "$BIN/tensortune" bench --suite "suites/$suite.json" --trials "${ENERGY_BENCH_TRIALS:-100}" \
+        --regime "$regime" --json "$OUT/$suite-$regime-bench.json" >"$LOGS/$suite-$regime-bench.log" 2>&1
+      say "bench $suite $regime exit $? in $(since "$start") s"
+      table "$LOGS/$suite-$regime-bench.log"
+    done
+  done
+}
+
 step_sweep() {
   OUT="$OUT" timeout 3000 scripts/sweep.sh "${SWEEP_SUITE:-suites/sweeps/union-v14.json}" ${SWEEP_RANGE:-} \
     >"$LOGS/sweep.log" 2>&1
@@ -212,7 +274,7 @@ step_sweep() {
 # Runs one step; fails for a name that is not a step.
 dispatch() {
   case "$1" in
-    selftest | bench | throughput | scaling | tune | cluster | gputests | faults | sanitize | export | sweep) "step_$1" || true ;;
+    selftest | bench | throughput | scaling | tune | cluster | gputests | faults | sanitize | export | energy | sweep) "step_$1" || true ;;
     *) return 1 ;;
   esac
 }

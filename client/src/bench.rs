@@ -206,11 +206,14 @@ fn fresh_db(json: &Path) -> anyhow::Result<PathBuf> {
 /// The job `bench --throughput` runs for `job`: configs per second is a property of the measuring
 /// pipeline, so the tuner is random unless named (random proposals keep the pipeline full, where a
 /// model waits for each batch before the next) and there are no finalists unless asked for (their
-/// half-second re-measurements are not tuning; at 4096^3 they took longer than 200 trials).
+/// half-second re-measurements are not tuning; at 4096^3 they took longer than 200 trials), and
+/// no energy is read.
 fn throughput_job(job: &JobArgs) -> JobArgs {
     let mut job = job.clone();
     job.tuner.get_or_insert_with(|| "random".into());
     job.finalists.get_or_insert(0);
+    // The energy window is 100 ms or more a trial: it would measure NVML, not the pipeline.
+    job.no_energy = true;
     job
 }
 

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use tensortune_kernels::energy::{self, Objective, Regime};
 use tensortune_kernels::workload::{Conv2d, Layout, Matmul, Types};
 use tensortune_kernels::{DType, Error, Workload};
 
@@ -126,7 +127,8 @@ pub enum Command {
     Worker(WorkerArgs),
     /// Run tuners against recorded measurements instead of a GPU and compare them.
     Replay(ReplayArgs),
-    /// Draw a job's convergence, a bench run's speedups or tuners replayed on records (SVG, PNG).
+    /// Draw a job's convergence or its time-energy front (--pareto), a bench run's speedups or
+    /// tuners replayed on records (SVG, PNG).
     Plot(PlotArgs),
     /// Admin: distrust every record of a worker and refuse its further work (revoke its token
     /// too with `tensortune-tracker token revoke` when it is not to come back).
@@ -174,6 +176,10 @@ pub struct PlotArgs {
     /// Only workloads whose key contains this.
     #[arg(long)]
     pub workload: Option<String>,
+    /// With --job or --records: the time-energy plane instead of convergence, every record with
+    /// an energy as a point and the Pareto front (faster or cheaper than every other) joined.
+    #[arg(long)]
+    pub pareto: bool,
     /// The picture: a .svg or .png file.
     #[arg(long, short)]
     pub output: PathBuf,
@@ -350,6 +356,22 @@ pub struct JobArgs {
     /// Do not start the model tuner from other workloads' records.
     #[arg(long)]
     pub no_transfer: bool,
+    /// The clock regime to tune in: burst (each config timed from a cool GPU at full clock, as a
+    /// latency-bound server calls it) or sustained (timed once the GPU settled at its
+    /// power-capped clock under the kernel, as a training job runs it; seconds per config).
+    #[arg(long, default_value = "burst", value_parser = Regime::parse)]
+    pub regime: Regime,
+    /// What to minimise per record: time, energy (joules per launch) or edp (energy x delay).
+    #[arg(long, default_value = "time", value_parser = Objective::parse)]
+    pub objective: Objective,
+    /// Pick the least-energy kernel within this much of the fastest time (e.g. 3% or 0.03; 0 =
+    /// off; at most 100%), among the re-measured finalists.
+    #[arg(long, default_value = "0", value_parser = energy::parse_slowdown)]
+    pub max_slowdown: f64,
+    /// Read no energy (saves each trial's 100 ms - 1 s energy window; records say unknown).
+    /// `bench --throughput` implies it.
+    #[arg(long)]
+    pub no_energy: bool,
 }
 
 /// `tensortune tune`: one workload (`tune matmul ...`, `tune conv2d ...`), or a whole model's
@@ -469,6 +491,9 @@ pub struct BestQuery {
     /// Only this device class.
     #[arg(long = "device-class")]
     pub device_class: Option<String>,
+    /// Only records timed in this regime: burst or sustained.
+    #[arg(long, default_value = "burst", value_parser = Regime::parse)]
+    pub regime: Regime,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

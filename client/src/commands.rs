@@ -69,6 +69,10 @@ pub fn submit_request(
         total_trials: job.total_trials,
         transfer: Some(!job.no_transfer),
         weights: Vec::new(),
+        regime: job.regime.name().to_owned(),
+        objective: job.objective.name().to_owned(),
+        max_slowdown: job.max_slowdown,
+        no_energy: job.no_energy,
     }
 }
 
@@ -276,6 +280,7 @@ pub async fn best(
             template: query.template.clone().unwrap_or_default(),
             template_version: 0,
             nearest: true,
+            regime: query.regime.name().to_owned(),
         })
         .await
         .map_err(status_error);

@@ -2,6 +2,9 @@
 //!
 //! - convergence (`--job`, `--records`): for each job and workload, the best time so far against
 //!   trials, with the vendor library's time as a line;
+//! - the time-energy front (`--pareto` with `--job` or `--records`): for each job and workload,
+//!   every trusted ok record with an energy as a point (time per launch, energy per launch), the
+//!   Pareto front joined (no other record is both faster and cheaper), the vendor as a cross;
 //! - speedups (`--bench`): a bench run's speedup over the vendor per workload, 1.0 marked;
 //! - replay (`--replay`): tuners run again on recorded measurements, the median over seeds of the
 //!   best found over the true best against trials, one line per tuner.
@@ -83,6 +86,48 @@ pub fn convergence(records: &[RecordView]) -> Vec<Convergence> {
         .collect()
 }
 
+/// One workload's records on the time-energy plane.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pareto {
+    /// Job and workload, for the panel's title.
+    pub title: String,
+    /// (time us, energy mJ) of every trusted ok tuning record that read an energy.
+    pub points: Vec<(f64, f64)>,
+    /// The front: the points no other is both faster and cheaper than, fastest first.
+    pub front: Vec<(f64, f64)>,
+    /// The vendor's (median time, median energy), when both were read.
+    pub vendor: Option<(f64, f64)>,
+}
+
+/// Groups records by job and workload (in the order they first appear) and places each group's
+/// trusted ok tuning records with a known energy on the time-energy plane, with its front.
+pub fn pareto(records: &[RecordView]) -> Vec<Pareto> {
+    let mut groups: Vec<((u64, String), Vec<&RecordView>)> = Vec::new();
+    for r in records.iter().filter(|r| !r.remeasure && r.status == "ok" && r.untrusted.is_empty()) {
+        let key = (r.job_id, r.workload.clone());
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, rs)) => rs.push(r),
+            None => groups.push((key, vec![r])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|((job, workload), rs)| {
+            let points: Vec<(f64, f64)> =
+                rs.iter().filter_map(|r| Some((r.median_us, r.energy_mj?))).filter(|p| p.0 > 0.0).collect();
+            let front = tensortune_kernels::energy::pareto_front(&points).into_iter().map(|i| points[i]).collect();
+            let vendor_us = median(rs.iter().filter_map(|r| r.baseline_us).collect());
+            let vendor_mj = median(rs.iter().filter_map(|r| r.baseline_energy_mj).collect());
+            Pareto {
+                title: format!("job {job}: {}", short_key(&workload)),
+                points,
+                front,
+                vendor: vendor_us.zip(vendor_mj),
+            }
+        })
+        .collect()
+}
+
 /// One tuner's replay curve on one workload.
 #[derive(Clone, Debug)]
 pub struct ReplayCurve {
@@ -124,16 +169,33 @@ fn format_of(path: &Path) -> anyhow::Result<Format> {
 pub async fn run(tracker: Option<&str>, db: &Path, args: &PlotArgs) -> anyhow::Result<()> {
     let format = format_of(&args.output)?;
     let keep = |key: &str| args.workload.as_deref().is_none_or(|f| key.contains(f));
+    let pictured = |records: &[RecordView]| {
+        if args.pareto {
+            let fronts: Vec<Pareto> = pareto(records).into_iter().filter(|p| keep(&p.title)).collect();
+            anyhow::ensure!(
+                fronts.iter().any(|p| !p.points.is_empty()),
+                "no record here read an energy (workers without NVML, or records from before energy): nothing \
+                 to place on the time-energy plane"
+            );
+            Ok(Picture::Pareto(fronts))
+        } else {
+            Ok(Picture::Convergence(convergence(records).into_iter().filter(|c| keep(&c.title)).collect()))
+        }
+    };
+    anyhow::ensure!(
+        !args.pareto || args.job.is_some() || !args.records.is_empty(),
+        "--pareto draws the records of --job or --records"
+    );
     let what = if let Some(job) = args.job {
         let records = job_records(tracker, db, job).await?;
         anyhow::ensure!(!records.is_empty(), "job {job} has no records yet");
-        Picture::Convergence(convergence(&records).into_iter().filter(|c| keep(&c.title)).collect())
+        pictured(&records)?
     } else if !args.records.is_empty() {
         let mut records = Vec::new();
         for path in &args.records {
             records.extend(read_records(path)?);
         }
-        Picture::Convergence(convergence(&records).into_iter().filter(|c| keep(&c.title)).collect())
+        pictured(&records)?
     } else if let Some(path) = &args.bench {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read --bench {}", path.display()))?;
         let report: BenchReport = serde_json::from_str(&text)
@@ -171,6 +233,7 @@ pub async fn run(tracker: Option<&str>, db: &Path, args: &PlotArgs) -> anyhow::R
 /// What is drawn.
 enum Picture {
     Convergence(Vec<Convergence>),
+    Pareto(Vec<Pareto>),
     Speedups { title: String, bars: Vec<(String, f64)> },
     Replay(Vec<(String, Vec<ReplayCurve>)>),
 }
@@ -179,6 +242,7 @@ impl Picture {
     fn panels(&self) -> usize {
         match self {
             Picture::Convergence(c) => c.len(),
+            Picture::Pareto(p) => p.len(),
             Picture::Speedups { bars, .. } => usize::from(!bars.is_empty()),
             Picture::Replay(r) => r.len(),
         }
@@ -347,6 +411,12 @@ where
                 draw_convergence(area, c).map_err(fail)?;
             }
         }
+        Picture::Pareto(list) => {
+            let (rows, cols) = what.grid();
+            for (area, p) in root.split_evenly((rows, cols)).iter().zip(list) {
+                draw_pareto(area, p).map_err(fail)?;
+            }
+        }
         Picture::Speedups { title, bars } => draw_speedups(&root, title, bars).map_err(fail)?,
         Picture::Replay(list) => {
             let (rows, cols) = what.grid();
@@ -391,6 +461,45 @@ fn draw_convergence<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, c: &Conve
             .draw_series(LineSeries::new(vec![(1, v), (c.trials.max(2), v)], RED.stroke_width(1)))?
             .label(format!("vendor {v:.2} us"))
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], RED));
+    }
+    chart
+        .configure_series_labels()
+        .label_font(("sans-serif", 11))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+fn draw_pareto<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, p: &Pareto) -> Drawn<DB> {
+    let (x_lo, x_hi) = y_range(p.points.iter().map(|q| q.0).chain(p.vendor.map(|v| v.0)));
+    let (y_lo, y_hi) = y_range(p.points.iter().map(|q| q.1).chain(p.vendor.map(|v| v.1)));
+    let mut chart = ChartBuilder::on(area)
+        .caption(&p.title, ("sans-serif", 14))
+        .margin(10)
+        .x_label_area_size(32)
+        .y_label_area_size(56)
+        .build_cartesian_2d(x_lo..x_hi, y_lo..y_hi)?;
+    chart
+        .configure_mesh()
+        .x_desc("time per launch (us)")
+        .y_desc("energy per launch (mJ)")
+        .label_style(("sans-serif", 11))
+        .draw()?;
+    chart
+        .draw_series(p.points.iter().map(|&q| Circle::new(q, 2, BLUE.mix(0.4).filled())))?
+        .label(format!("{} records", p.points.len()))
+        .legend(|(x, y)| Circle::new((x + 8, y), 2, BLUE.mix(0.4).filled()));
+    chart
+        .draw_series(LineSeries::new(p.front.iter().copied(), BLUE.stroke_width(2)))?
+        .label(format!("front ({} kernels)", p.front.len()))
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE.stroke_width(2)));
+    chart.draw_series(p.front.iter().map(|&q| Circle::new(q, 4, BLUE.filled())))?;
+    if let Some(v) = p.vendor {
+        chart
+            .draw_series(std::iter::once(Cross::new(v, 6, RED.stroke_width(2))))?
+            .label(format!("vendor {:.2} us, {:.3} mJ", v.0, v.1))
+            .legend(|(x, y)| Cross::new((x + 8, y), 4, RED.stroke_width(2)));
     }
     chart
         .configure_series_labels()
@@ -509,6 +618,14 @@ mod tests {
             untrusted: String::new(),
             provenance: Default::default(),
             created_ms: 0,
+            energy_mj: None,
+            power_w: None,
+            mean_clock_mhz: None,
+            temperature_c: None,
+            regime: "burst".into(),
+            settle_ms: 0.0,
+            steady: true,
+            baseline_energy_mj: None,
         }
     }
 
@@ -536,6 +653,33 @@ mod tests {
         assert_eq!(c[0].best, vec![(2, 8.0), (5, 6.0), (5, 6.0)]);
         assert_eq!(c[0].vendor_us, Some(11.0));
         assert_eq!((c[1].trials, c[1].vendor_us), (1, None));
+    }
+
+    #[test]
+    fn the_front_keeps_records_nothing_beats_on_both_time_and_energy() {
+        let a = "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0";
+        let with = |id, us, mj: Option<f64>| {
+            let mut r = record(id, 1, a, "ok", us, Some(9.0));
+            r.energy_mj = mj;
+            r.baseline_energy_mj = Some(6.0);
+            r
+        };
+        let mut remeasured = with(9, 1.0, Some(0.1));
+        remeasured.remeasure = true;
+        let records = vec![
+            with(1, 10.0, Some(5.0)),
+            with(2, 11.0, Some(4.0)),
+            with(3, 12.0, Some(4.5)),
+            with(4, 9.5, None),
+            with(5, 13.0, Some(3.0)),
+            record(6, 1, a, "compile_error", 0.0, None),
+            remeasured,
+        ];
+        let p = pareto(&records);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].points.len(), 4, "ok tuning records that read an energy");
+        assert_eq!(p[0].front, vec![(10.0, 5.0), (11.0, 4.0), (13.0, 3.0)]);
+        assert_eq!(p[0].vendor, Some((9.0, 6.0)));
     }
 
     #[test]

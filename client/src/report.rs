@@ -98,6 +98,38 @@ pub struct RecordView {
     pub provenance: ProvenanceView,
     /// When it was stored (ms since the epoch).
     pub created_ms: i64,
+    /// Millijoules per launch over the timed window (NVML's energy counter); null when unknown.
+    #[serde(default)]
+    pub energy_mj: Option<f64>,
+    /// Mean board power over that window, watts; null when unknown.
+    #[serde(default)]
+    pub power_w: Option<f64>,
+    /// Mean SM clock over that window, MHz; null when unknown.
+    #[serde(default)]
+    pub mean_clock_mhz: Option<f64>,
+    /// Temperature at the end of that window, degrees Celsius; null when unknown.
+    #[serde(default)]
+    pub temperature_c: Option<f64>,
+    /// The clock regime it was timed in: burst or sustained.
+    #[serde(default = "burst")]
+    pub regime: String,
+    /// Sustained: how long the kernel ran before it was steady, ms.
+    #[serde(default)]
+    pub settle_ms: f64,
+    /// Sustained: whether it was found steady before the cap.
+    #[serde(default = "yes")]
+    pub steady: bool,
+    /// The vendor's energy per launch, mJ; null when unknown.
+    #[serde(default)]
+    pub baseline_energy_mj: Option<f64>,
+}
+
+fn burst() -> String {
+    "burst".into()
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl From<&pb::Record> for RecordView {
@@ -145,6 +177,14 @@ impl From<&pb::Record> for RecordView {
                 sm_clock_mhz: p.sm_clock_mhz,
             },
             created_ms: r.created_ms,
+            energy_mj: m.energy_mj,
+            power_w: m.power_w,
+            mean_clock_mhz: m.mean_clock_mhz,
+            temperature_c: m.temperature_c,
+            regime: if m.regime.is_empty() { burst() } else { m.regime.clone() },
+            settle_ms: m.settle_ms,
+            steady: m.steady || m.regime.is_empty() || m.regime == "burst",
+            baseline_energy_mj: m.baseline_energy_mj,
         }
     }
 }
@@ -222,6 +262,22 @@ pub struct JobView {
     pub error: String,
     /// Wall time from submission to the last change, seconds.
     pub wall_s: f64,
+    /// The clock regime it tunes in.
+    #[serde(default = "burst")]
+    pub regime: String,
+    /// What it minimises: time, energy or edp.
+    #[serde(default = "time")]
+    pub objective: String,
+    /// The least-energy pick within this fraction of the fastest (0: off).
+    #[serde(default)]
+    pub max_slowdown: f64,
+    /// Whether its measurements skipped their energy window.
+    #[serde(default)]
+    pub no_energy: bool,
+}
+
+fn time() -> String {
+    "time".into()
 }
 
 impl From<&pb::Job> for JobView {
@@ -265,6 +321,10 @@ impl From<&pb::Job> for JobView {
                 .collect(),
             error: j.error.clone(),
             wall_s: (j.finished_ms.max(j.updated_ms) - j.created_ms).max(0) as f64 / 1e3,
+            regime: if j.regime.is_empty() { burst() } else { j.regime.clone() },
+            objective: if j.objective.is_empty() { time() } else { j.objective.clone() },
+            max_slowdown: j.max_slowdown,
+            no_energy: j.no_energy,
         }
     }
 }
@@ -324,6 +384,37 @@ impl ModelTime {
 /// `4.31 us`, `1.234 ms`.
 pub fn fmt_us(us: f64) -> String {
     if us >= 1000.0 { format!("{:.3} ms", us / 1000.0) } else { format!("{us:.2} us") }
+}
+
+/// A figure or `-` when unknown: `11.10 mJ`, `650 W`.
+pub fn fmt_known(v: Option<f64>, unit: &str, decimals: usize) -> String {
+    match v {
+        Some(v) => format!("{v:.decimals$} {unit}"),
+        None => "-".into(),
+    }
+}
+
+/// The energy line of a record: `energy  11.10 mJ/launch  650 W  1755 MHz  62 C  (burst)`, with
+/// the vendor's energy when known and how a sustained record settled.
+pub fn fmt_energy(r: &RecordView) -> String {
+    let mut s = format!(
+        "  energy  {}/launch  {}  {}  {}  ({}",
+        fmt_known(r.energy_mj, "mJ", 3),
+        fmt_known(r.power_w, "W", 0),
+        fmt_known(r.mean_clock_mhz, "MHz", 0),
+        fmt_known(r.temperature_c, "C", 0),
+        r.regime
+    );
+    if r.regime == "sustained" {
+        let how = if r.steady { "steady after" } else { "NOT steady at the cap of" };
+        let _ = write!(s, ", {how} {:.1} s", r.settle_ms / 1e3);
+    }
+    s.push(')');
+    if let Some(v) = r.baseline_energy_mj {
+        let _ = write!(s, "  vendor {v:.3} mJ");
+    }
+    s.push('\n');
+    s
 }
 
 /// `ok 97, compile_error 3`.
@@ -451,6 +542,7 @@ pub fn fmt_best(best: &RecordView) -> String {
     if let Some(algo) = vendor_edge(best) {
         let _ = writeln!(s, "  beaten  by the vendor's {algo} (what the space's best below lacks)");
     }
+    s.push_str(&fmt_energy(best));
     let _ = writeln!(s, "  config  {}", fmt_config(&best.config));
     if let Some(e) = best.max_abs_err {
         let _ = writeln!(s, "  check   every output element verified (max abs error {e:.3e})");
@@ -470,6 +562,13 @@ pub fn fmt_job(job: &JobView) -> String {
         job.seed,
         job.wall_s
     );
+    let slowdown = if job.max_slowdown > 0.0 {
+        format!(", the least energy within {:.1}% of the fastest", job.max_slowdown * 100.0)
+    } else {
+        String::new()
+    };
+    let unread = if job.no_energy { ", energy not read" } else { "" };
+    let _ = writeln!(s, "  tuned   {} regime, objective {}{slowdown}{unread}", job.regime, job.objective);
     // With several templates, each best and finalist says which one it is.
     let several = job.templates.len() > 1;
     if !job.error.is_empty() {

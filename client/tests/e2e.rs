@@ -693,6 +693,85 @@ fn plot_draws_jobs_records_benches_and_replays() {
     assert!(!ok && err.contains("--job") && err.contains("--bench"), "{err}");
 }
 
+/// Energy and regimes from a sim `tune` to `job`, `best`, `records export` and `plot --pareto`:
+/// every record carries its energy, power, clock, temperature and regime; `best` answers per
+/// regime; bad flags are refused naming the flag and the allowed values.
+#[test]
+fn energy_and_the_regime_flow_from_tune_to_best_export_and_the_pareto_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tt.db");
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .arg("--db")
+            .arg(&db)
+            .args(args)
+            .env("XDG_CACHE_HOME", dir.path())
+            .env_remove("TENSORTUNE_TRACKER")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
+    let shape = ["--m", "512", "--n", "64", "--k", "512"];
+    let run = ["--device", "sim", "--tuner", "random", "--seed", "4", "--trials", "12"];
+    let energy = ["--regime", "sustained", "--objective", "energy", "--max-slowdown", "5%"];
+    let (ok, out, err) = cli(&[&["tune", "matmul"][..], &shape[..], &run[..], &energy[..]].concat());
+    assert!(ok, "{err}");
+    for want in [
+        "tuned   sustained regime, objective energy, the least energy within 5.0% of the fastest",
+        "  energy  ",
+        " mJ/launch  ",
+        "(sustained, steady after ",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}\n{err}");
+    }
+
+    let (ok, out, err) = cli(&[&["best", "--json", "matmul"][..], &shape[..], &["--regime", "sustained"][..]].concat());
+    assert!(ok, "{err}");
+    let best: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &best[0];
+    assert_eq!(r["regime"], "sustained", "{best}");
+    assert!(r["energy_mj"].as_f64().is_some_and(|e| e > 0.0) && r["power_w"].as_f64().is_some_and(|w| w > 0.0), "{r}");
+    assert!(r["mean_clock_mhz"].as_f64().is_some() && r["temperature_c"].as_f64().is_some(), "{r}");
+    // Only sustained records exist: a burst query has no answer for the shape (a nearest one
+    // would be another workload's).
+    let (ok, out, err) = cli(&[&["best", "--json", "matmul"][..], &shape[..]].concat());
+    assert!(ok, "{err}");
+    let burst: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(burst.as_array().map(Vec::len), Some(0), "{burst}");
+
+    let (ok, out, err) = cli(&["records", "export", "--job", "1"]);
+    assert!(ok, "{err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(lines.len() >= 12, "{out}");
+    for l in lines.iter().filter(|l| l["status"] == "ok") {
+        assert_eq!(l["regime"], "sustained");
+        let (e, w, us) =
+            (l["energy_mj"].as_f64().unwrap(), l["power_w"].as_f64().unwrap(), l["median_us"].as_f64().unwrap());
+        assert!((e - w * us * 1e-3).abs() < 1e-6 * e.max(1.0), "energy is power x time: {l}");
+    }
+
+    let (ok, _, err) = cli(&["plot", "--job", "1", "--pareto", "-o", &path("pareto.svg")]);
+    assert!(ok, "{err}");
+    let svg = std::fs::read_to_string(path("pareto.svg")).unwrap();
+    for want in ["energy per launch (mJ)", "time per launch (us)", "front (", "vendor "] {
+        assert!(svg.contains(want), "missing {want:?} in the SVG");
+    }
+    let (ok, _, err) = cli(&["plot", "--bench", &path("none.json"), "--pareto", "-o", &path("x.svg")]);
+    assert!(!ok && err.contains("--pareto"), "{err}");
+
+    let (ok, _, err) = cli(&[&["tune", "matmul"][..], &shape[..], &run[..], &["--regime", "hot"][..]].concat());
+    assert!(!ok && err.contains("--regime") && err.contains("burst or sustained"), "{err}");
+    let (ok, _, err) = cli(&[&["tune", "matmul"][..], &shape[..], &run[..], &["--max-slowdown", "150%"][..]].concat());
+    assert!(!ok && err.contains("--max-slowdown") && err.contains("0 ..= 100%"), "{err}");
+    let (ok, _, err) = cli(&[&["tune", "matmul"][..], &shape[..], &run[..], &["--objective", "watts"][..]].concat());
+    assert!(!ok && err.contains("--objective") && err.contains("time, energy or edp"), "{err}");
+}
+
 /// `tensortune export` on sim: two tuned workloads (one of them on the TMA template) become a
 /// bundle whose manifest the bundle crate reads back, with every launch fact equal to the kernel
 /// the generator makes for the record, cubins when NVRTC is reachable, and a nearest-shape

@@ -9,6 +9,8 @@
 //! - [`target`]: device limits for validity rules; device-class keys.
 //! - [`space`]: knobs, spaces, configs and their indices.
 //! - [`status`]: the outcome class of a measurement, one definition for worker, wire and store.
+//! - [`energy`]: the clock regime a measurement is taken in and the objective a job minimises
+//!   (time, energy, energy x delay), the max-slowdown pick and the time-energy front.
 //! - [`template`]: the `Template` trait and the generated `KernelSpec`s.
 //! - [`registry`]: every template this build knows, by name and by operation.
 //! - [`version`]: each template's version (what each changed: `kernels/CHANGELOG.md`).
@@ -29,6 +31,7 @@
 pub mod conv;
 pub mod cuda;
 pub mod dtype;
+pub mod energy;
 pub mod epilogue;
 pub mod error;
 pub mod ext;

@@ -8,6 +8,13 @@
 //! then `finalizing`), leased like any task, and reported with one measurement per finalist. Its
 //! records are flagged `remeasure` and keyed by (task, finalist position). If its lease expires
 //! `max_attempts` times, the workload finishes without finalists and the job says so.
+//!
+//! A job's objective ranks them: the least time, energy or energy x delay per launch. With a max
+//! slowdown, the finalists are the fastest trial and the least-energy ones within twice the
+//! slowdown of it ([`choose`]), and the winner is the least-energy re-measurement within the
+//! slowdown of the fastest re-measured ([`pick`]).
+
+use tensortune_kernels::energy::{self, Objective};
 
 use crate::dispatch::Producer;
 use crate::error::{Error, Result};
@@ -42,6 +49,55 @@ pub(crate) fn rank(remeasured: &[(Status, f64)]) -> Ranking {
     let winner = ok.first().copied();
     let order = ok.into_iter().chain((0..remeasured.len()).filter(|&i| remeasured[i].0 != Status::Ok)).collect();
     Ranking { order, winner, gap }
+}
+
+/// Re-measurements given as (status, median time, energy per launch) in task order, ranked for a
+/// job's `objective` and max `slowdown` (0: none): by the objective's score, except that with a
+/// slowdown the winner is the least-energy ok re-measurement within that fraction of the fastest.
+/// A re-measurement the objective cannot score (no energy for an energy objective) ranks with
+/// the failures.
+pub(crate) fn pick(remeasured: &[(Status, f64, Option<f64>)], objective: Objective, slowdown: f64) -> Ranking {
+    let scored: Vec<(Status, f64)> = remeasured
+        .iter()
+        .map(|&(status, us, energy)| match objective.score(us, energy) {
+            Some(score) if status == Status::Ok => (Status::Ok, score),
+            _ if status == Status::Ok => (Status::WrongResult, 0.0),
+            _ => (status, 0.0),
+        })
+        .collect();
+    let mut ranking = rank(&scored);
+    if slowdown > 0.0 {
+        let ok: Vec<(f64, Option<f64>, usize)> = (0..remeasured.len())
+            .filter(|&i| remeasured[i].0 == Status::Ok)
+            .map(|i| (remeasured[i].1, remeasured[i].2, i))
+            .collect();
+        if let Some(winner) = energy::least_energy_within(&ok, slowdown) {
+            ranking.order.retain(|&i| i != winner);
+            ranking.order.insert(0, winner);
+            ranking.winner = Some(winner);
+        }
+    }
+    ranking
+}
+
+/// The finalists among a workload's ok `trials` (median time, energy per launch), as positions:
+/// the `n` best by the objective's score; with a max `slowdown`, the fastest and then the
+/// least-energy trials within twice the slowdown of it (room for the re-measurement's noise).
+pub(crate) fn choose(trials: &[(f64, Option<f64>)], n: usize, objective: Objective, slowdown: f64) -> Vec<usize> {
+    let mut by_time: Vec<usize> = (0..trials.len()).filter(|&i| trials[i].0 > 0.0).collect();
+    by_time.sort_by(|&a, &b| trials[a].0.total_cmp(&trials[b].0).then(a.cmp(&b)));
+    if slowdown > 0.0 {
+        let Some(&fastest) = by_time.first() else { return Vec::new() };
+        let bound = trials[fastest].0 * (1.0 + 2.0 * slowdown);
+        let mut near: Vec<usize> =
+            by_time[1..].iter().copied().filter(|&i| trials[i].0 <= bound && trials[i].1.is_some()).collect();
+        near.sort_by(|&a, &b| trials[a].1.unwrap_or(f64::INFINITY).total_cmp(&trials[b].1.unwrap_or(f64::INFINITY)));
+        return std::iter::once(fastest).chain(near).take(n).collect();
+    }
+    let mut scored: Vec<(f64, usize)> =
+        by_time.into_iter().filter_map(|i| Some((objective.score(trials[i].0, trials[i].1)?, i))).collect();
+    scored.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    scored.into_iter().take(n).map(|(_, i)| i).collect()
 }
 
 /// One finalist of a workload as a job snapshot shows it.
@@ -83,6 +139,10 @@ pub(crate) fn views(tasks: &[TaskRow], remeasured: &[Remeasure], decided: &[u32]
     out
 }
 
+/// The most ok trials a workload's finalists are chosen from (fastest first): every trial of all
+/// but the largest jobs.
+pub(crate) const CANDIDATE_TRIALS: u32 = 4096;
+
 /// A finalist re-measured on another worker this many times slower than its tuning record did
 /// not reproduce: the record is distrusted. Honest re-measurements differ by a few percent.
 const CONFIRM_MARGIN: f64 = 1.5;
@@ -102,7 +162,10 @@ impl Tracker {
         if job.finalists < 2 || !job.is_active() {
             return Ok(false);
         }
-        let trials = store::records::fastest_trials(w.conn(), job.id, wl.idx, job.finalists).await?;
+        let all = store::records::fastest_trials(w.conn(), job.id, wl.idx, CANDIDATE_TRIALS).await?;
+        let figures: Vec<(f64, Option<f64>)> = all.iter().map(|t| (t.median_us, t.energy_mj)).collect();
+        let chosen = choose(&figures, job.finalists as usize, job.objective(), job.max_slowdown);
+        let trials: Vec<_> = chosen.into_iter().map(|i| all[i].clone()).collect();
         if trials.len() < 2 {
             tracing::info!(job = job.id, workload = wl.idx, ok = trials.len(), "too few ok trials for finalists");
             return Ok(false);
@@ -180,15 +243,15 @@ impl Tracker {
             }
         }
         // An untrusted re-measurement ranks with the failures: it may not win.
-        let outcomes: Vec<(Status, f64)> = measurements
+        let outcomes: Vec<(Status, f64, Option<f64>)> = measurements
             .iter()
             .enumerate()
             .map(|(i, m)| match producer.untrusted(i) {
-                Some(_) => (Status::WrongResult, m.median_us),
-                None => (m.status, m.median_us),
+                Some(_) => (Status::WrongResult, m.median_us, m.power.energy_mj),
+                None => (m.status, m.median_us, m.power.energy_mj),
             })
             .collect();
-        let ranking = rank(&outcomes);
+        let ranking = pick(&outcomes, job.objective(), job.max_slowdown);
         let record = ids[ranking.winner.unwrap_or(0)];
         // A task given up on (or of a cancelled job) is stored but decides nothing: its workload
         // already finished without it.
@@ -327,5 +390,38 @@ mod tests {
         assert_eq!((none.winner, none.order, none.gap), (None, vec![0, 1], 0.0));
         // Ties go to the earlier position.
         assert_eq!(rank(&[(Status::Ok, 5.0), (Status::Ok, 5.0)]).winner, Some(0));
+    }
+
+    #[test]
+    fn the_objective_ranks_remeasurements_and_a_slowdown_picks_least_energy_near_the_fastest() {
+        let r = [
+            (Status::Ok, 100.0, Some(16.1)),
+            (Status::Ok, 102.0, Some(11.1)),
+            (Status::Ok, 120.0, Some(9.0)),
+            (Status::Ok, 99.0, None),
+            (Status::Timeout, 0.0, None),
+        ];
+        assert_eq!(pick(&r, Objective::Time, 0.0).winner, Some(3));
+        // Energy: the one without an energy cannot win; 120 us at 9 mJ does.
+        let e = pick(&r, Objective::Energy, 0.0);
+        assert_eq!((e.winner, e.order[..3].to_vec()), (Some(2), vec![2, 1, 0]));
+        // EDP: 120 x 9 = 1080 beats 102 x 11.1 = 1132 and 100 x 16.1.
+        assert_eq!(pick(&r, Objective::Edp, 0.0).winner, Some(2));
+        // 3.5% of the fastest (99 us): 100 and 102 qualify, 102 uses least (the fastest has no
+        // energy, which does not count as least); at 3%, 102 is out and 100 wins.
+        let s = pick(&r, Objective::Time, 0.035);
+        assert_eq!((s.winner, s.order[0]), (Some(1), 1));
+        assert_eq!(pick(&r, Objective::Time, 0.03).winner, Some(0));
+        assert_eq!(pick(&r, Objective::Time, 0.25).winner, Some(2));
+    }
+
+    #[test]
+    fn finalists_follow_the_objective_or_gather_near_the_fastest() {
+        let t = [(100.0, Some(16.0)), (101.0, Some(11.0)), (103.0, Some(12.0)), (150.0, Some(5.0)), (99.0, None)];
+        assert_eq!(choose(&t, 3, Objective::Time, 0.0), vec![4, 0, 1]);
+        assert_eq!(choose(&t, 3, Objective::Energy, 0.0), vec![3, 1, 2]);
+        // 3%: the fastest (99), then the least energy within 6% of it: 101 (11), 103 (12), 100 (16).
+        assert_eq!(choose(&t, 3, Objective::Time, 0.03), vec![4, 1, 2]);
+        assert!(choose(&[], 3, Objective::Time, 0.03).is_empty());
     }
 }

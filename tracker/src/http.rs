@@ -68,6 +68,12 @@ struct JobJson {
     trials_done: u64,
     trials_target: u64,
     error: String,
+    /// `burst` or `sustained`.
+    regime: String,
+    /// `time`, `energy` or `edp`.
+    objective: String,
+    /// The least-energy pick within this fraction of the fastest (0: off).
+    max_slowdown: f64,
     workloads: Vec<WorkloadJson>,
 }
 
@@ -83,6 +89,9 @@ struct WorkloadJson {
     speedup: Option<f64>,
     best_template: Option<String>,
     best_config: Option<String>,
+    /// The best record's energy per launch (mJ) and mean power (W), when read.
+    best_energy_mj: Option<f64>,
+    best_power_w: Option<f64>,
 }
 
 fn job_json(v: JobView) -> JobJson {
@@ -102,6 +111,8 @@ fn job_json(v: JobView) -> JobJson {
                 speedup: best.map(|r| r.speedup).filter(|s| *s > 0.0),
                 best_template: best.map(|r| format!("{} v{}", r.template, r.template_version)),
                 best_config: best.map(|r| r.config.clone()),
+                best_energy_mj: best.and_then(|r| r.energy_mj),
+                best_power_w: best.and_then(|r| r.power_w),
             }
         })
         .collect();
@@ -116,6 +127,9 @@ fn job_json(v: JobView) -> JobJson {
         trials_done: workloads.iter().map(|w| u64::from(w.trials_done)).sum(),
         trials_target: workloads.iter().map(|w| u64::from(w.trials_target)).sum(),
         error: v.job.error,
+        regime: v.job.regime,
+        objective: v.job.objective,
+        max_slowdown: v.job.max_slowdown,
         workloads,
     }
 }
@@ -140,6 +154,11 @@ struct WorkloadTrials {
     vendor_us: Option<f64>,
     /// Each finished trial's time in the order they finished (`null`: failed or untrusted).
     times_us: Vec<Option<f64>>,
+    /// Each finished trial's energy per launch, mJ, beside `times_us` (`null`: unknown, failed
+    /// or untrusted): the page's time-energy front.
+    energies_mj: Vec<Option<f64>>,
+    /// The vendor's energy per launch beside the best record, when read.
+    vendor_energy_mj: Option<f64>,
 }
 
 async fn trials(State(tracker): State<Arc<Tracker>>, Path(id): Path<i64>) -> Response {
@@ -156,15 +175,16 @@ async fn trials(State(tracker): State<Arc<Tracker>>, Path(id): Path<i64>) -> Res
             Ok(o) => o,
             Err(e) => return failed(e),
         };
-        let times_us = outcomes
-            .iter()
-            .map(|t| (t.status == Status::Ok && t.trusted && t.median_us > 0.0).then_some(t.median_us))
-            .collect();
+        let ok = |t: &store::records::TrialOutcome| t.status == Status::Ok && t.trusted && t.median_us > 0.0;
+        let times_us = outcomes.iter().map(|t| ok(t).then_some(t.median_us)).collect();
+        let energies_mj = outcomes.iter().map(|t| if ok(t) { t.energy_mj } else { None }).collect();
         out.push(WorkloadTrials {
             idx: w.row.idx,
             key: w.row.workload_key.clone(),
             vendor_us: w.best.as_ref().and_then(|r| r.baseline_us),
             times_us,
+            energies_mj,
+            vendor_energy_mj: w.best.as_ref().and_then(|r| r.baseline_energy_mj),
         });
     }
     axum::Json(TrialsJson { job: id, workloads: out }).into_response()

@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use rand::RngExt;
+use tensortune_kernels::energy::Regime;
 use tensortune_kernels::registry;
 use tensortune_kernels::{Template, Workload};
 
@@ -117,6 +118,10 @@ impl Tracker {
             flush_l2: req.flush_l2,
             transfer: req.transfer,
             total_trials: req.total_trials,
+            regime: req.regime,
+            objective: req.objective,
+            max_slowdown: req.max_slowdown,
+            no_energy: req.no_energy,
             token_id: caller.token,
         };
 
@@ -270,7 +275,7 @@ impl Tracker {
     }
 
     /// The fastest ok record of `workload` per device class among the records of `templates`
-    /// (name, version), fastest first. With `nearest`, a class that has no record of `workload`
+    /// (name, version) timed in `regime`, fastest first. With `nearest`, a class that has no record of `workload`
     /// answers with its best record of the nearest tuned shape ([`Workload::shape_distance`]),
     /// whose workload key tells it apart.
     pub(crate) async fn best(
@@ -278,18 +283,24 @@ impl Tracker {
         workload: &Workload,
         templates: &[(&str, u32)],
         device_class: Option<&str>,
+        regime: Regime,
         nearest: bool,
     ) -> Result<Vec<Record>> {
         let spelled: Vec<String> = templates.iter().map(|(name, version)| format!("{name}@{version}")).collect();
-        let mut best = store::records::best(&self.pool, &workload.key(), &spelled, device_class).await?;
+        let mut best = store::records::best(&self.pool, &workload.key(), &spelled, device_class, regime).await?;
         if !nearest {
             return Ok(best);
         }
         // Classes without a record of this shape get the best record of the nearest tuned shape.
         let answered: BTreeSet<String> = best.iter().map(|r| r.device_class.clone()).collect();
-        let candidates =
-            store::records::best_per_workload(&self.pool, &workload.comparable_key_pattern(), &spelled, device_class)
-                .await?;
+        let candidates = store::records::best_per_workload(
+            &self.pool,
+            &workload.comparable_key_pattern(),
+            &spelled,
+            device_class,
+            regime,
+        )
+        .await?;
         let mut nearest: HashMap<String, (f64, Record)> = HashMap::new();
         for r in candidates {
             if answered.contains(&r.device_class) {

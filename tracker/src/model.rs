@@ -2,6 +2,7 @@
 //! from the wire. Prost types never get past the service layer; these do.
 
 use serde::{Deserialize, Serialize};
+use tensortune_kernels::energy::{Objective, Regime};
 use tensortune_kernels::{Template, Workload};
 
 use crate::tuner::TunerKind;
@@ -180,6 +181,29 @@ pub(crate) struct Measurement {
     pub(crate) cache_hit: bool,
     pub(crate) registers: u32,
     pub(crate) smem_bytes: u32,
+    /// Energy and the GPU's state over the timed window (each unknown where not read).
+    pub(crate) power: Power,
+    /// The clock regime it was timed in.
+    pub(crate) regime: Regime,
+    /// Sustained: how long the kernel ran before it was steady, ms (0 for burst).
+    pub(crate) settle_ms: f64,
+    /// Sustained: whether it was found steady before the cap.
+    pub(crate) steady: bool,
+    /// The vendor baseline's energy per launch, mJ, when read.
+    pub(crate) baseline_energy_mj: Option<f64>,
+}
+
+/// Energy per launch and the GPU's state over a measurement's timed window; `None` is unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Power {
+    /// Millijoules per launch.
+    pub(crate) energy_mj: Option<f64>,
+    /// Mean board power, watts.
+    pub(crate) power_w: Option<f64>,
+    /// Mean SM clock, MHz.
+    pub(crate) mean_clock_mhz: Option<f64>,
+    /// Degrees Celsius.
+    pub(crate) temperature_c: Option<f64>,
 }
 
 impl Measurement {
@@ -203,6 +227,11 @@ impl Measurement {
             cache_hit: false,
             registers: 0,
             smem_bytes: 0,
+            power: Power::default(),
+            regime: Regime::Burst,
+            settle_ms: 0.0,
+            steady: true,
+            baseline_energy_mj: None,
         }
     }
 }
@@ -278,6 +307,14 @@ pub(crate) struct JobRequest {
     pub(crate) transfer: bool,
     /// Trials the whole job may measure, shared by expected gain; 0: none.
     pub(crate) total_trials: u32,
+    /// The clock regime to tune in.
+    pub(crate) regime: Regime,
+    /// What the job minimises per record.
+    pub(crate) objective: Objective,
+    /// The least-energy pick within this fraction of the fastest; 0: off.
+    pub(crate) max_slowdown: f64,
+    /// Measurements skip their energy window.
+    pub(crate) no_energy: bool,
 }
 
 /// Filters of a record export.

@@ -24,6 +24,7 @@ use crate::store::workloads::WorkloadRow;
 use crate::store::{self};
 use crate::tracker::{Tracker, Write};
 use crate::tuner::{Observed, Point, TunerKind, WorkloadSpace};
+use tensortune_kernels::energy::{self, Objective};
 
 /// Most records a transfer prior is built from: enough for a model to learn the space's shape,
 /// few enough that building it (a feature row each) and fitting on it stay quick.
@@ -42,11 +43,13 @@ struct Trial {
 
 /// A stored trial outcome as the search sees it (`None` for a template the job does not search,
 /// which its tasks never have).
-fn as_observed(templates: &JobTemplates, t: TrialOutcome) -> Option<Observed> {
-    let ok = t.status == Status::Ok && t.trusted && t.median_us > 0.0;
+/// What the search learns is the job's objective: the time, the energy or the energy x delay of
+/// each trial (a trial without the energy an objective needs counts as failed).
+fn as_observed(templates: &JobTemplates, objective: Objective, t: TrialOutcome) -> Option<Observed> {
+    let ok = t.status == Status::Ok && t.trusted;
     let slot = templates.slot(&t.template, t.template_version)?;
     let config = Point::new(slot, u64::try_from(t.config_index).ok()?);
-    Some(Observed { config, time_us: ok.then_some(t.median_us) })
+    Some(Observed { config, time_us: ok.then(|| objective.score(t.median_us, t.energy_mj)).flatten() })
 }
 
 /// The best time after each finished trial (infinite before the first ok one), then held for each
@@ -224,7 +227,7 @@ impl Tracker {
         let observed = store::records::trial_outcomes(w.conn(), job.id, idx)
             .await?
             .into_iter()
-            .filter_map(|t| as_observed(templates, t))
+            .filter_map(|t| as_observed(templates, job.objective(), t))
             .collect();
         Ok((taken, observed))
     }
@@ -442,12 +445,13 @@ impl Tracker {
                 self.ensure_search(w, job, wl).await?;
                 let observed = w.observations((job.id, wl.idx));
                 // A model's job (weights given) runs the vendor's kernel where it is faster: its
-                // curves stop at every worker's latest vendor time (no worker's id is 0).
+                // curves stop at every worker's latest vendor time (no worker's id is 0). Curves of
+                // energy are not capped by a time.
                 let vendor_us = match wl.weight {
-                    Some(_) => {
+                    Some(_) if job.objective() == Objective::Time => {
                         median(store::records::vendor_times(w.conn(), &wl.workload_key, &job.device_class, 0).await?)
                     }
-                    None => None,
+                    _ => None,
                 };
                 progress.push(TaskProgress {
                     weight: wl.weight.unwrap_or(1.0),
@@ -497,6 +501,7 @@ impl Tracker {
                 .map_err(|e| Error::Internal(format!("config {index} of {}: {e}", template.name())))?
                 .to_json();
             let key = ContentKey {
+                regime: &job.regime,
                 workload_key: &wl.workload_key,
                 template: template.name(),
                 template_version: template.version(),
@@ -582,6 +587,7 @@ impl Tracker {
             status: measurement.status,
             median_us: measurement.median_us,
             trusted: producer.untrusted(0).is_none(),
+            energy_mj: measurement.power.energy_mj,
         };
         let config = Point::new(slot, u64::try_from(task.config_index).unwrap_or_default());
         let trial = Trial { task: task.id, config, outcome, reused: false, numbered: Some(number) };
@@ -602,10 +608,10 @@ impl Tracker {
         if numbered != Some(wl.done) {
             store::tasks::set_trial(w.conn(), task, wl.done).await?;
         }
-        let ok = outcome.ok();
-        w.observed((job.id, idx), Observed { config, time_us: ok.then_some(outcome.median_us) });
-        if ok {
-            let t = outcome.median_us;
+        // The job's objective: time, energy or energy x delay (the names below say time).
+        let score = outcome.score(job.objective());
+        w.observed((job.id, idx), Observed { config, time_us: score });
+        if let Some(t) = score {
             // A winner chosen by re-measurement stands: a late trial (a cancelled task reported
             // after the workload ended) is counted but does not replace it.
             if wl.finalist_gap.is_none() && wl.best_us.is_none_or(|best| t < best) {
@@ -663,6 +669,17 @@ impl Tracker {
         w.stop_search(job.id, Some(wl.idx));
         wl.state = end;
         let finalizing = self.start_finalists(w, job, wl, end).await?;
+        if !finalizing && job.max_slowdown > 0.0 {
+            // No finalists: the least-energy tuning record within the slowdown of the fastest.
+            let trials =
+                store::records::fastest_trials(w.conn(), job.id, wl.idx, crate::finalists::CANDIDATE_TRIALS).await?;
+            let figures: Vec<(f64, Option<f64>, usize)> =
+                trials.iter().enumerate().map(|(i, t)| (t.median_us, t.energy_mj, i)).collect();
+            if let Some(i) = energy::least_energy_within(&figures, job.max_slowdown) {
+                wl.best_record_id = Some(trials[i].record_id);
+                wl.best_us = job.objective().score(trials[i].median_us, trials[i].energy_mj);
+            }
+        }
         tracing::info!(
             job = job.id,
             workload = wl.idx,

@@ -167,7 +167,23 @@ pub(crate) fn combine(measured: Vec<MeasureOutcome>, rounds: u32) -> MeasureOutc
         smem_bytes: first.smem_bytes,
         measure_ms,
         sm_clock_mhz: measured.iter().map(|o| o.sm_clock_mhz).filter(|&mhz| mhz > 0).min().unwrap_or(0),
+        power: crate::energy::Power {
+            energy_mj: median_of_known(measured.iter().map(|o| o.power.energy_mj)),
+            power_w: median_of_known(measured.iter().map(|o| o.power.power_w)),
+            mean_clock_mhz: median_of_known(measured.iter().map(|o| o.power.mean_clock_mhz)),
+            temperature_c: measured.iter().filter_map(|o| o.power.temperature_c).reduce(f64::max),
+        },
+        regime: first.regime,
+        settle_ms: measured.iter().map(|o| o.settle_ms).fold(0.0, f64::max),
+        steady: measured.iter().all(|o| o.steady),
+        baseline_energy_mj: median_of_known(measured.iter().map(|o| o.baseline_energy_mj)),
     }
+}
+
+/// The median of the known values, `None` when every round's reading was unknown.
+fn median_of_known(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let known: Vec<f64> = values.flatten().collect();
+    (!known.is_empty()).then(|| median(&known))
 }
 
 /// A finalist's vendor time from the timings of the vendor's pick that followed its rounds
@@ -226,6 +242,20 @@ mod tests {
         assert_eq!((c.max_abs_err, c.max_rel_err), (Some(1e-2), None));
         assert_eq!((c.baseline_us, c.baseline_kind.as_str(), c.measure_ms), (Some(2.0), "cublasGemmEx", 30.0));
         assert_eq!(combine(vec![round(&[1.0, 2.0], 50, 0), round(&[3.0, 4.0], 50, 0)], 2).median_us, 2.5);
+    }
+
+    #[test]
+    fn rounds_give_the_median_energy_of_those_that_read_one() {
+        let mut rounds = vec![round(&[1.0], 50, 0), round(&[1.0], 50, 0), round(&[1.0], 50, 0)];
+        for (r, (e, t)) in rounds.iter_mut().zip([(Some(3.0), 60.0), (None, 70.0), (Some(5.0), 65.0)]) {
+            r.power.energy_mj = e;
+            r.power.temperature_c = Some(t);
+            r.settle_ms = t * 10.0;
+        }
+        rounds[2].steady = false;
+        let c = combine(rounds, 3);
+        assert_eq!((c.power.energy_mj, c.power.temperature_c, c.power.power_w), (Some(4.0), Some(70.0), None));
+        assert_eq!((c.settle_ms, c.steady), (700.0, false), "the longest settle; one unsteady round shows");
     }
 
     #[test]

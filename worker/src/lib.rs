@@ -21,6 +21,7 @@
 //! - [`sim`]: the `sim` backend (analytic timings, fault injection for tests).
 //! - `inject`: fault injection on a real GPU (`TENSORTUNE_INJECT_FAULTS`), for tests of isolation.
 //! - [`cuda`]: the `cuda` backend (cudarc) that runs in the child.
+//! - [`energy`]: energy per launch, power and the steady state from polled NVML readings (pure).
 //! - [`nvrtc`]: NVRTC compilation to cubins.
 //! - [`selftest`]: every template checked on one device in this process (`tensortune selftest`).
 //!
@@ -29,6 +30,7 @@
 
 mod compile_child;
 pub mod cuda;
+pub mod energy;
 pub mod nvrtc;
 pub mod params;
 pub mod protocol;

@@ -33,7 +33,8 @@ const BASELINE_ASKS: u32 = 3;
 /// record of a workload carries the same baseline.
 #[derive(Default)]
 struct Baselines {
-    known: HashMap<(String, bool), (f64, String)>,
+    /// Time, kind and energy per launch (when read) of each baseline.
+    known: HashMap<(String, bool), (f64, String, Option<f64>)>,
     asked: HashMap<(String, bool), u32>,
 }
 
@@ -55,15 +56,27 @@ impl Baselines {
         let key = (key.to_owned(), flush_l2);
         match outcome.baseline_us {
             Some(us) => {
-                self.known.entry(key).or_insert_with(|| (us, outcome.baseline_kind.clone()));
+                self.known
+                    .entry(key)
+                    .or_insert_with(|| (us, outcome.baseline_kind.clone(), outcome.baseline_energy_mj));
             }
             None => {
-                if let Some((us, kind)) = self.known.get(&key) {
+                if let Some((us, kind, energy)) = self.known.get(&key) {
                     outcome.baseline_us = Some(*us);
                     outcome.baseline_kind = kind.clone();
+                    outcome.baseline_energy_mj = *energy;
                 }
             }
         }
+    }
+}
+
+/// The key a plan's baselines are remembered under: its workload's, and for the sustained regime
+/// apart from burst's (the vendor reads slower at the power-capped clock).
+fn baseline_key(plan: &Plan) -> String {
+    match plan.sampling.regime {
+        tensortune_kernels::energy::Regime::Burst => plan.workload_key.clone(),
+        regime => format!("{} {regime}", plan.workload_key),
     }
 }
 
@@ -167,7 +180,7 @@ impl Measurer<'_> {
         support: &Image,
         pass: Pass,
     ) -> anyhow::Result<MeasureOutcome> {
-        let (key, flush_l2) = (&plan.workload_key, plan.sampling.flush_l2);
+        let (key, flush_l2) = (&baseline_key(plan), plan.sampling.flush_l2);
         let request = plan.request(task_id, kernel, support, self.baselines.wanted(key, flush_l2), pass);
         let fresh_baseline = request.fresh_baseline;
         let span = tracing::info_span!("measure", task = task_id, kernel = %plan.spec.name, gpu = %self.shared.gpu);
@@ -290,7 +303,7 @@ impl Measurer<'_> {
                             None => {
                                 outcome.baseline_us = None;
                                 let plan = &kernel.plan;
-                                self.baselines.settle(&plan.workload_key, plan.sampling.flush_l2, &mut outcome);
+                                self.baselines.settle(&baseline_key(plan), plan.sampling.flush_l2, &mut outcome);
                             }
                         }
                     }

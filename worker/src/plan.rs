@@ -1,6 +1,7 @@
 //! What follows from a task alone: its workload and template (the [`Subject`]), and for each of
 //! its configs the generated kernel, the analytic times and the child's [`MeasureRequest`].
 
+use tensortune_kernels::energy::Regime;
 use tensortune_kernels::gemm::vendor_model_us;
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::{Config, KernelSpec, Layout, Matmul, Target, Template, Workload, registry, short_digest};
@@ -32,6 +33,14 @@ const FINALIST_LAUNCHES: u32 = 5000;
 const MIN_BATCH: u32 = 50;
 /// Timing samples of a task that names none (the tracker's default for jobs).
 const DEFAULT_SAMPLES: u32 = 10;
+/// The window a measurement's energy is read over, milliseconds: NVML's counter advances every
+/// few milliseconds in steps of about a millijoule, so a trial's 10 ms of samples would read
+/// mostly the counter's steps. A finalist's half second of samples is read directly.
+const ENERGY_MS: f64 = crate::energy::MIN_WINDOW_MS;
+/// The longest a sustained measurement waits for the steady state, milliseconds: an H100 at its
+/// power cap settles in a few seconds; a kernel that never does is timed at the cap, marked
+/// unsteady.
+const SETTLE_CAP_MS: f64 = 20_000.0;
 
 /// How a task's measurements are sampled (the job's settings).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,12 +49,21 @@ pub(crate) struct Sampling {
     pub(crate) samples: u32,
     /// One launch per sample from a cold L2.
     pub(crate) flush_l2: bool,
+    /// The clock regime to time in.
+    pub(crate) regime: Regime,
+    /// Skip the energy window (the job reads no energy).
+    pub(crate) no_energy: bool,
 }
 
 impl Sampling {
-    /// The sampling a task asks for.
+    /// The sampling a task asks for (a regime this build does not know is measured as burst,
+    /// with a warning: the tracker validated it, so it comes from a newer tracker).
     pub(crate) fn of_task(task: &pb::Task) -> Sampling {
-        Sampling { samples: task.samples, flush_l2: task.flush_l2 }
+        let regime = Regime::parse(&task.regime).unwrap_or_else(|e| {
+            tracing::warn!(task = task.task_id, "{e}; measuring it as burst");
+            Regime::Burst
+        });
+        Sampling { samples: task.samples, flush_l2: task.flush_l2, regime, no_energy: task.no_energy }
     }
 }
 
@@ -152,6 +170,7 @@ impl Plan {
     ) -> MeasureRequest {
         let spec = &self.spec;
         let samples = if self.sampling.samples == 0 { DEFAULT_SAMPLES } else { self.sampling.samples };
+        let sustained = self.sampling.regime == Regime::Sustained;
         MeasureRequest {
             task_id,
             workload: self.workload,
@@ -171,9 +190,14 @@ impl Plan {
                 Pass::FinalistWarmUp | Pass::FinalistRound => (FINALIST_LAUNCHES / samples).max(MIN_BATCH),
             },
             flush_l2: self.sampling.flush_l2,
-            baseline: baseline || pass != Pass::Trial,
-            fresh_baseline: pass != Pass::Trial,
+            // Sustained: the vendor is timed in every measurement, right after the kernel, in the
+            // same settled state (a baseline from another moment would compare two clocks).
+            baseline: baseline || pass != Pass::Trial || sustained,
+            fresh_baseline: pass != Pass::Trial || sustained,
             repick_baseline: pass == Pass::FinalistWarmUp,
+            regime: self.sampling.regime,
+            settle_cap_ms: if sustained { SETTLE_CAP_MS } else { 0.0 },
+            energy_ms: if self.sampling.no_energy { 0.0 } else { ENERGY_MS },
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }
@@ -247,5 +271,27 @@ mod tests {
         assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));
         // The task's own baseline wish still holds on a trial.
         assert!(plan.request(5, &image, &image, true, Pass::Trial).baseline);
+    }
+
+    #[test]
+    fn sustained_trials_settle_and_time_the_vendor_beside_every_kernel() {
+        let mut plan = crate::reference::plan(&Target::sm90()).expect("the drift reference plans for sm_90");
+        let image = Image { cubin: vec![1, 2, 3] };
+        let burst = plan.request(5, &image, &image, false, Pass::Trial);
+        assert_eq!(
+            (burst.regime, burst.settle_cap_ms, burst.baseline, burst.fresh_baseline),
+            (Regime::Burst, 0.0, false, false)
+        );
+        assert_eq!(burst.energy_ms, crate::energy::MIN_WINDOW_MS, "every trial reads its energy");
+        plan.sampling.regime = Regime::Sustained;
+        let sustained = plan.request(5, &image, &image, false, Pass::Trial);
+        assert_eq!((sustained.regime, sustained.baseline, sustained.fresh_baseline), (Regime::Sustained, true, true));
+        assert_eq!(sustained.settle_cap_ms, SETTLE_CAP_MS);
+        let task = pb::Task { regime: "sustained".into(), samples: 3, ..Default::default() };
+        assert_eq!(Sampling::of_task(&task).regime, Regime::Sustained);
+        assert_eq!(Sampling::of_task(&pb::Task::default()).regime, Regime::Burst, "trackers that predate regimes");
+        plan.sampling.no_energy = true;
+        assert_eq!(plan.request(5, &image, &image, false, Pass::Trial).energy_ms, 0.0, "a job that reads no energy");
+        assert!(Sampling::of_task(&pb::Task { no_energy: true, ..Default::default() }).no_energy);
     }
 }

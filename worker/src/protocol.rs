@@ -9,6 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 use tensortune_kernels::Workload;
+use tensortune_kernels::energy::Regime;
 use tensortune_kernels::support::Tolerance;
 
 /// Outcome classes of one measurement: the one definition every crate uses.
@@ -73,6 +74,20 @@ pub struct MeasureRequest {
     /// not in the short burst at the start of the tuning).
     #[serde(default)]
     pub repick_baseline: bool,
+    /// The clock regime to time in: burst (as before regimes) or sustained (after the GPU reached
+    /// its steady state running the kernel, see `energy::settled_at`; the vendor's pick is then
+    /// timed again right after the kernel, in the same state).
+    #[serde(default)]
+    pub regime: Regime,
+    /// The longest a sustained measurement runs the kernel waiting for the steady state,
+    /// milliseconds; at the cap it is timed anyway and says it was not steady.
+    #[serde(default)]
+    pub settle_cap_ms: f64,
+    /// The window energy is read over, milliseconds (at least `energy::MIN_WINDOW_MS`; 0: no
+    /// energy reading). Timed samples that last this long are read directly; shorter ones are
+    /// followed by this long a run of the same launches.
+    #[serde(default)]
+    pub energy_ms: f64,
     /// The analytic model's time, microseconds (what `sim` reports).
     pub model_us: f64,
     /// The analytic vendor time, microseconds (what `sim` reports as baseline).
@@ -110,6 +125,26 @@ pub struct MeasureOutcome {
     pub measure_ms: f64,
     /// SM clock read around the measurement, MHz (0 when unknown).
     pub sm_clock_mhz: u32,
+    /// Energy per launch, mean power, mean clock and temperature over the energy window (each
+    /// unknown where it could not be read).
+    #[serde(default)]
+    pub power: crate::energy::Power,
+    /// The regime it was timed in.
+    #[serde(default)]
+    pub regime: Regime,
+    /// Sustained: how long the kernel ran before it was found steady (or the cap), ms.
+    #[serde(default)]
+    pub settle_ms: f64,
+    /// Sustained: whether the steady state was found before the cap (true for burst).
+    #[serde(default = "steady_default")]
+    pub steady: bool,
+    /// The vendor baseline's energy per launch, mJ, when read.
+    #[serde(default)]
+    pub baseline_energy_mj: Option<f64>,
+}
+
+fn steady_default() -> bool {
+    true
 }
 
 impl MeasureOutcome {
@@ -130,6 +165,11 @@ impl MeasureOutcome {
             smem_bytes: 0,
             measure_ms: 0.0,
             sm_clock_mhz: 0,
+            power: crate::energy::Power::default(),
+            regime: Regime::Burst,
+            settle_ms: 0.0,
+            steady: true,
+            baseline_energy_mj: None,
         }
     }
 }
@@ -235,6 +275,9 @@ mod tests {
             baseline: false,
             fresh_baseline: false,
             repick_baseline: false,
+            regime: Regime::Burst,
+            settle_cap_ms: 0.0,
+            energy_ms: 0.0,
             model_us: 1.0,
             vendor_model_us: 1.0,
         };

@@ -75,6 +75,14 @@ pub(crate) fn measurement(outcome: MeasureOutcome, compile: Compile, provenance:
         registers: outcome.registers,
         smem_bytes: outcome.smem_bytes,
         vendor_algo,
+        energy_mj: outcome.power.energy_mj,
+        power_w: outcome.power.power_w,
+        mean_clock_mhz: outcome.power.mean_clock_mhz,
+        temperature_c: outcome.power.temperature_c,
+        regime: outcome.regime.name().to_owned(),
+        settle_ms: outcome.settle_ms,
+        steady: outcome.steady,
+        baseline_energy_mj: outcome.baseline_energy_mj,
     }
 }
 
@@ -133,6 +141,30 @@ mod tests {
         assert_eq!(
             (prov.worker_name.as_str(), prov.nvrtc_version.as_str(), prov.sm_clock_mhz),
             ("box/sim", "13.0", 1980)
+        );
+    }
+
+    #[test]
+    fn records_carry_energy_and_regime_and_unknown_stays_unset() {
+        let mut outcome = MeasureOutcome::failed(Status::Ok, "");
+        outcome.power = crate::energy::Power {
+            energy_mj: Some(11.1),
+            power_w: Some(650.0),
+            mean_clock_mhz: Some(1755.0),
+            temperature_c: None,
+        };
+        (outcome.regime, outcome.settle_ms, outcome.steady) =
+            (tensortune_kernels::energy::Regime::Sustained, 4200.0, false);
+        let m = measurement(outcome, Compile::default(), &pb::Provenance::default());
+        assert_eq!(
+            (m.energy_mj, m.power_w, m.mean_clock_mhz, m.temperature_c),
+            (Some(11.1), Some(650.0), Some(1755.0), None)
+        );
+        assert_eq!((m.regime.as_str(), m.settle_ms, m.steady), ("sustained", 4200.0, false));
+        let plain = measurement(MeasureOutcome::failed(Status::Ok, ""), Compile::default(), &pb::Provenance::default());
+        assert_eq!(
+            (plain.energy_mj, plain.baseline_energy_mj, plain.regime.as_str(), plain.steady),
+            (None, None, "burst", true)
         );
     }
 }

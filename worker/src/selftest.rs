@@ -447,6 +447,9 @@ fn measure_workload(
                             baseline: first && !selection.no_baseline,
                             fresh_baseline: false,
                             repick_baseline: false,
+                            regime: Default::default(),
+                            settle_cap_ms: 0.0,
+                            energy_ms: 0.0,
                             model_us: template.model_us(w, &k.config, target).unwrap_or(0.0),
                             vendor_model_us: plan::vendor_time(w),
                         };

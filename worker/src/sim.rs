@@ -9,6 +9,12 @@
 //! client's report is exercised without a GPU. An L2 flush
 //! changes no time (the model has no cache); it only shows as a batch of 1, as on a GPU.
 //!
+//! Energy ([`power_model`]): a board of [`SIM_CAP_W`] whose draw grows with how hard a kernel works
+//! (its modelled time against the vendor's) and varies by kernel (a per-kernel factor from its
+//! name), so that the least-energy config is not always the fastest. Burst runs at full clock and
+//! may draw past the cap; sustained holds the cap, which slows a kernel that wanted more and
+//! lowers its clock. Deterministic, so that tests can compare energies across runs.
+//!
 //! Fault injection: [`SimFault`]s, passed to the child as JSON in the [`SIM_FAULTS_ENV`]
 //! environment variable, make it abort or hang when asked to measure a given kernel, so tests can
 //! exercise the daemon's supervision with real dying and hanging processes.
@@ -17,6 +23,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tensortune_kernels::energy::Regime;
 use tensortune_kernels::{Target, Workload};
 
 use crate::protocol::{Device, Executor, MeasureOutcome, MeasureRequest, Status};
@@ -27,6 +34,62 @@ pub const SIM_FAULTS_ENV: &str = "TENSORTUNE_SIM_FAULTS";
 
 /// Half-width of the per-sample jitter, as a fraction of the modelled time.
 const JITTER: f64 = 0.005;
+/// The simulated board's power cap, watts (an H100 SXM's).
+pub const SIM_CAP_W: f64 = 700.0;
+/// Its idle draw, watts.
+const SIM_IDLE_W: f64 = 150.0;
+/// Its full clock, MHz.
+const SIM_CLOCK_MHZ: f64 = 1980.0;
+
+/// What `sim` reads for a kernel: the time factor the regime puts on its modelled time and its
+/// energy and state.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SimPower {
+    /// Time in this regime over the modelled (burst) time: 1 for burst, >= 1 sustained.
+    pub slowdown: f64,
+    /// Mean board power, watts.
+    pub power_w: f64,
+    /// Mean SM clock, MHz.
+    pub clock_mhz: f64,
+    /// Temperature, degrees Celsius.
+    pub temperature_c: f64,
+    /// How long the kernel ran before it was steady (sustained), milliseconds.
+    pub settle_ms: f64,
+}
+
+/// The power model of a kernel called `name` that the analytic model times at `model_us`
+/// (the vendor at `vendor_us`), in `regime`. Burst: idle plus up to 700 W more as the kernel's
+/// time nears the vendor's, times a per-kernel factor in [0.85, 1.15]. Sustained: the same draw
+/// held to the cap, the clock (and the time) scaled down by the square root of the excess.
+pub fn power_model(name: &str, model_us: f64, vendor_us: f64, regime: Regime) -> SimPower {
+    let work = if model_us > 0.0 && vendor_us > 0.0 { (vendor_us / model_us).clamp(0.2, 1.0) } else { 0.5 };
+    let factor = 0.85 + 0.3 * (jitter(name_seed(name), 0) - (1.0 - JITTER)) / (2.0 * JITTER);
+    let burst_w = SIM_IDLE_W + 700.0 * work * factor;
+    match regime {
+        Regime::Burst => SimPower {
+            slowdown: 1.0,
+            power_w: burst_w,
+            clock_mhz: SIM_CLOCK_MHZ,
+            temperature_c: (40.0 + 0.03 * burst_w).round(),
+            settle_ms: 0.0,
+        },
+        Regime::Sustained => {
+            let excess = (burst_w / SIM_CAP_W).max(1.0);
+            SimPower {
+                slowdown: excess.sqrt(),
+                power_w: burst_w.min(SIM_CAP_W),
+                clock_mhz: (SIM_CLOCK_MHZ / excess.sqrt()).round(),
+                temperature_c: (55.0 + 0.03 * burst_w.min(SIM_CAP_W)).round(),
+                settle_ms: (3000.0 * work).round(),
+            }
+        }
+    }
+}
+
+/// A stable seed from a kernel's name (FNV-1a).
+fn name_seed(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
 
 /// What an injected fault does to the child.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,10 +249,13 @@ impl Executor for SimExecutor {
             // A fresh baseline "re-times" the model: the same figure.
             self.baselines.entry(request.workload_key.clone()).or_insert(request.vendor_model_us);
         }
-        let baseline_us = self.baselines.get(&request.workload_key).copied();
+        let state = power_model(&request.launch.name, request.model_us, request.vendor_model_us, request.regime);
+        let vendor = power_model("vendor", request.vendor_model_us, request.vendor_model_us, request.regime);
+        // The vendor in the same regime: burst keeps the figure "timed" once per session.
+        let baseline_us = self.baselines.get(&request.workload_key).map(|us| us * vendor.slowdown);
+        let model_us = request.model_us * state.slowdown;
 
-        let samples_us: Vec<f64> =
-            (0..request.samples.max(1)).map(|i| request.model_us * jitter(request.task_id, i)).collect();
+        let samples_us: Vec<f64> = (0..request.samples.max(1)).map(|i| model_us * jitter(request.task_id, i)).collect();
         let mut sorted = samples_us.clone();
         sorted.sort_by(f64::total_cmp);
         let median_us = median(&sorted);
@@ -216,6 +282,17 @@ impl Executor for SimExecutor {
             smem_bytes: request.launch.smem_bytes,
             measure_ms: start.elapsed().as_secs_f64() * 1e3,
             sm_clock_mhz: 0,
+            power: crate::energy::Power {
+                // W x us = uJ; mJ is a thousandth.
+                energy_mj: (request.energy_ms > 0.0).then_some(state.power_w * median_us * 1e-3),
+                power_w: (request.energy_ms > 0.0).then_some(state.power_w),
+                mean_clock_mhz: (request.energy_ms > 0.0).then_some(state.clock_mhz),
+                temperature_c: (request.energy_ms > 0.0).then_some(state.temperature_c),
+            },
+            regime: request.regime,
+            settle_ms: state.settle_ms,
+            steady: true,
+            baseline_energy_mj: baseline_us.filter(|_| request.energy_ms > 0.0).map(|us| vendor.power_w * us * 1e-3),
         }
     }
 
@@ -262,6 +339,9 @@ mod tests {
             baseline,
             fresh_baseline: false,
             repick_baseline: false,
+            regime: Regime::Burst,
+            settle_cap_ms: 0.0,
+            energy_ms: 100.0,
             model_us: 10.0,
             vendor_model_us: 3.0,
         }
@@ -315,6 +395,51 @@ mod tests {
         );
         let large = vendor_algo(&mm(8192, 8192, 8192), &target);
         assert!(large.contains("tile=128x256x64") && large.contains("cluster=2x1x1 splitk=1 swizzle"), "{large}");
+    }
+
+    #[test]
+    fn energy_is_power_times_time_and_sustained_holds_the_cap() {
+        let mut sim = SimExecutor::new(Vec::new());
+        let burst = sim.measure(&request(7, true));
+        let e = burst.power.energy_mj.expect("sim reads energy");
+        let w = burst.power.power_w.unwrap();
+        assert!((e - w * burst.median_us * 1e-3).abs() < 1e-9, "{burst:?}");
+        assert!((150.0..=1000.0).contains(&w), "{w}");
+        assert_eq!((burst.regime, burst.settle_ms, burst.steady), (Regime::Burst, 0.0, true));
+        assert_eq!(burst.power.mean_clock_mhz, Some(SIM_CLOCK_MHZ));
+        assert!(burst.baseline_energy_mj.is_some());
+        // The same config again reads the same energy; another kernel another.
+        assert_eq!(sim.measure(&request(7, true)).power, burst.power);
+        let mut other = request(7, true);
+        other.launch.name = "k2".into();
+        assert_ne!(sim.measure(&other).power.power_w, burst.power.power_w);
+        // A kernel twice as long reads twice the energy at the same power.
+        let mut long = request(7, true);
+        (long.model_us, long.vendor_model_us) = (20.0, 6.0);
+        let ratio = sim.measure(&long).power.energy_mj.unwrap() / e;
+        assert!((ratio - 2.0).abs() < 0.02, "{ratio}");
+        // Sustained: never above the cap, never faster, and it says how long it settled.
+        let sustained = sim.measure(&MeasureRequest { regime: Regime::Sustained, ..request(7, true) });
+        assert!(sustained.power.power_w.unwrap() <= SIM_CAP_W && sustained.median_us >= burst.median_us);
+        assert!(sustained.settle_ms > 0.0 && sustained.regime == Regime::Sustained);
+        // No energy window asked: unknown.
+        let none = sim.measure(&MeasureRequest { energy_ms: 0.0, ..request(7, true) });
+        assert_eq!((none.power.energy_mj, none.baseline_energy_mj), (None, None));
+    }
+
+    #[test]
+    fn a_kernel_drawing_past_the_cap_slows_down_sustained() {
+        // As fast as the vendor: the most work, the most power.
+        let hot =
+            (0..64).map(|i| power_model(&format!("k{i}"), 3.0, 3.0, Regime::Burst)).find(|p| p.power_w > SIM_CAP_W);
+        let hot = hot.expect("some kernel draws past the cap in burst");
+        assert_eq!(hot.slowdown, 1.0);
+        let name = (0..64)
+            .map(|i| format!("k{i}"))
+            .find(|n| power_model(n, 3.0, 3.0, Regime::Burst).power_w > SIM_CAP_W)
+            .unwrap();
+        let held = power_model(&name, 3.0, 3.0, Regime::Sustained);
+        assert!(held.slowdown > 1.0 && held.power_w == SIM_CAP_W && held.clock_mhz < SIM_CLOCK_MHZ, "{held:?}");
     }
 
     #[test]

@@ -115,6 +115,9 @@ fn main() -> anyhow::Result<()> {
             baseline: true,
             fresh_baseline: false,
             repick_baseline: false,
+            regime: Default::default(),
+            settle_cap_ms: 0.0,
+            energy_ms: 0.0,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };

@@ -69,6 +69,9 @@ fn main() -> anyhow::Result<()> {
             baseline: (r == 0 || alternate) && std::env::var_os("TT_NO_BASELINE").is_none(),
             fresh_baseline: r > 0 && alternate,
             repick_baseline: false,
+            regime: Default::default(),
+            settle_cap_ms: 0.0,
+            energy_ms: 0.0,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use tensortune_kernels::energy::{self, Objective, Regime};
 use tensortune_kernels::registry::by_name;
 use tensortune_kernels::{Template, Workload};
 use tensortune_proto::convert::{device_from_target, status_name, target_from_device};
@@ -13,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::finalists::FinalistView;
 use crate::jobs::{JobView, MAX_WORKLOADS};
 use crate::model::{
-    Device, EarlyStop, JobRequest, JobState, Measurement, Provenance, Registration, Reported, Status, TaskKind,
+    Device, EarlyStop, JobRequest, JobState, Measurement, Power, Provenance, Registration, Reported, Status, TaskKind,
     TemplateRef, WorkloadState,
 };
 use crate::store::records::Record;
@@ -148,7 +149,14 @@ pub(crate) fn job_request(req: pb::SubmitJobRequest) -> Result<JobRequest> {
         n => n,
     };
     let weights = job_weights(&req.weights, workloads.len())?;
+    let regime = Regime::parse(&req.regime).map_err(|e| Error::invalid("regime", e))?;
+    let objective = Objective::parse(&req.objective).map_err(|e| Error::invalid("objective", e))?;
+    let max_slowdown = energy::check_slowdown(req.max_slowdown).map_err(|e| Error::invalid("max_slowdown", e))?;
     Ok(JobRequest {
+        regime,
+        objective,
+        max_slowdown,
+        no_energy: req.no_energy,
         weights,
         workloads,
         template,
@@ -325,8 +333,46 @@ fn measurement_at(at: &str, m: pb::Measurement) -> Result<Measurement> {
             return Err(Error::invalid(format!("{at}.{field}"), format!("{v} must be >= 0, or unset")));
         }
     }
+    // Energy figures are positive or unknown: a 0 from a worker that could not read one is
+    // refused rather than stored as a reading.
+    for (field, v) in [
+        ("energy_mj", m.energy_mj),
+        ("power_w", m.power_w),
+        ("mean_clock_mhz", m.mean_clock_mhz),
+        ("baseline_energy_mj", m.baseline_energy_mj),
+    ] {
+        if let Some(v) = v
+            && !(v.is_finite() && v > 0.0)
+        {
+            return Err(Error::invalid(
+                format!("{at}.{field}"),
+                format!("{v} must be finite and > 0, or unset (unknown)"),
+            ));
+        }
+    }
+    if let Some(t) = m.temperature_c
+        && !(t.is_finite() && (-50.0..=200.0).contains(&t))
+    {
+        return Err(Error::invalid(
+            format!("{at}.temperature_c"),
+            format!("{t} must be -50 ..= 200 degrees, or unset"),
+        ));
+    }
+    let regime = Regime::parse(&m.regime).map_err(|e| Error::invalid(format!("{at}.regime"), e))?;
+    time("settle_ms", m.settle_ms)?;
     let p = m.provenance.unwrap_or_default();
     Ok(Measurement {
+        power: Power {
+            energy_mj: m.energy_mj,
+            power_w: m.power_w,
+            mean_clock_mhz: m.mean_clock_mhz,
+            temperature_c: m.temperature_c,
+        },
+        regime,
+        settle_ms: m.settle_ms,
+        // Burst records are steady by definition; older workers send false for it.
+        steady: m.steady || regime == Regime::Burst,
+        baseline_energy_mj: m.baseline_energy_mj,
         status,
         error: m.error,
         compile_ms: m.compile_ms,
@@ -462,6 +508,14 @@ pub(crate) fn record(r: Record) -> pb::Record {
             registers: r.registers,
             smem_bytes: r.smem_bytes,
             vendor_algo: r.vendor_algo,
+            energy_mj: r.energy_mj,
+            power_w: r.power_w,
+            mean_clock_mhz: r.mean_clock_mhz,
+            temperature_c: r.temperature_c,
+            regime: r.regime,
+            settle_ms: r.settle_ms,
+            steady: r.steady,
+            baseline_energy_mj: r.baseline_energy_mj,
         }),
         tflops: r.tflops,
         speedup: r.speedup,
@@ -540,6 +594,10 @@ pub(crate) fn job(view: JobView) -> pb::Job {
         flush_l2: job.flush_l2,
         transfer: job.transfer,
         total_trials: job.total_trials,
+        regime: job.regime,
+        objective: job.objective,
+        max_slowdown: job.max_slowdown,
+        no_energy: job.no_energy,
         templates: job
             .templates
             .0
@@ -579,6 +637,8 @@ pub(crate) fn task(t: LeasedTask) -> pb::Task {
         lease_expires_ms: t.lease_expires_ms,
         lease_serial: t.attempts,
         flush_l2: t.flush_l2,
+        regime: t.regime,
+        no_energy: t.no_energy,
         finalist_indices: t.finalists.0.iter().map(|f| f.config_index).collect(),
         finalist_configs: t.finalists.0.into_iter().map(|f| f.config).collect(),
         rounds: if finalist { t.finalist_rounds } else { 0 },

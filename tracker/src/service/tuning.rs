@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tensortune_kernels::Workload;
+use tensortune_kernels::energy::Regime;
 use tensortune_kernels::registry::{self, by_name};
 use tensortune_proto::pb;
 use tensortune_proto::pb::tuning_server::Tuning;
@@ -132,7 +133,8 @@ impl Tuning for TuningService {
             vec![(t.name(), if req.template_version == 0 { t.version() } else { req.template_version })]
         };
         let class = Some(req.device_class.as_str()).filter(|c| !c.is_empty());
-        let best = self.tracker.best(&workload, &templates, class, req.nearest).await?;
+        let regime = Regime::parse(&req.regime).map_err(|e| Error::invalid("regime", e))?;
+        let best = self.tracker.best(&workload, &templates, class, regime, req.nearest).await?;
         let mut devices = Vec::with_capacity(best.len());
         for r in &best {
             let target = match self.tracker.class_target(&r.device_class).await? {

@@ -4,6 +4,7 @@ use super::{Exec, Json, json, on, sql};
 use crate::error::Result;
 use crate::model::{JobId, JobState};
 use crate::tuner::TunerKind;
+use tensortune_kernels::energy::{Objective, Regime};
 
 /// A job as stored.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -43,6 +44,14 @@ pub(crate) struct JobRow {
     /// Trials the whole job may measure, shared by expected gain; 0: none.
     #[sqlx(try_from = "i64")]
     pub(crate) total_trials: u32,
+    /// `burst` or `sustained`.
+    pub(crate) regime: String,
+    /// `time`, `energy` or `edp`.
+    pub(crate) objective: String,
+    /// The least-energy pick within this fraction of the fastest; 0: off.
+    pub(crate) max_slowdown: f64,
+    /// Its measurements skip their energy window.
+    pub(crate) no_energy: bool,
     /// Why the job failed or was cancelled, or what went wrong on the way to done (workloads that
     /// finished without their finalists).
     pub(crate) error: String,
@@ -54,6 +63,11 @@ pub(crate) struct JobRow {
 }
 
 impl JobRow {
+    /// What the job minimises.
+    pub(crate) fn objective(&self) -> Objective {
+        Objective::parse(&self.objective).unwrap_or_default()
+    }
+
     /// The tuner's seed.
     pub(crate) fn seed(&self) -> u64 {
         self.seed as u64
@@ -85,6 +99,10 @@ pub(crate) struct NewJob<'a> {
     pub(crate) flush_l2: bool,
     pub(crate) transfer: bool,
     pub(crate) total_trials: u32,
+    pub(crate) regime: Regime,
+    pub(crate) objective: Objective,
+    pub(crate) max_slowdown: f64,
+    pub(crate) no_energy: bool,
     /// The submitting token.
     pub(crate) token_id: Option<i64>,
 }
@@ -95,8 +113,10 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, job: &NewJob<'_>, now: i64) -
         sqlx::query_scalar(
         "INSERT INTO jobs (state, template, template_version, tuner, device_class, trials, batch_size, seed, samples,
                            label, early_stop_trials, early_stop_margin, finalists, finalist_rounds, flush_l2,
-                           transfer, total_trials, templates, created_ms, updated_ms, token_id)
-         VALUES ('queued', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $18, $17, $17, $19)
+                           transfer, total_trials, templates, created_ms, updated_ms, token_id, regime, objective,
+                           max_slowdown, no_energy)
+         VALUES ('queued', $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $18, $17, $17, $19,
+                 $20, $21, $22, $23)
          RETURNING id",
     )
     .bind(job.template)
@@ -118,6 +138,10 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, job: &NewJob<'_>, now: i64) -
     .bind(now)
     .bind(json(job.templates))
     .bind(job.token_id)
+    .bind(job.regime.name())
+    .bind(job.objective.name())
+    .bind(job.max_slowdown)
+    .bind(job.no_energy)
     .fetch_one(c).await
     })?;
     Ok(id)

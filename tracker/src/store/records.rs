@@ -1,6 +1,7 @@
 //! Queries on `records`.
 
 use tensortune_kernels::Workload;
+use tensortune_kernels::energy::{Objective, Regime};
 
 use super::{Exec, Json, json, on, sql};
 use crate::error::Result;
@@ -55,6 +56,22 @@ pub(crate) struct Record {
     pub(crate) token_id: Option<i64>,
     /// Why the record is not trusted (never wins, never answers `best`), if it is not.
     pub(crate) untrusted: Option<String>,
+    /// Millijoules per launch over the timed window (unknown: NULL).
+    pub(crate) energy_mj: Option<f64>,
+    /// Mean board power, watts.
+    pub(crate) power_w: Option<f64>,
+    /// Mean SM clock, MHz.
+    pub(crate) mean_clock_mhz: Option<f64>,
+    /// Degrees Celsius at the end of the window.
+    pub(crate) temperature_c: Option<f64>,
+    /// `burst` or `sustained`.
+    pub(crate) regime: String,
+    /// Sustained: how long it ran before it was steady, ms.
+    pub(crate) settle_ms: f64,
+    /// Sustained: whether it was found steady.
+    pub(crate) steady: bool,
+    /// The vendor baseline's energy per launch, mJ.
+    pub(crate) baseline_energy_mj: Option<f64>,
 }
 
 /// The identity and outcome of a record, enough to update a job's progress.
@@ -65,12 +82,15 @@ pub(crate) struct Outcome {
     pub(crate) median_us: f64,
     /// False for a record marked untrusted: its time counts for nothing.
     pub(crate) trusted: bool,
+    /// Millijoules per launch, when read.
+    pub(crate) energy_mj: Option<f64>,
 }
 
 impl Outcome {
-    /// Whether the record gives a time to trust.
-    pub(crate) fn ok(&self) -> bool {
-        self.status == Status::Ok && self.trusted && self.median_us > 0.0
+    /// The record's score for `objective` (smaller is better), when it gives one to trust: ok,
+    /// trusted, and with the energy the objective needs.
+    pub(crate) fn score(&self, objective: Objective) -> Option<f64> {
+        (self.status == Status::Ok && self.trusted).then(|| objective.score(self.median_us, self.energy_mj)).flatten()
     }
 }
 
@@ -108,9 +128,10 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, r: &NewRecord<'_>, now: i64) 
                               config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
                               spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers,
                               smem_bytes, cache_hit, provenance, tflops, speedup, created_ms, remeasure, finalist_pos,
-                              token_id, untrusted, vendor_algo)
+                              token_id, untrusted, vendor_algo, energy_mj, power_w, mean_clock_mhz, temperature_c,
+                              regime, settle_ms, steady, baseline_energy_mj)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                 $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34)
+                 $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42)
          RETURNING id",
     )
     .bind(r.task_id)
@@ -147,6 +168,14 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, r: &NewRecord<'_>, now: i64) 
     .bind(r.token_id)
     .bind(r.untrusted)
     .bind(&m.vendor_algo)
+    .bind(m.power.energy_mj)
+    .bind(m.power.power_w)
+    .bind(m.power.mean_clock_mhz)
+    .bind(m.power.temperature_c)
+    .bind(m.regime.name())
+    .bind(m.settle_ms)
+    .bind(m.steady)
+    .bind(m.baseline_energy_mj)
     .fetch_one(c)
     .await)?)
 }
@@ -164,6 +193,8 @@ pub(crate) async fn get_many(e: impl Into<Exec<'_>>, ids: &[RecordId]) -> Result
 
 /// The content key of a measurement: records with equal keys measured the same kernel.
 pub(crate) struct ContentKey<'a> {
+    /// The regime it was timed in: a burst record never answers a sustained trial.
+    pub(crate) regime: &'a str,
     pub(crate) workload_key: &'a str,
     pub(crate) template: &'a str,
     pub(crate) template_version: u32,
@@ -176,9 +207,9 @@ pub(crate) struct ContentKey<'a> {
 /// Re-measurements are left out so that a trial always points at a tuning record.
 pub(crate) async fn reusable(e: impl Into<Exec<'_>>, key: &ContentKey<'_>) -> Result<Option<Outcome>> {
     Ok(on!(e, |c, pg| sqlx::query_as(
-        "SELECT id, status, median_us, untrusted IS NULL AS trusted FROM records
+        "SELECT id, status, median_us, untrusted IS NULL AS trusted, energy_mj FROM records
          WHERE workload_key = $1 AND template = $2 AND template_version = $3 AND device_class = $4 AND config = $5
-           AND status NOT IN ('timeout', 'device_lost') AND NOT remeasure AND untrusted IS NULL
+           AND regime = $6 AND status NOT IN ('timeout', 'device_lost') AND NOT remeasure AND untrusted IS NULL
          ORDER BY id LIMIT 1",
     )
     .bind(key.workload_key)
@@ -186,6 +217,7 @@ pub(crate) async fn reusable(e: impl Into<Exec<'_>>, key: &ContentKey<'_>) -> Re
     .bind(i64::from(key.template_version))
     .bind(key.device_class)
     .bind(key.config)
+    .bind(key.regime)
     .fetch_optional(c)
     .await)?)
 }
@@ -200,13 +232,15 @@ pub(crate) struct Trial {
     pub(crate) config: String,
     pub(crate) record_id: RecordId,
     pub(crate) median_us: f64,
+    /// Millijoules per launch, when read.
+    pub(crate) energy_mj: Option<f64>,
 }
 
 /// The `limit` fastest ok trials of workload `idx` of `job` (by the median of the record each
 /// trial points at, reused records included), fastest first. Each trial has its own config.
 pub(crate) async fn fastest_trials(e: impl Into<Exec<'_>>, job: JobId, idx: u32, limit: u32) -> Result<Vec<Trial>> {
     Ok(on!(e, |c, pg| sqlx::query_as(
-        "SELECT t.template, t.template_version, t.config_index, t.config, r.id AS record_id, r.median_us
+        "SELECT t.template, t.template_version, t.config_index, t.config, r.id AS record_id, r.median_us, r.energy_mj
          FROM tasks t JOIN records r ON r.id = t.record_id
          WHERE t.job_id = $1 AND t.workload_idx = $2 AND t.kind = 'tuning' AND t.state = 'done' AND r.status = 'ok'
            AND r.untrusted IS NULL
@@ -231,6 +265,8 @@ pub(crate) struct TrialOutcome {
     pub(crate) median_us: f64,
     /// False for a record marked untrusted.
     pub(crate) trusted: bool,
+    /// Millijoules per launch, when read.
+    pub(crate) energy_mj: Option<f64>,
 }
 
 /// The outcomes of the finished tuning trials of workload `idx` of `job` (the record each points
@@ -239,7 +275,7 @@ pub(crate) struct TrialOutcome {
 pub(crate) async fn trial_outcomes(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Result<Vec<TrialOutcome>> {
     Ok(on!(e, |c, pg| sqlx::query_as(
         "SELECT t.template, t.template_version, t.config_index, r.status, r.median_us,
-                r.untrusted IS NULL AS trusted
+                r.untrusted IS NULL AS trusted, r.energy_mj
          FROM tasks t JOIN records r ON r.id = t.record_id
          WHERE t.job_id = $1 AND t.workload_idx = $2 AND t.kind = 'tuning' AND t.state = 'done'
          ORDER BY t.trial, t.updated_ms, t.id",
@@ -327,6 +363,7 @@ pub(crate) async fn best(
     workload_key: &str,
     templates: &[String],
     device_class: Option<&str>,
+    regime: Regime,
 ) -> Result<Vec<Record>> {
     Ok(on!(e, |c, pg| sqlx::query_as(sql(
         pg,
@@ -334,13 +371,14 @@ pub(crate) async fn best(
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class ORDER BY median_us, id) AS rank
              FROM records
              WHERE workload_key = $1 AND template || '@' || template_version IN (SELECT value FROM json_each($2))
-               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3)) AS ranked
+               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4) AS ranked
          WHERE rank = 1
          ORDER BY median_us, id",
     ))
     .bind(workload_key)
     .bind(json(templates))
     .bind(device_class)
+    .bind(regime.name())
     .fetch_all(c)
     .await)?)
 }
@@ -353,6 +391,7 @@ pub(crate) async fn best_per_workload(
     key_like: &str,
     templates: &[String],
     device_class: Option<&str>,
+    regime: Regime,
 ) -> Result<Vec<Record>> {
     Ok(on!(e, |c, pg| sqlx::query_as(sql(
         pg,
@@ -360,13 +399,14 @@ pub(crate) async fn best_per_workload(
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class, workload_key ORDER BY median_us, id) AS rank
              FROM records
              WHERE workload_key LIKE $1 AND template || '@' || template_version IN (SELECT value FROM json_each($2))
-               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3)) AS ranked
+               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4) AS ranked
          WHERE rank = 1
          ORDER BY device_class, workload_key",
     ))
     .bind(key_like)
     .bind(json(templates))
     .bind(device_class)
+    .bind(regime.name())
     .fetch_all(c)
     .await)?)
 }

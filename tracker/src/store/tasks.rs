@@ -56,6 +56,10 @@ pub(crate) struct LeasedTask {
     pub(crate) samples: u32,
     pub(crate) lease_expires_ms: i64,
     pub(crate) flush_l2: bool,
+    /// The job's regime (`burst` or `sustained`).
+    pub(crate) regime: String,
+    /// The job's measurements skip their energy window.
+    pub(crate) no_energy: bool,
     pub(crate) kind: TaskKind,
     #[sqlx(try_from = "String")]
     pub(crate) finalists: Json<Vec<Finalist>>,
@@ -256,10 +260,11 @@ pub(crate) async fn lease(
 
 /// What a worker needs to measure each of the tasks `ids`, oldest job first.
 pub(crate) async fn leased_details(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Result<Vec<LeasedTask>> {
-    Ok(on!(e, |c, pg| sqlx::query_as(sql(
+    Ok(on!(e, |c, pg| {
+        sqlx::query_as(sql(
         pg,
         "SELECT t.id, t.job_id, w.workload, w.workload_key, t.template, t.template_version, t.config, t.config_index,
-                j.samples, t.lease_expires_ms, j.flush_l2, t.kind, t.finalists, j.finalist_rounds, t.attempts
+                j.samples, t.lease_expires_ms, j.flush_l2, j.regime, j.no_energy, t.kind, t.finalists, j.finalist_rounds, t.attempts
          FROM tasks t
          JOIN jobs j ON j.id = t.job_id
          JOIN job_workloads w ON w.job_id = t.job_id AND w.idx = t.workload_idx
@@ -268,7 +273,8 @@ pub(crate) async fn leased_details(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Re
     ))
     .bind(json(ids))
     .fetch_all(c)
-    .await)?)
+    .await
+    })?)
 }
 
 /// Renews the leases `worker` holds among `ids` until `expires_ms`, or leaves them as they are when

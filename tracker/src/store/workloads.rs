@@ -26,6 +26,8 @@ pub(crate) struct WorkloadRow {
     pub(crate) reused: u32,
     pub(crate) state: WorkloadState,
     pub(crate) best_record_id: Option<RecordId>,
+    /// The best record's score for the job's objective: its time in microseconds (the name's
+    /// unit), its energy in mJ, or its energy x delay.
     pub(crate) best_us: Option<f64>,
     pub(crate) stall_best_us: Option<f64>,
     #[sqlx(try_from = "i64")]
@@ -75,7 +77,9 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, job: JobId, w: &NewWorkload<'
 /// Workload `idx` of `job`.
 pub(crate) async fn get(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Result<Option<WorkloadRow>> {
     Ok(on!(e, |c, pg| sqlx::query_as(
-        "SELECT w.*, r.median_us AS best_us FROM job_workloads w LEFT JOIN records r ON r.id = w.best_record_id
+        "SELECT w.*, CASE j.objective WHEN 'energy' THEN r.energy_mj WHEN 'edp' THEN r.energy_mj * r.median_us
+                            ELSE r.median_us END AS best_us
+         FROM job_workloads w JOIN jobs j ON j.id = w.job_id LEFT JOIN records r ON r.id = w.best_record_id
          WHERE w.job_id = $1 AND w.idx = $2",
     )
     .bind(job)
@@ -87,7 +91,9 @@ pub(crate) async fn get(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Result<
 /// Every workload of `job`, in order.
 pub(crate) async fn list(e: impl Into<Exec<'_>>, job: JobId) -> Result<Vec<WorkloadRow>> {
     Ok(on!(e, |c, pg| sqlx::query_as(
-        "SELECT w.*, r.median_us AS best_us FROM job_workloads w LEFT JOIN records r ON r.id = w.best_record_id
+        "SELECT w.*, CASE j.objective WHEN 'energy' THEN r.energy_mj WHEN 'edp' THEN r.energy_mj * r.median_us
+                            ELSE r.median_us END AS best_us
+         FROM job_workloads w JOIN jobs j ON j.id = w.job_id LEFT JOIN records r ON r.id = w.best_record_id
          WHERE w.job_id = $1 ORDER BY w.idx",
     )
     .bind(job)

@@ -6,12 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tempfile::TempDir;
+use tensortune_proto::pb;
 use tensortune_tracker::TrackerConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{FakeWorker, PATIENCE, config, drive, job, matmul, measure, submit};
+use crate::harness::{FakeWorker, PATIENCE, config, drive, fake_us, job, matmul, ok, submit};
 
 /// A tracker serving gRPC and HTTP.
 struct Served {
@@ -288,8 +289,22 @@ async fn the_dashboard_shows_a_running_job_and_updates_in_a_real_browser() {
     let mut worker = FakeWorker::register(&tracker, "box/0").await;
     let mut req = job(vec![matmul(256, 64, 256)], 8, 8);
     req.label = "dashboard-test".into();
+    (req.regime, req.objective) = ("sustained".into(), "energy".into());
     let id = submit(&mut tuning, req).await;
     let tasks = worker.lease_some(8).await;
+    // Energies that disagree with time: the front holds more than one trial.
+    let measure = |t: &pb::Task| {
+        let us = fake_us(t);
+        let watts = 300.0 + 40.0 * ((t.config_index * 7) % 17) as f64;
+        pb::Measurement {
+            energy_mj: Some(watts * us * 1e-3),
+            power_w: Some(watts),
+            regime: "sustained".into(),
+            steady: true,
+            baseline_energy_mj: Some(0.5),
+            ..ok(us)
+        }
+    };
     for task in &tasks[..3] {
         worker.report(task, measure(task)).await.unwrap();
     }
@@ -299,13 +314,23 @@ async fn the_dashboard_shows_a_running_job_and_updates_in_a_real_browser() {
     let mut page = tokio::task::spawn_blocking(move || {
         let mut page = Page::open(&browser, &url);
         page.wait_for("history", &format!("{id}:3/8")).map_err(|html| format!("never showed 3/8:\n{html}")).unwrap();
+        // The job's detail (tables, plots) comes after its trials are fetched.
+        page.wait_for("detail", "Time and energy").map_err(|html| format!("no job detail:\n{html}")).unwrap();
         page
     })
     .await
     .unwrap();
     let html = page.html();
     assert!(html.contains("dashboard-test") && html.contains(">running<"), "{html}");
-    assert!(html.contains("class=\"convergence\""), "no convergence plot:\n{html}");
+    // Drawn, not only in the script's text: an attribute the script writes as `${...}` appears
+    // with a number after it.
+    let drawn =
+        |before: &str| html.match_indices(before).any(|(i, _)| html[i + before.len()..].starts_with(char::is_numeric));
+    assert!(drawn("height=\"220\" class=\"convergence\"><rect x=\""), "no convergence plot:\n{html}");
+    // Energy: the job's regime and objective, the best's energy, and the time-energy front.
+    assert!(html.contains("sustained regime, objective energy"), "{html}");
+    assert!(drawn("class=\"front\" points=\""), "no time-energy front:\n{html}");
+    assert!(html.contains(" mJ @ ") && html.contains("energy/launch against time"), "no energy column:\n{html}");
     assert!(html.contains("box/0"), "no worker row:\n{html}");
 
     // More trials finish while it is open: it shows them without a reload.

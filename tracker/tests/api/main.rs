@@ -5,6 +5,7 @@ mod auth;
 mod binary;
 mod budget;
 mod drift;
+mod energy;
 mod finalists;
 mod harness;
 mod http;

@@ -221,6 +221,12 @@ async fn a_database_of_the_previous_schema_is_upgraded_in_place() {
         records.iter().map(|r| (r.id, r.task_id, r.remeasure)).collect::<Vec<_>>(),
         [(1, 1, false), (2, 2, false)]
     );
+    // Records and jobs from before energy and regimes: burst, time, energy unknown.
+    assert_eq!((job.regime.as_str(), job.objective.as_str(), job.max_slowdown), ("burst", "time", 0.0));
+    for r in &records {
+        let m = r.measurement.as_ref().unwrap();
+        assert_eq!((m.regime.as_str(), m.steady, m.energy_mj, m.power_w), ("burst", true, None, None));
+    }
     let listed = tuning.list_workers(pb::ListWorkersRequest {}).await.unwrap().into_inner().workers;
     assert_eq!((listed[0].id, listed[0].reported, listed[0].reference_us, listed[0].flagged), (1, 2, 0.0, false));
 

@@ -20,6 +20,7 @@ use std::time::Instant;
 use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
+use tensortune_kernels::energy::Regime;
 use tensortune_kernels::{DType, InputScale, Matmul, Workload};
 
 use crate::protocol::{Device, Executor, MeasureOutcome, MeasureRequest, Status};
@@ -53,6 +54,11 @@ pub struct CudaExecutor {
     poisoned: bool,
     /// SM clock reader (absent when NVML is not installed).
     nvml: Option<nvml::Nvml>,
+    /// The energy per launch of the latest baseline, when it was timed as the pick alone (the
+    /// energy of a timing of every candidate belongs to the last candidate, not the pick).
+    vendor_energy_mj: Option<f64>,
+    /// The energy per launch of each baseline in `baselines`, when read.
+    baseline_energy: HashMap<(String, bool), Option<f64>>,
 }
 
 /// A failed measurement: the status to report and the text.
@@ -154,6 +160,8 @@ impl CudaExecutor {
             flush_scratch: None,
             poisoned: false,
             nvml,
+            vendor_energy_mj: None,
+            baseline_energy: HashMap::new(),
         })
     }
 
@@ -353,10 +361,15 @@ impl CudaExecutor {
         let name = req.launch.name.clone();
         // The clock while the GPU is busy with this kernel, read just before its timed replays.
         let sm_clock_mhz = self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz());
-        let timed =
-            time_as_asked(&self.ctx, &self.stream, self.facts.target.l2_bytes, &mut self.flush_scratch, req, |s| {
-                launch(s, &func, cfg, &args).when(|| format!("when launching {name}"))
-            });
+        let timed = time_as_asked(
+            &self.ctx,
+            &self.stream,
+            self.facts.target.l2_bytes,
+            &mut self.flush_scratch,
+            &self.nvml,
+            req,
+            |s| launch(s, &func, cfg, &args).when(|| format!("when launching {name}")),
+        );
         let timing = timed.map_err(|f| self.fail(f))?;
         self.guard(wi, req, ws.as_ref(), "its timed launches")?;
 
@@ -375,8 +388,10 @@ impl CudaExecutor {
         let key = baseline_key(req);
         if req.baseline && (req.fresh_baseline || !self.baselines.contains_key(&key)) {
             let b = self.timed_baseline(wi, req);
+            self.baseline_energy.insert(key.clone(), self.vendor_energy_mj);
             self.baselines.insert(key.clone(), b);
         }
+        let baseline_energy_mj = self.baseline_energy.get(&key).copied().flatten();
         let (baseline_us, baseline_kind) = self.baselines.get(&key).cloned().unwrap_or((None, String::new()));
         Ok(MeasureOutcome {
             status: Status::Ok,
@@ -393,6 +408,11 @@ impl CudaExecutor {
             smem_bytes,
             measure_ms: 0.0,
             sm_clock_mhz,
+            power: timing.power,
+            regime: req.regime,
+            settle_ms: timing.settle_ms,
+            steady: timing.steady,
+            baseline_energy_mj,
         })
     }
 
@@ -401,6 +421,7 @@ impl CudaExecutor {
     /// `repick_baseline`, or when there is no pick or it no longer runs, every candidate, keeping
     /// the fastest as the pick.
     fn timed_baseline(&mut self, wi: usize, req: &MeasureRequest) -> (Option<f64>, String) {
+        self.vendor_energy_mj = None;
         let key = baseline_key(req);
         if req.fresh_baseline
             && !req.repick_baseline
@@ -409,16 +430,33 @@ impl CudaExecutor {
             match self.baseline(wi, req, Some(pick)) {
                 // The kind it was picked as, unless this time its output failed our check.
                 (Some(us), now, _) if now.contains(CHECK_FAILED) => return (Some(us), now),
-                (Some(us), _, _) => return (Some(us), kind),
+                (Some(us), _, _) => {
+                    self.vendor_energy_mj = timing::last_power().energy_mj;
+                    return (Some(us), kind);
+                }
                 (None, why, _) => {
                     tracing::warn!(workload = %req.workload_key, "the vendor's pick could not be timed again ({why}); timing every candidate")
                 }
             }
         }
-        let (us, kind, pick) = self.baseline(wi, req, None);
+        // Every candidate, without an energy window (a candidate's energy is not the pick's) and,
+        // in the sustained regime, without waiting for the steady state (up to nine waits would
+        // outlast the measurement's deadline). Then the pick alone: its energy, and in the
+        // sustained regime its time, settled under itself; burst keeps the candidates' time, as
+        // before regimes.
+        let sustained = req.regime == Regime::Sustained;
+        let each = MeasureRequest { settle_cap_ms: 0.0, regime: Regime::Burst, energy_ms: 0.0, ..req.clone() };
+        let (us, kind, pick) = self.baseline(wi, &each, None);
         match pick {
             Some(p) if us.is_some() => {
                 self.picks.insert(key, (p, kind.clone()));
+                if (sustained || req.energy_ms > 0.0)
+                    && let (Some(again), now, _) = self.baseline(wi, req, Some(p))
+                {
+                    self.vendor_energy_mj = timing::last_power().energy_mj;
+                    let kind = if now.contains(CHECK_FAILED) { now } else { kind };
+                    return (if sustained { Some(again) } else { us }, kind);
+                }
             }
             _ => {
                 self.picks.remove(&key);
@@ -509,10 +547,15 @@ impl CudaExecutor {
             }
         }
         let (a, b) = w.inputs(InputSet::Timing);
-        let timed =
-            time_as_asked(&self.ctx, &self.stream, self.facts.target.l2_bytes, &mut self.flush_scratch, req, |_| {
-                blas.gemm(&mm, a, b, d)
-            });
+        let timed = time_as_asked(
+            &self.ctx,
+            &self.stream,
+            self.facts.target.l2_bytes,
+            &mut self.flush_scratch,
+            &self.nvml,
+            req,
+            |_| blas.gemm(&mm, a, b, d),
+        );
         let gemm_us = match timed {
             Ok(t) => t.median_us,
             Err(f) => {
@@ -558,10 +601,15 @@ impl CudaExecutor {
         }
         let d = self.workloads[wi].d.ptr;
         let (a, b) = (a8.ptr, b8.ptr);
-        let timed =
-            time_as_asked(&self.ctx, &self.stream, self.facts.target.l2_bytes, &mut self.flush_scratch, req, |_| {
-                blas.gemm(stand_in, a, b, d)
-            });
+        let timed = time_as_asked(
+            &self.ctx,
+            &self.stream,
+            self.facts.target.l2_bytes,
+            &mut self.flush_scratch,
+            &self.nvml,
+            req,
+            |_| blas.gemm(stand_in, a, b, d),
+        );
         match timed {
             Ok(t) => (Some(t.median_us), kind),
             Err(f) => {
@@ -669,6 +717,7 @@ impl CudaExecutor {
                         &self.stream,
                         self.facts.target.l2_bytes,
                         &mut self.flush_scratch,
+                        &self.nvml,
                         req,
                         |s| {
                             plan.matmul(c, a, b, d)?;
@@ -772,6 +821,7 @@ fn time_as_asked<F>(
     stream: &Arc<CudaStream>,
     l2_bytes: u64,
     scratch: &mut Option<DevBuf>,
+    nvml: &Option<nvml::Nvml>,
     req: &MeasureRequest,
     enqueue: F,
 ) -> Result<timing::Timing, CudaFailure>
@@ -788,13 +838,22 @@ where
     } else {
         timing::Mode::Batched { min_sample_ms: req.min_sample_ms, launches: req.sample_launches }
     };
-    timing::time(ctx, stream, req.samples.max(1), mode, enqueue)
+    let extra = timing::Extra {
+        probe: nvml.as_ref().map(|n| n as &dyn timing::Probe),
+        energy_ms: req.energy_ms,
+        settle: (req.regime == Regime::Sustained).then(|| (crate::energy::SteadyRule::default(), req.settle_cap_ms)),
+    };
+    timing::time(ctx, stream, req.samples.max(1), mode, extra, enqueue)
 }
 
 /// Baselines are per workload and timing mode: a cold-L2 vendor time next to a warm kernel time
 /// (or the reverse) would misstate the speedup.
 fn baseline_key(req: &MeasureRequest) -> (String, bool) {
-    (req.workload_key.clone(), req.flush_l2)
+    match req.regime {
+        Regime::Burst => (req.workload_key.clone(), req.flush_l2),
+        // The power-capped clock: a burst time would misstate it, and the reverse.
+        regime => (format!("{} {regime}", req.workload_key), req.flush_l2),
+    }
 }
 
 fn launch_config(l: &crate::protocol::Launch) -> LaunchConfig {

@@ -1,7 +1,8 @@
 //! The SM clock at measurement time, through NVML (`libnvidia-ml.so.1`, loaded at run time; it
 //! ships with the driver). Records carry it as provenance: a GPU that throttles shows it here.
 //! When NVML is missing, clocks read as 0 ("unknown") and nothing else changes. The board's energy
-//! counter is read too, for runs that compare kernels by energy under sustained load.
+//! counter and temperature are polled while a kernel runs (`timing`'s energy and settle phases),
+//! for energy per launch and the steady state (`crate::energy`).
 
 use std::ffi::{CString, c_char, c_uint};
 
@@ -9,6 +10,8 @@ type NvmlDevice = *mut std::ffi::c_void;
 /// NVML_CLOCK_SM.
 const CLOCK_SM: c_uint = 1;
 const SUCCESS: c_uint = 0;
+/// NVML_TEMPERATURE_GPU.
+const TEMPERATURE_GPU: c_uint = 0;
 
 /// An NVML handle on one GPU.
 pub(crate) struct Nvml {
@@ -18,6 +21,8 @@ pub(crate) struct Nvml {
     /// `nvmlDeviceGetTotalEnergyConsumption` (millijoules since the driver loaded), when the
     /// library has it.
     energy: Option<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>,
+    /// `nvmlDeviceGetTemperature`, when the library has it.
+    temperature: Option<unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint>,
     device: NvmlDevice,
 }
 
@@ -46,7 +51,11 @@ impl Nvml {
                 .get::<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>(b"nvmlDeviceGetTotalEnergyConsumption")
                 .ok()
                 .map(|f| *f);
-            Some(Nvml { _lib: lib, clock_info, energy, device })
+            let temperature = lib
+                .get::<unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint>(b"nvmlDeviceGetTemperature")
+                .ok()
+                .map(|f| *f);
+            Some(Nvml { _lib: lib, clock_info, energy, temperature, device })
         }
     }
 
@@ -64,5 +73,24 @@ impl Nvml {
         let mut mj: u64 = 0;
         // SAFETY: as for the clock: a live handle from this library and a valid out-pointer.
         (unsafe { read(self.device, &mut mj) } == SUCCESS).then_some(mj)
+    }
+
+    /// The GPU's temperature in degrees Celsius, or 0 when NVML cannot say.
+    pub(crate) fn temperature_c(&self) -> u32 {
+        let Some(read) = self.temperature else { return 0 };
+        let mut c: c_uint = 0;
+        // SAFETY: as for the clock; NVML_TEMPERATURE_GPU is sensor 0.
+        if unsafe { read(self.device, TEMPERATURE_GPU, &mut c) } == SUCCESS { c } else { 0 }
+    }
+}
+
+impl super::timing::Probe for Nvml {
+    fn poll(&self, t_ms: f64) -> crate::energy::Poll {
+        crate::energy::Poll {
+            t_ms,
+            energy_mj: self.energy_mj(),
+            clock_mhz: self.sm_clock_mhz(),
+            temperature_c: self.temperature_c(),
+        }
     }
 }

@@ -17,13 +17,24 @@
 //!   sample includes the graph launch's own GPU-side cost (about half a microsecond) and the
 //!   write-back of the dirty scratch lines the kernel evicts, the price every cold-cache benchmark
 //!   pays; the vendor baseline pays it too. The scratch buffer is allocated once per child.
+//!
+//! Around [`Mode::Batched`]'s samples, with a [`Probe`] (NVML) and as [`Extra`] asks:
+//! - a settle phase before them (the sustained regime): the same graph replayed back to back,
+//!   NVML polled, until the clock and power are steady (`energy::settled_at`) or the cap;
+//! - an energy phase after them: the graph replayed until NVML's energy counter changed twice at
+//!   least `energy_ms` apart (`energy::mean_power_w`), or [`energy::MAX_WINDOW_MS`]; the energy per
+//!   launch is that power times the phase's own time per launch. Cold-L2 samples read no energy:
+//!   their memsets between launches would be counted as the kernel's.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaEvent, CudaGraph, CudaStream};
 
 use super::device::{Context, CudaFailure, DevBuf};
+use crate::energy::{self, Poll, Power, SteadyRule};
 
 /// Launches in the graph that estimates one launch's time.
 const PROBE_BATCH: u32 = 8;
@@ -66,6 +77,45 @@ pub(crate) fn flush_bytes(l2_bytes: u64) -> usize {
     }
 }
 
+/// How often a phase polls NVML, milliseconds.
+const POLL_MS: u64 = 2;
+/// GPU time of one chunk of replays a phase queues ahead, milliseconds: the host never lets the
+/// GPU idle, and looks at what it polled once a chunk.
+const CHUNK_MS: f64 = 20.0;
+
+/// What a phase polls while a kernel runs (NVML).
+pub(crate) trait Probe {
+    /// One reading now, stamped `t_ms`.
+    fn poll(&self, t_ms: f64) -> Poll;
+}
+
+/// What happens around the timed samples besides timing (see the module's notes).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Extra<'a> {
+    /// NVML, when loaded.
+    pub(crate) probe: Option<&'a dyn Probe>,
+    /// The energy window, milliseconds (0: no energy phase).
+    pub(crate) energy_ms: f64,
+    /// The sustained regime: settle by this rule before timing, waiting at most this long (ms).
+    pub(crate) settle: Option<(SteadyRule, f64)>,
+}
+
+thread_local! {
+    /// The power of the latest timing on this thread, for callers that see only its time (the
+    /// vendor paths).
+    static LAST_POWER: std::cell::Cell<Power> = const { std::cell::Cell::new(Power {
+        energy_mj: None,
+        power_w: None,
+        mean_clock_mhz: None,
+        temperature_c: None,
+    }) };
+}
+
+/// The energy reading of the latest timing on this thread (unknown after one without).
+pub(crate) fn last_power() -> Power {
+    LAST_POWER.with(|p| p.get())
+}
+
 /// Samples of one timed workload.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Timing {
@@ -77,6 +127,12 @@ pub(crate) struct Timing {
     pub(crate) spread: f64,
     /// Launches per sample.
     pub(crate) batch: u32,
+    /// Energy and state over the energy phase (unknown without one).
+    pub(crate) power: Power,
+    /// How long the settle phase ran, milliseconds (0 without one).
+    pub(crate) settle_ms: f64,
+    /// Whether the settle phase found the steady state (true without one).
+    pub(crate) steady: bool,
 }
 
 /// Captures `batch` calls of `enqueue` into a graph. The stream leaves capture mode whatever
@@ -123,6 +179,7 @@ pub(crate) fn time<F>(
     stream: &Arc<CudaStream>,
     samples: u32,
     mode: Mode<'_>,
+    extra: Extra<'_>,
     mut enqueue: F,
 ) -> Result<Timing, CudaFailure>
 where
@@ -131,12 +188,79 @@ where
     // Warm-up outside any graph: module load, instruction cache, vendor heuristics.
     enqueue(stream)?;
     stream.synchronize().when(|| "when running the warm-up launch".into())?;
-    match mode {
+    let timing = match mode {
         Mode::Batched { min_sample_ms, launches } => {
-            batched(ctx, stream, samples, min_sample_ms, launches, &mut enqueue)
+            batched(ctx, stream, samples, min_sample_ms, launches, extra, &mut enqueue)
         }
         Mode::ColdL2 { scratch } => cold(ctx, stream, samples, scratch, &mut enqueue),
-    }
+    };
+    LAST_POWER.with(|p| p.set(timing.as_ref().map(|t| t.power).unwrap_or_default()));
+    timing
+}
+
+/// What a phase of back-to-back replays polled, and the launches and GPU time it ran.
+struct Phase {
+    polls: Vec<Poll>,
+    launches: u64,
+    gpu_ms: f64,
+}
+
+/// A captured graph of `batch` launches that one replay of runs for about `graph_ms`.
+#[derive(Clone, Copy)]
+struct Replayed<'a> {
+    graph: &'a CudaGraph,
+    batch: u32,
+    graph_ms: f64,
+}
+
+/// Replays `replayed`'s graph back to back, one chunk of [`CHUNK_MS`] queued ahead of the one
+/// running, polling `probe` every [`POLL_MS`], until `done` says so of the polls (looked at once
+/// a chunk) or `cap_ms` passed.
+fn run_polled(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    replayed: Replayed<'_>,
+    probe: &dyn Probe,
+    cap_ms: f64,
+    done: impl Fn(&[Poll]) -> bool,
+) -> Result<Phase, CudaFailure> {
+    let Replayed { graph, batch, graph_ms } = replayed;
+    let reps = ((CHUNK_MS / graph_ms.max(1e-6)).ceil() as u32).max(1);
+    let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).when(|| "when creating an event".into())?;
+    start.record(stream).when(|| "when recording an event".into())?;
+    let t0 = Instant::now();
+    let ms = |t0: Instant| t0.elapsed().as_secs_f64() * 1e3;
+    let mut queued: VecDeque<CudaEvent> = VecDeque::new();
+    let mut launches = 0u64;
+    let mut chunk = |queued: &mut VecDeque<CudaEvent>| -> Result<(), CudaFailure> {
+        for _ in 0..reps {
+            graph.launch().when(|| "when replaying the graph".into())?;
+        }
+        let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).when(|| "when creating an event".into())?;
+        end.record(stream).when(|| "when recording an event".into())?;
+        queued.push_back(end);
+        launches += u64::from(reps) * u64::from(batch);
+        Ok(())
+    };
+    chunk(&mut queued)?;
+    chunk(&mut queued)?;
+    let mut polls = vec![probe.poll(0.0)];
+    let last = loop {
+        let oldest = queued.pop_front().expect("two chunks are queued");
+        while !oldest.try_is_complete().when(|| "when running a phase's replays".into())? {
+            std::thread::sleep(Duration::from_millis(POLL_MS));
+            polls.push(probe.poll(ms(t0)));
+        }
+        polls.push(probe.poll(ms(t0)));
+        if done(&polls) || ms(t0) >= cap_ms {
+            break oldest;
+        }
+        chunk(&mut queued)?;
+    };
+    let end = queued.pop_back().unwrap_or(last);
+    end.synchronize().when(|| "when running a phase's replays".into())?;
+    let gpu_ms = f64::from(start.elapsed_ms(&end).when(|| "when reading an event".into())?);
+    Ok(Phase { polls, launches, gpu_ms })
 }
 
 /// A probe graph estimates one launch, then `samples` samples, each `reps` back-to-back replays of
@@ -152,6 +276,7 @@ fn batched<F>(
     samples: u32,
     min_sample_ms: f64,
     launches: u32,
+    extra: Extra<'_>,
     enqueue: &mut F,
 ) -> Result<Timing, CudaFailure>
 where
@@ -164,7 +289,22 @@ where
     let (batch, reps) = sample_shape(per_launch_ms, sample_ms(per_launch_ms, min_sample_ms, launches));
 
     let graph = capture(stream, batch, enqueue)?;
-    replay_ms(ctx, stream, &graph)?;
+    let graph_ms = replay_ms(ctx, stream, &graph)?;
+    let replayed = Replayed { graph: &graph, batch, graph_ms };
+    // The sustained regime: the kernel runs until the GPU is steady under it (without NVML there
+    // is nothing to tell steady by: timed at once, and said to be unsteady).
+    let (settle_ms, steady) = match (extra.settle, extra.probe) {
+        (Some((rule, cap_ms)), Some(probe)) => {
+            let started = Instant::now();
+            let phase = run_polled(ctx, stream, replayed, probe, cap_ms, |polls| {
+                energy::settled_at(&energy::state_trace(polls), &rule).is_some()
+            })?;
+            let steady = energy::settled_at(&energy::state_trace(&phase.polls), &rule).is_some();
+            (started.elapsed().as_secs_f64() * 1e3, steady)
+        }
+        (Some(_), None) => (0.0, false),
+        (None, _) => (0.0, true),
+    };
     let events = new_events(ctx, samples as usize + 1)?;
     // Back-to-back replays, one event between consecutive samples: the GPU never idles.
     events[0].record(stream).when(|| "when recording an event".into())?;
@@ -181,7 +321,18 @@ where
         let ms = pair[0].elapsed_ms(&pair[1]).when(|| "when reading an event".into())? as f64;
         samples_us.push(ms * 1e3 / launches as f64);
     }
-    Ok(summarise(samples_us, launches))
+    let mut timing = summarise(samples_us, launches);
+    (timing.settle_ms, timing.steady) = (settle_ms, steady);
+    if let Some(probe) = extra.probe
+        && extra.energy_ms > 0.0
+    {
+        let window = extra.energy_ms;
+        let cap_ms = energy::MAX_WINDOW_MS.max(2.0 * window);
+        let phase = run_polled(ctx, stream, replayed, probe, cap_ms, |polls| energy::enough(polls, window))?;
+        let launch_us = if phase.launches > 0 { phase.gpu_ms * 1e3 / phase.launches as f64 } else { 0.0 };
+        timing.power = energy::reading(&phase.polls, launch_us, window);
+    }
+    Ok(timing)
 }
 
 /// How long a sample of a launch of `per_launch_ms` lasts: `min_sample_ms`, or with a `launches`
@@ -258,7 +409,7 @@ pub(crate) fn summarise(samples_us: Vec<f64>, batch: u32) -> Timing {
         (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
     };
     let spread = if n > 0 && median_us > 0.0 { (sorted[n - 1] - sorted[0]) / median_us } else { 0.0 };
-    Timing { samples_us, median_us, spread, batch }
+    Timing { samples_us, median_us, spread, batch, power: Power::default(), settle_ms: 0.0, steady: true }
 }
 
 #[cfg(test)]

@@ -144,6 +144,7 @@ impl CudaExecutor {
                     &self.stream,
                     self.facts.target.l2_bytes,
                     &mut self.flush_scratch,
+                    &self.nvml,
                     req,
                     enqueue,
                 )
