@@ -370,8 +370,24 @@ pub struct JobArgs {
     pub max_slowdown: f64,
     /// Read no energy (saves each trial's 100 ms - 1 s energy window; records say unknown).
     /// `bench --throughput` implies it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "energy")]
     pub no_energy: bool,
+    /// Read each record's energy on a job that tunes for time in bursts, where it is not read by
+    /// default: the energy window costs 100 ms to 1 s of GPU time a measurement, more than a
+    /// short trial's whole measurement. Energy and edp objectives, --max-slowdown and the
+    /// sustained regime read it anyway.
+    #[arg(long)]
+    pub energy: bool,
+}
+
+impl JobArgs {
+    /// Whether the job's measurements skip their energy window: asked for, or a burst job for time
+    /// alone that did not ask for energy.
+    pub fn skips_energy(&self) -> bool {
+        let needs =
+            self.energy || self.objective != Objective::Time || self.regime != Regime::Burst || self.max_slowdown > 0.0;
+        self.no_energy || !needs
+    }
 }
 
 /// `tensortune tune`: one workload (`tune matmul ...`, `tune conv2d ...`), or a whole model's
@@ -820,6 +836,45 @@ mod tests {
             Command::Tune(t) => t.workload.expect("a workload subcommand").workload(),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn energy_is_read_where_the_job_needs_it() {
+        let skips = |extra: &[&str]| match parse(
+            &[&["tune", "matmul", "--m", "8", "--n", "8", "--k", "8"][..], extra].concat(),
+        )
+        .command
+        {
+            Command::Tune(t) => t.job.skips_energy(),
+            other => panic!("{other:?}"),
+        };
+        assert!(skips(&[]), "a burst job for time reads none by default");
+        for needs in [
+            &["--energy"][..],
+            &["--objective", "energy"],
+            &["--objective", "edp"],
+            &["--regime", "sustained"],
+            &["--max-slowdown", "3%"],
+        ] {
+            assert!(!skips(needs), "{needs:?}");
+        }
+        assert!(skips(&["--objective", "energy", "--no-energy"]), "--no-energy always wins");
+        assert!(
+            Cli::try_parse_from([
+                "tensortune",
+                "tune",
+                "matmul",
+                "--m",
+                "8",
+                "--n",
+                "8",
+                "--k",
+                "8",
+                "--energy",
+                "--no-energy"
+            ])
+            .is_err()
+        );
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub fn submit_request(
         regime: job.regime.name().to_owned(),
         objective: job.objective.name().to_owned(),
         max_slowdown: job.max_slowdown,
-        no_energy: job.no_energy,
+        no_energy: job.skips_energy(),
     }
 }
 

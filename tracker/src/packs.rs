@@ -61,7 +61,8 @@ pub(crate) fn shipped() -> &'static [Shipped] {
     RECORDS.get_or_init(|| {
         // Each pack on a thread of its own, reading only the records of current versions: the
         // first job of a fresh tracker waits for these.
-        let current = |template: &str, version: u32| registry::by_name(template).is_ok_and(|t| t.records_hold_for(version));
+        let current =
+            |template: &str, version: u32| registry::by_name(template).is_ok_and(|t| t.records_hold_for(version));
         let parsed: Vec<(&str, Result<Parsed>)> = std::thread::scope(|scope| {
             let handles: Vec<_> = SHIPPED
                 .iter()

@@ -35,7 +35,8 @@ const MIN_BATCH: u32 = 50;
 const DEFAULT_SAMPLES: u32 = 10;
 /// The window a measurement's energy is read over, milliseconds: NVML's counter advances every
 /// few milliseconds in steps of about a millijoule, so a trial's 10 ms of samples would read
-/// mostly the counter's steps. A finalist's half second of samples is read directly.
+/// mostly the counter's steps: a measurement that reads energy replays the kernel for this window
+/// after its samples (the CLI asks for it only on jobs that need energy, see `no_energy`).
 const ENERGY_MS: f64 = crate::energy::MIN_WINDOW_MS;
 /// The longest a sustained measurement waits for the steady state, milliseconds: an H100 at its
 /// power cap settles in a few seconds; a kernel that never does is timed at the cap, marked
@@ -246,7 +247,12 @@ mod tests {
         let vendor = |r: &MeasureRequest| (r.baseline, r.fresh_baseline, r.repick_baseline);
         assert_eq!((trial.min_sample_ms, vendor(&trial)), (MIN_SAMPLE_MS, (false, false, false)));
         // A finalist measurement asks for FINALIST_MIN_MS in all, whatever the samples ...
-        assert!(warm.min_sample_ms * f64::from(warm.samples) >= FINALIST_MIN_MS, "{} ms x {}", warm.min_sample_ms, warm.samples);
+        assert!(
+            warm.min_sample_ms * f64::from(warm.samples) >= FINALIST_MIN_MS,
+            "{} ms x {}",
+            warm.min_sample_ms,
+            warm.samples
+        );
         assert!(warm.min_sample_ms >= 5.0 * MIN_SAMPLE_MS, "longer samples than a trial's: {}", warm.min_sample_ms);
         plan.sampling.samples = 1000;
         let long = plan.request(5, &image, &image, false, Pass::FinalistRound);

@@ -455,7 +455,7 @@ mod tests {
         assert!((sample_ms(0.003, 50.0, 500) - 1.5).abs() < 1e-12);
         // Never shorter than a trial's sample, never longer than asked.
         assert_eq!(sample_ms(0.0005, 50.0, 500), SHORTEST_SAMPLE_MS);
-        assert_eq!(sample_ms(0.2, 50.0, 500), 50.0, "a 200 us kernel keeps its half second");
+        assert_eq!(sample_ms(0.2, 50.0, 500), 50.0, "a 200 us kernel keeps its whole sample");
         assert_eq!(sample_ms(0.0005, 0.5, 500), 0.5);
         let (batch, reps) = sample_shape(0.003, sample_ms(0.003, 50.0, 500));
         assert!((500..=501).contains(&batch) && reps == 1, "{batch} x {reps}");

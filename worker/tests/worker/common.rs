@@ -90,7 +90,13 @@ pub(crate) fn assert_all_compile_without_spills(specs: &[KernelSpec], target: &T
 
 /// Fails naming each kernel of `failures` (out of `n` compiled for `target`), with its log.
 fn assert_compiled(failures: &[String], n: usize, target: &Target) {
-    assert!(failures.is_empty(), "{} of {n} kernels failed on {}:\n{}", failures.len(), target.name, failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {n} kernels failed on {}:\n{}",
+        failures.len(),
+        target.name,
+        failures.join("\n\n")
+    );
 }
 
 /// ptxas's option that writes a warning for each function that spills registers to local memory.

@@ -12,7 +12,9 @@
 use std::collections::{HashMap, HashSet};
 
 use tensortune_kernels::template::valid_configs;
-use tensortune_kernels::{Config, DType, KernelSpec, Launch, Layout, Matmul, Target, Template, Types, Workload, gemm, support};
+use tensortune_kernels::{
+    Config, DType, KernelSpec, Launch, Layout, Matmul, Target, Template, Types, Workload, gemm, support,
+};
 use tensortune_worker::nvrtc;
 
 use crate::common::{assert_all_compile, include_dir};
@@ -75,7 +77,8 @@ fn pairwise_cover(configs: &[Config]) -> Vec<Config> {
 fn every_pair_of_knob_values_of_512x64x512_compiles_for_sm80_and_sm90() {
     let w = matmul(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap());
     for target in [Target::sm80(), Target::sm90()] {
-        let valid: Vec<Config> = valid_configs(&gemm::WmmaGemm, &w, &target).unwrap().into_iter().map(|(_, c)| c).collect();
+        let valid: Vec<Config> =
+            valid_configs(&gemm::WmmaGemm, &w, &target).unwrap().into_iter().map(|(_, c)| c).collect();
         assert!(valid.len() >= 100, "only {} valid configs on {}", valid.len(), target.name);
         let cover = pairwise_cover(&valid);
         // Every pair any valid config holds is held by one of the cover, and the cover is no
@@ -94,7 +97,8 @@ fn every_pair_of_knob_values_of_512x64x512_compiles_for_sm80_and_sm90() {
 fn every_config_of_512x64x512_compiles_for_sm80_and_sm90() {
     let w = matmul(512, 64, 512, Layout::Nn, Types::default_for(DType::F16).unwrap());
     for target in [Target::sm80(), Target::sm90()] {
-        let valid: Vec<Config> = valid_configs(&gemm::WmmaGemm, &w, &target).unwrap().into_iter().map(|(_, c)| c).collect();
+        let valid: Vec<Config> =
+            valid_configs(&gemm::WmmaGemm, &w, &target).unwrap().into_iter().map(|(_, c)| c).collect();
         assert!(valid.len() >= 100, "only {} valid configs on {}", valid.len(), target.name);
         assert_all_compile(&generate(&w, &target, &valid), &target);
     }
