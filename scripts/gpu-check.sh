@@ -208,7 +208,7 @@ step_export() {
 
 step_energy() {
   local shape=(${ENERGY_SHAPE:-4096 4096 4096}) db regime objective suite start
-  local grid=(--tuner grid --trials "${ENERGY_TRIALS:-24}" --finalists 0 --seed 1)
+  local grid=(--tuner grid --trials "${ENERGY_TRIALS:-24}" --finalists 0 --seed 1 --energy)
   # Two runs of the same configs (fresh databases: nothing reused), and a K twice as long.
   for run in a b long; do
     db="$LOGS/energy-$run.db" start=$(date +%s.%N)
@@ -244,7 +244,7 @@ PY
     for objective in time energy; do
       db="$LOGS/energy-$regime-$objective.db" start=$(date +%s.%N)
       timeout 1800 "$BIN/tensortune" --db "$db" tune matmul --m "${shape[0]}" --n "${shape[1]}" --k "${shape[2]}" \
-        --trials "${ENERGY_TUNE_TRIALS:-60}" --regime "$regime" --objective "$objective" \
+        --trials "${ENERGY_TUNE_TRIALS:-60}" --regime "$regime" --objective "$objective" --energy \
         --json "$OUT/energy-$regime-$objective.json" >"$LOGS/energy-$regime-$objective.log" 2>&1
       say "tune $regime $objective exit $? in $(since "$start") s"
       grep -E "tuned|best|vendor|energy|config" "$LOGS/energy-$regime-$objective.log" | tee -a "$SUMMARY"

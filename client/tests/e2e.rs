@@ -608,27 +608,30 @@ async fn the_library_client_submits_waits_and_answers_best() {
     tracker.stop().await;
 }
 
+/// Runs the CLI on database `db` with `dir` as its cache; (success, stdout, stderr).
+fn cli_in(dir: &std::path::Path, db: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new(BIN)
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env("XDG_CACHE_HOME", dir)
+        .env_remove("TENSORTUNE_TRACKER")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// `tensortune plot` draws a job's convergence (from the tracker and from exported records), a
 /// bench run's speedups and replayed tuners, as SVG and PNG; bad requests are refused by name.
 #[test]
 fn plot_draws_jobs_records_benches_and_replays() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("tt.db");
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .env("XDG_CACHE_HOME", dir.path())
-            .env_remove("TENSORTUNE_TRACKER")
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let cli = |args: &[&str]| cli_in(dir.path(), &db, args);
     let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
     let shape = ["--m", "512", "--n", "64", "--k", "512", "--device", "sim", "--tuner", "random", "--seed", "4"];
     let (ok, _, err) = cli(&[&["tune", "matmul", "--trials", "12"][..], &shape[..]].concat());
@@ -700,21 +703,7 @@ fn plot_draws_jobs_records_benches_and_replays() {
 fn energy_and_the_regime_flow_from_tune_to_best_export_and_the_pareto_plot() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("tt.db");
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(BIN)
-            .arg("--db")
-            .arg(&db)
-            .args(args)
-            .env("XDG_CACHE_HOME", dir.path())
-            .env_remove("TENSORTUNE_TRACKER")
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let cli = |args: &[&str]| cli_in(dir.path(), &db, args);
     let path = |name: &str| dir.path().join(name).to_str().unwrap().to_owned();
     let shape = ["--m", "512", "--n", "64", "--k", "512"];
     let run = ["--device", "sim", "--tuner", "random", "--seed", "4", "--trials", "12"];
