@@ -845,7 +845,8 @@ mod tests {
         )
         .command
         {
-            Command::Tune(t) => t.job.skips_energy(),
+            // The job's flags after the workload's subcommand belong to it.
+            Command::Tune(TuneArgs { workload: Some(WorkloadCmd::Matmul { job, .. }), .. }) => job.skips_energy(),
             other => panic!("{other:?}"),
         };
         assert!(skips(&[]), "a burst job for time reads none by default");
