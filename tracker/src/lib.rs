@@ -189,6 +189,11 @@ pub async fn run_with_http(
     );
     // The health service takes no token and no version: probes have neither.
     let (reporter, health_service) = tonic_health::server::health_reporter();
+    // Until the first readiness check answers, a probe reads NOT_SERVING (not "service not
+    // registered", which a probe before that check got).
+    for service in health::SERVICES {
+        reporter.set_service_status(service, tonic_health::ServingStatus::NotServing).await;
+    }
     tasks.spawn(health::report_grpc(Arc::clone(&tracker), reporter, stop.clone()));
     let serve = builder
         .add_service(health_service)

@@ -131,12 +131,12 @@ async fn an_incompatible_protocol_version_is_refused_naming_both_and_an_older_co
     tracker.stop().await;
 }
 
-/// The gRPC health status of `service` on `addr`.
+/// The gRPC health status of `service` on `addr`; -1 when the check itself fails (callers poll).
 async fn grpc_health(addr: &str, service: &str) -> i32 {
     let channel = tonic::transport::Endpoint::from_shared(addr.to_owned()).unwrap().connect().await.unwrap();
     let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
     let request = tonic_health::pb::HealthCheckRequest { service: service.to_owned() };
-    client.check(request).await.unwrap().into_inner().status
+    client.check(request).await.map_or(-1, |r| r.into_inner().status)
 }
 
 /// Holds the database's write lock from another connection until dropped (returned by
