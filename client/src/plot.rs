@@ -114,7 +114,7 @@ pub fn pareto(records: &[RecordView]) -> Vec<Pareto> {
         .into_iter()
         .map(|((job, workload), rs)| {
             let points: Vec<(f64, f64)> =
-                rs.iter().filter_map(|r| Some((r.median_us, r.energy_mj?))).filter(|p| p.0 > 0.0).collect();
+                rs.iter().filter_map(|r| Some((r.median_us, r.power.energy_mj?))).filter(|p| p.0 > 0.0).collect();
             let front = tensortune_kernels::energy::pareto_front(&points).into_iter().map(|i| points[i]).collect();
             let vendor_us = median(rs.iter().filter_map(|r| r.baseline_us).collect());
             let vendor_mj = median(rs.iter().filter_map(|r| r.baseline_energy_mj).collect());
@@ -618,10 +618,7 @@ mod tests {
             untrusted: String::new(),
             provenance: Default::default(),
             created_ms: 0,
-            energy_mj: None,
-            power_w: None,
-            mean_clock_mhz: None,
-            temperature_c: None,
+            power: Default::default(),
             regime: "burst".into(),
             settle_ms: 0.0,
             steady: true,
@@ -660,7 +657,7 @@ mod tests {
         let a = "matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0";
         let with = |id, us, mj: Option<f64>| {
             let mut r = record(id, 1, a, "ok", us, Some(9.0));
-            r.energy_mj = mj;
+            r.power.energy_mj = mj;
             r.baseline_energy_mj = Some(6.0);
             r
         };

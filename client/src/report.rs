@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use tensortune_proto::convert::{job_state_name, status_name};
 use tensortune_proto::pb;
+use tensortune_worker::energy::Power;
 
 /// Where and how a record was measured.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -98,18 +99,11 @@ pub struct RecordView {
     pub provenance: ProvenanceView,
     /// When it was stored (ms since the epoch).
     pub created_ms: i64,
-    /// Millijoules per launch over the timed window (NVML's energy counter); null when unknown.
-    #[serde(default)]
-    pub energy_mj: Option<f64>,
-    /// Mean board power over that window, watts; null when unknown.
-    #[serde(default)]
-    pub power_w: Option<f64>,
-    /// Mean SM clock over that window, MHz; null when unknown.
-    #[serde(default)]
-    pub mean_clock_mhz: Option<f64>,
-    /// Temperature at the end of that window, degrees Celsius; null when unknown.
-    #[serde(default)]
-    pub temperature_c: Option<f64>,
+    /// Energy per launch (mJ), mean power (W), mean SM clock (MHz) and temperature (C) over the
+    /// energy window, as the worker measured them; each null when unknown (flattened: the JSON
+    /// keys are those of the worker's `Power`).
+    #[serde(flatten)]
+    pub power: Power,
     /// The clock regime it was timed in: burst or sustained.
     #[serde(default = "burst")]
     pub regime: String,
@@ -177,10 +171,12 @@ impl From<&pb::Record> for RecordView {
                 sm_clock_mhz: p.sm_clock_mhz,
             },
             created_ms: r.created_ms,
-            energy_mj: m.energy_mj,
-            power_w: m.power_w,
-            mean_clock_mhz: m.mean_clock_mhz,
-            temperature_c: m.temperature_c,
+            power: Power {
+                energy_mj: m.energy_mj,
+                power_w: m.power_w,
+                mean_clock_mhz: m.mean_clock_mhz,
+                temperature_c: m.temperature_c,
+            },
             regime: if m.regime.is_empty() { burst() } else { m.regime.clone() },
             settle_ms: m.settle_ms,
             steady: m.steady || m.regime.is_empty() || m.regime == "burst",
@@ -399,10 +395,10 @@ pub fn fmt_known(v: Option<f64>, unit: &str, decimals: usize) -> String {
 pub fn fmt_energy(r: &RecordView) -> String {
     let mut s = format!(
         "  energy  {}/launch  {}  {}  {}  ({}",
-        fmt_known(r.energy_mj, "mJ", 3),
-        fmt_known(r.power_w, "W", 0),
-        fmt_known(r.mean_clock_mhz, "MHz", 0),
-        fmt_known(r.temperature_c, "C", 0),
+        fmt_known(r.power.energy_mj, "mJ", 3),
+        fmt_known(r.power.power_w, "W", 0),
+        fmt_known(r.power.mean_clock_mhz, "MHz", 0),
+        fmt_known(r.power.temperature_c, "C", 0),
         r.regime
     );
     if r.regime == "sustained" {
