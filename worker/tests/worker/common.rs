@@ -17,10 +17,11 @@ pub(crate) fn include_dir() -> PathBuf {
 }
 
 /// Runs `work` on every batch of `specs` (BATCH kernels behind one preamble, byte for byte as the
-/// worker compiles them one at a time) on all cores, and gathers the lines it returns.
-fn each_batch<F>(specs: &[KernelSpec], work: F) -> Vec<String>
+/// worker compiles them one at a time) on all cores, and gathers what it returns.
+fn each_batch<T, F>(specs: &[KernelSpec], work: F) -> Vec<T>
 where
-    F: Fn(&[KernelSpec], &str) -> Vec<String> + Sync,
+    T: Send,
+    F: Fn(&[KernelSpec], &str) -> Vec<T> + Sync,
 {
     let batches: Vec<&[KernelSpec]> = specs.chunks(BATCH).collect();
     let next = Mutex::new(0usize);
@@ -56,19 +57,19 @@ where
 /// culprit) and the log lines of the batches (and kernels) that compiled, for warnings.
 fn compile_batches(specs: &[KernelSpec], arch: &str, extra: &[&str]) -> (Vec<String>, Vec<String>) {
     let inc = include_dir();
+    let log = |log: &str| log.lines().map(|l| Ok(l.to_owned())).collect::<Vec<Result<String, String>>>();
     let lines = each_batch(specs, |batch, source| match nvrtc::compile_with(source, "batch", arch, &inc, extra) {
-        Ok(c) => c.log.lines().map(|l| format!("log: {l}")).collect(),
+        Ok(c) => log(&c.log),
         Err(_) => batch
             .iter()
             .flat_map(|spec| match nvrtc::compile_with(&spec.source, &spec.name, arch, &inc, extra) {
-                Ok(c) => c.log.lines().map(|l| format!("log: {l}")).collect(),
-                Err(e) => vec![format!("failed: {} ({arch}): {e}", spec.name)],
+                Ok(c) => log(&c.log),
+                Err(e) => vec![Err(format!("{} ({arch}): {e}", spec.name))],
             })
             .collect(),
     });
-    let (failed, logs): (Vec<String>, Vec<String>) = lines.into_iter().partition(|l| l.starts_with("failed: "));
-    let strip = |v: Vec<String>, p: &str| v.into_iter().map(|l| l[p.len()..].to_owned()).collect();
-    (strip(failed, "failed: "), strip(logs, "log: "))
+    let (logs, failed): (Vec<_>, Vec<_>) = lines.into_iter().partition(Result::is_ok);
+    (failed.into_iter().filter_map(Result::err).collect(), logs.into_iter().filter_map(Result::ok).collect())
 }
 
 /// Compiles every spec for `target` in batches on all cores and fails naming each kernel that did not
