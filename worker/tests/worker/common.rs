@@ -135,3 +135,38 @@ pub(crate) fn wgmma_kind(c: &Config) -> String {
         name("epilogue")
     )
 }
+
+/// Sampled kernels for sm_80 and sm_90 in turn: the first workload a test walks is generated for
+/// sm_80, the next for sm_90, and so on, so both architectures see every kind of workload the walk
+/// holds (each walk has more than one workload of a kind, taken in a row) at half the compiles of
+/// both taking each. NVRTC's cost is the compile tests' time in CI.
+pub(crate) struct InTurn {
+    targets: [Target; 2],
+    specs: [Vec<KernelSpec>; 2],
+    turns: usize,
+}
+
+impl InTurn {
+    pub(crate) fn new() -> InTurn {
+        InTurn { targets: [Target::sm80(), Target::sm90()], specs: [Vec::new(), Vec::new()], turns: 0 }
+    }
+
+    /// The target of the next workload.
+    pub(crate) fn target(&self) -> Target {
+        self.targets[self.turns % 2].clone()
+    }
+
+    /// The next workload's kernels, generated for [`InTurn::target`].
+    pub(crate) fn add(&mut self, specs: impl IntoIterator<Item = KernelSpec>) {
+        self.specs[self.turns % 2].extend(specs);
+        self.turns += 1;
+    }
+
+    /// Each architecture with its kernels, after checking it has at least `at_least` of them.
+    pub(crate) fn each(&self, at_least: usize) -> impl Iterator<Item = (&Target, &[KernelSpec])> {
+        self.targets.iter().zip(&self.specs).map(move |(t, s)| {
+            assert!(s.len() >= at_least, "only {} sampled kernels for {}", s.len(), t.name);
+            (t, s.as_slice())
+        })
+    }
+}

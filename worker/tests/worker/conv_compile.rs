@@ -16,7 +16,7 @@ use tensortune_kernels::conv::WmmaConv2d;
 use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::{Config, Conv2d, DType, Target, Template, Types, Workload};
 
-use crate::common::assert_all_compile;
+use crate::common::{InTurn, assert_all_compile};
 
 /// Configs per workload and target: round-robin over the kinds, so two per workload still reach
 /// every kind on each target (the asserts below), at half the NVRTC time of four.
@@ -116,28 +116,29 @@ fn a_sample_of_conv_configs_compiles_for_sm80_and_sm90() {
     let mut seed = 0x7e57_c0de_u64;
     let mut total = 0;
     let mut seen_kinds = BTreeMap::new();
-    for target in [Target::sm80(), Target::sm90()] {
-        let mut specs = Vec::new();
-        for (label, shape) in shapes() {
-            for types in types() {
-                let w = Workload::Conv2d(Conv2d { types, ..shape });
-                if types.input == DType::I8 && shape.c % 16 != 0 {
-                    // i8 vectors are 16 channels: such a conv is rejected, with the field named.
-                    let e = WmmaConv2d.supports(&w, &target).unwrap_err();
-                    assert_eq!(e.field(), Some("c"), "{label}: {e}");
-                    continue;
-                }
-                let valid = valid_configs(&WmmaConv2d, &w, &target).unwrap();
-                assert!(valid.len() >= PER_WORKLOAD, "{label} {}: {} valid configs", w.key(), valid.len());
-                for c in sample(&valid, PER_WORKLOAD, &mut seed) {
-                    *seen_kinds.entry(kind(&c)).or_insert(0) += 1;
-                    specs.push(WmmaConv2d.generate(&w, &c, &target).unwrap());
-                }
+    let mut turns = InTurn::new();
+    for (label, shape) in shapes() {
+        for types in types() {
+            let w = Workload::Conv2d(Conv2d { types, ..shape });
+            let target = turns.target();
+            if types.input == DType::I8 && shape.c % 16 != 0 {
+                // i8 vectors are 16 channels: such a conv is rejected, with the field named.
+                let e = WmmaConv2d.supports(&w, &target).unwrap_err();
+                assert_eq!(e.field(), Some("c"), "{label}: {e}");
+                continue;
             }
+            let valid = valid_configs(&WmmaConv2d, &w, &target).unwrap();
+            assert!(valid.len() >= PER_WORKLOAD, "{label} {}: {} valid configs", w.key(), valid.len());
+            let picked = sample(&valid, PER_WORKLOAD, &mut seed);
+            for c in &picked {
+                *seen_kinds.entry(kind(c)).or_insert(0) += 1;
+            }
+            turns.add(picked.iter().map(|c| WmmaConv2d.generate(&w, c, &target).unwrap()));
         }
-        assert!(specs.len() >= 150, "only {} sampled kernels for {}", specs.len(), target.name);
+    }
+    for (target, specs) in turns.each(75) {
         total += specs.len();
-        assert_all_compile(&specs, &target);
+        assert_all_compile(specs, target);
     }
     // Both paths, both gathers, and split-K through the workspace and through clusters (sm_90).
     for want in ["pointwise/regs/none", "implicit/regs/none", "implicit/smem/none", "implicit/regs/workspace"] {
@@ -156,21 +157,24 @@ fn a_sample_of_tf32_conv_configs_compiles_for_sm80_and_sm90() {
     let types = Types::default_for(DType::Tf32).unwrap();
     let mut seen_kinds = BTreeMap::new();
     let mut total = 0;
-    for target in [Target::sm80(), Target::sm90()] {
+    let mut turns = InTurn::new();
+    for (label, shape) in shapes() {
+        let w = Workload::Conv2d(Conv2d { types, ..shape });
+        let target = turns.target();
+        let valid = valid_configs(&WmmaConv2d, &w, &target).unwrap();
+        assert!(valid.len() >= PER_WORKLOAD, "{label} {}: {} valid configs", w.key(), valid.len());
         let mut specs = Vec::new();
-        for (label, shape) in shapes() {
-            let w = Workload::Conv2d(Conv2d { types, ..shape });
-            let valid = valid_configs(&WmmaConv2d, &w, &target).unwrap();
-            assert!(valid.len() >= PER_WORKLOAD, "{label} {}: {} valid configs", w.key(), valid.len());
-            for c in sample(&valid, PER_WORKLOAD, &mut seed) {
-                *seen_kinds.entry(kind(&c)).or_insert(0) += 1;
-                let spec = WmmaConv2d.generate(&w, &c, &target).unwrap();
-                assert!(spec.source.contains("#define TT_TF32 1"), "{}", spec.name);
-                specs.push(spec);
-            }
+        for c in sample(&valid, PER_WORKLOAD, &mut seed) {
+            *seen_kinds.entry(kind(&c)).or_insert(0) += 1;
+            let spec = WmmaConv2d.generate(&w, &c, &target).unwrap();
+            assert!(spec.source.contains("#define TT_TF32 1"), "{}", spec.name);
+            specs.push(spec);
         }
+        turns.add(specs);
+    }
+    for (target, specs) in turns.each(1) {
         total += specs.len();
-        assert_all_compile(&specs, &target);
+        assert_all_compile(specs, target);
     }
     for want in ["pointwise/regs/none", "implicit/regs/none", "implicit/smem/none"] {
         assert!(seen_kinds.contains_key(want), "no {want} config in the sample: {seen_kinds:?}");

@@ -17,7 +17,7 @@ use tensortune_kernels::{
 };
 use tensortune_worker::nvrtc;
 
-use crate::common::{assert_all_compile, include_dir};
+use crate::common::{InTurn, assert_all_compile, include_dir};
 
 fn matmul(m: u64, n: u64, k: u64, layout: Layout, types: Types) -> Workload {
     Workload::Matmul(Matmul::new(m, n, k, layout, types).unwrap())
@@ -151,41 +151,40 @@ fn support_modules_compile_for_every_type_combination() {
 
 /// Every type combination x layout x three shapes (one ragged in M and N, one with beta = 1 so the
 /// epilogue reads C), three configs spread over each workload's valid space (offset per workload,
-/// so successive workloads take different ones): 216 kernels per arch.
+/// so successive workloads take different ones), each workload for sm_80 or sm_90 in turn (every
+/// type and layout reaches both): 216 kernels in all.
 #[test]
 fn a_sample_of_every_dtype_and_layout_compiles_for_sm80_and_sm90() {
     const PER_WORKLOAD: usize = 3;
     let shapes: [(u64, u64, u64, f64); 3] = [(512, 64, 512, 0.0), (1024, 1024, 1024, 1.0), (200, 72, 272, 0.0)];
-    for target in [Target::sm80(), Target::sm90()] {
-        let mut specs = Vec::new();
-        let mut workloads = 0;
-        // wmma_gemm's types: the 16- and 8-bit tensor-core inputs (f32, tf32 and the packed
-        // types have templates of their own, with their own compile tests).
-        // FP8 is wgmma_gemm's alone (tests/worker/fused_compile.rs).
-        for (input, acc, outs) in
-            Types::SUPPORTED.iter().filter(|r| r.0.bits() <= 16 && r.0.bits() >= 8 && !r.0.is_fp8())
-        {
-            for out in *outs {
-                let types = Types::new(*input, *acc, Some(*out)).unwrap();
-                for layout in Layout::ALL {
-                    for (i, (m, n, k, beta)) in shapes.iter().enumerate() {
-                        let mut mm = Matmul::new(*m, *n, *k, layout, types).unwrap();
-                        mm.beta = *beta;
-                        let w = Workload::Matmul(mm);
-                        let valid = valid_configs(&gemm::WmmaGemm, &w, &target).unwrap();
-                        assert!(valid.len() >= PER_WORKLOAD, "{}: {} valid configs", w.key(), valid.len());
-                        // Evenly spaced, with an offset per workload so the samples differ.
-                        let step = valid.len() / PER_WORKLOAD;
-                        for j in 0..PER_WORKLOAD {
-                            let (_, config) = &valid[j * step + (workloads * 7 + i) % step.max(1)];
-                            specs.push(gemm::WmmaGemm.generate(&w, config, &target).unwrap());
-                        }
-                        workloads += 1;
-                    }
+    let mut turns = InTurn::new();
+    let mut workloads = 0;
+    // wmma_gemm's types: the 16- and 8-bit tensor-core inputs (f32, tf32 and the packed types
+    // have templates of their own, with their own compile tests). FP8 is wgmma_gemm's alone
+    // (tests/worker/fused_compile.rs).
+    for (input, acc, outs) in Types::SUPPORTED.iter().filter(|r| r.0.bits() <= 16 && r.0.bits() >= 8 && !r.0.is_fp8()) {
+        for out in *outs {
+            let types = Types::new(*input, *acc, Some(*out)).unwrap();
+            for layout in Layout::ALL {
+                for (i, (m, n, k, beta)) in shapes.iter().enumerate() {
+                    let mut mm = Matmul::new(*m, *n, *k, layout, types).unwrap();
+                    mm.beta = *beta;
+                    let w = Workload::Matmul(mm);
+                    let target = turns.target();
+                    let valid = valid_configs(&gemm::WmmaGemm, &w, &target).unwrap();
+                    assert!(valid.len() >= PER_WORKLOAD, "{}: {} valid configs", w.key(), valid.len());
+                    // Evenly spaced, with an offset per workload so the samples differ.
+                    let step = valid.len() / PER_WORKLOAD;
+                    turns.add((0..PER_WORKLOAD).map(|j| {
+                        let (_, config) = &valid[j * step + (workloads * 7 + i) % step.max(1)];
+                        gemm::WmmaGemm.generate(&w, config, &target).unwrap()
+                    }));
+                    workloads += 1;
                 }
             }
         }
-        assert!(specs.len() >= 200, "only {} sampled kernels", specs.len());
-        assert_all_compile(&specs, &target);
+    }
+    for (target, specs) in turns.each(100) {
+        assert_all_compile(specs, target);
     }
 }
