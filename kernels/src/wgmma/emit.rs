@@ -223,9 +223,7 @@ impl Plan {
             .define("TT_X_IN", if self.gather() { "xin" } else { "nullptr" })
             .flag("X_KMAJOR", self.x_kmajor())
             .flag("Y_KMAJOR", self.y_kmajor())
-            // The tiles along N are whole clusters: with an odd count of tiles a cluster of 2 has
-            // a tile wholly past N, whose stores must be masked even when N is whole tiles.
-            .flag("EVEN_P", w.n == self.tiles_p() * self.bp as u64)
+            .flag("EVEN_P", w.n.is_multiple_of(self.bp as u64))
             .flag("EVEN_Q", w.m.is_multiple_of(self.bq as u64))
             .flag("PAIRS_ALIGNED", w.m.is_multiple_of(2))
             // 2-byte outputs stored from registers go 16 bytes (8 columns of Q) a thread.

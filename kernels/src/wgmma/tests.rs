@@ -655,22 +655,3 @@ fn stores_from_registers_go_in_vectors_only_where_m_takes_whole_vectors() {
     assert!(vec_aligned(&f16_out(1000)));
     assert!(!vec_aligned(&f16_out(1004)));
 }
-
-/// A cluster of 2 over an odd count of N tiles runs a padding tile wholly past N: its direct
-/// stores must be masked even though N is a whole number of tiles (bf16 nn m2560n768k3072 with
-/// block_n 256 wrote a 256 x 256 tile past D on an H200, 2026-11-28).
-#[test]
-fn a_cluster_padding_tile_past_n_is_masked() {
-    let sm90 = Target::sm90();
-    let c = config(
-        r#"{"block_m":64,"block_n":256,"cluster":2,"consumers":2,"epilogue":"direct","persistent":1,"producer":"inline","raster":"m","raster_group":16,"schedule":"cooperative","stages":3,"stream_k":0}"#,
-    );
-    let even_p = |n: u64| {
-        let spec = WgmmaGemm.generate(&mm(2560, n, 3072, Layout::Nn, DType::Bf16), &c, &sm90).unwrap();
-        assert!(spec.source.contains("EVEN_P"), "the flag is in the source");
-        !spec.source.contains("EVEN_P = false")
-    };
-    assert!(!even_p(768), "3 tiles of 256 in clusters of 2: the fourth is past N");
-    assert!(even_p(1024), "4 tiles of 256 in clusters of 2: none past N");
-    assert!(!even_p(1000), "a ragged last tile");
-}

@@ -8,9 +8,9 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v16: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// wgmma_gemm v15: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
 // workload matmul/m1000n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1
-#define KERNEL_NAME tt_wgmma_gemm_v16_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
+#define KERNEL_NAME tt_wgmma_gemm_v15_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
 #define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
@@ -21,7 +21,7 @@ using namespace nvcuda;
 #define TT_EPI_BIAS nullptr
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
-namespace ns_tt_wgmma_gemm_v16_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754 {
+namespace ns_tt_wgmma_gemm_v15_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754 {
 typedef signed char T_IN;
 typedef int T_OUT;
 typedef int T_EPI;
@@ -1424,7 +1424,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v16_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
+}  // namespace ns_tt_wgmma_gemm_v15_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D

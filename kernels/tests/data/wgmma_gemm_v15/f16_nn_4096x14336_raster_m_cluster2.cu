@@ -8,9 +8,9 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v16: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// wgmma_gemm v15: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
 // workload matmul/m4096n14336k4096/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v16_f16f32f32_nn_m256n128_c2_s4_cl2_pers_g4m_ws_tmast_8d839ff5
+#define KERNEL_NAME tt_wgmma_gemm_v15_f16f32f32_nn_m256n128_c2_s4_cl2_pers_g4m_ws_tmast_8d839ff5
 #define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
 #define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
 #define TT_MAP_D_PTR &mapD
@@ -21,7 +21,7 @@ using namespace nvcuda;
 #define TT_EPI_BIAS nullptr
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
-namespace ns_tt_wgmma_gemm_v16_f16f32f32_nn_m256n128_c2_s4_cl2_pers_g4m_ws_tmast_8d839ff5 {
+namespace ns_tt_wgmma_gemm_v15_f16f32f32_nn_m256n128_c2_s4_cl2_pers_g4m_ws_tmast_8d839ff5 {
 typedef half T_IN;
 typedef float T_OUT;
 typedef float T_EPI;
@@ -1424,7 +1424,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v16_f16f32f32_nn_m256n128_c2_s4_cl2_pers_g4m_ws_tmast_8d839ff5
+}  // namespace ns_tt_wgmma_gemm_v15_f16f32f32_nn_m256n128_c2_s4_cl2_pers_g4m_ws_tmast_8d839ff5
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
