@@ -154,6 +154,10 @@ impl Plan {
                 ))
                 .comment(format!("workload {}", Workload::Matmul(*w).key())),
         };
+        // Only a fused layer says so: a plain layer's source stays as it was before conv epilogues.
+        if self.conv.is_some_and(|c| c.conv.fused()) {
+            h.comment("epilogue per output channel k (a row m of the GEMM): D = act(scale[k] * conv + C + bias[k])");
+        }
         // The convolution's geometry (placeholders when there is none: the gather is not compiled).
         let geometry = self.conv.map(|c| c.conv);
         let dim = |f: fn(&crate::workload::Conv2d) -> u64, none: u64| geometry.as_ref().map_or(none, f) as i64;

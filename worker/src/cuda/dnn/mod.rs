@@ -242,7 +242,10 @@ where
     for p in &usable {
         descs.set_math(p.math_type).map_err(Why::Cudnn)?;
         // SAFETY: as for `find`; the workspace covers `p.memory`.
-        let mut enqueue = |_: &Arc<CudaStream>| unsafe { descs.forward(p.algo, xt, wt, y, &workspace) };
+        let mut enqueue = |s: &Arc<CudaStream>| {
+            unsafe { descs.forward(p.algo, xt, wt, y, &workspace) }?;
+            if conv.fused() { w.apply_epilogue(s) } else { Ok(()) }
+        };
         match time(&mut enqueue) {
             Ok(t) => {
                 tracing::debug!(workload = %req.workload_key, algo = %algo_name(p.algo), us = t.median_us, "cuDNN candidate timed");
@@ -278,6 +281,9 @@ where
         }
         None => req.tolerance,
     };
+    if conv.fused() {
+        w.apply_epilogue(stream)?;
+    }
     let c = w.compare(stream, &tolerance)?;
     let mut kind = format!(
         "cudnnConvolutionForward {} ({}), {}, fastest of {} candidates",
@@ -290,11 +296,25 @@ where
         kind.push_str(&format!(" ({} more failed to run or to be captured)", untimed.len()));
     }
     kind.push_str(&format!(", cuDNN {}", dnn.version));
+    if conv.fused() {
+        // The legacy API's fused call (cudnnConvolutionBiasActivationForward) is not wired: the
+        // epilogue runs as a second kernel, as a framework runs an unfused conv, bias and ReLU.
+        kind.push_str(&format!(" + tt_epilogue elementwise kernel (unfused {})", conv_epilogue_name(conv)));
+    }
     if c.failures > 0 {
         tracing::warn!(workload = %req.workload_key, failures = c.failures, max_abs = c.max_abs, "cuDNN disagrees with the reference");
         kind.push_str(&format!(" ({}: {} elements, max abs error {:.3e})", super::CHECK_FAILED, c.failures, c.max_abs));
     }
     Ok((us, kind, ConvPick(chosen)))
+}
+
+/// The fused part of a layer as a record's kind names it (`residual+bias+relu`).
+fn conv_epilogue_name(conv: &Conv2d) -> String {
+    match (conv.residual, conv.epilogue.is_none()) {
+        (true, true) => "residual".into(),
+        (true, false) => format!("residual+{}", conv.epilogue),
+        (false, _) => conv.epilogue.name(),
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ fn conv(input: DType, acc: DType, out: DType, c: u64, k: u64) -> Conv2d {
         stride: (2, 2),
         dilation: (1, 1),
         types: Types::new(input, acc, Some(out)).unwrap(),
+        epilogue: Default::default(),
+        residual: false,
     };
     w.validate().unwrap();
     w
