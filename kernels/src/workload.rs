@@ -713,8 +713,8 @@ impl Workload {
     /// How far `other`'s shape is from this one, when both are the same kind of problem: the same
     /// operation and types, for matmul the same layout, for conv2d the same filter size, padding,
     /// stride and dilation. The distance is the sum over the free dimensions (M, N, K; or N, H, W,
-    /// C, K) of |ln(a / b)|, plus 0.001 when a matmul's epilogue scales differ (a tie-break toward
-    /// the same epilogue). `None` when the two are not comparable. A kernel is generated for one
+    /// C, K) of |ln(a / b)|, plus 0.001 when the epilogues differ (a tie-break toward the same
+    /// epilogue). `None` when the two are not comparable. A kernel is generated for one
     /// exact shape: the nearest tuned shape is a suggestion (its config), never a kernel to run on
     /// this one.
     pub fn shape_distance(&self, other: &Workload) -> Option<f64> {
@@ -729,7 +729,8 @@ impl Workload {
                 if a.types == b.types
                     && (a.r, a.s, a.pad, a.stride, a.dilation) == (b.r, b.s, b.pad, b.stride, b.dilation) =>
             {
-                Some(ln(a.n, b.n) + ln(a.h, b.h) + ln(a.w, b.w) + ln(a.c, b.c) + ln(a.k, b.k))
+                let epilogue = if (a.epilogue, a.residual) == (b.epilogue, b.residual) { 0.0 } else { 1e-3 };
+                Some(ln(a.n, b.n) + ln(a.h, b.h) + ln(a.w, b.w) + ln(a.c, b.c) + ln(a.k, b.k) + epilogue)
             }
             _ => None,
         }
@@ -939,6 +940,9 @@ mod tests {
             assert_eq!(w.key(), format!("{plain}{tail}"));
             assert!(f.fused() && Conv2d { epilogue: Epilogue::NONE, residual: false, ..f } == c);
         }
+        // Another epilogue of the same layer is near, never the same.
+        let fused = Workload::from_key(&format!("{plain}/epi=bias+relu")).unwrap();
+        assert_eq!(fused.shape_distance(&Workload::Conv2d(c)), Some(1e-3));
         // beta=0 is the plain layer, spelled as such.
         assert_eq!(Workload::from_key(&format!("{plain}/beta=0")).unwrap().key(), plain);
         for (tail, field, says) in [

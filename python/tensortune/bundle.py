@@ -45,6 +45,10 @@ class Plan:
             # Several device classes may have a kernel for the same key: keep the fastest.
             if key not in self.entries or e["time_us"] < self.entries[key]["time_us"]:
                 self.entries[key] = e
+        # Plain conv keys with a fused kernel that won: a model's conv of that shape is worth
+        # running lazily, to see whether its batch norm, add and activation match one.
+        self._fused_convs = {k.rsplit("/", 1)[0] for k, e in self.entries.items()
+                             if k.startswith("conv2d/") and k.count("/") == 6 and winner(e) == "ours"}
 
     @classmethod
     def load(cls, directory, arch=None):
@@ -74,6 +78,11 @@ class Plan:
         if e["problem"].get("op") == "matmul" and (e["problem"].get("alpha") != 1 or e["problem"].get("beta") != 0):
             return None, "the kernel scales by alpha/beta"
         return e, None
+
+    def fuses(self, conv_key):
+        """Whether the bundle has a fused kernel that won for some epilogue of plain conv key
+        `conv_key`."""
+        return conv_key in self._fused_convs
 
     def summary(self, keys):
         """How many of `keys` run ours, and why the others do not (reason -> count)."""
