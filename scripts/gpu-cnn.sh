@@ -4,7 +4,8 @@
 # script: the self-test of every conv2d epilogue path (every element checked), `bench` of
 # suites/cnn.json against cuDNN, the Python tests with torch, and ResNet-50 captured with batch
 # norm, add and ReLU folded into its conv keys, tuned, exported, applied and timed against eager.
-# Budgets from the environment: CNN_TRIALS (per workload of the suite), R50_TRIALS, PER_WORKLOAD.
+# Budgets from the environment: CNN_TRIALS (per workload of the suite), R50_TRIALS, PER_WORKLOAD;
+# ResNet-50's job starts from the bench's database (its N=32 layers are the suite's).
 # Usage there: G=.gpu-convepi bash .gpu-convepi/scripts/gpu-cnn.sh   (results under $OUT)
 set -uo pipefail
 G=$(cd "${G:-.gpu-convepi}" && pwd)
@@ -36,7 +37,10 @@ for k in n2h14w14c64/k96r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16/epi=bias+r
 done
 step selftest "${SELFTEST_SECS:-90}" "$G/tensortune" selftest --template wgmma_conv2d --configs 3 "${keys[@]}"
 step bench "${BENCH_SECS:-200}" "$G/tensortune" --db "$work/cnn.db" bench --suite "$G/suites/cnn.json" \
-  --trials "${CNN_TRIALS:-24}" --json "$OUT/cnn-bench.json"
+  --trials "${CNN_TRIALS:-16}" --json "$OUT/cnn-bench.json"
+# ResNet-50's job starts from the bench's records (the same keys at N=32): export takes the best.
+mkdir -p "$work/resnet50"
+for f in "$work"/cnn.db*; do [ -e "$f" ] && cp "$f" "$work/resnet50/tune.db${f#"$work"/cnn.db}"; done
 step pytest 90 python3 -m pytest -q -p no:cacheprovider "$G/python/tests"
 step resnet50 "${R50_SECS:-240}" python3 "$G/examples/resnet50.py" --batch 32 --total-trials "${R50_TRIALS:-400}" \
   --trials "${PER_WORKLOAD:-24}" --workdir "$work/resnet50"

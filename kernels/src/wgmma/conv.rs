@@ -366,6 +366,23 @@ mod tests {
     }
 
     #[test]
+    fn a_clusters_padding_tile_is_never_stored() {
+        // 56 x 56 pixels: 49 tiles of 64, so a cluster of 2 pads one tile past N.
+        let target = Target::sm90();
+        let l = layer(1, 56, 64, 64, 1, 0, 1, DType::F16);
+        let valid = valid_configs(&WgmmaConv2d, &l, &target).unwrap();
+        let pick = |cluster| {
+            let (_, c) = valid
+                .iter()
+                .find(|(_, c)| c.int("block_n").ok() == Some(64) && c.int("cluster").ok() == Some(cluster))
+                .unwrap();
+            WgmmaConv2d.generate(&l, c, &target).unwrap().source
+        };
+        assert!(pick(2).contains("constexpr bool EVEN_P = false;"), "the padding tile's rows are guarded");
+        assert!(pick(1).contains("constexpr bool EVEN_P = true;"));
+    }
+
+    #[test]
     fn conv_layers_search_both_templates_on_hopper() {
         let w = layer(32, 56, 64, 64, 3, 1, 1, DType::F16);
         let names: Vec<_> = crate::registry::all()

@@ -227,7 +227,10 @@ impl Plan {
             .define("TT_X_IN", if self.gather() { "xin" } else { "nullptr" })
             .flag("X_KMAJOR", self.x_kmajor())
             .flag("Y_KMAJOR", self.y_kmajor())
-            .flag("EVEN_P", w.n.is_multiple_of(self.bp as u64))
+            // Whole tiles and no cluster padding: an odd tile count in clusters of 2 has a tile
+            // past N, whose rows must not be stored (they were, 8 KiB to 128 KiB past D's end,
+            // on 49-tile pointwise layers; the worker's guard caught each as wrong_result).
+            .flag("EVEN_P", self.tiles_p() * self.bp as u64 == w.n)
             .flag("EVEN_Q", w.m.is_multiple_of(self.bq as u64))
             .flag("PAIRS_ALIGNED", w.m.is_multiple_of(2))
             // 2-byte outputs stored from registers go 16 bytes (8 columns of Q) a thread.

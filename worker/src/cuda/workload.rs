@@ -206,6 +206,11 @@ impl WorkloadState {
     }
 
     /// The A/B pointers of an input set (for the vendor baseline).
+    /// C on the device (the output's shape and type).
+    pub(crate) fn c_ptr(&self) -> u64 {
+        self.c.ptr
+    }
+
     pub(crate) fn inputs(&self, set: InputSet) -> (u64, u64) {
         match set {
             InputSet::Check => (self.a_check.ptr, self.b_check.ptr),
