@@ -451,8 +451,8 @@ impl Conv2d {
         for part in text.split(',') {
             match part.split_once('=') {
                 Some(("beta", v)) if !seen_epi && !residual => match v.parse::<f64>() {
-                    Ok(b) if b == 1.0 => residual = true,
-                    Ok(b) if b == 0.0 => {}
+                    Ok(1.0) => residual = true,
+                    Ok(0.0) => {}
                     _ => {
                         return Err(Error::invalid(
                             "beta",

@@ -47,8 +47,10 @@ class Plan:
                 self.entries[key] = e
         # Plain conv keys with a fused kernel that won: a model's conv of that shape is worth
         # running lazily, to see whether its batch norm, add and activation match one.
-        self._fused_convs = {k.rsplit("/", 1)[0] for k, e in self.entries.items()
-                             if k.startswith("conv2d/") and k.count("/") == 6 and winner(e) == "ours"}
+        fused = [(k.rsplit("/", 1)[0], winner(e)) for k, e in self.entries.items()
+                 if k.startswith("conv2d/") and k.count("/") == 6]
+        self._fused_convs = {k for k, w in fused if w == "ours"}
+        self._lost_convs = {k for k, w in fused if w != "ours"} - self._fused_convs
 
     @classmethod
     def load(cls, directory, arch=None):
@@ -64,6 +66,8 @@ class Plan:
         """(entry, None) when the model should launch the bundle's kernel for `key` followed by
         `epilogue` (the call's own parts: `bias`), else (None, why PyTorch keeps its op)."""
         e = self.entries.get(key)
+        if e is None and key in self._lost_convs:
+            return None, "the vendor won each fused kernel of this layer"
         if e is None:
             return None, "not tuned (no kernel in the bundle)"
         if "bias" in epilogue and "bias" not in (e.get("epilogue") or ""):

@@ -80,3 +80,5 @@ def test_fused_conv_kernels_that_won_mark_their_plain_key():
     assert not plan.fuses(base.replace("n32", "n1")), "a plain kernel is no reason to wait for an epilogue"
     entry, why = plan.decide(base + "/beta=1,epi=bias+relu")
     assert entry is kernels[0] and why is None
+    assert plan.decide(base.replace("k256", "k64")) == (None, "the vendor won each fused kernel of this layer")
+    assert plan.decide(base.replace("k256", "k32"))[1].startswith("not tuned")
