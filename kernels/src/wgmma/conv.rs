@@ -371,15 +371,21 @@ mod tests {
         let target = Target::sm90();
         let l = layer(1, 56, 64, 64, 1, 0, 1, DType::F16);
         let valid = valid_configs(&WgmmaConv2d, &l, &target).unwrap();
-        let pick = |cluster| {
+        let pick = |cluster, store| {
             let (_, c) = valid
                 .iter()
-                .find(|(_, c)| c.int("block_n").ok() == Some(64) && c.int("cluster").ok() == Some(cluster))
+                .find(|(_, c)| {
+                    c.int("block_n").ok() == Some(64)
+                        && c.int("cluster").ok() == Some(cluster)
+                        && c.name("epilogue").ok() == Some(store)
+                })
                 .unwrap();
             WgmmaConv2d.generate(&l, c, &target).unwrap().source
         };
-        assert!(pick(2).contains("constexpr bool EVEN_P = false;"), "the padding tile's rows are guarded");
-        assert!(pick(1).contains("constexpr bool EVEN_P = true;"));
+        assert!(pick(2, "direct").contains("constexpr bool EVEN_P = false;"), "the padding tile's rows are guarded");
+        assert!(pick(1, "direct").contains("constexpr bool EVEN_P = true;"));
+        // A TMA store clips the padding tile: its source is as before.
+        assert!(pick(2, "tma").contains("constexpr bool EVEN_P = true;"));
     }
 
     #[test]
