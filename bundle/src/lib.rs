@@ -19,7 +19,10 @@ pub mod select;
 mod tests;
 
 pub use launch::{LoadedKernel, MapParam, Operands, encode_map};
-pub use manifest::{Bundle, DType, Device, Entry, Im2colRecipe, Launch, Layout, MapRecipe, Operand, Param, Problem};
+pub use manifest::{
+    Activation, Bundle, ConvEpilogue, DType, Device, Entry, Im2colRecipe, Launch, Layout, MapRecipe, Operand, Param,
+    Problem,
+};
 pub use select::{Selection, select};
 
 use std::path::PathBuf;

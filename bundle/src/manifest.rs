@@ -151,7 +151,71 @@ pub enum Problem {
         accumulator: DType,
         /// Type of the output.
         output: DType,
+        /// What is fused after the convolution, per output channel; left out when nothing is.
+        #[serde(default, skip_serializing_if = "ConvEpilogue::is_none")]
+        epilogue: ConvEpilogue,
     },
+}
+
+/// A convolution's fused epilogue: `Y = act(scale[k] * conv + C + bias[k])`, C (the output's
+/// shape, e.g. a residual block's identity) read only with `residual`; `bias` is K values of the
+/// output type ([`Operand::Bias`]), `scale` K f32 values ([`Operand::Scale`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConvEpilogue {
+    /// Multiplies channel k by `scale[k]`.
+    #[serde(default)]
+    pub scale: bool,
+    /// Adds `bias[k]`.
+    #[serde(default)]
+    pub bias: bool,
+    /// Adds C (beta 1).
+    #[serde(default)]
+    pub residual: bool,
+    /// The activation last.
+    #[serde(default)]
+    pub activation: Activation,
+}
+
+/// The activation a fused epilogue applies last.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    /// None.
+    #[default]
+    None,
+    /// max(x, 0).
+    Relu,
+    /// GELU, tanh form.
+    Gelu,
+}
+
+impl ConvEpilogue {
+    /// Nothing fused.
+    pub fn is_none(&self) -> bool {
+        *self == ConvEpilogue::default()
+    }
+
+    /// The workload key's spelling (`beta=1,epi=bias+relu`), as `index.txt` writes it.
+    pub fn spelling(&self) -> String {
+        let mut parts: Vec<&str> = Vec::new();
+        if self.scale {
+            parts.push("scale");
+        }
+        if self.bias {
+            parts.push("bias");
+        }
+        match self.activation {
+            Activation::None => {}
+            Activation::Relu => parts.push("relu"),
+            Activation::Gelu => parts.push("gelu"),
+        }
+        let epi = if parts.is_empty() { String::new() } else { format!("epi={}", parts.join("+")) };
+        match (self.residual, epi.is_empty()) {
+            (true, true) => "beta=1".into(),
+            (true, false) => format!("beta=1,{epi}"),
+            (false, _) => epi,
+        }
+    }
 }
 
 impl Problem {
@@ -487,13 +551,16 @@ impl Bundle {
                     let _ = writeln!(out, "layout {}", layout.name());
                     let _ = writeln!(out, "epilogue {alpha:?} {beta:?}");
                 }
-                Problem::Conv2d { n, h, w, c, k, r, s, pad, stride, dilation, .. } => {
+                Problem::Conv2d { n, h, w, c, k, r, s, pad, stride, dilation, epilogue, .. } => {
                     let _ = writeln!(out, "shape {n} {h} {w} {c} {k}");
                     let _ = writeln!(
                         out,
                         "filter {r} {s} {} {} {} {} {} {}",
                         pad[0], pad[1], stride[0], stride[1], dilation[0], dilation[1]
                     );
+                    if !epilogue.is_none() {
+                        let _ = writeln!(out, "conv_epilogue {}", epilogue.spelling());
+                    }
                 }
             }
             let _ = writeln!(out, "types {} {} {}", i.name(), a.name(), o.name());

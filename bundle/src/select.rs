@@ -46,7 +46,7 @@ pub fn distance(asked: &Problem, tuned: &Problem) -> Option<f64> {
             Some(ln(m, m2) + ln(n, n2) + ln(k, k2) + epilogue)
         }
         (
-            Problem::Conv2d { n, h, w, c, k, r, s, pad, stride, dilation, input, accumulator, output },
+            Problem::Conv2d { n, h, w, c, k, r, s, pad, stride, dilation, input, accumulator, output, epilogue },
             Problem::Conv2d {
                 n: n2,
                 h: h2,
@@ -61,8 +61,12 @@ pub fn distance(asked: &Problem, tuned: &Problem) -> Option<f64> {
                 input: i2,
                 accumulator: a2,
                 output: o2,
+                epilogue: e2,
             },
-        ) if (r, s, pad, stride, dilation, input, accumulator, output) == (r2, s2, p2, st2, d2, i2, a2, o2) => {
+            // A fused kernel computes something else than a plain one: never each other's nearest.
+        ) if (r, s, pad, stride, dilation, input, accumulator, output, epilogue)
+            == (r2, s2, p2, st2, d2, i2, a2, o2, e2) =>
+        {
             Some(ln(n, n2) + ln(h, h2) + ln(w, w2) + ln(c, c2) + ln(k, k2))
         }
         _ => None,

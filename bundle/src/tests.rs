@@ -192,6 +192,39 @@ fn a_tf32_entry_answers_tf32_problems_only() {
 }
 
 #[test]
+fn a_fused_conv_entry_answers_its_own_epilogue_only() {
+    use crate::{Activation, ConvEpilogue};
+    let problem = |epilogue| Problem::Conv2d {
+        n: 32,
+        h: 56,
+        w: 56,
+        c: 64,
+        k: 256,
+        r: 1,
+        s: 1,
+        pad: [0, 0],
+        stride: [1, 1],
+        dilation: [1, 1],
+        input: DType::F16,
+        accumulator: DType::F32,
+        output: DType::F16,
+        epilogue,
+    };
+    let block_end = ConvEpilogue { bias: true, residual: true, activation: Activation::Relu, ..Default::default() };
+    let m = manifest(vec![entry("fused", problem(block_end), 90, 132, 9.0)]);
+    let json = serde_json::to_string(&m).unwrap();
+    assert!(json.contains(r#""epilogue":{"scale":false,"bias":true,"residual":true,"activation":"relu"}"#), "{json}");
+    let back: Manifest = serde_json::from_str(&json).unwrap();
+    assert!(Bundle::index_text(&back).contains("conv_epilogue beta=1,epi=bias+relu\n"));
+    assert_eq!(select(&back, &problem(block_end), 90, 132).map(|s| s.nearest), Some(false));
+    assert!(select(&back, &problem(ConvEpilogue::default()), 90, 132).is_none(), "a plain layer never gets it");
+    // A plain conv's problem is written as before epilogues existed.
+    let plain = serde_json::to_string(&problem(ConvEpilogue::default())).unwrap();
+    assert!(!plain.contains("epilogue"), "{plain}");
+    assert_eq!(serde_json::from_str::<Problem>(&plain).unwrap(), problem(ConvEpilogue::default()));
+}
+
+#[test]
 fn the_winner_is_recorded_or_read_from_the_times() {
     let mut e = entry("k1", matmul(1024, 1024, 1024, Layout::Nn), 90, 132, 10.0);
     assert_eq!(e.winner(), "ours");

@@ -371,6 +371,22 @@ mod tests {
     }
 
     #[test]
+    fn cnn_suite_holds_resnet50s_fused_layers_with_a_wgmma_space() {
+        let (_, workloads) = Suite::parse(include_str!("../../suites/cnn.json"), "cnn").unwrap();
+        assert_eq!(workloads.len(), 52, "26 distinct (layer, epilogue) pairs at N=1 and N=32");
+        let template = tensortune_kernels::registry::by_name("wgmma_conv2d").unwrap();
+        let mut block_ends = 0;
+        for w in &workloads {
+            let Workload::Conv2d(c) = w else { panic!("{}", w.key()) };
+            assert!(c.epilogue.bias && [1, 32].contains(&c.n), "{}", w.key());
+            block_ends += usize::from(c.residual);
+            let valid = template.valid_indices(w, &tensortune_kernels::Target::sm90()).unwrap();
+            assert!(valid.len() >= 100, "{}: {} valid configs", w.key(), valid.len());
+        }
+        assert_eq!(block_ends, 2 * 7, "per N: layer1's block end, and the downsample's and last 1x1's of layers 2-4");
+    }
+
+    #[test]
     fn types_conv_suite_pairs_exact_f32_and_tf32_layers() {
         use tensortune_kernels::DType;
         let (_, workloads) = Suite::parse(include_str!("../../suites/types-conv.json"), "types-conv").unwrap();

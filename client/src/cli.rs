@@ -615,6 +615,14 @@ pub struct ConvArgs {
     /// Types.
     #[command(flatten)]
     pub types: TypeArgs,
+    /// Fused epilogue per output channel: none, or scale, bias, relu, gelu joined by '+' (e.g.
+    /// bias+relu: a conv with its batch norm folded into a bias, then ReLU).
+    #[arg(long, default_value = "none")]
+    pub epilogue: String,
+    /// Add a tensor of the output's shape (a residual block's identity) before bias and
+    /// activation.
+    #[arg(long)]
+    pub residual: bool,
 }
 
 /// `tensortune bench`.
@@ -798,6 +806,8 @@ impl ConvArgs {
             stride: (self.stride, self.stride),
             dilation: (self.dilation, self.dilation),
             types: parse_types(&self.types, Op::Conv)?,
+            epilogue: self.epilogue.parse().map_err(flag_error)?,
+            residual: self.residual,
         };
         c.validate().map_err(flag_error)?;
         Ok(Workload::Conv2d(c))

@@ -318,6 +318,16 @@ pub fn problem(w: &Workload) -> Problem {
             input,
             accumulator,
             output,
+            epilogue: tensortune_bundle::ConvEpilogue {
+                scale: c.epilogue.scale,
+                bias: c.epilogue.bias,
+                residual: c.residual,
+                activation: match c.epilogue.activation {
+                    tensortune_kernels::Activation::None => tensortune_bundle::Activation::None,
+                    tensortune_kernels::Activation::Relu => tensortune_bundle::Activation::Relu,
+                    tensortune_kernels::Activation::Gelu => tensortune_bundle::Activation::Gelu,
+                },
+            },
         },
     }
 }

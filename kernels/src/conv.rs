@@ -372,6 +372,7 @@ impl Template for WmmaConv2d {
     fn check_workload(&self, workload: &Workload) -> Result<()> {
         let w = conv(workload)?;
         w.validate()?;
+        w.require_plain("wmma_conv2d")?;
         if w.types.input == DType::F32 {
             return Err(Error::invalid(
                 "input",
@@ -498,6 +499,8 @@ mod tests {
             stride,
             dilation: (1, 1),
             types: Types::default_for(DType::F16).unwrap(),
+            epilogue: Default::default(),
+            residual: false,
         }
     }
 

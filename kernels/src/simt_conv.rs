@@ -51,6 +51,7 @@ impl Template for SimtConv2d {
     fn check_workload(&self, workload: &Workload) -> Result<()> {
         let c = conv(workload)?;
         c.validate()?;
+        c.require_plain("simt_conv2d")?;
         if c.types.input != DType::F32 {
             return Err(Error::invalid(
                 "input",
@@ -119,6 +120,8 @@ mod tests {
             stride: (stride, stride),
             dilation: (dilation, dilation),
             types: Types::default_for(input).unwrap(),
+            epilogue: Default::default(),
+            residual: false,
         })
     }
 

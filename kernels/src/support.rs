@@ -116,7 +116,7 @@ pub fn source(w: &Workload) -> String {
         .typedef("T_OUT", t.output.cuda());
     let (alpha, beta, epilogue, input_scale) = match w {
         Workload::Matmul(m) => (m.alpha, m.beta, m.epilogue, m.input_scale),
-        Workload::Conv2d(_) => (1.0, 0.0, crate::Epilogue::NONE, crate::InputScale::None),
+        Workload::Conv2d(c) => (1.0, if c.residual { 1.0 } else { 0.0 }, c.epilogue, crate::InputScale::None),
     };
     match w {
         Workload::Matmul(m) => {
@@ -217,6 +217,17 @@ mod tests {
         for want in ["EPI_SCALE = true", "EPI_BIAS = true", "EPI_ACT = 2", "TENSOR_SCALE = true"] {
             assert!(s.contains(want), "{want}");
         }
+    }
+
+    #[test]
+    fn conv_epilogues_reach_the_reference() {
+        let key = "conv2d/n2h9w9c16/k40r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16/beta=1,epi=bias+relu";
+        let s = source(&Workload::from_key(key).unwrap());
+        for want in ["EPI_BIAS = true", "EPI_ACT = 1", "READ_C = true", "BETA_F64 = 1.0", "TT_OP_CONV2D 1"] {
+            assert!(s.contains(want), "{want}");
+        }
+        // The bias is read per output channel, the innermost index of NPQK.
+        assert!(s.contains("const long long row = k;") && s.contains("(long long)(o % KO)"));
     }
 
     #[test]

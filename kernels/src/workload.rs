@@ -374,6 +374,12 @@ impl Matmul {
 /// Forward 2-D convolution: NHWC input, KRSC filter, NPQK output. Its types are those of
 /// [`Types::SUPPORTED`] but the packed ones: f16, bf16, i8, exact f32 (`f32,f32,f32`) and TF32
 /// (`tf32,f32,f32`: f32 tensors, TF32 products), two different workloads.
+///
+/// A fused epilogue acts per output channel k, as a framework's conv + batch norm (folded into a
+/// per-channel bias) + residual add + ReLU does:
+/// `Y[n, p, q, k] = act(scale[k] * conv + C[n, p, q, k] + bias[k])`, C (of the output's shape)
+/// read only with `residual`. The key adds `/beta=1,epi=<parts>` (either part alone) after the
+/// types; a plain convolution's key is as it was before epilogues existed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Conv2d {
     /// Batch.
@@ -398,9 +404,79 @@ pub struct Conv2d {
     pub dilation: (u64, u64),
     /// Element types.
     pub types: Types,
+    /// What is fused after the convolution, per output channel (see [`crate::epilogue`]).
+    #[serde(default)]
+    pub epilogue: Epilogue,
+    /// Adds C (the output's shape, e.g. a residual block's identity) before the bias and the
+    /// activation: beta = 1 of the implicit GEMM.
+    #[serde(default)]
+    pub residual: bool,
 }
 
 impl Conv2d {
+    /// Whether anything is fused after the convolution (an epilogue or the residual).
+    pub fn fused(&self) -> bool {
+        !self.epilogue.is_none() || self.residual
+    }
+
+    /// `epilogue` error naming `template` when the layer fuses an epilogue or a residual.
+    pub fn require_plain(&self, template: &'static str) -> Result<()> {
+        if self.fused() {
+            return Err(Error::invalid(
+                "epilogue",
+                format!(
+                    "{template} fuses no conv2d epilogue, not {}; wgmma_conv2d (sm_90) fuses bias, relu, gelu, scale and the residual",
+                    self.epilogue_spelling()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The key's epilogue segment without its slash (`beta=1,epi=bias+relu`); empty when plain.
+    fn epilogue_spelling(&self) -> String {
+        let mut parts = Vec::new();
+        if self.residual {
+            parts.push("beta=1".to_string());
+        }
+        if !self.epilogue.is_none() {
+            parts.push(format!("epi={}", self.epilogue));
+        }
+        parts.join(",")
+    }
+
+    /// Parses the epilogue segment of key `key` (`beta=1`, then `epi=<parts>`, either alone).
+    fn parse_epilogue(key: &str, text: &str) -> Result<(bool, Epilogue)> {
+        let (mut residual, mut epi, mut seen_epi) = (false, Epilogue::NONE, false);
+        for part in text.split(',') {
+            match part.split_once('=') {
+                Some(("beta", v)) if !seen_epi && !residual => match v.parse::<f64>() {
+                    Ok(1.0) => residual = true,
+                    Ok(0.0) => {}
+                    _ => {
+                        return Err(Error::invalid(
+                            "beta",
+                            format!("{v:?} in {key:?}; a conv2d's residual is added whole: beta is 0 or 1"),
+                        ));
+                    }
+                },
+                Some(("epi", v)) if !seen_epi => {
+                    epi = v.parse()?;
+                    seen_epi = true;
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        "key",
+                        format!(
+                            "{key:?} is not a workload key: unexpected {part:?} after the types; allowed: beta=1, then epi=<parts>"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok((residual, epi))
+    }
+
     /// Output height P.
     pub fn p(&self) -> u64 {
         out_extent(self.h, self.r, self.pad.0, self.stride.0, self.dilation.0)
@@ -486,6 +562,16 @@ impl Conv2d {
                 ),
             ));
         }
+        if self.fused() && self.types.output.is_int() {
+            return Err(Error::invalid(
+                "epilogue",
+                format!(
+                    "{} needs a float output; {} convolutions fuse nothing",
+                    self.epilogue_spelling(),
+                    self.types.output
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -501,7 +587,7 @@ impl Conv2d {
     }
 
     fn key(&self) -> String {
-        format!(
+        let key = format!(
             "conv2d/n{}h{}w{}c{}/k{}r{}s{}/pad{}x{},stride{}x{},dil{}x{}/nhwc/{}",
             self.n,
             self.h,
@@ -517,7 +603,12 @@ impl Conv2d {
             self.dilation.0,
             self.dilation.1,
             self.types.key()
-        )
+        );
+        // Left out when plain, so that keys from before conv epilogues existed stay as they were.
+        match self.epilogue_spelling() {
+            e if e.is_empty() => key,
+            e => format!("{key}/{e}"),
+        }
     }
 }
 
@@ -622,8 +713,8 @@ impl Workload {
     /// How far `other`'s shape is from this one, when both are the same kind of problem: the same
     /// operation and types, for matmul the same layout, for conv2d the same filter size, padding,
     /// stride and dilation. The distance is the sum over the free dimensions (M, N, K; or N, H, W,
-    /// C, K) of |ln(a / b)|, plus 0.001 when a matmul's epilogue scales differ (a tie-break toward
-    /// the same epilogue). `None` when the two are not comparable. A kernel is generated for one
+    /// C, K) of |ln(a / b)|, plus 0.001 when the epilogues differ (a tie-break toward the same
+    /// epilogue). `None` when the two are not comparable. A kernel is generated for one
     /// exact shape: the nearest tuned shape is a suggestion (its config), never a kernel to run on
     /// this one.
     pub fn shape_distance(&self, other: &Workload) -> Option<f64> {
@@ -638,7 +729,8 @@ impl Workload {
                 if a.types == b.types
                     && (a.r, a.s, a.pad, a.stride, a.dilation) == (b.r, b.s, b.pad, b.stride, b.dilation) =>
             {
-                Some(ln(a.n, b.n) + ln(a.h, b.h) + ln(a.w, b.w) + ln(a.c, b.c) + ln(a.k, b.k))
+                let epilogue = if (a.epilogue, a.residual) == (b.epilogue, b.residual) { 0.0 } else { 1e-3 };
+                Some(ln(a.n, b.n) + ln(a.h, b.h) + ln(a.w, b.w) + ln(a.c, b.c) + ln(a.k, b.k) + epilogue)
             }
             _ => None,
         }
@@ -673,7 +765,11 @@ impl Workload {
                     input_scale,
                 })
             }
-            ["conv2d", input, filter, geo, "nhwc", types] => {
+            ["conv2d", input, filter, geo, "nhwc", types, epi @ ..] if epi.len() <= 1 => {
+                let (residual, epilogue) = match epi {
+                    [e] => Conv2d::parse_epilogue(key, e)?,
+                    _ => (false, Epilogue::NONE),
+                };
                 let i = parse_fields(input, &['n', 'h', 'w', 'c'])
                     .ok_or_else(|| bad("input must read n<N>h<H>w<W>c<C>"))?;
                 let f = parse_fields(filter, &['k', 'r', 's']).ok_or_else(|| bad("filter must read k<K>r<R>s<S>"))?;
@@ -700,6 +796,8 @@ impl Workload {
                     stride: *stride,
                     dilation: *dilation,
                     types: Types::parse_key(types)?,
+                    epilogue,
+                    residual,
                 })
             }
             _ => return Err(bad("expected matmul/... or conv2d/...")),
@@ -826,6 +924,46 @@ mod tests {
     }
 
     #[test]
+    fn conv_epilogue_keys_round_trip_and_plain_keys_stay() {
+        let plain = "conv2d/n32h56w56c64/k256r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16";
+        let Workload::Conv2d(c) = Workload::from_key(plain).unwrap() else { unreachable!() };
+        assert!(!c.fused() && Workload::Conv2d(c).key() == plain);
+        for (tail, epi, residual) in [
+            ("/epi=bias+relu", "bias+relu", false),
+            ("/beta=1,epi=bias+relu", "bias+relu", true),
+            ("/beta=1", "none", true),
+            ("/epi=scale+bias+gelu", "scale+bias+gelu", false),
+        ] {
+            let w = Workload::from_key(&format!("{plain}{tail}")).unwrap();
+            let Workload::Conv2d(f) = w else { unreachable!() };
+            assert_eq!((f.epilogue.name(), f.residual), (epi.to_string(), residual), "{tail}");
+            assert_eq!(w.key(), format!("{plain}{tail}"));
+            assert!(f.fused() && Conv2d { epilogue: Epilogue::NONE, residual: false, ..f } == c);
+        }
+        // Another epilogue of the same layer is near, never the same.
+        let fused = Workload::from_key(&format!("{plain}/epi=bias+relu")).unwrap();
+        assert_eq!(fused.shape_distance(&Workload::Conv2d(c)), Some(1e-3));
+        // beta=0 is the plain layer, spelled as such.
+        assert_eq!(Workload::from_key(&format!("{plain}/beta=0")).unwrap().key(), plain);
+        for (tail, field, says) in [
+            ("/beta=2", "beta", "beta is 0 or 1"),
+            ("/epi=bias+swish", "epilogue", "allowed: scale, bias"),
+            ("/epi=relu,beta=1", "key", "then epi"),
+            ("/epi=relu/x", "key", "expected matmul"),
+        ] {
+            let e = Workload::from_key(&format!("{plain}{tail}")).unwrap_err();
+            assert_eq!(e.field(), Some(field), "{tail}: {e}");
+            assert!(e.to_string().contains(says), "{tail}: {e}");
+        }
+        let i8 = "conv2d/n1h8w8c16/k16r1s1/pad0x0,stride1x1,dil1x1/nhwc/i8,i32,i32/beta=1";
+        let e = Workload::from_key(i8).unwrap_err();
+        assert!(e.field() == Some("epilogue") && e.to_string().contains("float output"), "{e}");
+        c.require_plain("wmma_conv2d").unwrap();
+        let e = Conv2d { residual: true, ..c }.require_plain("wmma_conv2d").unwrap_err();
+        assert!(e.field() == Some("epilogue") && e.to_string().contains("wmma_conv2d fuses no"), "{e}");
+    }
+
+    #[test]
     fn conv_key_round_trips_and_sizes() {
         let c = Conv2d {
             n: 32,
@@ -839,6 +977,8 @@ mod tests {
             stride: (2, 2),
             dilation: (1, 1),
             types: f16(),
+            epilogue: Default::default(),
+            residual: false,
         };
         c.validate().unwrap();
         assert_eq!((c.p(), c.q()), (28, 28));
@@ -861,6 +1001,8 @@ mod tests {
             stride: (1, 1),
             dilation: (1, 1),
             types,
+            epilogue: Default::default(),
+            residual: false,
         };
         let exact = Workload::Conv2d(layer(Types::default_for(DType::F32).unwrap()));
         let tf32 = Workload::Conv2d(layer(Types::default_for(DType::Tf32).unwrap()));
@@ -966,6 +1108,8 @@ mod tests {
             stride: (1, 1),
             dilation: (1, 1),
             types: f16(),
+            epilogue: Default::default(),
+            residual: false,
         };
         ok.validate().unwrap();
         let e = Conv2d { pad: (3, 1), ..ok }.validate().unwrap_err();
@@ -992,6 +1136,8 @@ mod tests {
             stride: (2, 1),
             dilation: (1, 2),
             types: f16(),
+            epilogue: Default::default(),
+            residual: false,
         };
         ok.validate().unwrap();
         assert_eq!((ok.p(), ok.q()), (5, 7));

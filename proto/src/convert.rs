@@ -157,6 +157,8 @@ impl From<&Workload> for pb::Workload {
                 input: dtype_to_pb(c.types.input) as i32,
                 accumulator: dtype_to_pb(c.types.accumulator) as i32,
                 output: dtype_to_pb(c.types.output) as i32,
+                epilogue: if c.epilogue.is_none() { String::new() } else { c.epilogue.name() },
+                residual: c.residual,
             }),
         };
         pb::Workload { op: Some(op) }
@@ -201,6 +203,8 @@ impl TryFrom<&pb::Workload> for Workload {
                     stride: (one(c.stride_h), one(c.stride_w)),
                     dilation: (one(c.dilation_h), one(c.dilation_w)),
                     types,
+                    epilogue: c.epilogue.parse().map_err(|e| FieldError::from_kernels("conv2d", e))?,
+                    residual: c.residual,
                 };
                 cv.validate().map_err(|e| FieldError::from_kernels("conv2d", e))?;
                 Workload::Conv2d(cv)

@@ -45,6 +45,12 @@ class Plan:
             # Several device classes may have a kernel for the same key: keep the fastest.
             if key not in self.entries or e["time_us"] < self.entries[key]["time_us"]:
                 self.entries[key] = e
+        # Plain conv keys with a fused kernel that won: a model's conv of that shape is worth
+        # running lazily, to see whether its batch norm, add and activation match one.
+        fused = [(k.rsplit("/", 1)[0], winner(e)) for k, e in self.entries.items()
+                 if k.startswith("conv2d/") and k.count("/") == 6]
+        self._fused_convs = {k for k, w in fused if w == "ours"}
+        self._lost_convs = {k for k, w in fused if w != "ours"} - self._fused_convs
 
     @classmethod
     def load(cls, directory, arch=None):
@@ -60,6 +66,8 @@ class Plan:
         """(entry, None) when the model should launch the bundle's kernel for `key` followed by
         `epilogue` (the call's own parts: `bias`), else (None, why PyTorch keeps its op)."""
         e = self.entries.get(key)
+        if e is None and key in self._lost_convs:
+            return None, "the vendor won each fused kernel of this layer"
         if e is None:
             return None, "not tuned (no kernel in the bundle)"
         if "bias" in epilogue and "bias" not in (e.get("epilogue") or ""):
@@ -74,6 +82,11 @@ class Plan:
         if e["problem"].get("op") == "matmul" and (e["problem"].get("alpha") != 1 or e["problem"].get("beta") != 0):
             return None, "the kernel scales by alpha/beta"
         return e, None
+
+    def fuses(self, conv_key):
+        """Whether the bundle has a fused kernel that won for some epilogue of plain conv key
+        `conv_key`."""
+        return conv_key in self._fused_convs
 
     def summary(self, keys):
         """How many of `keys` run ours, and why the others do not (reason -> count)."""

@@ -142,6 +142,7 @@ def run(name, model, inputs, args, call=None):
         "tuning_wall_s": wall,
         "total_trials": args.total_trials,
         "ours_launches": r["ours"],
+        "fused_launches": r.get("fused", {}),
         "kept": r["kept"],
         "predicted": report.get("model"),
     }
@@ -149,7 +150,7 @@ def run(name, model, inputs, args, call=None):
     print(f"  eager   {times['eager']:10.1f} us")
     print(f"  tuned   {times['tuned']:10.1f} us   {result['speedup']:.3f}x eager")
     print(f"  max relative error of the output {err:.2e}")
-    print(f"  ops on our kernels {r['ours']}; PyTorch's kept: {r['kept']}")
+    print(f"  ops on our kernels {r['ours']} ({sum(r.get('fused', {}).values())} fused conv chains); PyTorch's kept: {r['kept']}")
     if wall is not None:
         m = report.get("model", {})
         print(f"  tuning {wall:.1f} s for {args.total_trials} trials; predicted GEMM/conv time "

@@ -2,14 +2,16 @@
 
 A suite is the JSON file `tensortune tune --suite` reads: a name, a description and a list of
 workloads, each a tensortune workload key plus, for a model, how many times the model runs it
-(`count`), how many matrices a batched matmul multiplies (`batch`), what follows it (`epilogue`:
-`bias`, `relu`, `gelu`, `bias+gelu`, ...; recorded for the reader, the key's alpha/beta epilogue is
-what is tuned) and where the model runs it (`ops`).
+(`count`), how many matrices a batched matmul multiplies (`batch`), what follows a matmul
+(`epilogue`: `bias`, `relu`, `gelu`, `bias+gelu`, ...; recorded for the reader, the key's alpha/beta
+epilogue is what is tuned) and where the model runs it (`ops`). A conv2d's epilogue is in its key
+(`/beta=1,epi=bias+relu`: batch norm folded into a per-channel bias, the residual add, ReLU), so
+the fused kernel is what is tuned.
 
 Keys (the tracker's canonical spelling; C and D column-major, as BLAS):
 
     matmul/m<M>n<N>k<K>/<layout>/<input>,<accumulator>,<output>/alpha=1,beta=0
-    conv2d/n<N>h<H>w<W>c<C>/k<K>r<R>s<S>/pad<h>x<w>,stride<h>x<w>,dil<h>x<w>/nhwc/<types>
+    conv2d/n<N>h<H>w<W>c<C>/k<K>r<R>s<S>/pad<h>x<w>,stride<h>x<w>,dil<h>x<w>/nhwc/<types>[/beta=1][,epi=<parts>]
 
 A row-major product Y[rows, n] = X[rows, k] @ W[k, n] is, column-major, Y^T = W^T X^T: the key's M
 is n, its N is rows, op(A) is W^T and op(B) is X^T (`matmul_layout` says which letters).
@@ -33,7 +35,7 @@ EPILOGUE_PARTS = ("bias", "relu", "gelu")
 _MATMUL = re.compile(r"^matmul/m(\d+)n(\d+)k(\d+)/(nn|nt|tn|tt)/([a-z0-9]+),([a-z0-9]+),([a-z0-9]+)/alpha=([^,]+),beta=(.+)$")
 _CONV = re.compile(
     r"^conv2d/n(\d+)h(\d+)w(\d+)c(\d+)/k(\d+)r(\d+)s(\d+)/pad(\d+)x(\d+),stride(\d+)x(\d+),dil(\d+)x(\d+)/nhwc/"
-    r"([a-z0-9]+),([a-z0-9]+),([a-z0-9]+)$"
+    r"([a-z0-9]+),([a-z0-9]+),([a-z0-9]+)(?:/(?:(beta=1)(?:,|$))?(?:epi=([a-z+]+))?)?$"
 )
 
 
@@ -59,8 +61,10 @@ def matmul_key(m, n, k, layout, dtype):
     return f"matmul/m{m}n{n}k{k}/{layout}/{_types(dtype)}/alpha=1,beta=0"
 
 
-def conv2d_key(n, h, w, c, k, r, s, pad=(0, 0), stride=(1, 1), dilation=(1, 1), dtype="f16"):
-    """The key of a forward convolution, NHWC input and KRSC filter."""
+def conv2d_key(n, h, w, c, k, r, s, pad=(0, 0), stride=(1, 1), dilation=(1, 1), dtype="f16", epilogue=None, residual=False):
+    """The key of a forward convolution, NHWC input and KRSC filter, with its fused epilogue per
+    output channel (`epilogue`: parts as `join_epilogue` spells them; `residual`: a tensor of the
+    output's shape added before the bias and the activation)."""
     for field, v in (("n", n), ("h", h), ("w", w), ("c", c), ("k", k), ("r", r), ("s", s)):
         _positive(field, v)
     for field, pair in (("pad", pad), ("stride", stride), ("dilation", dilation)):
@@ -68,10 +72,12 @@ def conv2d_key(n, h, w, c, k, r, s, pad=(0, 0), stride=(1, 1), dilation=(1, 1), 
             raise ValueError(f"{field} must be two integers (height, width), got {pair!r}")
     if min(pad) < 0 or min(stride) < 1 or min(dilation) < 1:
         raise ValueError(f"pad must be >= 0 and stride, dilation >= 1; got pad {pad}, stride {stride}, dilation {dilation}")
-    return (
+    key = (
         f"conv2d/n{n}h{h}w{w}c{c}/k{k}r{r}s{s}/pad{pad[0]}x{pad[1]},stride{stride[0]}x{stride[1]},"
         f"dil{dilation[0]}x{dilation[1]}/nhwc/{_types(dtype)}"
     )
+    fused = (["beta=1"] if residual else []) + ([f"epi={join_epilogue(epilogue.split('+'))}"] if epilogue else [])
+    return f"{key}/{','.join(fused)}" if fused else key
 
 
 def parse_key(key):
@@ -104,7 +110,9 @@ def parse_key(key):
             "pad": (v[7], v[8]),
             "stride": (v[9], v[10]),
             "dilation": (v[11], v[12]),
-            "types": c.groups()[13:],
+            "types": c.groups()[13:16],
+            "residual": c.group(17) is not None,
+            "epilogue": c.group(18),
         }
     raise ValueError(f"{key!r} is not a matmul or conv2d workload key")
 

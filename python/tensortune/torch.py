@@ -11,7 +11,18 @@ construction on what a call is.
   D (n x rows) = op(A) op(B) with op(A) = W^T, op(B) = X^T; leading dimensions of X fold into rows
   when W is a matrix, otherwise they are the suite entry's `batch` (a batched matmul).
 - Conv2d: NCHW shapes, NHWC in the key (channels_last tensors are NHWC in memory); one group only.
-- Epilogue: a bias argument, and a ReLU or GELU applied next to the op's output.
+- Epilogue: a bias argument, and a ReLU or GELU applied next to the op's output. A conv's epilogue
+  goes further and into its key (`_Chain`): an eval-mode batch norm of its output (folded into
+  the weights and a per-channel bias), then the add of a tensor of its shape (a residual block's
+  identity), then ReLU or GELU: `relu(bn(conv(x)) + identity)` is one kernel,
+  `conv2d/.../beta=1,epi=bias+relu`.
+
+`apply` runs a conv whose operands the kernels can read (CUDA, channels_last) lazily: it hands
+back an empty output and absorbs the batch norm, add and activation that follow it, then, before
+any other op runs, launches the bundle's kernel of that whole chain, or, when the bundle has none
+that won, PyTorch's conv with the batch norm folded, the add and the activation. So it assumes
+that a conv's output, and each op's in the chain, is read only by the next op of the chain (true
+of torchvision's and timm's conv-BN-ReLU and bottleneck blocks).
 
 `capture` needs no GPU: run it on CPU tensors, or on the `meta` device for shapes alone (a half
 precision model on `meta` captures half precision keys without computing anything).
@@ -22,13 +33,15 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import bundle as _bundle
-from .suite import SuiteBuilder, conv2d_key, join_epilogue, matmul_key, matmul_layout, write_suite
+from .suite import TYPES, SuiteBuilder, conv2d_key, join_epilogue, matmul_key, matmul_layout, parse_key, write_suite
 
 _LINEAR = {F.linear}
 _MATMUL = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm}
 _BMM = {torch.bmm, torch.Tensor.bmm}
 _ADDMM = {torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm}
 _CONV = {F.conv2d}
+_BATCH_NORM = {F.batch_norm}
+_ADD = {torch.add, torch.Tensor.add, torch.Tensor.add_, torch.Tensor.__add__, torch.Tensor.__iadd__, torch.Tensor.__radd__}
 _ACTIVATIONS = {
     torch.relu: "relu",
     torch.relu_: "relu",
@@ -80,6 +93,71 @@ class _Call:
         self.epilogue = epilogue
         self.operands = operands
         self.out_shape = out_shape
+
+
+class _Chain:
+    """A conv and what has followed it so far: an eval-mode batch norm, a residual add, an
+    activation, in that order (the kernel's epilogue order), each taking the previous one's output."""
+
+    def __init__(self, call, out):
+        self.call = call
+        self.out = out  # the tensor every absorbed op returns
+        self.bn = None  # (running_mean, running_var, weight, bias, eps)
+        self.identity = None
+        self.activation = None
+
+    def parts(self):
+        """The epilogue parts (`bias` for the conv's own bias or a folded batch norm)."""
+        bias = self.call.operands[2] is not None or self.bn is not None
+        return (["bias"] if bias else []) + ([self.activation] if self.activation else [])
+
+    def key(self):
+        fields = parse_key(self.call.key)
+        return conv2d_key(fields["n"], fields["h"], fields["w"], fields["c"], fields["k"], fields["r"], fields["s"],
+                          fields["pad"], fields["stride"], fields["dilation"], _KEY_DTYPE[fields["types"]],
+                          epilogue=join_epilogue(self.parts()), residual=self.identity is not None)
+
+    def absorb(self, func, args, kwargs):
+        """Takes `func(*args, **kwargs)` into the chain when it is the next part and reads the
+        chain's output; returns whether it did."""
+        if not args or not torch.is_tensor(args[0]):
+            return False
+        if func in _BATCH_NORM:
+            names = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
+            a = dict(zip(names, args))
+            a.update(kwargs)
+            if (a["input"] is not self.out or a.get("training", False) or self.bn is not None
+                    or self.identity is not None or self.activation is not None
+                    or a.get("running_mean") is None or a.get("running_var") is None):
+                return False
+            self.bn = (a["running_mean"], a["running_var"], a.get("weight"), a.get("bias"), a.get("eps", 1e-5))
+            return True
+        if func in _ADD:
+            if len(args) != 2 or kwargs.get("alpha", 1) != 1 or self.identity is not None or self.activation is not None:
+                return False
+            a, b = args
+            other = b if a is self.out else a if b is self.out else None
+            if (not torch.is_tensor(other) or other is self.out or other.shape != self.out.shape
+                    or other.dtype != self.out.dtype):
+                return False
+            self.identity = other
+            if b is self.out and func in (torch.Tensor.add_, torch.Tensor.__iadd__):
+                # `identity += conv_out` (torchvision's `out += identity` where the conv is the
+                # downsample): the sum lands in the other tensor, which the kernel reads as C
+                # and writes as D, element by element.
+                self.out = a
+            return True
+        activation = _ACTIVATIONS.get(func)
+        if activation and args[0] is self.out and self.activation is None:
+            if activation == "gelu" and kwargs.get("approximate", args[1] if len(args) > 1 else "none") != "tanh":
+                return False  # the kernels' GELU is the tanh form
+            self.activation = activation
+            return True
+        return False
+
+
+#: Key types -> the dtype name `conv2d_key` takes.
+_KEY_DTYPE = {tuple(v.split(",")): k for k, v in TYPES.items()}
 
 
 def _matmul_call(x, w, bias, kind):
@@ -147,7 +225,9 @@ def _conv_call(args, kwargs):
     p = (h + 2 * padding[0] - dilation[0] * (r - 1) - 1) // stride[0] + 1
     q = (wd + 2 * padding[1] - dilation[1] * (s - 1) - 1) // stride[1] + 1
     parts = ["bias"] if bias is not None else []
-    return _Call("conv2d", key, None, parts, (x, w, bias), (n, int(w.shape[0]), p, q)), None
+    call = _Call("conv2d", key, None, parts, (x, w, bias), (n, int(w.shape[0]), p, q))
+    call.geometry = (stride, padding, dilation)
+    return call, None
 
 
 def _workload(func, args, kwargs):
@@ -184,8 +264,11 @@ class _Capture(TorchFunctionMode):
 
     def _flush(self):
         if self.pending is not None:
-            call, _, op = self.pending
-            self.builder.add(call.key, op=op, batch=call.batch, epilogue=join_epilogue(call.epilogue))
+            call, out, op = self.pending
+            if isinstance(out, _Chain):
+                self.builder.add(out.key(), op=op)
+            else:
+                self.builder.add(call.key, op=op, batch=call.batch, epilogue=join_epilogue(call.epilogue))
             self.pending = None
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -193,6 +276,12 @@ class _Capture(TorchFunctionMode):
         if _name(func) in _METADATA:
             return func(*args, **kwargs)
         activation = _ACTIVATIONS.get(func)
+        if self.pending is not None and isinstance(self.pending[1], _Chain):
+            chain = self.pending[1]
+            if chain.absorb(func, args, kwargs):
+                chain.out = func(*args, **kwargs)
+                return chain.out
+            self._flush()
         if self.pending is not None:
             call, out, _ = self.pending
             if activation and args and args[0] is out and len(call.epilogue) < 3:
@@ -205,7 +294,7 @@ class _Capture(TorchFunctionMode):
         out = func(*args, **kwargs)
         op = self.where[-1] if self.where else _name(func)
         if call is not None:
-            self.pending = (call, out, op)
+            self.pending = (call, _Chain(call, out) if call.kind == "conv2d" else out, op)
         elif why is not None:
             self.builder.skip(f"{op}: {_name(func)}: {why}")
         return out
@@ -270,6 +359,8 @@ class Applied:
         self.workspaces = {}
         self.ours = 0
         self.kept = {}
+        self.fused = {}  # conv chain key -> launches of its fused kernel
+        self.folded = {}  # (weight, batch norm) pointers -> the folded weight and bias
         self._original_forward = original_forward
 
     def remove(self):
@@ -277,7 +368,7 @@ class Applied:
         self.model.forward = self._original_forward
 
     def report(self):
-        return {"kernels": sorted(self.kernels), "ours": self.ours, "kept": dict(self.kept)}
+        return {"kernels": sorted(self.kernels), "ours": self.ours, "kept": dict(self.kept), "fused": dict(self.fused)}
 
 
 def _kernel(applied, entry):
@@ -294,6 +385,21 @@ def _kernel(applied, entry):
     return k
 
 
+def _pointers(applied, entry, a, b, out, c=None, bias=None):
+    ws = applied.workspaces.get(entry["name"])
+    pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": (c if c is not None else out).data_ptr(), "d": out.data_ptr()}
+    pointers["workspace"] = ws.data_ptr() if ws is not None else out.data_ptr()
+    if bias is not None:
+        pointers["bias"] = bias.data_ptr()
+    return pointers
+
+
+def _conv_ready(x, w):
+    """Whether a conv's operands are laid out as the kernels read them."""
+    return (x.is_cuda and w.is_cuda and x.is_contiguous(memory_format=torch.channels_last)
+            and w.is_contiguous(memory_format=torch.channels_last))
+
+
 def _launch(applied, call, entry):
     """Runs `call` with the bundle's kernel; returns the output, or None when the tensors are not
     laid out as the kernel reads them (PyTorch's op then runs)."""
@@ -301,7 +407,7 @@ def _launch(applied, call, entry):
     if not (x.is_cuda and w.is_cuda):
         return None
     if call.kind == "conv2d":
-        if not (x.is_contiguous(memory_format=torch.channels_last) and w.is_contiguous(memory_format=torch.channels_last)):
+        if not _conv_ready(x, w):
             return None
         out = torch.empty(call.out_shape, dtype=x.dtype, device=x.device, memory_format=torch.channels_last)
         a, b = x, w
@@ -315,10 +421,7 @@ def _launch(applied, call, entry):
         out = torch.empty(call.out_shape, dtype=x.dtype, device=x.device)
         a, b = w, x
     kernel = _kernel(applied, entry)
-    ws = applied.workspaces.get(entry["name"])
-    pointers = {"a": a.data_ptr(), "b": b.data_ptr(), "c": out.data_ptr(), "d": out.data_ptr()}
-    pointers["workspace"] = ws.data_ptr() if ws is not None else out.data_ptr()
-    kernel.launch(pointers, torch.cuda.current_stream().cuda_stream)
+    kernel.launch(_pointers(applied, entry, a, b, out), torch.cuda.current_stream().cuda_stream)
     if bias is not None:
         if call.kind == "conv2d":
             out.add_(bias.view(1, -1, 1, 1))
@@ -327,18 +430,93 @@ def _launch(applied, call, entry):
     return out
 
 
+def _folded(applied, chain):
+    """The conv's weight and bias with the chain's batch norm folded in (eval: y = (conv(x) + b0 -
+    mean) * g / sqrt(var + eps) + beta), computed in f32 once per weight and cached: (weight in
+    the conv's dtype and channels_last, bias as a [K] vector of that dtype, or None)."""
+    x, w, b0 = chain.call.operands
+    if chain.bn is None:
+        return w, b0
+    mean, var, gamma, beta, eps = chain.bn
+    ident = (w.data_ptr(), mean.data_ptr(), var.data_ptr(), None if gamma is None else gamma.data_ptr())
+    hit = applied.folded.get(ident)
+    if hit is None:
+        scale = torch.rsqrt(var.float() + eps)
+        if gamma is not None:
+            scale = scale * gamma.float()
+        shift = -mean.float() * scale
+        if b0 is not None:
+            shift = shift + b0.float() * scale
+        if beta is not None:
+            shift = shift + beta.float()
+        wf = (w.float() * scale.view(-1, 1, 1, 1)).to(w.dtype).contiguous(memory_format=torch.channels_last)
+        hit = (wf, shift.to(w.dtype).contiguous())
+        applied.folded[ident] = hit
+    return hit
+
+
+def _run_chain(applied, chain):
+    """Fills `chain.out` with the whole chain: the bundle's fused kernel where it won, else
+    PyTorch's conv (batch norm folded), add and activation."""
+    x, _, _ = chain.call.operands
+    key = chain.key()
+    entry, reason = applied.plan.decide(key)
+    w, bias = _folded(applied, chain)
+    identity = chain.identity
+    if entry is not None and not all(t.is_contiguous(memory_format=torch.channels_last)
+                                     for t in (chain.out, identity) if t is not None):
+        entry, reason = None, "a residual or output not laid out as the kernel reads it"
+    if entry is not None and bias is None and "bias" in key:
+        entry, reason = None, "no bias to pass"
+    if entry is not None:
+        kernel = _kernel(applied, entry)
+        kernel.launch(_pointers(applied, entry, x, w, chain.out, c=identity, bias=bias),
+                      torch.cuda.current_stream().cuda_stream)
+        applied.ours += 1
+        applied.fused[key] = applied.fused.get(key, 0) + 1
+        return
+    applied.kept[reason] = applied.kept.get(reason, 0) + 1
+    conv = chain.call
+    stride, padding, dilation = conv.geometry
+    y = F.conv2d(x, w, bias, stride, padding, dilation)
+    if identity is not None:
+        y = y.add_(identity)
+    if chain.activation == "relu":
+        y = y.relu_()
+    elif chain.activation == "gelu":
+        y = F.gelu(y, approximate="tanh")
+    chain.out.copy_(y)
+
+
 class _Apply(TorchFunctionMode):
     def __init__(self, applied):
         super().__init__()
         self.applied = applied
+        self.chain = None  # a conv whose output is still to be computed, and what followed it
+
+    def flush(self):
+        if self.chain is not None:
+            chain, self.chain = self.chain, None
+            _run_chain(self.applied, chain)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.chain is not None:
+            if _name(func) in _METADATA:
+                return func(*args, **kwargs)
+            if self.chain.absorb(func, args, kwargs):
+                return self.chain.out
+            self.flush()
         call, why = _workload(func, args, kwargs)
         if call is None:
             if why is not None:
                 self.applied.kept[why] = self.applied.kept.get(why, 0) + 1
             return func(*args, **kwargs)
+        if call.kind == "conv2d" and self.applied.plan.fuses(call.key) and _conv_ready(*call.operands[:2]):
+            out = torch.empty(call.out_shape, dtype=call.operands[0].dtype, device=call.operands[0].device,
+                              memory_format=torch.channels_last)
+            self.chain = _Chain(call, out)
+            return out
         entry, reason = self.applied.plan.decide(call.key, call.epilogue)
         out = _launch(self.applied, call, entry) if entry is not None else None
         if out is None:
@@ -363,8 +541,11 @@ def apply(model, bundle_dir, arch=None):
     mode = _Apply(applied)
 
     def forward(*args, **kwargs):
-        with mode:
-            return original(*args, **kwargs)
+        try:
+            with mode:
+                return original(*args, **kwargs)
+        finally:
+            mode.flush()  # a chain the forward ended with (outside the mode: its ops run as they are)
 
     model.forward = forward
     return applied

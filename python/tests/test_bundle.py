@@ -64,3 +64,21 @@ def test_a_bad_bundle_is_explained(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"format": 2, "kernels": []}))
     with pytest.raises(ValueError, match="format 2 is not supported"):
         Plan.load(tmp_path)
+
+
+def test_fused_conv_kernels_that_won_mark_their_plain_key():
+    base = "conv2d/n32h56w56c64/k256r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16"
+    kernels = [
+        {"workload_key": base + "/beta=1,epi=bias+relu", "time_us": 5.0, "vendor_us": 6.0, "problem": {"op": "conv2d"}},
+        {"workload_key": base.replace("k256", "k64") + "/epi=bias", "time_us": 5.0, "vendor_us": 4.0,
+         "problem": {"op": "conv2d"}},
+        {"workload_key": base.replace("n32", "n1"), "time_us": 1.0, "vendor_us": 2.0, "problem": {"op": "conv2d"}},
+    ]
+    plan = Plan({"format": 1, "kernels": kernels})
+    assert plan.fuses(base)
+    assert not plan.fuses(base.replace("k256", "k64")), "the vendor won that one"
+    assert not plan.fuses(base.replace("n32", "n1")), "a plain kernel is no reason to wait for an epilogue"
+    entry, why = plan.decide(base + "/beta=1,epi=bias+relu")
+    assert entry is kernels[0] and why is None
+    assert plan.decide(base.replace("k256", "k64")) == (None, "the vendor won each fused kernel of this layer")
+    assert plan.decide(base.replace("k256", "k32"))[1].startswith("not tuned")

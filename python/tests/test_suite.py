@@ -19,6 +19,22 @@ def test_keys_are_the_trackers_spelling():
     assert (m["m"], m["n"], m["k"], m["layout"], m["types"]) == (1, 2, 3, "nt", ("tf32", "f32", "f32"))
 
 
+def test_conv_keys_carry_their_epilogue_as_the_tracker_spells_it():
+    base = "conv2d/n32h56w56c64/k256r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16"
+    key = conv2d_key(32, 56, 56, 64, 256, 1, 1, dtype="f16", epilogue="bias+relu", residual=True)
+    assert key == base + "/beta=1,epi=bias+relu"
+    assert conv2d_key(32, 56, 56, 64, 256, 1, 1, epilogue="bias") == base + "/epi=bias"
+    assert conv2d_key(32, 56, 56, 64, 256, 1, 1, residual=True) == base + "/beta=1"
+    for k, residual, epi in [(key, True, "bias+relu"), (base + "/beta=1", True, None), (base, False, None)]:
+        f = parse_key(k)
+        assert (f["residual"], f["epilogue"], f["types"]) == (residual, epi, ("f16", "f32", "f16")), k
+    with pytest.raises(ValueError, match="epilogue part 'swish'"):
+        conv2d_key(1, 1, 1, 1, 1, 1, 1, epilogue="bias+swish")
+    # The shipped CNN suite's keys all parse.
+    suite = json.load(open(__file__.rsplit("/python/", 1)[0] + "/suites/cnn.json"))
+    assert all(parse_key(w["workload"])["epilogue"] for w in suite["workloads"])
+
+
 def test_layouts_follow_which_dimension_is_contiguous():
     # nn.Linear: X rows contiguous, W used transposed (its k contiguous).
     assert matmul_layout(True, False) == "tn"

@@ -39,7 +39,8 @@ def test_capture_writes_the_suite(tmp_path, device, dtype):
     suite = capture(model, (x,), tmp_path / "s.json", name="block")
     t = {torch.float32: "f32,f32,f32", torch.float16: "f16,f32,f16"}[dtype]
     assert keys(suite) == {
-        (f"conv2d/n2h4w4c8/k16r3s3/pad1x1,stride1x1,dil1x1/nhwc/{t}", "relu", None): 1,
+        # A conv's epilogue is in its key (the fused kernel is what is tuned).
+        (f"conv2d/n2h4w4c8/k16r3s3/pad1x1,stride1x1,dil1x1/nhwc/{t}/epi=relu", None, None): 1,
         (f"matmul/m32n2k256/tn/{t}/alpha=1,beta=0", "bias+gelu", None): 1,
         (f"matmul/m32n2k32/tn/{t}/alpha=1,beta=0", "bias+relu", None): 1,
         (f"matmul/m32n2k32/tn/{t}/alpha=1,beta=0", "bias", None): 1,
@@ -64,4 +65,108 @@ def test_apply_keeps_torchs_op_where_the_bundle_has_no_winner(tmp_path):
     assert torch.equal(got, want)
     r = applied.report()
     assert r["ours"] == 0 and r["kept"]["not tuned (no kernel in the bundle)"] == 5
+    applied.remove()
+
+
+class Bottleneck(nn.Module):
+    """torchvision's bottleneck, small: conv-BN-ReLU twice, then conv-BN, the downsample's
+    conv-BN, the add and ReLU (the add follows the downsample, as in torchvision's forward)."""
+
+    def __init__(self, down):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(16, 8, 1, bias=False), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        self.conv3, self.bn3 = nn.Conv2d(8, 16, 1, bias=False), nn.BatchNorm2d(16)
+        self.relu = nn.ReLU(inplace=True)
+        self.down = nn.Sequential(nn.Conv2d(16, 16, 1, bias=False), nn.BatchNorm2d(16)) if down else None
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.down is not None:
+            identity = self.down(x)
+        out += identity
+        return self.relu(out)
+
+
+def _randomized(model):
+    """Batch norms with statistics and affine parameters away from the identity."""
+    g = torch.Generator().manual_seed(1)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            c = m.num_features
+            m.running_mean.copy_(torch.randn(c, generator=g) * 0.3)
+            m.running_var.copy_(torch.rand(c, generator=g) + 0.5)
+            m.weight.data.copy_(torch.rand(c, generator=g) + 0.5)
+            m.bias.data.copy_(torch.randn(c, generator=g) * 0.2)
+    return model.eval()
+
+
+def test_capture_folds_batch_norm_add_and_relu_into_the_conv_keys():
+    torch.backends.cudnn.allow_tf32 = False
+    model = _randomized(nn.Sequential(Bottleneck(down=True), Bottleneck(down=False)))
+    x = torch.randn(2, 16, 6, 6)
+    suite = capture(model, (x,), name="bottleneck")
+    geo = "stride1x1,dil1x1/nhwc/f32,f32,f32"
+    assert keys(suite) == {
+        (f"conv2d/n2h6w6c16/k8r1s1/pad0x0,{geo}/epi=bias+relu", None, None): 2,
+        (f"conv2d/n2h6w6c8/k8r3s3/pad1x1,{geo}/epi=bias+relu", None, None): 2,
+        # The first block's add follows its downsample conv, which carries it; the second's
+        # follows conv3.
+        (f"conv2d/n2h6w6c8/k16r1s1/pad0x0,{geo}/epi=bias", None, None): 1,
+        (f"conv2d/n2h6w6c16/k16r1s1/pad0x0,{geo}/beta=1,epi=bias+relu", None, None): 1,
+        (f"conv2d/n2h6w6c8/k16r1s1/pad0x0,{geo}/beta=1,epi=bias+relu", None, None): 1,
+    }
+
+
+def test_a_chain_without_a_kernel_runs_the_folded_conv_add_and_relu():
+    from tensortune import torch as tt
+
+    torch.backends.cudnn.allow_tf32 = False
+    block = _randomized(Bottleneck(down=False))
+    x = torch.randn(2, 8, 6, 6)
+    identity = torch.randn(2, 16, 6, 6)
+    want = torch.relu(block.bn3(block.conv3(x)) + identity)
+
+    class NoKernels:
+        def decide(self, key, epilogue=()):
+            return None, f"not tuned: {key}"
+
+    applied = tt.Applied(block, NoKernels(), block.forward)
+    call, why = tt._workload(torch.nn.functional.conv2d, (x, block.conv3.weight, None, 1, 0, 1, 1), {})
+    assert why is None
+    chain = tt._Chain(call, torch.empty(2, 16, 6, 6))
+    bn = block.bn3
+    args = (chain.out, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.1, bn.eps)
+    assert chain.absorb(torch.nn.functional.batch_norm, args, {})
+    assert not chain.absorb(torch.relu, (identity,), {}), "ReLU of another tensor is not the chain's"
+    assert chain.absorb(torch.Tensor.__iadd__, (chain.out, identity), {})
+    assert chain.absorb(torch.nn.functional.relu, (chain.out,), {"inplace": True})
+    assert not chain.absorb(torch.relu, (chain.out,), {}), "one activation"
+    assert chain.key().endswith("/beta=1,epi=bias+relu")
+    tt._run_chain(applied, chain)
+    assert torch.allclose(chain.out, want, rtol=1e-5, atol=1e-5), (chain.out - want).abs().max()
+    assert applied.ours == 0 and list(applied.kept) == [f"not tuned: {chain.key()}"]
+    # The folded weight is made once per weight and batch norm.
+    tt._run_chain(applied, chain)
+    assert len(applied.folded) == 1
+
+
+def test_apply_runs_a_cpu_model_as_eager_with_fused_kernels_in_the_bundle(tmp_path):
+    import json
+
+    model = _randomized(nn.Sequential(Bottleneck(down=True), Bottleneck(down=False)))
+    x = torch.randn(2, 16, 6, 6)
+    want = model(x)
+    key = "conv2d/n2h6w6c16/k8r1s1/pad0x0,stride1x1,dil1x1/nhwc/f32,f32,f32"
+    entry = {"workload_key": f"{key}/epi=bias+relu", "time_us": 1.0, "winner": "ours", "problem": {"op": "conv2d"}}
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "kernels": [entry]}))
+    applied = apply(model, tmp_path, arch=90)
+    assert applied.plan.fuses(key) and not applied.plan.fuses(key + "/epi=bias+relu")
+    got = model(x)
+    # CPU tensors are not the kernels': every conv runs as PyTorch's, unfused.
+    assert torch.equal(got, want)
+    assert applied.report()["ours"] == 0 and applied.report()["fused"] == {}
     applied.remove()

@@ -217,6 +217,8 @@ mod tests {
             stride: (1, 1),
             dilation: (1, 1),
             types: Types::default_for(DType::I8).unwrap(),
+            epilogue: Default::default(),
+            residual: false,
         });
         let d = h200();
         assert_eq!(judge(&layer, &d, 8.8, Some(194.0), &History::default()), None);

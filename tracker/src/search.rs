@@ -508,6 +508,8 @@ mod tests {
                 stride: (1, 1),
                 dilation: (1, 1),
                 types: Types::default_for(input).unwrap(),
+                epilogue: Default::default(),
+                residual: false,
             })
         };
         // Any channel count in f32 (an RGB stem too); f16 stays with the tensor-core templates.

@@ -624,6 +624,7 @@ pub fn matrix() -> Vec<Workload> {
     keys.push("matmul/m200n136k264/tt/f16,f32,f32/alpha=0.5,beta=-1".into());
     keys.push("matmul/m96n80k128/nn/i8,i32,i32/alpha=2,beta=3".into());
     keys.extend(fused_matrix());
+    keys.extend(conv_fused_matrix());
     keys.extend(types_matrix());
     keys.extend(conv_matrix());
     keys.iter().map(|k| Workload::from_key(k).expect("the self-test's workload keys are valid")).collect()
@@ -642,6 +643,24 @@ fn fused_matrix() -> Vec<String> {
         keys.push(format!("matmul/m1000n1000k1024/tn/bf16,f32,bf16/alpha=1,beta=1,epi={epi}"));
     }
     keys
+}
+
+/// Conv2d epilogues per output channel (`wgmma_conv2d`'s; the other conv templates skip them with
+/// the reason): bias+ReLU and ResNet's block end (residual + bias + ReLU) on each way the
+/// activations load (TMA tiles, TMA im2col, gathered), output channels that fill no tile, and the
+/// other parts on f32 and bf16 outputs.
+fn conv_fused_matrix() -> Vec<String> {
+    [
+        "n2h14w14c64/k96r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16/epi=bias+relu",
+        "n2h14w14c64/k96r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16/beta=1,epi=bias+relu",
+        "n2h10w11c64/k40r3s3/pad1x1,stride1x1,dil1x1/nhwc/f16,f32,f16/beta=1,epi=bias+relu",
+        "n3h9w9c16/k40r3s3/pad1x1,stride2x2,dil1x1/nhwc/bf16,f32,bf16/beta=1,epi=bias",
+        "n1h13w17c32/k48r1s3/pad0x1,stride1x1,dil1x1/nhwc/f16,f32,f32/epi=scale+bias+gelu",
+        "n2h12w9c32/k32r3s1/pad1x0,stride1x2,dil1x1/nhwc/f16,f32,f16/beta=1",
+    ]
+    .iter()
+    .map(|k| format!("conv2d/{k}"))
+    .collect()
 }
 
 /// f32 and tf32 (every layout, square, ragged with an epilogue reading C, and the types suite's

@@ -151,8 +151,8 @@ __device__ __forceinline__ double gelu_f64(double x) {
 }
 
 // Reference: ref = act(alpha * sa * sb * scale[m] * sum + beta * c + bias[m]) in float64 (the
-// epilogue's parts only where the workload has them; a convolution has none), plus per element
-// the scales the tolerance needs: sq = |alpha sa sb scale[m]| * sqrt(sum of squared products),
+// epilogue's parts only where the workload has them; a convolution's row is its output channel),
+// plus per element the scales the tolerance needs: sq = |alpha sa sb scale[m]| * sqrt(sum of squared products),
 // mag = |alpha sa sb scale[m] * sum| + |beta * c| + |bias[m]|; both grow by 1.13 (GELU's
 // steepest slope) under GELU. Launch with one thread per output element (grid-stride), any
 // block size.
@@ -200,7 +200,7 @@ extern "C" __global__ void tt_reference(const T_IN* __restrict__ A, const T_IN* 
 #endif
     const double c = READ_C ? to_f64(C[o]) : 0.0;
 #if TT_OP_CONV2D
-    const long long row = 0;
+    const long long row = k;
 #else
     const long long row = m;
 #endif
@@ -219,7 +219,8 @@ extern "C" __global__ void tt_reference(const T_IN* __restrict__ A, const T_IN* 
 // The unfused epilogue a framework runs after a vendor GEMM that cannot fuse it: D holds the
 // plain product (alpha 1, beta 0, no input scales); this writes
 // D = act(alpha * sa * sb * scale[m] * D + beta * C + bias[m]) in f32, one thread per element
-// (grid-stride). The vendor baseline's second kernel where cuBLASLt has no such epilogue.
+// (grid-stride; a convolution's m is its output channel). The vendor baseline's second kernel
+// where cuBLASLt or cuDNN has no such epilogue.
 extern "C" __global__ void tt_epilogue(T_OUT* __restrict__ D, const T_OUT* __restrict__ C,
                                        const T_OUT* __restrict__ bias, const float* __restrict__ row_scale,
                                        const float* __restrict__ tensor_scales) {
@@ -227,7 +228,7 @@ extern "C" __global__ void tt_epilogue(T_OUT* __restrict__ D, const T_OUT* __res
   for (unsigned long long o = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; o < total;
        o += (unsigned long long)gridDim.x * blockDim.x) {
 #if TT_OP_CONV2D
-    const long long row = 0;
+    const long long row = (long long)(o % KO);
 #else
     const long long row = (long long)(o % M);
 #endif

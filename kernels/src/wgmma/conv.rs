@@ -176,6 +176,8 @@ mod tests {
             stride: (stride, stride),
             dilation: (1, 1),
             types: Types::default_for(input).unwrap(),
+            epilogue: Default::default(),
+            residual: false,
         })
     }
 
@@ -328,6 +330,62 @@ mod tests {
         let e = WgmmaConv2d.supports(&layer(2, 9, 64, 40, 3, 1, 1, DType::F32), &target).unwrap_err();
         assert_eq!(e.field(), Some("input"));
         assert!(e.to_string().contains("tf32") && e.to_string().contains("exact"), "{e}");
+    }
+
+    #[test]
+    fn fused_layers_take_the_per_channel_epilogue_and_plain_ones_keep_their_source() {
+        let target = Target::sm90();
+        let plain = layer(4, 14, 64, 96, 3, 1, 1, DType::F16);
+        let Workload::Conv2d(p) = plain else { unreachable!() };
+        let block_end = Workload::Conv2d(Conv2d { epilogue: "bias+relu".parse().unwrap(), residual: true, ..p });
+        let c = config(&plain, "inline");
+        let (plain_spec, fused_spec) = (
+            WgmmaConv2d.generate(&plain, &c, &target).unwrap(),
+            WgmmaConv2d.generate(&block_end, &c, &target).unwrap(),
+        );
+        // The layer's output channels are the GEMM's rows: the per-row bias is per channel, and
+        // C (the identity) is read as beta = 1.
+        let (_, gemm) = ConvGemm::of(&Conv2d { epilogue: "bias+relu".parse().unwrap(), residual: true, ..p });
+        assert_eq!((gemm.m, gemm.beta, gemm.epilogue.name().as_str()), (96, 1.0, "bias+relu"));
+        for line in ["EPI_BIAS = true;", "EPI_ACT = 1;", "READ_C = true;", "FUSED = true;", "BETA = 1"] {
+            assert!(fused_spec.source.contains(line), "{line} missing");
+        }
+        assert_eq!(fused_spec.args.last(), Some(&Arg::Bias));
+        assert_ne!(fused_spec.name, plain_spec.name, "the key's digest tells the kernels apart");
+        // A plain layer's source has no trace of the epilogue (records of it still hold).
+        for line in ["EPI_BIAS = false;", "EPI_ACT = 0;", "READ_C = false;", "FUSED = false;"] {
+            assert!(plain_spec.source.contains(line), "{line} missing");
+        }
+        assert!(!plain_spec.source.contains("per output channel") && !plain_spec.args.contains(&Arg::Bias));
+        // The other conv templates refuse it, naming themselves and the one that fuses.
+        for t in crate::registry::all().into_iter().filter(|t| t.op() == Op::Conv2d && t.name() != "wgmma_conv2d") {
+            let e = t.check_workload(&block_end).unwrap_err();
+            assert_eq!(e.field(), Some("epilogue"), "{}: {e}", t.name());
+            assert!(e.to_string().contains(t.name()) && e.to_string().contains("wgmma_conv2d"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_clusters_padding_tile_is_never_stored() {
+        // 56 x 56 pixels: 49 tiles of 64, so a cluster of 2 pads one tile past N.
+        let target = Target::sm90();
+        let l = layer(1, 56, 64, 64, 1, 0, 1, DType::F16);
+        let valid = valid_configs(&WgmmaConv2d, &l, &target).unwrap();
+        let pick = |cluster, store| {
+            let (_, c) = valid
+                .iter()
+                .find(|(_, c)| {
+                    c.int("block_n").ok() == Some(64)
+                        && c.int("cluster").ok() == Some(cluster)
+                        && c.name("epilogue").ok() == Some(store)
+                })
+                .unwrap();
+            WgmmaConv2d.generate(&l, c, &target).unwrap().source
+        };
+        assert!(pick(2, "direct").contains("constexpr bool EVEN_P = false;"), "the padding tile's rows are guarded");
+        assert!(pick(1, "direct").contains("constexpr bool EVEN_P = true;"));
+        // A TMA store clips the padding tile: its source is as before.
+        assert!(pick(2, "tma").contains("constexpr bool EVEN_P = true;"));
     }
 
     #[test]

@@ -154,6 +154,10 @@ impl Plan {
                 ))
                 .comment(format!("workload {}", Workload::Matmul(*w).key())),
         };
+        // Only a fused layer says so: a plain layer's source stays as it was before conv epilogues.
+        if self.conv.is_some_and(|c| c.conv.fused()) {
+            h.comment("epilogue per output channel k (a row m of the GEMM): D = act(scale[k] * conv + C + bias[k])");
+        }
         // The convolution's geometry (placeholders when there is none: the gather is not compiled).
         let geometry = self.conv.map(|c| c.conv);
         let dim = |f: fn(&crate::workload::Conv2d) -> u64, none: u64| geometry.as_ref().map_or(none, f) as i64;
@@ -223,7 +227,15 @@ impl Plan {
             .define("TT_X_IN", if self.gather() { "xin" } else { "nullptr" })
             .flag("X_KMAJOR", self.x_kmajor())
             .flag("Y_KMAJOR", self.y_kmajor())
-            .flag("EVEN_P", w.n.is_multiple_of(self.bp as u64))
+            // Whole tiles and, with direct stores, no cluster padding: an odd tile count in
+            // clusters of 2 has a tile past N, whose rows must not be stored (they were, 8 KiB to
+            // 128 KiB past D's end, on 49-tile pointwise layers; the worker's guard caught each as
+            // wrong_result). A TMA store clips that tile itself: those configs keep their source,
+            // and so their records (their epilogue may read C's rows past N when beta != 0).
+            .flag(
+                "EVEN_P",
+                w.n.is_multiple_of(self.bp as u64) && (self.tma_store || self.tiles_p() * self.bp as u64 == w.n),
+            )
             .flag("EVEN_Q", w.m.is_multiple_of(self.bq as u64))
             .flag("PAIRS_ALIGNED", w.m.is_multiple_of(2))
             // 2-byte outputs stored from registers go 16 bytes (8 columns of Q) a thread.

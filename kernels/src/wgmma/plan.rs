@@ -109,8 +109,10 @@ impl ConvGemm {
             layout: crate::Layout::Tn,
             types: c.types,
             alpha: 1.0,
-            beta: 0.0,
-            epilogue: crate::Epilogue::NONE,
+            // The output is column-major K x N*P*Q: a channel is a row m of D, so the matmul's
+            // per-row epilogue is the layer's per-channel one, and C of D's shape its residual.
+            beta: if c.residual { 1.0 } else { 0.0 },
+            epilogue: c.epilogue,
             input_scale: crate::InputScale::None,
         };
         let x = if pointwise {

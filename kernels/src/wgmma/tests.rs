@@ -553,6 +553,8 @@ fn warp_specialized_register_budgets_fit_the_launch_allocation() {
             stride: (stride, stride),
             dilation: (1, 1),
             types: Types::default_for(DType::F16).unwrap(),
+            epilogue: Default::default(),
+            residual: false,
         })
     };
     let cases: Vec<(&dyn Template, Workload)> = vec![
@@ -604,6 +606,8 @@ fn gathered_stages_are_marked_full_before_the_producer_needs_them_back() {
         stride: (1, 1),
         dilation: (1, 1),
         types: Types::default_for(DType::F16).unwrap(),
+        epilogue: Default::default(),
+        residual: false,
     });
     let mut stages_seen = std::collections::BTreeSet::new();
     for (_, c) in crate::template::valid_configs(&conv::WgmmaConv2d, &layer, &sm90).unwrap() {

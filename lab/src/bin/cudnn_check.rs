@@ -183,6 +183,8 @@ fn default_workloads() -> anyhow::Result<Vec<(String, Workload)>> {
                 stride: (sh.stride, sh.stride),
                 dilation: (1, 1),
                 types: t,
+                epilogue: Default::default(),
+                residual: false,
             };
             conv.validate()?;
             out.push((sh.label(), Workload::Conv2d(conv)));

@@ -206,6 +206,11 @@ impl WorkloadState {
     }
 
     /// The A/B pointers of an input set (for the vendor baseline).
+    /// C on the device (the output's shape and type).
+    pub(crate) fn c_ptr(&self) -> u64 {
+        self.c.ptr
+    }
+
     pub(crate) fn inputs(&self, set: InputSet) -> (u64, u64) {
         match set {
             InputSet::Check => (self.a_check.ptr, self.b_check.ptr),
@@ -361,13 +366,16 @@ impl Vectors {
 /// the output type, the per-row scale and the tensor scales in f32, from the fixed values of
 /// `tensortune_kernels::epilogue`.
 pub(crate) fn host_vectors(workload: &Workload) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
-    let Workload::Matmul(m) = workload else { return Default::default() };
-    let rows = 0..m.m;
-    let bias: Vec<u8> = if m.epilogue.bias {
+    // A convolution's rows are its output channels (its GEMM's D is column-major K x N*P*Q).
+    let (rows, epi, output, input_scale) = match workload {
+        Workload::Matmul(m) => (0..m.m, m.epilogue, m.types.output, m.input_scale),
+        Workload::Conv2d(c) => (0..c.k, c.epilogue, c.types.output, InputScale::None),
+    };
+    let bias: Vec<u8> = if epi.bias {
         rows.clone()
             .flat_map(|r| {
                 let v = epilogue::bias_value(r);
-                match m.types.output {
+                match output {
                     DType::F16 => half::f16::from_f64(v).to_le_bytes().to_vec(),
                     DType::Bf16 => half::bf16::from_f64(v).to_le_bytes().to_vec(),
                     _ => (v as f32).to_le_bytes().to_vec(),
@@ -377,12 +385,12 @@ pub(crate) fn host_vectors(workload: &Workload) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     } else {
         Vec::new()
     };
-    let scale: Vec<u8> = if m.epilogue.scale {
+    let scale: Vec<u8> = if epi.scale {
         rows.flat_map(|r| (epilogue::scale_value(r) as f32).to_le_bytes()).collect()
     } else {
         Vec::new()
     };
-    let tensor: Vec<u8> = if m.input_scale == InputScale::Tensor {
+    let tensor: Vec<u8> = if input_scale == InputScale::Tensor {
         epilogue::TENSOR_SCALES.iter().flat_map(|s| s.to_le_bytes()).collect()
     } else {
         Vec::new()

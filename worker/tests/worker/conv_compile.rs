@@ -35,7 +35,7 @@ fn conv(
     dilation: (u64, u64),
 ) -> Conv2d {
     let types = Types::default_for(DType::F16).unwrap();
-    Conv2d { n, h, w, c, k, r, s, pad, stride, dilation, types }
+    Conv2d { n, h, w, c, k, r, s, pad, stride, dilation, types, epilogue: Default::default(), residual: false }
 }
 
 /// The shapes: the seven tuning bars first, then the gather's corner cases.

@@ -71,17 +71,14 @@ fn support_modules_of_fp8_and_fused_workloads_compile() {
     }
 }
 
-/// On a GPU: three configs of each workload of [`KEYS`], every output element against the f64
-/// reference (which applies the same epilogue), and cuBLASLt's time beside each, its output
-/// checked too. `<this test binary> --ignored --nocapture fused_compile::` on a GPU machine.
-#[test]
-#[ignore = "needs a GPU"]
-fn fp8_and_fused_epilogue_kernels_pass_every_element_on_the_gpu() {
+/// Three configs of each of `keys` on `template`, on `cuda:0`, every output element against the
+/// f64 reference; prints each kernel and asserts that all ran, none was skipped and none failed.
+pub(crate) fn self_test_on_gpu(template: &str, keys: &[&str]) -> tensortune_worker::selftest::Report {
     use tensortune_worker::DeviceSpec;
     use tensortune_worker::selftest::{self, Selection};
     let selection = Selection {
-        template: Some("wgmma_gemm".into()),
-        workloads: KEYS.iter().map(|k| Workload::from_key(k).unwrap()).collect(),
+        template: Some(template.into()),
+        workloads: keys.iter().map(|k| Workload::from_key(k).unwrap()).collect(),
         configs: 3,
         ..Selection::default()
     };
@@ -103,7 +100,17 @@ fn fp8_and_fused_epilogue_kernels_pass_every_element_on_the_gpu() {
     assert!(report.verified, "outputs were checked on a GPU");
     assert!(report.skipped.is_empty(), "skipped: {:?}", report.skipped);
     assert_eq!(report.failed(), 0, "{} kernels failed", report.failed());
-    assert!(report.ok() >= 2 * KEYS.len(), "only {} kernels ran", report.ok());
+    assert!(report.ok() >= 2 * keys.len(), "only {} kernels ran", report.ok());
+    report
+}
+
+/// On a GPU: three configs of each workload of [`KEYS`], every output element against the f64
+/// reference (which applies the same epilogue), and cuBLASLt's time beside each, its output
+/// checked too. `<this test binary> --ignored --nocapture fused_compile::` on a GPU machine.
+#[test]
+#[ignore = "needs a GPU"]
+fn fp8_and_fused_epilogue_kernels_pass_every_element_on_the_gpu() {
+    let report = self_test_on_gpu("wgmma_gemm", &KEYS);
     for c in &report.checks {
         // cuBLASLt has no e5m2 x e5m2 FP8 matmul: those have no vendor time, and say so.
         if c.workload.contains("/e5m2,") {

@@ -77,6 +77,8 @@ fn a_sample_of_simt_conv_configs_compiles_without_spills_for_sm80_and_sm90() {
                 stride: (stride, stride),
                 dilation: (dil, dil),
                 types,
+                epilogue: Default::default(),
+                residual: false,
             };
             specs.extend(sampled(&SimtConv2d, &Workload::Conv2d(conv), &target, 2, turn));
         }

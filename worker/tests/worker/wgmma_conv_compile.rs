@@ -37,6 +37,8 @@ fn layer(
         stride: (stride, stride),
         dilation: (dil, dil),
         types: t,
+        epilogue: Default::default(),
+        residual: false,
     }
 }
 
@@ -140,4 +142,58 @@ fn a_sample_of_tf32_wgmma_conv_configs_compiles_for_sm90a() {
     );
     assert!(kinds.len() >= 8, "only {} kinds of config: {kinds:?}", kinds.len());
     assert_all_compile(&specs, &target);
+}
+
+/// Conv2d epilogues (issue 36): bias + ReLU and ResNet's block end (residual + bias + ReLU) on
+/// each load path, and scale + bias + GELU into f32, a few configs each (the TMA-store epilogue
+/// and the direct one among them): the fused branches of the shared body compile for sm_90a.
+#[test]
+fn fused_wgmma_conv_epilogues_compile_for_sm90a() {
+    let target = Target::sm90();
+    let f16 = Types::new(DType::F16, DType::F32, Some(DType::F16)).unwrap();
+    let f32_out = Types::new(DType::F16, DType::F32, Some(DType::F32)).unwrap();
+    let fused = |l: Conv2d, epi: &str, residual: bool| Conv2d { epilogue: epi.parse().unwrap(), residual, ..l };
+    let layers = [
+        fused(layer(32, (56, 56), 64, 256, (1, 1), (0, 0), 1, 1, f16), "bias", true),
+        fused(layer(32, (56, 56), 64, 64, (3, 3), (1, 1), 1, 1, f16), "bias+relu", false),
+        fused(layer(3, (9, 9), 16, 40, (3, 3), (1, 1), 2, 1, f16), "bias+relu", true),
+        fused(layer(3, (13, 17), 32, 48, (1, 3), (0, 1), 1, 1, f32_out), "scale+bias+gelu", false),
+    ];
+    let mut specs: Vec<KernelSpec> = Vec::new();
+    let mut stores = std::collections::BTreeSet::new();
+    for (turn, l) in layers.into_iter().enumerate() {
+        let w = Workload::Conv2d(l);
+        let valid = valid_configs(&WgmmaConv2d, &w, &target).unwrap();
+        for (_, c) in valid.iter().skip(turn).step_by(valid.len() / 3 + 1) {
+            stores.insert(c.name("epilogue").unwrap().to_string());
+            let spec = WgmmaConv2d.generate(&w, c, &target).unwrap();
+            assert!(spec.source.contains("constexpr bool EPI_BIAS = true;"), "{}", spec.name);
+            assert_eq!(spec.source.contains("constexpr bool READ_C = true;"), l.residual, "{}", spec.name);
+            specs.push(spec);
+        }
+    }
+    assert!(specs.len() >= 10 && stores.len() == 2, "{} configs, epilogue stores {stores:?}", specs.len());
+    assert_all_compile(&specs, &target);
+}
+
+/// On a GPU: three configs of each conv epilogue layer of the self-test's matrix, every element
+/// checked, and cuDNN beside each: its fused convolution-bias-activation where it has the
+/// epilogue (a bias, then ReLU or none, the residual as z), else its convolution and an
+/// elementwise kernel, the kind saying which. `--ignored --nocapture wgmma_conv_compile::` there.
+#[test]
+#[ignore = "needs a GPU"]
+fn fused_conv_epilogues_pass_every_element_on_the_gpu() {
+    let keys: Vec<String> = tensortune_worker::selftest::matrix()
+        .iter()
+        .filter(|w| matches!(w, Workload::Conv2d(c) if c.fused()))
+        .map(|w| w.key())
+        .collect();
+    assert!(keys.len() >= 6, "{keys:?}");
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let report = crate::fused_compile::self_test_on_gpu("wgmma_conv2d", &refs);
+    for c in &report.checks {
+        let (k, fused) = (&c.baseline_kind, c.baseline_kind.starts_with("cudnnConvolutionBiasActivationForward"));
+        assert!(c.baseline_us.is_some() && !k.contains("failed our check"), "{}: {k}", c.workload);
+        assert!(fused || k.contains("tt_epilogue elementwise kernel (unfused"), "{}: {k}", c.workload);
+    }
 }

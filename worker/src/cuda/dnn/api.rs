@@ -4,8 +4,8 @@
 use std::ffi::{CStr, OsStr, c_char, c_int, c_void};
 
 use cudarc::cudnn::sys::{
-    cudnnConvolutionDescriptor_t, cudnnConvolutionFwdAlgoPerf_t, cudnnFilterDescriptor_t, cudnnHandle_t, cudnnStatus_t,
-    cudnnTensorDescriptor_t,
+    cudnnActivationDescriptor_t, cudnnConvolutionDescriptor_t, cudnnConvolutionFwdAlgoPerf_t, cudnnFilterDescriptor_t,
+    cudnnHandle_t, cudnnStatus_t, cudnnTensorDescriptor_t,
 };
 
 /// The setting that names the cuDNN library to load (a path to `libcudnn.so.9`).
@@ -115,6 +115,29 @@ cudnn_api! {
         *mut AlgoPerf,
         *mut c_void,
         usize,
+    ) -> Status;
+    create_act = "cudnnCreateActivationDescriptor": fn(*mut cudnnActivationDescriptor_t) -> Status;
+    destroy_act = "cudnnDestroyActivationDescriptor": fn(cudnnActivationDescriptor_t) -> Status;
+    set_act = "cudnnSetActivationDescriptor": fn(cudnnActivationDescriptor_t, u32, u32, f64) -> Status;
+    bias_act_forward = "cudnnConvolutionBiasActivationForward": fn(
+        cudnnHandle_t,
+        *const c_void,
+        cudnnTensorDescriptor_t,
+        *const c_void,
+        cudnnFilterDescriptor_t,
+        *const c_void,
+        cudnnConvolutionDescriptor_t,
+        u32,
+        *mut c_void,
+        usize,
+        *const c_void,
+        cudnnTensorDescriptor_t,
+        *const c_void,
+        cudnnTensorDescriptor_t,
+        *const c_void,
+        cudnnActivationDescriptor_t,
+        cudnnTensorDescriptor_t,
+        *mut c_void,
     ) -> Status;
     forward = "cudnnConvolutionForward": fn(
         cudnnHandle_t,

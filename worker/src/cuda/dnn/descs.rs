@@ -5,8 +5,8 @@ use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use cudarc::cudnn::sys::{
-    cudnnConvolutionDescriptor_t, cudnnConvolutionMode_t, cudnnFilterDescriptor_t, cudnnHandle_t,
-    cudnnTensorDescriptor_t, cudnnTensorFormat_t,
+    cudnnActivationDescriptor_t, cudnnActivationMode_t, cudnnConvolutionDescriptor_t, cudnnConvolutionMode_t,
+    cudnnFilterDescriptor_t, cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorFormat_t,
 };
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUresult;
@@ -219,6 +219,106 @@ impl ConvDescs<'_> {
         };
         a.check(status, &format!("cudnnConvolutionForward ({})", algo_name(algo)))
             .map_err(|context| CudaFailure { code: CUresult::CUDA_ERROR_NOT_SUPPORTED, context })
+    }
+}
+
+/// The extra descriptors of cuDNN's fused convolution-bias-activation: the bias (1 x K x 1 x 1 of
+/// the output type) and the activation (ReLU, or identity: cuDNN then allows only
+/// IMPLICIT_PRECOMP_GEMM).
+pub(super) struct FusedDescs<'a> {
+    dnn: &'a Dnn,
+    bias: cudnnTensorDescriptor_t,
+    act: cudnnActivationDescriptor_t,
+    /// Whether z (the residual, the output's shape) is added: alpha2 = 1.
+    residual: bool,
+}
+
+impl<'a> ConvDescs<'a> {
+    /// The fused call's descriptors for a layer with bias, ReLU or none, and perhaps a residual.
+    pub(super) fn fused(&self, plan: &ConvPlan, relu: bool, residual: bool) -> Result<FusedDescs<'a>, String> {
+        let a = &self.dnn.api;
+        let mut f = FusedDescs { dnn: self.dnn, bias: std::ptr::null_mut(), act: std::ptr::null_mut(), residual };
+        let nchw = cudnnTensorFormat_t::CUDNN_TENSOR_NCHW as u32;
+        let mode = if relu {
+            cudnnActivationMode_t::CUDNN_ACTIVATION_RELU
+        } else {
+            cudnnActivationMode_t::CUDNN_ACTIVATION_IDENTITY
+        };
+        // SAFETY: valid out-pointers; `FusedDescs::drop` destroys whichever were created.
+        unsafe {
+            a.check((a.create_tensor)(&mut f.bias), "cudnnCreateTensorDescriptor (bias)")?;
+            a.check((a.create_act)(&mut f.act), "cudnnCreateActivationDescriptor")?;
+            a.check(
+                (a.set_tensor_4d)(f.bias, nchw, data_type(plan.output), 1, plan.y_dims[1], 1, 1),
+                "cudnnSetTensor4dDescriptor (bias)",
+            )?;
+            // CUDNN_NOT_PROPAGATE_NAN = 0; the coefficient is for clipped ReLU and ELU only.
+            a.check((a.set_act)(f.act, mode as u32, 0, 0.0), "cudnnSetActivationDescriptor")?;
+        }
+        Ok(f)
+    }
+
+    /// Enqueues y = act(conv(x, w) + alpha2 z + bias) with `algo`: cuDNN's fused call.
+    ///
+    /// # Safety
+    ///
+    /// As [`ConvDescs::forward`]; `z` (the output's shape and type) and `bias` (K values of the
+    /// output type) must be device buffers.
+    #[allow(clippy::too_many_arguments)] // the fused call's operands, each a buffer
+    pub(super) unsafe fn fused_forward(
+        &self,
+        f: &FusedDescs<'_>,
+        algo: u32,
+        x: u64,
+        w: u64,
+        z: u64,
+        bias: u64,
+        y: u64,
+        workspace: &DevBuf,
+    ) -> Result<(), CudaFailure> {
+        let a = &self.dnn.api;
+        let (alpha1, alpha2) = (1.0f32, if f.residual { 1.0f32 } else { 0.0 });
+        // SAFETY: as the caller promises; the factors live across the call. Without a residual
+        // z is y itself, as cuDNN's documentation allows (alpha2 = 0 leaves it unread).
+        let status = unsafe {
+            (a.bias_act_forward)(
+                self.dnn.handle,
+                &alpha1 as *const f32 as *const c_void,
+                self.x,
+                x as *const c_void,
+                self.w,
+                w as *const c_void,
+                self.conv,
+                algo,
+                workspace.ptr as *mut c_void,
+                workspace.bytes,
+                &alpha2 as *const f32 as *const c_void,
+                self.y,
+                if f.residual { z } else { y } as *const c_void,
+                f.bias,
+                bias as *const c_void,
+                f.act,
+                self.y,
+                y as *mut c_void,
+            )
+        };
+        a.check(status, &format!("cudnnConvolutionBiasActivationForward ({})", algo_name(algo)))
+            .map_err(|context| CudaFailure { code: CUresult::CUDA_ERROR_NOT_SUPPORTED, context })
+    }
+}
+
+impl Drop for FusedDescs<'_> {
+    fn drop(&mut self) {
+        let a = &self.dnn.api;
+        // SAFETY: created by this library (or null and skipped), destroyed once.
+        unsafe {
+            if !self.bias.is_null() {
+                (a.destroy_tensor)(self.bias);
+            }
+            if !self.act.is_null() {
+                (a.destroy_act)(self.act);
+            }
+        }
     }
 }
 

@@ -237,25 +237,63 @@ where
         )));
     }
 
+    // A fused layer: cuDNN's fused convolution-bias-activation where it has the epilogue (bias,
+    // then ReLU or none, the residual as z), else its convolution and our elementwise kernel.
+    let relu = conv.epilogue.activation == tensortune_kernels::Activation::Relu;
+    let mut fused = None;
+    let mut unfused_why = String::new();
+    if conv.fused() {
+        unfused_why = match cudnn_fusable(conv, plan) {
+            Ok(()) => match descs.fused(plan, relu, conv.residual) {
+                Ok(f) => {
+                    fused = Some(f);
+                    String::new()
+                }
+                Err(e) => e,
+            },
+            Err(why) => why.to_string(),
+        };
+    }
+    let (c, bias) = (w.c_ptr(), w.vectors.bias.ptr);
     let mut best: Option<(f64, AlgoPerf)> = None;
     let mut untimed = Vec::new();
-    for p in &usable {
-        descs.set_math(p.math_type).map_err(Why::Cudnn)?;
-        // SAFETY: as for `find`; the workspace covers `p.memory`.
-        let mut enqueue = |_: &Arc<CudaStream>| unsafe { descs.forward(p.algo, xt, wt, y, &workspace) };
-        match time(&mut enqueue) {
-            Ok(t) => {
-                tracing::debug!(workload = %req.workload_key, algo = %algo_name(p.algo), us = t.median_us, "cuDNN candidate timed");
-                if best.is_none_or(|(us, _)| t.median_us < us) {
-                    best = Some((t.median_us, *p));
+    loop {
+        for p in &usable {
+            // cuDNN documents the identity activation for IMPLICIT_PRECOMP_GEMM alone.
+            if fused.is_some() && !relu && p.algo != IMPLICIT_PRECOMP_GEMM {
+                continue;
+            }
+            descs.set_math(p.math_type).map_err(Why::Cudnn)?;
+            // SAFETY: as for `find`; the workspace covers `p.memory`; C and the bias are the
+            // workload's (the output's shape, K values of the output type).
+            let mut enqueue = |s: &Arc<CudaStream>| match &fused {
+                Some(f) => unsafe { descs.fused_forward(f, p.algo, xt, wt, c, bias, y, &workspace) },
+                None => {
+                    unsafe { descs.forward(p.algo, xt, wt, y, &workspace) }?;
+                    if conv.fused() { w.apply_epilogue(s) } else { Ok(()) }
+                }
+            };
+            match time(&mut enqueue) {
+                Ok(t) => {
+                    tracing::debug!(workload = %req.workload_key, algo = %algo_name(p.algo), us = t.median_us, "cuDNN candidate timed");
+                    if best.is_none_or(|(us, _)| t.median_us < us) {
+                        best = Some((t.median_us, *p));
+                    }
+                }
+                Err(f) if f.is_sticky() => return Err(Why::Cuda(f)),
+                Err(f) => {
+                    tracing::warn!(workload = %req.workload_key, algo = %algo_name(p.algo), "cuDNN algorithm not timed: {f}");
+                    untimed.push(format!("{}: {f}", algo_name(p.algo)));
                 }
             }
-            Err(f) if f.is_sticky() => return Err(Why::Cuda(f)),
-            Err(f) => {
-                tracing::warn!(workload = %req.workload_key, algo = %algo_name(p.algo), "cuDNN algorithm not timed: {f}");
-                untimed.push(format!("{}: {f}", algo_name(p.algo)));
-            }
         }
+        if best.is_some() || fused.is_none() {
+            break;
+        }
+        // No algorithm ran the fused call: the unfused pair, saying why.
+        unfused_why = format!("cudnnConvolutionBiasActivationForward ran no algorithm ({})", untimed.join("; "));
+        fused = None;
+        untimed.clear();
     }
     let Some((us, chosen)) = best else {
         return Err(Why::Cudnn(format!("no algorithm could be timed in a CUDA graph ({})", untimed.join("; "))));
@@ -269,8 +307,12 @@ where
         None => w.poison(stream)?,
     }
     let (xc, wc) = w.inputs(InputSet::Check);
-    // SAFETY: as for `find`.
-    unsafe { descs.forward(chosen.algo, xc, wc, y, &workspace) }?;
+    match &fused {
+        // SAFETY: as for `find`, and C and the bias as above.
+        Some(f) => unsafe { descs.fused_forward(f, chosen.algo, xc, wc, c, bias, y, &workspace) }?,
+        // SAFETY: as for `find`.
+        None => unsafe { descs.forward(chosen.algo, xc, wc, y, &workspace) }?,
+    }
     let tolerance = match &own_y {
         Some(buf) => {
             copy_converted(stream, buf.ptr, plan.output, w.d.ptr, plan.ours.output, out_elems)?;
@@ -278,9 +320,13 @@ where
         }
         None => req.tolerance,
     };
+    if conv.fused() && fused.is_none() {
+        w.apply_epilogue(stream)?;
+    }
     let c = w.compare(stream, &tolerance)?;
     let mut kind = format!(
-        "cudnnConvolutionForward {} ({}), {}, fastest of {} candidates",
+        "{} {} ({}), {}, fastest of {} candidates",
+        if fused.is_some() { "cudnnConvolutionBiasActivationForward" } else { "cudnnConvolutionForward" },
         algo_name(chosen.algo),
         math_name(chosen.math_type),
         plan.describe(),
@@ -290,11 +336,51 @@ where
         kind.push_str(&format!(" ({} more failed to run or to be captured)", untimed.len()));
     }
     kind.push_str(&format!(", cuDNN {}", dnn.version));
+    if fused.is_some() {
+        kind.push_str(&format!(" (fused {})", conv_epilogue_name(conv)));
+    } else if conv.fused() {
+        kind.push_str(&format!(
+            " + tt_epilogue elementwise kernel (unfused {}: {unfused_why})",
+            conv_epilogue_name(conv)
+        ));
+    }
     if c.failures > 0 {
         tracing::warn!(workload = %req.workload_key, failures = c.failures, max_abs = c.max_abs, "cuDNN disagrees with the reference");
         kind.push_str(&format!(" ({}: {} elements, max abs error {:.3e})", super::CHECK_FAILED, c.failures, c.max_abs));
     }
     Ok((us, kind, ConvPick(chosen)))
+}
+
+/// `CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM`.
+const IMPLICIT_PRECOMP_GEMM: u32 = 1;
+
+/// Whether cuDNN's fused convolution-bias-activation computes the layer's epilogue: a bias, then
+/// ReLU or nothing (its other activations are not ours), the residual as z, in cuDNN's own
+/// output type.
+fn cudnn_fusable(conv: &Conv2d, plan: &ConvPlan) -> Result<(), &'static str> {
+    use tensortune_kernels::Activation;
+    if !conv.epilogue.bias {
+        return Err("cuDNN's fused call always adds a bias; this layer has none");
+    }
+    if conv.epilogue.scale {
+        return Err("cuDNN's fused call has no per-channel scale");
+    }
+    if conv.epilogue.activation == Activation::Gelu {
+        return Err("cuDNN's fused call has no GELU");
+    }
+    if plan.output_differs() {
+        return Err("cuDNN writes another output type than ours");
+    }
+    Ok(())
+}
+
+/// The fused part of a layer as a record's kind names it (`residual+bias+relu`).
+fn conv_epilogue_name(conv: &Conv2d) -> String {
+    match (conv.residual, conv.epilogue.is_none()) {
+        (true, true) => "residual".into(),
+        (true, false) => format!("residual+{}", conv.epilogue),
+        (false, _) => conv.epilogue.name(),
+    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ fn conv(input: DType, acc: DType, out: DType, c: u64, k: u64) -> Conv2d {
         stride: (2, 2),
         dilation: (1, 1),
         types: Types::new(input, acc, Some(out)).unwrap(),
+        epilogue: Default::default(),
+        residual: false,
     };
     w.validate().unwrap();
     w
@@ -157,4 +159,25 @@ fn names() {
     assert_eq!(algo_name(Algo::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM as u32), "IMPLICIT_PRECOMP_GEMM");
     assert_eq!(algo_name(42), "algo 42");
     assert_eq!(math_name(1), "tensor ops");
+}
+
+#[test]
+fn cudnns_fused_call_takes_bias_then_relu_or_nothing_and_the_residual() {
+    let half = conv(DType::F16, DType::F32, DType::F16, 64, 128);
+    let plan = ConvPlan::new(&half).unwrap();
+    let with = |epi: &str, residual| Conv2d { epilogue: epi.parse().unwrap(), residual, ..half };
+    for (epi, residual) in [("bias+relu", false), ("bias", true), ("bias+relu", true), ("bias", false)] {
+        assert_eq!(cudnn_fusable(&with(epi, residual), &plan), Ok(()), "{epi} {residual}");
+    }
+    for (epi, residual, says) in
+        [("relu", true, "has none"), ("bias+gelu", false, "no GELU"), ("scale+bias", false, "per-channel scale")]
+    {
+        assert!(cudnn_fusable(&with(epi, residual), &plan).unwrap_err().contains(says), "{epi}");
+    }
+    // cuDNN writes half where ours is f32: its fused output would not be ours.
+    let wide = conv(DType::F16, DType::F32, DType::F32, 64, 128);
+    let fused = Conv2d { epilogue: "bias+relu".parse().unwrap(), ..wide };
+    assert!(cudnn_fusable(&fused, &ConvPlan::new(&wide).unwrap()).unwrap_err().contains("output type"));
+    assert_eq!(conv_epilogue_name(&with("bias+relu", true)), "residual+bias+relu");
+    assert_eq!(conv_epilogue_name(&with("none", true)), "residual");
 }
