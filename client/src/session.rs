@@ -33,6 +33,9 @@ pub struct Session {
 
 struct Embedded {
     token: CancellationToken,
+    /// The worker's own stop (a child of `token`): the worker stops first, so that it can hand
+    /// back what it holds to a tracker still serving.
+    worker_token: CancellationToken,
     tracker: JoinHandle<anyhow::Result<()>>,
     worker: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -107,7 +110,7 @@ impl Session {
             client: connect(&url, &access()).await?,
             local_class: None,
             remote_url: None,
-            embedded: Some(Embedded { token: token.clone(), tracker, worker: None }),
+            embedded: Some(Embedded { worker_token: token.child_token(), token: token.clone(), tracker, worker: None }),
         };
         if let Some(local) = local {
             let device = local.device.as_str();
@@ -123,9 +126,8 @@ impl Session {
             // session's worker is told, so the first worker to register after it starts is ours
             // (with cuda:all, one of the workers of this host's GPUs).
             let known = session.worker_ids().await?;
-            let worker = tokio::spawn(tensortune_worker::run(wc, token.child_token()));
             if let Some(e) = session.embedded.as_mut() {
-                e.worker = Some(worker);
+                e.worker = Some(tokio::spawn(tensortune_worker::run(wc, e.worker_token.clone())));
             }
             session.local_class = Some(session.wait_for_worker(device, known).await?);
         }
@@ -182,10 +184,15 @@ impl Session {
     /// Stops what this session started (worker first, then tracker) and reports their errors.
     pub async fn close(self) -> anyhow::Result<()> {
         let Some(e) = self.embedded else { return Ok(()) };
+        e.worker_token.cancel();
+        let worker = match e.worker {
+            Some(worker) => {
+                worker.await.context("the local worker panicked").and_then(|r| r.context("the local worker failed"))
+            }
+            None => Ok(()),
+        };
         e.token.cancel();
-        if let Some(worker) = e.worker {
-            worker.await.context("the local worker panicked")?.context("the local worker failed")?;
-        }
+        worker?;
         e.tracker.await.context("the embedded tracker panicked")?.context("the embedded tracker failed")?;
         Ok(())
     }
