@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use tensortune_kernels::conv::WmmaConv2d;
 use tensortune_kernels::template::valid_configs;
-use tensortune_kernels::{Config, Conv2d, DType, Target, Template, Types, Workload};
+use tensortune_kernels::{Config, Conv2d, DType, Template, Types, Workload};
 
 use crate::common::{InTurn, assert_all_compile};
 
