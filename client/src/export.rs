@@ -322,13 +322,18 @@ pub fn problem(w: &Workload) -> Problem {
                 scale: c.epilogue.scale,
                 bias: c.epilogue.bias,
                 residual: c.residual,
-                activation: match c.epilogue.activation {
-                    tensortune_kernels::Activation::None => tensortune_bundle::Activation::None,
-                    tensortune_kernels::Activation::Relu => tensortune_bundle::Activation::Relu,
-                    tensortune_kernels::Activation::Gelu => tensortune_bundle::Activation::Gelu,
-                },
+                activation: bundle_activation(c.epilogue.activation),
             },
         },
+    }
+}
+
+/// The bundle's spelling of an epilogue's activation.
+fn bundle_activation(a: tensortune_kernels::Activation) -> tensortune_bundle::Activation {
+    match a {
+        tensortune_kernels::Activation::None => tensortune_bundle::Activation::None,
+        tensortune_kernels::Activation::Relu => tensortune_bundle::Activation::Relu,
+        tensortune_kernels::Activation::Gelu => tensortune_bundle::Activation::Gelu,
     }
 }
 
@@ -360,6 +365,15 @@ mod tests {
                 }
                 None => assert!(d.bits() < 8, "{d} is byte-sized but has no bundle spelling"),
             }
+        }
+    }
+
+    #[test]
+    fn every_activation_keeps_its_name() {
+        use tensortune_kernels::Activation;
+        for a in [Activation::None, Activation::Relu, Activation::Gelu] {
+            let ours = serde_json::to_string(&a).unwrap();
+            assert_eq!(serde_json::to_string(&bundle_activation(a)).unwrap(), ours, "{a:?}");
         }
     }
 
