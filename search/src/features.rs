@@ -95,7 +95,8 @@ impl UnionLayout {
 }
 
 /// The target a device class was measured on, for features: the class's compute capability with
-/// the limits of that generation's data-center part (`sim` for the simulator).
+/// the limits of that generation's data-center part, and the class's own SM count where its key
+/// names one (`name/sm90/114sm`: an H100 PCIe's waves are not an H200's); `sim` for the simulator.
 pub fn target_for_class(class_key: &str) -> Target {
     if class_key == "sim" {
         return Target::sim();
@@ -105,6 +106,9 @@ pub fn target_for_class(class_key: &str) -> Target {
     } else {
         Target::sm90()
     };
+    if let Some(sms) = class_key.rsplit('/').next().and_then(|p| p.strip_suffix("sm")).and_then(|n| n.parse().ok()) {
+        t.sm_count = sms;
+    }
     t.class_key = class_key.to_owned();
     t
 }
@@ -130,6 +134,9 @@ mod tests {
         assert_eq!(target_for_class("nvidia-a100-sxm4-80gb/sm80/108sm").arch, 80);
         assert_eq!(target_for_class("nvidia-h200/sm90/132sm").arch, 90);
         assert_eq!(target_for_class("sim").class_key, "sim");
+        assert_eq!(target_for_class("nvidia-h100-pcie/sm90/114sm").sm_count, 114);
+        assert_eq!(target_for_class("nvidia-h200/sm90/132sm").sm_count, 132);
+        assert_eq!(target_for_class("odd/sm90/many").sm_count, Target::sm90().sm_count);
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! ([`shipped`]), and reads them from memory, unless `--no-prior-pack`; `tensortune records
 //! import` stores others in their own table. The prior takes pack records of the job's device class, or of another class of the
 //! same architecture where the job's has none of that workload (an H200 store starts warm from
-//! H100 records and the other way round: the features are computed for the job's device).
+//! H100 records and the other way round: the features are computed for the job's device). Where
+//! no shipped pack holds the job's architecture, the shipped prior is the nearest architecture's
+//! (`nearest_arch`), featurised for the job's device likewise.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read};
@@ -94,17 +96,22 @@ pub(crate) fn shipped() -> &'static [Shipped] {
 }
 
 /// The shipped records of `template` (its version) on device classes of `class`'s architecture,
-/// leaving out the workloads in `exclude` (sorted): with each record's device class.
+/// or where no shipped pack holds that architecture, of the nearest one that has records
+/// ([`nearest_arch`]: an sm_89 class starts from sm_90 records, re-featurised for its own device,
+/// the configs its space does not hold skipped); leaving out the workloads in `exclude` (sorted):
+/// with each record's device class.
 pub(crate) fn shipped_prior(
     shipped: &[Shipped],
     template: &dyn Template,
     class: &str,
     exclude: &[String],
 ) -> Vec<(String, PriorRecord)> {
-    let Some(arch) = arch(class) else { return Vec::new() };
-    shipped
-        .iter()
-        .filter(|s| s.template == template.name() && template.records_hold_for(s.template_version))
+    let of_template =
+        || shipped.iter().filter(|s| s.template == template.name() && template.records_hold_for(s.template_version));
+    let Some(arch) = nearest_arch(class, of_template().filter_map(|s| self::arch(&s.device_class))) else {
+        return Vec::new();
+    };
+    of_template()
         .filter(|s| self::arch(&s.device_class) == Some(arch))
         .filter(|s| exclude.binary_search(&s.record.workload_key).is_err())
         .map(|s| (s.device_class.clone(), s.record.clone()))
@@ -256,7 +263,22 @@ pub(crate) fn arch_pattern(class: &str) -> Option<String> {
 
 /// The architecture part of a device class (`name/sm90/132sm` -> `sm90`).
 fn arch(class: &str) -> Option<&str> {
-    class.split('/').find(|part| part.starts_with("sm") && part[2..].chars().all(|c| c.is_ascii_digit()))
+    class
+        .split('/')
+        .find(|part| part.starts_with("sm") && part.len() > 2 && part[2..].chars().all(|c| c.is_ascii_digit()))
+}
+
+/// Of the architectures in `have`, the one whose records `class` takes: its own when present,
+/// else the nearest compute capability of its major version (sm_86 takes sm_80), else the nearest
+/// of any (the newer on a tie); `None` for `sim`, a class without an architecture, or nothing to
+/// take.
+fn nearest_arch<'a>(class: &str, have: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let number = |arch: &str| arch[2..].parse::<i64>().ok();
+    let own = number(arch(class)?)?;
+    have.into_iter()
+        .filter_map(|a| Some((number(a)?, a)))
+        .min_by_key(|&(n, _)| (n / 10 != own / 10, (n - own).abs(), -n))
+        .map(|(_, a)| a)
 }
 
 #[cfg(test)]
@@ -292,6 +314,42 @@ mod tests {
         assert_eq!(arch_pattern("nvidia-h200/sm90/132sm").as_deref(), Some("%/sm90/%"));
         assert_eq!(arch_pattern("nvidia-h100-80gb-hbm3/sm90/132sm"), arch_pattern("nvidia-h200/sm90/132sm"));
         assert_eq!(arch_pattern("sim"), None);
+        assert_eq!(arch_pattern("odd/sm/1sm"), None);
+    }
+
+    #[test]
+    fn a_class_takes_its_own_architecture_else_the_nearest() {
+        let have = ["sm80", "sm90", "sm90", "sm100"];
+        assert_eq!(nearest_arch("nvidia-h100/sm90/132sm", have), Some("sm90"));
+        assert_eq!(nearest_arch("nvidia-l40s/sm89/142sm", have), Some("sm80"), "its major version first");
+        assert_eq!(nearest_arch("nvidia-l40s/sm89/142sm", ["sm90", "sm100"]), Some("sm90"));
+        assert_eq!(nearest_arch("nvidia-a10/sm86/72sm", have), Some("sm80"));
+        assert_eq!(nearest_arch("x/sm95/1sm", ["sm90", "sm100"]), Some("sm90"));
+        assert_eq!(nearest_arch("x/sm75/1sm", ["sm70", "sm80"]), Some("sm70"));
+        assert_eq!(nearest_arch("x/sm55/1sm", ["sm40", "sm70"]), Some("sm70"), "a tie goes to the newer");
+        assert_eq!(nearest_arch("sim", have), None);
+        assert_eq!(nearest_arch("nvidia-h100/sm90/132sm", []), None);
+    }
+
+    /// A database on an H100 (or an H100 PCIe, or an L40S of another architecture) has no pack of
+    /// its own class: it takes the shipped H200 records; `sim` takes none.
+    #[test]
+    fn classes_without_a_pack_take_the_shipped_h200_records() {
+        let records = shipped();
+        for name in ["wmma_gemm", "wgmma_gemm", "wmma_conv2d", "wgmma_conv2d"] {
+            let template = registry::by_name(name).unwrap();
+            let h200 = shipped_prior(records, template, "nvidia-h200/sm90/132sm", &[]);
+            assert!(h200.len() > 1000, "{}: {} shipped H200 records", template.name(), h200.len());
+            for class in ["nvidia-h100-80gb-hbm3/sm90/132sm", "nvidia-h100-pcie/sm90/114sm", "nvidia-l40s/sm89/142sm"] {
+                let got = shipped_prior(records, template, class, &[]);
+                assert_eq!(got.len(), h200.len(), "{class} {}", template.name());
+                assert!(got.iter().all(|(c, _)| c == "nvidia-h200/sm90/132sm"), "{class}");
+            }
+            assert!(shipped_prior(records, template, "sim", &[]).is_empty());
+            let one = h200[0].1.workload_key.clone();
+            let without = shipped_prior(records, template, "nvidia-h100-pcie/sm90/114sm", std::slice::from_ref(&one));
+            assert!(!without.is_empty() && without.iter().all(|(_, r)| r.workload_key != one));
+        }
     }
 }
 
