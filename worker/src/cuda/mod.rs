@@ -49,11 +49,9 @@ pub struct CudaExecutor {
     /// The vendor algorithm the last full timing of every candidate picked, per workload key and
     /// L2 flush, with its kind: what a `fresh_baseline` request times again.
     picks: HashMap<(String, bool), (VendorPick, String)>,
-    /// What [`timing::Mode::ColdL2`] overwrites; allocated by the first request that flushes.
-    flush_scratch: Option<DevBuf>,
+    /// What every timing needs: stream, L2 flush scratch and NVML.
+    timer: Timer,
     poisoned: bool,
-    /// SM clock reader (absent when NVML is not installed).
-    nvml: Option<nvml::Nvml>,
     /// The energy per launch of the latest baseline, when it was timed as the pick alone (the
     /// energy of a timing of every candidate belongs to the last candidate, not the pick).
     vendor_energy_mj: Option<f64>,
@@ -146,7 +144,13 @@ impl CudaExecutor {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(|e| anyhow::anyhow!("cannot create a stream: {e:?}"))?;
         let facts = device::facts(&ctx).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let nvml = nvml::Nvml::open(&facts.uuid);
+        let timer = Timer {
+            ctx: ctx.clone(),
+            stream: stream.clone(),
+            l2_bytes: facts.target.l2_bytes,
+            flush_scratch: None,
+            nvml: nvml::Nvml::open(&facts.uuid),
+        };
         Ok(CudaExecutor {
             ctx,
             stream,
@@ -157,9 +161,8 @@ impl CudaExecutor {
             workloads: VecDeque::new(),
             baselines: HashMap::new(),
             picks: HashMap::new(),
-            flush_scratch: None,
+            timer,
             poisoned: false,
-            nvml,
             vendor_energy_mj: None,
             baseline_energy: HashMap::new(),
         })
@@ -360,16 +363,8 @@ impl CudaExecutor {
             self.workloads[wi].args(&req.launch.args, InputSet::Timing, ws.as_ref()).map_err(|f| self.fail(f))?;
         let name = req.launch.name.clone();
         // The clock while the GPU is busy with this kernel, read just before its timed replays.
-        let sm_clock_mhz = self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz());
-        let timed = time_as_asked(
-            &self.ctx,
-            &self.stream,
-            self.facts.target.l2_bytes,
-            &mut self.flush_scratch,
-            &self.nvml,
-            req,
-            |s| launch(s, &func, cfg, &args).when(|| format!("when launching {name}")),
-        );
+        let sm_clock_mhz = self.sm_clock_mhz();
+        let timed = self.timer.time(req, |s| launch(s, &func, cfg, &args).when(|| format!("when launching {name}")));
         let timing = timed.map_err(|f| self.fail(f))?;
         self.guard(wi, req, ws.as_ref(), "its timed launches")?;
 
@@ -547,15 +542,7 @@ impl CudaExecutor {
             }
         }
         let (a, b) = w.inputs(InputSet::Timing);
-        let timed = time_as_asked(
-            &self.ctx,
-            &self.stream,
-            self.facts.target.l2_bytes,
-            &mut self.flush_scratch,
-            &self.nvml,
-            req,
-            |_| blas.gemm(&mm, a, b, d),
-        );
+        let timed = self.timer.time(req, |_| blas.gemm(&mm, a, b, d));
         let gemm_us = match timed {
             Ok(t) => t.median_us,
             Err(f) => {
@@ -601,15 +588,7 @@ impl CudaExecutor {
         }
         let d = self.workloads[wi].d.ptr;
         let (a, b) = (a8.ptr, b8.ptr);
-        let timed = time_as_asked(
-            &self.ctx,
-            &self.stream,
-            self.facts.target.l2_bytes,
-            &mut self.flush_scratch,
-            &self.nvml,
-            req,
-            |_| blas.gemm(stand_in, a, b, d),
-        );
+        let timed = self.timer.time(req, |_| blas.gemm(stand_in, a, b, d));
         match timed {
             Ok(t) => (Some(t.median_us), kind),
             Err(f) => {
@@ -712,18 +691,10 @@ impl CudaExecutor {
                 }
                 Ok(_) => {
                     let (a, b) = w.inputs(InputSet::Timing);
-                    time_as_asked(
-                        &self.ctx,
-                        &self.stream,
-                        self.facts.target.l2_bytes,
-                        &mut self.flush_scratch,
-                        &self.nvml,
-                        req,
-                        |s| {
-                            plan.matmul(c, a, b, d)?;
-                            if unfused { w.apply_epilogue(s) } else { Ok(()) }
-                        },
-                    )
+                    self.timer.time(req, |s| {
+                        plan.matmul(c, a, b, d)?;
+                        if unfused { w.apply_epilogue(s) } else { Ok(()) }
+                    })
                 }
                 Err(f) => Err(f),
             };
@@ -795,12 +766,12 @@ impl CudaExecutor {
 
     /// The board's energy counter in millijoules, when NVML can read it.
     pub fn energy_mj(&self) -> Option<u64> {
-        self.nvml.as_ref().and_then(|n| n.energy_mj())
+        self.timer.nvml.as_ref().and_then(|n| n.energy_mj())
     }
 
     /// The SM clock now, MHz (0 when NVML cannot say).
     pub fn sm_clock_mhz(&self) -> u32 {
-        self.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz())
+        self.timer.nvml.as_ref().map_or(0, |n| n.sm_clock_mhz())
     }
 }
 
@@ -814,36 +785,42 @@ impl Drop for CudaExecutor {
     }
 }
 
-/// Times `enqueue` as `req` asks (see `timing`'s modes), allocating the L2 flush scratch into
-/// `scratch` the first time a request flushes.
-fn time_as_asked<F>(
-    ctx: &Arc<CudaContext>,
-    stream: &Arc<CudaStream>,
+/// What timing a launch needs of the executor: its context and stream, the L2 flush scratch
+/// (allocated by the first request that flushes) and NVML (absent when it is not installed), for
+/// the energy and settling probes. Apart from the executor's other fields so that a launch being
+/// timed may borrow those (a workload, a vendor handle) while the timer is borrowed mutably.
+struct Timer {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
     l2_bytes: u64,
-    scratch: &mut Option<DevBuf>,
-    nvml: &Option<nvml::Nvml>,
-    req: &MeasureRequest,
-    enqueue: F,
-) -> Result<timing::Timing, CudaFailure>
-where
-    F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
-{
-    let mode = if req.flush_l2 {
-        if scratch.is_none() {
-            let bytes = timing::flush_bytes(l2_bytes);
-            *scratch = Some(DevBuf::new(ctx, bytes)?);
-            tracing::debug!(mib = bytes >> 20, "allocated the L2 flush scratch");
-        }
-        timing::Mode::ColdL2 { scratch: scratch.as_ref().expect("allocated above") }
-    } else {
-        timing::Mode::Batched { min_sample_ms: req.min_sample_ms, launches: req.sample_launches }
-    };
-    let extra = timing::Extra {
-        probe: nvml.as_ref().map(|n| n as &dyn timing::Probe),
-        energy_ms: req.energy_ms,
-        settle: (req.regime == Regime::Sustained).then(|| (crate::energy::SteadyRule::default(), req.settle_cap_ms)),
-    };
-    timing::time(ctx, stream, req.samples.max(1), mode, extra, enqueue)
+    flush_scratch: Option<DevBuf>,
+    nvml: Option<nvml::Nvml>,
+}
+
+impl Timer {
+    /// Times `enqueue` as `req` asks (see `timing`'s modes).
+    fn time<F>(&mut self, req: &MeasureRequest, enqueue: F) -> Result<timing::Timing, CudaFailure>
+    where
+        F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
+    {
+        let mode = if req.flush_l2 {
+            if self.flush_scratch.is_none() {
+                let bytes = timing::flush_bytes(self.l2_bytes);
+                self.flush_scratch = Some(DevBuf::new(&self.ctx, bytes)?);
+                tracing::debug!(mib = bytes >> 20, "allocated the L2 flush scratch");
+            }
+            timing::Mode::ColdL2 { scratch: self.flush_scratch.as_ref().expect("allocated above") }
+        } else {
+            timing::Mode::Batched { min_sample_ms: req.min_sample_ms, launches: req.sample_launches }
+        };
+        let extra = timing::Extra {
+            probe: self.nvml.as_ref().map(|n| n as &dyn timing::Probe),
+            energy_ms: req.energy_ms,
+            settle: (req.regime == Regime::Sustained)
+                .then(|| (crate::energy::SteadyRule::default(), req.settle_cap_ms)),
+        };
+        timing::time(&self.ctx, &self.stream, req.samples.max(1), mode, extra, enqueue)
+    }
 }
 
 /// Baselines are per workload and timing mode: a cold-L2 vendor time next to a warm kernel time

@@ -87,9 +87,9 @@ use tensortune_kernels::{Conv2d, Workload};
 use self::api::{AlgoPerf, SUCCESS};
 use self::convert::copy_converted;
 use self::types::{ConvPlan, Math, TypeConfig, algo_name, math_name};
+use super::CudaExecutor;
 use super::device::{Context, CudaFailure, DevBuf};
 use super::workload::{InputSet, WorkloadState};
-use super::{CudaExecutor, time_as_asked};
 use crate::protocol::MeasureRequest;
 
 pub(crate) use self::descs::Dnn;
@@ -138,17 +138,7 @@ impl CudaExecutor {
         let out = time_and_check(
             dnn,
             Layer { plan: &plan, conv, state: w },
-            |enqueue| {
-                time_as_asked(
-                    &self.ctx,
-                    &self.stream,
-                    self.facts.target.l2_bytes,
-                    &mut self.flush_scratch,
-                    &self.nvml,
-                    req,
-                    enqueue,
-                )
-            },
+            |enqueue| self.timer.time(req, enqueue),
             &self.stream,
             req,
             only,
