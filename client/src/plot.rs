@@ -46,12 +46,10 @@ pub struct Convergence {
     pub vendor_us: Option<f64>,
 }
 
-/// Groups records by job and workload (in the order they first appear) and follows each group's
-/// best trusted ok time in the order the records were stored. Finalists' re-measurements are not
-/// trials and are left out.
-pub fn convergence(records: &[RecordView]) -> Vec<Convergence> {
+/// `records` grouped by job and workload, the groups in the order they first appear.
+fn by_job_and_workload<'a>(records: impl Iterator<Item = &'a RecordView>) -> Vec<((u64, String), Vec<&'a RecordView>)> {
     let mut groups: Vec<((u64, String), Vec<&RecordView>)> = Vec::new();
-    for r in records.iter().filter(|r| !r.remeasure) {
+    for r in records {
         let key = (r.job_id, r.workload.clone());
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, rs)) => rs.push(r),
@@ -59,6 +57,13 @@ pub fn convergence(records: &[RecordView]) -> Vec<Convergence> {
         }
     }
     groups
+}
+
+/// Groups records by job and workload (in the order they first appear) and follows each group's
+/// best trusted ok time in the order the records were stored. Finalists' re-measurements are not
+/// trials and are left out.
+pub fn convergence(records: &[RecordView]) -> Vec<Convergence> {
+    by_job_and_workload(records.iter().filter(|r| !r.remeasure))
         .into_iter()
         .map(|((job, workload), mut rs)| {
             rs.sort_by_key(|r| r.id);
@@ -102,15 +107,7 @@ pub struct Pareto {
 /// Groups records by job and workload (in the order they first appear) and places each group's
 /// trusted ok tuning records with a known energy on the time-energy plane, with its front.
 pub fn pareto(records: &[RecordView]) -> Vec<Pareto> {
-    let mut groups: Vec<((u64, String), Vec<&RecordView>)> = Vec::new();
-    for r in records.iter().filter(|r| !r.remeasure && r.status == "ok" && r.untrusted.is_empty()) {
-        let key = (r.job_id, r.workload.clone());
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, rs)) => rs.push(r),
-            None => groups.push((key, vec![r])),
-        }
-    }
-    groups
+    by_job_and_workload(records.iter().filter(|r| !r.remeasure && r.status == "ok" && r.untrusted.is_empty()))
         .into_iter()
         .map(|((job, workload), rs)| {
             let points: Vec<(f64, f64)> =
