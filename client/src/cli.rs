@@ -375,8 +375,8 @@ pub struct JobArgs {
     /// Read each record's energy on a job that tunes for time in bursts, where it is not read by
     /// default: the energy window costs 100 ms to 1 s of GPU time a measurement, more than a
     /// short trial's whole measurement. Energy and edp objectives, --max-slowdown and the
-    /// sustained regime read it anyway.
-    #[arg(long)]
+    /// sustained regime read it anyway. Not with --flush-l2 (single cold launches read none).
+    #[arg(long, conflicts_with = "flush_l2")]
     pub energy: bool,
 }
 

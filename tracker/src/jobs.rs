@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use rand::RngExt;
-use tensortune_kernels::energy::Regime;
+use tensortune_kernels::energy::{Objective, Regime};
 use tensortune_kernels::registry;
 use tensortune_kernels::{Template, Workload};
 
@@ -45,6 +45,24 @@ pub(crate) struct WorkloadView {
 /// What of a job needs no device and no store: a bad field is named first, even with no worker
 /// registered and before any limit applies.
 pub(crate) fn check_job(req: &JobRequest) -> Result<()> {
+    // A cold-L2 timing is single launches between flushes: it reads no energy and never waits for
+    // a steady clock, so what needs either would be chosen on unknowns.
+    if req.flush_l2 {
+        let needs = [
+            (req.objective != Objective::Time, format!("objective {}", req.objective)),
+            (req.regime != Regime::Burst, format!("regime {}", req.regime)),
+            (req.max_slowdown > 0.0, format!("max_slowdown {}", req.max_slowdown)),
+        ];
+        if let Some((_, what)) = needs.iter().find(|n| n.0) {
+            return Err(Error::invalid(
+                "flush_l2",
+                format!(
+                    "cold-L2 timing reads no energy and no steady clock, so it cannot serve {what}; allowed with \
+                     flush_l2: objective time, regime burst, max_slowdown 0"
+                ),
+            ));
+        }
+    }
     for (i, workload) in req.workloads.iter().enumerate() {
         check_workload(req.template, i, workload)?;
     }

@@ -138,6 +138,16 @@ async fn bad_submissions_name_the_field() {
             ),
             ("too many trials", pb::SubmitJobRequest { trials: 100_001, ..base() }, "invalid trials: 100001"),
             ("huge batch", pb::SubmitJobRequest { batch_size: 4097, ..base() }, "invalid batch_size: 4097"),
+            (
+                "cold-L2 timing for the energy objective",
+                pb::SubmitJobRequest { flush_l2: true, objective: "energy".into(), ..base() },
+                "invalid flush_l2: cold-L2 timing reads no energy and no steady clock, so it cannot serve objective energy",
+            ),
+            (
+                "cold-L2 timing in the sustained regime",
+                pb::SubmitJobRequest { flush_l2: true, regime: "sustained".into(), ..base() },
+                "invalid flush_l2: cold-L2 timing reads no energy and no steady clock, so it cannot serve regime sustained",
+            ),
             ("too many samples", pb::SubmitJobRequest { samples: 1001, ..base() }, "invalid samples: 1001"),
             (
                 "margin above 1",
