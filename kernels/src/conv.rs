@@ -204,10 +204,10 @@ impl Plan {
     pub fn check_tile(&self, target: &Target) -> Result<()> {
         channels(&self.w)?;
         if self.w.types.input == DType::Tf32 && self.frag != TF32_FRAG {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "frag {} on a tf32 layer: TF32 WMMA has one fragment shape, m16n16k8, which frag m16n16k16 stands for",
                 self.frag.0
-            )));
+            ))));
         }
         self.t.check_shape()?;
         self.t.check_warp_tile(target)
@@ -218,10 +218,10 @@ impl Plan {
         let reject = |why: String| Err(Error::Rejected(why));
         let w = &self.w;
         if self.pointwise && !Plan::is_pointwise_shape(w) {
-            return reject(format!(
+            return reject(reason!(format!(
                 "path pointwise needs a 1x1 filter with stride 1 and no padding; this conv is {}x{}, stride {}x{}, pad {}x{}",
                 w.r, w.s, w.stride.0, w.stride.1, w.pad.0, w.pad.1
-            ));
+            )));
         }
         if self.pointwise && self.gather_smem {
             return reject(
@@ -233,30 +233,30 @@ impl Plan {
         self.t.check_sliced_k(target)?;
         self.t.check_resources(target)?;
         if self.warps_k > 1 && self.split_k > 1 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "warps_k {} with split_k {}: sliced K and split-K both cut the K loop to fill a small grid; this template takes one at a time",
                 self.warps_k, self.split_k
-            ));
+            )));
         }
         if self.min_blocks > 1 && self.blocks() < 2 * target.sm_count as u64 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "min_blocks {} on a grid of {} blocks: a second block per SM only pays when the grid gives each of the {} SMs two",
                 self.min_blocks,
                 self.blocks(),
                 target.sm_count
-            ));
+            )));
         }
         let rows = self.a_rows_per_thread();
         if !self.pointwise && !self.gather_smem && rows > MAX_GATHER_REG_ROWS {
-            return reject(format!(
+            return reject(reason!(format!(
                 "gather regs keeps 3 registers for each of the {rows} A rows a thread loads; beyond {MAX_GATHER_REG_ROWS} rows use gather smem"
-            ));
+            )));
         }
         if !self.pointwise && self.gather_smem && rows < MIN_GATHER_SMEM_ROWS {
-            return reject(format!(
+            return reject(reason!(format!(
                 "gather smem with {rows} A rows per thread: {} registers cost less than a shared-memory read per row and stage (the table pays from {MIN_GATHER_SMEM_ROWS} rows)",
                 3 * rows
-            ));
+            )));
         }
         self.t.check_layout(target)?;
         Ok(self.t.resources())
@@ -402,15 +402,17 @@ impl Template for WmmaConv2d {
         let w = conv(workload)?;
         let tiles: u64 = (0..TILE_KNOBS).map(|k| domain_len(k) as u64).product();
         let rest: u64 = (TILE_KNOBS..KNOBS.len()).map(|k| domain_len(k) as u64).product();
-        let mut out = Vec::new();
-        for tile in 0..tiles {
-            let first = tile * rest;
-            if Plan::at(w, first, target).check_tile(target).is_err() {
-                continue;
+        Ok(crate::error::without_reasons(|| {
+            let mut out = Vec::new();
+            for tile in 0..tiles {
+                let first = tile * rest;
+                if Plan::at(w, first, target).check_tile(target).is_err() {
+                    continue;
+                }
+                out.extend((first..first + rest).filter(|i| Plan::at(w, *i, target).check(target).is_ok()));
             }
-            out.extend((first..first + rest).filter(|i| Plan::at(w, *i, target).check(target).is_ok()));
-        }
-        Ok(out)
+            out
+        }))
     }
 
     fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources> {

@@ -43,3 +43,27 @@ impl Error {
 
 /// Result with this crate's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+thread_local! {
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `walk` with rejection reasons left unwritten on this thread. A walk over a space asks only
+/// whether each point is valid, and formatting the reason of every invalid point was most of the
+/// cost of enumerating `wmma_gemm`'s ~400k points (a rejected config's `Rejected` message is then
+/// empty; nothing inside a walk reads it).
+pub fn without_reasons<T>(walk: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            QUIET.with(|q| q.set(self.0));
+        }
+    }
+    let _restore = Restore(QUIET.with(|q| q.replace(true)));
+    walk()
+}
+
+/// Whether a rejection's reason is wanted on this thread (false inside [`without_reasons`]).
+pub fn reasons_wanted() -> bool {
+    !QUIET.with(|q| q.get())
+}

@@ -201,40 +201,40 @@ impl Plan {
         let (fname, fm, fn_, fk) = self.frag;
         let w = &self.w;
         if !self.bm.is_multiple_of(self.warps_m * fm) || !self.bn.is_multiple_of(self.warps_n * fn_) {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block tile {}x{} is not a multiple of warps {}x{} of {fname} fragments",
                 self.bm, self.bn, self.warps_m, self.warps_n
-            ));
+            )));
         }
         if !self.bk.is_multiple_of(fk) {
-            return reject(format!("block_k {} is not a multiple of the {fname} step {fk}", self.bk));
+            return reject(reason!(format!("block_k {} is not a multiple of the {fname} step {fk}", self.bk)));
         }
         for (name, tile, dim, axis) in [("block_m", self.bm, w.m, "M"), ("block_n", self.bn, w.n, "N")] {
             if tile > 32 && dim.div_ceil(tile as u64 / 2) == dim.div_ceil(tile as u64) {
-                return reject(format!(
+                return reject(reason!(format!(
                     "{name} {tile} covers {axis} = {dim} no better than {name} {}: wasted work",
                     tile / 2
-                ));
+                )));
             }
         }
         let warps = self.warps_m * self.warps_n;
         if warps > MAX_WARPS || self.threads() > target.max_threads_per_block {
-            return reject(format!("{warps} warps per block; the template uses at most {MAX_WARPS}"));
+            return reject(reason!(format!("{warps} warps per block; the template uses at most {MAX_WARPS}")));
         }
         let (fmw, fnw) = self.frags_per_warp();
         let (wm, wn) = (fmw * fm, fnw * fn_);
         if wm > 4 * wn || wn > 4 * wm {
-            return reject(format!(
+            return reject(reason!(format!(
                 "warp tile {wm}x{wn} is skinnier than 4:1: a squarer warp grid reuses fragments better"
-            ));
+            )));
         }
         let max_acc = if w.types.input == DType::Tf32 { MAX_ACC_REGS_TF32 } else { MAX_ACC_REGS };
         if self.acc_regs() > max_acc {
-            return reject(format!(
+            return reject(reason!(format!(
                 "warp tile {wm}x{wn} needs {} accumulator registers per thread; the limit for {} is {max_acc}",
                 self.acc_regs(),
                 w.types.input
-            ));
+            )));
         }
         // Each thread issues its copies of a stage in one unrolled burst; past 16 the addresses
         // alone crowd the registers (a one-warp block of 24 spilled on sm_80).
@@ -242,17 +242,17 @@ impl Plan {
         let ((ar, ac), (br, bc)) = self.staged();
         let copies = ((ar * ac / vec_a) + (br * bc / vec_b)).div_ceil(self.threads());
         if copies > MAX_COPIES {
-            return reject(format!(
+            return reject(reason!(format!(
                 "{} threads copy {copies} vectors each per stage of a {}x{}x{} tile; at most {MAX_COPIES}",
                 self.threads(),
                 self.bm,
                 self.bn,
                 self.bk
-            ));
+            )));
         }
         let smem = self.smem_bytes();
         if smem > target.max_smem_per_block {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block tile {}x{}x{} with {} stages needs {} KiB of shared memory; this GPU allows {} KiB per block",
                 self.bm,
                 self.bn,
@@ -260,26 +260,29 @@ impl Plan {
                 self.stages,
                 smem.div_ceil(1024),
                 target.max_smem_per_block / 1024
-            ));
+            )));
         }
         let ktiles = self.ktiles();
         if self.stages > 1 && !self.cp_async {
-            return reject(format!("stages {} needs cp.async (sm_80+); this GPU is sm_{}", self.stages, target.arch));
+            return reject(reason!(format!(
+                "stages {} needs cp.async (sm_80+); this GPU is sm_{}",
+                self.stages, target.arch
+            )));
         }
         if self.stages == 1 && self.cp_async && ktiles > 1 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "stages 1 on a GPU with cp.async and {ktiles} k-tiles: stages 2 overlaps the same loads"
-            ));
+            )));
         }
         if self.stages > 1 && self.stages as u64 > ktiles {
-            return reject(format!("stages {} exceeds the {ktiles} k-tiles", self.stages));
+            return reject(reason!(format!("stages {} exceeds the {ktiles} k-tiles", self.stages)));
         }
         for (operand, elems) in [("A", w.m * w.k), ("B", w.k * w.n)] {
             let bytes = w.types.input.storage_bytes(elems);
             if bytes > MAX_OPERAND_BYTES {
-                return reject(format!(
+                return reject(reason!(format!(
                     "{operand} holds {bytes} bytes; the template addresses at most {MAX_OPERAND_BYTES} with 32-bit offsets"
-                ));
+                )));
             }
         }
         let (tm, tn) = self.tiles();
@@ -441,13 +444,15 @@ impl Template for MmaExtGemm {
         self.supports(workload, target)?;
         let w = matmul(workload)?;
         let len: u64 = DOMAIN_SIZES.iter().map(|n| *n as u64).product();
-        let mut out = Vec::new();
-        for i in 0..len {
-            if Plan::at(w, i, target)?.check(target).is_ok() {
-                out.push(i);
+        crate::error::without_reasons(|| {
+            let mut out = Vec::new();
+            for i in 0..len {
+                if Plan::at(w, i, target)?.check(target).is_ok() {
+                    out.push(i);
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources> {

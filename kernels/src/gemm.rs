@@ -35,6 +35,8 @@ const SPLIT_REDUCE: &[&str] = &["workspace", "cluster"];
 const SWIZZLE: &[u32] = &[1, 8];
 const MIN_BLOCKS: &[u32] = &[1, 2];
 const KNOBS: usize = 13;
+/// The knobs that make the block and warp tile (block_m .. frag), ahead of the rest in index order.
+const TILE_KNOBS: usize = 7;
 const DOMAIN_SIZES: [usize; KNOBS] = [
     BLOCK_M.len(),
     BLOCK_N.len(),
@@ -145,10 +147,10 @@ impl Plan {
         t.check_resources(target)?;
         let (tm, tn) = t.tiles();
         if self.swizzle > 1 && (tm <= self.swizzle as u64 || tn == 1 || tm * tn < 2 * target.sm_count as u64) {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "swizzle {} needs more than {} row tiles, more than one column tile and at least two waves (have {tm}x{tn} tiles)",
                 self.swizzle, self.swizzle
-            )));
+            ))));
         }
         t.check_layout(target)?;
         Ok(t.resources())
@@ -267,8 +269,22 @@ impl Template for WmmaGemm {
     fn valid_indices(&self, workload: &Workload, target: &Target) -> Result<Vec<u64>> {
         self.supports(workload, target)?;
         let w = matmul(workload)?;
-        let len: u64 = DOMAIN_SIZES.iter().map(|n| *n as u64).product();
-        Ok((0..len).filter(|i| Plan::at(w, *i, target).check(target).is_ok()).collect())
+        // The first TILE_KNOBS knobs vary slowest: a tile that fails the rules on the tile alone
+        // (shape and warp tile) fails for every value of the rest, which are skipped whole.
+        let tiles: u64 = DOMAIN_SIZES[..TILE_KNOBS].iter().map(|n| *n as u64).product();
+        let rest: u64 = DOMAIN_SIZES[TILE_KNOBS..].iter().map(|n| *n as u64).product();
+        Ok(crate::error::without_reasons(|| {
+            let mut out = Vec::new();
+            for tile in 0..tiles {
+                let first = tile * rest;
+                let t = Plan::at(w, first, target).t;
+                if t.check_shape().is_err() || t.check_warp_tile(target).is_err() {
+                    continue;
+                }
+                out.extend((first..first + rest).filter(|i| Plan::at(w, *i, target).check(target).is_ok()));
+            }
+            out
+        }))
     }
 
     fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources> {

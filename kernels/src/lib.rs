@@ -28,6 +28,14 @@
 //! - [`cuda`]: the typed emitter for generated headers and the filler of template holes;
 //!   `src/cuda/wmma_core.cu` is the block-level WMMA GEMM both templates' kernels share.
 
+/// A rejection's reason: the expression (a `format!`), evaluated only where reasons are wanted
+/// (an empty string inside [`error::without_reasons`]).
+macro_rules! reason {
+    ($why:expr) => {
+        if $crate::error::reasons_wanted() { $why } else { String::new() }
+    };
+}
+
 pub mod conv;
 pub mod cuda;
 pub mod dtype;

@@ -328,35 +328,35 @@ impl Plan {
         let w = &self.w;
         let threads = self.threads();
         if self.tm > self.bm || self.tn > self.bn {
-            return reject(format!(
+            return reject(reason!(format!(
                 "thread tile {}x{} is larger than the block tile {}x{}",
                 self.tm, self.tn, self.bm, self.bn
-            ));
+            )));
         }
         if self.tm > 4 * self.tn || self.tn > 4 * self.tm {
-            return reject(format!(
+            return reject(reason!(format!(
                 "thread tile {}x{} is skinnier than 4:1: a squarer one reads fewer operands per multiply-add",
                 self.tm, self.tn
-            ));
+            )));
         }
         if self.vt > 1 && (self.tm < 2 * self.vt || self.tn < 2 * self.vt) {
-            return reject(format!(
+            return reject(reason!(format!(
                 "vthreads {} on a {}x{} thread tile: each run would be a single element",
                 self.vt, self.tm, self.tn
-            ));
+            )));
         }
         let (axis_m, axis_n) =
             if self.conv.is_some() { ("K (output channels)", "N*P*Q (output pixels)") } else { ("M", "N") };
         for (name, tile, dim, axis) in [("block_m", self.bm, w.m, axis_m), ("block_n", self.bn, w.n, axis_n)] {
             if tile > 32 && dim.div_ceil(tile as u64 / 2) == dim.div_ceil(tile as u64) {
-                return reject(format!(
+                return reject(reason!(format!(
                     "{name} {tile} covers {axis} = {dim} no better than {name} {}: wasted work",
                     tile / 2
-                ));
+                )));
             }
         }
         if threads < THREADS.0 || threads > THREADS.1.min(target.max_threads_per_block) {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block tile {}x{} over thread tile {}x{} makes {threads} threads; the template takes {} to {}",
                 self.bm,
                 self.bn,
@@ -364,131 +364,131 @@ impl Plan {
                 self.tn,
                 THREADS.0,
                 THREADS.1.min(target.max_threads_per_block)
-            ));
+            )));
         }
         if self.tm * self.tn > MAX_ACC {
-            return reject(format!(
+            return reject(reason!(format!(
                 "thread tile {}x{} holds {} accumulators per thread; the limit is {MAX_ACC} (more spill)",
                 self.tm,
                 self.tn,
                 self.tm * self.tn
-            ));
+            )));
         }
         if self.prefetch() > MAX_PREFETCH {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block tile {}x{}x{} on {threads} threads moves {} floats per thread per step; at most {MAX_PREFETCH} stay in registers",
                 self.bm,
                 self.bn,
                 self.bk,
                 self.prefetch()
-            ));
+            )));
         }
         if self.warp_tm > 0 {
             let (threads_m, threads_n) = (self.bm / self.tm, self.bn / self.tn);
             if threads_m % self.warp_tm != 0 || threads_n % self.warp_tn != 0 {
-                return reject(format!(
+                return reject(reason!(format!(
                     "warp_tile {}x{} needs the {threads_m}x{threads_n} thread tiles of block tile {}x{} over thread tile {}x{} to be a multiple of it",
                     self.warp_tm, self.warp_tn, self.bm, self.bn, self.tm, self.tn
-                ));
+                )));
             }
         }
         let cap = self.register_cap(target);
         if self.min_blocks > 1 {
             let free = (target.regs_per_sm / threads / 8 * 8).min(255);
             if cap == free {
-                return reject(format!(
+                return reject(reason!(format!(
                     "min_blocks {} on {threads} threads changes nothing: {free} registers per thread already let {} blocks share an SM",
                     self.min_blocks, self.min_blocks
-                ));
+                )));
             }
             if self.min_regs() > cap {
-                return reject(format!(
+                return reject(reason!(format!(
                     "min_blocks {} holds {threads} threads to {cap} registers each; thread tile {}x{} with {} floats per step needs at least {}",
                     self.min_blocks,
                     self.tm,
                     self.tn,
                     self.prefetch(),
                     self.min_regs()
-                ));
+                )));
             }
             // The driver reserves 1 KiB of shared memory per block.
             let need = (self.smem_bytes() + 1024) * self.min_blocks;
             if need > target.smem_per_sm {
-                return reject(format!(
+                return reject(reason!(format!(
                     "min_blocks {} needs {} KiB of shared memory per SM ({} KiB per block); this GPU has {} KiB",
                     self.min_blocks,
                     need.div_ceil(1024),
                     (self.smem_bytes() + 1024).div_ceil(1024),
                     target.smem_per_sm / 1024
-                ));
+                )));
             }
         }
         // ptxas's count runs up to ~10% over the estimate on large tiles: keep that margin where
         // ptxas is free to take what it wants (a held count is min_regs's business).
         if self.min_blocks == 1 && self.regs() + self.regs() / 10 > cap {
-            return reject(format!(
+            return reject(reason!(format!(
                 "thread tile {}x{} with {} floats per step needs about {} registers per thread; {threads} threads may have {cap}",
                 self.tm,
                 self.tn,
                 self.prefetch(),
                 self.regs()
-            ));
+            )));
         }
         if let Some(c) = &self.conv
             && !c.c.is_multiple_of(self.vec as u64)
         {
-            return reject(format!(
+            return reject(reason!(format!(
                 "vec {} needs c = {} to be a multiple of {}: a vector of the input may not straddle two filter taps",
                 self.vec, c.c, self.vec
-            ));
+            )));
         }
         let a_run = if w.layout.a_k_contiguous() { ("K", w.k, "A") } else { ("M", w.m, "A") };
         let b_run = if w.layout.b_k_contiguous() { ("K", w.k, "B") } else { ("N", w.n, "B") };
         for (axis, extent, operand) in [a_run, b_run] {
             if !extent.is_multiple_of(self.vec as u64) {
-                return reject(format!(
+                return reject(reason!(format!(
                     "vec {} needs {axis} = {extent} to be a multiple of {} ({operand} is {axis}-contiguous in layout {})",
                     self.vec, self.vec, w.layout
-                ));
+                )));
             }
         }
         let smem = self.smem_bytes();
         if smem > target.max_smem_per_block {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block tile {}x{}x{} needs {} KiB of shared memory; this GPU allows {} KiB per block",
                 self.bm,
                 self.bn,
                 self.bk,
                 smem.div_ceil(1024),
                 target.max_smem_per_block / 1024
-            ));
+            )));
         }
         let (ktiles, kt_split) = self.ktiles();
         if self.double_buffer && kt_split < 2 {
-            return reject(format!("double_buffer with {kt_split} k-step per split has nothing to overlap"));
+            return reject(reason!(format!("double_buffer with {kt_split} k-step per split has nothing to overlap")));
         }
         if self.split_k as u64 > ktiles || (self.split_k as u64 - 1) * kt_split >= ktiles {
-            return reject(format!(
+            return reject(reason!(format!(
                 "split_k {} leaves a split without k-steps ({ktiles} k-steps of {} at K = {})",
                 self.split_k, self.bk, w.k
-            ));
+            )));
         }
         let (tm, tn) = self.tiles();
         if self.split_k > 1 && tm * tn >= target.sm_count as u64 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "split_k {} on {} output tiles: split-K is for grids with fewer output tiles than SMs ({})",
                 self.split_k,
                 tm * tn,
                 target.sm_count
-            ));
+            )));
         }
         if self.split_k > 1 && self.blocks() > 2 * target.sm_count as u64 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "split_k {} makes {} blocks for {} SMs: splitting past two waves only adds reduction traffic",
                 self.split_k,
                 self.blocks(),
                 target.sm_count
-            ));
+            )));
         }
         Ok(Resources { threads, smem_bytes: smem, blocks: self.blocks(), workspace_bytes: self.workspace_bytes() })
     }

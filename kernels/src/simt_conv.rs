@@ -71,7 +71,9 @@ impl Template for SimtConv2d {
     fn valid_indices(&self, workload: &Workload, target: &Target) -> Result<Vec<u64>> {
         self.supports(workload, target)?;
         let c = conv(workload)?;
-        Ok((0..self.space().len()).filter(|i| Plan::conv_at(c, *i).check(target).is_ok()).collect())
+        Ok(crate::error::without_reasons(|| {
+            (0..self.space().len()).filter(|i| Plan::conv_at(c, *i).check(target).is_ok()).collect()
+        }))
     }
 
     fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources> {

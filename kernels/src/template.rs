@@ -231,13 +231,15 @@ pub trait Template: Send + Sync {
     fn valid_indices(&self, workload: &Workload, target: &Target) -> Result<Vec<u64>> {
         self.supports(workload, target)?;
         let space = self.space();
-        let mut out = Vec::new();
-        for index in 0..space.len() {
-            if self.check(workload, &space.config(index)?, target).is_ok() {
-                out.push(index);
+        crate::error::without_reasons(|| {
+            let mut out = Vec::new();
+            for index in 0..space.len() {
+                if self.check(workload, &space.config(index)?, target).is_ok() {
+                    out.push(index);
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Numeric features of (workload, config) for cost models, with names.

@@ -184,36 +184,36 @@ impl Tiling {
         let (fname, fm, fn_, fk) = self.frag;
         let g = &self.g;
         if !self.bm.is_multiple_of(self.warps_m * fm) {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block_m {} is not a multiple of warps_m {} x fragment m {fm} ({fname})",
                 self.bm, self.warps_m
-            ));
+            )));
         }
         if !self.bn.is_multiple_of(self.warps_n * fn_) {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block_n {} is not a multiple of warps_n {} x fragment n {fn_} ({fname})",
                 self.bn, self.warps_n
-            ));
+            )));
         }
         if !self.bk.is_multiple_of(fk * self.warps_k) {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block_k {} has {} sixteen-deep steps, too few to share among warps_k {}",
                 self.bk,
                 self.bk / fk,
                 self.warps_k
-            ));
+            )));
         }
         for (name, tile, dim, axis) in [("block_m", self.bm, g.m, g.axes[0]), ("block_n", self.bn, g.n, g.axes[1])] {
             if tile > 16 && dim.div_ceil(tile as u64 / 2) == dim.div_ceil(tile as u64) {
-                return reject(format!(
+                return reject(reason!(format!(
                     "{name} {tile} covers {axis} = {dim} no better than {name} {}: wasted work",
                     tile / 2
-                ));
+                )));
             }
         }
         let warps = self.warps_m * self.warps_n * self.warps_k;
         if warps > MAX_WARPS {
-            return reject(format!("{warps} warps per block; the template uses at most {MAX_WARPS}"));
+            return reject(reason!(format!("{warps} warps per block; the template uses at most {MAX_WARPS}")));
         }
         Ok(())
     }
@@ -221,12 +221,12 @@ impl Tiling {
     /// Sliced K (warps_k > 1) is for grids too small to fill the GPU twice.
     pub fn check_sliced_k(&self, target: &Target) -> Result<()> {
         if self.warps_k > 1 && self.blocks() >= 2 * target.sm_count as u64 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "warps_k {} on a grid of {} blocks: sliced K is for grids too small to fill the {} SMs twice",
                 self.warps_k,
                 self.blocks(),
                 target.sm_count
-            ));
+            )));
         }
         Ok(())
     }
@@ -239,46 +239,46 @@ impl Tiling {
         let warps = self.warps_m * self.warps_n;
         let (fmw, fnw) = self.frags_per_warp();
         if warps >= 4 && fmw * fnw < 2 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "{warps} warps each holding one {fm}x{fn_} fragment: a warp tile this small re-reads shared memory for every MMA"
-            ));
+            )));
         }
         let (wm, wn) = (self.bm / self.warps_m, self.bn / self.warps_n);
         // m32n8k16 and m8n32k16 issue the same MMAs as m16n16k16 (the hardware's m16n8k16); they
         // only pay where m16n16k16 cannot tile the warp (8-wide or 8-tall warp tiles). (TF32's
         // m16n16k8 is square too.)
         if fm != fn_ && wm % 16 == 0 && wn % 16 == 0 {
-            return reject(format!("{fname} on a {wm}x{wn} warp tile: m16n16k16 tiles it with the same MMAs"));
+            return reject(reason!(format!("{fname} on a {wm}x{wn} warp tile: m16n16k16 tiles it with the same MMAs")));
         }
         if wm > 2 * wn || wn > 2 * wm {
-            return reject(format!(
+            return reject(reason!(format!(
                 "warp tile {wm}x{wn} is skinnier than 2:1: a squarer warp grid reuses fragments better"
-            ));
+            )));
         }
         let (tm, tn) = self.tiles();
         let many_waves = tm * tn >= 4 * target.sm_count as u64;
         if many_waves && (self.bm < 64 || self.bn < 64) {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block tile {}x{} on {} output tiles: a problem of many waves needs tiles of at least 64x64 to stay off the memory roof",
                 self.bm,
                 self.bn,
                 tm * tn
-            ));
+            )));
         }
         let threads = self.threads();
         if threads > target.max_threads_per_block {
-            return reject(format!(
+            return reject(reason!(format!(
                 "{threads} threads per block exceed this GPU's limit of {}",
                 target.max_threads_per_block
-            ));
+            )));
         }
         let acc_regs = self.acc_regs();
         if acc_regs > MAX_ACC_REGS {
-            return reject(format!(
+            return reject(reason!(format!(
                 "warp tile {}x{} needs {acc_regs} accumulator registers per thread; the limit is {MAX_ACC_REGS}",
                 fmw * fm,
                 fnw * fn_
-            ));
+            )));
         }
         Ok(())
     }
@@ -293,32 +293,32 @@ impl Tiling {
         if self.min_blocks > 1 {
             let cap = self.register_cap(target);
             if cap < acc_regs + 40 {
-                return reject(format!(
+                return reject(reason!(format!(
                     "min_blocks {}: {} threads per block leave {cap} registers per thread; the warp tile needs about {}",
                     self.min_blocks,
                     threads,
                     acc_regs + 40
-                ));
+                )));
             }
             // The driver reserves 1 KiB of shared memory per block.
             if self.min_blocks * (smem + 1024) > target.smem_per_sm || self.min_blocks * threads > 2048 {
-                return reject(format!(
+                return reject(reason!(format!(
                     "min_blocks {}: {} blocks of {} KiB shared memory and {threads} threads do not fit on one SM",
                     self.min_blocks,
                     self.min_blocks,
                     smem.div_ceil(1024)
-                ));
+                )));
             }
             if self.blocks() <= target.sm_count as u64 {
-                return reject(format!(
+                return reject(reason!(format!(
                     "min_blocks {} on a grid of {} blocks: a second block per SM only pays when the grid has more blocks than SMs",
                     self.min_blocks,
                     self.blocks()
-                ));
+                )));
             }
         }
         if smem > target.max_smem_per_block {
-            return reject(format!(
+            return reject(reason!(format!(
                 "block tile {}x{}x{} with {} stages needs {} KiB of shared memory; this GPU allows {} KiB per block",
                 self.bm,
                 self.bn,
@@ -326,74 +326,80 @@ impl Tiling {
                 self.stages,
                 smem.div_ceil(1024),
                 target.max_smem_per_block / 1024
-            ));
+            )));
         }
         let (ktiles, kt_split) = self.ktiles();
         if self.stages > 1 && !self.cp_async {
-            return reject(format!("stages {} needs cp.async (sm_80+); this GPU is sm_{}", self.stages, target.arch));
+            return reject(reason!(format!(
+                "stages {} needs cp.async (sm_80+); this GPU is sm_{}",
+                self.stages, target.arch
+            )));
         }
         if self.stages == 1 && self.cp_async && kt_split > 1 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "stages 1 on a GPU with cp.async and {kt_split} k-tiles per split: stages 2 overlaps the same loads"
-            ));
+            )));
         }
         if self.stages > 1 && self.stages as u64 > kt_split {
-            return reject(format!("stages {} exceeds the {kt_split} k-tiles each split runs", self.stages));
+            return reject(reason!(format!("stages {} exceeds the {kt_split} k-tiles each split runs", self.stages)));
         }
         if self.stages > 4 && self.stages as u64 != kt_split {
-            return reject(format!(
+            return reject(reason!(format!(
                 "stages {} is only for putting a whole split in flight at once; each split here runs {kt_split} k-tiles",
                 self.stages
-            ));
+            )));
         }
         if self.stages > 2 && self.stages as u64 != kt_split && kt_split < 2 * self.stages as u64 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "stages {} on {kt_split} k-tiles per split: a ring deeper than half the loop spends it filling and draining (stages {kt_split} puts them all in flight)",
                 self.stages
-            ));
+            )));
         }
         if self.split_k as u64 > ktiles {
-            return reject(format!("split_k {} exceeds the {ktiles} k-tiles of {} = {}", self.split_k, g.axes[2], g.k));
+            return reject(reason!(format!(
+                "split_k {} exceeds the {ktiles} k-tiles of {} = {}",
+                self.split_k, g.axes[2], g.k
+            )));
         }
         if (self.split_k as u64 - 1) * kt_split >= ktiles {
-            return reject(format!(
+            return reject(reason!(format!(
                 "split_k {} leaves the last split without k-tiles ({ktiles} k-tiles, {kt_split} per split)",
                 self.split_k
-            ));
+            )));
         }
         let (tm, tn) = self.tiles();
         if self.split_k > 1 && tm * tn >= target.sm_count as u64 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "split_k {} on {} output tiles: split-K is for grids with fewer output tiles than SMs ({})",
                 self.split_k,
                 tm * tn,
                 target.sm_count
-            ));
+            )));
         }
         if self.cluster_reduce {
             if self.split_k == 1 {
                 return reject("split_reduce cluster without split-K is the same kernel as workspace".to_string());
             }
             if target.arch < 90 {
-                return reject(format!(
+                return reject(reason!(format!(
                     "split_reduce cluster needs thread-block clusters (sm_90+); this GPU is sm_{}",
                     target.arch
-                ));
+                )));
             }
             if self.split_k > 8 {
-                return reject(format!(
+                return reject(reason!(format!(
                     "split_reduce cluster takes at most 8 splits (a portable cluster); split_k is {}",
                     self.split_k
-                ));
+                )));
             }
         }
         if self.split_k > 1 && tm * tn * self.split_k as u64 > 2 * target.sm_count as u64 {
-            return reject(format!(
+            return reject(reason!(format!(
                 "split_k {} makes {} blocks for {} SMs: splitting past two waves only adds reduction traffic",
                 self.split_k,
                 tm * tn * self.split_k as u64,
                 target.sm_count
-            ));
+            )));
         }
         Ok(())
     }
@@ -407,10 +413,10 @@ impl Tiling {
             ("B", if self.g.b_k_contig { self.bk } else { self.bn }),
         ] {
             if !((cols + self.skew) * e).is_multiple_of(16) {
-                return reject(format!(
+                return reject(reason!(format!(
                     "the {what} tile's row pitch of {} bytes is not a multiple of the 16 bytes WMMA needs",
                     (cols + self.skew) * e
-                ));
+                )));
             }
         }
         if self.skew == 0 {

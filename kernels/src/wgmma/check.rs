@@ -25,10 +25,10 @@ impl Plan {
             ));
         }
         if self.tma_store && !(self.w.m * self.w.types.output.bytes() as u64).is_multiple_of(16) {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "epilogue tma stores rows of D (M={} elements of {}) by TMA, which needs rows of whole 16-byte units",
                 self.w.m, self.w.types.output
-            )));
+            ))));
         }
         if self.stream_k && self.pingpong {
             return Err(Error::Rejected(
@@ -36,105 +36,105 @@ impl Plan {
             ));
         }
         if !self.consumer_rows().is_multiple_of(64) {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "block_n {} cannot be split into whole 64-row wgmma tiles over {} consumer warpgroups",
                 self.bp, self.consumers
-            )));
+            ))));
         }
         if !self.y_kmajor() && !self.bq.is_multiple_of(64) {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "block_m {} with layout {}: an M-contiguous A is loaded and read in 64-column chunks, so block_m must be a multiple of 64",
                 self.bq, self.w.layout
-            )));
+            ))));
         }
         let epi_cols = 128 / self.w.types.output.bytes();
         if self.tma_store && !self.bq.is_multiple_of(epi_cols) {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "epilogue tma stores D in 128-byte pieces ({epi_cols} {} elements): block_m {} is not a whole number of them",
                 self.w.types.output, self.bq
-            )));
+            ))));
         }
         let acc = self.row_tiles() * self.acc_regs();
         if acc > MAX_ACC_REGS {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "a {}x{} tile over {} consumer warpgroups holds {acc} accumulator registers per thread; at most {MAX_ACC_REGS} fit beside the wgmma operands",
                 self.bq, self.bp, self.consumers
-            )));
+            ))));
         }
         if self.stream_k && acc > SK_MAX_ACC_REGS {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "stream_k adds partial sums beside the accumulators: a {}x{} tile over {} consumer warpgroups holds {acc} per thread, at most {SK_MAX_ACC_REGS} fit with it",
                 self.bq, self.bp, self.consumers
-            )));
+            ))));
         }
         let smem = self.smem_bytes(target);
         if smem > target.max_smem_per_block {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "{} stages of a {}x{} tile need {} KiB of shared memory; this GPU allows {} KiB per block",
                 self.stages,
                 self.bq,
                 self.bp,
                 smem.div_ceil(1024),
                 target.max_smem_per_block / 1024
-            )));
+            ))));
         }
         // Tiles more than twice the problem's extent only compute zeros: the smaller tile is in
         // the space and does the same work.
         for (knob, tile, extent, field) in [("block_m", self.bq, self.w.m, "M"), ("block_n", self.bp, self.w.n, "N")] {
             if tile > 64 && tile as u64 >= 2 * extent {
-                return Err(Error::Rejected(format!(
+                return Err(Error::Rejected(reason!(format!(
                     "{knob} {tile} is at least twice {field}={extent}: half the tile would compute nothing"
-                )));
+                ))));
             }
         }
         let g = self.grid(target);
         if self.cluster > 1 && self.w.n.div_ceil(self.bp as u64) < 2 {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "a cluster of 2 needs at least two block_n tiles (N={} is one tile of {})",
                 self.w.n, self.bp
-            )));
+            ))));
         }
         let wave = self.wave(target);
         if self.stream_k {
             if g.cluster_tiles.is_multiple_of(wave) {
-                return Err(Error::Rejected(format!(
+                return Err(Error::Rejected(reason!(format!(
                     "stream_k: the {} tiles fill whole waves of {} blocks; there is no ragged wave to share out",
                     g.cluster_tiles * self.cluster as u64,
                     wave * self.cluster as u64
-                )));
+                ))));
             }
             if g.sk_iters < 2 * wave {
-                return Err(Error::Rejected(format!(
+                return Err(Error::Rejected(reason!(format!(
                     "stream_k: {} K tiles over {} clusters is fewer than 2 each",
                     g.sk_iters, wave
-                )));
+                ))));
             }
         } else if self.persistent && g.cluster_tiles <= wave {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "persistent: the {} tiles fit in one wave of {} blocks already",
                 g.cluster_tiles * self.cluster as u64,
                 wave * self.cluster as u64
-            )));
+            ))));
         }
         let cluster_rows = g.tiles_p / self.cluster as u64;
         if self.raster_m {
             if cluster_rows == 1 || g.tiles_q == 1 {
-                return Err(Error::Rejected(format!(
+                return Err(Error::Rejected(reason!(format!(
                     "raster m walks a grid of one row or one column of tiles as raster n does (have {}x{})",
                     cluster_rows, g.tiles_q
-                )));
+                ))));
             }
             if self.group > 1 && g.tiles_q <= self.group as u64 {
-                return Err(Error::Rejected(format!(
+                return Err(Error::Rejected(reason!(format!(
                     "raster_group {} with raster m needs more than {} columns of block_m tiles (have {})",
                     self.group, self.group, g.tiles_q
-                )));
+                ))));
             }
         } else if self.group > 1 && (cluster_rows <= self.group as u64 || g.tiles_q == 1) {
-            return Err(Error::Rejected(format!(
+            return Err(Error::Rejected(reason!(format!(
                 "raster_group {} needs more than {} rows of block_n tiles and more than one column (have {}x{})",
                 self.group, self.group, cluster_rows, g.tiles_q
-            )));
+            ))));
         }
         Ok(Resources {
             threads: self.threads(),

@@ -123,7 +123,9 @@ impl Template for WgmmaConv2d {
         self.supports(workload, target)?;
         let (cg, gemm) = ConvGemm::of(conv(workload)?);
         let len: u64 = DOMAIN_SIZES.iter().map(|n| *n as u64).product();
-        Ok((0..len).filter(|i| Plan::at_conv(cg, &gemm, *i).check(target).is_ok()).collect())
+        Ok(crate::error::without_reasons(|| {
+            (0..len).filter(|i| Plan::at_conv(cg, &gemm, *i).check(target).is_ok()).collect()
+        }))
     }
 
     fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources> {

@@ -95,7 +95,7 @@ impl Template for WgmmaGemm {
         self.supports(workload, target)?;
         let w = matmul(workload)?;
         let len: u64 = DOMAIN_SIZES.iter().map(|n| *n as u64).product();
-        Ok((0..len).filter(|i| Plan::at(w, *i).check(target).is_ok()).collect())
+        Ok(crate::error::without_reasons(|| (0..len).filter(|i| Plan::at(w, *i).check(target).is_ok()).collect()))
     }
 
     fn check(&self, workload: &Workload, config: &Config, target: &Target) -> Result<Resources> {
