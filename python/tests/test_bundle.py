@@ -82,3 +82,17 @@ def test_fused_conv_kernels_that_won_mark_their_plain_key():
     assert entry is kernels[0] and why is None
     assert plan.decide(base.replace("k256", "k64")) == (None, "the vendor won each fused kernel of this layer")
     assert plan.decide(base.replace("k256", "k32"))[1].startswith("not tuned")
+
+
+def test_fused_linear_kernels_that_won_mark_their_plain_key():
+    plain = matmul_key(768, 3072, 768, "tn", "f16")
+    residual = matmul_key(768, 3072, 768, "tn", "f16", epilogue="bias", residual=True)
+    assert residual == plain.replace("beta=0", "beta=1,epi=bias")
+    won = entry(residual, problem={"op": "matmul", "alpha": 1.0, "beta": 1.0})
+    p = plan(won, entry(matmul_key(64, 64, 64, "tn", "f16", epilogue="bias"), time_us=13.0))
+    assert p.fuses(plain) and p.decide(residual) == (won, None)
+    assert not p.fuses(matmul_key(64, 64, 64, "tn", "f16")), "the vendor won that one"
+    assert p.decide(matmul_key(64, 64, 64, "tn", "f16")) == (None, "the vendor won each fused kernel of this layer")
+    # A kernel without C for a key with it (or the other way round) is refused.
+    _, why = plan(entry(residual)).decide(residual)
+    assert why == "the kernel scales by alpha/beta"
