@@ -217,10 +217,15 @@ def run(name, model, inputs, args, call=None):
             replays["eager"], outs["eager"] = launched(lambda: call(model))
         timer = graphed if method == "CUDA-graph replay" else launched
         if args.compare_compile or args.compile_only:
-            fn, compile_wall, settings = compiled(model, call, args.compile_mode)
-            print(f"torch.compile: first call {compile_wall:.1f} s; {json.dumps(settings)}", flush=True)
-            replays["compiled"], outs["compiled"] = timer(lambda: call(fn))
-            compile_info = dict(settings, first_call_s=compile_wall)
+            try:
+                fn, compile_wall, settings = compiled(model, call, args.compile_mode)
+                print(f"torch.compile: first call {compile_wall:.1f} s; {json.dumps(settings)}", flush=True)
+                replays["compiled"], outs["compiled"] = timer(lambda: call(fn))
+                compile_info = dict(settings, first_call_s=compile_wall)
+            except Exception as e:  # noqa: BLE001 (a failed comparison must not lose the tuned figures)
+                if args.compile_only:
+                    raise
+                print(f"torch.compile failed, compared without it: {type(e).__name__}: {e}", flush=True)
         if tuning:
             applied = apply(model, bundle)
             replays["tuned"], outs["tuned"] = timer(lambda: call(model))
