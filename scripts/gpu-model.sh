@@ -7,7 +7,7 @@
 #   smoke     ResNet-50 N=1 against torch.compile in COMPILE_MODE (default: default), quickly
 #   r50-1     ResNet-50 N=32 tuned from nothing on GPU 0 (its cores only: CORES_1), timed
 #   r50-all   the same job on every GPU (cuda:all), timed with torch.compile in the same rounds
-# "a & b" runs a and b side by side (different GPUs, GPU_<step>, and cores, CORES_<step>), then
+# "a&b+c" runs a beside b then c (on different GPUs, GPU_<step>, and cores, CORES_<step>), then
 # waits for both. Budgets from the environment: R50_TRIALS, BERT_TRIALS, PER_WORKLOAD.
 # Each tune starts with an empty cubin cache (XDG_CACHE_HOME per step); Inductor's cache
 # (TORCHINDUCTOR_CACHE_DIR) is shared, so `r50-all` compiles what `compile` compiled warm.
@@ -62,11 +62,11 @@ run_step() {
   esac
 }
 
-# STEPS: words run in order; "a&b" (no spaces) runs a and b side by side.
+# STEPS: words run in order; "a&b+c" (no spaces) runs a beside b-then-c.
 for group in ${STEPS:-pytest bert}; do
   pids=()
-  for s in ${group//&/ }; do
-    run_step "$s" &
+  for branch in ${group//&/ }; do
+    (for s in ${branch//+/ }; do run_step "$s"; done) &
     pids+=($!)
   done
   wait "${pids[@]}"
