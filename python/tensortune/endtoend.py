@@ -153,16 +153,16 @@ _KINDS = (
 )
 
 
-def profile(model, call, rows=15):
-    """One eager forward (after a warm-up) under torch.profiler: prints the kernels that took the
-    most GPU time and each kind's share (GEMM, attention, conv, norm, other); returns the shares."""
+def profile(label, fn, rows=15):
+    """`fn()` once (after a warm-up) under torch.profiler: prints the kernels that took the most
+    GPU time and each kind's share (GEMM, attention, conv, norm, other); returns the shares."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     with torch.no_grad():
-        call(model)
+        fn()
         torch.cuda.synchronize()
         with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
-            call(model)
+            fn()
             torch.cuda.synchronize()
     kernels = {}
     for ev in prof.events():
@@ -175,7 +175,7 @@ def profile(model, call, rows=15):
         low = name.lower()
         kind = next((k for k, frags in _KINDS if any(f in low for f in frags)), "other")
         shares[kind] = shares.get(kind, 0.0) + us
-    print(f"one eager forward: {total:.0f} us of GPU kernels, {sum(n for n, _ in kernels.values())} launches")
+    print(f"{label}: {total:.0f} us of GPU kernels, {sum(n for n, _ in kernels.values())} launches")
     print("  " + ", ".join(f"{k} {us:.0f} us ({100 * us / total:.1f}%)" for k, us in sorted(shares.items(), key=lambda kv: -kv[1])))
     for name, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:rows]:
         print(f"  {us:9.1f} us {100 * us / total:5.1f}% x{n:<4} {name[:110]}")
@@ -192,7 +192,7 @@ def run(name, model, inputs, args, call=None):
     keyword inputs); prints the table and writes `<workdir>/<name>-e2e.json`."""
     os.makedirs(args.workdir, exist_ok=True)
     call = call or ((lambda m: m(**inputs)) if isinstance(inputs, dict) else (lambda m: m(*inputs)))
-    shares = profile(model, call) if args.profile else None
+    shares = profile("one eager forward (host launches)", lambda: call(model)) if args.profile else None
     tuning = not args.compile_only
     if tuning:
         suite_path = os.path.join(args.workdir, f"{name}.json")
@@ -216,6 +216,10 @@ def run(name, model, inputs, args, call=None):
         if method != "CUDA-graph replay":
             replays["eager"], outs["eager"] = launched(lambda: call(model))
         timer = graphed if method == "CUDA-graph replay" else launched
+        host = {}
+        if args.profile and method == "CUDA-graph replay":
+            profile("one replay of eager's CUDA graph", replays["eager"])
+            host.update(interleaved({"eager": lambda: call(model)}, 5, 10))
         if args.compare_compile or args.compile_only:
             try:
                 fn, compile_wall, settings = compiled(model, call, args.compile_mode)
@@ -231,6 +235,11 @@ def run(name, model, inputs, args, call=None):
             replays["tuned"], outs["tuned"] = timer(lambda: call(model))
         times = interleaved(replays, args.rounds, args.iters)
     first = lambda o: o if torch.is_tensor(o) else (o[0] if isinstance(o, (tuple, list)) else o.last_hidden_state)
+    if host and tuning:
+        with torch.no_grad():
+            host.update(interleaved({"tuned": lambda: call(model)}, 5, 10))
+            host["tuned_max_rel_error"] = max_rel_error(first(call(model)), first(outs["eager"]))
+        print(f"host launches (a diagnostic, not interleaved): {json.dumps(host)}", flush=True)
     errors = {k: max_rel_error(first(o), first(outs["eager"])) for k, o in outs.items() if k != "eager"}
     if not tuning:
         return _report_compiled(name, args, method, times, errors, compile_info)
