@@ -273,7 +273,7 @@ def run(name, model, inputs, args, call=None):
               f"({compile_info['mode']}, first call {compile_info['first_call_s']:.1f} s; "
               f"max relative error {errors['compiled']:.2e})")
     print(f"  max relative error of the output {err:.2e}")
-    print(f"  ops on our kernels {r['ours']} ({sum(r.get('fused', {}).values())} fused conv chains); PyTorch's kept: {r['kept']}")
+    print(f"  ops on our kernels {r['ours']} ({sum(r.get('fused', {}).values())} fused conv or linear chains); PyTorch's kept: {r['kept']}")
     if wall is not None:
         m = report.get("model", {})
         print(f"  tuning {wall:.1f} s for {args.total_trials} trials; predicted GEMM/conv time "
