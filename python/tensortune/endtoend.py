@@ -256,6 +256,7 @@ def run(name, model, inputs, args, call=None):
         "max_rel_error": err,
         "tuning_wall_s": wall,
         "total_trials": args.total_trials,
+        "forwards_applied": r["forwards"],  # the launch counts below are over these forwards
         "ours_launches": r["ours"],
         "fused_launches": r.get("fused", {}),
         "kept": r["kept"],
@@ -273,7 +274,10 @@ def run(name, model, inputs, args, call=None):
               f"({compile_info['mode']}, first call {compile_info['first_call_s']:.1f} s; "
               f"max relative error {errors['compiled']:.2e})")
     print(f"  max relative error of the output {err:.2e}")
-    print(f"  ops on our kernels {r['ours']} ({sum(r.get('fused', {}).values())} fused conv or linear chains); PyTorch's kept: {r['kept']}")
+    n = max(r["forwards"], 1)
+    kept = {why: count / n for why, count in r["kept"].items()}
+    print(f"  per forward: ops on our kernels {r['ours'] / n:g} ({sum(r.get('fused', {}).values()) / n:g} fused conv or "
+          f"linear chains); PyTorch's kept: {kept}")
     if wall is not None:
         m = report.get("model", {})
         print(f"  tuning {wall:.1f} s for {args.total_trials} trials; predicted GEMM/conv time "

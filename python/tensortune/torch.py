@@ -389,6 +389,7 @@ class Applied:
         self.kept = {}
         self.fused = {}  # conv chain key -> launches of its fused kernel
         self.folded = {}  # (weight, batch norm) pointers -> the folded weight and bias
+        self.forwards = 0  # forwards run since apply: the counts above are over all of them
         self._original_forward = original_forward
 
     def remove(self):
@@ -396,7 +397,8 @@ class Applied:
         self.model.forward = self._original_forward
 
     def report(self):
-        return {"kernels": sorted(self.kernels), "ours": self.ours, "kept": dict(self.kept), "fused": dict(self.fused)}
+        return {"kernels": sorted(self.kernels), "ours": self.ours, "kept": dict(self.kept), "fused": dict(self.fused),
+                "forwards": self.forwards}
 
 
 def _kernel(applied, entry):
@@ -599,6 +601,7 @@ def apply(model, bundle_dir, arch=None):
     mode = _Apply(applied)
 
     def forward(*args, **kwargs):
+        applied.forwards += 1
         try:
             with mode:
                 return original(*args, **kwargs)
