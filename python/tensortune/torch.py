@@ -390,6 +390,9 @@ class Applied:
         self.fused = {}  # conv chain key -> launches of its fused kernel
         self.folded = {}  # (weight, batch norm) pointers -> the folded weight and bias
         self.forwards = 0  # forwards run since apply: the counts above are over all of them
+        # A chain whose kernel lost runs cuDNN's fused conv-bias-add-ReLU (PyTorch's
+        # `cudnn_convolution_add_relu`) where it can, else conv, add and ReLU apart.
+        self.cudnn_fused = True
         self._original_forward = original_forward
 
     def remove(self):
@@ -518,12 +521,26 @@ def _run_chain(applied, chain):
         applied.fused[key] = applied.fused.get(key, 0) + 1
         return
     applied.kept[reason] = applied.kept.get(reason, 0) + 1
+    activation = chain.activation
     if conv:
         stride, padding, dilation = chain.call.geometry
-        y = F.conv2d(x, w, bias, stride, padding, dilation)
-        if identity is not None:
-            y = y.add_(identity)
-        out = y
+        out = None
+        if activation == "relu" and applied.cudnn_fused and _cudnn_fusable(x, w, identity):
+            # cuDNN's fused conv-bias-(add-)ReLU: the vendor call the bundle's vendor time is of
+            # (the model's predicted time assumes it), not conv, add and ReLU as three passes.
+            try:
+                if identity is not None:
+                    out = torch.cudnn_convolution_add_relu(x, w, identity, 1.0, bias, stride, padding, dilation, 1)
+                else:
+                    out = torch.cudnn_convolution_relu(x, w, bias, stride, padding, dilation, 1)
+                activation = None
+            except RuntimeError as e:
+                applied.kept[f"cuDNN's fused call failed, ran unfused: {e}"] = 1
+                applied.cudnn_fused = False
+        if out is None:
+            out = F.conv2d(x, w, bias, stride, padding, dilation)
+            if identity is not None:
+                out = out.add_(identity)
     else:
         # X [.., k] @ W^T [k, n] (+ bias), written into the chain's output where it is its own
         # buffer (no copy; not while autograd records, which refuses out=); `identity +=
@@ -539,12 +556,28 @@ def _run_chain(applied, chain):
         if identity is not None:
             y = y.add_(identity.reshape(y.shape))
         out = y.view(chain.out.shape)
-    if chain.activation == "relu":
+    if activation == "relu":
         out = out.relu_()
-    elif chain.activation == "gelu":
+    elif activation == "gelu":
         out = F.gelu(out, approximate="tanh")
-    if out.data_ptr() != chain.out.data_ptr() or out.shape != chain.out.shape:
+    if out.data_ptr() == chain.out.data_ptr() and out.shape == chain.out.shape:
+        return
+    if chain.out is not identity and out.shape == chain.out.shape and out.stride() == chain.out.stride() and not (
+            torch.is_grad_enabled() and out.requires_grad):
+        # The chain's output is our own empty tensor, which no view shares yet (any op but the
+        # chain's flushed it before): it takes the result's storage instead of a copy of it.
+        chain.out.set_(out)
+    else:
         chain.out.copy_(out)
+
+
+def _cudnn_fusable(x, w, identity):
+    """Whether cuDNN's fused conv-bias-add-ReLU takes these operands as the kernels would (CUDA,
+    half precision, channels_last; PyTorch's `cudnn_convolution_*relu`)."""
+    cl = torch.channels_last
+    return (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and torch.backends.cudnn.is_available()
+            and hasattr(torch, "cudnn_convolution_add_relu") and x.is_contiguous(memory_format=cl)
+            and w.is_contiguous(memory_format=cl) and (identity is None or identity.is_contiguous(memory_format=cl)))
 
 
 class _Apply(TorchFunctionMode):
