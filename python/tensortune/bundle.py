@@ -99,6 +99,11 @@ class Plan:
         matmul key `plain`."""
         return plain in self._fused
 
+    def chains(self, plain):
+        """Whether the bundle has a fused kernel, won or lost, for some epilogue of `plain`: the op
+        is worth running as a chain (where every one lost, as the vendor's fused call)."""
+        return plain in self._fused or plain in self._lost
+
     def summary(self, keys):
         """How many of `keys` run ours, and why the others do not (reason -> count)."""
         ours, why = 0, {}

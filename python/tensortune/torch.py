@@ -604,7 +604,7 @@ class _Apply(TorchFunctionMode):
             if why is not None:
                 self.applied.kept[why] = self.applied.kept.get(why, 0) + 1
             return func(*args, **kwargs)
-        if _chains(call) and self.applied.plan.fuses(call.key) and _ready(call):
+        if _chains(call) and self.applied.plan.chains(call.key) and _ready(call):
             x = call.operands[0]
             fmt = torch.channels_last if call.kind == "conv2d" else torch.contiguous_format
             out = torch.empty(call.out_shape, dtype=x.dtype, device=x.device, memory_format=fmt)

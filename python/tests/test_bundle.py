@@ -77,6 +77,8 @@ def test_fused_conv_kernels_that_won_mark_their_plain_key():
     plan = Plan({"format": 1, "kernels": kernels})
     assert plan.fuses(base)
     assert not plan.fuses(base.replace("k256", "k64")), "the vendor won that one"
+    assert plan.chains(base) and plan.chains(base.replace("k256", "k64")), "its chain runs as the vendor's fused call"
+    assert not plan.chains(base.replace("n32", "n1"))
     assert not plan.fuses(base.replace("n32", "n1")), "a plain kernel is no reason to wait for an epilogue"
     entry, why = plan.decide(base + "/beta=1,epi=bias+relu")
     assert entry is kernels[0] and why is None
