@@ -4,6 +4,7 @@ f16, channels_last, eval: capture its matmul/conv2d workloads, tune them as one 
 `tensortune` CLI, export the bundle, apply it, and print eager against tuned by CUDA-graph replay.
 
     PYTHONPATH=python examples/resnet50.py --batch 32 --total-trials 600 --tensortune target/release/tensortune
+    PYTHONPATH=python examples/resnet50.py --batch 32 --compare-compile ...   # torch.compile in the same rounds
 """
 
 import torch

@@ -1,27 +1,80 @@
 #!/usr/bin/env bash
 # Issue 37 on the GPU machine, from a folder $G that holds the `tensortune` binary, the Python
-# package (python/) and the examples (examples/): the Python tests with torch and CUDA, then
-# ResNet-50 (N=32) and BERT-base (batch 8, sequence 384) captured, tuned as one job each, exported,
-# applied and timed against eager. Budgets come from the environment (small by default, so one
-# device call stays inside a few minutes): R50_TRIALS, BERT_TRIALS, PER_WORKLOAD.
-# Usage there: G=.gpu-model bash .gpu-model/scripts/gpu-model.sh   (results under $OUT)
+# package (python/), the examples (examples/) and this script. Steps (STEPS, in order):
+#   pytest    the Python tests with torch and CUDA
+#   bert      BERT-base (batch 8, sequence 384): eager profiled, captured, tuned, applied, timed
+#   compile   ResNet-50 N=32: eager against torch.compile alone (fills the Inductor cache)
+#   smoke     ResNet-50 N=1 against torch.compile in COMPILE_MODE (default: default), quickly
+#   r50-1     ResNet-50 N=32 tuned from nothing on GPU 0 (its cores only: CORES_1), timed
+#   r50-all   the same job on every GPU (cuda:all), timed with torch.compile in the same rounds
+# "a&b+c" runs a beside b then c (on different GPUs, GPU_<step>, and cores, CORES_<step>), then
+# waits for both. Budgets from the environment: R50_TRIALS, BERT_TRIALS, PER_WORKLOAD.
+# Each tune starts with an empty cubin cache (XDG_CACHE_HOME per step); Inductor's cache
+# (TORCHINDUCTOR_CACHE_DIR) is shared, so `r50-all` compiles what `compile` compiled warm.
+# Usage there: G=.gpu-model2 STEPS="pytest bert" bash .gpu-model2/scripts/gpu-model.sh
 set -uo pipefail
-G=$(cd "${G:-.gpu-model}" && pwd)
+G=$(cd "${G:-.gpu-model2}" && pwd)
 OUT=${OUT:-$(mktemp -d)}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
 export PYTHONPATH=$G/python PYTHONUNBUFFERED=1 TENSORTUNE=$G/tensortune
 work=$(mktemp -d)
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv | tee "$OUT/gpu.txt"
-date -u +%FT%TZ | tee -a "$OUT/gpu.txt"
-(cd "$work" && timeout 120 python3 -m pytest -q "$G/python/tests" 2>&1) | tee "$OUT/pytest.log"
-run() {
+export TORCHINDUCTOR_CACHE_DIR=$work/inductor
+R50_TRIALS=${R50_TRIALS:-600} PER_WORKLOAD=${PER_WORKLOAD:-40}
+{
+  nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm,driver_version --format=csv
+  nproc
+  python3 -c 'import torch, triton, transformers, torchvision; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "torchvision", torchvision.__version__, "cudnn", torch.backends.cudnn.version())'
+  date -u +%FT%TZ
+} 2>&1 | tee "$OUT/gpu.txt"
+
+# step NAME SECS COMMAND...: runs COMMAND in $work/NAME on GPU_NAME (default 0) and cores CORES_NAME
+# (default all), its own cubin cache; log in $OUT/NAME.log, wall in gpu.txt.
+step() {
   local name=$1 secs=$2; shift 2
-  local t0=$SECONDS
-  (cd "$work" && timeout "$secs" python3 "$@" --workdir "$work/$name" 2>&1) | tee "$OUT/$name.log"
-  echo "$name: $((SECONDS - t0)) s wall" | tee -a "$OUT/gpu.txt"
+  local var=${name//-/_} t0=$SECONDS
+  local gpu cores
+  gpu=$(eval echo "\${GPU_$var:-}") cores=$(eval echo "\${CORES_$var:-}")
+  mkdir -p "$work/$name" "$work/cache-$name"
+  (
+    cd "$work/$name" || exit 1
+    [ -n "$gpu" ] && export CUDA_VISIBLE_DEVICES=$gpu
+    export XDG_CACHE_HOME=$work/cache-$name
+    if [ -n "$cores" ]; then timeout "$secs" taskset -c "$cores" "$@"; else timeout "$secs" "$@"; fi
+  ) > "$OUT/$name.log" 2>&1
+  echo "$name: rc $? in $((SECONDS - t0)) s (gpu ${gpu:-all}, cores ${cores:-all})" | tee -a "$OUT/gpu.txt"
 }
-run resnet50 "${R50_SECS:-220}" "$G/examples/resnet50.py" --batch 32 --total-trials "${R50_TRIALS:-300}" --trials "${PER_WORKLOAD:-40}"
-run bert "${BERT_SECS:-120}" "$G/examples/bert.py" --batch 8 --total-trials "${BERT_TRIALS:-120}" --trials "${PER_WORKLOAD:-40}"
-(cd "$work" && tar czf "$OUT/results.tar.gz" --exclude='*.db*' --exclude='*.cubin' --exclude='*.cu' resnet50 bert 2>/dev/null)
-grep -h -A7 "interleaved, median" "$OUT"/resnet50.log "$OUT"/bert.log
+
+run_step() {
+  local r50=("$G/examples/resnet50.py" --batch 32 --total-trials "$R50_TRIALS" --trials "$PER_WORKLOAD")
+  case $1 in
+    pytest) step pytest 120 python3 -m pytest -q -p no:cacheprovider "$G/python/tests" ;;
+    bert) step bert "${BERT_SECS:-240}" python3 "$G/examples/bert.py" --batch 8 --profile \
+      --total-trials "${BERT_TRIALS:-300}" --trials 100 --workdir "$work/bert/run" ;;
+    compile) step compile "${COMPILE_SECS:-420}" python3 "$G/examples/resnet50.py" --batch 32 --compile-only \
+      --workdir "$work/compile/run" ;;
+    smoke) step smoke "${SMOKE_SECS:-150}" python3 "$G/examples/resnet50.py" --batch 1 --compile-only \
+      --compile-mode "${COMPILE_MODE:-default}" --rounds 5 --workdir "$work/smoke/run" ;;
+    r50-1) step r50-1 "${R50_1_SECS:-400}" python3 "${r50[@]}" --device cuda:0 --workdir "$work/r50-1/run" ;;
+    r50-all) step r50-all "${R50_ALL_SECS:-300}" python3 "${r50[@]}" --device cuda:all --compare-compile \
+      --workdir "$work/r50-all/run" ;;
+    *) echo "unknown step $1" >&2 ;;
+  esac
+}
+
+# STEPS: words run in order; "a&b+c" (no spaces) runs a beside b-then-c.
+for group in ${STEPS:-pytest bert}; do
+  pids=()
+  for branch in ${group//&/ }; do
+    (for s in ${branch//+/ }; do run_step "$s"; done) &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+done
+(cd "$work" && tar czf "$OUT/results.tar.gz" --exclude='*.db*' --exclude='*.cubin' --exclude='*.cu' \
+  --exclude='inductor' --exclude='cache-*' . 2>/dev/null)
+for f in "$OUT"/*.log; do
+  echo "=== $f"
+  grep -E -A12 "interleaved, median|one eager forward|torch.compile: first|^model |trials in|passed|failed|Error|error:" "$f" | head -60
+done
+cat "$OUT/gpu.txt"

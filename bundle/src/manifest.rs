@@ -122,6 +122,11 @@ pub enum Problem {
         alpha: f64,
         /// Scale of C (compiled in); 0: C is never read.
         beta: f64,
+        /// What is fused after alpha and beta, per row of D (a linear layer's output feature):
+        /// `D = act(alpha op(A) op(B) + beta C + bias[m])`; `residual` is never set here (beta says
+        /// whether C is read). Left out when nothing is, so plain bundles read as before.
+        #[serde(default, skip_serializing_if = "ConvEpilogue::is_none")]
+        epilogue: ConvEpilogue,
     },
     /// Forward convolution: input NHWC, filter KRSC, output NPQK.
     Conv2d {
@@ -546,10 +551,13 @@ impl Bundle {
             let (i, a, o) = e.problem.types();
             let _ = writeln!(out, "op {}", e.problem.op());
             match e.problem {
-                Problem::Matmul { m, n, k, layout, alpha, beta, .. } => {
+                Problem::Matmul { m, n, k, layout, alpha, beta, epilogue, .. } => {
                     let _ = writeln!(out, "shape {m} {n} {k}");
                     let _ = writeln!(out, "layout {}", layout.name());
                     let _ = writeln!(out, "epilogue {alpha:?} {beta:?}");
+                    if !epilogue.is_none() {
+                        let _ = writeln!(out, "matmul_epilogue {}", epilogue.spelling());
+                    }
                 }
                 Problem::Conv2d { n, h, w, c, k, r, s, pad, stride, dilation, epilogue, .. } => {
                     let _ = writeln!(out, "shape {n} {h} {w} {c} {k}");

@@ -29,7 +29,7 @@ pub fn distance(asked: &Problem, tuned: &Problem) -> Option<f64> {
     let ln = |a: u64, b: u64| ((a as f64) / (b as f64)).ln().abs();
     match (*asked, *tuned) {
         (
-            Problem::Matmul { m, n, k, layout, input, accumulator, output, alpha, beta },
+            Problem::Matmul { m, n, k, layout, input, accumulator, output, alpha, beta, epilogue },
             Problem::Matmul {
                 m: m2,
                 n: n2,
@@ -40,10 +40,12 @@ pub fn distance(asked: &Problem, tuned: &Problem) -> Option<f64> {
                 output: o2,
                 alpha: al2,
                 beta: b2,
+                epilogue: e2,
             },
-        ) if (layout, input, accumulator, output) == (l2, i2, a2, o2) => {
-            let epilogue = if (alpha, beta) == (al2, b2) { 0.0 } else { 1e-3 };
-            Some(ln(m, m2) + ln(n, n2) + ln(k, k2) + epilogue)
+            // As for conv2d: a fused kernel computes something else than a plain one.
+        ) if (layout, input, accumulator, output, epilogue) == (l2, i2, a2, o2, e2) => {
+            let scales = if (alpha, beta) == (al2, b2) { 0.0 } else { 1e-3 };
+            Some(ln(m, m2) + ln(n, n2) + ln(k, k2) + scales)
         }
         (
             Problem::Conv2d { n, h, w, c, k, r, s, pad, stride, dilation, input, accumulator, output, epilogue },

@@ -16,6 +16,7 @@ fn matmul(m: u64, n: u64, k: u64, layout: Layout) -> Problem {
         output: DType::F32,
         alpha: 1.0,
         beta: 0.0,
+        epilogue: Default::default(),
     }
 }
 
@@ -150,6 +151,7 @@ fn selection_is_exact_first_then_the_nearest_shape_of_the_same_kind() {
         output: DType::F32,
         alpha,
         beta,
+        epilogue: Default::default(),
     };
     assert!(select(&m, &bf16, 90, 132).is_none());
     assert!(select(&m, &matmul(1024, 1024, 1024, Layout::Nn), 100, 148).is_none());
@@ -158,9 +160,37 @@ fn selection_is_exact_first_then_the_nearest_shape_of_the_same_kind() {
     else {
         unreachable!()
     };
-    let scaled = Problem::Matmul { m: mm, n, k, layout, input, accumulator, output, alpha: 2.0, beta: 1.0 };
+    let scaled = Problem::Matmul {
+        m: mm,
+        n,
+        k,
+        layout,
+        input,
+        accumulator,
+        output,
+        alpha: 2.0,
+        beta: 1.0,
+        epilogue: Default::default(),
+    };
     let s = select(&m, &scaled, 90, 132).unwrap();
     assert_eq!((s.entry.name.as_str(), s.nearest), ("mid", true));
+    // A fused epilogue (a linear layer's bias) is another computation: never a plain kernel's.
+    let biased = crate::ConvEpilogue { bias: true, ..Default::default() };
+    let fused =
+        Problem::Matmul { m: mm, n, k, layout, input, accumulator, output, alpha: 1.0, beta: 0.0, epilogue: biased };
+    assert!(select(&m, &fused, 90, 132).is_none());
+    let mut e = entry("biased", fused, 90, 132, 5.0);
+    e.workload_key = "matmul/m1024n1024k1024/nn/f16,f32,f32/alpha=1,beta=0,epi=bias".into();
+    let one = manifest(vec![e]);
+    let json = serde_json::to_string(&one).unwrap();
+    assert!(json.contains(r#""epilogue":{"scale":false,"bias":true"#), "{json}");
+    let back: Manifest = serde_json::from_str(&json).unwrap();
+    assert!(
+        Bundle::index_text(&back).contains("epilogue 1.0 0.0\nmatmul_epilogue epi=bias\n"),
+        "{}",
+        Bundle::index_text(&back)
+    );
+    assert_eq!(select(&back, &fused, 90, 132).map(|s| s.nearest), Some(false));
 }
 
 /// A tf32 kernel states its problem as tf32 (its maps copy f32): it round-trips through the
@@ -178,6 +208,7 @@ fn a_tf32_entry_answers_tf32_problems_only() {
         output: DType::F32,
         alpha: 1.0,
         beta: 0.0,
+        epilogue: Default::default(),
     };
     let mut e = entry("tf32", problem(DType::Tf32), 90, 132, 7.8);
     e.params[0] = Param::TensorMap(MapRecipe::tiled(Operand::A, DType::F32, [1024, 1024], 4096, [32, 128]));

@@ -51,7 +51,9 @@ pub struct SuiteEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u64>,
     /// What follows the op in the model and could be fused into it (`bias`, `relu`, `gelu`,
-    /// `bias+relu`, ...): recorded, not yet tuned (the key's alpha/beta epilogue is what is tuned).
+    /// `bias+relu`, ...), recorded for the reader: what `extract` finds after an ONNX Gemm or
+    /// MatMul, a batched product's activation from `capture`. What is tuned is the key's epilogue
+    /// (`capture` puts a linear layer's and a conv's there: `alpha=1,beta=1,epi=bias`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epilogue: Option<String>,
     /// Where the model runs it (module names or ONNX node names), for the reader.

@@ -192,11 +192,10 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
         );
     }
     if let Workload::Matmul(m) = workload
-        && m.fused()
+        && m.input_scale != tensortune_kernels::InputScale::None
     {
         bail!(
-            "bundles carry no fused epilogues or FP8 input scales yet (the bundle's problem has no spelling for epi={} scale={}); {} stays out",
-            m.epilogue,
+            "bundles carry no FP8 input scales yet (the bundle's problem has no spelling for scale={}); {} stays out",
             m.input_scale.name(),
             workload.key()
         );
@@ -303,6 +302,12 @@ pub fn problem(w: &Workload) -> Problem {
             output,
             alpha: m.alpha,
             beta: m.beta,
+            epilogue: tensortune_bundle::ConvEpilogue {
+                scale: m.epilogue.scale,
+                bias: m.epilogue.bias,
+                residual: false,
+                activation: bundle_activation(m.epilogue.activation),
+            },
         },
         Workload::Conv2d(c) => Problem::Conv2d {
             n: c.n,

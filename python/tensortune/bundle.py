@@ -11,6 +11,8 @@ otherwise PyTorch keeps its own op, so an applied model is never knowingly slowe
 import json
 import os
 
+from .suite import parse_key, plain_key
+
 FORMAT = 1
 
 
@@ -45,12 +47,19 @@ class Plan:
             # Several device classes may have a kernel for the same key: keep the fastest.
             if key not in self.entries or e["time_us"] < self.entries[key]["time_us"]:
                 self.entries[key] = e
-        # Plain conv keys with a fused kernel that won: a model's conv of that shape is worth
-        # running lazily, to see whether its batch norm, add and activation match one.
-        fused = [(k.rsplit("/", 1)[0], winner(e)) for k, e in self.entries.items()
-                 if k.startswith("conv2d/") and k.count("/") == 6]
-        self._fused_convs = {k for k, w in fused if w == "ours"}
-        self._lost_convs = {k for k, w in fused if w != "ours"} - self._fused_convs
+        # Plain keys (a conv's, a linear layer's) with a fused kernel that won: a model's op of
+        # that shape is worth running lazily, to see whether what follows it (bias, batch norm,
+        # add, activation) matches one.
+        fused = []
+        for k, e in self.entries.items():
+            try:
+                plain = plain_key(k)
+            except ValueError:
+                continue  # a key this reader cannot spell is never a model's
+            if plain != k:
+                fused.append((plain, winner(e)))
+        self._fused = {k for k, w in fused if w == "ours"}
+        self._lost = {k for k, w in fused if w != "ours"} - self._fused
 
     @classmethod
     def load(cls, directory, arch=None):
@@ -66,11 +75,12 @@ class Plan:
         """(entry, None) when the model should launch the bundle's kernel for `key` followed by
         `epilogue` (the call's own parts: `bias`), else (None, why PyTorch keeps its op)."""
         e = self.entries.get(key)
-        if e is None and key in self._lost_convs:
+        if e is None and key in self._lost:
             return None, "the vendor won each fused kernel of this layer"
         if e is None:
             return None, "not tuned (no kernel in the bundle)"
-        if "bias" in epilogue and "bias" not in (e.get("epilogue") or ""):
+        fields = parse_key(key)
+        if "bias" in epilogue and "bias" not in (e.get("epilogue") or fields.get("epilogue") or ""):
             # PyTorch adds a bias inside its GEMM (cuBLASLt's epilogue); ours would need another
             # pass over the output, which the vendor time in the bundle does not count.
             return None, "a bias PyTorch fuses and this kernel does not"
@@ -79,14 +89,20 @@ class Plan:
         if self.arch is not None and cubin_for(e, self.arch) is None:
             have = ", ".join(sorted(e.get("cubins") or {})) or "none"
             return None, f"no cubin for sm_{self.arch} (the bundle has {have})"
-        if e["problem"].get("op") == "matmul" and (e["problem"].get("alpha") != 1 or e["problem"].get("beta") != 0):
+        beta = 1 if fields.get("residual") else 0
+        if e["problem"].get("op") == "matmul" and (e["problem"].get("alpha") != 1 or e["problem"].get("beta") != beta):
             return None, "the kernel scales by alpha/beta"
         return e, None
 
-    def fuses(self, conv_key):
-        """Whether the bundle has a fused kernel that won for some epilogue of plain conv key
-        `conv_key`."""
-        return conv_key in self._fused_convs
+    def fuses(self, plain):
+        """Whether the bundle has a fused kernel that won for some epilogue of the plain conv or
+        matmul key `plain`."""
+        return plain in self._fused
+
+    def chains(self, plain):
+        """Whether the bundle has a fused kernel, won or lost, for some epilogue of `plain`: the op
+        is worth running as a chain (where every one lost, as the vendor's fused call)."""
+        return plain in self._fused or plain in self._lost
 
     def summary(self, keys):
         """How many of `keys` run ours, and why the others do not (reason -> count)."""

@@ -7,6 +7,13 @@ in a CUDA graph; rounds alternate between them, each round replaying a graph `it
 two CUDA events; the table shows the median round per launch. Output agreement: the max relative
 error of the tuned output against eager's, over all elements, relative to eager's largest
 magnitude (so near-zero elements do not dominate).
+
+`--compare-compile` adds `torch.compile(model, mode=--compile-mode)` to the same rounds: compiled
+before the bundle is applied, its first call (compilation and autotuning) timed as the compile
+wall, then captured in a CUDA graph like the other two. The default mode is
+`max-autotune-no-cudagraphs`: max-autotune's kernel choices (Triton templates and the vendor's,
+benchmarked) without Inductor's own CUDA graphs, since every forward here is replayed from a
+graph of ours. `--compile-only` times eager against compiled alone (no capture, tuning or apply).
 """
 
 import argparse
@@ -32,6 +39,10 @@ def arguments(description, batch):
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--skip-tune", action="store_true", help="reuse the bundle in --workdir")
+    p.add_argument("--compare-compile", action="store_true", help="time torch.compile in the same rounds")
+    p.add_argument("--compile-mode", default="max-autotune-no-cudagraphs", help="torch.compile's mode")
+    p.add_argument("--compile-only", action="store_true", help="eager against torch.compile only: no tuning")
+    p.add_argument("--profile", action="store_true", help="first print where one eager forward's GPU time goes")
     args = p.parse_args()
     if args.batch < 1 or args.total_trials < 1 or args.trials < 1:
         p.error("--batch, --total-trials and --trials must be at least 1")
@@ -98,6 +109,79 @@ def interleaved(replays, rounds, iters):
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def compiled(model, call, mode):
+    """`torch.compile(model, mode=mode)`, called once to compile it; returns (the compiled module,
+    the first call's wall seconds, the settings that decide what it is)."""
+    import torch._inductor.config as inductor
+
+    fn = torch.compile(model, mode=mode)
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    call(fn)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - started
+    settings = {
+        "mode": mode,
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "cudnn": torch.backends.cudnn.version(),
+        "compile_threads": inductor.compile_threads,
+        "max_autotune_gemm_backends": inductor.max_autotune_gemm_backends,
+        "max_autotune_conv_backends": getattr(inductor, "max_autotune_conv_backends", None),
+        "freezing": inductor.freezing,
+        "fx_graph_cache": inductor.fx_graph_cache,
+        "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+    }
+    return fn, wall, settings
+
+
+def _version(package):
+    try:
+        import importlib.metadata
+
+        return importlib.metadata.version(package)
+    except Exception:  # noqa: BLE001 (a version is information, never a reason to stop)
+        return None
+
+
+#: Kernel name fragments -> the kind of work, for `profile`'s shares (first match wins).
+_KINDS = (
+    ("attention", ("flash", "fmha", "attention", "softmax")),
+    ("gemm", ("gemm", "xmma", "nvjet", "cutlass", "sm90_", "sm80_", "cublas", "wgmma")),
+    ("conv", ("conv", "implicit", "cudnn")),
+    ("norm", ("norm",)),
+)
+
+
+def profile(label, fn, rows=15):
+    """`fn()` once (after a warm-up) under torch.profiler: prints the kernels that took the most
+    GPU time and each kind's share (GEMM, attention, conv, norm, other); returns the shares."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    with torch.no_grad():
+        fn()
+        torch.cuda.synchronize()
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+    kernels = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            n, us = kernels.get(ev.name, (0, 0.0))
+            kernels[ev.name] = (n + 1, us + ev.time_range.elapsed_us())
+    total = sum(us for _, us in kernels.values()) or 1.0
+    shares = {}
+    for name, (_, us) in kernels.items():
+        low = name.lower()
+        kind = next((k for k, frags in _KINDS if any(f in low for f in frags)), "other")
+        shares[kind] = shares.get(kind, 0.0) + us
+    print(f"{label}: {total:.0f} us of GPU kernels, {sum(n for n, _ in kernels.values())} launches")
+    print("  " + ", ".join(f"{k} {us:.0f} us ({100 * us / total:.1f}%)" for k, us in sorted(shares.items(), key=lambda kv: -kv[1])))
+    for name, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:rows]:
+        print(f"  {us:9.1f} us {100 * us / total:5.1f}% x{n:<4} {name[:110]}")
+    return {"total_us": total, "shares_us": shares}
+
+
 def max_rel_error(got, want):
     got, want = got.float(), want.float()
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
@@ -108,27 +192,58 @@ def run(name, model, inputs, args, call=None):
     keyword inputs); prints the table and writes `<workdir>/<name>-e2e.json`."""
     os.makedirs(args.workdir, exist_ok=True)
     call = call or ((lambda m: m(**inputs)) if isinstance(inputs, dict) else (lambda m: m(*inputs)))
-    suite_path = os.path.join(args.workdir, f"{name}.json")
-    suite = capture(model, inputs, suite_path, name=name)
-    occurrences = sum(e["count"] * e.get("batch", 1) for e in suite["workloads"])
-    print(f"captured {len(suite['workloads'])} distinct workloads ({occurrences} ops) of {name}; "
-          f"{len(suite.get('skipped', []))} ops not tunable", flush=True)
-    bundle, wall, report = tune(args, suite_path)
+    shares = profile("one eager forward (host launches)", lambda: call(model)) if args.profile else None
+    tuning = not args.compile_only
+    if tuning:
+        suite_path = os.path.join(args.workdir, f"{name}.json")
+        suite = capture(model, inputs, suite_path, name=name)
+        occurrences = sum(e["count"] * e.get("batch", 1) for e in suite["workloads"])
+        print(f"captured {len(suite['workloads'])} distinct workloads ({occurrences} ops) of {name}; "
+              f"{len(suite.get('skipped', []))} ops not tunable", flush=True)
+        bundle, wall, report = tune(args, suite_path)
+    else:
+        wall, report = None, {}
 
     method = "CUDA-graph replay"
+    replays, outs = {}, {}
+    compile_info = None
     with torch.no_grad():
         try:
-            eager_replay, eager_out = graphed(lambda: call(model))
+            replays["eager"], outs["eager"] = graphed(lambda: call(model))
         except RuntimeError as e:
             print(f"the forward cannot be captured in a CUDA graph ({e}); timing host launches instead")
             method = "host launches"
         if method != "CUDA-graph replay":
-            eager_replay, eager_out = launched(lambda: call(model))
-        applied = apply(model, bundle)
-        tuned_replay, tuned_out = (graphed if method == "CUDA-graph replay" else launched)(lambda: call(model))
-        times = interleaved({"eager": eager_replay, "tuned": tuned_replay}, args.rounds, args.iters)
+            replays["eager"], outs["eager"] = launched(lambda: call(model))
+        timer = graphed if method == "CUDA-graph replay" else launched
+        host = {}
+        if args.profile and method == "CUDA-graph replay":
+            profile("one replay of eager's CUDA graph", replays["eager"])
+            host.update(interleaved({"eager": lambda: call(model)}, 5, 10))
+        if args.compare_compile or args.compile_only:
+            try:
+                fn, compile_wall, settings = compiled(model, call, args.compile_mode)
+                print(f"torch.compile: first call {compile_wall:.1f} s; {json.dumps(settings)}", flush=True)
+                replays["compiled"], outs["compiled"] = timer(lambda: call(fn))
+                compile_info = dict(settings, first_call_s=compile_wall)
+            except Exception as e:  # noqa: BLE001 (a failed comparison must not lose the tuned figures)
+                if args.compile_only:
+                    raise
+                print(f"torch.compile failed, compared without it: {type(e).__name__}: {e}", flush=True)
+        if tuning:
+            applied = apply(model, bundle)
+            replays["tuned"], outs["tuned"] = timer(lambda: call(model))
+        times = interleaved(replays, args.rounds, args.iters)
     first = lambda o: o if torch.is_tensor(o) else (o[0] if isinstance(o, (tuple, list)) else o.last_hidden_state)
-    err = max_rel_error(first(tuned_out), first(eager_out))
+    if host and tuning:
+        with torch.no_grad():
+            host.update(interleaved({"tuned": lambda: call(model)}, 5, 10))
+            host["tuned_max_rel_error"] = max_rel_error(first(call(model)), first(outs["eager"]))
+        print(f"host launches (a diagnostic, not interleaved): {json.dumps(host)}", flush=True)
+    errors = {k: max_rel_error(first(o), first(outs["eager"])) for k, o in outs.items() if k != "eager"}
+    if not tuning:
+        return _report_compiled(name, args, method, times, errors, compile_info)
+    err = errors["tuned"]
     r = applied.report()
     result = {
         "model": name,
@@ -141,20 +256,47 @@ def run(name, model, inputs, args, call=None):
         "max_rel_error": err,
         "tuning_wall_s": wall,
         "total_trials": args.total_trials,
+        "forwards_applied": r["forwards"],  # the launch counts below are over these forwards
         "ours_launches": r["ours"],
         "fused_launches": r.get("fused", {}),
         "kept": r["kept"],
         "predicted": report.get("model"),
+        "eager_profile": shares,
     }
+    if compile_info is not None:
+        result.update(compiled_us=times["compiled"], tuned_vs_compiled=times["compiled"] / times["tuned"],
+                      compiled_max_rel_error=errors["compiled"], compile=compile_info)
     print(f"\n{name} batch {args.batch} on {result['gpu']} ({method}, interleaved, median of {args.rounds} rounds x {args.iters})")
     print(f"  eager   {times['eager']:10.1f} us")
     print(f"  tuned   {times['tuned']:10.1f} us   {result['speedup']:.3f}x eager")
+    if compile_info is not None:
+        print(f"  compiled {times['compiled']:10.1f} us   tuned is {result['tuned_vs_compiled']:.3f}x torch.compile "
+              f"({compile_info['mode']}, first call {compile_info['first_call_s']:.1f} s; "
+              f"max relative error {errors['compiled']:.2e})")
     print(f"  max relative error of the output {err:.2e}")
-    print(f"  ops on our kernels {r['ours']} ({sum(r.get('fused', {}).values())} fused conv chains); PyTorch's kept: {r['kept']}")
+    n = max(r["forwards"], 1)
+    kept = {why: count / n for why, count in r["kept"].items()}
+    print(f"  per forward: ops on our kernels {r['ours'] / n:g} ({sum(r.get('fused', {}).values()) / n:g} fused conv or "
+          f"linear chains); PyTorch's kept: {kept}")
     if wall is not None:
         m = report.get("model", {})
         print(f"  tuning {wall:.1f} s for {args.total_trials} trials; predicted GEMM/conv time "
               f"{m.get('tuned_us', 0):.1f} us vs vendor {m.get('vendor_us', 0):.1f} us")
     with open(os.path.join(args.workdir, f"{name}-e2e.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    return result
+
+
+def _report_compiled(name, args, method, times, errors, info):
+    """`--compile-only`: eager against torch.compile, printed and written as JSON."""
+    result = {"model": name, "batch": args.batch, "method": method, "gpu": torch.cuda.get_device_name(),
+              "eager_us": times["eager"], "compiled_us": times["compiled"],
+              "compiled_speedup": times["eager"] / times["compiled"], "compiled_max_rel_error": errors["compiled"],
+              "compile": info}
+    print(f"\n{name} batch {args.batch} on {result['gpu']} ({method}, interleaved, median of {args.rounds} rounds x {args.iters})")
+    print(f"  eager    {times['eager']:10.1f} us")
+    print(f"  compiled {times['compiled']:10.1f} us   {result['compiled_speedup']:.3f}x eager "
+          f"({info['mode']}, first call {info['first_call_s']:.1f} s)")
+    with open(os.path.join(args.workdir, f"{name}-compile.json"), "w") as f:
         json.dump(result, f, indent=2)
     return result

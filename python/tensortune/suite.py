@@ -3,14 +3,14 @@
 A suite is the JSON file `tensortune tune --suite` reads: a name, a description and a list of
 workloads, each a tensortune workload key plus, for a model, how many times the model runs it
 (`count`), how many matrices a batched matmul multiplies (`batch`), what follows a matmul
-(`epilogue`: `bias`, `relu`, `gelu`, `bias+gelu`, ...; recorded for the reader, the key's alpha/beta
-epilogue is what is tuned) and where the model runs it (`ops`). A conv2d's epilogue is in its key
-(`/beta=1,epi=bias+relu`: batch norm folded into a per-channel bias, the residual add, ReLU), so
-the fused kernel is what is tuned.
+(`epilogue`: `relu`, `gelu`, ... after a batched product, recorded for the reader) and where the
+model runs it (`ops`). A linear layer's and a conv2d's epilogue is in its key (`beta=1,epi=bias`:
+a linear's bias and the residual add after it; `/beta=1,epi=bias+relu`: batch norm folded into a
+per-channel bias, the residual add, ReLU), so the fused kernel is what is tuned.
 
 Keys (the tracker's canonical spelling; C and D column-major, as BLAS):
 
-    matmul/m<M>n<N>k<K>/<layout>/<input>,<accumulator>,<output>/alpha=1,beta=0
+    matmul/m<M>n<N>k<K>/<layout>/<input>,<accumulator>,<output>/alpha=1,beta=<0|1>[,epi=<parts>]
     conv2d/n<N>h<H>w<W>c<C>/k<K>r<R>s<S>/pad<h>x<w>,stride<h>x<w>,dil<h>x<w>/nhwc/<types>[/beta=1][,epi=<parts>]
 
 A row-major product Y[rows, n] = X[rows, k] @ W[k, n] is, column-major, Y^T = W^T X^T: the key's M
@@ -32,7 +32,10 @@ LAYOUTS = ("nn", "nt", "tn", "tt")
 #: Epilogue parts a suite may name, in the order they apply.
 EPILOGUE_PARTS = ("bias", "relu", "gelu")
 
-_MATMUL = re.compile(r"^matmul/m(\d+)n(\d+)k(\d+)/(nn|nt|tn|tt)/([a-z0-9]+),([a-z0-9]+),([a-z0-9]+)/alpha=([^,]+),beta=(.+)$")
+_MATMUL = re.compile(
+    r"^matmul/m(\d+)n(\d+)k(\d+)/(nn|nt|tn|tt)/([a-z0-9]+),([a-z0-9]+),([a-z0-9]+)/alpha=([^,]+),beta=([^,]+)"
+    r"(?:,scale=([a-z]+))?(?:,epi=([a-z+]+))?$"
+)
 _CONV = re.compile(
     r"^conv2d/n(\d+)h(\d+)w(\d+)c(\d+)/k(\d+)r(\d+)s(\d+)/pad(\d+)x(\d+),stride(\d+)x(\d+),dil(\d+)x(\d+)/nhwc/"
     r"([a-z0-9]+),([a-z0-9]+),([a-z0-9]+)(?:/(?:(beta=1)(?:,|$))?(?:epi=([a-z+]+))?)?$"
@@ -52,13 +55,16 @@ def _types(dtype):
         raise ValueError(f"dtype {dtype!r} is not supported; allowed: {', '.join(TYPES)}") from None
 
 
-def matmul_key(m, n, k, layout, dtype):
-    """The key of D (M x N, column-major) = op(A) (M x K) op(B) (K x N) in `dtype`."""
+def matmul_key(m, n, k, layout, dtype, epilogue=None, residual=False):
+    """The key of D (M x N, column-major) = act(op(A) (M x K) op(B) (K x N) + C + bias[m]) in
+    `dtype`: `epilogue` as `join_epilogue` spells it (`bias`, `bias+relu`, ...; per row of D, a
+    linear layer's output feature), `residual` a C of D's shape added (beta=1)."""
     for field, v in (("m", m), ("n", n), ("k", k)):
         _positive(field, v)
     if layout not in LAYOUTS:
         raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
-    return f"matmul/m{m}n{n}k{k}/{layout}/{_types(dtype)}/alpha=1,beta=0"
+    epi = f",epi={join_epilogue(epilogue.split('+'))}" if epilogue else ""
+    return f"matmul/m{m}n{n}k{k}/{layout}/{_types(dtype)}/alpha=1,beta={1 if residual else 0}{epi}"
 
 
 def conv2d_key(n, h, w, c, k, r, s, pad=(0, 0), stride=(1, 1), dilation=(1, 1), dtype="f16", epilogue=None, residual=False):
@@ -94,6 +100,9 @@ def parse_key(key):
             "types": (g[4], g[5], g[6]),
             "alpha": float(g[7]),
             "beta": float(g[8]),
+            "scale": g[9],
+            "residual": float(g[8]) != 0,
+            "epilogue": g[10],
         }
     c = _CONV.match(key)
     if c:
@@ -115,6 +124,15 @@ def parse_key(key):
             "epilogue": c.group(18),
         }
     raise ValueError(f"{key!r} is not a matmul or conv2d workload key")
+
+
+def plain_key(key):
+    """`key` without its fused epilogue: a matmul's `alpha=1,beta=0`, a conv's key without its
+    last segment; the key of the op alone, which apply sees before what follows it."""
+    f = parse_key(key)
+    if f["op"] == "matmul":
+        return key.rsplit("/", 1)[0] + "/alpha=1,beta=0"
+    return key.rsplit("/", 1)[0] if key.count("/") == 6 else key
 
 
 def matmul_layout(x_rows_contiguous, w_rows_contiguous):

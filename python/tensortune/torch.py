@@ -11,18 +11,20 @@ construction on what a call is.
   D (n x rows) = op(A) op(B) with op(A) = W^T, op(B) = X^T; leading dimensions of X fold into rows
   when W is a matrix, otherwise they are the suite entry's `batch` (a batched matmul).
 - Conv2d: NCHW shapes, NHWC in the key (channels_last tensors are NHWC in memory); one group only.
-- Epilogue: a bias argument, and a ReLU or GELU applied next to the op's output. A conv's epilogue
-  goes further and into its key (`_Chain`): an eval-mode batch norm of its output (folded into
-  the weights and a per-channel bias), then the add of a tensor of its shape (a residual block's
-  identity), then ReLU or GELU: `relu(bn(conv(x)) + identity)` is one kernel,
-  `conv2d/.../beta=1,epi=bias+relu`.
+- Epilogue, in the key (`_Chain`): a conv's or linear layer's own bias, then for a conv an
+  eval-mode batch norm of its output (folded into the weights and a per-channel bias), then an
+  eval-mode dropout (nothing), the add of a tensor of its shape (a residual block's identity),
+  then ReLU or tanh-GELU: `relu(bn(conv(x)) + identity)` is one kernel,
+  `conv2d/.../beta=1,epi=bias+relu`; BERT's `dense(h) + input` is `matmul/.../alpha=1,beta=1,epi=bias`.
+  A batched product's activation is only recorded (the suite entry's `epilogue`).
 
-`apply` runs a conv whose operands the kernels can read (CUDA, channels_last) lazily: it hands
-back an empty output and absorbs the batch norm, add and activation that follow it, then, before
-any other op runs, launches the bundle's kernel of that whole chain, or, when the bundle has none
-that won, PyTorch's conv with the batch norm folded, the add and the activation. So it assumes
-that a conv's output, and each op's in the chain, is read only by the next op of the chain (true
-of torchvision's and timm's conv-BN-ReLU and bottleneck blocks).
+`apply` runs a conv or linear layer whose operands the kernels can read (CUDA; a conv's
+channels_last, a linear's dense) and whose shape has a fused kernel that won, lazily: it hands
+back an empty output and absorbs the batch norm, dropout, add and activation that follow it, then,
+before any other op runs, launches the bundle's kernel of that whole chain, or, when the bundle
+has none that won, PyTorch's op (batch norm folded), the add and the activation. So it assumes
+that the op's output, and each op's in the chain, is read only by the next op of the chain (true
+of torchvision's and timm's conv-BN-ReLU and bottleneck blocks and of BERT's output layers).
 
 `capture` needs no GPU: run it on CPU tensors, or on the `meta` device for shapes alone (a half
 precision model on `meta` captures half precision keys without computing anything).
@@ -33,7 +35,16 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import bundle as _bundle
-from .suite import TYPES, SuiteBuilder, conv2d_key, join_epilogue, matmul_key, matmul_layout, parse_key, write_suite
+from .suite import (
+    TYPES,
+    SuiteBuilder,
+    conv2d_key,
+    join_epilogue,
+    matmul_key,
+    matmul_layout,
+    parse_key,
+    write_suite,
+)
 
 _LINEAR = {F.linear}
 _MATMUL = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.Tensor.mm}
@@ -41,6 +52,7 @@ _BMM = {torch.bmm, torch.Tensor.bmm}
 _ADDMM = {torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm}
 _CONV = {F.conv2d}
 _BATCH_NORM = {F.batch_norm}
+_DROPOUT = {F.dropout, torch.dropout}
 _ADD = {torch.add, torch.Tensor.add, torch.Tensor.add_, torch.Tensor.__add__, torch.Tensor.__iadd__, torch.Tensor.__radd__}
 _ACTIVATIONS = {
     torch.relu: "relu",
@@ -96,8 +108,9 @@ class _Call:
 
 
 class _Chain:
-    """A conv and what has followed it so far: an eval-mode batch norm, a residual add, an
-    activation, in that order (the kernel's epilogue order), each taking the previous one's output."""
+    """A conv or linear layer and what has followed it so far: an eval-mode batch norm (a conv's),
+    a residual add, an activation, in that order (the kernel's epilogue order), each taking the
+    previous one's output; eval-mode dropouts between them do nothing."""
 
     def __init__(self, call, out):
         self.call = call
@@ -113,20 +126,29 @@ class _Chain:
 
     def key(self):
         fields = parse_key(self.call.key)
+        epilogue = join_epilogue(self.parts())
+        if fields["op"] == "matmul":
+            return matmul_key(fields["m"], fields["n"], fields["k"], fields["layout"], _KEY_DTYPE[fields["types"]],
+                              epilogue=epilogue, residual=self.identity is not None)
         return conv2d_key(fields["n"], fields["h"], fields["w"], fields["c"], fields["k"], fields["r"], fields["s"],
                           fields["pad"], fields["stride"], fields["dilation"], _KEY_DTYPE[fields["types"]],
-                          epilogue=join_epilogue(self.parts()), residual=self.identity is not None)
+                          epilogue=epilogue, residual=self.identity is not None)
 
     def absorb(self, func, args, kwargs):
         """Takes `func(*args, **kwargs)` into the chain when it is the next part and reads the
         chain's output; returns whether it did."""
         if not args or not torch.is_tensor(args[0]):
             return False
+        if func in _DROPOUT:
+            a = dict(zip(("input", "p", "training", "inplace"), args))
+            a.update(kwargs)
+            training = a.get("training", a.get("train", True))
+            return a["input"] is self.out and (not training or a.get("p", 0.5) == 0)
         if func in _BATCH_NORM:
             names = ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps")
             a = dict(zip(names, args))
             a.update(kwargs)
-            if (a["input"] is not self.out or a.get("training", False) or self.bn is not None
+            if (self.call.kind != "conv2d" or a["input"] is not self.out or a.get("training", False) or self.bn is not None
                     or self.identity is not None or self.activation is not None
                     or a.get("running_mean") is None or a.get("running_var") is None):
                 return False
@@ -251,6 +273,12 @@ def _workload(func, args, kwargs):
     return None, None
 
 
+def _chains(call):
+    """Whether what follows `call` may go into its key: a conv's, or a linear layer's (one weight
+    matrix; a batched product's activation is only recorded)."""
+    return call.kind == "conv2d" or (call.kind in ("linear", "addmm") and call.batch is None and call.out_shape is not None)
+
+
 def _name(func):
     return getattr(func, "__name__", str(func))
 
@@ -294,7 +322,7 @@ class _Capture(TorchFunctionMode):
         out = func(*args, **kwargs)
         op = self.where[-1] if self.where else _name(func)
         if call is not None:
-            self.pending = (call, _Chain(call, out) if call.kind == "conv2d" else out, op)
+            self.pending = (call, _Chain(call, out) if _chains(call) else out, op)
         elif why is not None:
             self.builder.skip(f"{op}: {_name(func)}: {why}")
         return out
@@ -361,6 +389,10 @@ class Applied:
         self.kept = {}
         self.fused = {}  # conv chain key -> launches of its fused kernel
         self.folded = {}  # (weight, batch norm) pointers -> the folded weight and bias
+        self.forwards = 0  # forwards run since apply: the counts above are over all of them
+        # A chain whose kernel lost runs cuDNN's fused conv-bias-add-ReLU (PyTorch's
+        # `cudnn_convolution_add_relu`) where it can, else conv, add and ReLU apart.
+        self.cudnn_fused = True
         self._original_forward = original_forward
 
     def remove(self):
@@ -368,7 +400,8 @@ class Applied:
         self.model.forward = self._original_forward
 
     def report(self):
-        return {"kernels": sorted(self.kernels), "ours": self.ours, "kept": dict(self.kept), "fused": dict(self.fused)}
+        return {"kernels": sorted(self.kernels), "ours": self.ours, "kept": dict(self.kept), "fused": dict(self.fused),
+                "forwards": self.forwards}
 
 
 def _kernel(applied, entry):
@@ -398,6 +431,15 @@ def _conv_ready(x, w):
     """Whether a conv's operands are laid out as the kernels read them."""
     return (x.is_cuda and w.is_cuda and x.is_contiguous(memory_format=torch.channels_last)
             and w.is_contiguous(memory_format=torch.channels_last))
+
+
+def _ready(call):
+    """Whether a call's operands are laid out as the kernels read them (a conv's channels_last; a
+    linear's dense, with a contiguous bias)."""
+    x, w, bias = call.operands
+    if call.kind == "conv2d":
+        return _conv_ready(x, w)
+    return x.is_cuda and w.is_cuda and _dense(x) and _dense(w) and (bias is None or bias.is_contiguous())
 
 
 def _launch(applied, call, entry):
@@ -457,35 +499,85 @@ def _folded(applied, chain):
 
 def _run_chain(applied, chain):
     """Fills `chain.out` with the whole chain: the bundle's fused kernel where it won, else
-    PyTorch's conv (batch norm folded), add and activation."""
+    PyTorch's conv (batch norm folded) or linear, add and activation."""
     x, _, _ = chain.call.operands
+    conv = chain.call.kind == "conv2d"
     key = chain.key()
     entry, reason = applied.plan.decide(key)
     w, bias = _folded(applied, chain)
     identity = chain.identity
-    if entry is not None and not all(t.is_contiguous(memory_format=torch.channels_last)
-                                     for t in (chain.out, identity) if t is not None):
+    fmt = torch.channels_last if conv else torch.contiguous_format
+    if entry is not None and not all(t.is_contiguous(memory_format=fmt) for t in (chain.out, identity) if t is not None):
         entry, reason = None, "a residual or output not laid out as the kernel reads it"
     if entry is not None and bias is None and "bias" in key:
         entry, reason = None, "no bias to pass"
     if entry is not None:
+        # The key's A and B: a conv's input and filter; a linear's W^T and X^T (see _launch).
+        a, b = (x, w) if conv else (w, x)
         kernel = _kernel(applied, entry)
-        kernel.launch(_pointers(applied, entry, x, w, chain.out, c=identity, bias=bias),
+        kernel.launch(_pointers(applied, entry, a, b, chain.out, c=identity, bias=bias),
                       torch.cuda.current_stream().cuda_stream)
         applied.ours += 1
         applied.fused[key] = applied.fused.get(key, 0) + 1
         return
     applied.kept[reason] = applied.kept.get(reason, 0) + 1
-    conv = chain.call
-    stride, padding, dilation = conv.geometry
-    y = F.conv2d(x, w, bias, stride, padding, dilation)
-    if identity is not None:
-        y = y.add_(identity)
-    if chain.activation == "relu":
-        y = y.relu_()
-    elif chain.activation == "gelu":
-        y = F.gelu(y, approximate="tanh")
-    chain.out.copy_(y)
+    activation = chain.activation
+    if conv:
+        stride, padding, dilation = chain.call.geometry
+        out = None
+        if activation == "relu" and applied.cudnn_fused and _cudnn_fusable(x, w, identity):
+            # cuDNN's fused conv-bias-(add-)ReLU: the vendor call the bundle's vendor time is of
+            # (the model's predicted time assumes it), not conv, add and ReLU as three passes.
+            try:
+                if identity is not None:
+                    out = torch.cudnn_convolution_add_relu(x, w, identity, 1.0, bias, stride, padding, dilation, 1)
+                else:
+                    out = torch.cudnn_convolution_relu(x, w, bias, stride, padding, dilation, 1)
+                activation = None
+            except RuntimeError as e:
+                applied.kept[f"cuDNN's fused call failed, ran unfused: {e}"] = 1
+                applied.cudnn_fused = False
+        if out is None:
+            out = F.conv2d(x, w, bias, stride, padding, dilation)
+            if identity is not None:
+                out = out.add_(identity)
+    else:
+        # X [.., k] @ W^T [k, n] (+ bias), written into the chain's output where it is its own
+        # buffer (no copy; not while autograd records, which refuses out=); `identity +=
+        # linear(x)` adds into the identity.
+        x2 = x.reshape(-1, x.shape[-1])
+        grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, bias))
+        into = chain.out is not identity and chain.out.is_contiguous() and not grad
+        y = chain.out.view(-1, w.shape[-1]) if into else None
+        if bias is not None:
+            y = torch.addmm(bias, x2, w, out=y)
+        else:
+            y = torch.mm(x2, w, out=y)
+        if identity is not None:
+            y = y.add_(identity.reshape(y.shape))
+        out = y.view(chain.out.shape)
+    if activation == "relu":
+        out = out.relu_()
+    elif activation == "gelu":
+        out = F.gelu(out, approximate="tanh")
+    if out.data_ptr() == chain.out.data_ptr() and out.shape == chain.out.shape:
+        return
+    if chain.out is not identity and out.shape == chain.out.shape and out.stride() == chain.out.stride() and not (
+            torch.is_grad_enabled() and out.requires_grad):
+        # The chain's output is our own empty tensor, which no view shares yet (any op but the
+        # chain's flushed it before): it takes the result's storage instead of a copy of it.
+        chain.out.set_(out)
+    else:
+        chain.out.copy_(out)
+
+
+def _cudnn_fusable(x, w, identity):
+    """Whether cuDNN's fused conv-bias-add-ReLU takes these operands as the kernels would (CUDA,
+    half precision, channels_last; PyTorch's `cudnn_convolution_*relu`)."""
+    cl = torch.channels_last
+    return (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and torch.backends.cudnn.is_available()
+            and hasattr(torch, "cudnn_convolution_add_relu") and x.is_contiguous(memory_format=cl)
+            and w.is_contiguous(memory_format=cl) and (identity is None or identity.is_contiguous(memory_format=cl)))
 
 
 class _Apply(TorchFunctionMode):
@@ -512,9 +604,10 @@ class _Apply(TorchFunctionMode):
             if why is not None:
                 self.applied.kept[why] = self.applied.kept.get(why, 0) + 1
             return func(*args, **kwargs)
-        if call.kind == "conv2d" and self.applied.plan.fuses(call.key) and _conv_ready(*call.operands[:2]):
-            out = torch.empty(call.out_shape, dtype=call.operands[0].dtype, device=call.operands[0].device,
-                              memory_format=torch.channels_last)
+        if _chains(call) and self.applied.plan.chains(call.key) and _ready(call):
+            x = call.operands[0]
+            fmt = torch.channels_last if call.kind == "conv2d" else torch.contiguous_format
+            out = torch.empty(call.out_shape, dtype=x.dtype, device=x.device, memory_format=fmt)
             self.chain = _Chain(call, out)
             return out
         entry, reason = self.applied.plan.decide(call.key, call.epilogue)
@@ -541,6 +634,7 @@ def apply(model, bundle_dir, arch=None):
     mode = _Apply(applied)
 
     def forward(*args, **kwargs):
+        applied.forwards += 1
         try:
             with mode:
                 return original(*args, **kwargs)

@@ -77,8 +77,24 @@ def test_fused_conv_kernels_that_won_mark_their_plain_key():
     plan = Plan({"format": 1, "kernels": kernels})
     assert plan.fuses(base)
     assert not plan.fuses(base.replace("k256", "k64")), "the vendor won that one"
+    assert plan.chains(base) and plan.chains(base.replace("k256", "k64")), "its chain runs as the vendor's fused call"
+    assert not plan.chains(base.replace("n32", "n1"))
     assert not plan.fuses(base.replace("n32", "n1")), "a plain kernel is no reason to wait for an epilogue"
     entry, why = plan.decide(base + "/beta=1,epi=bias+relu")
     assert entry is kernels[0] and why is None
     assert plan.decide(base.replace("k256", "k64")) == (None, "the vendor won each fused kernel of this layer")
     assert plan.decide(base.replace("k256", "k32"))[1].startswith("not tuned")
+
+
+def test_fused_linear_kernels_that_won_mark_their_plain_key():
+    plain = matmul_key(768, 3072, 768, "tn", "f16")
+    residual = matmul_key(768, 3072, 768, "tn", "f16", epilogue="bias", residual=True)
+    assert residual == plain.replace("beta=0", "beta=1,epi=bias")
+    won = entry(residual, problem={"op": "matmul", "alpha": 1.0, "beta": 1.0})
+    p = plan(won, entry(matmul_key(64, 64, 64, "tn", "f16", epilogue="bias"), time_us=13.0))
+    assert p.fuses(plain) and p.decide(residual) == (won, None)
+    assert not p.fuses(matmul_key(64, 64, 64, "tn", "f16")), "the vendor won that one"
+    assert p.decide(matmul_key(64, 64, 64, "tn", "f16")) == (None, "the vendor won each fused kernel of this layer")
+    # A kernel without C for a key with it (or the other way round) is refused.
+    _, why = plan(entry(residual)).decide(residual)
+    assert why == "the kernel scales by alpha/beta"

@@ -4,7 +4,16 @@ import json
 
 import pytest
 
-from tensortune.suite import SuiteBuilder, conv2d_key, matmul_key, matmul_layout, parse_key, read_suite, write_suite
+from tensortune.suite import (
+    SuiteBuilder,
+    conv2d_key,
+    matmul_key,
+    matmul_layout,
+    parse_key,
+    plain_key,
+    read_suite,
+    write_suite,
+)
 
 
 def test_keys_are_the_trackers_spelling():
@@ -17,6 +26,11 @@ def test_keys_are_the_trackers_spelling():
     assert (k["op"], k["n"], k["k"], k["stride"], k["types"]) == ("conv2d", 8, 2048, (2, 2), ("bf16", "f32", "bf16"))
     m = parse_key(matmul_key(1, 2, 3, "nt", "tf32"))
     assert (m["m"], m["n"], m["k"], m["layout"], m["types"]) == (1, 2, 3, "nt", ("tf32", "f32", "f32"))
+    fused = matmul_key(768, 3072, 768, "tn", "f16", epilogue="bias+gelu", residual=True)
+    assert fused == "matmul/m768n3072k768/tn/f16,f32,f16/alpha=1,beta=1,epi=bias+gelu"
+    f = parse_key(fused)
+    assert (f["residual"], f["epilogue"], f["beta"]) == (True, "bias+gelu", 1.0)
+    assert plain_key(fused) == matmul_key(768, 3072, 768, "tn", "f16")
 
 
 def test_conv_keys_carry_their_epilogue_as_the_tracker_spells_it():

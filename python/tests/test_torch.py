@@ -41,9 +41,10 @@ def test_capture_writes_the_suite(tmp_path, device, dtype):
     assert keys(suite) == {
         # A conv's epilogue is in its key (the fused kernel is what is tuned).
         (f"conv2d/n2h4w4c8/k16r3s3/pad1x1,stride1x1,dil1x1/nhwc/{t}/epi=relu", None, None): 1,
-        (f"matmul/m32n2k256/tn/{t}/alpha=1,beta=0", "bias+gelu", None): 1,
-        (f"matmul/m32n2k32/tn/{t}/alpha=1,beta=0", "bias+relu", None): 1,
-        (f"matmul/m32n2k32/tn/{t}/alpha=1,beta=0", "bias", None): 1,
+        # So is a linear layer's: its bias, then an add and ReLU or tanh-GELU (not the exact GELU).
+        (f"matmul/m32n2k256/tn/{t}/alpha=1,beta=0,epi=bias", None, None): 1,
+        (f"matmul/m32n2k32/tn/{t}/alpha=1,beta=0,epi=bias+relu", None, None): 1,
+        (f"matmul/m32n2k32/tn/{t}/alpha=1,beta=1,epi=bias", None, None): 1,
         # q @ q^T: the transposed view is the key's op(A), as a Linear's weight.
         (f"matmul/m4n4k8/tn/{t}/alpha=1,beta=0", None, 2): 1,
     }
@@ -170,3 +171,48 @@ def test_apply_runs_a_cpu_model_as_eager_with_fused_kernels_in_the_bundle(tmp_pa
     assert torch.equal(got, want)
     assert applied.report()["ours"] == 0 and applied.report()["fused"] == {}
     applied.remove()
+
+
+class BertOutput(nn.Module):
+    """BERT's output layer: dense, dropout, then LayerNorm of the sum with the block's input."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Linear(16, 8)
+        self.dropout = nn.Dropout(0.1)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, h, x):
+        return self.norm(self.dropout(self.dense(h)) + x)
+
+
+def test_a_linear_chain_takes_eval_dropout_and_the_residual_add_and_falls_back_exactly():
+    from tensortune import torch as tt
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = BertOutput().eval()
+    h, x = torch.randn(2, 3, 16), torch.randn(2, 3, 8)
+    suite = capture(model, (h, x))
+    assert keys(suite) == {("matmul/m8n6k16/tn/f32,f32,f32/alpha=1,beta=1,epi=bias", None, None): 1}
+    # In training the dropout is not nothing: the chain ends at it.
+    assert "beta=0,epi=bias" in capture(model.train(), (h, x))["workloads"][0]["workload"]
+    model.eval()
+
+    class NoKernels:
+        def decide(self, key, epilogue=()):
+            return None, f"not tuned: {key}"
+
+    applied = tt.Applied(model, NoKernels(), model.forward)
+    d = model.dense
+    call, why = tt._workload(torch.nn.functional.linear, (h, d.weight, d.bias), {})
+    assert why is None and tt._chains(call)
+    chain = tt._Chain(call, torch.empty(2, 3, 8))
+    assert chain.absorb(torch.nn.functional.dropout, (chain.out, 0.1, False, False), {})
+    assert not chain.absorb(torch.nn.functional.dropout, (chain.out, 0.1, True, False), {}), "training dropout"
+    assert chain.absorb(torch.Tensor.__add__, (chain.out, x), {})
+    assert chain.key() == "matmul/m8n6k16/tn/f32,f32,f32/alpha=1,beta=1,epi=bias"
+    with torch.no_grad():
+        tt._run_chain(applied, chain)
+    want = d(h) + x
+    assert torch.allclose(chain.out, want, rtol=1e-6, atol=1e-6), (chain.out - want).abs().max()
+    assert list(applied.kept) == [f"not tuned: {chain.key()}"]
