@@ -1,6 +1,6 @@
 //! Dispatch to workers: registration, leasing with long polls, heartbeats and reports.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -12,6 +12,7 @@ use crate::drift::{self, Drift, FlagChange};
 use crate::error::{Error, Result};
 use crate::model::{JobId, Measurement, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId};
 use crate::plausible;
+use crate::store::jobs::JobRow;
 use crate::store::tasks::{LeasedTask, TaskRow};
 use crate::store::workers::WorkerRow;
 use crate::store::{self};
@@ -61,7 +62,18 @@ impl Tracker {
             let ready = self.events.next_tasks();
             tokio::pin!(ready);
             ready.as_mut().enable();
-            let tasks = self.try_lease(worker, max, caller).await?;
+            let tasks = match self.try_lease(worker, max, caller).await {
+                Ok(tasks) => tasks,
+                Err(e) => {
+                    // This call may have taken a wake meant for tasks it now leaves pending.
+                    self.events.pass_on();
+                    return Err(e);
+                }
+            };
+            if u32::try_from(tasks.len()).is_ok_and(|n| n >= max) {
+                // All it asked for: more may be pending, and waiters were woken only for some.
+                self.events.pass_on();
+            }
             if !tasks.is_empty() || Instant::now() >= deadline {
                 return Ok(tasks);
             }
@@ -108,6 +120,7 @@ impl Tracker {
         let mut jobs: Vec<JobId> = tasks.iter().map(|t| t.job_id).collect();
         jobs.dedup();
         for job in store::jobs::mark_running(w.conn(), &jobs, now).await? {
+            w.forget_job(job);
             w.job_changed(job);
             tracing::info!(job, "job running");
         }
@@ -267,10 +280,24 @@ impl Tracker {
             Ok(row) => row,
             Err(refused) => return Ok(Err(refused)),
         };
+        // The batch's tasks in one read (one per report before). Each row serves its report once
+        // (a task repeated in the batch is read again), and a report that stopped a workload or
+        // a job, which cancels other tasks, makes the rest read theirs again.
+        let ids: Vec<TaskId> = items.iter().filter(|i| i.reported.is_ok()).map(|i| i.task).collect();
+        let mut rows: HashMap<TaskId, TaskRow> = if ids.len() > 1 {
+            store::tasks::get_many(w.conn(), &ids).await?.into_iter().map(|t| (t.id, t)).collect()
+        } else {
+            HashMap::new()
+        };
+        // The workloads whose trials finished, in order: each proposes what follows once the whole
+        // batch is in (once per report before: a proposal of one config, three statements).
+        let mut next: Vec<(JobId, u32)> = Vec::new();
         let mut outcomes = Vec::with_capacity(items.len());
         for item in items {
+            let read = rows.remove(&item.task);
+            let stops = w.stops();
             let checked = match &item.reported {
-                Ok(reported) => self.check_report(w, worker, item.task, item.lease_serial, reported).await,
+                Ok(reported) => self.check_report(w, worker, item.task, item.lease_serial, reported, read).await,
                 Err(refused) => Err(refused.again()),
             };
             let task = match checked {
@@ -288,7 +315,7 @@ impl Tracker {
                 Err(e) => return Err(e),
             };
             let Ok(reported) = &item.reported else { unreachable!("a refused report is never stored") };
-            let job = store::jobs::get(w.conn(), task.job_id).await?.ok_or(Error::JobNotFound(task.job_id))?;
+            let job = self.job_in(w, task.job_id).await?;
             let untrusted = judge(w, &task, &row, reported).await?;
             for reason in untrusted.iter().flatten() {
                 tracing::warn!(worker, task = task.id, job = job.id, %reason, "report not trusted");
@@ -297,19 +324,41 @@ impl Tracker {
             // From here on a failure may leave half a report in the transaction: it fails the
             // whole group, which rolls back.
             let record = match reported {
-                Reported::Tuning(m) => self.record_result(w, &job, &task, &producer, m).await?,
+                Reported::Tuning(m) => {
+                    if !next.contains(&(job.id, task.workload_idx)) {
+                        next.push((job.id, task.workload_idx));
+                    }
+                    self.record_result(w, &job, &task, &producer, m).await?
+                }
                 Reported::Finalists(ms) => self.record_finalists(w, &job, &task, &producer, ms).await?,
             };
             let untrusted = untrusted.iter().any(Option::is_some);
+            if w.stops() != stops {
+                rows.clear();
+            }
             tracing::debug!(worker, task = task.id, job = job.id, record, untrusted, "result stored");
             outcomes.push(Ok(Report { stored: true, record_id: Some(record), untrusted }));
+        }
+        for (job, idx) in next {
+            let job = self.job_in(w, job).await?;
+            self.advance(w, &job, idx).await?;
         }
         Ok(Ok(outcomes))
     }
 
+    /// Job `id`'s row, read once per write for its reports (see `Write::job_row`).
+    async fn job_in(&self, w: &mut Write<'_>, id: JobId) -> Result<JobRow> {
+        if let Some(job) = w.job_row(id) {
+            return Ok(job.clone());
+        }
+        let job = store::jobs::get(w.conn(), id).await?.ok_or(Error::JobNotFound(id))?;
+        w.remember_job(&job);
+        Ok(job)
+    }
+
     /// The checks of one report of a batch, before anything of it is written: whether it fits its
     /// task, whether the task is done already (the report is then acknowledged and dropped), and
-    /// whether `worker` may report it.
+    /// whether `worker` may report it. `read` is the task's row when the batch read it already.
     async fn check_report(
         &self,
         w: &mut Write<'_>,
@@ -317,8 +366,12 @@ impl Tracker {
         task_id: TaskId,
         lease_serial: u32,
         reported: &Reported,
+        read: Option<TaskRow>,
     ) -> Result<Checked> {
-        let task = store::tasks::get(w.conn(), task_id).await?.ok_or(Error::TaskNotFound(task_id))?;
+        let task = match read {
+            Some(task) => task,
+            None => store::tasks::get(w.conn(), task_id).await?.ok_or(Error::TaskNotFound(task_id))?,
+        };
         // A report that does not fit its task is refused even when repeated: it is malformed,
         // whatever became of the task.
         check_fits(&task, reported)?;
@@ -360,7 +413,7 @@ impl Tracker {
         let released = store::tasks::release_worker(w.conn(), worker, now).await?;
         store::workers::set_offline(w.conn(), worker, now).await?;
         if released > 0 {
-            w.tasks_ready();
+            w.tasks_ready(released);
         }
         w.commit(&self.events).await?;
         tracing::info!(worker, released, "worker left; its tasks are pending again");
@@ -388,7 +441,7 @@ impl Tracker {
         }
         let released = store::tasks::release_worker(w.conn(), id, now).await?;
         if released > 0 {
-            w.tasks_ready();
+            w.tasks_ready(released);
         }
         w.commit(&self.events).await?;
         tracing::warn!(worker = id, records = marked, workloads = affected.len(), released, %reason, "worker quarantined");

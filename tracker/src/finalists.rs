@@ -185,7 +185,7 @@ impl Tracker {
         let task = store::tasks::insert_finalist(w.conn(), job.id, wl.idx, &finalists, now).await?;
         wl.state = WorkloadState::Finalizing;
         wl.end_state = Some(end);
-        w.tasks_ready();
+        w.tasks_ready(1);
         tracing::info!(
             job = job.id,
             workload = wl.idx,
@@ -315,6 +315,7 @@ impl Tracker {
                     wl.idx, wl.workload_key
                 );
                 store::jobs::add_note(w.conn(), job.id, &note, now).await?;
+                w.forget_job(job.id);
                 tracing::warn!(job = job.id, workload = wl.idx, "no finalist re-measured ok; keeping the tuning best");
             }
         }

@@ -79,6 +79,7 @@ impl Tracker {
                 let why = format!("lease expired {} times; the worker holding it was lost", task.attempts);
                 let producer = Producer { worker: task.worker_id, token: None, untrusted: &[] };
                 let record = self.record_result(&mut w, &job, &task, &producer, &Measurement::device_lost(why)).await?;
+                self.advance(&mut w, &job, task.workload_idx).await?;
                 tracing::warn!(
                     task = task.id,
                     job = job.id,
@@ -89,7 +90,7 @@ impl Tracker {
                 );
             } else {
                 store::tasks::release(w.conn(), task.id, now).await?;
-                w.tasks_ready();
+                w.tasks_ready(1);
                 tracing::info!(
                     task = task.id,
                     job = task.job_id,

@@ -257,7 +257,9 @@ async fn relay_notifications(tracker: Arc<Tracker>, stop: CancellationToken) {
                     continue;
                 }
                 if n.channel() == store::TASKS_CHANNEL {
-                    tracker.events.tasks_ready();
+                    // How many became pending, when the writer said (`Write::commit`); every
+                    // waiter is woken otherwise.
+                    tracker.events.tasks_ready(jobs.parse().ok());
                 } else {
                     for id in jobs.split(',').filter_map(|id| id.parse().ok()) {
                         tracker.events.job_changed(id);

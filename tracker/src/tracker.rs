@@ -104,11 +104,12 @@ impl Tracker {
             priors: Vec::new(),
             stopped: Vec::new(),
             changed: BTreeSet::new(),
-            tasks_ready: false,
+            tasks_ready: 0,
             workers: HashMap::new(),
             workload_rows: HashMap::new(),
             jobs_touched: HashSet::new(),
             outstanding: HashMap::new(),
+            jobs: HashMap::new(),
             finished: false,
         })
     }
@@ -156,8 +157,9 @@ pub(crate) struct Write<'a> {
     stopped: Vec<(JobId, Option<u32>)>,
     /// Jobs to announce to watchers after the commit.
     changed: BTreeSet<JobId>,
-    /// Whether tasks became pending (long-polling workers are woken after the commit).
-    tasks_ready: bool,
+    /// How many tasks became pending (about as many long-polling workers are woken after the
+    /// commit: `Events::tasks_ready`).
+    tasks_ready: u64,
     /// Workers this write read and marked seen (at `now`): a group commit holds many calls of the
     /// same worker (a lease, a heartbeat, reports), which read and touch its row once.
     pub(crate) workers: HashMap<crate::model::WorkerId, crate::store::workers::WorkerRow>,
@@ -172,6 +174,11 @@ pub(crate) struct Write<'a> {
     /// kept in step by its own changes (a task finished, a task proposed), so that each report of
     /// a group does not count them again. Anything else that changes them forgets the count.
     outstanding: HashMap<SearchKey, u32>,
+    /// Job rows read by this write's reports (`Write::job_row`): a group holds hundreds of reports
+    /// of a few jobs, each of which read its job's row. A change of a job's row inside a group
+    /// (running, done, a note) forgets it (`Write::forget_job`); its `updated_ms` (set by
+    /// `Tracker::touch_job`) is not followed, nothing a report does reads it.
+    jobs: HashMap<JobId, crate::store::jobs::JobRow>,
     finished: bool,
 }
 
@@ -264,6 +271,12 @@ impl Write<'_> {
         self.stopped.push((job, idx));
     }
 
+    /// How many stops this write noted ([`Write::stop_search`]): a change that stops a workload
+    /// or a job may change tasks other than the one at hand (it cancels the outstanding ones).
+    pub(crate) fn stops(&self) -> usize {
+        self.stopped.len()
+    }
+
     /// Notes that a job changed.
     pub(crate) fn job_changed(&mut self, job: JobId) {
         self.changed.insert(job);
@@ -284,6 +297,21 @@ impl Write<'_> {
         if let Some(row) = self.workload_rows.get_mut(&key) {
             row.proposed += n;
         }
+    }
+
+    /// Job `id`'s row as read earlier in this write, if it was and has not changed since.
+    pub(crate) fn job_row(&self, id: JobId) -> Option<&crate::store::jobs::JobRow> {
+        self.jobs.get(&id)
+    }
+
+    /// Keeps `row`, just read, for this write's next reads of its job.
+    pub(crate) fn remember_job(&mut self, row: &crate::store::jobs::JobRow) {
+        self.jobs.insert(row.id, row.clone());
+    }
+
+    /// Forgets the kept row of job `id`: this write changed it.
+    pub(crate) fn forget_job(&mut self, id: JobId) {
+        self.jobs.remove(&id);
     }
 
     /// Forgets every kept workload row: some row changed in a way they do not follow.
@@ -318,9 +346,9 @@ impl Write<'_> {
         self.jobs_touched.insert(id)
     }
 
-    /// Notes that tasks became pending.
-    pub(crate) fn tasks_ready(&mut self) {
-        self.tasks_ready = true;
+    /// Notes that `n` tasks became pending.
+    pub(crate) fn tasks_ready(&mut self, n: u64) {
+        self.tasks_ready = self.tasks_ready.saturating_add(n);
     }
 
     /// Commits, brings the searches in step, then tells watchers and waiting workers.
@@ -336,8 +364,10 @@ impl Write<'_> {
             if !keys.is_empty() {
                 bumped = crate::store::workloads::bump_versions(&mut tx, &keys).await?;
             }
-            if self.tasks_ready {
-                crate::store::notify(&mut tx, crate::store::TASKS_CHANNEL, &self.instance.to_string()).await?;
+            if self.tasks_ready > 0 {
+                // `instance:n`, so that other trackers wake as few of their waiting leases.
+                let payload = format!("{}:{}", self.instance, self.tasks_ready);
+                crate::store::notify(&mut tx, crate::store::TASKS_CHANNEL, &payload).await?;
             }
             if !self.changed.is_empty() {
                 let ids: Vec<String> = self.changed.iter().map(JobId::to_string).collect();
@@ -366,8 +396,8 @@ impl Write<'_> {
         for job in &self.changed {
             events.job_changed(*job);
         }
-        if self.tasks_ready {
-            events.tasks_ready();
+        if self.tasks_ready > 0 {
+            events.tasks_ready(Some(u32::try_from(self.tasks_ready).unwrap_or(u32::MAX)));
         }
         Ok(())
     }

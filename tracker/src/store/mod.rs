@@ -467,7 +467,7 @@ pub(crate) fn sql(pg: bool, sqlite: &'static str) -> &'static str {
 
 /// The channel a write that made tasks pending notifies on PostgreSQL, so that every tracker on
 /// the database wakes its long-polling leases (see `lib::relay_notifications`). Payload: the
-/// writing tracker's instance number.
+/// writing tracker's instance number, `:`, how many tasks became pending.
 pub(crate) const TASKS_CHANNEL: &str = "tensortune_tasks";
 
 /// The channel a write that changed jobs notifies on PostgreSQL, so that every tracker wakes its

@@ -105,6 +105,51 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, t: &NewTask<'_>, now: i64) ->
     .await)?)
 }
 
+/// A pending tuning task of [`insert_pending`], as one element of its JSON array parameter.
+#[derive(serde::Serialize)]
+pub(crate) struct PendingTask<'a> {
+    pub(crate) template: &'a str,
+    pub(crate) template_version: u32,
+    pub(crate) config_index: u64,
+    pub(crate) config: &'a str,
+}
+
+/// Inserts pending tuning tasks of workload `idx` of `job`, in their order, in one statement (a
+/// proposal inserted each on its own before). Their ids are not returned: nothing needs them
+/// until they are leased.
+pub(crate) async fn insert_pending(
+    e: impl Into<Exec<'_>>,
+    job: JobId,
+    idx: u32,
+    tasks: &[PendingTask<'_>],
+    now: i64,
+) -> Result<()> {
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    on!(e, |c, pg| sqlx::query(if pg {
+        "INSERT INTO tasks (job_id, workload_idx, template, template_version, config_index, config, state, reused,
+                            created_ms, updated_ms)
+         SELECT $1, $2, x.template, x.template_version, x.config_index, x.config, 'pending', FALSE, $3, $3
+         FROM json_to_recordset($4::json)
+              AS x (template TEXT, template_version BIGINT, config_index BIGINT, config TEXT)"
+    } else {
+        "INSERT INTO tasks (job_id, workload_idx, template, template_version, config_index, config, state, reused,
+                            created_ms, updated_ms)
+         SELECT $1, $2, value ->> '$.template', value ->> '$.template_version', value ->> '$.config_index',
+                value ->> '$.config', 'pending', FALSE, $3, $3
+         FROM json_each($4) ORDER BY key"
+    })
+    .bind(job)
+    .bind(i64::from(idx))
+    .bind(now)
+    .bind(json(tasks))
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
+    Ok(())
+}
+
 /// Inserts the pending finalist task of workload `idx` of `job`.
 pub(crate) async fn insert_finalist(
     e: impl Into<Exec<'_>>,
@@ -131,6 +176,17 @@ pub(crate) async fn insert_finalist(
 /// The task `id`.
 pub(crate) async fn get(e: impl Into<Exec<'_>>, id: TaskId) -> Result<Option<TaskRow>> {
     Ok(on!(e, |c, pg| sqlx::query_as("SELECT * FROM tasks WHERE id = $1").bind(id).fetch_optional(c).await)?)
+}
+
+/// The tasks among `ids` that exist, in no order: a batch of reports reads its tasks at once.
+pub(crate) async fn get_many(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Result<Vec<TaskRow>> {
+    Ok(on!(e, |c, pg| sqlx::query_as(sql(
+        pg,
+        "SELECT * FROM tasks WHERE id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))"
+    ))
+    .bind(json(ids))
+    .fetch_all(c)
+    .await)?)
 }
 
 /// Tuning tasks of a workload that are pending or leased. Asked after every report: it reads the

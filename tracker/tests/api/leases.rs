@@ -258,15 +258,19 @@ async fn a_batch_of_reports_is_answered_report_by_report_and_a_retried_batch_sto
     reports.push(entry(&theirs, measure(&theirs)));
     reports.push(pb::ReportResultRequest { measurement: Some(pb::Measurement::default()), ..entry(&mine[0], ok(1.0)) });
     reports.push(pb::ReportResultRequest { task_id: 999_999, ..entry(&mine[0], ok(1.0)) });
+    // A task twice in one batch (the batch's tasks are read at once): stored once, then
+    // acknowledged as done.
+    reports.push(entry(&mine[1], ok(1.0)));
     let request = pb::ReportResultsRequest { worker_id: a.id, reports };
 
     let first = a.client.report_results(request.clone()).await.unwrap().into_inner().outcomes;
     let codes: Vec<Code> = first.iter().map(|o| Code::from_i32(o.code)).collect();
     assert_eq!(
         codes,
-        [Code::Ok, Code::Ok, Code::Ok, Code::FailedPrecondition, Code::InvalidArgument, Code::NotFound],
+        [Code::Ok, Code::Ok, Code::Ok, Code::FailedPrecondition, Code::InvalidArgument, Code::NotFound, Code::Ok],
         "{first:?}"
     );
+    assert_eq!((first[6].stored, first[6].record_id), (false, first[1].record_id), "{first:?}");
     assert!(first[..3].iter().all(|o| o.stored && o.record_id > 0), "{first:?}");
     assert!(first[3].message.contains("does not hold"), "{}", first[3].message);
     assert!(first[4].message.contains("reports[4].measurement.status"), "{}", first[4].message);
@@ -291,5 +295,30 @@ async fn a_batch_of_reports_is_answered_report_by_report_and_a_retried_batch_sto
         code(a.client.report_results(pb::ReportResultsRequest { worker_id: a.id, reports: vec![] }).await);
     assert_eq!(c, Code::InvalidArgument);
     assert!(message.contains("1 ..= 1024"), "{message}");
+    tracker.stop().await;
+}
+
+#[tokio::test]
+async fn tasks_made_pending_reach_every_waiting_lease_though_few_are_woken() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    // Five workers long-poll for one task each before there is any: the job's five tasks wake one
+    // of them (one per 16 tasks), and each that leases all it asked for wakes the next. A waiter
+    // left asleep would come back empty when its 20 s poll ends.
+    let mut waiting = tokio::task::JoinSet::new();
+    for i in 0..5 {
+        let mut worker = FakeWorker::register(&tracker, &format!("box/{i}")).await;
+        waiting.spawn(async move { worker.lease(1, 20_000).await });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    submit(&mut tuning, job(vec![matmul(64, 64, 64)], 5, 5)).await;
+    let mut leased = HashSet::new();
+    while let Some(tasks) = waiting.join_next().await {
+        let tasks = tasks.unwrap();
+        assert_eq!(tasks.len(), 1, "a waiting lease came back with {tasks:?}");
+        assert!(leased.insert(tasks[0].task_id), "task {} leased twice", tasks[0].task_id);
+    }
+    assert_eq!(leased.len(), 5);
     tracker.stop().await;
 }
