@@ -1,4 +1,4 @@
-//! NVRTC compiles what `wgmma_gemm` emits for sm_90a, on the CPU: a sample of over 150 configs
+//! NVRTC compiles what `wgmma_gemm` emits for sm_90a, on the CPU: a sample of over 120 configs
 //! spread over every type combination, every layout the instruction takes, a ragged shape and
 //! every kind of config (producer, schedule, cluster, persistence, stream-K, epilogue). A serialized
 //! wgmma or an ignored setmaxnreg (ptxas C7510/C7511/C7508/C7514) counts as a failure, as in the
@@ -15,8 +15,9 @@ use crate::common::{
 };
 
 /// One config from every `every`-th kind (in kind order, starting at `turn % every`), from the
-/// middle of the kind's configs: successive workloads take turns, so every kind is compiled on a
-/// sixth of the workloads and CI compiles about two hundred kernels, not a thousand.
+/// middle of the kind's configs: successive workloads take turns, so every kind is compiled on an
+/// eighth of the workloads and CI compiles about 150 kernels, not a thousand (NVRTC's time is the
+/// compile tests' time in CI).
 fn sample(valid: &[(u64, Config)], turn: usize, every: usize) -> Vec<Config> {
     let mut kinds: std::collections::BTreeMap<String, Vec<&Config>> = Default::default();
     for (_, c) in valid {
@@ -42,7 +43,7 @@ fn a_sample_of_wgmma_configs_compiles_for_sm90a() {
                     mm.beta = if m == 1000 { -1.0 } else { 0.0 };
                     let w = Workload::Matmul(mm);
                     let Ok(valid) = valid_configs(&WgmmaGemm, &w, &target) else { continue };
-                    for c in sample(&valid, turn, 6) {
+                    for c in sample(&valid, turn, 8) {
                         kinds_seen.insert(kind(&c));
                         specs.push(WgmmaGemm.generate(&w, &c, &target).unwrap());
                     }
@@ -52,7 +53,7 @@ fn a_sample_of_wgmma_configs_compiles_for_sm90a() {
         }
     }
     eprintln!("{} sampled configs of {} kinds", specs.len(), kinds_seen.len());
-    assert!(specs.len() >= 150, "only {} sampled configs", specs.len());
+    assert!(specs.len() >= 120, "only {} sampled configs", specs.len());
     // Every kind of code path: producer x schedule x cluster x persistence x stream-K x epilogue
     // (what the rules allow: ping-pong needs a producer warpgroup, stream-K a persistent
     // cooperative grid).
