@@ -195,7 +195,18 @@ impl Tracker {
             Error::Internal(format!("device class {:?} of job {} is missing from the store", job.device_class, job.id))
         })?;
         let features = job.tuner.needs_features();
+        let started = std::time::Instant::now();
+        // A model with transfer featurises the shipped packs' records while the space is
+        // enumerated (the prior then reads their rows from a cache).
+        let warm = (features && job.transfer && self.config.prior_pack).then(|| {
+            let (templates, workload, class, target) =
+                (templates.all().to_vec(), wl.workload.0, job.device_class.clone(), target.clone());
+            tokio::task::spawn_blocking(move || search::warm_rows(&templates, &workload, &class, &target))
+        });
         let spaces = search::spaces(templates.all().to_vec(), vec![wl.workload.0], target.clone(), features).await?;
+        if let Some(warm) = warm {
+            warm.await?;
+        }
         let space = match spaces.into_iter().next() {
             Some(Ok(space)) => space,
             Some(Err(rejections)) => {
@@ -209,6 +220,14 @@ impl Tracker {
             }
             None => return Err(Error::Internal("a space was asked for and none came".to_owned())),
         };
+        let space_ms = started.elapsed().as_millis() as u64;
+        tracing::debug!(
+            job = job.id,
+            workload = wl.idx,
+            configs = space.valid.len(),
+            ms = space_ms,
+            "search space built"
+        );
         let prior = self.job_prior(w, job, &templates, &space, &target).await?;
         let (taken, observed) = self.search_state(w, job, &templates, wl.idx).await?;
         let tuner = job.tuner.build(&space, job.seed(), wl.idx, prior)?;
