@@ -368,7 +368,7 @@ pub(crate) async fn prior(
             let (workload, configs) = &groups[g];
             // Each config (the map's order: by template, then config) whose template's space
             // holds it, with its row (`None`: it has none).
-            let mut known: Vec<(usize, Option<Arc<[f64]>>, Option<f64>)> = Vec::with_capacity(configs.len());
+            let mut known: Vec<(usize, Row, Option<f64>)> = Vec::with_capacity(configs.len());
             for (pos, (template, _)) in templates.iter().enumerate() {
                 let mine: Vec<(&String, Option<f64>)> =
                     configs.iter().filter(|((p, _), _)| *p == pos).map(|((_, c), t)| (c, *t)).collect();
@@ -413,7 +413,10 @@ pub(crate) async fn prior(
 
 /// A prior workload's rows of one template: per config (its JSON), `None` when the template's
 /// space does not hold it, else its feature row (`None`: it has none).
-type GroupRows = HashMap<String, Option<Option<Arc<[f64]>>>>;
+type GroupRows = HashMap<String, Option<Row>>;
+
+/// A config's feature row, `None` when it has none.
+type Row = Option<Arc<[f64]>>;
 
 /// Which rows [`ROW_CACHE`] holds: the target (its `Debug` form), template, version and the
 /// prior workload's key.
@@ -423,7 +426,10 @@ type RowKey = (String, &'static str, u32, String);
 /// workload, template, config and the target, not on the job, so the jobs of one bench (one job
 /// per workload) featurise the shipped packs once (about 0.4 s of 16 cores a job on an H200,
 /// 2026-11-28). Emptied when it would hold more than [`ROW_CACHE_ROWS`].
-static ROW_CACHE: std::sync::Mutex<Option<(HashMap<RowKey, Arc<GroupRows>>, usize)>> = std::sync::Mutex::new(None);
+static ROW_CACHE: std::sync::Mutex<Option<RowCache>> = std::sync::Mutex::new(None);
+
+/// [`ROW_CACHE`]'s rows by key, and how many it holds.
+type RowCache = (HashMap<RowKey, Arc<GroupRows>>, usize);
 
 /// Most rows [`ROW_CACHE`] holds (about 0.5 KB each): several times the shipped packs' records of
 /// one architecture.
@@ -450,7 +456,7 @@ fn rows_of<'a>(
     target: &Target,
     target_key: &str,
     configs: impl Iterator<Item = &'a String>,
-) -> Vec<Option<Option<Arc<[f64]>>>> {
+) -> Vec<Option<Row>> {
     let key = (target_key.to_owned(), template.name(), template.version(), workload.key());
     let cached = cached_rows(&key);
     let mut fresh = GroupRows::new();

@@ -59,7 +59,7 @@ pub struct CudaExecutor {
     /// The time of each cuBLASLt candidate (by position, `None`: skipped) at the first timing of
     /// every candidate, per baseline key (workload, regime, L2 flush) and plan (fused or not): a
     /// finalist's re-pick times again only those within [`REPICK_MARGIN`] of the fastest of them.
-    lt_times: HashMap<((String, bool), bool), Vec<Option<f64>>>,
+    lt_times: HashMap<(BaselineKey, bool), Vec<Option<f64>>>,
     /// What every timing needs: stream, L2 flush scratch and NVML.
     timer: Timer,
     poisoned: bool,
@@ -864,7 +864,10 @@ impl Timer {
 
 /// Baselines are per workload and timing mode: a cold-L2 vendor time next to a warm kernel time
 /// (or the reverse) would misstate the speedup.
-fn baseline_key(req: &MeasureRequest) -> (String, bool) {
+/// A vendor baseline's key: the workload (and regime, unless burst) and the L2 flush.
+type BaselineKey = (String, bool);
+
+fn baseline_key(req: &MeasureRequest) -> BaselineKey {
     match req.regime {
         Regime::Burst => (req.workload_key.clone(), req.flush_l2),
         // The power-capped clock: a burst time would misstate it, and the reverse.
