@@ -201,7 +201,20 @@ impl Tracker {
         let warm = (features && job.transfer && self.config.prior_pack).then(|| {
             let (templates, workload, class, target) =
                 (templates.all().to_vec(), wl.workload.0, job.device_class.clone(), target.clone());
-            tokio::task::spawn_blocking(move || search::warm_rows(&templates, &workload, &class, &target))
+            tokio::task::spawn_blocking(move || {
+                let (shipped, exclude) = (crate::packs::shipped(), [workload.key()]);
+                let records = templates
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.op() == workload.op())
+                    .flat_map(|(pos, t)| {
+                        crate::packs::shipped_prior(shipped, *t, &class, &exclude)
+                            .into_iter()
+                            .map(move |(_, r)| (pos, r))
+                    })
+                    .collect();
+                search::warm_rows(&templates, records, &target)
+            })
         });
         let spaces = search::spaces(templates.all().to_vec(), vec![wl.workload.0], target.clone(), features).await?;
         if let Some(warm) = warm {

@@ -479,19 +479,15 @@ fn rows_of<'a>(
     out
 }
 
-/// Computes into [`ROW_CACHE`] the rows of the shipped packs' records of each of `templates` that
-/// takes `workload`'s op (leaving out `workload`'s own) on device class `class` (`target`), a
-/// thread per prior workload: what a model job's transfer prior reads, done while its space is
-/// enumerated, so that the prior then takes them from the cache.
-pub(crate) fn warm_rows(templates: &[&'static dyn Template], workload: &Workload, class: &str, target: &Target) {
+/// Computes into [`ROW_CACHE`] the rows of `records` (each with the position of its template in
+/// `templates`) on `target`, a thread per prior workload and template: what a model job's transfer
+/// prior reads (the shipped packs' records), done while its space is enumerated, so that the
+/// prior then takes them from the cache.
+pub(crate) fn warm_rows(templates: &[&'static dyn Template], records: Vec<(usize, PriorRecord)>, target: &Target) {
     let target_key = row_target_key(target);
-    let shipped = crate::packs::shipped();
-    let exclude = [workload.key()];
     let mut groups: BTreeMap<(usize, String), (Workload, Vec<String>)> = BTreeMap::new();
-    for (pos, template) in templates.iter().enumerate().filter(|(_, t)| t.op() == workload.op()) {
-        for (_, r) in crate::packs::shipped_prior(shipped, *template, class, &exclude) {
-            groups.entry((pos, r.workload_key)).or_insert_with(|| (r.workload.0, Vec::new())).1.push(r.config);
-        }
+    for (pos, r) in records {
+        groups.entry((pos, r.workload_key)).or_insert_with(|| (r.workload.0, Vec::new())).1.push(r.config);
     }
     let spaces: Vec<_> = templates.iter().map(|t| t.space()).collect();
     let (spaces, target_key) = (&spaces, &target_key);
