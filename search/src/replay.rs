@@ -13,7 +13,7 @@ use tensortune_kernels::{Config, Template, Workload, registry};
 
 use crate::Error;
 use crate::features::{UnionLayout, WORKLOAD_FEATURES, row, target_for_class};
-use crate::tuner::{Candidate, Observation, Prior, by_name, chance_of_better};
+use crate::tuner::{Candidate, Observation, Prior, by_name, chance_of_better, lookahead};
 
 /// The fields of an exported record (`tensortune records export`) that replay reads.
 #[derive(Debug, Deserialize)]
@@ -325,9 +325,12 @@ pub fn curve(
     Ok(out)
 }
 
-/// Runs the tuner batch by batch, calling `step(trials so far, best time so far)` after every
-/// trial, until the budget (capped at the space) is spent, the tuner has nothing to propose, or
-/// `step` returns false at the end of a batch. Returns what was observed and the best time.
+/// Runs the tuner batch by batch as the tracker does, calling `step(trials so far, best time so
+/// far)` after every trial, until the budget (capped at the space) is spent, the tuner has nothing
+/// to propose, or `step` returns false (then what is in flight still comes in). Like the tracker,
+/// it asks for the next batch once no more than [`lookahead`] configs are still in flight, around
+/// them (`Tuner::propose_around`); outcomes come in the order proposed. Returns what was observed
+/// and the best time.
 fn walk(
     data: &Recorded,
     tuner_name: &str,
@@ -339,22 +342,27 @@ fn walk(
 ) -> Result<(Vec<Observation>, f64), Error> {
     let mut tuner = by_name(tuner_name, seed, prior)?;
     let budget = budget.min(data.candidates.len());
+    let ahead = lookahead(batch);
     let mut observed: Vec<Observation> = Vec::with_capacity(budget);
+    let mut in_flight: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
     let mut best = f64::INFINITY;
     let mut go_on = true;
-    while go_on && observed.len() < budget {
-        let proposals = tuner.propose(&data.candidates, &observed, batch.min(budget - observed.len()));
-        if proposals.is_empty() {
-            break;
-        }
-        for pos in proposals {
-            let time_us = data.truth[pos];
-            observed.push(Observation { pos, time_us });
-            if let Some(t) = time_us {
-                best = best.min(t);
+    loop {
+        let room = budget - observed.len() - in_flight.len();
+        if go_on && room > 0 && in_flight.len() <= ahead {
+            let next = tuner.propose_around(&data.candidates, &observed, in_flight.make_contiguous(), batch.min(room));
+            if !next.is_empty() {
+                in_flight.extend(next);
+                continue;
             }
-            go_on = step(observed.len(), best);
         }
+        let Some(pos) = in_flight.pop_front() else { break };
+        let time_us = data.truth[pos];
+        observed.push(Observation { pos, time_us });
+        if let Some(t) = time_us {
+            best = best.min(t);
+        }
+        go_on &= step(observed.len(), best);
     }
     Ok((observed, best))
 }
@@ -538,6 +546,21 @@ mod tests {
         let s = summarise(w, "random", None, 5, 1000, 8).unwrap();
         assert!(s.to_5 <= 60 && s.final_ratio == 1.0);
         assert!(Dataset::read("{\"x\":1}\n".as_bytes(), "bad").is_err());
+    }
+
+    #[test]
+    fn the_walk_proposes_ahead_without_measuring_a_config_twice() {
+        let data = Dataset::read(lines().as_bytes(), "test").unwrap();
+        let w = &data.workloads[0];
+        assert!((1..8).contains(&lookahead(8)), "batches of 8 look ahead by {}", lookahead(8));
+        for (budget, want) in [(37, 37), (1000, 60)] {
+            let (observed, _) = walk(w, "model", 1, None, budget, 8, |_, _| true).unwrap();
+            let distinct: std::collections::HashSet<usize> = observed.iter().map(|o| o.pos).collect();
+            assert_eq!((observed.len(), distinct.len()), (want, want), "budget {budget}");
+        }
+        // Stopped early, it ends once what is in flight is in: at most a batch and the look-ahead.
+        let (observed, _) = walk(w, "model", 1, None, 1000, 8, |n, _| n < 5).unwrap();
+        assert!((5..=8 + lookahead(8) + 1).contains(&observed.len()), "{}", observed.len());
     }
 
     #[test]

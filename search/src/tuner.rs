@@ -220,9 +220,8 @@ pub trait Tuner: Send {
     fn propose(&mut self, candidates: &[Candidate], observed: &[Observation], n: usize) -> Vec<usize>;
 
     /// As [`Tuner::propose`] while the configs at `pending` (proposed, not yet measured) are
-    /// measured: none of them again. The tracker asks this way when a batch is still partly in
-    /// flight (after a reused record, or a restart); it proposes a whole batch only once the last
-    /// is in (a look-ahead of one batch missed the replay bars, 2026-11-28).
+    /// measured: none of them again. The tracker asks this way for the next batch while the last
+    /// few of the one before still measure ([`lookahead`]), and after a reused record or a restart.
     fn propose_around(
         &mut self,
         candidates: &[Candidate],
@@ -234,6 +233,23 @@ pub trait Tuner: Send {
         self.propose(candidates, observed, wanted).into_iter().filter(|p| !pending.contains(p)).take(n).collect()
     }
 }
+
+/// How many configs of a batch may still be measuring when a batch tuner is asked for the next
+/// batch: the tracker proposes batch k + 1 once no more than this many of batch k (and before) are
+/// outstanding, so that the worker compiles it while the last of batch k measure, and the replay
+/// ([`crate::replay`]) walks the same way. 0 would be whole batches, each once the last is in:
+/// the worker's compile pool then waits for every fit and the measure stage for the first compile
+/// of every batch (about 0.4 s a batch of 16 on an H200, 2026-11-28). How far ahead, in eighths of
+/// a batch, was chosen on the training split of the union-v14 replay (docs/BENCHMARKS.md,
+/// "Search"), 20 seeds, batches of 16: a whole batch (batch k + 2 chosen knowing batches 1..=k)
+/// and half a batch each took the strided conv n12 28x28 256->256 3x3 below its 2x gain (1.6x in
+/// an earlier space, 1.0x: 81 trials to 5%, as many as random); a quarter keeps it at 2.7x.
+pub fn lookahead(batch: usize) -> usize {
+    batch * LOOKAHEAD_EIGHTHS / 8
+}
+
+/// [`lookahead`] in eighths of a batch: a quarter (4 of 16).
+const LOOKAHEAD_EIGHTHS: usize = 2;
 
 /// The tuners this build knows.
 pub const NAMES: [&str; 4] = ["random", "grid", "model", "autotvm"];

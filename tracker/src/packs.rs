@@ -160,8 +160,9 @@ pub(crate) fn parse(bytes: &[u8], origin: &str) -> Result<Parsed> {
 }
 
 /// [`parse`], keeping only the records whose template and version pass `keep` (the others are
-/// read no further than those two fields, and not checked).
-fn parse_where(bytes: &[u8], origin: &str, keep: impl Fn(&str, u32) -> bool) -> Result<Parsed> {
+/// read no further than those two fields, and not checked). The lines are parsed in chunks, a
+/// thread each: the first model job of a fresh tracker waits for the shipped packs.
+fn parse_where(bytes: &[u8], origin: &str, keep: impl Fn(&str, u32) -> bool + Sync) -> Result<Parsed> {
     let mut text = Vec::new();
     let reader: Box<dyn Read + '_> =
         if bytes.starts_with(&[0x1f, 0x8b]) { Box::new(flate2::read::GzDecoder::new(bytes)) } else { Box::new(bytes) };
@@ -169,13 +170,51 @@ fn parse_where(bytes: &[u8], origin: &str, keep: impl Fn(&str, u32) -> bool) -> 
         field: "records".to_owned(),
         message: format!("{origin}: not a readable pack: {e}"),
     })?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(PARSE_THREADS);
+    let chunks = line_chunks(&text, text.len().div_ceil(threads).max(1));
+    let keep = &keep;
+    let parts: Vec<Result<Parsed>> = std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            chunks.iter().map(|&(first, chunk)| scope.spawn(move || parse_lines(chunk, first, origin, keep))).collect();
+        handles.into_iter().map(|h| h.join().expect("parsing pack lines does not panic")).collect()
+    });
+    let mut out = Parsed::default();
+    for part in parts {
+        let part = part?;
+        out.records.extend(part.records);
+        out.unknown_template += part.unknown_template;
+    }
+    Ok(out)
+}
+
+/// Most threads one pack is parsed on.
+const PARSE_THREADS: usize = 8;
+
+/// `text` cut at line ends into pieces of about `size` bytes, each with the number of lines before it.
+fn line_chunks(text: &[u8], size: usize) -> Vec<(usize, &[u8])> {
+    let mut out = Vec::new();
+    let (mut start, mut lines) = (0, 0);
+    while start < text.len() {
+        let end = match text[(start + size).min(text.len())..].iter().position(|b| *b == b'\n') {
+            Some(i) => (start + size).min(text.len()) + i + 1,
+            None => text.len(),
+        };
+        out.push((lines, &text[start..end]));
+        lines += text[start..end].iter().filter(|b| **b == b'\n').count();
+        start = end;
+    }
+    out
+}
+
+/// The records of `text`, lines of a pack whose first is line `first` + 1 of `origin`.
+fn parse_lines(text: &[u8], first: usize, origin: &str, keep: &impl Fn(&str, u32) -> bool) -> Result<Parsed> {
     let mut out = Parsed::default();
     // Records of one workload share its parsed form: a pack holds thousands per workload.
     let mut workloads: HashMap<String, (Workload, String, String)> = HashMap::new();
     for (n, line) in text.lines().enumerate() {
         let bad = |what: String| Error::Invalid {
             field: "records".to_owned(),
-            message: format!("{origin}:{}: {what}", n + 1),
+            message: format!("{origin}:{}: {what}", first + n + 1),
         };
         let line = line.map_err(|e| bad(e.to_string()))?;
         if line.trim().is_empty() {
@@ -307,6 +346,24 @@ mod tests {
         assert!(e.contains("device_class"), "{e}");
         let unknown = parse(good.replace("wmma_gemm", "future_gemm").as_bytes(), "p").unwrap();
         assert_eq!((unknown.records.len(), unknown.unknown_template), (0, 1));
+    }
+
+    #[test]
+    fn lines_are_cut_into_chunks_that_keep_every_line_and_its_number() {
+        let text = b"a\nbb\nccc\n\ndddd";
+        for size in 1..=text.len() + 1 {
+            let mut at = 0;
+            for (first, chunk) in line_chunks(text, size) {
+                // Each piece starts where the last ended, at a line start, and knows how many
+                // lines came before it.
+                assert_eq!(chunk, &text[at..at + chunk.len()], "size {size}");
+                assert!(at == 0 || text[at - 1] == b'\n', "size {size}: {chunk:?}");
+                assert_eq!(first, text[..at].iter().filter(|b| **b == b'\n').count(), "size {size}");
+                at += chunk.len();
+            }
+            assert_eq!(at, text.len(), "size {size}");
+        }
+        assert!(line_chunks(b"", 4).is_empty());
     }
 
     #[test]

@@ -69,6 +69,12 @@ fn best_after(observed: &[Observed], proposed: u32) -> Vec<f64> {
     out
 }
 
+/// How many of a batch tuner's proposals may still be outstanding when it is asked for its next
+/// batch (`tensortune_search::tuner::lookahead`, which the replay of the search bars follows).
+fn lookahead(batch_size: u32) -> u32 {
+    u32::try_from(tensortune_search::tuner::lookahead(batch_size as usize)).unwrap_or(batch_size)
+}
+
 /// The median of `times`, `None` when empty.
 fn median(mut times: Vec<f64>) -> Option<f64> {
     times.sort_by(f64::total_cmp);
@@ -189,7 +195,31 @@ impl Tracker {
             Error::Internal(format!("device class {:?} of job {} is missing from the store", job.device_class, job.id))
         })?;
         let features = job.tuner.needs_features();
+        let started = std::time::Instant::now();
+        // A model with transfer featurises the shipped packs' records while the space is
+        // enumerated (the prior then reads their rows from a cache).
+        let warm = (features && job.transfer && self.config.prior_pack).then(|| {
+            let (templates, workload, class, target) =
+                (templates.all().to_vec(), wl.workload.0, job.device_class.clone(), target.clone());
+            tokio::task::spawn_blocking(move || {
+                let (shipped, exclude) = (crate::packs::shipped(), [workload.key()]);
+                let records = templates
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, t)| t.op() == workload.op())
+                    .flat_map(|(pos, t)| {
+                        crate::packs::shipped_prior(shipped, *t, &class, &exclude)
+                            .into_iter()
+                            .map(move |(_, r)| (pos, r))
+                    })
+                    .collect();
+                search::warm_rows(&templates, records, &target)
+            })
+        });
         let spaces = search::spaces(templates.all().to_vec(), vec![wl.workload.0], target.clone(), features).await?;
+        if let Some(warm) = warm {
+            warm.await?;
+        }
         let space = match spaces.into_iter().next() {
             Some(Ok(space)) => space,
             Some(Err(rejections)) => {
@@ -203,6 +233,14 @@ impl Tracker {
             }
             None => return Err(Error::Internal("a space was asked for and none came".to_owned())),
         };
+        let space_ms = started.elapsed().as_millis() as u64;
+        tracing::debug!(
+            job = job.id,
+            workload = wl.idx,
+            configs = space.valid.len(),
+            ms = space_ms,
+            "search space built"
+        );
         let prior = self.job_prior(w, job, &templates, &space, &target).await?;
         let (taken, observed) = self.search_state(w, job, &templates, wl.idx).await?;
         let tuner = job.tuner.build(&space, job.seed(), wl.idx, prior)?;
@@ -367,7 +405,8 @@ impl Tracker {
     }
 
     /// Proposes tasks for workload `idx` until `batch_size` are outstanding or its whole target has
-    /// been proposed; for a tuner that proposes batches, the next batch once none is outstanding.
+    /// been proposed; for a tuner that proposes batches, the next whole batch once no more than
+    /// [`lookahead`] are outstanding (so the worker compiles it while the last ones measure).
     pub(crate) async fn top_up(&self, w: &mut Write<'_>, job: &JobRow, idx: u32) -> Result<()> {
         if !job.is_active() {
             return Ok(());
@@ -385,10 +424,12 @@ impl Tracker {
                     n
                 }
             };
-            if job.tuner.proposes_batches() && outstanding > 0 {
+            let batches = job.tuner.proposes_batches();
+            if batches && outstanding > lookahead(job.batch_size) {
                 return Ok(());
             }
-            let want = job.batch_size.saturating_sub(outstanding).min(wl.trials_target.saturating_sub(wl.proposed));
+            let room = if batches { job.batch_size } else { job.batch_size.saturating_sub(outstanding) };
+            let want = room.min(wl.trials_target.saturating_sub(wl.proposed));
             if want == 0 {
                 return Ok(());
             }
@@ -404,7 +445,8 @@ impl Tracker {
     /// Proposes tasks across the workloads of a job with a budget (`total_trials`) until
     /// `batch_size` are outstanding in the job or the budget is spent: each next trial goes to the
     /// workload with the largest expected gain (`schedule::next`); for a tuner that proposes
-    /// batches, each next batch, once none is outstanding in the job. Once the budget is spent,
+    /// batches, each next batch, once no more than [`lookahead`] are outstanding in the job. Once
+    /// the budget is spent,
     /// every running workload with nothing outstanding ends.
     async fn top_up_job(&self, w: &mut Write<'_>, job: &JobRow) -> Result<()> {
         if !job.is_active() {
@@ -434,9 +476,13 @@ impl Tracker {
             }
             let in_flight: u32 = outstanding.iter().map(|(_, n)| n).sum();
             let batches = job.tuner.proposes_batches();
-            // A batch is proposed whole: freed slots wait for the rest of the one in flight rather
+            // A batch is proposed whole: freed slots wait for the end of the one in flight rather
             // than go, one by one, to another workload as batches too small to explore.
-            let want = if batches && in_flight > 0 { 0 } else { job.batch_size.saturating_sub(in_flight).min(left) };
+            let want = match batches {
+                true if in_flight > lookahead(job.batch_size) => 0,
+                true => job.batch_size.min(left),
+                false => job.batch_size.saturating_sub(in_flight).min(left),
+            };
             if want == 0 || running.is_empty() {
                 return Ok(());
             }

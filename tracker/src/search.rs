@@ -361,17 +361,23 @@ pub(crate) async fn prior(
         let tuned: Vec<[f64; 7]> = tuned.iter().map(features::workload_row).collect();
         let spaces: Vec<_> = templates.iter().map(|(t, _)| t.space()).collect();
         let picked = tensortune_search::tuner::nearest(&sources, &tuned, tensortune_search::tuner::PRIOR_WORKLOADS);
-        // A feature row each, one thread per workload (thousands of rows each), in their order.
+        let target_key = row_target_key(&target);
+        // A feature row each, one thread per workload (thousands of rows each), in their order;
+        // rows featurised for an earlier prior in this process come from `ROW_CACHE`.
         let featurize = |g: usize| {
             let (workload, configs) = &groups[g];
-            let known: Vec<(usize, Config, Option<f64>)> = configs
-                .iter()
-                .filter_map(|((pos, config), time)| {
-                    let config = Config::from_json(config).ok()?;
-                    spaces[*pos].index_of(&config).ok()?;
-                    Some((*pos, config, *time))
-                })
-                .collect();
+            // Each config (the map's order: by template, then config) whose template's space
+            // holds it, with its row (`None`: it has none).
+            let mut known: Vec<(usize, Row, Option<f64>)> = Vec::with_capacity(configs.len());
+            for (pos, (template, _)) in templates.iter().enumerate() {
+                let mine: Vec<(&String, Option<f64>)> =
+                    configs.iter().filter(|((p, _), _)| *p == pos).map(|((_, c), t)| (c, *t)).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let found = rows_of(*template, &spaces[pos], workload, &target, &target_key, mine.iter().map(|m| m.0));
+                known.extend(found.into_iter().zip(&mine).filter_map(|(row, m)| Some((pos, row?, m.1))));
+            }
             let times: Vec<Option<f64>> = known.iter().map(|k| k.2).collect();
             let keep = tensortune_search::tuner::capped(
                 &tensortune_search::model::normalise_transfer(&times),
@@ -379,9 +385,9 @@ pub(crate) async fn prior(
             );
             let mut rows = Vec::with_capacity(keep.len());
             let mut kept = Vec::with_capacity(keep.len());
-            for (pos, config, time) in keep.into_iter().map(|i| &known[i]) {
-                let Ok((row, _)) = features::row(templates[*pos].0, workload, config, &target) else { continue };
-                let Some(row) = layout.embed(*pos, &row) else { continue };
+            for (pos, row, time) in keep.into_iter().map(|i| &known[i]) {
+                let Some(row) = row else { continue };
+                let Some(row) = layout.embed(*pos, row) else { continue };
                 rows.push(row);
                 kept.push(*time);
             }
@@ -403,6 +409,109 @@ pub(crate) async fn prior(
         Ok(prior)
     });
     task.await?
+}
+
+/// A prior workload's rows of one template: per config (its JSON), `None` when the template's
+/// space does not hold it, else its feature row (`None`: it has none).
+type GroupRows = HashMap<String, Option<Row>>;
+
+/// A config's feature row, `None` when it has none.
+type Row = Option<Arc<[f64]>>;
+
+/// Which rows [`ROW_CACHE`] holds: the target (its `Debug` form), template, version and the
+/// prior workload's key.
+type RowKey = (String, &'static str, u32, String);
+
+/// Feature rows of prior records featurised in this process: a record's row depends only on its
+/// workload, template, config and the target, not on the job, so the jobs of one bench (one job
+/// per workload) featurise the shipped packs once (about 0.4 s of 16 cores a job on an H200,
+/// 2026-11-28). Emptied when it would hold more than [`ROW_CACHE_ROWS`].
+static ROW_CACHE: std::sync::Mutex<Option<RowCache>> = std::sync::Mutex::new(None);
+
+/// [`ROW_CACHE`]'s rows by key, and how many it holds.
+type RowCache = (HashMap<RowKey, Arc<GroupRows>>, usize);
+
+/// Most rows [`ROW_CACHE`] holds (about 0.5 KB each): several times the shipped packs' records of
+/// one architecture.
+const ROW_CACHE_ROWS: usize = 400_000;
+
+/// The cached rows of `key` (empty when none).
+fn cached_rows(key: &RowKey) -> Arc<GroupRows> {
+    let cache = ROW_CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    cache.as_ref().and_then(|(map, _)| map.get(key).cloned()).unwrap_or_default()
+}
+
+/// The part of [`RowKey`] that names `target`.
+fn row_target_key(target: &Target) -> String {
+    format!("{target:?}")
+}
+
+/// For each of `configs` (JSON) of `template` (whose space is `space`) measured on prior workload
+/// `workload`: `None` when the space does not hold it, else its feature row on `target` (`None`:
+/// it has none); from [`ROW_CACHE`], those not there computed and kept.
+fn rows_of<'a>(
+    template: &'static dyn Template,
+    space: &tensortune_kernels::Space,
+    workload: &Workload,
+    target: &Target,
+    target_key: &str,
+    configs: impl Iterator<Item = &'a String>,
+) -> Vec<Option<Row>> {
+    let key = (target_key.to_owned(), template.name(), template.version(), workload.key());
+    let cached = cached_rows(&key);
+    let mut fresh = GroupRows::new();
+    let out = configs
+        .map(|config| match cached.get(config) {
+            Some(found) => found.clone(),
+            None => {
+                let found = Config::from_json(config)
+                    .ok()
+                    .filter(|c| space.index_of(c).is_ok())
+                    .map(|c| features::row(template, workload, &c, target).ok().map(|(row, _)| row.into()));
+                fresh.insert(config.clone(), found.clone());
+                found
+            }
+        })
+        .collect();
+    if !fresh.is_empty() {
+        keep_rows(key, fresh);
+    }
+    out
+}
+
+/// Computes into [`ROW_CACHE`] the rows of `records` (each with the position of its template in
+/// `templates`) on `target`, a thread per prior workload and template: what a model job's transfer
+/// prior reads (the shipped packs' records), done while its space is enumerated, so that the
+/// prior then takes them from the cache.
+pub(crate) fn warm_rows(templates: &[&'static dyn Template], records: Vec<(usize, PriorRecord)>, target: &Target) {
+    let target_key = row_target_key(target);
+    let mut groups: BTreeMap<(usize, String), (Workload, Vec<String>)> = BTreeMap::new();
+    for (pos, r) in records {
+        groups.entry((pos, r.workload_key)).or_insert_with(|| (r.workload.0, Vec::new())).1.push(r.config);
+    }
+    let spaces: Vec<_> = templates.iter().map(|t| t.space()).collect();
+    let (spaces, target_key) = (&spaces, &target_key);
+    std::thread::scope(|scope| {
+        for ((pos, _), (prior_workload, configs)) in &groups {
+            let template = templates[*pos];
+            scope.spawn(move || rows_of(template, &spaces[*pos], prior_workload, target, target_key, configs.iter()));
+        }
+    });
+}
+
+/// Adds `rows` to the cached rows of `key`.
+fn keep_rows(key: RowKey, rows: GroupRows) {
+    let mut cache = ROW_CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (map, count) = cache.get_or_insert_with(Default::default);
+    if *count + rows.len() > ROW_CACHE_ROWS {
+        map.clear();
+        *count = 0;
+    }
+    *count += rows.len();
+    let entry = map.entry(key).or_default();
+    let mut merged = GroupRows::clone(entry);
+    merged.extend(rows);
+    *entry = Arc::new(merged);
 }
 
 #[cfg(test)]
@@ -427,6 +536,43 @@ mod tests {
         s.observe([Observed { config: p(0), time_us: Some(3.0) }]);
         let fresh = [Observed { config: p(1), time_us: None }];
         assert_eq!(s.observations(&fresh).map(|o| o.config).collect::<Vec<_>>(), [p(0), p(1)]);
+    }
+
+    #[tokio::test]
+    async fn a_prior_built_again_from_cached_rows_is_the_same() {
+        use tensortune_kernels::registry::by_name;
+        use tensortune_kernels::{DType, Layout, Matmul, Types};
+        let template = by_name("wmma_gemm").unwrap();
+        let matmul = |m, n, k| {
+            Workload::Matmul(Matmul::new(m, n, k, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap())
+        };
+        let (source, tuned, target) = (matmul(384, 96, 640), matmul(256, 128, 256), Target::sm90());
+        let valid = tensortune_kernels::template::valid_configs(template, &source, &target).unwrap();
+        let records: Vec<PriorRecord> = valid
+            .iter()
+            .take(40)
+            .enumerate()
+            .map(|(i, (_, c))| PriorRecord {
+                workload_key: source.key(),
+                workload: crate::store::Json(source),
+                config: c.to_json(),
+                status: if i % 7 == 3 { Status::CompileError } else { Status::Ok },
+                median_us: 1.0 + i as f64 / 10.0,
+            })
+            .chain(std::iter::once(PriorRecord {
+                workload_key: source.key(),
+                workload: crate::store::Json(source),
+                config: "{\"no_such_knob\":1}".to_owned(),
+                status: Status::Ok,
+                median_us: 0.5,
+            }))
+            .collect();
+        let layout = space(&[template], &tuned, &target, true).unwrap().unwrap().layout.unwrap();
+        let build = || prior(vec![(template, records.clone())], layout.clone(), target.clone(), vec![tuned]);
+        let (first, again) = (build().await.unwrap(), build().await.unwrap());
+        // 40 known configs (the unknown one is left out), the same rows and targets both times.
+        assert_eq!(first.rows.len(), 40);
+        assert_eq!((first.rows.clone(), first.y.clone()), (again.rows, again.y));
     }
 
     #[test]

@@ -58,12 +58,11 @@ impl TunerKind {
         self == TunerKind::Model
     }
 
-    /// Whether a workload asks the tuner for its next batch only once the last one is in, rather
-    /// than topping up as results come. The model-guided tuner chooses a batch as a whole (the
-    /// best predictions, spread out, plus an exploration share of the batch): asked for one config
-    /// at a time it never explores. (Proposing the next batch while the last one measures, batch
-    /// k + 2 knowing batches 1..=k, missed the replay bars on 2026-11-28: batches of 16 took a
-    /// held-out GEMM to 108 trials to 2%, batches of 8 a strided conv to a 1.6x gain.)
+    /// Whether a workload asks the tuner for whole batches, rather than topping up as results
+    /// come: the next one once no more than `tensortune_search::tuner::lookahead` of the last are
+    /// outstanding, chosen around those (so that the worker compiles it while they measure). The
+    /// model-guided tuner chooses a batch as a whole (the best predictions, spread out, plus an
+    /// exploration share of the batch): asked for one config at a time it never explores.
     pub(crate) fn proposes_batches(self) -> bool {
         self == TunerKind::Model
     }
@@ -259,8 +258,8 @@ impl Tuner for Model {
             .iter()
             .filter_map(|o| Some(Observation { pos: self.position(o.config)?, time_us: o.time_us }))
             .collect();
-        // The configs in flight (taken, no outcome yet; a batch after a reused record, or after a
-        // restart): the model proposes around them.
+        // The configs in flight (taken, no outcome yet: the last of the batch before, or a batch
+        // after a reused record or a restart): the model proposes around them.
         let done: HashSet<Point> = observed.iter().map(|o| o.config).collect();
         let mut in_flight: Vec<usize> = taken
             .committed

@@ -92,7 +92,14 @@ pub(crate) async fn measure_stage(
     injector: Injector,
     stop: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut measurer = Measurer { supervisor, shared, baselines: Baselines::default(), reference, injector };
+    let mut measurer = Measurer {
+        supervisor,
+        shared,
+        baselines: Baselines::default(),
+        reference,
+        injector,
+        tuning_since: HashMap::new(),
+    };
     let result = async {
         loop {
             if measurer.reference.due(Instant::now()) {
@@ -113,6 +120,7 @@ pub(crate) async fn measure_stage(
             }
             let result = match work {
                 Work::Tuning(kernel) => {
+                    measurer.tuning_since.entry(kernel.plan.workload_key.clone()).or_insert_with(Instant::now);
                     let image = match measurer.injector.next_task() {
                         None => Ok(kernel.image.clone()),
                         Some(fault) => tokio::select! {
@@ -166,7 +174,17 @@ struct Measurer<'a> {
     reference: Reference,
     /// Which tuning tasks get an injected fault (`inject`; none unless asked for).
     injector: Injector,
+    /// When this stage measured the first tuning task of each workload (by key) since its last
+    /// finalist task: the finalists' time is bounded by a share of that ([`FINALIST_SHARE`]).
+    tuning_since: HashMap<String, Instant>,
 }
+
+/// A finalist task starts no round beyond [`finalist::MIN_ROUNDS`] that would end past this share
+/// of the time its workload's tuning took on this worker (from its first measured trial): then
+/// finalists take at most about a sixth of a job's wall (the bar of issue 35 is a fifth), whatever
+/// the kernel's length, unless two rounds alone take more. A share of the job, not a fixed time:
+/// a job of many trials may spend more on deciding its winner. Chosen from the bar, not fitted.
+const FINALIST_SHARE: f64 = 0.2;
 
 impl Measurer<'_> {
     /// Measures `plan`'s kernel once in the child for `pass`, asking for the vendor baseline
@@ -236,6 +254,14 @@ impl Measurer<'_> {
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<Vec<pb::Measurement>>> {
         let started = Instant::now();
+        // The share of the tuning's time the rounds may take (none known: no bound but `rounds`).
+        let key = finalists.iter().find_map(|f| match f {
+            Candidate::Ready(kernel) => Some(kernel.plan.workload_key.clone()),
+            Candidate::Settled(_) => None,
+        });
+        let budget = key
+            .and_then(|k| self.tuning_since.remove(&k))
+            .map(|since| started.duration_since(since).mul_f64(FINALIST_SHARE));
         let mut measured: Vec<Vec<MeasureOutcome>> = finalists.iter().map(|_| Vec::new()).collect();
         let mut vendor: Vec<Vec<(f64, String)>> = finalists.iter().map(|_| Vec::new()).collect();
         if let Some(Candidate::Ready(kernel)) = finalists.iter().find(|f| matches!(f, Candidate::Ready(_))) {
@@ -250,6 +276,7 @@ impl Measurer<'_> {
             }
         }
         for round in 1..=rounds {
+            let round_started = Instant::now();
             for (i, (finalist, outcomes)) in finalists.iter().zip(&mut measured).enumerate() {
                 let Candidate::Ready(kernel) = finalist else { continue };
                 // A config whose round was not ok is not measured again (see `finalist`).
@@ -279,11 +306,24 @@ impl Measurer<'_> {
                 );
                 outcomes.push(outcome);
             }
-            // Adaptive: no more rounds once they cannot change the verdict (see `finalist`).
+            // Adaptive: no more rounds once they cannot change the verdict (see `finalist`), or
+            // once another would end past the budget.
             let verdict = finalist::verdict(&measured, round, rounds);
-            if verdict.settled() || round == rounds {
+            let over = budget.is_some_and(|b| started.elapsed() + round_started.elapsed() > b);
+            let out_of_time = over && round >= finalist::MIN_ROUNDS;
+            if verdict.settled() || round == rounds || out_of_time {
                 let ms = started.elapsed().as_secs_f64() * 1e3;
-                tracing::info!(task = lease.task_id, round, rounds, ?verdict, ms, "finalist rounds done");
+                let budget_ms = budget.map(|b| b.as_secs_f64() * 1e3);
+                tracing::info!(
+                    task = lease.task_id,
+                    round,
+                    rounds,
+                    ?verdict,
+                    out_of_time,
+                    ms,
+                    budget_ms,
+                    "finalist rounds done"
+                );
                 break;
             }
         }

@@ -177,3 +177,33 @@ async fn transfer_starts_a_model_from_other_workloads_records() {
     assert_eq!(configs(&alone_without), configs(b));
     tracker.stop().await;
 }
+
+#[tokio::test]
+async fn the_next_batch_is_proposed_while_the_last_one_measures() {
+    // Batches of 8: the first is leasable at once; the next once no more than half of it
+    // (`tuner::lookahead`) is outstanding, so the worker compiles it while the rest measures.
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    submit(&mut tuning, model_job(vec![big()], 40, 8)).await;
+    let ahead = tensortune_search::tuner::lookahead(8);
+    assert!((1..8).contains(&ahead), "a look-ahead of {ahead} of a batch of 8");
+    let first = worker.lease_some(64).await;
+    assert_eq!(first.len(), 8, "the first batch");
+    for t in &first[..8 - ahead - 1] {
+        worker.report(t, measure(t)).await.unwrap();
+    }
+    assert!(worker.lease(64, 300).await.is_empty(), "a second batch with {} of the first out", ahead + 1);
+    worker.report(&first[8 - ahead - 1], measure(&first[8 - ahead - 1])).await.unwrap();
+    let second = worker.lease_some(64).await;
+    assert_eq!(second.len(), 8, "the next batch, while {ahead} of the first are out");
+    let taken: HashSet<u64> = first.iter().chain(&second).map(|t| t.config_index).collect();
+    assert_eq!(taken.len(), 16, "a config in flight was proposed again");
+    // The rest of the first batch in: still more than the look-ahead out (the whole second).
+    for t in &first[8 - ahead..] {
+        worker.report(t, measure(t)).await.unwrap();
+    }
+    assert!(worker.lease(64, 300).await.is_empty(), "a third batch while the second is out");
+    tracker.stop().await;
+}
