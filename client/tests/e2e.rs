@@ -1098,9 +1098,15 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
 async fn a_client_given_several_trackers_uses_the_first_that_answers() {
     let dir = tempfile::tempdir().unwrap();
     let tracker = Tracker::start(&dir.path().join("tt.db"), Duration::from_secs(5)).await;
-    // Ports nothing listens on: trackers that are down.
-    let dead = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (a, b) = (dead(), dead());
+    // Ports nothing listens on: trackers that are down. Each stays bound (not listening) to the end,
+    // so no tracker another test starts meanwhile can take it (a port freed at once could be).
+    let dead = || {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        (socket, port)
+    };
+    let ((_held_a, a), (_held_b, b)) = (dead(), dead());
     let list = format!("http://127.0.0.1:{a},{}", tracker.url);
     let mut client = tensortune::api::Client::connect(&list).await.unwrap();
     let err = client.job(7).await.unwrap_err().to_string();
