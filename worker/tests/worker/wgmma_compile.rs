@@ -179,7 +179,8 @@ fn k_split_kernels_compile_without_spills() {
 /// An operand no other tile reads carries the L2 evict-first hint where the data overflows the L2
 /// (50 MiB for sm90), and those kernels compile for sm_90a: X (the user's B) in a one-column grid
 /// (M fits one tile), Y (the user's A) in a one-row grid (N fits one tile), each K-major (tn) and
-/// MN-major (nn), every kind of config that has such a grid. A grid with both dimensions over one
+/// MN-major (nn), one config per producer, schedule and cluster that has such a grid (every config
+/// of those grids is checked for the hint in its source). A grid with both dimensions over one
 /// tile reads each operand more than once, and a one-column grid whose data fits in the L2 pushes
 /// nothing out: both keep the plain copies. (Spills are not asserted here: three stream-K configs with
 /// the inline producer on these grids spill 4-256 bytes with or without the hint.)
@@ -190,10 +191,13 @@ fn operands_read_once_carry_the_evict_first_hint_and_compile() {
         let cases = [("tn", "f16,f32,f16"), ("nn", "f16,f32,f32")];
         let found = generated_where(shape, &cases, |src| header_int(src, axis) == 1);
         for ((layout, types), once) in cases.iter().zip(found) {
+            // Every config's source carries the hint; one kernel per producer, schedule and cluster
+            // (what decides how the operand is copied) is compiled.
             let mut kinds = std::collections::BTreeMap::new();
             for (c, spec) in once {
                 assert!(header_flag(&spec.source, hint), "{shape} {layout} {types} {c:?}: no {hint}");
-                kinds.entry(kind(&c)).or_insert(spec);
+                let copy_kind: Vec<String> = kind(&c).split('/').take(3).map(str::to_owned).collect();
+                kinds.entry(copy_kind).or_insert(spec);
             }
             assert!(kinds.len() >= 2, "{shape} {layout} {types}: only {} kinds have one {axis}", kinds.len());
             specs.extend(kinds.into_values());
