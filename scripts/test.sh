@@ -49,26 +49,8 @@ setup() {
 setup >"$logs/setup.log" 2>&1 &
 setup_pid=$!
 
-# Runs job $1 (label, directory, command); its output goes to a log, printed whole when it ends.
-run_job() {
-    local label=$1 dir=$2 cmd=$3 log start rc=0
-    shift 3
-    log="$logs/$(echo "$label" | tr ' /' '__').log"
-    start=$(date +%s)
-    if [[ $cmd == /* ]]; then
-        (cd "$dir" && "$cmd" "$@") >"$log" 2>&1 || rc=$?
-    else
-        (cd "$dir" && eval "$cmd") >"$log" 2>&1 || rc=$?
-    fi
-    { echo "=== $label (exit $rc, $(($(date +%s) - start)) s)"; cat "$log"; } >&2
-    printf '%s\t%s\t%s\n' "$label" "$rc" "$(($(date +%s) - start))" >>"$logs/results.tsv"
-}
-
 status=0
-: >"$logs/results.tsv"
-# The worker's compile suite (NVRTC) is the longest job: its binary is built first, and it starts as
-# soon as the machine is set up, beside the rest of the build.
-cargo test --workspace --locked --test worker --no-run --message-format=json >"$logs/build-worker.json" \
+cargo test --workspace --locked --no-run --message-format=json >"$logs/build.json" \
     || { echo "the workspace's tests did not build" >&2; status=1; }
 wait "$setup_pid" || { cat "$logs/setup.log" >&2; echo "setting up the test machine failed" >&2; exit 1; }
 cat "$logs/setup.log" >&2
@@ -77,20 +59,6 @@ cuda=$(cat "$logs/nvrtc-dir")
 export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
 export TENSORTUNE_REQUIRE_NVRTC=1
-worker_suite=$(python3 -c '
-import json, sys
-for line in open(sys.argv[1]):
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "worker":
-        print(m["executable"])
-' "$logs/build-worker.json")
-[ -n "$worker_suite" ] && run_job worker/worker "$root/worker" "$worker_suite" "$@" &
-cargo test --workspace --locked --no-run --message-format=json >"$logs/build.json" \
-    || { echo "the workspace's tests did not build" >&2; status=1; }
-[ "$status" = 0 ] || { wait; exit "$status"; }
 
 # The tracker's tests on PostgreSQL: each test makes a database of its own on this server.
 pg_dir=
@@ -138,14 +106,25 @@ printf 'python tests\t%s\tenv PYTHONPATH=python:%s/pytest-env python3 -m pytest 
     "$root" "$target" >>"$jobs_file"
 printf 'gpu step headers\t%s\tscripts/check-steps.sh\n' "$root" >>"$jobs_file"
 
+# Runs job $1 (label, directory, command); its output goes to a log, printed whole when it ends.
+run_job() {
+    local label=$1 dir=$2 cmd=$3 log start rc=0
+    shift 3
+    log="$logs/$(echo "$label" | tr ' /' '__').log"
+    start=$(date +%s)
+    if [[ $cmd == /* ]]; then
+        (cd "$dir" && "$cmd" "$@") >"$log" 2>&1 || rc=$?
+    else
+        (cd "$dir" && eval "$cmd") >"$log" 2>&1 || rc=$?
+    fi
+    { echo "=== $label (exit $rc, $(($(date +%s) - start)) s)"; cat "$log"; } >&2
+    printf '%s\t%s\t%s\n' "$label" "$rc" "$(($(date +%s) - start))" >>"$logs/results.tsv"
+}
+
 parallel=${TEST_JOBS:-$(($(nproc) + 1))}
-# The worker's suite, started above, holds one of the slots: timing-sensitive tests (leases,
-# heartbeats) must not starve behind more jobs than cores + 1.
+: >"$logs/results.tsv"
 running=0
-[ -n "$worker_suite" ] && running=1
 while IFS=$'\t' read -r label dir cmd; do
-    # Started beside the build (above) when its binary was there.
-    [ "$label" = worker/worker ] && [ -n "$worker_suite" ] && continue
     if [ "$running" -ge "$parallel" ]; then
         wait -n || true
         running=$((running - 1))
