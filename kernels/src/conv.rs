@@ -209,8 +209,7 @@ impl Plan {
                 self.frag.0
             ))));
         }
-        self.t.check_shape()?;
-        self.t.check_warp_tile(target)
+        self.t.check_tile(target)
     }
 
     /// The validity rules, in the order a user would want to hear them.

@@ -277,8 +277,7 @@ impl Template for WmmaGemm {
             let mut out = Vec::new();
             for tile in 0..tiles {
                 let first = tile * rest;
-                let t = Plan::at(w, first, target).t;
-                if t.check_shape().is_err() || t.check_warp_tile(target).is_err() {
+                if Plan::at(w, first, target).t.check_tile(target).is_err() {
                     continue;
                 }
                 out.extend((first..first + rest).filter(|i| Plan::at(w, *i, target).check(target).is_ok()));

@@ -218,6 +218,14 @@ impl Tiling {
         Ok(())
     }
 
+    /// The rules that depend on the tile knobs alone ([`Tiling::check_shape`], then
+    /// [`Tiling::check_warp_tile`]): a tile failing them fails whatever the other knobs are, so a
+    /// walk over a space skips the rest of its configs.
+    pub fn check_tile(&self, target: &Target) -> Result<()> {
+        self.check_shape()?;
+        self.check_warp_tile(target)
+    }
+
     /// Sliced K (warps_k > 1) is for grids too small to fill the GPU twice.
     pub fn check_sliced_k(&self, target: &Target) -> Result<()> {
         if self.warps_k > 1 && self.blocks() >= 2 * target.sm_count as u64 {
