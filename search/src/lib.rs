@@ -8,10 +8,12 @@
 //! - [`tuner`]: the `Tuner` trait and the random, grid and model-guided tuners (transfer,
 //!   diversity, exploration, evolutionary pool for large spaces).
 //! - [`schedule`]: trials across the workloads of a job, by expected gain.
+//! - [`records`]: one line of a record file (exports, shipped packs, sweeps).
 //! - [`replay`]: tuners against recorded measurements; trials to within 5% / 2% of the true best.
 
 pub mod features;
 pub mod model;
+pub mod records;
 pub mod replay;
 pub mod schedule;
 pub mod tuner;

@@ -8,24 +8,12 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Deserialize;
 use tensortune_kernels::{Config, Template, Workload, registry};
 
 use crate::Error;
 use crate::features::{UnionLayout, WORKLOAD_FEATURES, row, target_for_class};
+use crate::records::RecordLine;
 use crate::tuner::{Candidate, Observation, Prior, by_name, chance_of_better, lookahead};
-
-/// The fields of an exported record (`tensortune records export`) that replay reads.
-#[derive(Debug, Deserialize)]
-struct Line {
-    workload: String,
-    template: String,
-    template_version: u32,
-    config: serde_json::Value,
-    device_class: String,
-    status: String,
-    median_us: f64,
-}
 
 /// One workload's recorded space: the configs of every template recorded for it on one device
 /// class (the newest version of each), in one feature layout, as a job that names no template
@@ -112,11 +100,10 @@ impl Dataset {
             if line.trim().is_empty() {
                 continue;
             }
-            let l: Line = serde_json::from_str(&line)
-                .map_err(|e| Error::Data(format!("{origin}:{}: not a record: {e}", n + 1)))?;
-            let config = Config::from_json(&l.config.to_string())
-                .map_err(|e| Error::Data(format!("{origin}:{}: {e}", n + 1)))?;
-            let outcome = (l.status == "ok" && l.median_us > 0.0).then_some(l.median_us);
+            let l =
+                RecordLine::parse(&line).map_err(|e| Error::Data(format!("{origin}:{}: not a record: {e}", n + 1)))?;
+            let outcome = l.ok_time();
+            let config = l.config;
             let slot = groups
                 .entry((l.workload, l.device_class))
                 .or_default()
@@ -271,12 +258,14 @@ pub struct Run {
     /// Best found over the true best when the run ended (after the budget, or as soon as it was
     /// within 2%).
     pub final_ratio: f64,
-    /// When the run ended: the model's chance that an unmeasured config is >= 2% faster than the
-    /// best found (`tuner::chance_of_better`), and whether one is (from the table).
+    /// When the run ended (a calibrated model run only): the model's chance that an unmeasured
+    /// config is >= 2% faster than the best found (`tuner::chance_of_better`), and whether one is
+    /// (from the table).
     pub chance: Option<(f64, bool)>,
 }
 
-/// Runs `tuner_name` (seeded) on `data` for `budget` trials in batches of `batch`.
+/// Runs `tuner_name` (seeded) on `data` for `budget` trials in batches of `batch`; with
+/// `calibrate`, a model run also gives its chance that a better config is left ([`Run::chance`]).
 pub fn run(
     data: &Recorded,
     tuner_name: &str,
@@ -284,6 +273,7 @@ pub fn run(
     prior: Option<Arc<Prior>>,
     budget: usize,
     batch: usize,
+    calibrate: bool,
 ) -> Result<Run, Error> {
     let (mut to_5, mut to_2) = (None, None);
     let (observed, best) = walk(data, tuner_name, seed, prior.clone(), budget, batch, |trials, best| {
@@ -300,7 +290,7 @@ pub fn run(
         let free = observed.iter().map(|o| o.pos).collect::<std::collections::HashSet<_>>();
         data.truth.iter().enumerate().any(|(p, t)| !free.contains(&p) && t.is_some_and(|t| t * 1.02 <= best))
     };
-    let chance = (tuner_name == "model")
+    let chance = (calibrate && tuner_name == "model")
         .then(|| chance_of_better(&data.candidates, &observed, prior.as_deref(), seed))
         .flatten()
         .map(|c| (c, better_exists));
@@ -384,7 +374,7 @@ pub fn learning_curve(
         let runs = per_seed(seeds, |seed| {
             let prior = data.prior_from_some(target, count, seed);
             let prior = (!prior.is_empty()).then(|| Arc::new(prior));
-            run(target, "model", seed, prior, budget, batch)
+            run(target, "model", seed, prior, budget, batch, false)
         })?;
         let cap = budget.min(target.candidates.len()) + 1;
         out.push((count, median(runs.iter().map(|r| r.to_2.unwrap_or(cap)).collect())));
@@ -425,7 +415,7 @@ pub struct Summary {
     /// Configs in the recorded space.
     pub space: usize,
     /// Per seed, at the end of its run: the predicted chance that an unmeasured config is >= 2%
-    /// faster than the best found, and whether one was.
+    /// faster than the best found, and whether one was ([`summarise_calibrated`] only).
     pub chances: Vec<(f64, bool)>,
 }
 
@@ -443,7 +433,33 @@ pub fn summarise(
     budget: usize,
     batch: usize,
 ) -> Result<Summary, Error> {
-    let runs = per_seed(seeds, |seed| run(data, tuner, seed, prior.clone(), budget, batch))?;
+    summarise_runs(data, tuner, prior, seeds, budget, batch, false)
+}
+
+/// [`summarise`] with the model's calibration: each model run's chance that a better config is
+/// left ([`Summary::chances`]). It costs a prediction over the whole space per seed, which the
+/// trial counts do not need.
+pub fn summarise_calibrated(
+    data: &Recorded,
+    tuner: &str,
+    prior: Option<Arc<Prior>>,
+    seeds: u64,
+    budget: usize,
+    batch: usize,
+) -> Result<Summary, Error> {
+    summarise_runs(data, tuner, prior, seeds, budget, batch, true)
+}
+
+fn summarise_runs(
+    data: &Recorded,
+    tuner: &str,
+    prior: Option<Arc<Prior>>,
+    seeds: u64,
+    budget: usize,
+    batch: usize,
+    calibrate: bool,
+) -> Result<Summary, Error> {
+    let runs = per_seed(seeds, |seed| run(data, tuner, seed, prior.clone(), budget, batch, calibrate))?;
     let cap = budget.min(data.candidates.len()) + 1;
     let mut ratios: Vec<f64> = runs.iter().map(|r| r.final_ratio).collect();
     ratios.sort_by(f64::total_cmp);
@@ -496,10 +512,10 @@ pub fn holdout(
             continue;
         }
         let random = summarise(w, "random", None, seeds, w.candidates.len(), batch)?;
-        let mut tuners = vec![summarise(w, "model", None, seeds, budget, batch)?];
+        let mut tuners = vec![summarise_calibrated(w, "model", None, seeds, budget, batch)?];
         let prior = data.prior_for(w);
         if !prior.is_empty() {
-            tuners.push(summarise(w, "model", Some(Arc::new(prior)), seeds, budget, batch)?);
+            tuners.push(summarise_calibrated(w, "model", Some(Arc::new(prior)), seeds, budget, batch)?);
         }
         for t in extra {
             tuners.push(summarise(w, t, None, seeds, budget, batch)?);
@@ -540,7 +556,7 @@ mod tests {
         let w = &data.workloads[0];
         assert_eq!(w.candidates.len(), 60);
         assert_eq!(w.truth.iter().filter(|t| t.is_none()).count(), 6);
-        let exhaustive = run(w, "grid", 0, None, 1000, 8).unwrap();
+        let exhaustive = run(w, "grid", 0, None, 1000, 8, false).unwrap();
         assert_eq!(exhaustive.final_ratio, 1.0);
         assert!(exhaustive.to_2.unwrap() <= 60);
         let s = summarise(w, "random", None, 5, 1000, 8).unwrap();
@@ -574,7 +590,7 @@ mod tests {
         assert_eq!(*c.last().unwrap(), 1.0);
         assert_eq!(curve(w, "grid", 0, None, 10, 4).unwrap().len(), 10);
         // The run of the same seed reaches 2% where the curve first does.
-        let r = run(w, "random", 3, None, 1000, 8).unwrap();
+        let r = run(w, "random", 3, None, 1000, 8, false).unwrap();
         assert_eq!(r.to_2, c.iter().position(|&x| x <= 1.02).map(|i| i + 1));
     }
 }
