@@ -30,6 +30,9 @@ impl Tracker {
             authorize(caller, &row)?;
         }
         store::classes::upsert(w.conn(), &reg.device.target, now).await?;
+        if self.config.prior_pack && crate::packs::takes_shipped(&reg.device.target.class_key) {
+            crate::packs::warm();
+        }
         let id = match reg.previous_id {
             Some(previous) if store::workers::reregister(w.conn(), previous, reg, now).await? => previous,
             _ => store::workers::insert(w.conn(), reg, caller.token, now).await?,

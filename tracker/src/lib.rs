@@ -138,14 +138,16 @@ pub async fn run_with_http(
     tracker.resume().await.context("resuming unfinished jobs")?;
 
     let tasks = TaskTracker::new();
-    // The shipped record packs are parsed now, off the request path, so that the first model
-    // job's prior does not wait for them. A thread nobody joins: it only fills a process-wide
-    // cache (a prior that needs it first waits for it), and a shutdown must not wait for it.
-    if tracker.config.prior_pack {
-        let warm = std::thread::Builder::new().name("record-packs".into()).spawn(|| packs::shipped().len());
-        if let Err(e) = warm {
-            tracing::warn!("the record packs are parsed on first use instead: no thread for it ({e})");
-        }
+    // The shipped record packs are parsed now where a GPU's class is in the store already, else
+    // when the first one registers (`packs::warm`).
+    if tracker.config.prior_pack
+        && store::classes::keys(&pool)
+            .await
+            .context("reading the device classes")?
+            .iter()
+            .any(|c| packs::takes_shipped(c))
+    {
+        packs::warm();
     }
     tasks.spawn(commits::committer(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(leases::reaper(Arc::clone(&tracker), stop.clone()));

@@ -19,7 +19,8 @@ use std::io::{BufRead, Read};
 
 use std::sync::OnceLock;
 
-use tensortune_kernels::{Config, Template, Workload, registry};
+use tensortune_kernels::{Template, Workload, registry};
+use tensortune_search::records::RecordLine;
 
 use crate::error::{Error, Result};
 use crate::model::Status;
@@ -95,6 +96,27 @@ pub(crate) fn shipped() -> &'static [Shipped] {
     })
 }
 
+/// Starts parsing the shipped packs on a thread of its own, off the request path, so that the
+/// first model job's prior does not wait for them; once per process (later calls do nothing). A
+/// thread nobody joins: it only fills the process-wide cache of [`shipped`] (a prior that needs
+/// it first waits for it), and a shutdown must not wait for it. The tracker calls it when a
+/// device class that takes shipped records ([`takes_shipped`]) is in its store or registers: a
+/// tracker that only ever serves `sim` workers never parses them.
+pub(crate) fn warm() {
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        if let Err(e) = std::thread::Builder::new().name("record-packs".into()).spawn(|| shipped().len()) {
+            tracing::warn!("the record packs are parsed on first use instead: no thread for it ({e})");
+        }
+    });
+}
+
+/// Whether jobs on device class `class` take shipped records (it names an architecture, as a GPU's
+/// class does; `sim` does not).
+pub(crate) fn takes_shipped(class: &str) -> bool {
+    arch(class).is_some()
+}
+
 /// The shipped records of `template` (its version) on device classes of `class`'s architecture,
 /// or where no shipped pack holds that architecture, of the nearest one that has records
 /// ([`nearest_arch`]: an sm_89 class starts from sm_90 records, re-featurised for its own device,
@@ -125,19 +147,6 @@ pub(crate) struct Parsed {
     pub(crate) records: Vec<PackRecord>,
     /// Records of templates this build does not know (a newer tracker's pack), skipped.
     pub(crate) unknown_template: u64,
-}
-
-/// One line of a pack.
-#[derive(serde::Deserialize)]
-struct Line {
-    workload: String,
-    template: String,
-    template_version: u32,
-    config: serde_json::Value,
-    device_class: String,
-    status: String,
-    #[serde(default)]
-    median_us: Option<f64>,
 }
 
 fn status(name: &str) -> Option<Status> {
@@ -220,7 +229,7 @@ fn parse_lines(text: &[u8], first: usize, origin: &str, keep: &impl Fn(&str, u32
         if line.trim().is_empty() {
             continue;
         }
-        let l: Line = serde_json::from_str(&line).map_err(|e| bad(format!("not a record: {e}")))?;
+        let l = RecordLine::parse(&line).map_err(|e| bad(format!("not a record: {e}")))?;
         if !keep(&l.template, l.template_version) {
             continue;
         }
@@ -238,7 +247,6 @@ fn parse_lines(text: &[u8], first: usize, origin: &str, keep: &impl Fn(&str, u32
             out.unknown_template += 1;
             continue;
         }
-        let config = Config::from_json(&l.config.to_string()).map_err(|e| bad(format!("config: {e}")))?;
         let status = status(&l.status).ok_or_else(|| bad(format!("status: {:?} is not a record status", l.status)))?;
         let median_us = match (status, l.median_us) {
             (Status::Ok, Some(t)) if t.is_finite() && t > 0.0 => t,
@@ -254,7 +262,7 @@ fn parse_lines(text: &[u8], first: usize, origin: &str, keep: &impl Fn(&str, u32
             workload,
             template: l.template,
             template_version: l.template_version,
-            config: config.to_json(),
+            config: l.config.to_json(),
             device_class: l.device_class,
             status,
             median_us,

@@ -198,7 +198,8 @@ impl Tracker {
         let started = std::time::Instant::now();
         // A model with transfer featurises the shipped packs' records while the space is
         // enumerated (the prior then reads their rows from a cache).
-        let warm = (features && job.transfer && self.config.prior_pack).then(|| {
+        let takes_shipped = crate::packs::takes_shipped(&job.device_class);
+        let warm = (features && job.transfer && self.config.prior_pack && takes_shipped).then(|| {
             let (templates, workload, class, target) =
                 (templates.all().to_vec(), wl.workload.0, job.device_class.clone(), target.clone());
             tokio::task::spawn_blocking(move || {
