@@ -465,8 +465,8 @@ impl Tracker {
             return Err(Error::WorkerNotFound(id));
         }
         let marked = store::records::quarantine_worker(w.conn(), id, &why).await?;
-        w.forget_workloads();
         let affected = store::workloads::drop_untrusted_winners(w.settled().await?).await?;
+        w.forget_workloads();
         for &(job, idx) in &affected {
             // Its searches saw the worker's times as trusted: they reload from the store.
             w.stop_search(job, Some(idx));

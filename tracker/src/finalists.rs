@@ -288,8 +288,10 @@ impl Tracker {
         );
         tracing::warn!(record = finalist.record_id, %why, "tuning record not confirmed");
         store::records::distrust(w.conn(), finalist.record_id, &why).await?;
+        let affected = store::workloads::drop_untrusted_winners(w.settled().await?).await?;
+        // After the change (which stored the unsaved rows first): every kept row may be stale.
         w.forget_workloads();
-        for (job, _) in store::workloads::drop_untrusted_winners(w.settled().await?).await? {
+        for (job, _) in affected {
             w.job_changed(job);
         }
         Ok(())

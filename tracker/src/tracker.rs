@@ -373,7 +373,8 @@ impl Write<'_> {
     }
 
     /// Forgets every kept workload row: some row changed in a way they do not follow. Rows not
-    /// stored yet stay: the change came after they were stored (`settled`), so they hold it.
+    /// stored yet would stay (they hold what the store has not seen), but there are none after
+    /// such a change: it ran through [`Write::settled`], which stored them first.
     pub(crate) fn forget_workloads(&mut self) {
         let unsaved = &self.unsaved;
         self.workload_rows.retain(|key, _| unsaved.contains(key));
