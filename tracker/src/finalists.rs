@@ -288,8 +288,10 @@ impl Tracker {
         );
         tracing::warn!(record = finalist.record_id, %why, "tuning record not confirmed");
         store::records::distrust(w.conn(), finalist.record_id, &why).await?;
+        let affected = store::workloads::drop_untrusted_winners(w.settled().await?).await?;
+        // After the change (which stored the unsaved rows first): every kept row may be stale.
         w.forget_workloads();
-        for (job, _) in store::workloads::drop_untrusted_winners(w.conn()).await? {
+        for (job, _) in affected {
             w.job_changed(job);
         }
         Ok(())
@@ -321,7 +323,7 @@ impl Tracker {
         }
         wl.finalist_gap = Some(ranking.gap);
         wl.state = wl.end_state.take().unwrap_or(WorkloadState::Done);
-        store::workloads::save_progress(w.conn(), &wl).await?;
+        store::workloads::save_progress(w.settled().await?, &wl).await?;
         // Its best record changed without its best time: the next read goes to the store.
         w.forget_workloads();
         self.touch_job(w, job.id).await?;
@@ -351,7 +353,7 @@ impl Tracker {
             return Ok(());
         }
         wl.state = wl.end_state.take().unwrap_or(WorkloadState::Done);
-        store::workloads::save_progress(w.conn(), &wl).await?;
+        store::workloads::save_progress(w.settled().await?, &wl).await?;
         w.forget_workloads();
         let note = format!(
             "workload {} ({}) finished without finalists: the lease of its finalist task expired {} times; \

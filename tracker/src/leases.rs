@@ -121,9 +121,10 @@ impl Tracker {
                 let tasks: Vec<_> = r.tasks.iter().copied().collect();
                 store::tasks::renew(w.conn(), worker, &tasks, r.expires_ms).await?;
             }
-            store::workers::seen_at(w.conn(), worker, r.seen_ms).await?;
         }
-        Ok(())
+        let mut seen: Vec<(WorkerId, i64)> = renewals.iter().map(|(&worker, r)| (worker, r.seen_ms)).collect();
+        seen.sort_unstable();
+        store::workers::seen_at(w.conn(), &seen).await
     }
 
     /// Once the database can be written again after an outage: every lease runs a whole lease
@@ -154,7 +155,7 @@ impl Tracker {
                 tracing::warn!(job = job.id, error = %why, "job failed on resume");
                 continue;
             }
-            for wl in store::workloads::list(w.conn(), job.id).await? {
+            for wl in store::workloads::list(w.settled().await?, job.id).await? {
                 if wl.state == WorkloadState::Running {
                     // Enumerated now rather than at the first report, which would hold every
                     // writer up while it walks the space.

@@ -19,7 +19,7 @@ use crate::model::{
 use crate::search::{self, Search};
 use crate::store::jobs::JobRow;
 use crate::store::records::{ContentScope, NewRecord, Outcome, PriorRecord, PriorScope, TrialOutcome};
-use crate::store::tasks::{NewTask, PendingTask, TaskRow};
+use crate::store::tasks::{Completion, NewTask, PendingTask, TaskRow};
 use crate::store::workloads::WorkloadRow;
 use crate::store::{self};
 use crate::tracker::{Tracker, Write};
@@ -29,6 +29,53 @@ use tensortune_kernels::energy::{self, Objective};
 /// Most records a transfer prior is built from: enough for a model to learn the space's shape,
 /// few enough that building it (a feature row each) and fitting on it stay quick.
 pub(crate) const PRIOR_RECORDS: u32 = 4000;
+
+/// A tuning record stored by [`Tracker::store_record`] whose task is not marked done yet.
+pub(crate) struct Stored {
+    workload_idx: u32,
+    /// Whether its task was outstanding (pending or leased) until now.
+    outstanding: bool,
+    /// The record, inserted with the others (`Tracker::complete_stored`), which gives the trial's
+    /// outcome its id.
+    record: ResultRecord,
+    trial: Trial,
+}
+
+/// What [`NewRecord`] borrows, owned: the record of a tuning report, kept until inserted.
+struct ResultRecord {
+    job_id: JobId,
+    task_id: TaskId,
+    worker_id: Option<crate::model::WorkerId>,
+    workload: tensortune_kernels::Workload,
+    template: String,
+    template_version: u32,
+    config: String,
+    config_index: i64,
+    device_class: String,
+    measurement: Measurement,
+    token_id: Option<i64>,
+    untrusted: Option<String>,
+}
+
+impl ResultRecord {
+    fn as_new(&self) -> NewRecord<'_> {
+        NewRecord {
+            task_id: self.task_id,
+            job_id: self.job_id,
+            worker_id: self.worker_id,
+            workload: &self.workload,
+            template: &self.template,
+            template_version: self.template_version,
+            config: &self.config,
+            config_index: self.config_index,
+            device_class: &self.device_class,
+            measurement: &self.measurement,
+            finalist: None,
+            token_id: self.token_id,
+            untrusted: self.untrusted.as_deref(),
+        }
+    }
+}
 
 /// A finished tuning task, as counted.
 struct Trial {
@@ -297,7 +344,7 @@ impl Tracker {
             .layout
             .clone()
             .ok_or_else(|| Error::Internal("a model search was built without its candidates' features".to_owned()))?;
-        let own = store::workloads::list(w.conn(), job.id).await?;
+        let own = store::workloads::list(w.settled().await?, job.id).await?;
         let tuned: Vec<tensortune_kernels::Workload> = own.iter().map(|r| r.workload.0).collect();
         let exclude: Vec<String> = own.into_iter().map(|r| r.workload_key).collect();
         let limit = PRIOR_RECORDS / slots.len().max(1) as u32;
@@ -391,7 +438,7 @@ impl Tracker {
         if job.total_trials > 0 {
             return self.top_up_job(w, job).await;
         }
-        for wl in store::workloads::list(w.conn(), job.id).await? {
+        for wl in store::workloads::list(w.settled().await?, job.id).await? {
             if wl.state == WorkloadState::Running {
                 self.top_up(w, job, wl.idx).await?;
             }
@@ -454,7 +501,7 @@ impl Tracker {
             return Ok(());
         }
         loop {
-            let rows = store::workloads::list(w.conn(), job.id).await?;
+            let rows = store::workloads::list(w.settled().await?, job.id).await?;
             let outstanding = store::tasks::outstanding_by_workload(w.conn(), job.id).await?;
             let outstanding_of = |idx: u32| outstanding.iter().find(|(i, _)| *i == idx).map_or(0, |(_, n)| *n);
             let used: u32 = rows.iter().map(|r| r.proposed).sum();
@@ -464,7 +511,7 @@ impl Tracker {
                 let mut ended = false;
                 for mut wl in running.into_iter().filter(|r| outstanding_of(r.idx) == 0) {
                     self.end_tuning(w, job, &mut wl, WorkloadState::Done, "the job's trial budget is spent").await?;
-                    store::workloads::save_progress(w.conn(), &wl).await?;
+                    store::workloads::save_progress(w.settled().await?, &wl).await?;
                     w.forget_workloads();
                     ended = true;
                 }
@@ -626,6 +673,26 @@ impl Tracker {
         producer: &Producer<'_>,
         measurement: &Measurement,
     ) -> Result<RecordId> {
+        let stored = self.store_record(w, job, task, producer, measurement, &[]).await?;
+        let mut stored = vec![(job.clone(), stored)];
+        let (ids, _) = self.complete_stored(w, &mut stored).await?;
+        ids.first()
+            .copied()
+            .ok_or_else(|| Error::Internal(format!("task {} was completed without its record", task.id)))
+    }
+
+    /// The first half of [`Tracker::record_result`]: the record of a finished tuning task, to
+    /// insert, numbered as the workload's next trial after those of `earlier` (not counted yet).
+    /// [`Tracker::complete_stored`] inserts it and marks its task done, for many at once.
+    pub(crate) async fn store_record(
+        &self,
+        w: &mut Write<'_>,
+        job: &JobRow,
+        task: &TaskRow,
+        producer: &Producer<'_>,
+        measurement: &Measurement,
+        earlier: &[(JobRow, Stored)],
+    ) -> Result<Stored> {
         let wl = self.workload(w, job, task.workload_idx).await?;
         let slot = JobTemplates::of(job)?.slot(&task.template, task.template_version).ok_or_else(|| {
             Error::Internal(format!(
@@ -633,40 +700,76 @@ impl Tracker {
                 task.id, task.template, task.template_version, job.id
             ))
         })?;
-        let record = NewRecord {
-            task_id: task.id,
+        let record = ResultRecord {
             job_id: job.id,
+            task_id: task.id,
             worker_id: producer.worker,
-            workload: &wl.workload.0,
-            template: &task.template,
+            workload: wl.workload.0,
+            template: task.template.clone(),
             template_version: task.template_version,
-            config: &task.config,
+            config: task.config.clone(),
             config_index: task.config_index,
-            device_class: &job.device_class,
-            measurement,
-            finalist: None,
+            device_class: job.device_class.clone(),
+            measurement: measurement.clone(),
             token_id: producer.token,
-            untrusted: producer.untrusted(0),
+            untrusted: producer.untrusted(0).map(str::to_owned),
         };
-        let now = w.now();
-        let id = store::records::insert(w.conn(), &record, now).await?;
         // Numbered at once: the trial it becomes is the workload's next (`finish_trial`).
-        let number = wl.done + 1;
-        store::tasks::complete(w.conn(), task.id, id, Some(number), now).await?;
-        if task.kind == TaskKind::Tuning && matches!(task.state, TaskState::Pending | TaskState::Leased) {
-            w.outstanding_changed((job.id, task.workload_idx), 0, 1);
-        }
+        let earlier = earlier.iter().filter(|(j, s)| j.id == job.id && s.workload_idx == task.workload_idx).count();
+        let number = wl.done.saturating_add(u32::try_from(earlier).unwrap_or(u32::MAX)).saturating_add(1);
         let outcome = Outcome {
-            id,
+            id: 0,
             status: measurement.status,
             median_us: measurement.median_us,
             trusted: producer.untrusted(0).is_none(),
             energy_mj: measurement.power.energy_mj,
         };
         let config = Point::new(slot, u64::try_from(task.config_index).unwrap_or_default());
-        let trial = Trial { task: task.id, config, outcome, reused: false, numbered: Some(number) };
-        self.finish_trial(w, job, task.workload_idx, trial).await?;
-        Ok(id)
+        Ok(Stored {
+            workload_idx: task.workload_idx,
+            outstanding: task.kind == TaskKind::Tuning && matches!(task.state, TaskState::Pending | TaskState::Leased),
+            record,
+            trial: Trial { task: task.id, config, outcome, reused: false, numbered: Some(number) },
+        })
+    }
+
+    /// Inserts the records of `stored` and marks their tasks done, a statement for each (but a
+    /// record statement per 64 records), then counts each trial in order (the second half of
+    /// [`Tracker::record_result`]); empties `stored`, which holds distinct tasks. Returns the
+    /// records' ids in `stored`'s order, and whether a trial stopped a workload or a job, which
+    /// cancels other tasks (rows of tasks read before are then out of date).
+    pub(crate) async fn complete_stored(
+        &self,
+        w: &mut Write<'_>,
+        stored: &mut Vec<(JobRow, Stored)>,
+    ) -> Result<(Vec<RecordId>, bool)> {
+        if stored.is_empty() {
+            return Ok((Vec::new(), false));
+        }
+        let stops = w.stops();
+        let now = w.now();
+        let records: Vec<NewRecord<'_>> = stored.iter().map(|(_, s)| s.record.as_new()).collect();
+        let ids = store::records::insert_many(w.conn(), &records, now).await?;
+        drop(records);
+        let mut done = Vec::with_capacity(stored.len());
+        for ((_, s), id) in stored.iter_mut().zip(&ids) {
+            s.trial.outcome.id = *id;
+            done.push(Completion { id: s.trial.task, record: *id, trial: s.trial.numbered });
+        }
+        store::tasks::complete_many(w.conn(), &done, now).await?;
+        for (job, s) in std::mem::take(stored) {
+            self.count_stored(w, &job, s).await?;
+        }
+        Ok((ids, w.stops() != stops))
+    }
+
+    /// Counts the trial of a stored record whose task is done.
+    async fn count_stored(&self, w: &mut Write<'_>, job: &JobRow, stored: Stored) -> Result<()> {
+        if stored.outstanding {
+            w.outstanding_changed((job.id, stored.workload_idx), 0, 1);
+        }
+        self.finish_trial(w, job, stored.workload_idx, stored.trial).await?;
+        Ok(())
     }
 
     /// Counts a finished task of workload `idx`: its place among the finished trials, its outcome
@@ -712,9 +815,9 @@ impl Tracker {
         if let Some(end) = ended {
             self.end_tuning(w, job, &mut wl, end, "").await?;
         }
-        store::workloads::save_progress(w.conn(), &wl).await?;
-        // Stored whole, its best time beside its best record: the next read may take it as is.
-        w.remember_workload(&wl);
+        // Stored before the commit, once for all the trials of the workload the write finishes (its
+        // best time beside its best record: the next read may take it as is).
+        w.save_later(&wl);
         self.touch_job(w, job.id).await?;
         w.job_changed(job.id);
         if ended.is_some() {
@@ -771,7 +874,7 @@ impl Tracker {
     /// the way (workloads that finished without finalists) stay in its error text.
     pub(crate) async fn finish_job_if_done(&self, w: &mut Write<'_>, job: &JobRow) -> Result<()> {
         let current = store::jobs::get(w.conn(), job.id).await?.ok_or(Error::JobNotFound(job.id))?;
-        if current.state.is_terminal() || store::workloads::unfinished(w.conn(), job.id).await? > 0 {
+        if current.state.is_terminal() || store::workloads::unfinished(w.settled().await?, job.id).await? > 0 {
             return Ok(());
         }
         let now = w.now();

@@ -45,6 +45,8 @@ pub(crate) struct Tracker {
     pub(crate) commits: crate::changes::Commits,
     /// Lease renewals of heartbeats answered without a write, stored by the reaper.
     pub(crate) renewals: crate::changes::Renewals,
+    /// Workers' rows kept between writes for the dispatch calls' checks (SQLite only).
+    pub(crate) worker_rows: crate::changes::WorkerRows,
     /// The writer lock. SQLite admits one writer at a time anyway; taking it here first makes each
     /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
     /// guards, and spares writers SQLite's busy-wait.
@@ -67,6 +69,7 @@ impl Tracker {
             outage: AtomicBool::new(false),
             commits: crate::changes::Commits::default(),
             renewals: crate::changes::Renewals::default(),
+            worker_rows: crate::changes::WorkerRows::default(),
             searches: Mutex::new(Searches::default()),
             instance: rand::random(),
         })
@@ -107,9 +110,12 @@ impl Tracker {
             tasks_ready: 0,
             workers: HashMap::new(),
             workload_rows: HashMap::new(),
+            unsaved: BTreeSet::new(),
             jobs_touched: HashSet::new(),
             outstanding: HashMap::new(),
             jobs: HashMap::new(),
+            worker_rows: &self.worker_rows,
+            workers_changed: false,
             finished: false,
         })
     }
@@ -120,6 +126,25 @@ impl Tracker {
             self.outage.store(true, Ordering::Release);
         }
         e
+    }
+
+    /// Worker `id`'s row for a dispatch call's checks (its counts read 0: `store::workers::get_lean`),
+    /// read through `e` unless kept from an earlier read (`changes::WorkerRows`, SQLite only).
+    pub(crate) async fn worker_row(
+        &self,
+        e: impl Into<Exec<'_>>,
+        id: crate::model::WorkerId,
+    ) -> Result<Option<crate::store::workers::WorkerRow>> {
+        let keep = !self.pool.is_postgres();
+        if keep && let Some(row) = self.worker_rows.get(id) {
+            return Ok(Some(row));
+        }
+        let generation = self.worker_rows.generation();
+        let row = crate::store::workers::get_lean(e, id).await?;
+        if keep && let Some(row) = &row {
+            self.worker_rows.keep(generation, row);
+        }
+        Ok(row)
     }
 
     /// When a lease handed out now ends.
@@ -168,6 +193,11 @@ pub(crate) struct Write<'a> {
     /// reports of one workload. Only rows this write wrote whole are kept; any other change of a
     /// workload row forgets them all.
     workload_rows: HashMap<SearchKey, crate::store::workloads::WorkloadRow>,
+    /// Workloads whose progress (`finish_trial`) changed in `workload_rows` and is not stored
+    /// yet: a group of reports finishes many trials of one workload, and each stored its row
+    /// (one statement per report); the row is now stored once, before the commit or before any
+    /// other statement on `job_workloads` ([`Write::settled`]).
+    unsaved: BTreeSet<SearchKey>,
     /// Jobs whose `updated_ms` this write set already (to `now`, the same for all its rows).
     jobs_touched: HashSet<JobId>,
     /// Outstanding (pending or leased) tuning tasks per workload, once counted in this write and
@@ -179,6 +209,9 @@ pub(crate) struct Write<'a> {
     /// (running, done, a note) forgets it (`Write::forget_job`); its `updated_ms` (set by
     /// `Tracker::touch_job`) is not followed, nothing a report does reads it.
     jobs: HashMap<JobId, crate::store::jobs::JobRow>,
+    /// The tracker's kept worker rows, dropped when this write ends if it changed a worker's row.
+    worker_rows: &'a crate::changes::WorkerRows,
+    workers_changed: bool,
     finished: bool,
 }
 
@@ -292,6 +325,31 @@ impl Write<'_> {
         self.workload_rows.insert((row.job_id, row.idx), row.clone());
     }
 
+    /// Keeps `row`, whose progress changed, to store before the commit (see `unsaved`).
+    pub(crate) fn save_later(&mut self, row: &crate::store::workloads::WorkloadRow) {
+        self.remember_workload(row);
+        self.unsaved.insert((row.job_id, row.idx));
+    }
+
+    /// Stores the progress of every workload row kept unsaved ([`Write::save_later`]).
+    async fn save_unsaved(&mut self) -> Result<()> {
+        for key in std::mem::take(&mut self.unsaved) {
+            if let Some(row) = self.workload_rows.get(&key) {
+                let tx = self.tx.as_mut().expect("a write keeps its transaction until it commits");
+                crate::store::workloads::save_progress(tx.exec(), row).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The transaction's connection, with every unsaved workload row stored first: for any
+    /// statement on `job_workloads` other than `add_proposed` (which only adds to `proposed`,
+    /// a column the progress leaves alone), so that none reads or overwrites an older row.
+    pub(crate) async fn settled(&mut self) -> Result<Exec<'_>> {
+        self.save_unsaved().await?;
+        Ok(self.conn())
+    }
+
     /// Notes that `n` more tasks of a workload were proposed (its stored `proposed` grew by `n`).
     pub(crate) fn proposed_more(&mut self, key: SearchKey, n: u32) {
         if let Some(row) = self.workload_rows.get_mut(&key) {
@@ -314,9 +372,12 @@ impl Write<'_> {
         self.jobs.remove(&id);
     }
 
-    /// Forgets every kept workload row: some row changed in a way they do not follow.
+    /// Forgets every kept workload row: some row changed in a way they do not follow. Rows not
+    /// stored yet would stay (they hold what the store has not seen), but there are none after
+    /// such a change: it ran through [`Write::settled`], which stored them first.
     pub(crate) fn forget_workloads(&mut self) {
-        self.workload_rows.clear();
+        let unsaved = &self.unsaved;
+        self.workload_rows.retain(|key, _| unsaved.contains(key));
     }
 
     /// The outstanding tuning tasks of a workload as counted earlier in this write, if they were.
@@ -346,6 +407,12 @@ impl Write<'_> {
         self.jobs_touched.insert(id)
     }
 
+    /// Notes that this write changed a worker's row (its registration, quarantine or reference
+    /// time): the rows kept between writes are dropped when it ends (`changes::WorkerRows`).
+    pub(crate) fn worker_changed(&mut self) {
+        self.workers_changed = true;
+    }
+
     /// Notes that `n` tasks became pending.
     pub(crate) fn tasks_ready(&mut self, n: u64) {
         self.tasks_ready = self.tasks_ready.saturating_add(n);
@@ -353,6 +420,7 @@ impl Write<'_> {
 
     /// Commits, brings the searches in step, then tells watchers and waiting workers.
     pub(crate) async fn commit(mut self, events: &Events) -> Result<()> {
+        self.save_unsaved().await?;
         let mut tx = self.tx.take().expect("a write commits once");
         let mut bumped = Vec::new();
         if self.versions.is_some() {
@@ -405,6 +473,11 @@ impl Write<'_> {
 
 impl Drop for Write<'_> {
     fn drop(&mut self) {
+        if self.workers_changed {
+            // Committed (`commit` ends here) or rolled back: rows read before or during it may
+            // be stale either way.
+            self.worker_rows.changed();
+        }
         if !self.finished {
             // Rolled back (or cancelled while committing, when nobody knows): whatever this write
             // loaded or proposed is reloaded from the database when next needed.

@@ -33,6 +33,9 @@ pub struct DbCheck {
     pub trials_expected: i64,
     /// Workloads whose tuning records are not as many as their trials.
     pub workloads_short: i64,
+    /// Workloads whose stored progress (`done`) is not their done tuning tasks, or whose tasks'
+    /// trial numbers are not 1 ..= done, each once.
+    pub workloads_miscounted: i64,
 }
 
 impl DbCheck {
@@ -53,6 +56,7 @@ impl DbCheck {
             && self.lost() == 0
             && self.duplicates() == 0
             && self.workloads_short == 0
+            && self.workloads_miscounted == 0
             && self.device_lost == 0
     }
 }
@@ -130,5 +134,14 @@ pub async fn check(path: &Path) -> anyhow::Result<DbCheck> {
         )
         .fetch_one(&mut *c)
         .await?,
+        workloads_miscounted: one(MISCOUNTED).fetch_one(&mut *c).await?,
     })
 }
+
+/// The count of [`DbCheck::workloads_miscounted`] (the same SQL on both databases).
+pub(crate) const MISCOUNTED: &str = "SELECT count(*) FROM job_workloads w \
+     JOIN (SELECT job_id, workload_idx, count(*) AS n, count(DISTINCT trial) AS distinct_trials, \
+                  coalesce(min(trial), 1) AS first, coalesce(max(trial), 0) AS last \
+           FROM tasks WHERE kind = 'tuning' AND state = 'done' GROUP BY job_id, workload_idx) AS t \
+       ON t.job_id = w.job_id AND t.workload_idx = w.idx \
+     WHERE t.n <> w.done OR t.distinct_trials <> w.done OR t.first <> 1 OR t.last <> w.done";

@@ -216,6 +216,7 @@ impl fmt::Display for Summary {
             "records / trials asked      {} / {} (workloads short {}, device_lost {})",
             d.records, d.trials_expected, d.workloads_short, d.device_lost
         )?;
+        writeln!(f, "workloads miscounted        {} (progress or trial numbers off)", d.workloads_miscounted)?;
         writeln!(f, "tasks/s sustained           {:.1}", self.tasks_per_s)?;
         for (rpc, l) in &self.latency {
             writeln!(

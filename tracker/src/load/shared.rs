@@ -232,6 +232,7 @@ async fn check(c: &mut PgConnection) -> anyhow::Result<DbCheck> {
               WHERE t.job_id = w.job_id AND t.workload_idx = w.idx AND t.kind = 'tuning')")
         .fetch_one(&mut *c)
         .await?,
+        workloads_miscounted: one(super::check::MISCOUNTED).fetch_one(&mut *c).await?,
     })
 }
 

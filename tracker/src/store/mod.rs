@@ -210,6 +210,18 @@ pub(crate) enum Exec<'e> {
     Postgres(&'e mut PgConnection),
 }
 
+impl Exec<'_> {
+    /// The same executor for one more query, leaving this one usable after it.
+    pub(crate) fn reborrow(&mut self) -> Exec<'_> {
+        match self {
+            Exec::SqlitePool(p) => Exec::SqlitePool(p),
+            Exec::Sqlite(c) => Exec::Sqlite(c),
+            Exec::PgPool(p) => Exec::PgPool(p),
+            Exec::Postgres(c) => Exec::Postgres(c),
+        }
+    }
+}
+
 impl<'e> From<&'e Pool> for Exec<'e> {
     fn from(pool: &'e Pool) -> Self {
         match pool {

@@ -116,6 +116,102 @@ pub(crate) struct NewRecord<'a> {
 
 /// Inserts a record, deriving TFLOP/s and the speedup over the vendor baseline.
 pub(crate) async fn insert(e: impl Into<Exec<'_>>, r: &NewRecord<'_>, now: i64) -> Result<RecordId> {
+    let ids = insert_many(e, std::slice::from_ref(r), now).await?;
+    ids.first().copied().ok_or_else(|| crate::error::Error::Internal("a record inserted without its id".to_owned()))
+}
+
+/// Most records one [`insert_many`] statement inserts: 42 values each, well within SQLite's 32,766
+/// and PostgreSQL's 65,535 bound values per statement.
+const RECORDS_PER_STATEMENT: usize = 64;
+
+/// Inserts `records` (distinct by task and finalist position) as [`insert`] would, many to a
+/// statement; returns their ids in `records`' order.
+///
+/// One statement per record was a third of a report's statements, each a round trip to the
+/// connection's thread. The statements insert a power of two of records each (64, 32, ... 1), so
+/// that their texts are few and each is prepared once per connection.
+pub(crate) async fn insert_many(e: impl Into<Exec<'_>>, records: &[NewRecord<'_>], now: i64) -> Result<Vec<RecordId>> {
+    let mut e = e.into();
+    let mut ids = std::collections::HashMap::with_capacity(records.len());
+    let mut rest = records;
+    while !rest.is_empty() {
+        let n = rest.len().min(RECORDS_PER_STATEMENT);
+        let n = 1 << n.ilog2();
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        let rows: Vec<(RecordId, TaskId, i64)> = on!(e.reborrow(), |c, pg| {
+            let mut qb = sqlx::QueryBuilder::new(INSERT_RECORD);
+            qb.push_values(chunk, |mut b, r| {
+                let m = r.measurement;
+                let (tflops, speedup) = derived(r);
+                b.push_bind(r.task_id)
+                    .push_bind(r.job_id)
+                    .push_bind(r.worker_id)
+                    .push_bind(r.workload.key())
+                    .push_bind(json(r.workload))
+                    .push_bind(r.template)
+                    .push_bind(i64::from(r.template_version))
+                    .push_bind(r.config)
+                    .push_bind(r.config_index)
+                    .push_bind(r.device_class)
+                    .push_bind(m.status)
+                    .push_bind(&m.error)
+                    .push_bind(m.compile_ms)
+                    .push_bind(m.measure_ms)
+                    .push_bind(json(&m.samples_us))
+                    .push_bind(m.median_us)
+                    .push_bind(m.spread)
+                    .push_bind(i64::from(m.batch))
+                    .push_bind(m.baseline_us)
+                    .push_bind(&m.baseline_kind)
+                    .push_bind(m.max_abs_err)
+                    .push_bind(m.max_rel_err)
+                    .push_bind(i64::from(m.registers))
+                    .push_bind(i64::from(m.smem_bytes))
+                    .push_bind(m.cache_hit)
+                    .push_bind(json(&m.provenance))
+                    .push_bind(tflops)
+                    .push_bind(speedup)
+                    .push_bind(now)
+                    .push_bind(r.finalist.is_some())
+                    .push_bind(i64::from(r.finalist.unwrap_or(0)))
+                    .push_bind(r.token_id)
+                    .push_bind(r.untrusted)
+                    .push_bind(&m.vendor_algo)
+                    .push_bind(m.power.energy_mj)
+                    .push_bind(m.power.power_w)
+                    .push_bind(m.power.mean_clock_mhz)
+                    .push_bind(m.power.temperature_c)
+                    .push_bind(m.regime.name())
+                    .push_bind(m.settle_ms)
+                    .push_bind(m.steady)
+                    .push_bind(m.baseline_energy_mj);
+            });
+            qb.push(" RETURNING id, task_id, finalist_pos");
+            qb.build_query_as().fetch_all(c).await
+        })?;
+        ids.extend(rows.into_iter().map(|(id, task, pos)| ((task, pos), id)));
+    }
+    records
+        .iter()
+        .map(|r| {
+            ids.get(&(r.task_id, i64::from(r.finalist.unwrap_or(0)))).copied().ok_or_else(|| {
+                crate::error::Error::Internal(format!("the record of task {} came back without its id", r.task_id))
+            })
+        })
+        .collect()
+}
+
+/// `INSERT INTO records (...) ` with every column [`insert`] writes, for [`insert_many`]'s values.
+const INSERT_RECORD: &str = "INSERT INTO records (task_id, job_id, worker_id, workload_key, workload, template,
+    template_version, config, config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
+    spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers, smem_bytes, cache_hit, provenance,
+    tflops, speedup, created_ms, remeasure, finalist_pos, token_id, untrusted, vendor_algo, energy_mj, power_w,
+    mean_clock_mhz, temperature_c, regime, settle_ms, steady, baseline_energy_mj) ";
+
+/// A record's TFLOP/s and speedup over the vendor baseline, derived from its measurement (0 for
+/// a failed one).
+fn derived(r: &NewRecord<'_>) -> (f64, f64) {
     let m = r.measurement;
     let ok = m.status == Status::Ok && m.median_us > 0.0;
     let tflops = if ok { r.workload.flops() / m.median_us / 1e6 } else { 0.0 };
@@ -123,61 +219,7 @@ pub(crate) async fn insert(e: impl Into<Exec<'_>>, r: &NewRecord<'_>, now: i64) 
         Some(baseline) if ok && baseline > 0.0 => baseline / m.median_us,
         _ => 0.0,
     };
-    Ok(on!(e, |c, pg| sqlx::query_scalar(
-        "INSERT INTO records (task_id, job_id, worker_id, workload_key, workload, template, template_version, config,
-                              config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
-                              spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers,
-                              smem_bytes, cache_hit, provenance, tflops, speedup, created_ms, remeasure, finalist_pos,
-                              token_id, untrusted, vendor_algo, energy_mj, power_w, mean_clock_mhz, temperature_c,
-                              regime, settle_ms, steady, baseline_energy_mj)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                 $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42)
-         RETURNING id",
-    )
-    .bind(r.task_id)
-    .bind(r.job_id)
-    .bind(r.worker_id)
-    .bind(r.workload.key())
-    .bind(json(r.workload))
-    .bind(r.template)
-    .bind(i64::from(r.template_version))
-    .bind(r.config)
-    .bind(r.config_index)
-    .bind(r.device_class)
-    .bind(m.status)
-    .bind(&m.error)
-    .bind(m.compile_ms)
-    .bind(m.measure_ms)
-    .bind(json(&m.samples_us))
-    .bind(m.median_us)
-    .bind(m.spread)
-    .bind(i64::from(m.batch))
-    .bind(m.baseline_us)
-    .bind(&m.baseline_kind)
-    .bind(m.max_abs_err)
-    .bind(m.max_rel_err)
-    .bind(i64::from(m.registers))
-    .bind(i64::from(m.smem_bytes))
-    .bind(m.cache_hit)
-    .bind(json(&m.provenance))
-    .bind(tflops)
-    .bind(speedup)
-    .bind(now)
-    .bind(r.finalist.is_some())
-    .bind(i64::from(r.finalist.unwrap_or(0)))
-    .bind(r.token_id)
-    .bind(r.untrusted)
-    .bind(&m.vendor_algo)
-    .bind(m.power.energy_mj)
-    .bind(m.power.power_w)
-    .bind(m.power.mean_clock_mhz)
-    .bind(m.power.temperature_c)
-    .bind(m.regime.name())
-    .bind(m.settle_ms)
-    .bind(m.steady)
-    .bind(m.baseline_energy_mj)
-    .fetch_one(c)
-    .await)?)
+    (tflops, speedup)
 }
 
 /// The records `ids`.

@@ -403,6 +403,39 @@ pub(crate) async fn complete(
     Ok(())
 }
 
+/// A task finished with its record, for [`complete_many`].
+#[derive(serde::Serialize)]
+pub(crate) struct Completion {
+    pub(crate) id: TaskId,
+    pub(crate) record: RecordId,
+    pub(crate) trial: Option<u32>,
+}
+
+/// [`complete`] for many tasks in one statement (distinct tasks: a task named twice would take
+/// either of its records).
+pub(crate) async fn complete_many(e: impl Into<Exec<'_>>, done: &[Completion], now: i64) -> Result<()> {
+    if done.is_empty() {
+        return Ok(());
+    }
+    on!(e, |c, pg| sqlx::query(if pg {
+        "UPDATE tasks SET state = 'done', record_id = x.record, lease_expires_ms = NULL, updated_ms = $2,
+                          trial = COALESCE(x.trial, tasks.trial)
+         FROM json_to_recordset($1::json) AS x (id BIGINT, record BIGINT, trial BIGINT)
+         WHERE tasks.id = x.id"
+    } else {
+        "UPDATE tasks SET state = 'done', record_id = value ->> '$.record', lease_expires_ms = NULL,
+                          updated_ms = $2, trial = COALESCE(value ->> '$.trial', tasks.trial)
+         FROM json_each($1)
+         WHERE tasks.id = value ->> '$.id'"
+    })
+    .bind(json(done))
+    .bind(now)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
+    Ok(())
+}
+
 /// Numbers a finished tuning task among its workload's finished trials (1, 2, ...).
 pub(crate) async fn set_trial(e: impl Into<Exec<'_>>, id: TaskId, trial: u32) -> Result<()> {
     on!(e, |c, pg| sqlx::query("UPDATE tasks SET trial = $2 WHERE id = $1")

@@ -126,11 +126,6 @@ pub(crate) async fn list(e: impl Into<Exec<'_>>) -> Result<Vec<WorkerRow>> {
     Ok(on!(e, |c, pg| sqlx::query_as(select_workers!(" ORDER BY w.id")).fetch_all(c).await)?)
 }
 
-/// Records that the worker was heard from; false when unknown.
-pub(crate) async fn touch(e: impl Into<Exec<'_>>, id: WorkerId, now: i64) -> Result<bool> {
-    seen(e, id, now, "online").await
-}
-
 /// Records that the worker was heard from at `now`, in `state`; false when unknown.
 async fn seen(e: impl Into<Exec<'_>>, id: WorkerId, now: i64, state: &str) -> Result<bool> {
     let done = on!(e, |c, pg| sqlx::query("UPDATE workers SET last_seen_ms = $2, state = $3 WHERE id = $1")
@@ -143,18 +138,28 @@ async fn seen(e: impl Into<Exec<'_>>, id: WorkerId, now: i64, state: &str) -> Re
     Ok(done == 1)
 }
 
-/// Records that the worker was heard from at `seen` (a heartbeat answered without a write, stored
-/// later by the reaper): online again, unless it was heard from later than that (it left since,
-/// or a write already touched it).
-pub(crate) async fn seen_at(e: impl Into<Exec<'_>>, id: WorkerId, seen: i64) -> Result<()> {
-    on!(e, |c, pg| sqlx::query(
-        "UPDATE workers SET last_seen_ms = $2, state = 'online' WHERE id = $1 AND last_seen_ms < $2"
-    )
-    .bind(id)
-    .bind(seen)
+/// Records that each worker of `seen` was heard from at its time (heartbeats, leases and reports
+/// noted in memory, stored later by the reaper): online again, unless it was heard from later
+/// than that (it left since). One statement for them all: the reaper stores every live worker's.
+pub(crate) async fn seen_at(e: impl Into<Exec<'_>>, seen: &[(WorkerId, i64)]) -> Result<()> {
+    if seen.is_empty() {
+        return Ok(());
+    }
+    on!(e, |c, pg| {
+        sqlx::query(if pg {
+        "UPDATE workers SET last_seen_ms = x.seen, state = 'online'
+         FROM (SELECT (value ->> 0)::bigint AS id, (value ->> 1)::bigint AS seen FROM json_array_elements($1::json)) AS x
+         WHERE workers.id = x.id AND workers.last_seen_ms < x.seen"
+    } else {
+        "UPDATE workers SET last_seen_ms = value ->> '$[1]', state = 'online'
+         FROM json_each($1)
+         WHERE workers.id = value ->> '$[0]' AND workers.last_seen_ms < value ->> '$[1]'"
+    })
+    .bind(json(seen))
     .execute(c)
     .await
-    .map(|r| r.rows_affected()))?;
+    .map(|r| r.rows_affected())
+    })?;
     Ok(())
 }
 

@@ -241,7 +241,7 @@ async fn a_batch_of_reports_is_answered_report_by_report_and_a_retried_batch_sto
     let mut tuning = tracker.tuning().await;
     let mut a = FakeWorker::register(&tracker, "box/0").await;
     let mut b = FakeWorker::register(&tracker, "box/1").await;
-    submit(&mut tuning, job(vec![matmul(64, 64, 64)], 8, 8)).await;
+    let submitted = submit(&mut tuning, job(vec![matmul(64, 64, 64)], 8, 8)).await;
 
     let mine = a.lease_some(3).await;
     assert_eq!(mine.len(), 3);
@@ -278,6 +278,12 @@ async fn a_batch_of_reports_is_answered_report_by_report_and_a_retried_batch_sto
         first.iter().map(|o| o.task_id).collect::<Vec<_>>(),
         request.reports.iter().map(|r| r.task_id).collect::<Vec<_>>()
     );
+
+    // The batch's three trials were counted (its progress row stored once, at the commit) and
+    // their tasks marked done together.
+    let progress = &get_job(&mut tuning, submitted).await.workloads[0];
+    assert_eq!(progress.trials_done, 3, "{progress:?}");
+    assert!(first[..3].iter().any(|o| progress.best.as_ref().is_some_and(|b| b.id == o.record_id)), "{progress:?}");
 
     // The same batch again (a worker that never saw the answer): acknowledged, nothing stored.
     let again = a.client.report_results(request.clone()).await.unwrap().into_inner().outcomes;

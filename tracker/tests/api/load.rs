@@ -38,6 +38,7 @@ async fn a_small_load_with_a_killed_worker_group_and_a_tracker_restart_loses_not
     assert_eq!((db.jobs, db.jobs_not_done), (3, 0), "{text}");
     assert_eq!((db.tasks_not_done, db.tasks_without_record, db.device_lost), (0, 0, 0), "lost tasks: {text}");
     assert_eq!(db.duplicates(), 0, "{text}");
+    assert_eq!(db.workloads_miscounted, 0, "progress or trial numbers off: {text}");
     assert_eq!((db.records, db.trials_expected, db.workloads_short), (180, 180, 0), "{text}");
     let fired: Vec<Fault> = summary.faults.iter().map(|f| f.fault).collect();
     assert_eq!(fired, [Fault::KillWorkers, Fault::KillTracker], "{text}");
@@ -83,6 +84,7 @@ async fn batched_reports_with_a_tracker_killed_mid_batch_lose_nothing_and_duplic
     assert!(summary.finished && db.jobs_not_done == 0, "{text}");
     assert_eq!((db.tasks_not_done, db.tasks_without_record, db.device_lost), (0, 0, 0), "lost tasks: {text}");
     assert_eq!(db.duplicates(), 0, "{text}");
+    assert_eq!(db.workloads_miscounted, 0, "progress or trial numbers off: {text}");
     assert_eq!((db.records, db.trials_expected), (600, 600), "{text}");
     let round = &summary.faults[0];
     assert!(round.fault == Fault::KillTracker && round.recovered, "{text}");
