@@ -8,12 +8,12 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v15: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m512n384k8192/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v15_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
-#define TT_CLUSTER_ATTR __cluster_dims__(8, 1, 1)
-#define TT_MAP_D 
-#define TT_MAP_D_PTR nullptr
+// wgmma_gemm v16: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5
+#define KERNEL_NAME tt_wgmma_gemm_v16_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
+#define TT_CLUSTER_ATTR 
+#define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
+#define TT_MAP_D_PTR &mapD
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
@@ -21,16 +21,16 @@ using namespace nvcuda;
 #define TT_EPI_BIAS nullptr
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
-namespace ns_tt_wgmma_gemm_v15_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d {
+namespace ns_tt_wgmma_gemm_v16_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817 {
 typedef half T_IN;
-typedef float T_OUT;
+typedef half T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 384;
-constexpr int Q = 512;
-constexpr int K = 8192;
+constexpr int P = 1000;
+constexpr int Q = 1000;
+constexpr int K = 1024;
 constexpr int BP = 128;
 constexpr int BQ = 128;
 constexpr int BK = 64;
@@ -39,24 +39,24 @@ constexpr int CONSUMERS = 2;
 constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
 constexpr bool RASTER_M = false;
-constexpr int TILES_P = 3;
-constexpr int TILES_Q = 4;
+constexpr int TILES_P = 8;
+constexpr int TILES_Q = 8;
 constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 12;
-constexpr int SPLIT = 8;
+constexpr int GRID_CLUSTERS = 64;
+constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
-constexpr bool PINGPONG = false;
+constexpr bool PINGPONG = true;
 constexpr bool STREAM_K = false;
-constexpr bool TMA_STORE = false;
+constexpr bool TMA_STORE = true;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 32;
+constexpr int EPI_COLS = 64;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -74,13 +74,14 @@ constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
 constexpr bool Y_KMAJOR = false;
-constexpr bool EVEN_P = true;
-constexpr bool EVEN_Q = true;
+constexpr bool EVEN_P = false;
+constexpr bool EVEN_Q = false;
 constexpr bool PAIRS_ALIGNED = true;
 constexpr bool VEC_ALIGNED = true;
-constexpr bool READ_C = false;
+constexpr bool READ_C = true;
+constexpr bool SWAP = false;
 constexpr T_EPI ALPHA = 1.0f;
-constexpr T_EPI BETA = 0.0f;
+constexpr T_EPI BETA = 0.5f;
 constexpr bool EPI_SCALE = false;
 constexpr bool EPI_BIAS = false;
 constexpr int EPI_ACT = 0;
@@ -269,6 +270,10 @@ union OutVec {
 // one filter tap, zeros where the window leaves the input.
 // With Y_RESIDENT (one column of tiles, a persistent grid: a pointwise convolution's filter, a GEMM
 // whose M fits one tile) Y is loaded once per block, every K tile of it, and the ring carries X.
+// With SWAP (a skinny GEMM, block_n 16 or 32: a decode step's few tokens) the view is the other
+// way round: P = M rows of the user's A (X, 64-row wgmma tiles), Q = N columns of the user's B (Y,
+// wgmma's n of 16 or 32), both K-major; D's element (p, q) is then at q * P + p, and the
+// per-row epilogue vectors are indexed by p.
 // With SPLIT > 1 (a grid of one tile per block that would leave most SMs idle) SPLIT blocks of a
 // cluster share one tile, each summing a run of its K tiles; each leaves its sums in its ring
 // (idle by then), the cluster meets, and each block adds its peers' sums of its share of the tile
@@ -320,6 +325,7 @@ static_assert(WG_P % 64 == 0, "a consumer owns whole 64-row wgmma tiles");
 // vectors; the partial sums of every consumer fit in the ring.
 constexpr int SPLIT_NV = ACC_ALL / 4 / SPLIT;
 constexpr int REGS_PER_J = ACC_REGS / (BQ / 8);  // accumulator registers of 8 columns of a row tile
+static_assert(!SWAP || !TMA_STORE, "a swapped view's rows are columns of D: stored from registers");
 static_assert(SPLIT == 1 || (!STREAM_K && !PINGPONG && !TMA_STORE && !Y_RESIDENT),
               "a K split is a grid of one tile per block and stores from registers");
 static_assert(SPLIT == 1 || (SPLIT_NV * SPLIT * 4 == ACC_ALL &&
@@ -1061,15 +1067,16 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-// D = act(alpha * ab * scale[q] * acc + beta * C + bias[q]) for the element at offset `off`,
-// column q of the view; vectors are read only for columns inside D.
-__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int q) {
+// D = act(alpha * ab * scale[m] * acc + beta * C + bias[m]) for the element at offset `off`, row m
+// of the user's D (column q of the view, or with SWAP its row p); vectors are read only for rows
+// inside D.
+__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int m) {
   T_EPI v = ALPHA == (T_EPI)1 ? acc : ALPHA * acc;
   if constexpr (TENSOR_SCALE) v = v * C.ab;
-  const bool in_q = EVEN_Q || q < Q;
-  if constexpr (EPI_SCALE) v = v * (in_q ? C.rscale[q] : 0.0f);
+  const bool in_q = SWAP ? EVEN_P || m < P : EVEN_Q || m < Q;
+  if constexpr (EPI_SCALE) v = v * (in_q ? C.rscale[m] : 0.0f);
   if constexpr (READ_C) v = v + BETA * to_epi(C.c[off]);
-  if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[q]) : (T_EPI)0);
+  if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[m]) : (T_EPI)0);
   if constexpr (EPI_ACT == 1) v = v > (T_EPI)0 ? v : (T_EPI)0;
   if constexpr (EPI_ACT == 2) v = gelu_tanh(v);
   return v;
@@ -1098,10 +1105,18 @@ __device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v
   return o;
 }
 
-// Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1.
+// Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1 of the view.
+// With SWAP the view's row p is D's row and its columns D's columns: the two are M elements apart,
+// each stored alone (a quad's threads write 8 adjacent rows of a column).
 __device__ __forceinline__ void store_pair(const EpiIn& C, T_OUT* __restrict__ D, int p, int q,
                                            T_EPI v0, T_EPI v1) {
   if (!EVEN_P && p >= P) return;
+  if constexpr (SWAP) {
+    const size_t off = (size_t)q * P + p;
+    if (EVEN_Q || q < Q) D[off] = from_epi<T_OUT>(epilogue(v0, C, off, p));
+    if (EVEN_Q || q + 1 < Q) D[off + P] = from_epi<T_OUT>(epilogue(v1, C, off + P, p));
+    return;
+  }
   const size_t off = (size_t)p * Q + q;
   if (PAIRS_ALIGNED && (EVEN_Q || q + 1 < Q)) {
     typename Pair<T_OUT>::type o;
@@ -1424,7 +1439,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v15_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
+}  // namespace ns_tt_wgmma_gemm_v16_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
