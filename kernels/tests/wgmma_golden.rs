@@ -7,7 +7,7 @@
 //! whole shares (two clusters a tile), a tile walk along M first in 2-block clusters; the i8
 //! case's 64 tiles split in two; FP8 e4m3 with tensor scales, bias and GELU; a ragged bf16 GEMM with
 //! every epilogue part and C; the swapped view of decode steps, N = 16 tokens on wgmma's n side,
-//! with a K split in a cluster and with stream-K), so a diff shows what a generator change did. A change here
+//! with a K split in a cluster and the exact GELU, and with stream-K), so a diff shows what a generator change did. A change here
 //! that alters code must bump the version and be re-verified on a GPU.
 //!
 //! After an intended change: `TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test wgmma_golden`
@@ -87,8 +87,8 @@ const CASES: [(&str, &str, &str); 15] = [
         r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}"#,
     ),
     (
-        "e4m3_tn_4096x16x4096_swap_k_split_beta",
-        "matmul/m4096n16k4096/tn/e4m3,f32,bf16/alpha=1,beta=1,scale=tensor",
+        "e4m3_tn_4096x16x4096_swap_k_split_bias_gelu_erf_beta",
+        "matmul/m4096n16k4096/tn/e4m3,f32,bf16/alpha=1,beta=1,scale=tensor,epi=bias+gelu_erf",
         r#"{"block_m":128,"block_n":16,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":6,"stream_k":0,"epilogue":"direct"}"#,
     ),
     (

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::plan::{ConvX, Plan, im2col_corners};
 use crate::cuda::{Header, Scalar, ident};
 use crate::dtype::DType;
-use crate::epilogue::{Activation, InputScale};
+use crate::epilogue::InputScale;
 use crate::target::Target;
 use crate::template::{Arg, Im2colMap, KernelSpec, Launch, Resources, TensorMap, TensorOperand};
 use crate::workload::Workload;
@@ -261,11 +261,7 @@ impl Plan {
     fn epilogue_header(&self, h: &mut Header) {
         let e = &self.w.epilogue;
         let tensor = self.w.input_scale == InputScale::Tensor;
-        let act = match e.activation {
-            Activation::None => 0,
-            Activation::Relu => 1,
-            Activation::Gelu => 2,
-        };
+        let act = e.activation.code();
         let mut params = String::new();
         if e.bias {
             params.push_str(", const T_OUT* __restrict__ bias_v");

@@ -1067,6 +1067,9 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
+// GELU, exact (erf) form (PyTorch's nn.GELU() default; cuBLASLt has no such epilogue).
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+
 // D = act(alpha * ab * scale[m] * acc + beta * C + bias[m]) for the element at offset `off`, row m
 // of the user's D (column q of the view, or with SWAP its row p); vectors are read only for rows
 // inside D.
@@ -1079,6 +1082,7 @@ __device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off,
   if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[m]) : (T_EPI)0);
   if constexpr (EPI_ACT == 1) v = v > (T_EPI)0 ? v : (T_EPI)0;
   if constexpr (EPI_ACT == 2) v = gelu_tanh(v);
+  if constexpr (EPI_ACT == 3) v = gelu_erf(v);
   return v;
 }
 

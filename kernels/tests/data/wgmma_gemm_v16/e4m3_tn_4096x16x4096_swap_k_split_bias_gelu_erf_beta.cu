@@ -10,19 +10,19 @@ using namespace nvcuda;
 
 #include <cuda_fp8.h>
 // wgmma_gemm v16: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m4096n16k4096/tn/e4m3,f32,bf16/alpha=1,beta=1,scale=tensor
-#define KERNEL_NAME tt_wgmma_gemm_v16_e4m3f32bf16_tn_m128n16sw_c1_s6_cl1_grid_g1_inl_ks4_5a605547
+// workload matmul/m4096n16k4096/tn/e4m3,f32,bf16/alpha=1,beta=1,scale=tensor,epi=bias+gelu_erf
+#define KERNEL_NAME tt_wgmma_gemm_v16_e4m3f32bf16_tn_m128n16sw_c1_s6_cl1_grid_g1_inl_ks4_718b5b3a
 #define TT_CLUSTER_ATTR __cluster_dims__(4, 1, 1)
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-#define TT_EPI_PARAMS , const float* __restrict__ tscale_v
-#define TT_EPI_BIAS nullptr
+#define TT_EPI_PARAMS , const T_OUT* __restrict__ bias_v, const float* __restrict__ tscale_v
+#define TT_EPI_BIAS bias_v
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB (tscale_v[0] * tscale_v[1])
-namespace ns_tt_wgmma_gemm_v16_e4m3f32bf16_tn_m128n16sw_c1_s6_cl1_grid_g1_inl_ks4_5a605547 {
+namespace ns_tt_wgmma_gemm_v16_e4m3f32bf16_tn_m128n16sw_c1_s6_cl1_grid_g1_inl_ks4_718b5b3a {
 typedef __nv_fp8_e4m3 T_IN;
 typedef __nv_bfloat16 T_OUT;
 typedef float T_EPI;
@@ -84,8 +84,8 @@ constexpr bool SWAP = true;
 constexpr T_EPI ALPHA = 1.0f;
 constexpr T_EPI BETA = 1.0f;
 constexpr bool EPI_SCALE = false;
-constexpr bool EPI_BIAS = false;
-constexpr int EPI_ACT = 0;
+constexpr bool EPI_BIAS = true;
+constexpr int EPI_ACT = 3;
 constexpr bool TENSOR_SCALE = true;
 constexpr bool FUSED = true;
 }  // namespace cfg
@@ -1068,6 +1068,9 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
+// GELU, exact (erf) form (PyTorch's nn.GELU() default; cuBLASLt has no such epilogue).
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+
 // D = act(alpha * ab * scale[m] * acc + beta * C + bias[m]) for the element at offset `off`, row m
 // of the user's D (column q of the view, or with SWAP its row p); vectors are read only for rows
 // inside D.
@@ -1080,6 +1083,7 @@ __device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off,
   if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[m]) : (T_EPI)0);
   if constexpr (EPI_ACT == 1) v = v > (T_EPI)0 ? v : (T_EPI)0;
   if constexpr (EPI_ACT == 2) v = gelu_tanh(v);
+  if constexpr (EPI_ACT == 3) v = gelu_erf(v);
   return v;
 }
 
@@ -1440,7 +1444,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v16_e4m3f32bf16_tn_m128n16sw_c1_s6_cl1_grid_g1_inl_ks4_5a605547
+}  // namespace ns_tt_wgmma_gemm_v16_e4m3f32bf16_tn_m128n16sw_c1_s6_cl1_grid_g1_inl_ks4_718b5b3a
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
