@@ -192,6 +192,9 @@ pub enum Activation {
     Relu,
     /// GELU, tanh form.
     Gelu,
+    /// GELU, exact (erf) form: `0.5 x (1 + erf(x / sqrt 2))`.
+    #[serde(rename = "gelu_erf")]
+    GeluErf,
 }
 
 impl ConvEpilogue {
@@ -213,6 +216,7 @@ impl ConvEpilogue {
             Activation::None => {}
             Activation::Relu => parts.push("relu"),
             Activation::Gelu => parts.push("gelu"),
+            Activation::GeluErf => parts.push("gelu_erf"),
         }
         let epi = if parts.is_empty() { String::new() } else { format!("epi={}", parts.join("+")) };
         match (self.residual, epi.is_empty()) {

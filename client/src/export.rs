@@ -339,6 +339,7 @@ fn bundle_activation(a: tensortune_kernels::Activation) -> tensortune_bundle::Ac
         tensortune_kernels::Activation::None => tensortune_bundle::Activation::None,
         tensortune_kernels::Activation::Relu => tensortune_bundle::Activation::Relu,
         tensortune_kernels::Activation::Gelu => tensortune_bundle::Activation::Gelu,
+        tensortune_kernels::Activation::GeluErf => tensortune_bundle::Activation::GeluErf,
     }
 }
 
@@ -376,7 +377,7 @@ mod tests {
     #[test]
     fn every_activation_keeps_its_name() {
         use tensortune_kernels::Activation;
-        for a in [Activation::None, Activation::Relu, Activation::Gelu] {
+        for a in [Activation::None, Activation::Relu, Activation::Gelu, Activation::GeluErf] {
             let ours = serde_json::to_string(&a).unwrap();
             assert_eq!(serde_json::to_string(&bundle_activation(a)).unwrap(), ours, "{a:?}");
         }

@@ -10,7 +10,9 @@
 //!   (cuBLASLt's `CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_HOST`);
 //! - `bias[m]`: one value per row of column-major D, in the output type (`CUBLASLT_EPILOGUE_BIAS`:
 //!   "bias vector length must match matrix D rows");
-//! - `act`: ReLU or GELU in its tanh form (`CUBLASLT_EPILOGUE_RELU`, `_GELU`).
+//! - `act`: ReLU, GELU in its tanh form (`CUBLASLT_EPILOGUE_RELU`, `_GELU`), or exact GELU, the
+//!   erf form `x/2 (1 + erf(x / sqrt 2))` (PyTorch's `nn.GELU()` default, BERT's), which cuBLASLt
+//!   has no epilogue for: its baseline is cuBLASLt's product and an elementwise kernel.
 //!
 //! Keys spell the epilogue as `epi=` and its parts joined by `+` in this order
 //! (`epi=scale+bias+gelu`), and the input scales as `scale=tensor`; a plain matmul's key has
@@ -36,6 +38,33 @@ pub enum Activation {
     Relu,
     /// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), as cuBLASLt's.
     Gelu,
+    /// GELU, exact (erf) form: 0.5 x (1 + erf(x / sqrt 2)), PyTorch's `nn.GELU()` default. Keys
+    /// spell it `gelu_erf`; `gelu` stays the tanh form.
+    #[serde(rename = "gelu_erf")]
+    GeluErf,
+}
+
+impl Activation {
+    /// The key spelling (`none`, `relu`, `gelu`, `gelu_erf`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::None => "none",
+            Activation::Relu => "relu",
+            Activation::Gelu => "gelu",
+            Activation::GeluErf => "gelu_erf",
+        }
+    }
+
+    /// The activation's code in generated kernels (`EPI_ACT`): 0 none, 1 ReLU, 2 GELU (tanh), 3
+    /// GELU (erf).
+    pub fn code(self) -> i64 {
+        match self {
+            Activation::None => 0,
+            Activation::Relu => 1,
+            Activation::Gelu => 2,
+            Activation::GeluErf => 3,
+        }
+    }
 }
 
 /// A matmul's fused epilogue beyond alpha and beta.
@@ -53,7 +82,7 @@ pub struct Epilogue {
 }
 
 /// The parts of an epilogue as keys spell them, in key order.
-pub const PARTS: [&str; 4] = ["scale", "bias", "relu", "gelu"];
+pub const PARTS: [&str; 5] = ["scale", "bias", "relu", "gelu", "gelu_erf"];
 
 impl Epilogue {
     /// The plain epilogue (alpha and beta only).
@@ -78,10 +107,8 @@ impl Epilogue {
         if self.bias {
             parts.push("bias");
         }
-        match self.activation {
-            Activation::None => {}
-            Activation::Relu => parts.push("relu"),
-            Activation::Gelu => parts.push("gelu"),
+        if self.activation != Activation::None {
+            parts.push(self.activation.name());
         }
         if parts.is_empty() { "none".into() } else { parts.join("+") }
     }
@@ -92,6 +119,7 @@ impl Epilogue {
             Activation::None => x,
             Activation::Relu => x.max(0.0),
             Activation::Gelu => gelu_tanh(x),
+            Activation::GeluErf => gelu_erf(x),
         }
     }
 
@@ -142,14 +170,18 @@ impl FromStr for Epilogue {
                 "scale" => e.scale = true,
                 "bias" if e.bias => return Err(twice()),
                 "bias" => e.bias = true,
-                act @ ("relu" | "gelu") => {
+                act @ ("relu" | "gelu" | "gelu_erf") => {
                     if e.activation != Activation::None {
                         return Err(Error::invalid(
                             "epilogue",
-                            format!("{s:?} has two activations; at most one of relu, gelu"),
+                            format!("{s:?} has two activations; at most one of relu, gelu, gelu_erf"),
                         ));
                     }
-                    e.activation = if act == "relu" { Activation::Relu } else { Activation::Gelu };
+                    e.activation = match act {
+                        "relu" => Activation::Relu,
+                        "gelu" => Activation::Gelu,
+                        _ => Activation::GeluErf,
+                    };
                 }
                 _ => return Err(Error::invalid("epilogue", format!("unknown part {part:?} in {s:?}; {}", allowed()))),
             }
@@ -197,6 +229,40 @@ pub fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + (K * (x + 0.044715 * x * x * x)).tanh())
 }
 
+/// GELU in its exact (erf) form, in f64.
+pub fn gelu_erf(x: f64) -> f64 {
+    0.5 * x * (1.0 + erf(x * std::f64::consts::FRAC_1_SQRT_2))
+}
+
+/// The error function in f64, to about 1e-15 (std has none): its Maclaurin series below |x| = 2.5
+/// (the terms peak near 2^6 there, so about 2 of f64's 16 digits go to cancellation), and
+/// 1 - erfc(x) from erfc's continued fraction beyond, where it converges in a few dozen terms.
+pub fn erf(x: f64) -> f64 {
+    let a = x.abs();
+    let value = if a < 2.5 {
+        // erf(x) = 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1)).
+        let (mut term, mut sum, x2) = (a, a, a * a);
+        for n in 1..60 {
+            term *= -x2 / n as f64;
+            let next = term / (2 * n + 1) as f64;
+            sum += next;
+            if next.abs() < 1e-17 * sum.abs() {
+                break;
+            }
+        }
+        std::f64::consts::FRAC_2_SQRT_PI * sum
+    } else {
+        // erfc(a) = exp(-a^2)/sqrt(pi) * 1/(a + (1/2)/(a + 1/(a + (3/2)/(a + 2/(a + ...))))),
+        // evaluated from the tail (60 levels: exact to f64 for a >= 2.5).
+        let mut f = a;
+        for n in (1..=60).rev() {
+            f = a + (n as f64 / 2.0) / f;
+        }
+        1.0 - (-a * a).exp() / (std::f64::consts::PI.sqrt() * f)
+    };
+    value.copysign(x)
+}
+
 /// The per-tensor scales (A's, B's) every measurement uses: powers of two, so that scaling is
 /// exact, and unequal with a product other than 1, so that a kernel that drops or swaps one of
 /// them fails the check.
@@ -219,8 +285,19 @@ mod tests {
 
     #[test]
     fn names_parse_back_in_key_order() {
-        for text in ["none", "bias", "relu", "gelu", "bias+relu", "bias+gelu", "scale", "scale+bias+gelu", "scale+relu"]
-        {
+        for text in [
+            "none",
+            "bias",
+            "relu",
+            "gelu",
+            "gelu_erf",
+            "bias+relu",
+            "bias+gelu",
+            "bias+gelu_erf",
+            "scale",
+            "scale+bias+gelu",
+            "scale+relu",
+        ] {
             let e: Epilogue = text.parse().unwrap();
             assert_eq!(e.name(), text);
         }
@@ -234,8 +311,9 @@ mod tests {
     #[test]
     fn bad_epilogues_name_the_field_and_the_parts() {
         for (text, says) in [
-            ("bias+silu", "allowed: scale, bias, relu, gelu"),
+            ("bias+silu", "allowed: scale, bias, relu, gelu, gelu_erf"),
             ("relu+gelu", "two activations"),
+            ("gelu+gelu_erf", "two activations"),
             ("bias+bias", "twice"),
             ("bias+", "unknown part \"\""),
         ] {
@@ -255,6 +333,35 @@ mod tests {
         assert!((gelu_tanh(-1.0) - (-0.158_808_009_391_723_2)).abs() < 1e-12);
         assert_eq!(gelu_tanh(0.0), 0.0);
         assert!((gelu_tanh(10.0) - 10.0).abs() < 1e-12 && gelu_tanh(-10.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn exact_gelu_is_the_erf_form() {
+        // erf at points of its tables (Abramowitz and Stegun 7.1), both branches and the sign.
+        for (x, want) in [
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (2.0, 0.995_322_265_018_952_7),
+            (2.5, 0.999_593_047_982_555),
+            (3.0, 0.999_977_909_503_001_4),
+        ] {
+            assert!((erf(x) - want).abs() < 1e-15, "erf({x}) = {} not {want}", erf(x));
+            assert_eq!(erf(-x), -erf(x));
+        }
+        // erfc(4) = 1.5417e-8: 1 - erf(4) within f64's spacing at 1.
+        assert!((1.0 - erf(4.0) - 1.541_725_790_028_002e-8).abs() < 2.3e-16, "{}", 1.0 - erf(4.0));
+        assert_eq!(erf(30.0), 1.0);
+        // At 1 the erf form gives 0.841345, the tanh form 0.841192 (the forms differ by at most
+        // 4.7e-4, near |x| = 2.7).
+        assert!((gelu_erf(1.0) - 0.841_344_746_068_542_9).abs() < 1e-15, "{}", gelu_erf(1.0));
+        assert!((gelu_erf(-1.0) - (-0.158_655_253_931_457_05)).abs() < 1e-15);
+        assert_eq!(gelu_erf(0.0), 0.0);
+        // 1 + erf(x) cancels there: about 1e-16 absolute, as the f32 kernels far exceed.
+        assert!((gelu_erf(-3.0) - (-0.004_049_694_094_890_31)).abs() < 1e-14, "{}", gelu_erf(-3.0));
+        let e = Element { sum: 1.0, c: 0.0, ab_scale: 1.0, row_scale: 1.0, bias: 0.0 };
+        assert_eq!("gelu_erf".parse::<Epilogue>().unwrap().apply(1.0, 0.0, e), gelu_erf(1.0));
+        assert_eq!(Activation::GeluErf.code(), 3);
+        assert_eq!(serde_json::to_string(&Activation::GeluErf).unwrap(), "\"gelu_erf\"");
     }
 
     #[test]

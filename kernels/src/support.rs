@@ -18,7 +18,8 @@ const BODY: &str = include_str!("cuda/support.cu");
 /// `tt_compare(T_OUT* out, f64* ref, f64* sq, f64* mag, f64 acc_tol, f64 out_tol, u64* stats[5])`.
 /// `tt_epilogue(T_OUT* d, T_OUT* c, T_OUT* bias, f32* row_scale, f32* tensor_scales)` applies a
 /// matmul's epilogue to a plain product in place (the vendor baseline's unfused epilogue).
-pub const ENTRIES: [&str; 6] = ["tt_fill_in", "tt_fill_out", "tt_poison", "tt_reference", "tt_compare", "tt_epilogue"];
+pub const ENTRIES: [&str; 7] =
+    ["tt_fill_in", "tt_fill_out", "tt_poison", "tt_reference", "tt_compare", "tt_epilogue", "tt_activate"];
 
 /// How far an output element may be from the float64 reference:
 /// `|out - ref| <= acc * sq + out * mag`, where `sq` is |alpha| times the root of the summed squared
@@ -149,14 +150,7 @@ pub fn source(w: &Workload) -> String {
         .value("double", "BETA_F64", format!("{beta:?}"))
         .flag("EPI_SCALE", epilogue.scale)
         .flag("EPI_BIAS", epilogue.bias)
-        .int(
-            "EPI_ACT",
-            match epilogue.activation {
-                crate::Activation::None => 0,
-                crate::Activation::Relu => 1,
-                crate::Activation::Gelu => 2,
-            },
-        )
+        .int("EPI_ACT", epilogue.activation.code())
         .flag("TENSOR_SCALE", input_scale == crate::InputScale::Tensor);
     h.source("tt_support", &[BODY])
 }

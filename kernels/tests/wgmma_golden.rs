@@ -1,4 +1,4 @@
-//! Golden sources of `wgmma_gemm` v15 for a few configs (one per kind of code path: a producer
+//! Golden sources of `wgmma_gemm` v16 for a few configs (one per kind of code path: a producer
 //! warpgroup with cooperative consumers on a persistent grid, ping-pong consumers in 2-block
 //! clusters with MN-major operands, an inline producer on i8 with a C epilogue, and stream-K in
 //! 2-block clusters on a ragged shape, the TMA-store epilogue with C, the 160-column tile of two
@@ -6,7 +6,8 @@
 //! 8-block cluster, a K split of pairs that share A by multicast (a 4-block cluster), stream-K of
 //! whole shares (two clusters a tile), a tile walk along M first in 2-block clusters; the i8
 //! case's 64 tiles split in two; FP8 e4m3 with tensor scales, bias and GELU; a ragged bf16 GEMM with
-//! every epilogue part and C), so a diff shows what a generator change did. A change here
+//! every epilogue part and C; the swapped view of decode steps, N = 16 tokens on wgmma's n side,
+//! with a K split in a cluster and the exact GELU, and with stream-K), so a diff shows what a generator change did. A change here
 //! that alters code must bump the version and be re-verified on a GPU.
 //!
 //! After an intended change: `TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test wgmma_golden`
@@ -19,7 +20,7 @@ use std::path::PathBuf;
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, Target, Template, Workload};
 
-const CASES: [(&str, &str, &str); 13] = [
+const CASES: [(&str, &str, &str); 15] = [
     (
         "f16_nn_4096_cooperative_persistent",
         "matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0",
@@ -85,12 +86,22 @@ const CASES: [(&str, &str, &str); 13] = [
         "matmul/m1000n1000k1024/tn/bf16,f32,bf16/alpha=1,beta=1,epi=scale+bias+relu",
         r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}"#,
     ),
+    (
+        "e4m3_tn_4096x16x4096_swap_k_split_bias_gelu_erf_beta",
+        "matmul/m4096n16k4096/tn/e4m3,f32,bf16/alpha=1,beta=1,scale=tensor,epi=bias+gelu_erf",
+        r#"{"block_m":128,"block_n":16,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","raster_group":1,"schedule":"cooperative","stages":6,"stream_k":0,"epilogue":"direct"}"#,
+    ),
+    (
+        "bf16_tn_14336x16x4096_swap_stream_k_bias_gelu",
+        "matmul/m14336n16k4096/tn/bf16,f32,bf16/alpha=1,beta=0,epi=bias+gelu",
+        r#"{"block_m":128,"block_n":16,"cluster":1,"consumers":1,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":6,"stream_k":1,"epilogue":"direct"}"#,
+    ),
 ];
 
 #[test]
-fn wgmma_gemm_v15_sources_match_their_golden_files() {
-    assert_eq!(WgmmaGemm.version(), 15, "a new version gets new golden files (and a GPU check)");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v15");
+fn wgmma_gemm_v16_sources_match_their_golden_files() {
+    assert_eq!(WgmmaGemm.version(), 16, "a new version gets new golden files (and a GPU check)");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v16");
     let update = std::env::var_os("TT_UPDATE_GOLDEN").is_some();
     let mut differing = Vec::new();
     for (name, key, config) in CASES {

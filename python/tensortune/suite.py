@@ -3,7 +3,7 @@
 A suite is the JSON file `tensortune tune --suite` reads: a name, a description and a list of
 workloads, each a tensortune workload key plus, for a model, how many times the model runs it
 (`count`), how many matrices a batched matmul multiplies (`batch`), what follows a matmul
-(`epilogue`: `relu`, `gelu`, ... after a batched product, recorded for the reader) and where the
+(`epilogue`: `relu`, `gelu` (tanh form), `gelu_erf` (exact), ... after a batched product, recorded for the reader) and where the
 model runs it (`ops`). A linear layer's and a conv2d's epilogue is in its key (`beta=1,epi=bias`:
 a linear's bias and the residual add after it; `/beta=1,epi=bias+relu`: batch norm folded into a
 per-channel bias, the residual add, ReLU), so the fused kernel is what is tuned.
@@ -30,15 +30,15 @@ TYPES = {
 }
 LAYOUTS = ("nn", "nt", "tn", "tt")
 #: Epilogue parts a suite may name, in the order they apply.
-EPILOGUE_PARTS = ("bias", "relu", "gelu")
+EPILOGUE_PARTS = ("bias", "relu", "gelu", "gelu_erf")
 
 _MATMUL = re.compile(
     r"^matmul/m(\d+)n(\d+)k(\d+)/(nn|nt|tn|tt)/([a-z0-9]+),([a-z0-9]+),([a-z0-9]+)/alpha=([^,]+),beta=([^,]+)"
-    r"(?:,scale=([a-z]+))?(?:,epi=([a-z+]+))?$"
+    r"(?:,scale=([a-z]+))?(?:,epi=([a-z_+]+))?$"
 )
 _CONV = re.compile(
     r"^conv2d/n(\d+)h(\d+)w(\d+)c(\d+)/k(\d+)r(\d+)s(\d+)/pad(\d+)x(\d+),stride(\d+)x(\d+),dil(\d+)x(\d+)/nhwc/"
-    r"([a-z0-9]+),([a-z0-9]+),([a-z0-9]+)(?:/(?:(beta=1)(?:,|$))?(?:epi=([a-z+]+))?)?$"
+    r"([a-z0-9]+),([a-z0-9]+),([a-z0-9]+)(?:/(?:(beta=1)(?:,|$))?(?:epi=([a-z_+]+))?)?$"
 )
 
 

@@ -171,8 +171,13 @@ class _Chain:
             return True
         activation = _ACTIVATIONS.get(func)
         if activation and args[0] is self.out and self.activation is None:
-            if activation == "gelu" and kwargs.get("approximate", args[1] if len(args) > 1 else "none") != "tanh":
-                return False  # the kernels' GELU is the tanh form
+            if activation == "gelu":
+                # `nn.GELU()` and `F.gelu` default to the exact (erf) form, keyed `gelu_erf`;
+                # `approximate="tanh"` is the tanh form, keyed `gelu` (cuBLASLt's).
+                approximate = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
+                if approximate not in ("none", "tanh"):
+                    return False
+                activation = "gelu" if approximate == "tanh" else "gelu_erf"
             self.activation = activation
             return True
         return False
@@ -560,6 +565,8 @@ def _run_chain(applied, chain):
         out = out.relu_()
     elif activation == "gelu":
         out = F.gelu(out, approximate="tanh")
+    elif activation == "gelu_erf":
+        out = F.gelu(out)
     if out.data_ptr() == chain.out.data_ptr() and out.shape == chain.out.shape:
         return
     if chain.out is not identity and out.shape == chain.out.shape and out.stride() == chain.out.stride() and not (

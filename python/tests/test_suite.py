@@ -30,6 +30,9 @@ def test_keys_are_the_trackers_spelling():
     assert fused == "matmul/m768n3072k768/tn/f16,f32,f16/alpha=1,beta=1,epi=bias+gelu"
     f = parse_key(fused)
     assert (f["residual"], f["epilogue"], f["beta"]) == (True, "bias+gelu", 1.0)
+    exact = matmul_key(768, 3072, 768, "tn", "bf16", epilogue="bias+gelu_erf")
+    assert exact == "matmul/m768n3072k768/tn/bf16,f32,bf16/alpha=1,beta=0,epi=bias+gelu_erf"
+    assert parse_key(exact)["epilogue"] == "bias+gelu_erf"
     assert plain_key(fused) == matmul_key(768, 3072, 768, "tn", "f16")
 
 

@@ -41,8 +41,9 @@ def test_capture_writes_the_suite(tmp_path, device, dtype):
     assert keys(suite) == {
         # A conv's epilogue is in its key (the fused kernel is what is tuned).
         (f"conv2d/n2h4w4c8/k16r3s3/pad1x1,stride1x1,dil1x1/nhwc/{t}/epi=relu", None, None): 1,
-        # So is a linear layer's: its bias, then an add and ReLU or tanh-GELU (not the exact GELU).
-        (f"matmul/m32n2k256/tn/{t}/alpha=1,beta=0,epi=bias", None, None): 1,
+        # So is a linear layer's: its bias, then an add and ReLU or GELU (F.gelu's default, the
+        # exact erf form: gelu_erf).
+        (f"matmul/m32n2k256/tn/{t}/alpha=1,beta=0,epi=bias+gelu_erf", None, None): 1,
         (f"matmul/m32n2k32/tn/{t}/alpha=1,beta=0,epi=bias+relu", None, None): 1,
         (f"matmul/m32n2k32/tn/{t}/alpha=1,beta=1,epi=bias", None, None): 1,
         # q @ q^T: the transposed view is the key's op(A), as a Linear's weight.

@@ -1,7 +1,7 @@
 //! Validity: the rules a plan must pass on a device, in the order a user would want to hear
 //! them, and the resources a valid plan uses.
 
-use super::plan::{MAX_ACC_REGS, Plan, SK_MAX_ACC_REGS};
+use super::plan::{MAX_ACC_REGS, Plan, SK_MAX_ACC_REGS, SWAP_MAX_N};
 use crate::error::{Error, Result};
 use crate::target::Target;
 use crate::template::Resources;
@@ -18,6 +18,9 @@ impl Plan {
             return Err(Error::Rejected(
                 "schedule pingpong alternates tiles between two consumer warpgroups fed by a producer warpgroup: it needs consumers 2 and producer warpgroup".into(),
             ));
+        }
+        if self.swap {
+            self.check_swap()?;
         }
         if self.stream_k && !self.persistent {
             return Err(Error::Rejected(
@@ -37,8 +40,10 @@ impl Plan {
         }
         if !self.consumer_rows().is_multiple_of(64) {
             return Err(Error::Rejected(reason!(format!(
-                "block_n {} cannot be split into whole 64-row wgmma tiles over {} consumer warpgroups",
-                self.bp, self.consumers
+                "{} {} cannot be split into whole 64-row wgmma tiles over {} consumer warpgroups",
+                self.p_knob(),
+                self.bp,
+                self.consumers
             ))));
         }
         if !self.y_kmajor() && !self.bq.is_multiple_of(64) {
@@ -58,13 +63,17 @@ impl Plan {
         if acc > MAX_ACC_REGS {
             return Err(Error::Rejected(reason!(format!(
                 "a {}x{} tile over {} consumer warpgroups holds {acc} accumulator registers per thread; at most {MAX_ACC_REGS} fit beside the wgmma operands",
-                self.bq, self.bp, self.consumers
+                self.block_m(),
+                self.block_n(),
+                self.consumers
             ))));
         }
         if self.stream_k && acc > SK_MAX_ACC_REGS {
             return Err(Error::Rejected(reason!(format!(
                 "stream_k adds partial sums beside the accumulators: a {}x{} tile over {} consumer warpgroups holds {acc} per thread, at most {SK_MAX_ACC_REGS} fit with it",
-                self.bq, self.bp, self.consumers
+                self.block_m(),
+                self.block_n(),
+                self.consumers
             ))));
         }
         let smem = self.smem_bytes(target);
@@ -72,26 +81,31 @@ impl Plan {
             return Err(Error::Rejected(reason!(format!(
                 "{} stages of a {}x{} tile need {} KiB of shared memory; this GPU allows {} KiB per block",
                 self.stages,
-                self.bq,
-                self.bp,
+                self.block_m(),
+                self.block_n(),
                 smem.div_ceil(1024),
                 target.max_smem_per_block / 1024
             ))));
         }
         // Tiles more than twice the problem's extent only compute zeros: the smaller tile is in
-        // the space and does the same work.
-        for (knob, tile, extent, field) in [("block_m", self.bq, self.w.m, "M"), ("block_n", self.bp, self.w.n, "N")] {
-            if tile > 64 && tile as u64 >= 2 * extent {
+        // the space and does the same work (below 64, the swapped view's narrow N tiles).
+        for (knob, tile, extent, field) in
+            [("block_m", self.block_m(), self.w.m, "M"), ("block_n", self.block_n(), self.w.n, "N")]
+        {
+            if (tile > 64 || (tile < 64 && knob == "block_n")) && tile as u64 >= 2 * extent {
                 return Err(Error::Rejected(reason!(format!(
                     "{knob} {tile} is at least twice {field}={extent}: half the tile would compute nothing"
                 ))));
             }
         }
         let g = self.grid(target);
-        if self.cluster > 1 && self.w.n.div_ceil(self.bp as u64) < 2 {
+        if self.cluster > 1 && self.p_extent().div_ceil(self.bp as u64) < 2 {
             return Err(Error::Rejected(reason!(format!(
-                "a cluster of 2 needs at least two block_n tiles (N={} is one tile of {})",
-                self.w.n, self.bp
+                "a cluster of 2 needs at least two {} tiles ({}={} is one tile of {})",
+                self.p_knob(),
+                if self.swap { "M" } else { "N" },
+                self.p_extent(),
+                self.bp
             ))));
         }
         let wave = self.wave(target);
@@ -142,5 +156,33 @@ impl Plan {
             blocks: g.blocks,
             workspace_bytes: self.workspace_bytes(&g),
         })
+    }
+
+    /// The rules of the swapped view (`block_n` 16 or 32).
+    fn check_swap(&self) -> Result<()> {
+        let bn = self.block_n();
+        if self.conv.is_some() {
+            return Err(Error::Rejected(reason!(format!(
+                "block_n {bn} swaps the GEMM's operands (N on wgmma's n side), which only wgmma_gemm does: a convolution's pixels stay on the 64-row side (block_n 64 and up)"
+            ))));
+        }
+        if self.w.n > SWAP_MAX_N {
+            return Err(Error::Rejected(reason!(format!(
+                "block_n {bn} (N on wgmma's n side) is for skinny GEMMs, N <= {SWAP_MAX_N}; N={} fills 64-row tiles (block_n 64 and up)",
+                self.w.n
+            ))));
+        }
+        if !(self.w.layout.a_k_contiguous() && self.w.layout.b_k_contiguous()) {
+            return Err(Error::Rejected(reason!(format!(
+                "block_n {bn} swaps the operands, which the kernel reads K-major only: it needs layout tn, not {}",
+                self.w.layout
+            ))));
+        }
+        if self.tma_store {
+            return Err(Error::Rejected(reason!(format!(
+                "block_n {bn} (swapped operands) stores D from registers: a row of the view is a column of D, which epilogue tma cannot store; it needs epilogue direct"
+            ))));
+        }
+        Ok(())
     }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::plan::{ConvX, Plan, im2col_corners};
 use crate::cuda::{Header, Scalar, ident};
 use crate::dtype::DType;
-use crate::epilogue::{Activation, InputScale};
+use crate::epilogue::InputScale;
 use crate::target::Target;
 use crate::template::{Arg, Im2colMap, KernelSpec, Launch, Resources, TensorMap, TensorOperand};
 use crate::workload::Workload;
@@ -34,14 +34,15 @@ impl Plan {
         };
         let key_digest = crate::short_digest(&key);
         ident(&format!(
-            "tt_{family}_v{}_{}{}{}_{}_m{}n{}_c{}{}_s{}_cl{}_{}{}_g{}{}_{}{}{}_{}",
+            "tt_{family}_v{}_{}{}{}_{}_m{}n{}{}_c{}{}_s{}_cl{}_{}{}_g{}{}_{}{}{}_{}",
             version,
             t.input,
             t.accumulator,
             t.output,
             self.w.layout,
-            self.bq,
-            self.bp,
+            self.block_m(),
+            self.block_n(),
+            if self.swap { "sw" } else { "" },
             self.consumers,
             if self.pingpong { "pp" } else { "" },
             self.stages,
@@ -111,13 +112,17 @@ impl Plan {
                 TensorMap { operand, dtype: w.types.input, dims: [mn, w.k], row_bytes: mn * e, box_dims: [64, bk] }
             }
         };
-        // A convolution's X is its input (the worker's A) and its Y the filter (the worker's B).
-        let (x_operand, y_operand) = if self.conv.is_some() {
+        // A convolution's X is its input (the worker's A) and its Y the filter (the worker's B); so
+        // are a swapped GEMM's.
+        let (x_operand, y_operand) = if self.conv.is_some() || self.swap {
             (TensorOperand::A, TensorOperand::B)
         } else {
             (TensorOperand::B, TensorOperand::A)
         };
-        [map(x_operand, self.x_kmajor(), w.n, self.bp), map(y_operand, self.y_kmajor(), w.m, self.bq / self.cluster)]
+        [
+            map(x_operand, self.x_kmajor(), self.p_extent(), self.bp),
+            map(y_operand, self.y_kmajor(), self.q_extent(), self.bq / self.cluster),
+        ]
     }
 
     /// The generated source.
@@ -173,8 +178,8 @@ impl Plan {
                     blocks => format!("__cluster_dims__({blocks}, 1, 1)"),
                 },
             )
-            .int("P", w.n as i64)
-            .int("Q", w.m as i64)
+            .int("P", self.p_extent() as i64)
+            .int("Q", self.q_extent() as i64)
             .int("K", w.k as i64)
             .int("BP", self.bp as i64)
             .int("BQ", self.bq as i64)
@@ -234,13 +239,16 @@ impl Plan {
             // and so their records (their epilogue may read C's rows past N when beta != 0).
             .flag(
                 "EVEN_P",
-                w.n.is_multiple_of(self.bp as u64) && (self.tma_store || self.tiles_p() * self.bp as u64 == w.n),
+                self.p_extent().is_multiple_of(self.bp as u64)
+                    && (self.tma_store || self.tiles_p() * self.bp as u64 == self.p_extent()),
             )
-            .flag("EVEN_Q", w.m.is_multiple_of(self.bq as u64))
-            .flag("PAIRS_ALIGNED", w.m.is_multiple_of(2))
+            .flag("EVEN_Q", self.q_extent().is_multiple_of(self.bq as u64))
+            // Swapped, a thread's pairs are a column of D apart: they go one element at a time.
+            .flag("PAIRS_ALIGNED", !self.swap && w.m.is_multiple_of(2))
             // 2-byte outputs stored from registers go 16 bytes (8 columns of Q) a thread.
-            .flag("VEC_ALIGNED", w.m.is_multiple_of(8))
+            .flag("VEC_ALIGNED", !self.swap && w.m.is_multiple_of(8))
             .flag("READ_C", w.reads_c())
+            .flag("SWAP", self.swap)
             .value("T_EPI", "ALPHA", scalar(w.alpha))
             .value("T_EPI", "BETA", scalar(w.beta));
         self.epilogue_header(&mut h);
@@ -253,11 +261,7 @@ impl Plan {
     fn epilogue_header(&self, h: &mut Header) {
         let e = &self.w.epilogue;
         let tensor = self.w.input_scale == InputScale::Tensor;
-        let act = match e.activation {
-            Activation::None => 0,
-            Activation::Relu => 1,
-            Activation::Gelu => 2,
-        };
+        let act = e.activation.code();
         let mut params = String::new();
         if e.bias {
             params.push_str(", const T_OUT* __restrict__ bias_v");

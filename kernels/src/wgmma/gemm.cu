@@ -40,6 +40,10 @@
 // one filter tap, zeros where the window leaves the input.
 // With Y_RESIDENT (one column of tiles, a persistent grid: a pointwise convolution's filter, a GEMM
 // whose M fits one tile) Y is loaded once per block, every K tile of it, and the ring carries X.
+// With SWAP (a skinny GEMM, block_n 16 or 32: a decode step's few tokens) the view is the other
+// way round: P = M rows of the user's A (X, 64-row wgmma tiles), Q = N columns of the user's B (Y,
+// wgmma's n of 16 or 32), both K-major; D's element (p, q) is then at q * P + p, and the
+// per-row epilogue vectors are indexed by p.
 // With SPLIT > 1 (a grid of one tile per block that would leave most SMs idle) SPLIT blocks of a
 // cluster share one tile, each summing a run of its K tiles; each leaves its sums in its ring
 // (idle by then), the cluster meets, and each block adds its peers' sums of its share of the tile
@@ -91,6 +95,7 @@ static_assert(WG_P % 64 == 0, "a consumer owns whole 64-row wgmma tiles");
 // vectors; the partial sums of every consumer fit in the ring.
 constexpr int SPLIT_NV = ACC_ALL / 4 / SPLIT;
 constexpr int REGS_PER_J = ACC_REGS / (BQ / 8);  // accumulator registers of 8 columns of a row tile
+static_assert(!SWAP || !TMA_STORE, "a swapped view's rows are columns of D: stored from registers");
 static_assert(SPLIT == 1 || (!STREAM_K && !PINGPONG && !TMA_STORE && !Y_RESIDENT),
               "a K split is a grid of one tile per block and stores from registers");
 static_assert(SPLIT == 1 || (SPLIT_NV * SPLIT * 4 == ACC_ALL &&
@@ -820,17 +825,22 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-// D = act(alpha * ab * scale[q] * acc + beta * C + bias[q]) for the element at offset `off`,
-// column q of the view; vectors are read only for columns inside D.
-__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int q) {
+// GELU, exact (erf) form (PyTorch's nn.GELU() default; cuBLASLt has no such epilogue).
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+
+// D = act(alpha * ab * scale[m] * acc + beta * C + bias[m]) for the element at offset `off`, row m
+// of the user's D (column q of the view, or with SWAP its row p); vectors are read only for rows
+// inside D.
+__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int m) {
   T_EPI v = ALPHA == (T_EPI)1 ? acc : ALPHA * acc;
   if constexpr (TENSOR_SCALE) v = v * C.ab;
-  const bool in_q = EVEN_Q || q < Q;
-  if constexpr (EPI_SCALE) v = v * (in_q ? C.rscale[q] : 0.0f);
+  const bool in_q = SWAP ? EVEN_P || m < P : EVEN_Q || m < Q;
+  if constexpr (EPI_SCALE) v = v * (in_q ? C.rscale[m] : 0.0f);
   if constexpr (READ_C) v = v + BETA * to_epi(C.c[off]);
-  if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[q]) : (T_EPI)0);
+  if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[m]) : (T_EPI)0);
   if constexpr (EPI_ACT == 1) v = v > (T_EPI)0 ? v : (T_EPI)0;
   if constexpr (EPI_ACT == 2) v = gelu_tanh(v);
+  if constexpr (EPI_ACT == 3) v = gelu_erf(v);
   return v;
 }
 
@@ -857,10 +867,18 @@ __device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v
   return o;
 }
 
-// Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1.
+// Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1 of the view.
+// With SWAP the view's row p is D's row and its columns D's columns: the two are M elements apart,
+// each stored alone (a quad's threads write 8 adjacent rows of a column).
 __device__ __forceinline__ void store_pair(const EpiIn& C, T_OUT* __restrict__ D, int p, int q,
                                            T_EPI v0, T_EPI v1) {
   if (!EVEN_P && p >= P) return;
+  if constexpr (SWAP) {
+    const size_t off = (size_t)q * P + p;
+    if (EVEN_Q || q < Q) D[off] = from_epi<T_OUT>(epilogue(v0, C, off, p));
+    if (EVEN_Q || q + 1 < Q) D[off + P] = from_epi<T_OUT>(epilogue(v1, C, off + P, p));
+    return;
+  }
   const size_t off = (size_t)p * Q + q;
   if (PAIRS_ALIGNED && (EVEN_Q || q + 1 < Q)) {
     typename Pair<T_OUT>::type o;

@@ -5,7 +5,11 @@ use crate::space::{Knob, Space};
 
 // The knob domains, in the order of the space (the last varies fastest in the index).
 pub(super) const BLOCK_M: &[u32] = &[64, 128, 160, 192, 256];
-pub(super) const BLOCK_N: &[u32] = &[64, 128, 256];
+/// Tiles along N. 64 and up put N on wgmma's M side (64-row tiles split over the consumers); 16
+/// and 32 (version 16) put it on wgmma's n side instead, the operands swapped (see
+/// [`super::plan::Plan::swap`]): a decode layer's few tokens then fill the tile instead of a
+/// quarter of a 64-row one.
+pub(super) const BLOCK_N: &[u32] = &[16, 32, 64, 128, 256];
 pub(super) const CONSUMERS: &[u32] = &[1, 2];
 pub(super) const STAGES: &[u32] = &[2, 3, 4, 5, 6];
 pub(super) const CLUSTER: &[u32] = &[1, 2];

@@ -18,8 +18,8 @@ impl Plan {
         let g = p.grid(target);
         let waves = g.blocks as f64 / target.sm_count as f64;
         vec![
-            ("log2_block_m", (p.bq as f64).log2()),
-            ("log2_block_n", (p.bp as f64).log2()),
+            ("log2_block_m", (p.block_m() as f64).log2()),
+            ("log2_block_n", (p.block_n() as f64).log2()),
             ("consumers", p.consumers as f64),
             ("stages", p.stages as f64),
             ("cluster", p.cluster as f64),
@@ -88,7 +88,10 @@ pub(super) fn model(p: &Plan, target: &Target) -> f64 {
     let compute = waves * tile_flops / (per_block_peak * eff) + fixup_us + split_us;
     let e = p.w.types.input.bytes() as f64;
     let l2_reuse = if p.group > 1 { 1.6 } else { 1.0 };
-    let bytes = (g.tiles_p as f64 * (p.w.m * p.w.k) as f64 + g.tiles_q as f64 * (p.w.k * p.w.n) as f64) * e / l2_reuse
+    // Every tile row of the view reads all of Y (Q rows of K), every tile column all of X.
+    let (p_rows, q_rows) = (p.p_extent(), p.q_extent());
+    let bytes = (g.tiles_p as f64 * (q_rows * p.w.k) as f64 + g.tiles_q as f64 * (p.w.k * p_rows) as f64) * e
+        / l2_reuse
         + (p.w.m * p.w.n) as f64 * p.w.types.output.bytes() as f64;
     let memory = bytes / 3.0e6;
     (compute.powi(4) + memory.powi(4)).powf(0.25) + LAUNCH_US

@@ -36,16 +36,26 @@ pub(super) const EPI_BYTES_PER_CONSUMER: u32 = 2 * 64 * 128;
 /// partial sums costs at most about a quarter of a block's time.
 pub(super) const SPLIT_MAX: u32 = 8;
 pub(super) const SPLIT_MIN_K_TILES: u64 = 4;
+/// The largest N the swapped view ([`Plan::swap`], `block_n` 16 or 32) takes: it is for skinny
+/// GEMMs (a decode step's tokens), where a 64-row wgmma tile along N computes mostly padding. At
+/// N > 128 N fills 64-row tiles, and swapped tiles only add configs to search.
+pub(super) const SWAP_MAX_N: u64 = 128;
 
 /// Every quantity a config implies for a workload, computed once.
 #[derive(Clone, Debug)]
 pub struct Plan {
     /// The workload.
     pub w: Matmul,
-    /// Tile along the user's M (wgmma N, the view's Q).
+    /// Tile along the view's Q (wgmma N): `block_m`, or `block_n` when [`Plan::swap`].
     pub bq: u32,
-    /// Tile along the user's N (wgmma M rows, the view's P).
+    /// Tile along the view's P (wgmma M rows): `block_n`, or `block_m` when [`Plan::swap`].
     pub bp: u32,
+    /// The swapped view (`block_n` below 64, version 16): P = the user's M and Q = the user's N, X
+    /// the user's A and Y the user's B, so that N lies on wgmma's n side (8-wide steps) instead of
+    /// its 64-row M side. A decode step's 16 tokens then make a 16-column tile, not a quarter of a
+    /// 64-row one: no wgmma rows of padding, and a stage of 16 rows of X's K tile instead of 64.
+    /// D's element (p, q) of this view is at q * M + p, not p * M + q.
+    pub swap: bool,
     /// Consumer warpgroups.
     pub consumers: u32,
     /// Pipeline stages.
@@ -200,10 +210,13 @@ impl Plan {
     }
 
     pub(super) fn from_positions(w: &Matmul, pos: &[usize]) -> Plan {
+        let (block_m, block_n) = (BLOCK_M[pos[0]], BLOCK_N[pos[1]]);
+        let swap = block_n < 64;
         Plan {
             w: *w,
-            bq: BLOCK_M[pos[0]],
-            bp: BLOCK_N[pos[1]],
+            bq: if swap { block_n } else { block_m },
+            bp: if swap { block_m } else { block_n },
+            swap,
             consumers: CONSUMERS[pos[2]],
             stages: STAGES[pos[3]],
             cluster: CLUSTER[pos[4]],
@@ -242,14 +255,39 @@ impl Plan {
         128 / self.w.types.input.bytes()
     }
 
-    /// Whether X (the user's B) is K-major.
+    /// Whether X (the user's B; A when swapped) is K-major.
     pub(super) fn x_kmajor(&self) -> bool {
-        self.w.layout.b_k_contiguous()
+        if self.swap { self.w.layout.a_k_contiguous() } else { self.w.layout.b_k_contiguous() }
     }
 
-    /// Whether Y (the user's A) is K-major.
+    /// Whether Y (the user's A; B when swapped) is K-major.
     pub(super) fn y_kmajor(&self) -> bool {
-        self.w.layout.a_k_contiguous()
+        if self.swap { self.w.layout.b_k_contiguous() } else { self.w.layout.a_k_contiguous() }
+    }
+
+    /// The view's P extent (rows of wgmma's M side): the user's N, or M when swapped.
+    pub(super) fn p_extent(&self) -> u64 {
+        if self.swap { self.w.m } else { self.w.n }
+    }
+
+    /// The view's Q extent (wgmma's n side): the user's M, or N when swapped.
+    pub(super) fn q_extent(&self) -> u64 {
+        if self.swap { self.w.n } else { self.w.m }
+    }
+
+    /// The `block_m` knob's value (the tile along the user's M).
+    pub(super) fn block_m(&self) -> u32 {
+        if self.swap { self.bp } else { self.bq }
+    }
+
+    /// The `block_n` knob's value (the tile along the user's N).
+    pub(super) fn block_n(&self) -> u32 {
+        if self.swap { self.bq } else { self.bp }
+    }
+
+    /// The knob that sets the view's P tile, for messages.
+    pub(super) fn p_knob(&self) -> &'static str {
+        if self.swap { "block_m" } else { "block_n" }
     }
 
     /// Rows of a tile one consumer warpgroup computes.
@@ -395,15 +433,15 @@ impl Plan {
         split
     }
 
-    /// Tiles along the user's N (the view's P), rounded up to whole clusters (an odd count's last
+    /// Tiles along the view's P (the user's N; M when swapped), rounded up to whole clusters (an odd count's last
     /// cluster has a tile past N).
     pub(super) fn tiles_p(&self) -> u64 {
-        self.w.n.div_ceil(self.bp as u64).next_multiple_of(self.cluster as u64)
+        self.p_extent().div_ceil(self.bp as u64).next_multiple_of(self.cluster as u64)
     }
 
-    /// Tiles along the user's M (the view's Q).
+    /// Tiles along the view's Q (the user's M; N when swapped).
     pub(super) fn tiles_q(&self) -> u64 {
-        self.w.m.div_ceil(self.bq as u64)
+        self.q_extent().div_ceil(self.bq as u64)
     }
 
     /// Output tiles a cluster takes at a time: one, or a pair that shares Y with a cluster of 2.

@@ -262,6 +262,8 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
         (1024, 1024, 1024, Layout::Nn),
         (2048, 5120, 5120, Layout::Nt),
         (4096, 14336, 4096, Layout::Nn),
+        // A decode step: the swapped view's narrow N tiles beside 64-row ones.
+        (4096, 16, 4096, Layout::Tn),
     ] {
         let w = Matmul::new(m, n, k, layout, Types::default_for(DType::F16).unwrap()).unwrap();
         let valid = WgmmaGemm.valid_indices(&Workload::Matmul(w), &sm90).unwrap();
@@ -270,7 +272,8 @@ fn the_tile_walk_covers_every_k_tile_of_every_output_tile_exactly_once() {
             let name = p.name(&sm90);
             let cl = p.cluster as u64;
             let kt = k.div_ceil(p.bk() as u64);
-            let (tiles_p, tiles_q) = (n.div_ceil(p.bp as u64).next_multiple_of(cl), m.div_ceil(p.bq as u64));
+            let (pe, qe) = if p.swap { (m, n) } else { (n, m) };
+            let (tiles_p, tiles_q) = (pe.div_ceil(p.bp as u64).next_multiple_of(cl), qe.div_ceil(p.bq as u64));
             // Per output tile: K tiles summed, jobs that stored it, and the blocks whose partial
             // sums it holds (by cluster tile, for the tail check).
             let mut k_seen = vec![0u64; (tiles_p * tiles_q) as usize];
@@ -658,4 +661,43 @@ fn stores_from_registers_go_in_vectors_only_where_m_takes_whole_vectors() {
     // 16 bytes are 8 f16 outputs along M (the view's Q, contiguous in D); 4-byte outputs store pairs.
     assert!(vec_aligned(&f16_out(1000)));
     assert!(!vec_aligned(&f16_out(1004)));
+}
+
+#[test]
+fn skinny_gemms_swap_the_operands_for_narrow_n_tiles() {
+    let sm90 = Target::sm90();
+    let e4m3 = Types::new(DType::E4m3, DType::F32, Some(DType::Bf16)).unwrap();
+    let decode = Workload::Matmul(Matmul::new(4096, 16, 4096, Layout::Tn, e4m3).unwrap());
+    let narrow = r#"{"block_m":128,"block_n":16,"consumers":1,"stages":6,"cluster":1,"persistent":0,"raster_group":1,"producer":"inline","schedule":"cooperative","stream_k":0,"epilogue":"direct"}"#;
+    let spec = WgmmaGemm.generate(&decode, &config(narrow), &sm90).unwrap();
+    // X is the user's A (M rows, 64-row wgmma tiles), Y the user's B (N = 16 columns: wgmma's n).
+    let (Arg::Map(x), Arg::Map(y)) = (spec.args[0], spec.args[1]) else { panic!("maps first") };
+    assert_eq!((x.operand, x.dims, x.box_dims), (TensorOperand::A, [4096, 4096], [128, 128]));
+    assert_eq!((y.operand, y.dims, y.box_dims), (TensorOperand::B, [4096, 16], [128, 16]));
+    assert!(spec.source.contains("m64n16k32.f32.e4m3.e4m3"), "{}", spec.name);
+    assert!(spec.source.contains("constexpr bool SWAP = true;") && spec.name.contains("m128n16sw"));
+    assert_eq!((constant(&spec.source, "P"), constant(&spec.source, "Q")), (4096, 16));
+    // 32 tiles of 128 rows leave most SMs idle: the K split spreads them over more blocks.
+    assert!(spec.grid[0] >= 64, "{}: {} blocks", spec.name, spec.grid[0]);
+    // Among the valid configs, swapped ones fill the GPU with a block or more per SM.
+    let valid = WgmmaGemm.valid_indices(&decode, &sm90).unwrap();
+    let Workload::Matmul(w) = decode else { unreachable!() };
+    let swapped: Vec<Plan> = valid.iter().map(|i| Plan::at(&w, *i)).filter(|p| p.swap).collect();
+    assert!(swapped.len() >= 50, "{} swapped configs of {}", swapped.len(), valid.len());
+    assert!(swapped.iter().all(|p| p.bq == 16), "block_n 32 is twice N = 16");
+    assert!(swapped.iter().any(|p| p.blocks(&sm90) >= 128 && p.k_split(&sm90) >= 2));
+    assert!(swapped.iter().any(|p| p.blocks(&sm90) >= 128 && p.stream_k));
+    // Each rule names its reason.
+    let reason = |w: &Workload, json: &str| WgmmaGemm.check(w, &config(json), &sm90).unwrap_err().to_string();
+    let r = reason(&decode, &narrow.replace(r#""block_n":16"#, r#""block_n":32"#));
+    assert!(r.contains("block_n 32 is at least twice N=16"), "{r}");
+    let r = reason(&decode, &narrow.replace(r#""epilogue":"direct""#, r#""epilogue":"tma""#));
+    assert!(r.contains("epilogue direct"), "{r}");
+    let r = reason(&mm(4096, 16, 4096, Layout::Nn, DType::F16), narrow);
+    assert!(r.contains("layout tn, not nn"), "{r}");
+    let r = reason(&mm(4096, 4096, 4096, Layout::Tn, DType::F16), narrow);
+    assert!(r.contains("N <= 128"), "{r}");
+    let layer = Workload::from_key("conv2d/n1h56w56c64/k64r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16").unwrap();
+    let r = super::conv::WgmmaConv2d.check(&layer, &config(narrow), &sm90).unwrap_err().to_string();
+    assert!(r.contains("only wgmma_gemm"), "{r}");
 }

@@ -318,6 +318,7 @@ impl Plan<'_> {
             (true, Activation::None) => E::CUBLASLT_EPILOGUE_BIAS,
             (true, Activation::Relu) => E::CUBLASLT_EPILOGUE_RELU_BIAS,
             (true, Activation::Gelu) => E::CUBLASLT_EPILOGUE_GELU_BIAS,
+            (_, Activation::GeluErf) => return Err(NO_ERF_GELU.into()),
         };
         self.set(DescAttr::CUBLASLT_MATMUL_DESC_EPILOGUE, &(epilogue as u32))?;
         if e.bias {
@@ -448,8 +449,14 @@ pub(crate) fn fusable(w: &Matmul) -> Result<(), String> {
     if w.epilogue.scale {
         return Err("cuBLASLt has no per-row scale epilogue".into());
     }
+    if w.epilogue.activation == Activation::GeluErf {
+        return Err(NO_ERF_GELU.into());
+    }
     Ok(())
 }
+
+/// Why cuBLASLt cannot fuse the exact GELU.
+const NO_ERF_GELU: &str = "cuBLASLt has no exact (erf) GELU epilogue, only the tanh form";
 
 /// The name of the `CUBLASLT_EPILOGUE_*` a fused plan of `w` uses.
 pub(crate) fn epilogue_name(w: &Matmul) -> &'static str {
@@ -460,6 +467,9 @@ pub(crate) fn epilogue_name(w: &Matmul) -> &'static str {
         (true, Activation::None) => "BIAS",
         (true, Activation::Relu) => "RELU_BIAS",
         (true, Activation::Gelu) => "GELU_BIAS",
+        // Never fused (see `fusable`).
+        (false, Activation::GeluErf) => "none (erf GELU)",
+        (true, Activation::GeluErf) => "none (BIAS, erf GELU)",
     }
 }
 
@@ -526,6 +536,18 @@ mod tests {
         assert_eq!(cluster_name(0).as_deref(), Some("auto"));
         assert_eq!((cluster_name(1), cluster_name(u64::from(CLUSTER_END))), (None, None));
         assert_eq!((reduction_name(1), reduction_name(6)), ("inplace".to_string(), "0x6".to_string()));
+    }
+
+    #[test]
+    fn the_exact_gelu_is_never_fused_and_says_why() {
+        let mut w = matmul(Layout::Tn);
+        w.epilogue = "bias+gelu".parse().unwrap();
+        assert_eq!((fusable(&w), epilogue_name(&w)), (Ok(()), "GELU_BIAS"));
+        w.epilogue = "bias+gelu_erf".parse().unwrap();
+        assert!(fusable(&w).unwrap_err().contains("no exact (erf) GELU"), "{:?}", fusable(&w));
+        // The rest of its epilogue is what the baseline fuses before the elementwise GELU.
+        w.epilogue.activation = Activation::None;
+        assert_eq!((fusable(&w), epilogue_name(&w)), (Ok(()), "BIAS"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use cudarc::driver::sys::CUfunction_attribute_enum as FnAttr;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 use tensortune_kernels::energy::Regime;
-use tensortune_kernels::{DType, InputScale, Matmul, Workload};
+use tensortune_kernels::{Activation, DType, Epilogue, InputScale, Matmul, Workload};
 
 use crate::protocol::{Device, Executor, MeasureOutcome, MeasureRequest, Status};
 use device::{Context, CudaFailure, DevBuf, launch};
@@ -75,6 +75,28 @@ struct Fail(Status, String);
 
 /// What a vendor kind says when the vendor's output disagreed with our reference.
 pub(super) const CHECK_FAILED: &str = "its output failed our check";
+
+/// The elementwise kernel that follows each run of a cuBLASLt baseline, for the part of the
+/// epilogue cuBLASLt did not fuse.
+#[derive(Clone, Copy, Debug)]
+enum After {
+    /// None: cuBLASLt computed the whole epilogue.
+    Nothing,
+    /// The whole epilogue (`tt_epilogue`) on cuBLASLt's plain product.
+    Epilogue,
+    /// The activation alone (`tt_activate`) after cuBLASLt's fused bias and residual.
+    Activation,
+}
+
+impl After {
+    fn run(self, w: &WorkloadState, stream: &CudaStream) -> Result<(), CudaFailure> {
+        match self {
+            After::Nothing => Ok(()),
+            After::Epilogue => w.apply_epilogue(stream),
+            After::Activation => w.apply_activation(stream),
+        }
+    }
+}
 
 /// The vendor algorithm a baseline picked, so that it can be timed again alone.
 #[derive(Clone, Copy, Debug)]
@@ -542,7 +564,7 @@ impl CudaExecutor {
             _ => kind,
         };
         if let Some(VendorPick::Lt(number)) = only {
-            return match self.lt_baseline(wi, &mm, None, false, req, Some(number)) {
+            return match self.lt_baseline(wi, &mm, None, After::Nothing, req, Some(number)) {
                 Some((us, kind, _)) => (Some(us), compute(kind), only),
                 None => (None, format!("none: cuBLASLt heuristic #{number} did not run again"), None),
             };
@@ -584,7 +606,7 @@ impl CudaExecutor {
         if matches!(only, Some(VendorPick::GemmEx)) {
             return (Some(gemm_us), compute(kind), only);
         }
-        let (us, kind, pick) = match self.lt_baseline(wi, &mm, None, false, req, None) {
+        let (us, kind, pick) = match self.lt_baseline(wi, &mm, None, After::Nothing, req, None) {
             Some((us, lt_kind, number)) if us < gemm_us => (us, lt_kind, VendorPick::Lt(number)),
             _ => (gemm_us, kind, VendorPick::GemmEx),
         };
@@ -643,11 +665,27 @@ impl CudaExecutor {
     ) -> Option<(f64, String, usize)> {
         let v = &self.workloads[wi].vectors;
         let fused = blaslt::Fused { bias: v.bias.ptr, a_scale: v.tensor.ptr, b_scale: v.tensor_b.ptr };
+        let scales = if mm.input_scale == InputScale::Tensor { ", A/B scale pointers" } else { "" };
+        // The exact (erf) GELU, which cuBLASLt has no epilogue for: it fuses the rest (bias, C,
+        // the scale pointers) and an elementwise kernel applies the GELU after it, as a framework
+        // runs `nn.GELU()` after a linear layer.
+        if mm.epilogue.activation == Activation::GeluErf && !mm.epilogue.scale {
+            let rest = Matmul { epilogue: Epilogue { activation: Activation::None, ..mm.epilogue }, ..*mm };
+            if let Some((us, kind, n)) = self.lt_baseline(wi, &rest, Some(fused), After::Activation, req, only) {
+                let what = format!("fused CUBLASLT_EPILOGUE_{}", blaslt::epilogue_name(&rest));
+                return Some((
+                    us,
+                    format!(
+                        "{kind} ({what}{scales}) + tt_activate elementwise erf-GELU kernel (cuBLASLt has no exact GELU epilogue)"
+                    ),
+                    n,
+                ));
+            }
+        }
         let why = match blaslt::fusable(mm) {
-            Ok(()) => match self.lt_baseline(wi, mm, Some(fused), false, req, only) {
+            Ok(()) => match self.lt_baseline(wi, mm, Some(fused), After::Nothing, req, only) {
                 Some((us, kind, n)) => {
                     let what = format!("fused CUBLASLT_EPILOGUE_{}", blaslt::epilogue_name(mm));
-                    let scales = if mm.input_scale == InputScale::Tensor { ", A/B scale pointers" } else { "" };
                     return Some((us, format!("{kind} ({what}{scales})"), n));
                 }
                 None => "cuBLASLt proposed or ran no algorithm for the fused epilogue".to_string(),
@@ -661,7 +699,7 @@ impl CudaExecutor {
             input_scale: InputScale::None,
             ..*mm
         };
-        let (us, kind, n) = self.lt_baseline(wi, &plain, None, true, req, only)?;
+        let (us, kind, n) = self.lt_baseline(wi, &plain, None, After::Epilogue, req, only)?;
         Some((us, format!("{kind} + tt_epilogue elementwise kernel (unfused: {why})"), n))
     }
 
@@ -670,14 +708,14 @@ impl CudaExecutor {
     /// is: (time, kind, number). None when cuBLASLt is missing or refuses the workload, or no
     /// candidate runs and passes; the reasons go to the debug log, and the baseline is then
     /// gemmEx alone.
-    /// With `fused`, the plan fuses `mm`'s epilogue; with `unfused`, each run is followed by the
-    /// workload's epilogue as an elementwise kernel.
+    /// With `fused`, the plan fuses `mm`'s epilogue; `after` says which elementwise kernel, if
+    /// any, follows each run (the workload's whole epilogue, or its activation alone).
     fn lt_baseline(
         &mut self,
         wi: usize,
         mm: &Matmul,
         fused: Option<blaslt::Fused>,
-        unfused: bool,
+        after: After,
         req: &MeasureRequest,
         only: Option<usize>,
     ) -> Option<(f64, String, usize)> {
@@ -717,7 +755,7 @@ impl CudaExecutor {
             let checked = w
                 .load_c_into_output(&self.stream)
                 .and_then(|_| plan.matmul(c, a, b, d))
-                .and_then(|_| if unfused { w.apply_epilogue(&self.stream) } else { Ok(()) })
+                .and_then(|_| after.run(w, &self.stream))
                 .and_then(|_| w.compare(&self.stream, &req.tolerance));
             let timed = match checked {
                 Ok(cmp) if cmp.failures > 0 => {
@@ -728,7 +766,7 @@ impl CudaExecutor {
                     let (a, b) = w.inputs(InputSet::Timing);
                     self.timer.time(req, |s| {
                         plan.matmul(c, a, b, d)?;
-                        if unfused { w.apply_epilogue(s) } else { Ok(()) }
+                        after.run(w, s)
                     })
                 }
                 Err(f) => Err(f),

@@ -54,6 +54,7 @@ pub(crate) struct WorkloadState {
     f_poison: CudaFunction,
     f_compare: CudaFunction,
     f_epilogue: CudaFunction,
+    f_activate: CudaFunction,
     a_check: DevBuf,
     b_check: DevBuf,
     a_time: DevBuf,
@@ -93,6 +94,7 @@ impl WorkloadState {
         let f_reference = func("tt_reference")?;
         let f_compare = func("tt_compare")?;
         let f_epilogue = func("tt_epilogue")?;
+        let f_activate = func("tt_activate")?;
 
         let t = workload.types();
         let (a_elems, b_elems, out_elems) = support::operand_elements(workload);
@@ -107,6 +109,7 @@ impl WorkloadState {
             f_poison,
             f_compare,
             f_epilogue,
+            f_activate,
             a_check: alloc(a_elems, t.input)?,
             b_check: alloc(b_elems, t.input)?,
             a_time: alloc(a_elems, t.input)?,
@@ -248,6 +251,13 @@ impl WorkloadState {
             ],
         )
         .when(|| "when applying the unfused epilogue".into())
+    }
+
+    /// Applies the workload's activation alone in place, with the support module's elementwise
+    /// kernel: the second kernel of a vendor baseline that fused the rest of the epilogue.
+    pub(crate) fn apply_activation(&self, stream: &CudaStream) -> Result<(), CudaFailure> {
+        launch(stream, &self.f_activate, grid_for(self.out_elems), &[KArg::Ptr(self.d.ptr)])
+            .when(|| "when applying the unfused activation".into())
     }
 
     /// Compares every output element with the reference.

@@ -355,7 +355,7 @@ fn cudnn_fusable(conv: &Conv2d, plan: &ConvPlan) -> Result<(), &'static str> {
     if conv.epilogue.scale {
         return Err("cuDNN's fused call has no per-channel scale");
     }
-    if conv.epilogue.activation == Activation::Gelu {
+    if matches!(conv.epilogue.activation, Activation::Gelu | Activation::GeluErf) {
         return Err("cuDNN's fused call has no GELU");
     }
     if plan.output_differs() {

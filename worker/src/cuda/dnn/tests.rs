@@ -169,9 +169,12 @@ fn cudnns_fused_call_takes_bias_then_relu_or_nothing_and_the_residual() {
     for (epi, residual) in [("bias+relu", false), ("bias", true), ("bias+relu", true), ("bias", false)] {
         assert_eq!(cudnn_fusable(&with(epi, residual), &plan), Ok(()), "{epi} {residual}");
     }
-    for (epi, residual, says) in
-        [("relu", true, "has none"), ("bias+gelu", false, "no GELU"), ("scale+bias", false, "per-channel scale")]
-    {
+    for (epi, residual, says) in [
+        ("relu", true, "has none"),
+        ("bias+gelu", false, "no GELU"),
+        ("bias+gelu_erf", true, "no GELU"),
+        ("scale+bias", false, "per-channel scale"),
+    ] {
         assert!(cudnn_fusable(&with(epi, residual), &plan).unwrap_err().contains(says), "{epi}");
     }
     // cuDNN writes half where ours is f32: its fused output would not be ours.

@@ -8,51 +8,52 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v15: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m1000n1000k1024/tn/bf16,f32,bf16/alpha=1,beta=1,epi=scale+bias+relu
-#define KERNEL_NAME tt_wgmma_gemm_v15_bf16f32bf16_tn_m128n128_c2_s4_cl1_grid_g1_ws_ks2_0bbfa62a
+#include <cuda_fp8.h>
+// wgmma_gemm v16: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m4096n4096k4096/tn/e4m3,f32,bf16/alpha=1,beta=0,scale=tensor,epi=bias+gelu
+#define KERNEL_NAME tt_wgmma_gemm_v16_e4m3f32bf16_tn_m256n128_c2_s4_cl2_pers_g8_ws_tmast_2bac7788
 #define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
-#define TT_MAP_D 
-#define TT_MAP_D_PTR nullptr
+#define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
+#define TT_MAP_D_PTR &mapD
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-#define TT_EPI_PARAMS , const T_OUT* __restrict__ bias_v, const float* __restrict__ rscale_v
+#define TT_EPI_PARAMS , const T_OUT* __restrict__ bias_v, const float* __restrict__ tscale_v
 #define TT_EPI_BIAS bias_v
-#define TT_EPI_RSCALE rscale_v
-#define TT_EPI_AB 1.0f
-namespace ns_tt_wgmma_gemm_v15_bf16f32bf16_tn_m128n128_c2_s4_cl1_grid_g1_ws_ks2_0bbfa62a {
-typedef __nv_bfloat16 T_IN;
+#define TT_EPI_RSCALE nullptr
+#define TT_EPI_AB (tscale_v[0] * tscale_v[1])
+namespace ns_tt_wgmma_gemm_v16_e4m3f32bf16_tn_m256n128_c2_s4_cl2_pers_g8_ws_tmast_2bac7788 {
+typedef __nv_fp8_e4m3 T_IN;
 typedef __nv_bfloat16 T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 1000;
-constexpr int Q = 1000;
-constexpr int K = 1024;
+constexpr int P = 4096;
+constexpr int Q = 4096;
+constexpr int K = 4096;
 constexpr int BP = 128;
-constexpr int BQ = 128;
-constexpr int BK = 64;
+constexpr int BQ = 256;
+constexpr int BK = 128;
 constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
-constexpr int CLUSTER = 1;
-constexpr int GROUP = 1;
+constexpr int CLUSTER = 2;
+constexpr int GROUP = 8;
 constexpr bool RASTER_M = false;
-constexpr int TILES_P = 8;
-constexpr int TILES_Q = 8;
-constexpr int ACC_REGS = 64;
+constexpr int TILES_P = 32;
+constexpr int TILES_Q = 16;
+constexpr int ACC_REGS = 128;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 64;
-constexpr int SPLIT = 2;
+constexpr int GRID_CLUSTERS = 66;
+constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
 constexpr bool PINGPONG = false;
 constexpr bool STREAM_K = false;
-constexpr bool TMA_STORE = false;
+constexpr bool TMA_STORE = true;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
@@ -74,17 +75,18 @@ constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
 constexpr bool Y_KMAJOR = true;
-constexpr bool EVEN_P = false;
-constexpr bool EVEN_Q = false;
+constexpr bool EVEN_P = true;
+constexpr bool EVEN_Q = true;
 constexpr bool PAIRS_ALIGNED = true;
 constexpr bool VEC_ALIGNED = true;
-constexpr bool READ_C = true;
+constexpr bool READ_C = false;
+constexpr bool SWAP = false;
 constexpr T_EPI ALPHA = 1.0f;
-constexpr T_EPI BETA = 1.0f;
-constexpr bool EPI_SCALE = true;
+constexpr T_EPI BETA = 0.0f;
+constexpr bool EPI_SCALE = false;
 constexpr bool EPI_BIAS = true;
-constexpr int EPI_ACT = 1;
-constexpr bool TENSOR_SCALE = false;
+constexpr int EPI_ACT = 2;
+constexpr bool TENSOR_SCALE = true;
 constexpr bool FUSED = true;
 }  // namespace cfg
 
@@ -269,6 +271,10 @@ union OutVec {
 // one filter tap, zeros where the window leaves the input.
 // With Y_RESIDENT (one column of tiles, a persistent grid: a pointwise convolution's filter, a GEMM
 // whose M fits one tile) Y is loaded once per block, every K tile of it, and the ring carries X.
+// With SWAP (a skinny GEMM, block_n 16 or 32: a decode step's few tokens) the view is the other
+// way round: P = M rows of the user's A (X, 64-row wgmma tiles), Q = N columns of the user's B (Y,
+// wgmma's n of 16 or 32), both K-major; D's element (p, q) is then at q * P + p, and the
+// per-row epilogue vectors are indexed by p.
 // With SPLIT > 1 (a grid of one tile per block that would leave most SMs idle) SPLIT blocks of a
 // cluster share one tile, each summing a run of its K tiles; each leaves its sums in its ring
 // (idle by then), the cluster meets, and each block adds its peers' sums of its share of the tile
@@ -320,6 +326,7 @@ static_assert(WG_P % 64 == 0, "a consumer owns whole 64-row wgmma tiles");
 // vectors; the partial sums of every consumer fit in the ring.
 constexpr int SPLIT_NV = ACC_ALL / 4 / SPLIT;
 constexpr int REGS_PER_J = ACC_REGS / (BQ / 8);  // accumulator registers of 8 columns of a row tile
+static_assert(!SWAP || !TMA_STORE, "a swapped view's rows are columns of D: stored from registers");
 static_assert(SPLIT == 1 || (!STREAM_K && !PINGPONG && !TMA_STORE && !Y_RESIDENT),
               "a K split is a grid of one tile per block and stores from registers");
 static_assert(SPLIT == 1 || (SPLIT_NV * SPLIT * 4 == ACC_ALL &&
@@ -540,12 +547,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n128k16.f32.bf16.bf16: X K-major, Y K-major.
+// wgmma.m64n256k32.f32.e4m3.e4m3: X K-major, Y K-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(dx), "l"(dy), "r"(1));
 }
 
@@ -1061,17 +1068,22 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
-// D = act(alpha * ab * scale[q] * acc + beta * C + bias[q]) for the element at offset `off`,
-// column q of the view; vectors are read only for columns inside D.
-__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int q) {
+// GELU, exact (erf) form (PyTorch's nn.GELU() default; cuBLASLt has no such epilogue).
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f)); }
+
+// D = act(alpha * ab * scale[m] * acc + beta * C + bias[m]) for the element at offset `off`, row m
+// of the user's D (column q of the view, or with SWAP its row p); vectors are read only for rows
+// inside D.
+__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int m) {
   T_EPI v = ALPHA == (T_EPI)1 ? acc : ALPHA * acc;
   if constexpr (TENSOR_SCALE) v = v * C.ab;
-  const bool in_q = EVEN_Q || q < Q;
-  if constexpr (EPI_SCALE) v = v * (in_q ? C.rscale[q] : 0.0f);
+  const bool in_q = SWAP ? EVEN_P || m < P : EVEN_Q || m < Q;
+  if constexpr (EPI_SCALE) v = v * (in_q ? C.rscale[m] : 0.0f);
   if constexpr (READ_C) v = v + BETA * to_epi(C.c[off]);
-  if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[q]) : (T_EPI)0);
+  if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[m]) : (T_EPI)0);
   if constexpr (EPI_ACT == 1) v = v > (T_EPI)0 ? v : (T_EPI)0;
   if constexpr (EPI_ACT == 2) v = gelu_tanh(v);
+  if constexpr (EPI_ACT == 3) v = gelu_erf(v);
   return v;
 }
 
@@ -1098,10 +1110,18 @@ __device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v
   return o;
 }
 
-// Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1.
+// Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1 of the view.
+// With SWAP the view's row p is D's row and its columns D's columns: the two are M elements apart,
+// each stored alone (a quad's threads write 8 adjacent rows of a column).
 __device__ __forceinline__ void store_pair(const EpiIn& C, T_OUT* __restrict__ D, int p, int q,
                                            T_EPI v0, T_EPI v1) {
   if (!EVEN_P && p >= P) return;
+  if constexpr (SWAP) {
+    const size_t off = (size_t)q * P + p;
+    if (EVEN_Q || q < Q) D[off] = from_epi<T_OUT>(epilogue(v0, C, off, p));
+    if (EVEN_Q || q + 1 < Q) D[off + P] = from_epi<T_OUT>(epilogue(v1, C, off + P, p));
+    return;
+  }
   const size_t off = (size_t)p * Q + q;
   if (PAIRS_ALIGNED && (EVEN_Q || q + 1 < Q)) {
     typename Pair<T_OUT>::type o;
@@ -1424,7 +1444,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v15_bf16f32bf16_tn_m128n128_c2_s4_cl1_grid_g1_ws_ks2_0bbfa62a
+}  // namespace ns_tt_wgmma_gemm_v16_e4m3f32bf16_tn_m256n128_c2_s4_cl2_pers_g8_ws_tmast_2bac7788
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
