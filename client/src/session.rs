@@ -115,6 +115,11 @@ impl Session {
         if let Some(local) = local {
             let device = local.device.as_str();
             let spec: DeviceSpec = device.parse()?;
+            // A GPU worker's jobs take the shipped record packs as their prior: parse them while
+            // the worker starts, not once it has registered.
+            if spec != DeviceSpec::Sim {
+                tensortune_tracker::warm_record_packs();
+            }
             let mut wc = WorkerConfig::new(url.clone(), spec);
             wc.access = access();
             wc.compile_threads = local.compile_threads;

@@ -91,6 +91,7 @@ use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 pub use auth::{Role, TokenInfo, add_token, list_tokens, revoke_token};
 pub use backup::{BackupSummary, backup, verify as verify_backup};
 pub use config::{SUBMIT_BURST, ServerTls, TrackerConfig};
+pub use packs::warm as warm_record_packs;
 pub use prune::{PruneSummary, prune};
 
 use auth::Gate;

@@ -100,9 +100,10 @@ pub(crate) fn shipped() -> &'static [Shipped] {
 /// first model job's prior does not wait for them; once per process (later calls do nothing). A
 /// thread nobody joins: it only fills the process-wide cache of [`shipped`] (a prior that needs
 /// it first waits for it), and a shutdown must not wait for it. The tracker calls it when a
-/// device class that takes shipped records ([`takes_shipped`]) is in its store or registers: a
-/// tracker that only ever serves `sim` workers never parses them.
-pub(crate) fn warm() {
+/// device class that takes shipped records ([`takes_shipped`]) is in its store or registers, and
+/// the client when it starts a GPU worker beside an embedded tracker: a tracker that only ever
+/// serves `sim` workers never parses them.
+pub fn warm() {
     static STARTED: std::sync::Once = std::sync::Once::new();
     STARTED.call_once(|| {
         if let Err(e) = std::thread::Builder::new().name("record-packs".into()).spawn(|| shipped().len()) {
