@@ -98,17 +98,24 @@ impl Plan {
         let bk = self.bk();
         // K-major: rows of K, one box of every row of the tile. MN-major: rows of M or N, 64-wide
         // boxes (the 128-byte swizzle span) of BK rows.
-        let map = |operand, kmajor: bool, mn: u64, rows_in_box: u32| {
+        // `stack`: problems stacked along the outer dimension (see `problems.rs`).
+        let map = |operand, kmajor: bool, mn: u64, rows_in_box: u32, stack: u64| {
             if kmajor {
                 TensorMap {
                     operand,
                     dtype: w.types.input,
-                    dims: [w.k, mn],
+                    dims: [w.k, mn * stack],
                     row_bytes: w.k * e,
                     box_dims: [bk, rows_in_box],
                 }
             } else {
-                TensorMap { operand, dtype: w.types.input, dims: [mn, w.k], row_bytes: mn * e, box_dims: [64, bk] }
+                TensorMap {
+                    operand,
+                    dtype: w.types.input,
+                    dims: [mn, w.k * stack],
+                    row_bytes: mn * e,
+                    box_dims: [64, bk],
+                }
             }
         };
         // A convolution's X is its input (the worker's A) and its Y the filter (the worker's B).
@@ -117,7 +124,10 @@ impl Plan {
         } else {
             (TensorOperand::B, TensorOperand::A)
         };
-        [map(x_operand, self.x_kmajor(), w.n, self.bp), map(y_operand, self.y_kmajor(), w.m, self.bq / self.cluster)]
+        [
+            map(x_operand, self.x_kmajor(), w.n, self.bp, w.problems()),
+            map(y_operand, self.y_kmajor(), w.m, self.bq / self.cluster, w.batch),
+        ]
     }
 
     /// The generated source.
@@ -236,14 +246,15 @@ impl Plan {
                 "EVEN_P",
                 w.n.is_multiple_of(self.bp as u64) && (self.tma_store || self.tiles_p() * self.bp as u64 == w.n),
             )
-            .flag("EVEN_Q", w.m.is_multiple_of(self.bq as u64))
-            .flag("PAIRS_ALIGNED", w.m.is_multiple_of(2))
+            .flag("EVEN_Q", self.m_multiple_of(self.bq as u64))
+            .flag("PAIRS_ALIGNED", self.m_multiple_of(2))
             // 2-byte outputs stored from registers go 16 bytes (8 columns of Q) a thread.
-            .flag("VEC_ALIGNED", w.m.is_multiple_of(8))
+            .flag("VEC_ALIGNED", self.m_multiple_of(8))
             .flag("READ_C", w.reads_c())
             .value("T_EPI", "ALPHA", scalar(w.alpha))
             .value("T_EPI", "BETA", scalar(w.beta));
         self.epilogue_header(&mut h);
+        self.problems_header(&mut h);
         let body = crate::cuda::fill_holes(BODY, &format!("// @fill(mma_tile)\n{}", self.mma_tile()));
         h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, &body])
     }
