@@ -139,6 +139,8 @@ impl From<&Workload> for pb::Workload {
                     tensortune_kernels::InputScale::None => String::new(),
                     s => s.name().to_string(),
                 },
+                batch: if m.batch == 1 { 0 } else { m.batch },
+                groups: m.groups.iter().collect(),
             }),
             Workload::Conv2d(c) => pb::workload::Op::Conv2d(pb::Conv2d {
                 n: c.n,
@@ -184,6 +186,13 @@ impl TryFrom<&pb::Workload> for Workload {
                     beta: m.beta.unwrap_or(0.0),
                     epilogue: m.epilogue.parse().map_err(|e| FieldError::from_kernels("matmul", e))?,
                     input_scale: m.input_scale.parse().map_err(|e| FieldError::from_kernels("matmul", e))?,
+                    batch: if m.batch == 0 { 1 } else { m.batch },
+                    groups: if m.groups.is_empty() {
+                        Default::default()
+                    } else {
+                        tensortune_kernels::grouped::Groups::new(&m.groups, tensortune_kernels::workload::MAX_DIM)
+                            .map_err(|e| FieldError::from_kernels("matmul", e))?
+                    },
                 };
                 mm.validate().map_err(|e| FieldError::from_kernels("matmul", e))?;
                 Workload::Matmul(mm)

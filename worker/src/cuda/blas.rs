@@ -51,7 +51,8 @@ impl Scalars {
 }
 
 /// The operands as BLAS (column-major) sees them: whether A and B are transposed, and their
-/// leading dimensions. D is M x N with leading dimension M.
+/// leading dimensions. D is M x N with leading dimension M (a grouped matmul's packed M: each
+/// group is the rows of A and D at its offset, see [`group_part`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Ops {
     /// op(A) = A^T: A is stored K x M (K contiguous).
@@ -111,6 +112,24 @@ pub(super) fn data_type(d: DType) -> cudaDataType {
     }
 }
 
+/// Group `g` of a grouped matmul as one GEMM: its M, the element offsets of its A, B and D in
+/// the packed operands, and the leading dimensions (`Ops::of(w)`'s, the packed M's).
+pub(crate) struct GroupPart {
+    pub(crate) m: u64,
+    pub(crate) a_off: u64,
+    pub(crate) b_off: u64,
+    pub(crate) d_off: u64,
+}
+
+pub(crate) fn group_part(w: &Matmul, g: usize) -> GroupPart {
+    let m0 = w.groups.offsets()[g];
+    let m = w.groups.iter().nth(g).unwrap_or(0);
+    // A K-contiguous A holds M rows of K (group rows at m0 * K); an M-contiguous one K columns of
+    // the packed M (group rows at m0, leading dimension the packed M). D is column-major.
+    let a_off = if w.layout.a_k_contiguous() { m0 * w.k } else { m0 };
+    GroupPart { m, a_off, b_off: g as u64 * w.k * w.n, d_off: m0 }
+}
+
 impl Blas {
     /// Creates a handle on `stream` with a fixed workspace.
     pub(crate) fn new(stream: &Arc<CudaStream>) -> Result<Blas, String> {
@@ -132,12 +151,84 @@ impl Blas {
 
     /// Enqueues D = alpha op(A) op(B) + beta D on the handle's stream. cuBLAS's C is in-place,
     /// so with beta != 0 it reads D as C: the same work as ours, on other values.
+    /// A batched workload runs as one `cublasGemmStridedBatchedEx` (contiguous strides), a
+    /// grouped one as a loop of `cublasGemmEx`, one call per group ([`Blas::kind`] names which).
     pub(crate) fn gemm(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
+        if w.batch > 1 {
+            return self.strided_batched(w, a, b, d);
+        }
+        if !w.groups.is_empty() {
+            let (ea, eo) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
+            for g in 0..w.groups.len() {
+                let p = group_part(w, g);
+                let one = Matmul { m: p.m, groups: Default::default(), ..*w };
+                self.gemm_ld(&one, a + p.a_off * ea, b + p.b_off * ea, d + p.d_off * eo, w.m)?;
+            }
+            return Ok(());
+        }
+        self.gemm_ld(w, a, b, d, w.m)
+    }
+
+    /// The call [`Blas::gemm`] makes for `w`.
+    pub(crate) fn kind(w: &Matmul) -> String {
+        if w.batch > 1 {
+            format!("cublasGemmStridedBatchedEx (batch {})", w.batch)
+        } else if !w.groups.is_empty() {
+            format!("cublasGemmEx loop over {} groups", w.groups.len())
+        } else {
+            "cublasGemmEx".into()
+        }
+    }
+
+    /// One `cublasGemmStridedBatchedEx` over `w.batch` problems stored one after another.
+    fn strided_batched(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
+        let t = &w.types;
+        let scalars = Scalars::of(w);
+        let (alpha, beta) = scalars.ptrs();
+        let ops = Ops::of(w);
+        // SAFETY: a, b, d are live buffers sized for every problem (operand_elements: batch times
+        // each stride); alpha and beta point at `scalars`, alive for the call.
+        unsafe {
+            blas::gemm_strided_batched_ex(
+                self.handle,
+                operation(ops.a_t),
+                operation(ops.b_t),
+                w.m as i32,
+                w.n as i32,
+                w.k as i32,
+                alpha,
+                a as *const c_void,
+                data_type(t.input),
+                ops.lda as i32,
+                (w.m * w.k) as i64,
+                b as *const c_void,
+                data_type(t.input),
+                ops.ldb as i32,
+                (w.k * w.n) as i64,
+                beta,
+                d as *mut c_void,
+                data_type(t.output),
+                w.m as i32,
+                (w.m * w.n) as i64,
+                w.batch as i32,
+                compute_type(w),
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| CudaFailure {
+            code: cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            context: format!("cublasGemmStridedBatchedEx returned {e:?}"),
+        })
+    }
+
+    /// One `cublasGemmEx` of `w` with D's (and, M-contiguous, A's) leading dimension `ld_m`.
+    fn gemm_ld(&self, w: &Matmul, a: u64, b: u64, d: u64, ld_m: u64) -> Result<(), CudaFailure> {
         let t = &w.types;
         let scalars = Scalars::of(w);
         let compute = compute_type(w);
         let (alpha, beta) = scalars.ptrs();
         let ops = Ops::of(w);
+        let lda = if ops.a_t { ops.lda } else { ld_m };
         // SAFETY: a, b, d are live buffers sized for this workload (operand_elements); alpha and
         // beta point at `scalars`, alive for the call; the handle is bound to the stream.
         unsafe {
@@ -151,14 +242,14 @@ impl Blas {
                 alpha,
                 a as *const c_void,
                 data_type(t.input),
-                ops.lda as i32,
+                lda as i32,
                 b as *const c_void,
                 data_type(t.input),
                 ops.ldb as i32,
                 beta,
                 d as *mut c_void,
                 data_type(t.output),
-                w.m as i32,
+                ld_m as i32,
                 compute,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
