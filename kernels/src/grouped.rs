@@ -13,19 +13,33 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 
-/// Most groups one grouped matmul holds: the kernel compiles their table in, and a launch of more
-/// is a job for several.
+/// Most groups one grouped matmul holds: the kernel compiles their table in (and scans it
+/// unrolled), and a launch of more is a job for several.
 pub const MAX_GROUPS: usize = 64;
 
 /// Most problems of a batched matmul (a grid dimension's worth, far above attention's B * heads).
 pub const MAX_BATCH: u64 = 65535;
 
-/// The M of each group of a grouped matmul, in order; empty for any other matmul. A fixed
-/// capacity keeps [`crate::Matmul`] `Copy`.
+/// The M of each group of a grouped matmul, in order; empty for any other matmul. The list is
+/// interned (one leaked copy per distinct list this process has seen, see [`intern`]), which keeps
+/// [`crate::Matmul`] small and `Copy`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Groups {
-    len: u8,
-    m: [u32; MAX_GROUPS],
+    m: &'static [u32],
+}
+
+/// The one `'static` copy of `ms`: the distinct group lists a process meets are few (a suite's,
+/// a job's), so leaking each once is bounded by them.
+fn intern(ms: &[u32]) -> &'static [u32] {
+    static SEEN: std::sync::Mutex<std::collections::BTreeSet<&'static [u32]>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&known) = seen.get(ms) {
+        return known;
+    }
+    let leaked: &'static [u32] = Box::leak(ms.to_vec().into_boxed_slice());
+    seen.insert(leaked);
+    leaked
 }
 
 impl Default for Groups {
@@ -36,7 +50,7 @@ impl Default for Groups {
 
 impl Groups {
     /// No groups: a plain (or batched) matmul.
-    pub const NONE: Groups = Groups { len: 0, m: [0; MAX_GROUPS] };
+    pub const NONE: Groups = Groups { m: &[] };
 
     /// Groups of these M: 2 ..= [`MAX_GROUPS`] of them, each 1 ..= `max_m`. Errors name `groups`.
     pub fn new(ms: &[u64], max_m: u64) -> Result<Groups> {
@@ -49,33 +63,29 @@ impl Groups {
                 ),
             ));
         }
-        let mut g = Groups::NONE;
-        for (i, &m) in ms.iter().enumerate() {
-            if m == 0 || m > max_m {
-                return Err(Error::invalid(
-                    "groups",
-                    format!("group {i} has m = {m}, out of range; allowed 1 ..= {max_m}"),
-                ));
-            }
-            g.m[i] = m as u32;
+        if let Some((i, m)) = ms.iter().enumerate().find(|(_, m)| **m == 0 || **m > max_m) {
+            return Err(Error::invalid(
+                "groups",
+                format!("group {i} has m = {m}, out of range; allowed 1 ..= {max_m}"),
+            ));
         }
-        g.len = ms.len() as u8;
-        Ok(g)
+        let m: Vec<u32> = ms.iter().map(|m| *m as u32).collect();
+        Ok(Groups { m: intern(&m) })
     }
 
     /// Whether there are no groups.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.m.is_empty()
     }
 
     /// How many groups.
     pub fn len(&self) -> usize {
-        self.len as usize
+        self.m.len()
     }
 
     /// Each group's M.
     pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
-        self.m[..self.len()].iter().map(|m| *m as u64)
+        self.m.iter().map(|m| *m as u64)
     }
 
     /// The sum of the groups' M (the packed operands' M).

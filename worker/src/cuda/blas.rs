@@ -19,6 +19,9 @@ const WORKSPACE_BYTES: usize = 32 << 20;
 pub(crate) struct Blas {
     handle: sys::cublasHandle_t,
     _workspace: DevBuf,
+    /// The device arrays of A, B and D pointers of `cublasGemmGroupedBatchedEx`, per workload
+    /// and operands, made by the first call with them (a warm-up or check, outside any graph).
+    grouped: super::grouped::PointerArrays,
 }
 
 /// The epilogue scalars, in the type the compute type wants them in (cuBLAS's scale type): f32
@@ -137,7 +140,7 @@ impl Blas {
         let workspace = DevBuf::new(ctx, WORKSPACE_BYTES).map_err(|e| e.to_string())?;
         ctx.bind_to_thread().map_err(|e| format!("binding the context: {e:?}"))?;
         let handle = blas::create_handle().map_err(|e| format!("cublasCreate failed: {e:?}"))?;
-        let out = Blas { handle, _workspace: workspace };
+        let out = Blas { handle, _workspace: workspace, grouped: super::grouped::PointerArrays::new(ctx) };
         // SAFETY: handle is live; the stream and workspace outlive it (the executor drops the
         // handle before either).
         unsafe {
@@ -152,10 +155,15 @@ impl Blas {
     /// Enqueues D = alpha op(A) op(B) + beta D on the handle's stream. cuBLAS's C is in-place,
     /// so with beta != 0 it reads D as C: the same work as ours, on other values.
     /// A batched workload runs as one `cublasGemmStridedBatchedEx` (contiguous strides), a
-    /// grouped one as a loop of `cublasGemmEx`, one call per group ([`Blas::kind`] names which).
+    /// grouped one as one `cublasGemmGroupedBatchedEx` where the loaded cuBLAS has it (12.5+) for
+    /// the types, otherwise as a loop of `cublasGemmEx`, one call per group ([`Blas::kind`] names
+    /// which).
     pub(crate) fn gemm(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
         if w.batch > 1 {
             return self.strided_batched(w, a, b, d);
+        }
+        if super::grouped::grouped_batched_usable(w) {
+            return self.grouped.call(self.handle, w, a, b, d);
         }
         if !w.groups.is_empty() {
             let (ea, eo) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
@@ -173,6 +181,8 @@ impl Blas {
     pub(crate) fn kind(w: &Matmul) -> String {
         if w.batch > 1 {
             format!("cublasGemmStridedBatchedEx (batch {})", w.batch)
+        } else if super::grouped::grouped_batched_usable(w) {
+            format!("cublasGemmGroupedBatchedEx ({} groups of one problem)", w.groups.len())
         } else if !w.groups.is_empty() {
             format!("cublasGemmEx loop over {} groups", w.groups.len())
         } else {

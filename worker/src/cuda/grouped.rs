@@ -1,8 +1,10 @@
 //! The vendor baseline of a grouped matmul: a loop of cuBLASLt calls, one per group, each with
 //! the fastest of its own heuristic candidates (timed alone on its part of the packed operands),
 //! the whole loop then checked against our reference and timed as one graph. A framework without
-//! a grouped kernel runs exactly this loop.
+//! a grouped kernel runs exactly this loop. And cuBLAS's own grouped GEMM,
+//! `cublasGemmGroupedBatchedEx` (cuBLAS 12.5+), which `blas::Blas::gemm` calls where it can.
 
+use cudarc::cublas::sys as cublas_sys;
 use tensortune_kernels::Matmul;
 
 use super::blas::group_part;
@@ -96,5 +98,126 @@ impl CudaExecutor {
                 Err(f.to_string())
             }
         }
+    }
+}
+
+/// Whether `w` runs as one `cublasGemmGroupedBatchedEx`: grouped, 16-bit floats in and out with
+/// f32 accumulation (the types its documentation lists for them), and a cuBLAS (12.5 or later)
+/// that has the function.
+pub(super) fn grouped_batched_usable(w: &Matmul) -> bool {
+    use tensortune_kernels::DType;
+    let t = &w.types;
+    !w.groups.is_empty()
+        && matches!(t.input, DType::F16 | DType::Bf16)
+        && t.accumulator == DType::F32
+        && t.output == t.input
+        && has_grouped_batched()
+}
+
+/// Whether the loaded cuBLAS exports `cublasGemmGroupedBatchedEx` (cudarc's binding panics on a
+/// missing symbol, so it is looked up first).
+fn has_grouped_batched() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // SAFETY: only looks a symbol up in the library cudarc loads; nothing is called through it.
+    *HAS.get_or_init(|| unsafe {
+        cublas_sys::is_culib_present()
+            && cublas_sys::culib().get::<unsafe extern "C" fn()>(b"cublasGemmGroupedBatchedEx\0").is_ok()
+    })
+}
+
+/// Which pointer array: the workload's key and its A, B and D.
+type ArrayKey = (String, u64, u64, u64);
+
+/// `cublasGemmGroupedBatchedEx`'s device arrays of pointers, one per [`ArrayKey`].
+pub(super) struct PointerArrays {
+    ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+    made: std::cell::RefCell<Vec<(ArrayKey, super::device::DevBuf)>>,
+}
+
+impl PointerArrays {
+    pub(super) fn new(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> PointerArrays {
+        PointerArrays { ctx: ctx.clone(), made: Default::default() }
+    }
+
+    /// The device array [A_0 .. A_G-1, B_0 .., D_0 ..] of `w`'s groups over a, b, d; made (a
+    /// synchronous copy) on first use, which is a warm-up or a check, never inside a capture.
+    fn pointers(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<u64, super::CudaFailure> {
+        let key = (tensortune_kernels::Workload::Matmul(*w).key(), a, b, d);
+        if let Some((_, buf)) = self.made.borrow().iter().find(|(k, _)| *k == key) {
+            return Ok(buf.ptr);
+        }
+        let (ea, eo) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
+        let parts: Vec<_> = (0..w.groups.len()).map(|g| group_part(w, g)).collect();
+        let mut bytes = Vec::new();
+        for p in &parts {
+            bytes.extend((a + p.a_off * ea).to_le_bytes());
+        }
+        for p in &parts {
+            bytes.extend((b + p.b_off * ea).to_le_bytes());
+        }
+        for p in &parts {
+            bytes.extend((d + p.d_off * eo).to_le_bytes());
+        }
+        let buf = super::device::DevBuf::from_bytes(&self.ctx, &bytes)?;
+        let ptr = buf.ptr;
+        self.made.borrow_mut().push((key, buf));
+        Ok(ptr)
+    }
+
+    /// One `cublasGemmGroupedBatchedEx` of `w`'s groups (group_count G, one problem each).
+    pub(super) fn call(
+        &self,
+        handle: cublas_sys::cublasHandle_t,
+        w: &Matmul,
+        a: u64,
+        b: u64,
+        d: u64,
+    ) -> Result<(), super::CudaFailure> {
+        use super::blas::{Ops, data_type, operation};
+        let g = w.groups.len();
+        let ptrs = self.pointers(w, a, b, d)?;
+        let ops = Ops::of(w);
+        let each = |v: u64| vec![v as i32; g];
+        let m: Vec<i32> = w.groups.iter().map(|m| m as i32).collect();
+        let (n, k, ldb, ldc) = (each(w.n), each(w.k), each(ops.ldb), each(w.m));
+        let lda = each(if ops.a_t { ops.lda } else { w.m });
+        let (ta, tb) = (vec![operation(ops.a_t); g], vec![operation(ops.b_t); g]);
+        let (alpha, beta) = (vec![w.alpha as f32; g], vec![w.beta as f32; g]);
+        let sizes = vec![1i32; g];
+        let (t_in, t_out) = (data_type(w.types.input), data_type(w.types.output));
+        let arrays = |i: u64| (ptrs + i * 8 * g as u64) as *const *const std::ffi::c_void;
+        // SAFETY: the host arrays hold one entry per group and live until the call returns
+        // (cuBLAS reads them, and the host scalars, when the call is enqueued); `ptrs` holds 3G
+        // device pointers into live buffers sized for every group (operand_elements); the handle
+        // is bound to the measuring stream; the function exists (grouped_batched_usable).
+        unsafe {
+            cublas_sys::cublasGemmGroupedBatchedEx(
+                handle,
+                ta.as_ptr(),
+                tb.as_ptr(),
+                m.as_ptr(),
+                n.as_ptr(),
+                k.as_ptr(),
+                alpha.as_ptr().cast(),
+                arrays(0),
+                t_in,
+                lda.as_ptr(),
+                arrays(1),
+                t_in,
+                ldb.as_ptr(),
+                beta.as_ptr().cast(),
+                arrays(2) as *const *mut std::ffi::c_void,
+                t_out,
+                ldc.as_ptr(),
+                g as i32,
+                sizes.as_ptr(),
+                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            )
+        }
+        .result()
+        .map_err(|e| super::CudaFailure {
+            code: cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            context: format!("cublasGemmGroupedBatchedEx returned {e:?}"),
+        })
     }
 }
