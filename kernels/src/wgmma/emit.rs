@@ -65,7 +65,8 @@ impl Plan {
         TensorMap {
             operand: TensorOperand::D,
             dtype: w.types.output,
-            dims: [w.m, w.n],
+            // A batch's problems' rows one after another (see `problems.rs`).
+            dims: [w.m, w.n * w.batch],
             row_bytes: w.m * e as u64,
             box_dims: [128 / e, 64],
         }

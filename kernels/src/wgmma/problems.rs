@@ -6,8 +6,9 @@
 //! stacked per problem (2-D tensor maps over all of them: K-major rows past a problem's end only
 //! reach rows the store masks; an MN-major operand's K tail would read the next problem's rows,
 //! so those need whole K tiles) and the offset of its D; a group's columns are a run of the packed
-//! M, stored up to the group's end. Stream-K, the TMA-store epilogue, K splits and a resident Y
-//! are single-problem paths: their configs are rejected or fall back.
+//! M, stored up to the group's end. The TMA-store epilogue stores through one map of every
+//! problem's D, so it needs tiles that end at their problem's edges. Stream-K, K splits and a
+//! resident Y are single-problem paths: their configs are rejected or fall back.
 
 use super::plan::Plan;
 use crate::cuda::Header;
@@ -74,10 +75,24 @@ impl Plan {
                 "stream_k shares out one problem's K tiles; a batched or grouped grid walks whole tiles".into(),
             ));
         }
-        if self.tma_store {
-            return Err(Error::Rejected(
-                "epilogue tma stores through a tensor map of one problem's D; batched and grouped matmuls store from registers".into(),
-            ));
+        // The TMA store clips at the map's edges only: a tile must not reach past its problem
+        // into the next one's rows (batched: whole tiles of N) or columns (grouped: every group
+        // whole tiles of M).
+        let whole = if self.w.groups.is_empty() {
+            self.tiles_p() * self.bp as u64 == self.w.n
+        } else {
+            self.m_multiple_of(self.bq as u64)
+        };
+        if self.tma_store && !whole {
+            return Err(Error::Rejected(reason!(format!(
+                "epilogue tma clips only at D's edges: a {} matmul needs every problem in whole {}",
+                if self.w.groups.is_empty() { "batched" } else { "grouped" },
+                if self.w.groups.is_empty() {
+                    format!("block_n tiles (N={} in tiles of {}, clusters of {})", self.w.n, self.bp, self.cluster)
+                } else {
+                    format!("block_m tiles (groups' M {} in tiles of {})", self.w.groups.spelling(), self.bq)
+                }
+            ))));
         }
         Ok(())
     }
@@ -198,6 +213,14 @@ mod tests {
             r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":1,"raster_group":1,"producer":"warpgroup","schedule":"cooperative","stages":4,"stream_k":1,"epilogue":"direct"}"#,
         );
         assert!(t.check(&moe, &sk, &target).unwrap_err().to_string().contains("stream_k shares out one problem"));
+        // The TMA store: whole tiles of every group (128 | each M) pass, a ragged group does not.
+        let tma = config(
+            r#"{"block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"raster_group":1,"producer":"warpgroup","schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"tma"}"#,
+        );
+        t.check(&moe, &tma, &target).unwrap();
+        let ragged = Workload::from_key("matmul/m100+4096n4096k4096/tn/bf16,f32,bf16/alpha=1,beta=0").unwrap();
+        let e = t.check(&ragged, &tma, &target).unwrap_err().to_string();
+        assert!(e.contains("epilogue tma clips only at D's edges") && e.contains("100+4096"), "{e}");
         let e = t
             .check_workload(&Workload::from_key("matmul/b4m64n64k96/nt/f16,f32,f32/alpha=1,beta=0").unwrap())
             .unwrap_err();

@@ -18,40 +18,41 @@ pub(crate) const KEYS: [&str; 4] = [
 ];
 
 /// The knobs every case shares, then each case's: one block per tile and persistent, a cluster of
-/// 2 (Y multicast within one problem), ping-pong, the inline producer, the tile walk along M.
-const COMMON: &str = r#""raster_group":1,"stages":4,"stream_k":0,"epilogue":"direct""#;
+/// 2 (Y multicast within one problem), ping-pong, the inline producer, the tile walk along M, the
+/// TMA-store epilogue (through one map of every problem's D).
+const COMMON: &str = r#""raster_group":1,"stages":4,"stream_k":0"#;
 const CASES: [(usize, &str); 8] = [
     (
         0,
-        r#""block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","schedule":"cooperative""#,
+        r#""block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","schedule":"cooperative","epilogue":"tma""#,
     ),
     (
         0,
-        r#""block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","schedule":"pingpong""#,
+        r#""block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"warpgroup","schedule":"pingpong","epilogue":"direct""#,
     ),
     (
         1,
-        r#""block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","schedule":"cooperative""#,
+        r#""block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","schedule":"cooperative","epilogue":"direct""#,
     ),
     (
         1,
-        r#""block_m":64,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"inline","schedule":"cooperative""#,
+        r#""block_m":64,"block_n":128,"cluster":2,"consumers":2,"persistent":1,"producer":"inline","schedule":"cooperative","epilogue":"direct""#,
     ),
     (
         2,
-        r#""block_m":64,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","schedule":"cooperative","raster":"m""#,
+        r#""block_m":64,"block_n":128,"cluster":1,"consumers":1,"persistent":0,"producer":"inline","schedule":"cooperative","raster":"m","epilogue":"direct""#,
     ),
     (
         2,
-        r#""block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","schedule":"cooperative""#,
+        r#""block_m":128,"block_n":128,"cluster":1,"consumers":2,"persistent":0,"producer":"warpgroup","schedule":"cooperative","epilogue":"direct""#,
     ),
     (
         3,
-        r#""block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","schedule":"pingpong""#,
+        r#""block_m":128,"block_n":128,"cluster":2,"consumers":2,"persistent":0,"producer":"warpgroup","schedule":"pingpong","epilogue":"tma""#,
     ),
     (
         3,
-        r#""block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","schedule":"cooperative""#,
+        r#""block_m":64,"block_n":64,"cluster":1,"consumers":1,"persistent":0,"producer":"warpgroup","schedule":"cooperative","epilogue":"direct""#,
     ),
 ];
 
@@ -68,6 +69,7 @@ fn batched_and_grouped_kernels_compile_for_sm90a_without_spills() {
         }
     }
     assert!(specs.iter().any(|s| s.source.contains("constexpr int BATCH = 96;")));
+    assert_eq!(specs.iter().filter(|s| s.source.contains("constexpr bool TMA_STORE = true;")).count(), 2);
     assert!(specs.iter().any(|s| s.source.contains("constexpr int GROUP_COLS[] = {0, 1, 4, 5, 13};")));
     assert_all_compile_without_spills(&specs, &target);
 }

@@ -629,16 +629,18 @@ __device__ __forceinline__ void banded_rt(int ct, int along_n, int across_n, int
   }
 }
 
-// The tile of cluster tile `ct` for the block of cluster rank `rank`: its row tp, its first
-// column q0 (in the packed M when grouped), its problem and the end of that problem's columns.
+// The tile of cluster tile `ct` for the block of cluster rank `rank`: its row tp and column tq
+// (within its group when grouped), its problem, the first column of its problem (grouped: its
+// group's start in the packed M; otherwise 0, so that a single problem's code is as it was) and
+// the end of that problem's columns.
 // Batched: each problem has CP * TILES_Q cluster tiles in a row, walked as a single problem's.
 // Grouped: group g has cluster tiles CP * GROUP_COLS[g] .. CP * GROUP_COLS[g + 1], walked as a
 // problem of its own columns (the schedule of kernels::grouped::TileSchedule); its group is found
 // by an unrolled comparison with every boundary, so the table stays in constants.
-__device__ __forceinline__ void tile_at(int ct, int rank, int& tp, int& q0, int& prob, int& q_end) {
+__device__ __forceinline__ void tile_at(int ct, int rank, int& tp, int& tq, int& prob, int& qb, int& q_end) {
 #if TT_GROUPED
   int c0 = 0, c1 = GROUP_COLS[1], m1 = GROUP_M0[1];
-  q0 = 0;
+  qb = 0;
   prob = 0;
 #pragma unroll
   for (int i = 1; i < GROUPS; ++i) {
@@ -646,18 +648,17 @@ __device__ __forceinline__ void tile_at(int ct, int rank, int& tp, int& q0, int&
       prob = i;
       c0 = GROUP_COLS[i];
       c1 = GROUP_COLS[i + 1];
-      q0 = GROUP_M0[i];
+      qb = GROUP_M0[i];
       m1 = GROUP_M0[i + 1];
     }
   }
-  int pc, tq;
+  int pc;
   if constexpr (RASTER_M) {
     banded_rt(ct - CP * c0, c1 - c0, CP, GROUP, tq, pc);
   } else {
     banded_rt(ct - CP * c0, CP, c1 - c0, GROUP, pc, tq);
   }
   tp = pc * CLUSTER + rank;
-  q0 += tq * BQ;
   q_end = m1;
 #else
   prob = 0;
@@ -665,16 +666,15 @@ __device__ __forceinline__ void tile_at(int ct, int rank, int& tp, int& q0, int&
     prob = ct / (CP * TILES_Q);
     ct -= prob * (CP * TILES_Q);
   }
-  int tq;
   tile_of(ct, rank, tp, tq);
-  q0 = tq * BQ;
+  qb = 0;
   q_end = Q;
 #endif
 }
 
 // The outer TMA coordinate of problem `prob`'s operands: X (the user's B, one per problem) is
 // stacked along its rows (K-major: N rows each) or its K (MN-major: K rows each); a batched Y (the
-// user's A) likewise, while a grouped Y is the packed A, whose rows tile_at's q0 already counts.
+// user's A) likewise, while a grouped Y is the packed A, whose rows tile_at's qb already counts.
 __device__ __forceinline__ int x_outer(int prob) { return prob * (X_KMAJOR ? P : K); }
 __device__ __forceinline__ int y_outer_q(int prob) { return BATCH > 1 && Y_KMAJOR ? prob * Q : 0; }
 __device__ __forceinline__ int y_outer_k(int prob) { return BATCH > 1 && !Y_KMAJOR ? prob * K : 0; }
@@ -875,9 +875,9 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
   bar_wait(&empty[L.stage], L.phase ^ 1);
   unsigned long long* bar = &full[L.stage];
   bar_expect(bar, STAGE_BYTES);
-  int tp, q0, prob, q_end;
-  tile_at(L.w.ct, rank, tp, q0, prob, q_end);
-  const int p0 = tp * BP, k0 = L.kt * BK, xo = x_outer(prob);
+  int tp, tq, prob, qb, q_end;
+  tile_at(L.w.ct, rank, tp, tq, prob, qb, q_end);
+  const int p0 = tp * BP, q0 = qb + tq * BQ, k0 = L.kt * BK, xo = x_outer(prob);
   unsigned char* x = sX + L.stage * X_STAGE;
   if constexpr (IM2COL) {
     // K index k0 = (r * CONV_S + s) * CONV_C + c; a K tile lies within one tap (CONV_C % BK == 0).
@@ -1129,17 +1129,10 @@ struct EpiIn {
   const T_OUT* __restrict__ bias;
   const float* __restrict__ rscale;
   float ab;
-  int q_end;  // GROUPS: the end of the tile's group in the packed M
+  // GROUPS: the end of the tile's group in the packed M, where its stores end (`GROUPS > 0 ?
+  // C.q_end : Q` at each bound: a helper function there changed single problems' machine code).
+  int q_end;
 };
-
-// The end of the columns a tile stores: Q, or its group's end.
-__device__ __forceinline__ int q_lim(const EpiIn& C) {
-  if constexpr (GROUPS > 0) {
-    return C.q_end;
-  } else {
-    return Q;
-  }
-}
 
 // GELU, tanh form (as cuBLASLt's CUBLASLT_EPILOGUE_GELU).
 __device__ __forceinline__ float gelu_tanh(float x) {
@@ -1170,11 +1163,11 @@ __device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v
   if constexpr (READ_C) {
     const size_t off = (size_t)p * LDQ + q;
     const bool in_p = EVEN_P || p < P;
-    e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < q_lim(C)) ? epilogue(v0, C, off, q) : v0);
+    e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)) ? epilogue(v0, C, off, q) : v0);
     if constexpr (WHOLE) {
-      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q < q_lim(C)) ? epilogue(v1, C, off + 1, q + 1) : v1);
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)) ? epilogue(v1, C, off + 1, q + 1) : v1);
     } else {
-      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < q_lim(C)) ? epilogue(v1, C, off + 1, q + 1) : v1);
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < (GROUPS > 0 ? C.q_end : Q)) ? epilogue(v1, C, off + 1, q + 1) : v1);
     }
   } else {
     e[0] = from_epi<T_OUT>(epilogue(v0, C, 0, q));
@@ -1188,15 +1181,15 @@ __device__ __forceinline__ void store_pair(const EpiIn& C, T_OUT* __restrict__ D
                                            T_EPI v0, T_EPI v1) {
   if (!EVEN_P && p >= P) return;
   const size_t off = (size_t)p * LDQ + q;
-  if (PAIRS_ALIGNED && (EVEN_Q || q + 1 < q_lim(C))) {
+  if (PAIRS_ALIGNED && (EVEN_Q || q + 1 < (GROUPS > 0 ? C.q_end : Q))) {
     typename Pair<T_OUT>::type o;
     T_OUT* e = reinterpret_cast<T_OUT*>(&o);
     e[0] = from_epi<T_OUT>(epilogue(v0, C, off, q));
     e[1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
     *reinterpret_cast<typename Pair<T_OUT>::type*>(D + off) = o;
   } else {
-    if (EVEN_Q || q < q_lim(C)) D[off] = from_epi<T_OUT>(epilogue(v0, C, off, q));
-    if (EVEN_Q || q + 1 < q_lim(C)) D[off + 1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
+    if (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)) D[off] = from_epi<T_OUT>(epilogue(v0, C, off, q));
+    if (EVEN_Q || q + 1 < (GROUPS > 0 ? C.q_end : Q)) D[off + 1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
   }
 }
 
@@ -1255,7 +1248,7 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
     }
     // Lane c now holds item c's row across the quad: 8 columns, 16 bytes.
     const int p = p_r + 8 * (c & 1), q = q0 + 8 * (j + c / 2);
-    if ((EVEN_P || p < P) && (EVEN_Q || q < q_lim(C)))
+    if ((EVEN_P || p < P) && (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)))
       *reinterpret_cast<uint4*>(D + (size_t)p * LDQ + q) = make_uint4(x[0], x[1], x[2], x[3]);
   }
 }
@@ -1264,11 +1257,12 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
 // 128-byte column block (EPI_COLS elements), write the block into one of the consumer's two
 // staging buffers (128-byte swizzle: 16-byte unit u of row r at u ^ (r % 8)), then thread 0 of
 // the warpgroup hands it to the TMA and goes on; a buffer is written again only once the TMA has
-// read it. Elements outside D are staged too and clipped by the TMA store.
+// read it. Elements outside D are staged too and clipped by the TMA store. `p_map`: the first row
+// of this tile's problem in the map (a batch's problems' rows one after another).
 template <int REGS>
 __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const TmaDesc* map_d,
                                                unsigned char* bufs, int& count, int cw, int p0, int q0,
-                                               const EpiIn& C) {
+                                               const EpiIn& C, int p_map = 0) {
   const int t_in = threadIdx.x % 128, lane = threadIdx.x % 32, warp = t_in / 32;
   constexpr int EPI_BUF = 64 * 128;
 #pragma unroll
@@ -1294,7 +1288,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
     fence_async_smem();
     consumer_sync(cw);
     if (t_in == 0) {
-      tma_store(map_d, buf, q0 + ch * EPI_COLS, p0);
+      tma_store(map_d, buf, q0 + ch * EPI_COLS, p0 + p_map);
       bulk_commit();
     }
     ++count;
@@ -1406,8 +1400,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll 1
   for (int job = PINGPONG ? cw : 0; job < jobs; job += JOB_STEP) {
     const Work work = wl.at(job);
-    int tp, q0, prob, q_end;
-    tile_at(work.ct, rank, tp, q0, prob, q_end);
+    // A single problem's tile as before problems existed (tile_at there changed its machine code).
+    int tp, tq, prob = 0, qb = 0, q_end = Q;
+    if constexpr (BATCH > 1 || GROUPS > 0) {
+      tile_at(work.ct, rank, tp, tq, prob, qb, q_end);
+    } else {
+      tile_of(work.ct, rank, tp, tq);
+    }
     T_OUT* Dp = D;
     if constexpr (BATCH > 1) {
       Dp = D + d_offset(prob);
@@ -1485,16 +1484,16 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         store_tile_tma(acc[t], map_d, sE + cw * 2 * 64 * 128, stored, cw,
-                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, q0, epi);
+                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, qb + tq * BQ, epi, BATCH > 1 ? prob * P : 0);
       continue;
     }
     const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
     if constexpr (STORE_VECTORS) {
 #pragma unroll
-      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, q0, epi, Dp);
+      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, qb + tq * BQ, epi, Dp);
       continue;
     }
-    const int q_base = q0 + 2 * (lane % 4);
+    const int q_base = qb + tq * BQ + 2 * (lane % 4);
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
 #pragma unroll
