@@ -55,7 +55,7 @@ impl Scalars {
 
 /// The operands as BLAS (column-major) sees them: whether A and B are transposed, and their
 /// leading dimensions. D is M x N with leading dimension M (a grouped matmul's packed M: each
-/// group is the rows of A and D at its offset, see [`group_part`]).
+/// group is the rows of A and D at its offset, see `grouped::group_part`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Ops {
     /// op(A) = A^T: A is stored K x M (K contiguous).
@@ -115,24 +115,6 @@ pub(super) fn data_type(d: DType) -> cudaDataType {
     }
 }
 
-/// Group `g` of a grouped matmul as one GEMM: its M, the element offsets of its A, B and D in
-/// the packed operands, and the leading dimensions (`Ops::of(w)`'s, the packed M's).
-pub(crate) struct GroupPart {
-    pub(crate) m: u64,
-    pub(crate) a_off: u64,
-    pub(crate) b_off: u64,
-    pub(crate) d_off: u64,
-}
-
-pub(crate) fn group_part(w: &Matmul, g: usize) -> GroupPart {
-    let m0 = w.groups.offsets()[g];
-    let m = w.groups.iter().nth(g).unwrap_or(0);
-    // A K-contiguous A holds M rows of K (group rows at m0 * K); an M-contiguous one K columns of
-    // the packed M (group rows at m0, leading dimension the packed M). D is column-major.
-    let a_off = if w.layout.a_k_contiguous() { m0 * w.k } else { m0 };
-    GroupPart { m, a_off, b_off: g as u64 * w.k * w.n, d_off: m0 }
-}
-
 impl Blas {
     /// Creates a handle on `stream` with a fixed workspace.
     pub(crate) fn new(stream: &Arc<CudaStream>) -> Result<Blas, String> {
@@ -163,12 +145,12 @@ impl Blas {
             return self.strided_batched(w, a, b, d);
         }
         if super::grouped::grouped_batched_usable(w) {
-            return self.grouped.call(self.handle, w, a, b, d);
+            return self.grouped_batched(w, a, b, d);
         }
         if !w.groups.is_empty() {
             let (ea, eo) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
             for g in 0..w.groups.len() {
-                let p = group_part(w, g);
+                let p = super::grouped::group_part(w, g);
                 let one = Matmul { m: p.m, groups: Default::default(), ..*w };
                 self.gemm_ld(&one, a + p.a_off * ea, b + p.b_off * ea, d + p.d_off * eo, w.m)?;
             }
@@ -267,6 +249,58 @@ impl Blas {
         .map_err(|e| CudaFailure {
             code: cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
             context: format!("cublasGemmEx returned {e:?}"),
+        })
+    }
+}
+
+impl Blas {
+    /// One `cublasGemmGroupedBatchedEx` of `w`'s groups (group_count G, one problem each).
+    fn grouped_batched(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
+        let handle = self.handle;
+        let g = w.groups.len();
+        let ptrs = self.grouped.pointers(w, a, b, d)?;
+        let ops = Ops::of(w);
+        let each = |v: u64| vec![v as i32; g];
+        let m: Vec<i32> = w.groups.iter().map(|m| m as i32).collect();
+        let (n, k, ldb, ldc) = (each(w.n), each(w.k), each(ops.ldb), each(w.m));
+        let lda = each(if ops.a_t { ops.lda } else { w.m });
+        let (ta, tb) = (vec![operation(ops.a_t); g], vec![operation(ops.b_t); g]);
+        let (alpha, beta) = (vec![w.alpha as f32; g], vec![w.beta as f32; g]);
+        let sizes = vec![1i32; g];
+        let (t_in, t_out) = (data_type(w.types.input), data_type(w.types.output));
+        let arrays = |i: u64| (ptrs + i * 8 * g as u64) as *const *const std::ffi::c_void;
+        // SAFETY: the host arrays hold one entry per group and live until the call returns
+        // (cuBLAS reads them, and the host scalars, when the call is enqueued); `ptrs` holds 3G
+        // device pointers into live buffers sized for every group (operand_elements); the handle
+        // is bound to the measuring stream; the function exists (grouped_batched_usable).
+        unsafe {
+            sys::cublasGemmGroupedBatchedEx(
+                handle,
+                ta.as_ptr(),
+                tb.as_ptr(),
+                m.as_ptr(),
+                n.as_ptr(),
+                k.as_ptr(),
+                alpha.as_ptr().cast(),
+                arrays(0),
+                t_in,
+                lda.as_ptr(),
+                arrays(1),
+                t_in,
+                ldb.as_ptr(),
+                beta.as_ptr().cast(),
+                arrays(2) as *const *mut std::ffi::c_void,
+                t_out,
+                ldc.as_ptr(),
+                g as i32,
+                sizes.as_ptr(),
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            )
+        }
+        .result()
+        .map_err(|e| CudaFailure {
+            code: cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            context: format!("cublasGemmGroupedBatchedEx returned {e:?}"),
         })
     }
 }

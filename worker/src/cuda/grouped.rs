@@ -7,7 +7,6 @@
 use cudarc::cublas::sys as cublas_sys;
 use tensortune_kernels::Matmul;
 
-use super::blas::group_part;
 use super::{CudaExecutor, InputSet};
 use crate::protocol::MeasureRequest;
 
@@ -141,7 +140,7 @@ impl PointerArrays {
 
     /// The device array [A_0 .. A_G-1, B_0 .., D_0 ..] of `w`'s groups over a, b, d; made (a
     /// synchronous copy) on first use, which is a warm-up or a check, never inside a capture.
-    fn pointers(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<u64, super::CudaFailure> {
+    pub(super) fn pointers(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<u64, super::CudaFailure> {
         let key = (tensortune_kernels::Workload::Matmul(*w).key(), a, b, d);
         if let Some((_, buf)) = self.made.borrow().iter().find(|(k, _)| *k == key) {
             return Ok(buf.ptr);
@@ -163,61 +162,22 @@ impl PointerArrays {
         self.made.borrow_mut().push((key, buf));
         Ok(ptr)
     }
+}
 
-    /// One `cublasGemmGroupedBatchedEx` of `w`'s groups (group_count G, one problem each).
-    pub(super) fn call(
-        &self,
-        handle: cublas_sys::cublasHandle_t,
-        w: &Matmul,
-        a: u64,
-        b: u64,
-        d: u64,
-    ) -> Result<(), super::CudaFailure> {
-        use super::blas::{Ops, data_type, operation};
-        let g = w.groups.len();
-        let ptrs = self.pointers(w, a, b, d)?;
-        let ops = Ops::of(w);
-        let each = |v: u64| vec![v as i32; g];
-        let m: Vec<i32> = w.groups.iter().map(|m| m as i32).collect();
-        let (n, k, ldb, ldc) = (each(w.n), each(w.k), each(ops.ldb), each(w.m));
-        let lda = each(if ops.a_t { ops.lda } else { w.m });
-        let (ta, tb) = (vec![operation(ops.a_t); g], vec![operation(ops.b_t); g]);
-        let (alpha, beta) = (vec![w.alpha as f32; g], vec![w.beta as f32; g]);
-        let sizes = vec![1i32; g];
-        let (t_in, t_out) = (data_type(w.types.input), data_type(w.types.output));
-        let arrays = |i: u64| (ptrs + i * 8 * g as u64) as *const *const std::ffi::c_void;
-        // SAFETY: the host arrays hold one entry per group and live until the call returns
-        // (cuBLAS reads them, and the host scalars, when the call is enqueued); `ptrs` holds 3G
-        // device pointers into live buffers sized for every group (operand_elements); the handle
-        // is bound to the measuring stream; the function exists (grouped_batched_usable).
-        unsafe {
-            cublas_sys::cublasGemmGroupedBatchedEx(
-                handle,
-                ta.as_ptr(),
-                tb.as_ptr(),
-                m.as_ptr(),
-                n.as_ptr(),
-                k.as_ptr(),
-                alpha.as_ptr().cast(),
-                arrays(0),
-                t_in,
-                lda.as_ptr(),
-                arrays(1),
-                t_in,
-                ldb.as_ptr(),
-                beta.as_ptr().cast(),
-                arrays(2) as *const *mut std::ffi::c_void,
-                t_out,
-                ldc.as_ptr(),
-                g as i32,
-                sizes.as_ptr(),
-                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            )
-        }
-        .result()
-        .map_err(|e| super::CudaFailure {
-            code: cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
-            context: format!("cublasGemmGroupedBatchedEx returned {e:?}"),
-        })
-    }
+/// Group `g` of a grouped matmul as one GEMM: its M, the element offsets of its A, B and D in
+/// the packed operands, and the leading dimensions (`Ops::of(w)`'s, the packed M's).
+pub(crate) struct GroupPart {
+    pub(crate) m: u64,
+    pub(crate) a_off: u64,
+    pub(crate) b_off: u64,
+    pub(crate) d_off: u64,
+}
+
+pub(crate) fn group_part(w: &Matmul, g: usize) -> GroupPart {
+    let m0 = w.groups.offsets()[g];
+    let m = w.groups.iter().nth(g).unwrap_or(0);
+    // A K-contiguous A holds M rows of K (group rows at m0 * K); an M-contiguous one K columns of
+    // the packed M (group rows at m0, leading dimension the packed M). D is column-major.
+    let a_off = if w.layout.a_k_contiguous() { m0 * w.k } else { m0 };
+    GroupPart { m, a_off, b_off: g as u64 * w.k * w.n, d_off: m0 }
 }
