@@ -785,6 +785,8 @@ impl MatmulArgs {
             beta: self.beta,
             epilogue: self.epilogue.parse().map_err(flag_error)?,
             input_scale: self.scale.parse().map_err(flag_error)?,
+            batch: 1,
+            groups: Default::default(),
         };
         m.validate().map_err(flag_error)?;
         Ok(Workload::Matmul(m))

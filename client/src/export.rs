@@ -200,6 +200,14 @@ pub fn entry_of(workload: &Workload, record: &pb::Record, device: &pb::DeviceInf
             workload.key()
         );
     }
+    if let Workload::Matmul(m) = workload
+        && m.multi()
+    {
+        bail!(
+            "bundles carry no batched or grouped matmul yet (the bundle's problem has one M and no batch, and the loaders launch one problem's grid); {} stays out",
+            workload.key()
+        );
+    }
     let t = registry::by_name(&record.template)?;
     if t.version() != record.template_version {
         bail!(

@@ -6,6 +6,7 @@
 //!
 //! - [`dtype`]: element types and their spellings.
 //! - [`workload`]: matmul and conv2d workloads, validation, canonical keys.
+//! - [`grouped`]: batched and grouped matmul: the groups' M and the grouped tile schedule.
 //! - [`target`]: device limits for validity rules; device-class keys.
 //! - [`space`]: knobs, spaces, configs and their indices.
 //! - [`status`]: the outcome class of a measurement, one definition for worker, wire and store.
@@ -44,6 +45,7 @@ pub mod epilogue;
 pub mod error;
 pub mod ext;
 pub mod gemm;
+pub mod grouped;
 pub mod registry;
 pub mod simt;
 pub mod simt_conv;

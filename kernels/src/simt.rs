@@ -147,6 +147,8 @@ impl Plan {
             beta: 0.0,
             epilogue: crate::Epilogue::NONE,
             input_scale: crate::InputScale::None,
+            batch: 1,
+            groups: crate::grouped::Groups::NONE,
         };
         Plan { conv: Some(*c), ..Plan::from_positions(&w, pos) }
     }

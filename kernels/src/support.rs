@@ -77,7 +77,9 @@ impl Tolerance {
 /// Element counts of the operands of a workload: (A, B, C/D).
 pub fn operand_elements(w: &Workload) -> (u64, u64, u64) {
     match w {
-        Workload::Matmul(m) => (m.m * m.k, m.k * m.n, m.m * m.n),
+        // A batch's problems one after another; a grouped matmul's A and D packed along M, and
+        // one K x N matrix of B per group.
+        Workload::Matmul(m) => (m.batch * m.m * m.k, m.problems() * m.k * m.n, m.batch * m.m * m.n),
         Workload::Conv2d(c) => (c.n * c.h * c.w * c.c, c.k * c.r * c.s * c.c, c.n * c.p() * c.q() * c.k),
     }
 }
@@ -126,7 +128,13 @@ pub fn source(w: &Workload) -> String {
                 .int("N", m.n as i64)
                 .int("K", m.k as i64)
                 .flag("A_K_CONTIG", m.layout.a_k_contiguous())
-                .flag("B_K_CONTIG", m.layout.b_k_contiguous());
+                .flag("B_K_CONTIG", m.layout.b_k_contiguous())
+                .define("TT_GROUPED", i32::from(!m.groups.is_empty()))
+                .int("GROUPS", m.groups.len() as i64);
+            if !m.groups.is_empty() {
+                let starts: Vec<String> = m.groups.offsets().iter().map(|v| v.to_string()).collect();
+                h.value("long long", "GROUP_M0[]", format!("{{{}}}", starts.join(", ")));
+            }
         }
         Workload::Conv2d(c) => {
             h.define("TT_OP_CONV2D", 1);

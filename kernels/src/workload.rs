@@ -10,6 +10,7 @@ use std::str::FromStr;
 use crate::dtype::DType;
 use crate::epilogue::{Epilogue, InputScale};
 use crate::error::{Error, Result};
+use crate::grouped::{Groups, MAX_BATCH};
 
 /// Largest matmul dimension accepted.
 pub const MAX_DIM: u64 = 1 << 20;
@@ -191,6 +192,22 @@ pub struct Matmul {
     /// Per-tensor scales of FP8 inputs.
     #[serde(default)]
     pub input_scale: InputScale,
+    /// Problems of this shape run by one launch, each operand's one after another (strides
+    /// M*K, K*N, M*N); 1 is a plain matmul. See [`crate::grouped`].
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub batch: u64,
+    /// A grouped matmul's M per group (`m` is their sum; A and D packed along M, B one K x N
+    /// matrix per group); empty for any other matmul.
+    #[serde(default, skip_serializing_if = "Groups::is_empty")]
+    pub groups: Groups,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(v: &u64) -> bool {
+    *v == 1
 }
 
 impl Matmul {
@@ -206,9 +223,61 @@ impl Matmul {
             beta: 0.0,
             epilogue: Epilogue::NONE,
             input_scale: InputScale::None,
+            batch: 1,
+            groups: Groups::NONE,
         };
         w.validate()?;
         Ok(w)
+    }
+
+    /// Problems one launch runs: the batch, or the groups.
+    pub fn problems(&self) -> u64 {
+        if self.groups.is_empty() { self.batch } else { self.groups.len() as u64 }
+    }
+
+    /// Whether one launch runs several problems (batched or grouped).
+    pub fn multi(&self) -> bool {
+        self.problems() > 1
+    }
+
+    /// Checks the batch and the groups: batch 1 ..= 65535, groups summing to M, not both, and
+    /// every problem's operands under 2^31 elements together.
+    fn validate_problems(&self) -> Result<()> {
+        check_range("batch", self.batch, 1, MAX_BATCH)?;
+        if self.groups.is_empty() {
+            for (what, v) in [("m*k", self.m * self.k), ("k*n", self.k * self.n), ("m*n", self.m * self.n)] {
+                if v * self.batch > MAX_ELEMENTS {
+                    return Err(Error::invalid(
+                        "batch",
+                        format!(
+                            "{} problems of {what} = {v} elements exceed the limit of {MAX_ELEMENTS} per operand",
+                            self.batch
+                        ),
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        if self.batch != 1 {
+            return Err(Error::invalid(
+                "batch",
+                format!("batch={} with groups; a grouped matmul runs one problem per group (batch 1)", self.batch),
+            ));
+        }
+        if self.groups.total() != self.m {
+            return Err(Error::invalid(
+                "groups",
+                format!("the groups' M sum to {}, not m = {}", self.groups.total(), self.m),
+            ));
+        }
+        let b = self.groups.len() as u64 * self.k * self.n;
+        if b > MAX_ELEMENTS {
+            return Err(Error::invalid(
+                "groups",
+                format!("{} groups of k*n make B {b} elements, over the limit of {MAX_ELEMENTS}", self.groups.len()),
+            ));
+        }
+        Ok(())
     }
 
     /// Checks ranges: every dimension 1 ..= 2^20, every operand under 2^31 elements, finite
@@ -272,6 +341,7 @@ impl Matmul {
                 ),
             ));
         }
+        self.validate_problems()?;
         for (field, v) in [("alpha", self.alpha), ("beta", self.beta)] {
             if !v.is_finite() {
                 return Err(Error::invalid(field, format!("{v} is not finite")));
@@ -283,9 +353,10 @@ impl Matmul {
         Ok(())
     }
 
-    /// Floating-point (or integer) operations of the product: 2 M N K.
+    /// Floating-point (or integer) operations of the product: 2 M N K (times the batch; a
+    /// grouped matmul's M is its groups' sum).
     pub fn flops(&self) -> f64 {
-        2.0 * self.m as f64 * self.n as f64 * self.k as f64
+        2.0 * self.m as f64 * self.n as f64 * self.k as f64 * self.batch as f64
     }
 
     /// Whether the epilogue reads C.
@@ -299,8 +370,18 @@ impl Matmul {
         !self.epilogue.is_none() || self.input_scale != InputScale::None
     }
 
-    /// `Unsupported` naming `template` when the workload fuses more than alpha and beta.
+    /// `Unsupported` naming `template` when the workload fuses more than alpha and beta, or runs
+    /// several problems (batched, grouped).
     pub fn require_plain(&self, template: &'static str) -> Result<()> {
+        if self.multi() {
+            let (field, what) = if self.groups.is_empty() { ("batch", "batched") } else { ("groups", "grouped") };
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "{template} runs one problem per launch, not a {what} matmul; wgmma_gemm (sm_90) runs batched and grouped ones"
+                ),
+            ));
+        }
         if self.fused() {
             return Err(Error::invalid(
                 "epilogue",
@@ -319,12 +400,47 @@ impl Matmul {
         *self
     }
 
+    /// The key's dimensions: `m<M>n<N>k<K>`, with `b<B>` before them when batched, and the
+    /// groups' M joined by `+` for M when grouped (a plain matmul's as before either existed).
+    fn dims_key(&self) -> String {
+        let batch = if self.batch == 1 { String::new() } else { format!("b{}", self.batch) };
+        let m = if self.groups.is_empty() { self.m.to_string() } else { self.groups.spelling() };
+        format!("{batch}m{m}n{}k{}", self.n, self.k)
+    }
+
+    /// Parses [`Matmul::dims_key`]'s spelling: (batch, m, groups, n, k).
+    fn parse_dims(key: &str, dims: &str) -> Result<(u64, u64, Groups, u64, u64)> {
+        let bad = || {
+            Error::invalid(
+                "key",
+                format!(
+                    "{key:?} is not a workload key: dims must read [b<B>]m<M>n<N>k<K>, M one number or the groups' M joined by '+'"
+                ),
+            )
+        };
+        let (batch, rest) = match dims.strip_prefix('b') {
+            Some(r) => {
+                let at = r.find('m').ok_or_else(bad)?;
+                let b = r[..at].parse::<u64>().map_err(|_| bad())?;
+                (b, &r[at..])
+            }
+            None => (1, dims),
+        };
+        let rest = rest.strip_prefix('m').ok_or_else(bad)?;
+        let at = rest.find('n').ok_or_else(bad)?;
+        let (m_text, nk) = (&rest[..at], &rest[at..]);
+        let d = parse_fields(nk, &['n', 'k']).ok_or_else(bad)?;
+        if m_text.contains('+') {
+            let groups = Groups::parse(m_text, MAX_DIM)?;
+            return Ok((batch, groups.total(), groups, d[0], d[1]));
+        }
+        Ok((batch, m_text.parse().map_err(|_| bad())?, Groups::NONE, d[0], d[1]))
+    }
+
     fn key(&self) -> String {
         let mut key = format!(
-            "matmul/m{}n{}k{}/{}/{}/alpha={},beta={}",
-            self.m,
-            self.n,
-            self.k,
+            "matmul/{}/{}/{}/alpha={},beta={}",
+            self.dims_key(),
             self.layout,
             self.types.key(),
             fmt_scale(self.alpha),
@@ -720,10 +836,13 @@ impl Workload {
     pub fn shape_distance(&self, other: &Workload) -> Option<f64> {
         let ln = |a: u64, b: u64| ((a as f64) / (b as f64)).ln().abs();
         match (self, other) {
-            (Workload::Matmul(a), Workload::Matmul(b)) if a.layout == b.layout && a.types == b.types => {
-                let same = (a.alpha, a.beta, a.epilogue, a.input_scale) == (b.alpha, b.beta, b.epilogue, b.input_scale);
+            (Workload::Matmul(a), Workload::Matmul(b))
+                if a.layout == b.layout && a.types == b.types && a.groups.is_empty() == b.groups.is_empty() =>
+            {
+                let same = (a.alpha, a.beta, a.epilogue, a.input_scale, a.groups)
+                    == (b.alpha, b.beta, b.epilogue, b.input_scale, b.groups);
                 let epilogue = if same { 0.0 } else { 1e-3 };
-                Some(ln(a.m, b.m) + ln(a.n, b.n) + ln(a.k, b.k) + epilogue)
+                Some(ln(a.m, b.m) + ln(a.n, b.n) + ln(a.k, b.k) + ln(a.batch, b.batch) + epilogue)
             }
             (Workload::Conv2d(a), Workload::Conv2d(b))
                 if a.types == b.types
@@ -751,12 +870,14 @@ impl Workload {
         let parts: Vec<&str> = key.split('/').collect();
         let w = match parts.as_slice() {
             ["matmul", dims, layout, types, epi] => {
-                let d = parse_fields(dims, &['m', 'n', 'k']).ok_or_else(|| bad("dims must read m<M>n<N>k<K>"))?;
+                let (batch, m, groups, n, k) = Matmul::parse_dims(key, dims)?;
                 let (alpha, beta, input_scale, epilogue) = Matmul::parse_epilogue(key, epi)?;
                 Workload::Matmul(Matmul {
-                    m: d[0],
-                    n: d[1],
-                    k: d[2],
+                    m,
+                    n,
+                    k,
+                    batch,
+                    groups,
                     layout: layout.parse()?,
                     types: Types::parse_key(types)?,
                     alpha,
@@ -899,6 +1020,43 @@ mod tests {
         let old = r#"{"op":"matmul","m":8,"n":8,"k":16,"layout":"nn","types":{"input":"f16","accumulator":"f32","output":"f32"},"alpha":1.0,"beta":0.0}"#;
         let read: Workload = serde_json::from_str(old).unwrap();
         assert!(matches!(read, Workload::Matmul(m) if !m.fused()));
+    }
+
+    #[test]
+    fn batched_and_grouped_keys_round_trip_and_name_their_errors() {
+        let bert = "matmul/b96m384n384k64/tn/f16,f32,f16/alpha=1,beta=0";
+        let Workload::Matmul(b) = Workload::from_key(bert).unwrap() else { unreachable!() };
+        assert_eq!((b.batch, b.m, b.problems(), b.flops()), (96, 384, 96, 2.0 * 384.0 * 384.0 * 64.0 * 96.0));
+        assert_eq!(Workload::Matmul(b).key(), bert);
+        let moe = "matmul/m128+256+4096n4096k4096/tn/bf16,f32,bf16/alpha=1,beta=0";
+        let Workload::Matmul(g) = Workload::from_key(moe).unwrap() else { unreachable!() };
+        assert_eq!((g.m, g.groups.len(), g.batch), (4480, 3, 1));
+        assert_eq!(Workload::Matmul(g).key(), moe);
+        // The JSON of a plain matmul has neither field; a batched one reads back.
+        let plain = Matmul::new(64, 64, 64, Layout::Tn, f16()).unwrap();
+        assert!(!serde_json::to_string(&plain).unwrap().contains("batch"));
+        for w in [b, g] {
+            let json = serde_json::to_string(&Workload::Matmul(w)).unwrap();
+            assert_eq!(serde_json::from_str::<Workload>(&json).unwrap(), Workload::Matmul(w));
+        }
+        // Batched and plain shapes compare (batch is one more dimension); grouped only with grouped.
+        assert!(Workload::Matmul(b).shape_distance(&Workload::Matmul(Matmul { batch: 1, ..b })).unwrap() > 4.0);
+        assert_eq!(Workload::Matmul(g).shape_distance(&Workload::Matmul(Matmul { groups: Groups::NONE, ..g })), None);
+        for (key, field, says) in [
+            ("matmul/b0m64n64k64/tn/f16,f32,f32/alpha=1,beta=0", "batch", "allowed 1 ..= 65535"),
+            ("matmul/b65536m64n64k64/tn/f16,f32,f32/alpha=1,beta=0", "batch", "allowed 1 ..= 65535"),
+            ("matmul/b4096m1024n1024k1024/tn/f16,f32,f32/alpha=1,beta=0", "batch", "exceed the limit"),
+            ("matmul/b2m64+64n64k64/tn/f16,f32,f32/alpha=1,beta=0", "batch", "with groups"),
+            ("matmul/m64+0n64k64/tn/f16,f32,f32/alpha=1,beta=0", "groups", "group 1 has m = 0"),
+            ("matmul/bxm64n64k64/tn/f16,f32,f32/alpha=1,beta=0", "key", "[b<B>]m<M>n<N>k<K>"),
+        ] {
+            let e = Workload::from_key(key).unwrap_err();
+            assert_eq!(e.field(), Some(field), "{key}: {e}");
+            assert!(e.to_string().contains(says), "{key}: {e}");
+        }
+        let e = b.require_plain("wmma_gemm").unwrap_err();
+        assert!(e.field() == Some("batch") && e.to_string().contains("wmma_gemm runs one problem"), "{e}");
+        assert_eq!(g.require_plain("simt_gemm").unwrap_err().field(), Some("groups"));
     }
 
     #[test]

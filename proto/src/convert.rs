@@ -139,6 +139,8 @@ impl From<&Workload> for pb::Workload {
                     tensortune_kernels::InputScale::None => String::new(),
                     s => s.name().to_string(),
                 },
+                batch: if m.batch == 1 { 0 } else { m.batch },
+                groups: m.groups.iter().collect(),
             }),
             Workload::Conv2d(c) => pb::workload::Op::Conv2d(pb::Conv2d {
                 n: c.n,
@@ -184,6 +186,13 @@ impl TryFrom<&pb::Workload> for Workload {
                     beta: m.beta.unwrap_or(0.0),
                     epilogue: m.epilogue.parse().map_err(|e| FieldError::from_kernels("matmul", e))?,
                     input_scale: m.input_scale.parse().map_err(|e| FieldError::from_kernels("matmul", e))?,
+                    batch: if m.batch == 0 { 1 } else { m.batch },
+                    groups: if m.groups.is_empty() {
+                        Default::default()
+                    } else {
+                        tensortune_kernels::grouped::Groups::new(&m.groups, tensortune_kernels::workload::MAX_DIM)
+                            .map_err(|e| FieldError::from_kernels("matmul", e))?
+                    },
                 };
                 mm.validate().map_err(|e| FieldError::from_kernels("matmul", e))?;
                 Workload::Matmul(mm)
@@ -368,6 +377,19 @@ mod tests {
         assert_eq!((m.types.accumulator, m.types.output, m.alpha, m.beta), (DType::F32, DType::F32, 1.0, 0.0));
         let back = pb::Workload::from(&w);
         assert_eq!(Workload::try_from(&back).unwrap(), w);
+        // Batched and grouped matmuls cross the wire whole; bad groups name the field.
+        for key in [
+            "matmul/b96m384n384k64/tn/f16,f32,f16/alpha=1,beta=0",
+            "matmul/m128+4096n4096k4096/tn/bf16,f32,bf16/alpha=1,beta=0",
+        ] {
+            let w = Workload::from_key(key).unwrap();
+            assert_eq!(Workload::try_from(&pb::Workload::from(&w)).unwrap(), w, "{key}");
+        }
+        let mut bad = matmul(64);
+        if let Some(pb::workload::Op::Matmul(m)) = &mut bad.op {
+            m.groups = vec![64];
+        }
+        assert_eq!(Workload::try_from(&bad).unwrap_err().field, "matmul.groups");
     }
 
     #[test]

@@ -227,6 +227,8 @@ pub(crate) fn vendor_time(workload: &Workload) -> f64 {
                 beta: 0.0,
                 epilogue: tensortune_kernels::Epilogue::NONE,
                 input_scale: tensortune_kernels::InputScale::None,
+                batch: 1,
+                groups: Default::default(),
             })
         }
     }

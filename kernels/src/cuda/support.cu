@@ -190,12 +190,19 @@ extern "C" __global__ void tt_reference(const T_IN* __restrict__ A, const T_IN* 
       }
     }
 #else
-    // Column-major M x N output: o = m + n * M.
+    // Column-major M x N output: o = m + n * M; a batch's problems one after another. A grouped
+    // matmul's M is its groups' packed M, and group g's B the g-th K x N matrix.
     const long long m = (long long)(o % M);
-    const long long n = (long long)(o / M);
+    const long long n = (long long)((o / M) % N);
+    long long prob = (long long)(o / ((unsigned long long)M * N));
+#if TT_GROUPED
+#pragma unroll
+    for (int g = 1; g < GROUPS; ++g) prob = m >= GROUP_M0[g] ? g : prob;
+#endif
+    const long long a0 = prob * (GROUPS > 0 ? 0 : M * K), b0 = prob * K * N;
     for (long long kk = 0; kk < K; ++kk) {
-      const double a = in_elem(A, A_K_CONTIG ? kk + m * K : m + kk * M);
-      const double b = in_elem(B, B_K_CONTIG ? kk + n * K : n + kk * N);
+      const double a = in_elem(A, a0 + (A_K_CONTIG ? kk + m * K : m + kk * M));
+      const double b = in_elem(B, b0 + (B_K_CONTIG ? kk + n * K : n + kk * N));
       const double prod = in_mul(a, b);
       sum += prod;
       sum_sq += prod * prod;

@@ -9,6 +9,7 @@ use crate::template::Resources;
 impl Plan {
     /// The validity rules, in the order a user would want to hear them.
     pub fn check(&self, target: &Target) -> Result<Resources> {
+        self.check_problems()?;
         if self.gather() && !self.specialized {
             return Err(Error::Rejected(
                 "this layer's activations are gathered (im2col) by the producer warpgroup's 128 threads: it needs producer warpgroup".into(),

@@ -66,7 +66,8 @@ impl Plan {
         TensorMap {
             operand: TensorOperand::D,
             dtype: w.types.output,
-            dims: [w.m, w.n],
+            // A batch's problems' rows one after another (see `problems.rs`).
+            dims: [w.m, w.n * w.batch],
             row_bytes: w.m * e as u64,
             box_dims: [128 / e, 64],
         }
@@ -99,17 +100,24 @@ impl Plan {
         let bk = self.bk();
         // K-major: rows of K, one box of every row of the tile. MN-major: rows of M or N, 64-wide
         // boxes (the 128-byte swizzle span) of BK rows.
-        let map = |operand, kmajor: bool, mn: u64, rows_in_box: u32| {
+        // `stack`: problems stacked along the outer dimension (see `problems.rs`).
+        let map = |operand, kmajor: bool, mn: u64, rows_in_box: u32, stack: u64| {
             if kmajor {
                 TensorMap {
                     operand,
                     dtype: w.types.input,
-                    dims: [w.k, mn],
+                    dims: [w.k, mn * stack],
                     row_bytes: w.k * e,
                     box_dims: [bk, rows_in_box],
                 }
             } else {
-                TensorMap { operand, dtype: w.types.input, dims: [mn, w.k], row_bytes: mn * e, box_dims: [64, bk] }
+                TensorMap {
+                    operand,
+                    dtype: w.types.input,
+                    dims: [mn, w.k * stack],
+                    row_bytes: mn * e,
+                    box_dims: [64, bk],
+                }
             }
         };
         // A convolution's X is its input (the worker's A) and its Y the filter (the worker's B); so
@@ -120,8 +128,8 @@ impl Plan {
             (TensorOperand::B, TensorOperand::A)
         };
         [
-            map(x_operand, self.x_kmajor(), self.p_extent(), self.bp),
-            map(y_operand, self.y_kmajor(), self.q_extent(), self.bq / self.cluster),
+            map(x_operand, self.x_kmajor(), self.p_extent(), self.bp, w.problems()),
+            map(y_operand, self.y_kmajor(), self.q_extent(), self.bq / self.cluster, w.batch),
         ]
     }
 
@@ -242,16 +250,24 @@ impl Plan {
                 self.p_extent().is_multiple_of(self.bp as u64)
                     && (self.tma_store || self.tiles_p() * self.bp as u64 == self.p_extent()),
             )
-            .flag("EVEN_Q", self.q_extent().is_multiple_of(self.bq as u64))
+            .flag(
+                "EVEN_Q",
+                if self.swap {
+                    self.q_extent().is_multiple_of(self.bq as u64)
+                } else {
+                    self.m_multiple_of(self.bq as u64)
+                },
+            )
             // Swapped, a thread's pairs are a column of D apart: they go one element at a time.
-            .flag("PAIRS_ALIGNED", !self.swap && w.m.is_multiple_of(2))
+            .flag("PAIRS_ALIGNED", !self.swap && self.m_multiple_of(2))
             // 2-byte outputs stored from registers go 16 bytes (8 columns of Q) a thread.
-            .flag("VEC_ALIGNED", !self.swap && w.m.is_multiple_of(8))
+            .flag("VEC_ALIGNED", !self.swap && self.m_multiple_of(8))
             .flag("READ_C", w.reads_c())
             .flag("SWAP", self.swap)
             .value("T_EPI", "ALPHA", scalar(w.alpha))
             .value("T_EPI", "BETA", scalar(w.beta));
         self.epilogue_header(&mut h);
+        self.problems_header(&mut h);
         let body = crate::cuda::fill_holes(BODY, &format!("// @fill(mma_tile)\n{}", self.mma_tile()));
         h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, &body])
     }

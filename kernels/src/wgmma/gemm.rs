@@ -65,6 +65,7 @@ impl Template for WgmmaGemm {
                 ),
             ));
         }
+        super::problems::check_workload(w)?;
         // TMA: every row of an operand starts on a 16-byte boundary.
         let e = input.bytes() as u64;
         let rows = [

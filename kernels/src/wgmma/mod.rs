@@ -17,6 +17,7 @@
 //! - `check.rs`: the validity rules.
 //! - `emit.rs`: code generation: name, tensor maps, header, wgmma wrapper, [`KernelSpec`].
 //! - `model.rs`: the analytic model and the cost-model features.
+//! - `problems.rs`: batched and grouped matmul (several problems' tiles in one grid).
 //! - `gemm.rs`: the `wgmma_gemm` template ([`WgmmaGemm`]); [`conv`]: `wgmma_conv2d` on the same
 //!   plan.
 //! - `gemm.cu`: the kernel body; `tests.rs`: the family's unit tests.
@@ -28,6 +29,7 @@ mod gemm;
 mod knobs;
 mod model;
 mod plan;
+mod problems;
 
 pub use gemm::WgmmaGemm;
 pub use plan::{ConvGemm, ConvX, Plan, Work, WorkKind};

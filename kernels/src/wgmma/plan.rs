@@ -124,6 +124,8 @@ impl ConvGemm {
             beta: if c.residual { 1.0 } else { 0.0 },
             epilogue: c.epilogue,
             input_scale: crate::InputScale::None,
+            batch: 1,
+            groups: crate::grouped::Groups::NONE,
         };
         let x = if pointwise {
             ConvX::Tiled
@@ -340,6 +342,7 @@ impl Plan {
     pub(super) fn y_resident(&self, target: &Target) -> bool {
         self.persistent
             && self.cluster == 1
+            && !self.w.multi()
             && !self.gather()
             && self.tiles_q() == 1
             && self.smem_with(true) <= target.max_smem_per_block
@@ -360,7 +363,8 @@ impl Plan {
         let w = &self.w;
         let (e_in, e_out) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
         let data = (w.m + w.n) * w.k * e_in + w.m * w.n * e_out * if w.reads_c() { 2 } else { 1 };
-        if data <= target.l2_bytes {
+        // Several problems: each tile row or column is one problem's, read by that problem only.
+        if data <= target.l2_bytes || w.multi() {
             return (false, false);
         }
         (self.tiles_q() == 1 && !self.im2col() && !self.gather(), self.tiles_p() == 1)
@@ -408,7 +412,7 @@ impl Plan {
     /// stream-K), cooperative consumers, stores from registers, and partial sums that fit in the
     /// ring.
     pub fn k_split(&self, target: &Target) -> u32 {
-        if self.persistent || self.stream_k || self.pingpong || self.tma_store {
+        if self.persistent || self.stream_k || self.pingpong || self.tma_store || self.w.multi() {
             return 1;
         }
         let acc = self.row_tiles() * self.acc_regs();
@@ -439,14 +443,19 @@ impl Plan {
         self.p_extent().div_ceil(self.bp as u64).next_multiple_of(self.cluster as u64)
     }
 
-    /// Tiles along the view's Q (the user's M; N when swapped).
+    /// Tiles along the view's Q (the user's M, N when swapped): of one problem, or of every group
+    /// together.
     pub(super) fn tiles_q(&self) -> u64 {
-        self.q_extent().div_ceil(self.bq as u64)
+        match self.schedule() {
+            Some(s) => s.columns(),
+            None => self.q_extent().div_ceil(self.bq as u64),
+        }
     }
 
-    /// Output tiles a cluster takes at a time: one, or a pair that shares Y with a cluster of 2.
+    /// Output tiles a cluster takes at a time (one, or a pair that shares Y with a cluster of
+    /// 2), of every problem.
     pub(super) fn cluster_tiles(&self) -> u64 {
-        self.tiles_p() / self.cluster as u64 * self.tiles_q()
+        self.tiles_p() / self.cluster as u64 * self.tiles_q() * self.w.batch
     }
 
     /// K tiles of the whole K extent.

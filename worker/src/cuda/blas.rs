@@ -19,6 +19,9 @@ const WORKSPACE_BYTES: usize = 32 << 20;
 pub(crate) struct Blas {
     handle: sys::cublasHandle_t,
     _workspace: DevBuf,
+    /// The device arrays of A, B and D pointers of `cublasGemmGroupedBatchedEx`, per workload
+    /// and operands, made by the first call with them (a warm-up or check, outside any graph).
+    grouped: super::grouped::PointerArrays,
 }
 
 /// The epilogue scalars, in the type the compute type wants them in (cuBLAS's scale type): f32
@@ -51,7 +54,8 @@ impl Scalars {
 }
 
 /// The operands as BLAS (column-major) sees them: whether A and B are transposed, and their
-/// leading dimensions. D is M x N with leading dimension M.
+/// leading dimensions. D is M x N with leading dimension M (a grouped matmul's packed M: each
+/// group is the rows of A and D at its offset, see `grouped::group_part`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Ops {
     /// op(A) = A^T: A is stored K x M (K contiguous).
@@ -118,7 +122,7 @@ impl Blas {
         let workspace = DevBuf::new(ctx, WORKSPACE_BYTES).map_err(|e| e.to_string())?;
         ctx.bind_to_thread().map_err(|e| format!("binding the context: {e:?}"))?;
         let handle = blas::create_handle().map_err(|e| format!("cublasCreate failed: {e:?}"))?;
-        let out = Blas { handle, _workspace: workspace };
+        let out = Blas { handle, _workspace: workspace, grouped: super::grouped::PointerArrays::new(ctx) };
         // SAFETY: handle is live; the stream and workspace outlive it (the executor drops the
         // handle before either).
         unsafe {
@@ -132,12 +136,91 @@ impl Blas {
 
     /// Enqueues D = alpha op(A) op(B) + beta D on the handle's stream. cuBLAS's C is in-place,
     /// so with beta != 0 it reads D as C: the same work as ours, on other values.
+    /// A batched workload runs as one `cublasGemmStridedBatchedEx` (contiguous strides), a
+    /// grouped one as one `cublasGemmGroupedBatchedEx` where the loaded cuBLAS has it (12.5+) for
+    /// the types, otherwise as a loop of `cublasGemmEx`, one call per group ([`Blas::kind`] names
+    /// which).
     pub(crate) fn gemm(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
+        if w.batch > 1 {
+            return self.strided_batched(w, a, b, d);
+        }
+        if super::grouped::grouped_batched_usable(w) {
+            return self.grouped_batched(w, a, b, d);
+        }
+        if !w.groups.is_empty() {
+            let (ea, eo) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
+            for g in 0..w.groups.len() {
+                let p = super::grouped::group_part(w, g);
+                let one = Matmul { m: p.m, groups: Default::default(), ..*w };
+                self.gemm_ld(&one, a + p.a_off * ea, b + p.b_off * ea, d + p.d_off * eo, w.m)?;
+            }
+            return Ok(());
+        }
+        self.gemm_ld(w, a, b, d, w.m)
+    }
+
+    /// The call [`Blas::gemm`] makes for `w`.
+    pub(crate) fn kind(w: &Matmul) -> String {
+        if w.batch > 1 {
+            format!("cublasGemmStridedBatchedEx (batch {})", w.batch)
+        } else if super::grouped::grouped_batched_usable(w) {
+            format!("cublasGemmGroupedBatchedEx ({} groups of one problem)", w.groups.len())
+        } else if !w.groups.is_empty() {
+            format!("cublasGemmEx loop over {} groups", w.groups.len())
+        } else {
+            "cublasGemmEx".into()
+        }
+    }
+
+    /// One `cublasGemmStridedBatchedEx` over `w.batch` problems stored one after another.
+    fn strided_batched(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
+        let t = &w.types;
+        let scalars = Scalars::of(w);
+        let (alpha, beta) = scalars.ptrs();
+        let ops = Ops::of(w);
+        // SAFETY: a, b, d are live buffers sized for every problem (operand_elements: batch times
+        // each stride); alpha and beta point at `scalars`, alive for the call.
+        unsafe {
+            blas::gemm_strided_batched_ex(
+                self.handle,
+                operation(ops.a_t),
+                operation(ops.b_t),
+                w.m as i32,
+                w.n as i32,
+                w.k as i32,
+                alpha,
+                a as *const c_void,
+                data_type(t.input),
+                ops.lda as i32,
+                (w.m * w.k) as i64,
+                b as *const c_void,
+                data_type(t.input),
+                ops.ldb as i32,
+                (w.k * w.n) as i64,
+                beta,
+                d as *mut c_void,
+                data_type(t.output),
+                w.m as i32,
+                (w.m * w.n) as i64,
+                w.batch as i32,
+                compute_type(w),
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| CudaFailure {
+            code: cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            context: format!("cublasGemmStridedBatchedEx returned {e:?}"),
+        })
+    }
+
+    /// One `cublasGemmEx` of `w` with D's (and, M-contiguous, A's) leading dimension `ld_m`.
+    fn gemm_ld(&self, w: &Matmul, a: u64, b: u64, d: u64, ld_m: u64) -> Result<(), CudaFailure> {
         let t = &w.types;
         let scalars = Scalars::of(w);
         let compute = compute_type(w);
         let (alpha, beta) = scalars.ptrs();
         let ops = Ops::of(w);
+        let lda = if ops.a_t { ops.lda } else { ld_m };
         // SAFETY: a, b, d are live buffers sized for this workload (operand_elements); alpha and
         // beta point at `scalars`, alive for the call; the handle is bound to the stream.
         unsafe {
@@ -151,14 +234,14 @@ impl Blas {
                 alpha,
                 a as *const c_void,
                 data_type(t.input),
-                ops.lda as i32,
+                lda as i32,
                 b as *const c_void,
                 data_type(t.input),
                 ops.ldb as i32,
                 beta,
                 d as *mut c_void,
                 data_type(t.output),
-                w.m as i32,
+                ld_m as i32,
                 compute,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
             )
@@ -166,6 +249,58 @@ impl Blas {
         .map_err(|e| CudaFailure {
             code: cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
             context: format!("cublasGemmEx returned {e:?}"),
+        })
+    }
+}
+
+impl Blas {
+    /// One `cublasGemmGroupedBatchedEx` of `w`'s groups (group_count G, one problem each).
+    fn grouped_batched(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
+        let handle = self.handle;
+        let g = w.groups.len();
+        let ptrs = self.grouped.pointers(w, a, b, d)?;
+        let ops = Ops::of(w);
+        let each = |v: u64| vec![v as i32; g];
+        let m: Vec<i32> = w.groups.iter().map(|m| m as i32).collect();
+        let (n, k, ldb, ldc) = (each(w.n), each(w.k), each(ops.ldb), each(w.m));
+        let lda = each(if ops.a_t { ops.lda } else { w.m });
+        let (ta, tb) = (vec![operation(ops.a_t); g], vec![operation(ops.b_t); g]);
+        let (alpha, beta) = (vec![w.alpha as f32; g], vec![w.beta as f32; g]);
+        let sizes = vec![1i32; g];
+        let (t_in, t_out) = (data_type(w.types.input), data_type(w.types.output));
+        let arrays = |i: u64| (ptrs + i * 8 * g as u64) as *const *const std::ffi::c_void;
+        // SAFETY: the host arrays hold one entry per group and live until the call returns
+        // (cuBLAS reads them, and the host scalars, when the call is enqueued); `ptrs` holds 3G
+        // device pointers into live buffers sized for every group (operand_elements); the handle
+        // is bound to the measuring stream; the function exists (grouped_batched_usable).
+        unsafe {
+            sys::cublasGemmGroupedBatchedEx(
+                handle,
+                ta.as_ptr(),
+                tb.as_ptr(),
+                m.as_ptr(),
+                n.as_ptr(),
+                k.as_ptr(),
+                alpha.as_ptr().cast(),
+                arrays(0),
+                t_in,
+                lda.as_ptr(),
+                arrays(1),
+                t_in,
+                ldb.as_ptr(),
+                beta.as_ptr().cast(),
+                arrays(2) as *const *mut std::ffi::c_void,
+                t_out,
+                ldc.as_ptr(),
+                g as i32,
+                sizes.as_ptr(),
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            )
+        }
+        .result()
+        .map_err(|e| CudaFailure {
+            code: cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+            context: format!("cublasGemmGroupedBatchedEx returned {e:?}"),
         })
     }
 }

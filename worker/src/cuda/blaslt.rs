@@ -216,6 +216,13 @@ impl Lt {
     /// Describes `w` to cuBLASLt as `blas` describes it to `cublasGemmEx`, with its fused
     /// epilogue and FP8 input scales when `fused` gives their device buffers (see [`Fused`]).
     pub(crate) fn plan(&self, w: &Matmul, fused: Option<Fused>) -> Result<Plan<'_>, String> {
+        self.plan_ld(w, fused, w.m)
+    }
+
+    /// [`Lt::plan`] with D's (and an M-contiguous A's) leading dimension `ld_m`: one group of a
+    /// grouped matmul inside its packed operands. A batched `w` gets its batch count and
+    /// contiguous strides on every layout.
+    pub(crate) fn plan_ld(&self, w: &Matmul, fused: Option<Fused>, ld_m: u64) -> Result<Plan<'_>, String> {
         self.stream.context().bind_to_thread().map_err(|e| format!("binding the context: {e:?}"))?;
         let scalars = Scalars::of(w);
         // The compute types of `blas::compute_type`, in cuBLASLt's own binding of the enum.
@@ -228,7 +235,7 @@ impl Lt {
             Scalars::I32(..) => (cublasComputeType_t::CUBLAS_COMPUTE_32I, cudaDataType::CUDA_R_32I),
         };
         let ops = Ops::of(w);
-        let [a, b, d] = stored(w);
+        let [a, b, d] = stored(w, ld_m);
         // Every handle below is destroyed by `Plan::drop`, including when a later call fails.
         let mut p = Plan {
             lt: self,
@@ -249,6 +256,11 @@ impl Lt {
         p.a = layout(data_type(w.types.input), a)?;
         p.b = layout(data_type(w.types.input), b)?;
         p.d = layout(data_type(w.types.output), d)?;
+        if w.batch > 1 {
+            for (l, (rows, cols, _)) in [(p.a, a), (p.b, b), (p.d, d)] {
+                batch_layout(l, w.batch, rows * cols)?;
+            }
+        }
         p.pref = lt::create_matmul_pref().map_err(|e| format!("cublasLtMatmulPreferenceCreate failed: {e:?}"))?;
         let max_workspace = WORKSPACE_BYTES as u64;
         // SAFETY: the preference is live; MAX_WORKSPACE_BYTES holds a uint64_t, read from a
@@ -476,12 +488,37 @@ pub(crate) fn epilogue_name(w: &Matmul) -> &'static str {
 /// A matrix as stored, column-major: rows, columns, leading dimension.
 type Stored = (u64, u64, u64);
 
-/// A, B and D as stored (before op): `blas::Ops`'s transposes and leading dimensions.
-fn stored(w: &Matmul) -> [Stored; 3] {
+/// A, B and D as stored (before op): `blas::Ops`'s transposes and leading dimensions, with
+/// `ld_m` for D's and an M-contiguous A's (the packed M of a grouped matmul; otherwise M).
+fn stored(w: &Matmul, ld_m: u64) -> [Stored; 3] {
     let ops = Ops::of(w);
-    let a = if ops.a_t { (w.k, w.m, ops.lda) } else { (w.m, w.k, ops.lda) };
+    let a = if ops.a_t { (w.k, w.m, ops.lda) } else { (w.m, w.k, ld_m) };
     let b = if ops.b_t { (w.n, w.k, ops.ldb) } else { (w.k, w.n, ops.ldb) };
-    [a, b, (w.m, w.n, w.m)]
+    [a, b, (w.m, w.n, ld_m)]
+}
+
+/// Sets a layout's batch count and the stride between its matrices (elements).
+fn batch_layout(l: sys::cublasLtMatrixLayout_t, batch: u64, stride: u64) -> Result<(), String> {
+    let (count, offset) = (batch as i32, stride as i64);
+    // SAFETY: the layout is live; BATCH_COUNT holds an int32_t and STRIDED_BATCH_OFFSET an
+    // int64_t, each read from a local that outlives the call.
+    unsafe {
+        lt::set_matrix_layout_attribute(
+            l,
+            sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+            &count as *const i32 as *const c_void,
+            size_of::<i32>(),
+        )
+        .and_then(|_| {
+            lt::set_matrix_layout_attribute(
+                l,
+                sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                &offset as *const i64 as *const c_void,
+                size_of::<i64>(),
+            )
+        })
+    }
+    .map_err(|e| format!("cublasLtMatrixLayoutSetAttribute(batch) failed: {e:?}"))
 }
 
 fn layout(ty: cudaDataType, (rows, cols, ld): Stored) -> Result<sys::cublasLtMatrixLayout_t, String> {
@@ -516,10 +553,10 @@ mod tests {
         let d = (64, 48, 64);
         // A M-contiguous: M x K, ld M; K-contiguous: K x M, ld K (op T).
         // B K-contiguous: K x N, ld K; N-contiguous: N x K, ld N (op T).
-        assert_eq!(stored(&matmul(Layout::Nn)), [(64, 32, 64), (32, 48, 32), d]);
-        assert_eq!(stored(&matmul(Layout::Nt)), [(64, 32, 64), (48, 32, 48), d]);
-        assert_eq!(stored(&matmul(Layout::Tn)), [(32, 64, 32), (32, 48, 32), d]);
-        assert_eq!(stored(&matmul(Layout::Tt)), [(32, 64, 32), (48, 32, 48), d]);
+        assert_eq!(stored(&matmul(Layout::Nn), 64), [(64, 32, 64), (32, 48, 32), d]);
+        assert_eq!(stored(&matmul(Layout::Nt), 64), [(64, 32, 64), (48, 32, 48), d]);
+        assert_eq!(stored(&matmul(Layout::Tn), 64), [(32, 64, 32), (32, 48, 32), d]);
+        assert_eq!(stored(&matmul(Layout::Tt), 64), [(32, 64, 32), (48, 32, 48), d]);
         assert_eq!(Ops::of(&matmul(Layout::Tn)), Ops { a_t: true, lda: 32, b_t: false, ldb: 32 });
         assert_eq!(Ops::of(&matmul(Layout::Nt)), Ops { a_t: false, lda: 64, b_t: true, ldb: 48 });
     }

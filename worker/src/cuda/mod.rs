@@ -9,6 +9,7 @@ mod blas;
 mod blaslt;
 mod device;
 mod dnn;
+mod grouped;
 mod nvml;
 mod timing;
 mod workload;
@@ -563,6 +564,13 @@ impl CudaExecutor {
             DType::Tf32 => format!("{kind} CUBLAS_COMPUTE_32F_FAST_TF32"),
             _ => kind,
         };
+        // A grouped matmul's cuBLASLt baseline is a loop of per-group picks, made afresh each time.
+        if matches!(only, Some(VendorPick::Lt(_))) && !mm.groups.is_empty() {
+            return match self.grouped_lt_baseline(wi, &mm, req) {
+                Ok((us, kind)) => (Some(us), kind, only),
+                Err(why) => (None, format!("none: {why}"), None),
+            };
+        }
         if let Some(VendorPick::Lt(number)) = only {
             return match self.lt_baseline(wi, &mm, None, After::Nothing, req, Some(number)) {
                 Some((us, kind, _)) => (Some(us), compute(kind), only),
@@ -572,7 +580,7 @@ impl CudaExecutor {
         let w = &self.workloads[wi];
         let d = w.d.ptr;
         let (a, b) = w.inputs(InputSet::Check);
-        let mut kind = "cublasGemmEx".to_string();
+        let mut kind = blas::Blas::kind(&mm);
         // cuBLAS reads C from the output buffer, so seed it with C (our kernels read C separately).
         let checked = w
             .load_c_into_output(&self.stream)
@@ -606,7 +614,15 @@ impl CudaExecutor {
         if matches!(only, Some(VendorPick::GemmEx)) {
             return (Some(gemm_us), compute(kind), only);
         }
-        let (us, kind, pick) = match self.lt_baseline(wi, &mm, None, After::Nothing, req, None) {
+        let lt = if mm.groups.is_empty() {
+            self.lt_baseline(wi, &mm, None, After::Nothing, req, None)
+        } else {
+            self.grouped_lt_baseline(wi, &mm, req)
+                .map_err(|why| tracing::debug!(workload = %req.workload_key, "no cuBLASLt loop: {why}"))
+                .ok()
+                .map(|(us, kind)| (us, kind, 0))
+        };
+        let (us, kind, pick) = match lt {
             Some((us, lt_kind, number)) if us < gemm_us => (us, lt_kind, VendorPick::Lt(number)),
             _ => (gemm_us, kind, VendorPick::GemmEx),
         };

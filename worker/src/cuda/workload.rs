@@ -318,6 +318,10 @@ impl WorkloadState {
     /// Human-readable position of output element `index` (row, column / n, p, q, k).
     pub(crate) fn describe(&self, index: u64) -> String {
         match &self.workload {
+            Workload::Matmul(m) if m.batch > 1 => {
+                let per = m.m * m.n;
+                format!("D[problem {}][{}, {}]", index / per, index % per % m.m, index % per / m.m)
+            }
             Workload::Matmul(m) => format!("D[{}, {}]", index % m.m, index / m.m),
             Workload::Conv2d(c) => {
                 let k = index % c.k;

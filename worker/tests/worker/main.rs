@@ -7,6 +7,7 @@
 //!   `#[ignore = "needs a GPU"]`, on `cuda:0`).
 //! - `compile_process`: the compile child's frame protocol.
 //! - `fused_compile`: FP8 and fused-epilogue kernels compile (and, marked, pass on `cuda:0`).
+//! - `grouped_compile`: batched and grouped matmul kernels and their support modules compile.
 //! - `*_compile`: NVRTC compiles what each template generates, through `common`'s batched harness
 //!   (the exhaustive compile of one workload's space is marked `#[ignore]` too: thousands of
 //!   kernels, run on the GPU machine's cores by `scripts/gpu-check.sh gputests`).
@@ -17,6 +18,7 @@ mod conv_compile;
 mod daemon;
 mod fused_compile;
 mod generated_kernels_compile;
+mod grouped_compile;
 mod mma_ext_compile;
 mod simt_compile;
 mod wgmma_compile;

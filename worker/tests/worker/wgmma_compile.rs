@@ -122,12 +122,7 @@ fn generated_where(
 /// and for an M-contiguous A (nn), with each producer and schedule.
 #[test]
 fn resident_y_kernels_compile_without_spills() {
-    let cases = [
-        ("tn", "f16,f32,f16"),
-        ("tn", "i8,i32,i32"),
-        ("tn", "tf32,f32,f32"),
-        ("nn", "f16,f16,f16"),
-    ];
+    let cases = [("tn", "f16,f32,f16"), ("tn", "i8,i32,i32"), ("tn", "tf32,f32,f32"), ("nn", "f16,f16,f16")];
     let mut specs: Vec<KernelSpec> = Vec::new();
     let found = generated_where("m128n65536k256", &cases, |src| header_flag(src, "Y_RESIDENT"));
     for ((layout, types), resident) in cases.iter().zip(found) {

@@ -21,6 +21,7 @@ using namespace nvcuda;
 #define TT_EPI_BIAS nullptr
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
+#define TT_GROUPED 0
 namespace ns_tt_wgmma_gemm_v16_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2 {
 typedef __nv_bfloat16 T_IN;
 typedef __nv_bfloat16 T_OUT;
@@ -87,6 +88,9 @@ constexpr bool EPI_BIAS = false;
 constexpr int EPI_ACT = 0;
 constexpr bool TENSOR_SCALE = false;
 constexpr bool FUSED = false;
+constexpr int BATCH = 1;
+constexpr int GROUPS = 0;
+constexpr int LDQ = 2048;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -280,6 +284,10 @@ union OutVec {
 // over distributed shared memory and stores that share. With CLUSTER == 2 as well, the cluster
 // holds both tiles of a pair that shares Y, split alike: the two blocks of each run load their K
 // tiles together and multicast Y between them.
+// With BATCH > 1 or GROUPS > 0 the grid runs several problems (see `problems.rs`): cluster tiles
+// are numbered problem after problem, a tile's problem shifts the outer TMA coordinate of the
+// operands it has its own of and the offset of its D (tile_at); a group's columns are a run of
+// the packed M, stored up to the group's end (EpiIn::q_end).
 // With GATHER (wgmma_conv2d, any other channel count) no tensor map describes X: the whole
 // producer warpgroup copies it 16 bytes at a time with cp.async
 // into the same swizzled layout the TMA would have written (zeros outside the input), and
@@ -308,7 +316,7 @@ constexpr int KSTEPS = ROW_BYTES / KSTEP_BYTES;
 constexpr int MN_KSTEP_BYTES = 16 * ROW_BYTES;  // the same K step in an MN-major tile: 16 K rows (16-bit types)
 constexpr int KTILES = (K + BK - 1) / BK;
 constexpr int CP = TILES_P / CLUSTER;  // cluster rows
-constexpr int CLUSTER_TILES = CP * TILES_Q;
+constexpr int CLUSTER_TILES = CP * TILES_Q * BATCH;  // grouped: TILES_Q counts every group's columns
 constexpr int THREADS = 128 * (CONSUMERS + (SPECIALIZED ? 1 : 0));
 // Warpgroups that release each stage: every consumer (cooperative) or the tile's owner (ping-pong),
 // in every block of the cluster.
@@ -613,6 +621,73 @@ __device__ __forceinline__ void tile_of(int ct, int rank, int& tp, int& tq) {
   tp = pc * CLUSTER + rank;
 }
 
+// --- problems (BATCH > 1 or GROUPS > 0) -----------------------------------------------------
+// `banded`'s walk with extents known at run time only (a group's tile columns).
+__device__ __forceinline__ void banded_rt(int ct, int along_n, int across_n, int band, int& along, int& across) {
+  if (band > 1) {
+    const int per_band = band * across_n, first = (ct / per_band) * band, r = ct % per_band;
+    const int lines = first + band <= along_n ? band : along_n - first;
+    along = first + r % lines;
+    across = r / lines;
+  } else {
+    along = ct % along_n;
+    across = ct / along_n;
+  }
+}
+
+// The tile of cluster tile `ct` for the block of cluster rank `rank`: its row tp and column tq
+// (within its group when grouped), its problem, the first column of its problem (grouped: its
+// group's start in the packed M; otherwise 0, so that a single problem's code is as it was) and
+// the end of that problem's columns.
+// Batched: each problem has CP * TILES_Q cluster tiles in a row, walked as a single problem's.
+// Grouped: group g has cluster tiles CP * GROUP_COLS[g] .. CP * GROUP_COLS[g + 1], walked as a
+// problem of its own columns (the schedule of kernels::grouped::TileSchedule); its group is found
+// by an unrolled comparison with every boundary, so the table stays in constants.
+__device__ __forceinline__ void tile_at(int ct, int rank, int& tp, int& tq, int& prob, int& qb, int& q_end) {
+#if TT_GROUPED
+  int c0 = 0, c1 = GROUP_COLS[1], m1 = GROUP_M0[1];
+  qb = 0;
+  prob = 0;
+#pragma unroll
+  for (int i = 1; i < GROUPS; ++i) {
+    if (ct >= CP * GROUP_COLS[i]) {
+      prob = i;
+      c0 = GROUP_COLS[i];
+      c1 = GROUP_COLS[i + 1];
+      qb = GROUP_M0[i];
+      m1 = GROUP_M0[i + 1];
+    }
+  }
+  int pc;
+  if constexpr (RASTER_M) {
+    banded_rt(ct - CP * c0, c1 - c0, CP, GROUP, tq, pc);
+  } else {
+    banded_rt(ct - CP * c0, CP, c1 - c0, GROUP, pc, tq);
+  }
+  tp = pc * CLUSTER + rank;
+  q_end = m1;
+#else
+  prob = 0;
+  if constexpr (BATCH > 1) {
+    prob = ct / (CP * TILES_Q);
+    ct -= prob * (CP * TILES_Q);
+  }
+  tile_of(ct, rank, tp, tq);
+  qb = 0;
+  q_end = Q;
+#endif
+}
+
+// The outer TMA coordinate of problem `prob`'s operands: X (the user's B, one per problem) is
+// stacked along its rows (K-major: N rows each) or its K (MN-major: K rows each); a batched Y (the
+// user's A) likewise, while a grouped Y is the packed A, whose rows tile_at's qb already counts.
+__device__ __forceinline__ int x_outer(int prob) { return prob * (X_KMAJOR ? P : K); }
+__device__ __forceinline__ int y_outer_q(int prob) { return BATCH > 1 && Y_KMAJOR ? prob * Q : 0; }
+__device__ __forceinline__ int y_outer_k(int prob) { return BATCH > 1 && !Y_KMAJOR ? prob * K : 0; }
+// Where problem `prob`'s D (and C) starts: a batched problem's P x Q one after another; the groups
+// share the packed D (row stride LDQ).
+__device__ __forceinline__ size_t d_offset(int prob) { return BATCH > 1 ? (size_t)prob * P * Q : 0; }
+
 // --- work list -------------------------------------------------------------------------------
 // A job: K tiles [k0, k1) of cluster tile `ct`. FULL covers the whole K extent; PARTIAL leaves its
 // sum in the workspace; TAIL ends the tile and adds the partials of the clusters before it.
@@ -806,9 +881,9 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
   bar_wait(&empty[L.stage], L.phase ^ 1);
   unsigned long long* bar = &full[L.stage];
   bar_expect(bar, STAGE_BYTES);
-  int tp, tq;
-  tile_of(L.w.ct, rank, tp, tq);
-  const int p0 = tp * BP, q0 = tq * BQ, k0 = L.kt * BK;
+  int tp, tq, prob, qb, q_end;
+  tile_at(L.w.ct, rank, tp, tq, prob, qb, q_end);
+  const int p0 = tp * BP, q0 = qb + tq * BQ, k0 = L.kt * BK, xo = x_outer(prob);
   unsigned char* x = sX + L.stage * X_STAGE;
   if constexpr (IM2COL) {
     // K index k0 = (r * CONV_S + s) * CONV_C + c; a K tile lies within one tap (CONV_C % BK == 0).
@@ -817,12 +892,12 @@ __device__ __forceinline__ void load_next(Loader& L, const WorkList& wl, const T
     tma_load_im2col(x, mapX, c, (pix % OUT_W) * STRIDE_W - PAD_W, (pix / OUT_W) * STRIDE_H - PAD_H, img,
                     (unsigned short)((tap % CONV_S) * DIL_W), (unsigned short)((tap / CONV_S) * DIL_H), bar);
   } else if constexpr (X_KMAJOR) {
-    tma_load<X_ONCE>(x, mapX, k0, p0, bar);
+    tma_load<X_ONCE>(x, mapX, k0, p0 + xo, bar);
   } else {
 #pragma unroll
-    for (int c = 0; c < BP / 64; ++c) tma_load<X_ONCE>(x + c * CHUNK_BYTES, mapX, p0 + 64 * c, k0, bar);
+    for (int c = 0; c < BP / 64; ++c) tma_load<X_ONCE>(x + c * CHUNK_BYTES, mapX, p0 + 64 * c, k0 + xo, bar);
   }
-  if constexpr (!Y_RESIDENT) load_y(sY + L.stage * Y_STAGE, mapY, q0, k0, bar, rank);
+  if constexpr (!Y_RESIDENT) load_y(sY + L.stage * Y_STAGE, mapY, q0 + y_outer_q(prob), k0 + y_outer_k(prob), bar, rank);
   loader_advance(L, wl);
 }
 
@@ -1060,6 +1135,9 @@ struct EpiIn {
   const T_OUT* __restrict__ bias;
   const float* __restrict__ rscale;
   float ab;
+  // GROUPS: the end of the tile's group in the packed M, where its stores end (`GROUPS > 0 ?
+  // C.q_end : Q` at each bound: a helper function there changed single problems' machine code).
+  int q_end;
 };
 
 // GELU, tanh form (as cuBLASLt's CUBLASLT_EPILOGUE_GELU).
@@ -1094,13 +1172,13 @@ __device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v
   typename Pair<T_OUT>::type o;
   T_OUT* e = reinterpret_cast<T_OUT*>(&o);
   if constexpr (READ_C) {
-    const size_t off = (size_t)p * Q + q;
+    const size_t off = (size_t)p * LDQ + q;
     const bool in_p = EVEN_P || p < P;
-    e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v0, C, off, q) : v0);
+    e[0] = from_epi<T_OUT>(in_p && (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)) ? epilogue(v0, C, off, q) : v0);
     if constexpr (WHOLE) {
-      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q < Q) ? epilogue(v1, C, off + 1, q + 1) : v1);
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)) ? epilogue(v1, C, off + 1, q + 1) : v1);
     } else {
-      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < Q) ? epilogue(v1, C, off + 1, q + 1) : v1);
+      e[1] = from_epi<T_OUT>(in_p && (EVEN_Q || q + 1 < (GROUPS > 0 ? C.q_end : Q)) ? epilogue(v1, C, off + 1, q + 1) : v1);
     }
   } else {
     e[0] = from_epi<T_OUT>(epilogue(v0, C, 0, q));
@@ -1121,16 +1199,16 @@ __device__ __forceinline__ void store_pair(const EpiIn& C, T_OUT* __restrict__ D
     if (EVEN_Q || q + 1 < Q) D[off + P] = from_epi<T_OUT>(epilogue(v1, C, off + P, p));
     return;
   }
-  const size_t off = (size_t)p * Q + q;
-  if (PAIRS_ALIGNED && (EVEN_Q || q + 1 < Q)) {
+  const size_t off = (size_t)p * LDQ + q;
+  if (PAIRS_ALIGNED && (EVEN_Q || q + 1 < (GROUPS > 0 ? C.q_end : Q))) {
     typename Pair<T_OUT>::type o;
     T_OUT* e = reinterpret_cast<T_OUT*>(&o);
     e[0] = from_epi<T_OUT>(epilogue(v0, C, off, q));
     e[1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
     *reinterpret_cast<typename Pair<T_OUT>::type*>(D + off) = o;
   } else {
-    if (EVEN_Q || q < Q) D[off] = from_epi<T_OUT>(epilogue(v0, C, off, q));
-    if (EVEN_Q || q + 1 < Q) D[off + 1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
+    if (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)) D[off] = from_epi<T_OUT>(epilogue(v0, C, off, q));
+    if (EVEN_Q || q + 1 < (GROUPS > 0 ? C.q_end : Q)) D[off + 1] = from_epi<T_OUT>(epilogue(v1, C, off + 1, q + 1));
   }
 }
 
@@ -1189,8 +1267,8 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
     }
     // Lane c now holds item c's row across the quad: 8 columns, 16 bytes.
     const int p = p_r + 8 * (c & 1), q = q0 + 8 * (j + c / 2);
-    if ((EVEN_P || p < P) && (EVEN_Q || q < Q))
-      *reinterpret_cast<uint4*>(D + (size_t)p * Q + q) = make_uint4(x[0], x[1], x[2], x[3]);
+    if ((EVEN_P || p < P) && (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)))
+      *reinterpret_cast<uint4*>(D + (size_t)p * LDQ + q) = make_uint4(x[0], x[1], x[2], x[3]);
   }
 }
 
@@ -1198,11 +1276,12 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
 // 128-byte column block (EPI_COLS elements), write the block into one of the consumer's two
 // staging buffers (128-byte swizzle: 16-byte unit u of row r at u ^ (r % 8)), then thread 0 of
 // the warpgroup hands it to the TMA and goes on; a buffer is written again only once the TMA has
-// read it. Elements outside D are staged too and clipped by the TMA store.
+// read it. Elements outside D are staged too and clipped by the TMA store. `p_map`: the first row
+// of this tile's problem in the map (a batch's problems' rows one after another).
 template <int REGS>
 __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const TmaDesc* map_d,
                                                unsigned char* bufs, int& count, int cw, int p0, int q0,
-                                               const EpiIn& C) {
+                                               const EpiIn& C, int p_map = 0) {
   const int t_in = threadIdx.x % 128, lane = threadIdx.x % 32, warp = t_in / 32;
   constexpr int EPI_BUF = 64 * 128;
 #pragma unroll
@@ -1228,7 +1307,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
     fence_async_smem();
     consumer_sync(cw);
     if (t_in == 0) {
-      tma_store(map_d, buf, q0 + ch * EPI_COLS, p0);
+      tma_store(map_d, buf, q0 + ch * EPI_COLS, p0 + p_map);
       bulk_commit();
     }
     ++count;
@@ -1247,6 +1326,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   epi.bias = TT_EPI_BIAS;
   epi.rscale = TT_EPI_RSCALE;
   epi.ab = TT_EPI_AB;
+  epi.q_end = Q;
   extern __shared__ unsigned char smem_raw[];
   // Swizzle atoms must sit on 1024-byte boundaries; the launch asks for 1024 bytes of slack.
   unsigned char* smem =
@@ -1339,8 +1419,19 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll 1
   for (int job = PINGPONG ? cw : 0; job < jobs; job += JOB_STEP) {
     const Work work = wl.at(job);
-    int tp, tq;
-    tile_of(work.ct, rank, tp, tq);
+    // A single problem's tile as before problems existed (tile_at there changed its machine code).
+    int tp, tq, prob = 0, qb = 0, q_end = Q;
+    if constexpr (BATCH > 1 || GROUPS > 0) {
+      tile_at(work.ct, rank, tp, tq, prob, qb, q_end);
+    } else {
+      tile_of(work.ct, rank, tp, tq);
+    }
+    T_OUT* Dp = D;
+    if constexpr (BATCH > 1) {
+      Dp = D + d_offset(prob);
+      epi.c = C + d_offset(prob);
+    }
+    if constexpr (GROUPS > 0) epi.q_end = q_end;
     if constexpr (PINGPONG) {
       const long long ring = (long long)job * KTILES;
       stage = (int)(ring % STAGES);
@@ -1412,16 +1503,16 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         store_tile_tma(acc[t], map_d, sE + cw * 2 * 64 * 128, stored, cw,
-                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, tq * BQ, epi);
+                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, qb + tq * BQ, epi, BATCH > 1 ? prob * P : 0);
       continue;
     }
     const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
     if constexpr (STORE_VECTORS) {
 #pragma unroll
-      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, tq * BQ, epi, D);
+      for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, qb + tq * BQ, epi, Dp);
       continue;
     }
-    const int q_base = tq * BQ + 2 * (lane % 4);
+    const int q_base = qb + tq * BQ + 2 * (lane % 4);
 #pragma unroll
     for (int t = 0; t < MT; ++t) {
 #pragma unroll
@@ -1431,7 +1522,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
           if (!stores_pair(t, j, h, kr)) continue;
           T_EPI v0, v1;
           acc_pair(acc[t], j, h, v0, v1);
-          store_pair(epi, D, p_base + t * 64 + 8 * h, q_base + 8 * j, v0, v1);
+          store_pair(epi, Dp, p_base + t * 64 + 8 * h, q_base + 8 * j, v0, v1);
         }
       }
     }
@@ -1455,3 +1546,4 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #undef TT_EPI_BIAS
 #undef TT_EPI_RSCALE
 #undef TT_EPI_AB
+#undef TT_GROUPED
