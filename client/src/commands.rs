@@ -78,9 +78,73 @@ pub fn submit_request(
 
 /// Submits a job and follows it to its end with a progress bar (on stderr); returns the final job.
 pub async fn submit_and_watch(session: &mut Session, request: pb::SubmitJobRequest) -> anyhow::Result<pb::Job> {
+    submit_and_follow(session, request, &mut Milestones::default()).await
+}
+
+/// [`submit_and_watch`], noting when it submitted and when the job reached each stage.
+async fn submit_and_follow(
+    session: &mut Session,
+    request: pb::SubmitJobRequest,
+    seen: &mut Milestones,
+) -> anyhow::Result<pb::Job> {
     let submitted = session.client.submit_job(request).await.map_err(status_error)?.into_inner();
+    seen.submitted = Some(Instant::now());
     eprintln!("job {} submitted for {}", submitted.job_id, submitted.device_class);
-    watch(session, submitted.job_id).await
+    follow(session, submitted.job_id, Progress::Auto, seen).await
+}
+
+/// When a followed job reached each stage, as its watch stream showed it (an update arrives
+/// after each write that changed the job, so these lag the tracker by a few milliseconds).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Milestones {
+    /// The tracker answered the submission (its first batch is proposed by then).
+    pub submitted: Option<Instant>,
+    /// The first trial finished.
+    pub first_record: Option<Instant>,
+    /// Every workload's trials finished (finalists, if any, follow).
+    pub trials_done: Option<Instant>,
+    /// The job ended.
+    pub ended: Option<Instant>,
+}
+
+impl Milestones {
+    /// Notes the stages `job` shows that were not seen before.
+    fn note(&mut self, job: &pb::Job) {
+        let now = Instant::now();
+        let done: u64 = job.workloads.iter().map(|w| u64::from(w.trials_done)).sum();
+        if done > 0 {
+            self.first_record.get_or_insert(now);
+        }
+        let tuning = job.workloads.iter().any(|w| w.state == "running");
+        if !job.workloads.is_empty() && !tuning {
+            self.trials_done.get_or_insert(now);
+        }
+        if ended(job) {
+            self.ended.get_or_insert(now);
+        }
+    }
+
+    /// One line: seconds from `start` to `open` (the tracker and worker ready), to submission, to
+    /// the first record, to the end of the trials, to the end of the job, and to `closed`
+    /// (everything stopped); a stage not seen reads `-`.
+    pub fn line(&self, start: Instant, open: Instant, closed: Instant) -> String {
+        let mut stages = vec![("ready", Some(open))];
+        stages.extend([
+            ("submitted", self.submitted),
+            ("first record", self.first_record),
+            ("trials done", self.trials_done),
+            ("job ended", self.ended),
+            ("closed", Some(closed)),
+        ]);
+        let parts: Vec<String> = stages
+            .iter()
+            .map(|(name, at)| match at {
+                Some(at) => format!("{name} {:.2} s", at.duration_since(start).as_secs_f64()),
+                None => format!("{name} -"),
+            })
+            .collect();
+        format!("timeline  {}", parts.join(", "))
+    }
 }
 
 /// How long `watch` keeps trying to reach a remote tracker that went away (killed, restarted,
@@ -160,6 +224,16 @@ pub async fn watch(session: &mut Session, job_id: u64) -> anyhow::Result<pb::Job
 
 /// [`watch`], showing progress as `progress` says.
 pub async fn watch_with(session: &mut Session, job_id: u64, progress: Progress) -> anyhow::Result<pb::Job> {
+    follow(session, job_id, progress, &mut Milestones::default()).await
+}
+
+/// [`watch_with`], noting in `seen` when the job reached each stage.
+async fn follow(
+    session: &mut Session,
+    job_id: u64,
+    progress: Progress,
+    seen: &mut Milestones,
+) -> anyhow::Result<pb::Job> {
     let mut stream = session.client.watch_job(pb::JobRef { job_id }).await.map_err(status_error)?.into_inner();
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let bar = if progress == Progress::Auto && terminal { ProgressBar::new(0) } else { ProgressBar::hidden() };
@@ -182,6 +256,7 @@ pub async fn watch_with(session: &mut Session, job_id: u64, progress: Progress) 
                 let why = match item {
                     Some(Ok(job)) => {
                         lost = None;
+                        seen.note(&job);
                         let total: u64 = job.workloads.iter().map(|w| w.trials_target as u64).sum();
                         let done: u64 = job.workloads.iter().map(|w| w.trials_done as u64).sum();
                         bar.set_length(total);
@@ -237,10 +312,15 @@ pub async fn tune(tracker: Option<&str>, db: &Path, cmd: &WorkloadCmd) -> anyhow
     let workload = cmd.workload()?;
     let (job, local, json) = cmd.parts();
     let template_given = job.template.is_some();
+    let start = Instant::now();
     let mut session = open(tracker, db, Some(local)).await?;
+    let opened = Instant::now();
     let class = job.device_class.clone().or_else(|| session.local_class.clone());
-    let result = submit_and_watch(&mut session, submit_request(&[workload], job, class, "tune")).await;
+    let mut seen = Milestones::default();
+    let result = submit_and_follow(&mut session, submit_request(&[workload], job, class, "tune"), &mut seen).await;
     let closed = session.close().await;
+    // Where a tune's wall goes, on stderr beside the progress (the report on stdout stays as is).
+    eprintln!("{}", seen.line(start, opened, Instant::now()));
     let job = result?;
     closed?;
     let view = JobView::from(&job);
@@ -534,5 +614,48 @@ pub fn status_error(status: tonic::Status) -> anyhow::Error {
             anyhow::anyhow!("{}", status.message())
         }
         code => anyhow::anyhow!("the tracker answered {code:?}: {}", status.message()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(state: pb::JobState, workloads: &[(&str, u32)]) -> pb::Job {
+        pb::Job {
+            state: state as i32,
+            workloads: workloads
+                .iter()
+                .map(|(s, done)| pb::WorkloadProgress {
+                    state: (*s).to_owned(),
+                    trials_done: *done,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn milestones_note_each_stage_once_in_order() {
+        let start = Instant::now();
+        let mut seen = Milestones::default();
+        seen.note(&job(pb::JobState::Running, &[("running", 0), ("running", 0)]));
+        assert!(seen.first_record.is_none() && seen.trials_done.is_none() && seen.ended.is_none());
+        seen.note(&job(pb::JobState::Running, &[("running", 1), ("running", 0)]));
+        let first = seen.first_record.expect("a trial finished");
+        // One workload still tunes: the trials are not done.
+        seen.note(&job(pb::JobState::Running, &[("finalizing", 100), ("running", 40)]));
+        assert!(seen.trials_done.is_none());
+        seen.note(&job(pb::JobState::Running, &[("finalizing", 100), ("done", 100)]));
+        let trials = seen.trials_done.expect("no workload tunes");
+        seen.note(&job(pb::JobState::Done, &[("done", 100), ("done", 100)]));
+        assert_eq!(seen.first_record, Some(first), "a later update moved the first record");
+        assert!(first <= trials && Some(trials) <= seen.ended);
+        let line = Milestones::default().line(start, start, start);
+        assert_eq!(
+            line,
+            "timeline  ready 0.00 s, submitted -, first record -, trials done -, job ended -, closed 0.00 s"
+        );
     }
 }

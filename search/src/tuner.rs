@@ -340,6 +340,13 @@ impl ModelGuided {
         }
     }
 
+    /// Fits the prior's model for `candidates` and scores them (what the first proposal would
+    /// do), so that a caller can do this costly part where it blocks nothing (the tracker does it
+    /// outside its write lock). The result is the same whenever it is computed.
+    pub fn prepare(&self, candidates: &[Candidate]) {
+        self.prior_scores(candidates);
+    }
+
     /// What the prior's model predicts for each candidate, or `None` without a usable prior.
     fn prior_scores(&self, candidates: &[Candidate]) -> Option<&Vec<f64>> {
         self.prior_scores
@@ -496,23 +503,33 @@ const ENSEMBLE: usize = 5;
 /// resamples of (`rows`, `y`) (as Poisson weights, so every member sees every row's features).
 pub(crate) fn ensemble(rows: &[Vec<f64>], y: &[f64], query: &[Vec<f64>], seed: u64) -> (Vec<f64>, Vec<f64>) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0e05);
-    let mut preds: Vec<Vec<f64>> = Vec::with_capacity(ENSEMBLE);
-    for member in 0..ENSEMBLE {
-        // Poisson(1) weights: a bootstrap without dropping rows from the feature histograms.
-        let weights: Vec<f64> = (0..rows.len())
-            .map(|_| {
-                let (mut k, mut p, l) = (0.0, rng.random::<f64>(), (-1.0f64).exp());
-                while p > l {
-                    k += 1.0;
-                    p *= rng.random::<f64>();
-                }
-                k
-            })
-            .collect();
-        if let Ok(m) = CostModel::fit(rows, y, &weights, seed.wrapping_add(member as u64)) {
-            preds.push(m.predict(query));
-        }
-    }
+    // Every member's weights are drawn first, in member order, from one stream: the members then
+    // fit and predict on a thread each, and the result is the same as one after another. (The
+    // tracker fits this at every batch and at the end of a workload's tuning, while its next
+    // tasks wait: five single-threaded fits one after another were most of that wait.)
+    let draws: Vec<Vec<f64>> = (0..ENSEMBLE)
+        .map(|_| {
+            // Poisson(1) weights: a bootstrap without dropping rows from the feature histograms.
+            (0..rows.len())
+                .map(|_| {
+                    let (mut k, mut p, l) = (0.0, rng.random::<f64>(), (-1.0f64).exp());
+                    while p > l {
+                        k += 1.0;
+                        p *= rng.random::<f64>();
+                    }
+                    k
+                })
+                .collect()
+        })
+        .collect();
+    let fit = |member: usize, weights: &[f64]| {
+        CostModel::fit(rows, y, weights, seed.wrapping_add(member as u64)).ok().map(|m| m.predict(query))
+    };
+    let preds: Vec<Vec<f64>> = std::thread::scope(|scope| {
+        let members: Vec<_> =
+            draws.iter().enumerate().map(|(member, weights)| scope.spawn(move || fit(member, weights))).collect();
+        members.into_iter().filter_map(|m| m.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))).collect()
+    });
     if preds.is_empty() {
         return (vec![0.0; query.len()], vec![0.0; query.len()]);
     }

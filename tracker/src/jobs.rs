@@ -70,6 +70,35 @@ pub(crate) fn check_job(req: &JobRequest) -> Result<()> {
 }
 
 impl Tracker {
+    /// The first batches of model job `id`, stored (with its searches) by a write that proposed
+    /// none: each tuner's costly first step (the transfer prior's model, `Tuner::prepare`) runs
+    /// on a blocking thread outside the writer lock, which other jobs' reports and leases take
+    /// meanwhile, then a second write proposes. The batches are those one write would have
+    /// proposed. Should that write fail, the job fails with the reason rather than wait for a
+    /// restart without tasks.
+    async fn first_batches(&self, id: JobId, tuners: Vec<std::sync::Arc<dyn crate::tuner::Tuner>>) -> Result<()> {
+        let started = std::time::Instant::now();
+        tokio::task::spawn_blocking(move || tuners.iter().for_each(|t| t.prepare())).await?;
+        tracing::debug!(job = id, ms = started.elapsed().as_millis() as u64, "tuners prepared outside the lock");
+        let proposed = async {
+            let mut w = self.write().await?;
+            // Re-read: the job may have been cancelled meanwhile (then nothing is proposed).
+            let job = store::jobs::get(w.conn(), id).await?.ok_or(Error::JobNotFound(id))?;
+            self.top_up_all(&mut w, &job).await?;
+            w.commit(&self.events).await
+        };
+        let Err(e) = proposed.await else { return Ok(()) };
+        tracing::warn!(job = id, error = %e, "the first batch of a job could not be proposed; the job fails");
+        let mut w = self.write().await?;
+        let why = format!("its first batch could not be proposed: {e}");
+        let now = w.now();
+        store::jobs::finish(w.conn(), id, JobState::Failed, &why, now).await?;
+        w.stop_search(id, None);
+        w.job_changed(id);
+        w.commit(&self.events).await?;
+        Err(e)
+    }
+
     /// Validates a job against the registered device classes, stores it and proposes its first
     /// tasks. Returns the job's id and the device class it was bound to.
     ///
@@ -157,16 +186,24 @@ impl Tracker {
         let job = store::jobs::get(w.conn(), id).await?.ok_or(Error::JobNotFound(id))?;
         let templates = JobTemplates::of(&job)?;
         let mut prior_rows = 0;
+        let mut tuners = Vec::with_capacity(spaces.len());
         for (i, space) in spaces.iter().enumerate() {
             let idx = i as u32;
             let prior = self.job_prior(&mut w, &job, &templates, space, &target).await?;
             prior_rows = prior_rows.max(prior.as_ref().map_or(0, |p| p.rows.len()));
             let tuner = req.tuner.build(space, seed, idx, prior)?;
+            tuners.push(std::sync::Arc::clone(&tuner));
             w.insert_search((id, idx), Search::new(tuner, [], Vec::new()));
         }
-        self.top_up_all(&mut w, &job).await?;
+        let prepare = req.tuner.proposes_batches();
+        if !prepare {
+            self.top_up_all(&mut w, &job).await?;
+        }
         w.job_changed(id);
         w.commit(&self.events).await?;
+        if prepare {
+            self.first_batches(id, tuners).await?;
+        }
         tracing::info!(
             job = id,
             device_class = %class,

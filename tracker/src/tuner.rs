@@ -175,6 +175,12 @@ pub(crate) trait Tuner: Send + Sync {
     fn blocking(&self) -> bool {
         false
     }
+
+    /// Does ahead of the first proposal what it would do first and what costs most (a model
+    /// with transfer fits the prior's model), so that it happens outside the writer lock; the
+    /// proposals are the same whether it ran or not. Blocking CPU work for a [`Tuner::blocking`]
+    /// tuner.
+    fn prepare(&self) {}
 }
 
 /// The random stream of workload `workload_idx` of a job seeded with `seed`: each workload of a
@@ -281,6 +287,10 @@ impl Tuner for Model {
 
     fn blocking(&self) -> bool {
         true
+    }
+
+    fn prepare(&self) {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).prepare(&self.candidates);
     }
 
     fn chance(&self, observed: &[Observed]) -> Option<f64> {
