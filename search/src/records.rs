@@ -16,6 +16,7 @@ pub struct RecordLine {
     /// Template version.
     pub template_version: u32,
     /// The config (knob name -> value).
+    #[serde(deserialize_with = "config_field")]
     pub config: Config,
     /// Device class (`nvidia-h200/sm90/132sm`).
     pub device_class: String,
@@ -24,6 +25,12 @@ pub struct RecordLine {
     /// Median time in microseconds (an `ok` record's; absent or 0 for the others).
     #[serde(default)]
     pub median_us: Option<f64>,
+}
+
+/// A config, with serde's message prefixed by the field's name (serde names a nested value's
+/// position only, not the field that holds it).
+fn config_field<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Config, D::Error> {
+    Config::deserialize(d).map_err(|e| serde::de::Error::custom(format!("config: {e}")))
 }
 
 impl RecordLine {
@@ -52,5 +59,8 @@ mod tests {
         assert_eq!((l.median_us, l.ok_time()), (None, None));
         let err = RecordLine::parse(r#"{"workload":"w","template":"t","template_version":-1}"#).unwrap_err();
         assert!(err.to_string().contains("invalid value"), "{err}");
+        let err =
+            RecordLine::parse(r#"{"workload":"w","template":"t","template_version":1,"config":"x"}"#).unwrap_err();
+        assert!(err.to_string().contains("config: invalid type"), "{err}");
     }
 }

@@ -353,6 +353,8 @@ mod tests {
         assert!(e.contains("median_us"), "{e}");
         let e = parse(good.replace("nvidia-h100/sm90/132sm", "sim").as_bytes(), "p").unwrap_err().to_string();
         assert!(e.contains("device_class"), "{e}");
+        let e = parse(good.replace("\"config\":{}", "\"config\":[1]").as_bytes(), "p").unwrap_err().to_string();
+        assert!(e.contains("p:1") && e.contains("config"), "{e}");
         let unknown = parse(good.replace("wmma_gemm", "future_gemm").as_bytes(), "p").unwrap();
         assert_eq!((unknown.records.len(), unknown.unknown_template), (0, 1));
     }
