@@ -115,6 +115,33 @@ pub(super) fn data_type(d: DType) -> cudaDataType {
     }
 }
 
+/// Which cuBLAS call [`Blas::gemm`] makes for a workload: decided once, for the call and for the
+/// name the record gives it ([`Blas::kind`]).
+enum Call {
+    /// A batched workload: one `cublasGemmStridedBatchedEx`.
+    StridedBatched,
+    /// A grouped workload where the loaded cuBLAS has `cublasGemmGroupedBatchedEx` for its types.
+    GroupedBatched,
+    /// Another grouped workload: one `cublasGemmEx` per group.
+    GroupLoop,
+    /// One problem: one `cublasGemmEx`.
+    Single,
+}
+
+impl Call {
+    fn of(w: &Matmul) -> Call {
+        if w.batch > 1 {
+            Call::StridedBatched
+        } else if super::grouped::grouped_batched_usable(w) {
+            Call::GroupedBatched
+        } else if !w.groups.is_empty() {
+            Call::GroupLoop
+        } else {
+            Call::Single
+        }
+    }
+}
+
 impl Blas {
     /// Creates a handle on `stream` with a fixed workspace.
     pub(crate) fn new(stream: &Arc<CudaStream>) -> Result<Blas, String> {
@@ -141,34 +168,29 @@ impl Blas {
     /// the types, otherwise as a loop of `cublasGemmEx`, one call per group ([`Blas::kind`] names
     /// which).
     pub(crate) fn gemm(&self, w: &Matmul, a: u64, b: u64, d: u64) -> Result<(), CudaFailure> {
-        if w.batch > 1 {
-            return self.strided_batched(w, a, b, d);
-        }
-        if super::grouped::grouped_batched_usable(w) {
-            return self.grouped_batched(w, a, b, d);
-        }
-        if !w.groups.is_empty() {
-            let (ea, eo) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
-            for g in 0..w.groups.len() {
-                let p = super::grouped::group_part(w, g);
-                let one = Matmul { m: p.m, groups: Default::default(), ..*w };
-                self.gemm_ld(&one, a + p.a_off * ea, b + p.b_off * ea, d + p.d_off * eo, w.m)?;
+        match Call::of(w) {
+            Call::StridedBatched => self.strided_batched(w, a, b, d),
+            Call::GroupedBatched => self.grouped_batched(w, a, b, d),
+            Call::GroupLoop => {
+                let (ea, eo) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
+                for g in 0..w.groups.len() {
+                    let p = super::grouped::group_part(w, g);
+                    let one = Matmul { m: p.m, groups: Default::default(), ..*w };
+                    self.gemm_ld(&one, a + p.a_off * ea, b + p.b_off * ea, d + p.d_off * eo, w.m)?;
+                }
+                Ok(())
             }
-            return Ok(());
+            Call::Single => self.gemm_ld(w, a, b, d, w.m),
         }
-        self.gemm_ld(w, a, b, d, w.m)
     }
 
     /// The call [`Blas::gemm`] makes for `w`.
     pub(crate) fn kind(w: &Matmul) -> String {
-        if w.batch > 1 {
-            format!("cublasGemmStridedBatchedEx (batch {})", w.batch)
-        } else if super::grouped::grouped_batched_usable(w) {
-            format!("cublasGemmGroupedBatchedEx ({} groups of one problem)", w.groups.len())
-        } else if !w.groups.is_empty() {
-            format!("cublasGemmEx loop over {} groups", w.groups.len())
-        } else {
-            "cublasGemmEx".into()
+        match Call::of(w) {
+            Call::StridedBatched => format!("cublasGemmStridedBatchedEx (batch {})", w.batch),
+            Call::GroupedBatched => format!("cublasGemmGroupedBatchedEx ({} groups of one problem)", w.groups.len()),
+            Call::GroupLoop => format!("cublasGemmEx loop over {} groups", w.groups.len()),
+            Call::Single => "cublasGemmEx".into(),
         }
     }
 
