@@ -217,3 +217,68 @@ def test_a_linear_chain_takes_eval_dropout_and_the_residual_add_and_falls_back_e
     want = d(h) + x
     assert torch.allclose(chain.out, want, rtol=1e-6, atol=1e-6), (chain.out - want).abs().max()
     assert list(applied.kept) == [f"not tuned: {chain.key()}"]
+
+
+def _downsample_chain(tt, block, x, identity):
+    """The downsample conv's chain of `block` as torchvision runs it: conv, batch norm, then
+    `identity += out` (the add lands in the other tensor) and ReLU."""
+    conv, bn = block.down[0], block.down[1]
+    call, why = tt._workload(torch.nn.functional.conv2d, (x, conv.weight, None, 1, 0, 1, 1), {})
+    assert why is None
+    chain = tt._Chain(call, torch.empty(identity.shape))
+    args = (chain.out, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.1, bn.eps)
+    assert chain.absorb(torch.nn.functional.batch_norm, args, {})
+    assert chain.absorb(torch.Tensor.__iadd__, (identity, chain.out), {})
+    assert chain.out is identity
+    assert chain.absorb(torch.relu_, (identity,), {})
+    return chain
+
+
+class _NoKernels:
+    def decide(self, key, epilogue=()):
+        return None, f"not tuned: {key}"
+
+
+def test_an_identity_the_chain_adds_into_takes_the_result_without_a_copy_unless_it_is_a_view():
+    from tensortune import torch as tt
+
+    torch.backends.cudnn.allow_tf32 = False
+    block = _randomized(Bottleneck(down=True))
+    x = torch.randn(2, 16, 6, 6)
+    base = torch.randn(2, 16, 6, 6)
+    want = torch.relu(block.down(x) + base)
+    with torch.no_grad():
+        applied = tt.Applied(block, _NoKernels(), block.forward)
+        identity = base.clone()
+        before = identity.data_ptr()
+        tt._run_chain(applied, _downsample_chain(tt, block, x, identity))
+        assert torch.allclose(identity, want, rtol=1e-5, atol=1e-5), (identity - want).abs().max()
+        assert identity.data_ptr() != before, "the identity took the result's storage"
+        # A view of a larger buffer is written in place: the buffer must see the sum.
+        buffer = torch.cat([base, base], dim=1)
+        view = buffer[:, :16]
+        tt._run_chain(applied, _downsample_chain(tt, block, x, view))
+        assert view.data_ptr() == buffer.data_ptr()
+        assert torch.allclose(buffer[:, :16], want, rtol=1e-5, atol=1e-5)
+        assert torch.equal(buffer[:, 16:], base)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the chains run on CUDA tensors only")
+def test_a_conv_the_bundle_has_no_kernel_for_runs_as_a_chain_with_its_batch_norm_folded(tmp_path):
+    import json
+
+    model = _randomized(nn.Sequential(Bottleneck(down=True), Bottleneck(down=False)))
+    model = model.cuda().half().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 16, 6, 6, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        want = model(x).float()
+        (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "kernels": []}))
+        for untuned, folded in ((False, 0), (True, 7)):
+            applied = apply(model, tmp_path, arch=90)
+            applied.chain_untuned = untuned
+            got = model(x).float()
+            applied.remove()
+            # Seven convs, each with its batch norm: folded once each where they run as chains.
+            assert len(applied.folded) == folded
+            assert applied.report()["kept"] == {"not tuned (no kernel in the bundle)": 7}
+            assert (got - want).abs().max() <= 2e-2 * want.abs().max(), (got - want).abs().max()
