@@ -69,7 +69,7 @@ run_step() {
       ${R50_REUSE_FLAGS:-} --workdir "$work/r50-reuse/run" ;;
     bert-reuse) mkdir -p "$work/bert-reuse/run" && cp -r "$BERT_REUSE"/. "$work/bert-reuse/run/" &&
       step bert-reuse "${BERT_SECS:-240}" python3 "$G/examples/bert.py" --batch 8 --skip-tune --profile --reference \
-      ${BERT_VARIANTS:-} --workdir "$work/bert-reuse/run" ;;
+      ${BERT_VARIANTS:-} ${BERT_FLAGS:-} --workdir "$work/bert-reuse/run" ;;
     r50-all) step r50-all "${R50_ALL_SECS:-300}" python3 "${r50[@]}" --device cuda:all --compare-compile \
       --workdir "$work/r50-all/run" ;;
     *) echo "unknown step $1" >&2 ;;

@@ -340,6 +340,7 @@ def run(name, model, inputs, args, call=None):
         "ours_launches": r["ours"],
         "fused_launches": r.get("fused", {}),
         "kept": r["kept"],
+        "timed_in_place_us": r.get("timed", {}),  # chain key -> [ours, PyTorch's]
         "predicted": report.get("model"),
         "eager_profile": shares,
         "graph_profiles_us": {k: {"total": p["total_us"], **p["shares_us"]} for k, p in profiles.items()},
@@ -361,6 +362,10 @@ def run(name, model, inputs, args, call=None):
     kept = {why: count / n for why, count in r["kept"].items()}
     print(f"  per forward: ops on our kernels {r['ours'] / n:g} ({sum(r.get('fused', {}).values()) / n:g} fused conv or "
           f"linear chains); PyTorch's kept: {kept}")
+    timed = r.get("timed", {})
+    if timed:
+        print(f"  timed in place: {len(timed)} chain keys, ours the faster on {sum(o < t for o, t in timed.values())}: "
+              + ", ".join(f"{o:.1f}/{t:.1f}" for o, t in timed.values()) + " us (ours/PyTorch's)")
     if wall is not None:
         m = report.get("model", {})
         print(f"  tuning {wall:.1f} s for {args.total_trials} trials; predicted GEMM/conv time "

@@ -133,7 +133,7 @@ def test_a_chain_without_a_kernel_runs_the_folded_conv_add_and_relu():
     want = torch.relu(block.bn3(block.conv3(x)) + identity)
 
     class NoKernels:
-        def decide(self, key, epilogue=()):
+        def decide(self, key, epilogue=(), any_winner=False):
             return None, f"not tuned: {key}"
 
     applied = tt.Applied(block, NoKernels(), block.forward)
@@ -200,7 +200,7 @@ def test_a_linear_chain_takes_eval_dropout_and_the_residual_add_and_falls_back_e
     model.eval()
 
     class NoKernels:
-        def decide(self, key, epilogue=()):
+        def decide(self, key, epilogue=(), any_winner=False):
             return None, f"not tuned: {key}"
 
     applied = tt.Applied(model, NoKernels(), model.forward)
@@ -235,7 +235,7 @@ def _downsample_chain(tt, block, x, identity):
 
 
 class _NoKernels:
-    def decide(self, key, epilogue=()):
+    def decide(self, key, epilogue=(), any_winner=False):
         return None, f"not tuned: {key}"
 
 
@@ -282,3 +282,26 @@ def test_a_conv_the_bundle_has_no_kernel_for_runs_as_a_chain_with_its_batch_norm
             assert len(applied.folded) == folded
             assert applied.report()["kept"] == {"not tuned (no kernel in the bundle)": 7}
             assert (got - want).abs().max() <= 2e-2 * want.abs().max(), (got - want).abs().max()
+
+
+def test_a_chain_runs_whichever_way_was_faster_in_place_timed_once_per_key(monkeypatch):
+    from tensortune import torch as tt
+
+    class OneKernel:
+        def decide(self, key, epilogue=(), any_winner=False):
+            return (entry, None) if any_winner else (None, "the vendor won")
+
+    entry = {"name": "k"}
+    applied = tt.Applied(None, OneKernel(), None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    timings = []
+    monkeypatch.setattr(tt, "_time_both", lambda *a: timings.append(a[2]) or (5.0, 7.0))
+    assert tt._timed(applied, None, "k1", entry, None, None) == (entry, None)
+    assert tt._timed(applied, None, "k1", entry, None, None) == (entry, None)
+    assert len(timings) == 1, "timed once per key"
+    monkeypatch.setattr(tt, "_time_both", lambda *a: (9.0, 7.0))
+    assert tt._timed(applied, None, "k2", entry, None, None) == (None, "PyTorch's was faster in place (7.00 us vs ours 9.00 us)")
+    # A key first seen while a CUDA graph is captured (no timing there) keeps the tuning's decision.
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert tt._timed(applied, None, "k3", entry, None, None) == (None, "the vendor won")
+    assert applied.report()["timed"] == {"k1": [5.0, 7.0], "k2": [9.0, 7.0]}
