@@ -19,10 +19,12 @@ construction on what a call is.
   A batched product's activation is only recorded (the suite entry's `epilogue`).
 
 `apply` runs a conv or linear layer whose operands the kernels can read (CUDA; a conv's
-channels_last, a linear's dense) and whose shape has a fused kernel that won, lazily: it hands
-back an empty output and absorbs the batch norm, dropout, add and activation that follow it, then,
-before any other op runs, launches the bundle's kernel of that whole chain, or, when the bundle
-has none that won, PyTorch's op (batch norm folded), the add and the activation. So it assumes
+channels_last, a linear's dense) and whose shape has a fused kernel in the bundle (and any conv
+the bundle has no kernel for), lazily: it hands back an empty output and absorbs the batch norm,
+dropout, add and activation that follow it, then, before any other op runs, launches the bundle's
+kernel of that whole chain where it was the faster timed in place (`_timed`), or else PyTorch's
+way: cuDNN's fused conv-bias-add-ReLU, or the op (batch norm folded), the add and the
+activation. So it assumes
 that the op's output, and each op's in the chain, is read only by the next op of the chain (true
 of torchvision's and timm's conv-BN-ReLU and bottleneck blocks and of BERT's output layers).
 
