@@ -415,6 +415,11 @@ class Applied:
         """Restores the model's own forward."""
         self.model.forward = self._original_forward
 
+    def reset_counts(self):
+        """Zeroes the launch counts and forwards (the kernels, folded weights and in-place timings
+        stay): the next report is of what runs from here on."""
+        self.ours, self.kept, self.fused, self.forwards = 0, {}, {}, 0
+
     def report(self):
         return {"kernels": sorted(self.kernels), "ours": self.ours, "kept": dict(self.kept), "fused": dict(self.fused),
                 "forwards": self.forwards, "timed": {k: list(v) for k, v in self.timed.items()}}

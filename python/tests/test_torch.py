@@ -67,6 +67,11 @@ def test_apply_keeps_torchs_op_where_the_bundle_has_no_winner(tmp_path):
     assert torch.equal(got, want)
     r = applied.report()
     assert r["ours"] == 0 and r["kept"]["not tuned (no kernel in the bundle)"] == 5
+    # Counts start again from a reset (what endtoend reports per graph).
+    applied.reset_counts()
+    assert (applied.report()["kept"], applied.report()["forwards"]) == ({}, 0)
+    model(x)
+    assert (applied.report()["kept"], applied.report()["forwards"]) == ({"not tuned (no kernel in the bundle)": 5}, 1)
     applied.remove()
 
 
