@@ -71,9 +71,10 @@ class Plan:
             raise FileNotFoundError(f"{path} does not exist: is {directory!r} a bundle (tensortune export -o DIR)?") from None
         return cls(manifest, directory, arch)
 
-    def decide(self, key, epilogue=()):
+    def decide(self, key, epilogue=(), any_winner=False):
         """(entry, None) when the model should launch the bundle's kernel for `key` followed by
-        `epilogue` (the call's own parts: `bias`), else (None, why PyTorch keeps its op)."""
+        `epilogue` (the call's own parts: `bias`), else (None, why PyTorch keeps its op). With
+        `any_winner`, a kernel the vendor beat is returned too (for the caller to time in place)."""
         e = self.entries.get(key)
         if e is None and key in self._lost:
             return None, "the vendor won each fused kernel of this layer"
@@ -84,7 +85,7 @@ class Plan:
             # PyTorch adds a bias inside its GEMM (cuBLASLt's epilogue); ours would need another
             # pass over the output, which the vendor time in the bundle does not count.
             return None, "a bias PyTorch fuses and this kernel does not"
-        if winner(e) != "ours":
+        if winner(e) != "ours" and not any_winner:
             return None, f"the vendor won ({e.get('vendor_us', 0):.2f} us vs ours {e['time_us']:.2f} us)"
         if self.arch is not None and cubin_for(e, self.arch) is None:
             have = ", ".join(sorted(e.get("cubins") or {})) or "none"

@@ -42,10 +42,19 @@ def arguments(description, batch):
     p.add_argument("--compare-compile", action="store_true", help="time torch.compile in the same rounds")
     p.add_argument("--compile-mode", default="max-autotune-no-cudagraphs", help="torch.compile's mode")
     p.add_argument("--compile-only", action="store_true", help="eager against torch.compile only: no tuning")
-    p.add_argument("--profile", action="store_true", help="first print where one eager forward's GPU time goes")
+    p.add_argument("--profile", action="store_true",
+                   help="print where the GPU time of one eager forward and of one replay of each graph goes")
+    p.add_argument("--variant", action="append", default=[], metavar="ATTR=VALUE",
+                   help="also time the tuned forward with this `Applied` setting (e.g. cudnn_fused=0); repeatable")
+    p.add_argument("--reference", action="store_true",
+                   help="also compare each output with the model's in float32 (TF32 off)")
     args = p.parse_args()
     if args.batch < 1 or args.total_trials < 1 or args.trials < 1:
         p.error("--batch, --total-trials and --trials must be at least 1")
+    for v in args.variant:
+        attr, _, value = v.partition("=")
+        if not attr.isidentifier() or value not in ("0", "1"):
+            p.error(f"--variant {v!r}: expected ATTR=0 or ATTR=1 (an `Applied` flag, e.g. cudnn_fused=0)")
     return args
 
 
@@ -144,18 +153,25 @@ def _version(package):
         return None
 
 
-#: Kernel name fragments -> the kind of work, for `profile`'s shares (first match wins).
+#: Kernel name fragments -> the kind of work, for `profile`'s shares (first match wins; a tuned
+#: forward's own kernels are `ours` before any of these). cuDNN's convolutions are named
+#: `..._fprop_implicit_gemm_...`, so `conv` comes before `gemm`.
 _KINDS = (
-    ("attention", ("flash", "fmha", "attention", "softmax")),
+    ("attention", ("flash", "fmha", "attention", "softmax", "sdpa")),
+    ("conv", ("conv", "fprop", "implicit", "dgrad", "wgrad")),
     ("gemm", ("gemm", "xmma", "nvjet", "cutlass", "sm90_", "sm80_", "cublas", "wgmma")),
-    ("conv", ("conv", "implicit", "cudnn")),
     ("norm", ("norm",)),
+    ("pool", ("pool",)),
+    ("copy", ("copy", "memcpy", "memset")),
+    ("fused pointwise (Triton)", ("triton_",)),
+    ("elementwise", ("elementwise", "relu", "add", "gelu")),
 )
 
 
-def profile(label, fn, rows=15):
+def profile(label, fn, rows=15, ours=()):
     """`fn()` once (after a warm-up) under torch.profiler: prints the kernels that took the most
-    GPU time and each kind's share (GEMM, attention, conv, norm, other); returns the shares."""
+    GPU time and each kind's share (ours, conv, GEMM, attention, norm, pool, copy, elementwise,
+    other); returns the shares and every kernel's row (name, launches, microseconds, kind)."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     with torch.no_grad():
@@ -170,16 +186,18 @@ def profile(label, fn, rows=15):
             n, us = kernels.get(ev.name, (0, 0.0))
             kernels[ev.name] = (n + 1, us + ev.time_range.elapsed_us())
     total = sum(us for _, us in kernels.values()) or 1.0
-    shares = {}
-    for name, (_, us) in kernels.items():
+    ours = set(ours)
+    shares, table = {}, []
+    for name, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1]):
         low = name.lower()
-        kind = next((k for k, frags in _KINDS if any(f in low for f in frags)), "other")
+        kind = "ours" if name in ours else next((k for k, frags in _KINDS if any(f in low for f in frags)), "other")
         shares[kind] = shares.get(kind, 0.0) + us
+        table.append({"kernel": name, "launches": n, "us": us, "kind": kind})
     print(f"{label}: {total:.0f} us of GPU kernels, {sum(n for n, _ in kernels.values())} launches")
     print("  " + ", ".join(f"{k} {us:.0f} us ({100 * us / total:.1f}%)" for k, us in sorted(shares.items(), key=lambda kv: -kv[1])))
-    for name, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:rows]:
-        print(f"  {us:9.1f} us {100 * us / total:5.1f}% x{n:<4} {name[:110]}")
-    return {"total_us": total, "shares_us": shares}
+    for row in table[:rows]:
+        print(f"  {row['us']:9.1f} us {100 * row['us'] / total:5.1f}% x{row['launches']:<4} {row['kind'][:10]:10} {row['kernel'][:100]}")
+    return {"total_us": total, "shares_us": shares, "kernels": table}
 
 
 def max_rel_error(got, want):
@@ -187,13 +205,53 @@ def max_rel_error(got, want):
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
 
 
+def _float32(inputs):
+    """The inputs with every floating tensor in float32."""
+    cast = lambda t: t.float() if torch.is_tensor(t) and t.is_floating_point() else t
+    return {k: cast(v) for k, v in inputs.items()} if isinstance(inputs, dict) else tuple(cast(t) for t in inputs)
+
+
+def reference_output(model, inputs):
+    """The model's output in float32 with TF32 off and SDPA's math backend (a copy of the model;
+    the original is untouched)."""
+    import contextlib
+    import copy
+
+    ref = copy.deepcopy(model).float()
+    x = _float32(inputs)
+    flags = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        math = sdpa_kernel([SDPBackend.MATH])
+    except ImportError:
+        math = contextlib.nullcontext()
+    try:
+        with torch.no_grad(), math:
+            out = ref(**x) if isinstance(x, dict) else ref(*x)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
+    del ref
+    return out
+
+
+def _first(o):
+    return o if torch.is_tensor(o) else (o[0] if isinstance(o, (tuple, list)) else o.last_hidden_state)
+
+
 def run(name, model, inputs, args, call=None):
     """Captures, tunes, exports, applies and times `model` on `inputs` (a tuple, or a dict of
-    keyword inputs); prints the table and writes `<workdir>/<name>-e2e.json`."""
+    keyword inputs); prints the table and writes `<workdir>/<name>-e2e.json` (and, with
+    `--profile`, every graph's kernel table to `<workdir>/<name>-profile.json`)."""
     os.makedirs(args.workdir, exist_ok=True)
+    custom_call = call is not None
     call = call or ((lambda m: m(**inputs)) if isinstance(inputs, dict) else (lambda m: m(*inputs)))
     shares = profile("one eager forward (host launches)", lambda: call(model)) if args.profile else None
     tuning = not args.compile_only
+    reference = None
+    if args.reference and not custom_call:
+        reference = _first(reference_output(model, inputs))
     if tuning:
         suite_path = os.path.join(args.workdir, f"{name}.json")
         suite = capture(model, inputs, suite_path, name=name)
@@ -207,6 +265,7 @@ def run(name, model, inputs, args, call=None):
     method = "CUDA-graph replay"
     replays, outs = {}, {}
     compile_info = None
+    applied = None
     with torch.no_grad():
         try:
             replays["eager"], outs["eager"] = graphed(lambda: call(model))
@@ -218,7 +277,6 @@ def run(name, model, inputs, args, call=None):
         timer = graphed if method == "CUDA-graph replay" else launched
         host = {}
         if args.profile and method == "CUDA-graph replay":
-            profile("one replay of eager's CUDA graph", replays["eager"])
             host.update(interleaved({"eager": lambda: call(model)}, 5, 10))
         if args.compare_compile or args.compile_only:
             try:
@@ -233,18 +291,41 @@ def run(name, model, inputs, args, call=None):
         if tuning:
             applied = apply(model, bundle)
             replays["tuned"], outs["tuned"] = timer(lambda: call(model))
+            # The launch counts of each graph's forwards alone (warm-ups and capture).
+            reports = {"tuned": applied.report()}
+            for v in args.variant:
+                attr, _, value = v.partition("=")
+                before = getattr(applied, attr)
+                setattr(applied, attr, value == "1")
+                applied.reset_counts()
+                try:
+                    replays[f"tuned[{v}]"], outs[f"tuned[{v}]"] = timer(lambda: call(model))
+                    reports[f"tuned[{v}]"] = applied.report()
+                finally:
+                    setattr(applied, attr, before)
+        profiles = {}
+        if args.profile:
+            ours = {k.entry["entry"] for k in applied.kernels.values()} if applied is not None else ()
+            for label, replay in replays.items():
+                profiles[label] = profile(f"one {'replay of' if timer is graphed else 'call of'} {label}'s forward",
+                                          replay, rows=25, ours=ours)
+            with open(os.path.join(args.workdir, f"{name}-profile.json"), "w") as f:
+                json.dump(profiles, f, indent=1)
         times = interleaved(replays, args.rounds, args.iters)
-    first = lambda o: o if torch.is_tensor(o) else (o[0] if isinstance(o, (tuple, list)) else o.last_hidden_state)
     if host and tuning:
         with torch.no_grad():
             host.update(interleaved({"tuned": lambda: call(model)}, 5, 10))
-            host["tuned_max_rel_error"] = max_rel_error(first(call(model)), first(outs["eager"]))
+            host["tuned_max_rel_error"] = max_rel_error(_first(call(model)), _first(outs["eager"]))
         print(f"host launches (a diagnostic, not interleaved): {json.dumps(host)}", flush=True)
-    errors = {k: max_rel_error(first(o), first(outs["eager"])) for k, o in outs.items() if k != "eager"}
+    errors = {k: max_rel_error(_first(o), _first(outs["eager"])) for k, o in outs.items() if k != "eager"}
+    vs_f32 = {k: max_rel_error(_first(o), reference) for k, o in outs.items()} if reference is not None else None
+    if vs_f32 is not None:
+        print("max relative error against the float32 model (TF32 off): "
+              + ", ".join(f"{k} {e:.2e}" for k, e in vs_f32.items()), flush=True)
     if not tuning:
         return _report_compiled(name, args, method, times, errors, compile_info)
     err = errors["tuned"]
-    r = applied.report()
+    r = reports["tuned"]
     result = {
         "model": name,
         "batch": args.batch,
@@ -254,14 +335,19 @@ def run(name, model, inputs, args, call=None):
         "tuned_us": times["tuned"],
         "speedup": times["eager"] / times["tuned"],
         "max_rel_error": err,
+        "max_rel_error_vs_f32": vs_f32,
+        "variants": {k: {"us": t, "speedup": times["eager"] / t, "max_rel_error": errors[k], "launches": reports[k]}
+                     for k, t in times.items() if k.startswith("tuned[")},
         "tuning_wall_s": wall,
         "total_trials": args.total_trials,
         "forwards_applied": r["forwards"],  # the launch counts below are over these forwards
         "ours_launches": r["ours"],
         "fused_launches": r.get("fused", {}),
         "kept": r["kept"],
+        "timed_in_place_us": r.get("timed", {}),  # chain key -> [ours, PyTorch's]
         "predicted": report.get("model"),
         "eager_profile": shares,
+        "graph_profiles_us": {k: {"total": p["total_us"], **p["shares_us"]} for k, p in profiles.items()},
     }
     if compile_info is not None:
         result.update(compiled_us=times["compiled"], tuned_vs_compiled=times["compiled"] / times["tuned"],
@@ -269,6 +355,8 @@ def run(name, model, inputs, args, call=None):
     print(f"\n{name} batch {args.batch} on {result['gpu']} ({method}, interleaved, median of {args.rounds} rounds x {args.iters})")
     print(f"  eager   {times['eager']:10.1f} us")
     print(f"  tuned   {times['tuned']:10.1f} us   {result['speedup']:.3f}x eager")
+    for k, v in result["variants"].items():
+        print(f"  {k} {v['us']:10.1f} us   {v['speedup']:.3f}x eager (max relative error {v['max_rel_error']:.2e})")
     if compile_info is not None:
         print(f"  compiled {times['compiled']:10.1f} us   tuned is {result['tuned_vs_compiled']:.3f}x torch.compile "
               f"({compile_info['mode']}, first call {compile_info['first_call_s']:.1f} s; "
@@ -278,6 +366,10 @@ def run(name, model, inputs, args, call=None):
     kept = {why: count / n for why, count in r["kept"].items()}
     print(f"  per forward: ops on our kernels {r['ours'] / n:g} ({sum(r.get('fused', {}).values()) / n:g} fused conv or "
           f"linear chains); PyTorch's kept: {kept}")
+    timed = r.get("timed", {})
+    if timed:
+        print(f"  timed in place: {len(timed)} chain keys, ours the faster on {sum(o < t for o, t in timed.values())}: "
+              + ", ".join(f"{o:.1f}/{t:.1f}" for o, t in timed.values()) + " us (ours/PyTorch's)")
     if wall is not None:
         m = report.get("model", {})
         print(f"  tuning {wall:.1f} s for {args.total_trials} trials; predicted GEMM/conv time "

@@ -19,10 +19,12 @@ construction on what a call is.
   A batched product's activation is only recorded (the suite entry's `epilogue`).
 
 `apply` runs a conv or linear layer whose operands the kernels can read (CUDA; a conv's
-channels_last, a linear's dense) and whose shape has a fused kernel that won, lazily: it hands
-back an empty output and absorbs the batch norm, dropout, add and activation that follow it, then,
-before any other op runs, launches the bundle's kernel of that whole chain, or, when the bundle
-has none that won, PyTorch's op (batch norm folded), the add and the activation. So it assumes
+channels_last, a linear's dense) and whose shape has a fused kernel in the bundle (and any conv
+the bundle has no kernel for), lazily: it hands back an empty output and absorbs the batch norm,
+dropout, add and activation that follow it, then, before any other op runs, launches the bundle's
+kernel of that whole chain where it was the faster timed in place (`_timed`), or else PyTorch's
+way: cuDNN's fused conv-bias-add-ReLU, or the op (batch norm folded), the add and the
+activation. So it assumes
 that the op's output, and each op's in the chain, is read only by the next op of the chain (true
 of torchvision's and timm's conv-BN-ReLU and bottleneck blocks and of BERT's output layers).
 
@@ -398,15 +400,29 @@ class Applied:
         # A chain whose kernel lost runs cuDNN's fused conv-bias-add-ReLU (PyTorch's
         # `cudnn_convolution_add_relu`) where it can, else conv, add and ReLU apart.
         self.cudnn_fused = True
+        # A conv the bundle has no kernel for (ResNet's 3-channel stem) runs as a chain too: its
+        # eval batch norm folded into the weights, then cuDNN's fused call as above (H200,
+        # ResNet-50 N=32, same rounds: 1076 us a forward against 1166 us with the stem's batch
+        # norm and ReLU as two more passes, 60 and 25 us).
+        self.chain_untuned = True
+        # A chain with a kernel in the bundle, won or lost, runs whichever of it and PyTorch's
+        # way was the faster when both were timed in place on the first forward (`_timed`).
+        self.calibrate = True
+        self.timed = {}  # chain key -> (ours us, PyTorch's us), timed in place
         self._original_forward = original_forward
 
     def remove(self):
         """Restores the model's own forward."""
         self.model.forward = self._original_forward
 
+    def reset_counts(self):
+        """Zeroes the launch counts and forwards (the kernels, folded weights and in-place timings
+        stay): the next report is of what runs from here on."""
+        self.ours, self.kept, self.fused, self.forwards = 0, {}, {}, 0
+
     def report(self):
         return {"kernels": sorted(self.kernels), "ours": self.ours, "kept": dict(self.kept), "fused": dict(self.fused),
-                "forwards": self.forwards}
+                "forwards": self.forwards, "timed": {k: list(v) for k, v in self.timed.items()}}
 
 
 def _kernel(applied, entry):
@@ -503,12 +519,13 @@ def _folded(applied, chain):
 
 
 def _run_chain(applied, chain):
-    """Fills `chain.out` with the whole chain: the bundle's fused kernel where it won, else
-    PyTorch's conv (batch norm folded) or linear, add and activation."""
+    """Fills `chain.out` with the whole chain: the bundle's fused kernel where it is the faster
+    (timed in place, `_timed`, or else where it won the tuning), else PyTorch's conv (batch norm
+    folded) or linear, add and activation."""
     x, _, _ = chain.call.operands
     conv = chain.call.kind == "conv2d"
     key = chain.key()
-    entry, reason = applied.plan.decide(key)
+    entry, reason = applied.plan.decide(key, any_winner=applied.calibrate)
     w, bias = _folded(applied, chain)
     identity = chain.identity
     fmt = torch.channels_last if conv else torch.contiguous_format
@@ -516,6 +533,8 @@ def _run_chain(applied, chain):
         entry, reason = None, "a residual or output not laid out as the kernel reads it"
     if entry is not None and bias is None and "bias" in key:
         entry, reason = None, "no bias to pass"
+    if entry is not None and applied.calibrate:
+        entry, reason = _timed(applied, chain, key, entry, w, bias)
     if entry is not None:
         # The key's A and B: a conv's input and filter; a linear's W^T and X^T (see _launch).
         a, b = (x, w) if conv else (w, x)
@@ -526,8 +545,33 @@ def _run_chain(applied, chain):
         applied.fused[key] = applied.fused.get(key, 0) + 1
         return
     applied.kept[reason] = applied.kept.get(reason, 0) + 1
-    activation = chain.activation
-    if conv:
+    # X @ W^T (+ bias) is written into the chain's output where it is its own buffer (no copy;
+    # not while autograd records, which refuses out=); `identity += linear(x)` adds into the
+    # identity.
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, bias))
+    into = None if conv or chain.out is identity or not chain.out.is_contiguous() or grad else chain.out
+    out = _fallback(applied, chain, w, bias, into)
+    if out.data_ptr() == chain.out.data_ptr() and out.shape == chain.out.shape:
+        return
+    if out.shape == chain.out.shape and out.stride() == chain.out.stride() and not (
+            torch.is_grad_enabled() and out.requires_grad) and (chain.out is not identity or _whole(identity)):
+        # The chain's output takes the result's storage instead of a copy of it. It is our own
+        # empty tensor, which no view shares yet (any op but the chain's flushed it before), or,
+        # for `identity += conv(x)`, the identity, which only the chain reads (the assumption
+        # above) and which is no view of a larger buffer (H200, ResNet-50 N=32: the copies into
+        # the two downsample blocks' identities whose fused kernel lost took 28 us a forward).
+        chain.out.set_(out)
+    else:
+        chain.out.copy_(out)
+
+
+def _fallback(applied, chain, w, bias, into=None):
+    """PyTorch's run of the chain (weight `w` and `bias` with the batch norm folded): cuDNN's
+    fused conv-bias-(add-)ReLU where it takes the operands, else the conv or linear layer, the
+    add and the activation; returns the result, writing no tensor of the chain's (a linear's
+    product goes into `into` when given)."""
+    x, identity, activation = chain.call.operands[0], chain.identity, chain.activation
+    if chain.call.kind == "conv2d":
         stride, padding, dilation = chain.call.geometry
         out = None
         if activation == "relu" and applied.cudnn_fused and _cudnn_fusable(x, w, identity):
@@ -547,13 +591,8 @@ def _run_chain(applied, chain):
             if identity is not None:
                 out = out.add_(identity)
     else:
-        # X [.., k] @ W^T [k, n] (+ bias), written into the chain's output where it is its own
-        # buffer (no copy; not while autograd records, which refuses out=); `identity +=
-        # linear(x)` adds into the identity.
         x2 = x.reshape(-1, x.shape[-1])
-        grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, bias))
-        into = chain.out is not identity and chain.out.is_contiguous() and not grad
-        y = chain.out.view(-1, w.shape[-1]) if into else None
+        y = into.view(-1, w.shape[-1]) if into is not None else None
         if bias is not None:
             y = torch.addmm(bias, x2, w, out=y)
         else:
@@ -567,15 +606,69 @@ def _run_chain(applied, chain):
         out = F.gelu(out, approximate="tanh")
     elif activation == "gelu_erf":
         out = F.gelu(out)
-    if out.data_ptr() == chain.out.data_ptr() and out.shape == chain.out.shape:
-        return
-    if chain.out is not identity and out.shape == chain.out.shape and out.stride() == chain.out.stride() and not (
-            torch.is_grad_enabled() and out.requires_grad):
-        # The chain's output is our own empty tensor, which no view shares yet (any op but the
-        # chain's flushed it before): it takes the result's storage instead of a copy of it.
-        chain.out.set_(out)
-    else:
-        chain.out.copy_(out)
+    return out
+
+
+#: In-place timing (`_timed`): launches per sample, and the GPU sleep queued before them (in
+#: cycles, ~1.5 ms at H200 clocks) so that the host has enqueued them all before the first runs:
+#: the events then time the GPU, not Python's launch path (~20-50 us a launch through ctypes).
+_TIMED_RUNS = 10
+_TIMED_SLEEP_CYCLES = 3_000_000
+
+
+def _timed(applied, chain, key, entry, w, bias):
+    """(entry, None) when the bundle's kernel of `key` is the faster in place, else (None, why):
+    both ways are timed once per key, on this chain's operands (outputs to scratch), outside
+    CUDA-graph capture; a key first seen during capture keeps the tuning's decision. The tuner
+    times each kernel alone; in a model the vendor's time can differ (PyTorch's fallback for a
+    residual linear is cuBLASLt's GEMM with its bias and then an add, not the fused call the
+    bundle's vendor time is of)."""
+    timed = applied.timed.get(key)
+    if timed is None and not torch.cuda.is_current_stream_capturing():
+        timed = applied.timed[key] = _time_both(applied, chain, entry, w, bias)
+    if timed is None:
+        return applied.plan.decide(key)
+    ours, theirs = timed
+    if ours < theirs:
+        return entry, None
+    return None, f"PyTorch's was faster in place ({theirs:.2f} us vs ours {ours:.2f} us)"
+
+
+def _time_both(applied, chain, entry, w, bias):
+    """GPU microseconds per run of the bundle's kernel and of `_fallback` on the chain's operands
+    (the better of two samples of `_TIMED_RUNS` runs each, alternating); outputs go to scratch
+    tensors, so the chain's (and an identity it adds into) are not written."""
+    x, identity = chain.call.operands[0], chain.identity
+    conv = chain.call.kind == "conv2d"
+    scratch = torch.empty_like(chain.out)
+    a, b = (x, w) if conv else (w, x)
+    kernel = _kernel(applied, entry)
+    stream = torch.cuda.current_stream()
+    runs = {
+        "ours": lambda: kernel.launch(_pointers(applied, entry, a, b, scratch, c=identity, bias=bias), stream.cuda_stream),
+        "theirs": lambda: _fallback(applied, chain, w, bias),
+    }
+    sleep = getattr(torch.cuda, "_sleep", None)
+    best = {}
+    for name in ("ours", "theirs", "ours", "theirs"):
+        runs[name]()  # the first: loads, plans, allocations
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        stream.synchronize()
+        if sleep is not None:
+            sleep(_TIMED_SLEEP_CYCLES)
+        start.record(stream)
+        for _ in range(_TIMED_RUNS):
+            runs[name]()
+        end.record(stream)
+        end.synchronize()
+        us = start.elapsed_time(end) * 1e3 / _TIMED_RUNS
+        best[name] = min(us, best.get(name, us))
+    return best["ours"], best["theirs"]
+
+
+def _whole(t):
+    """Whether `t` is no view: its own storage, all of it."""
+    return t._base is None and t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
 
 
 def _cudnn_fusable(x, w, identity):
@@ -611,7 +704,9 @@ class _Apply(TorchFunctionMode):
             if why is not None:
                 self.applied.kept[why] = self.applied.kept.get(why, 0) + 1
             return func(*args, **kwargs)
-        if _chains(call) and self.applied.plan.chains(call.key) and _ready(call):
+        plan = self.applied.plan
+        lazy = plan.chains(call.key) or (self.applied.chain_untuned and call.kind == "conv2d" and call.key not in plan.entries)
+        if _chains(call) and lazy and _ready(call):
             x = call.operands[0]
             fmt = torch.channels_last if call.kind == "conv2d" else torch.contiguous_format
             out = torch.empty(call.out_shape, dtype=x.dtype, device=x.device, memory_format=fmt)

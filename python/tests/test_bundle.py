@@ -37,6 +37,10 @@ def test_ours_runs_only_where_it_won_and_can_run():
     _, why = plan(entry(winner="vendor")).decide(KEY)
     assert why.startswith("the vendor won")
     assert plan(entry(time_us=13.0, winner="ours")).decide(KEY)[0] is not None
+    # For timing in place, a kernel that lost is handed out too; one that cannot run is not.
+    assert plan(entry(winner="vendor")).decide(KEY, any_winner=True)[0] is not None
+    _, why = plan(entry(winner="vendor"), arch=80).decide(KEY, any_winner=True)
+    assert why == "no cubin for sm_80 (the bundle has sm_90a)"
     _, why = plan(entry()).decide(matmul_key(1, 2, 3, "nn", "f16"))
     assert why == "not tuned (no kernel in the bundle)"
     _, why = plan(entry(), arch=80).decide(KEY)

@@ -67,6 +67,11 @@ def test_apply_keeps_torchs_op_where_the_bundle_has_no_winner(tmp_path):
     assert torch.equal(got, want)
     r = applied.report()
     assert r["ours"] == 0 and r["kept"]["not tuned (no kernel in the bundle)"] == 5
+    # Counts start again from a reset (what endtoend reports per graph).
+    applied.reset_counts()
+    assert (applied.report()["kept"], applied.report()["forwards"]) == ({}, 0)
+    model(x)
+    assert (applied.report()["kept"], applied.report()["forwards"]) == ({"not tuned (no kernel in the bundle)": 5}, 1)
     applied.remove()
 
 
@@ -133,7 +138,7 @@ def test_a_chain_without_a_kernel_runs_the_folded_conv_add_and_relu():
     want = torch.relu(block.bn3(block.conv3(x)) + identity)
 
     class NoKernels:
-        def decide(self, key, epilogue=()):
+        def decide(self, key, epilogue=(), any_winner=False):
             return None, f"not tuned: {key}"
 
     applied = tt.Applied(block, NoKernels(), block.forward)
@@ -200,7 +205,7 @@ def test_a_linear_chain_takes_eval_dropout_and_the_residual_add_and_falls_back_e
     model.eval()
 
     class NoKernels:
-        def decide(self, key, epilogue=()):
+        def decide(self, key, epilogue=(), any_winner=False):
             return None, f"not tuned: {key}"
 
     applied = tt.Applied(model, NoKernels(), model.forward)
@@ -217,3 +222,91 @@ def test_a_linear_chain_takes_eval_dropout_and_the_residual_add_and_falls_back_e
     want = d(h) + x
     assert torch.allclose(chain.out, want, rtol=1e-6, atol=1e-6), (chain.out - want).abs().max()
     assert list(applied.kept) == [f"not tuned: {chain.key()}"]
+
+
+def _downsample_chain(tt, block, x, identity):
+    """The downsample conv's chain of `block` as torchvision runs it: conv, batch norm, then
+    `identity += out` (the add lands in the other tensor) and ReLU."""
+    conv, bn = block.down[0], block.down[1]
+    call, why = tt._workload(torch.nn.functional.conv2d, (x, conv.weight, None, 1, 0, 1, 1), {})
+    assert why is None
+    chain = tt._Chain(call, torch.empty(identity.shape))
+    args = (chain.out, bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.1, bn.eps)
+    assert chain.absorb(torch.nn.functional.batch_norm, args, {})
+    assert chain.absorb(torch.Tensor.__iadd__, (identity, chain.out), {})
+    assert chain.out is identity
+    assert chain.absorb(torch.relu_, (identity,), {})
+    return chain
+
+
+class _NoKernels:
+    def decide(self, key, epilogue=(), any_winner=False):
+        return None, f"not tuned: {key}"
+
+
+def test_an_identity_the_chain_adds_into_takes_the_result_without_a_copy_unless_it_is_a_view():
+    from tensortune import torch as tt
+
+    torch.backends.cudnn.allow_tf32 = False
+    block = _randomized(Bottleneck(down=True))
+    x = torch.randn(2, 16, 6, 6)
+    base = torch.randn(2, 16, 6, 6)
+    want = torch.relu(block.down(x) + base)
+    with torch.no_grad():
+        applied = tt.Applied(block, _NoKernels(), block.forward)
+        identity = base.clone()
+        before = identity.data_ptr()
+        tt._run_chain(applied, _downsample_chain(tt, block, x, identity))
+        assert torch.allclose(identity, want, rtol=1e-5, atol=1e-5), (identity - want).abs().max()
+        assert identity.data_ptr() != before, "the identity took the result's storage"
+        # A view of a larger buffer is written in place: the buffer must see the sum.
+        buffer = torch.cat([base, base], dim=1)
+        view = buffer[:, :16]
+        tt._run_chain(applied, _downsample_chain(tt, block, x, view))
+        assert view.data_ptr() == buffer.data_ptr()
+        assert torch.allclose(buffer[:, :16], want, rtol=1e-5, atol=1e-5)
+        assert torch.equal(buffer[:, 16:], base)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the chains run on CUDA tensors only")
+def test_a_conv_the_bundle_has_no_kernel_for_runs_as_a_chain_with_its_batch_norm_folded(tmp_path):
+    import json
+
+    model = _randomized(nn.Sequential(Bottleneck(down=True), Bottleneck(down=False)))
+    model = model.cuda().half().to(memory_format=torch.channels_last)
+    x = torch.randn(2, 16, 6, 6, device="cuda", dtype=torch.half).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        want = model(x).float()
+        (tmp_path / "manifest.json").write_text(json.dumps({"format": 1, "kernels": []}))
+        for untuned, folded in ((False, 0), (True, 7)):
+            applied = apply(model, tmp_path, arch=90)
+            applied.chain_untuned = untuned
+            got = model(x).float()
+            applied.remove()
+            # Seven convs, each with its batch norm: folded once each where they run as chains.
+            assert len(applied.folded) == folded
+            assert applied.report()["kept"] == {"not tuned (no kernel in the bundle)": 7}
+            assert (got - want).abs().max() <= 2e-2 * want.abs().max(), (got - want).abs().max()
+
+
+def test_a_chain_runs_whichever_way_was_faster_in_place_timed_once_per_key(monkeypatch):
+    from tensortune import torch as tt
+
+    class OneKernel:
+        def decide(self, key, epilogue=(), any_winner=False):
+            return (entry, None) if any_winner else (None, "the vendor won")
+
+    entry = {"name": "k"}
+    applied = tt.Applied(None, OneKernel(), None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    timings = []
+    monkeypatch.setattr(tt, "_time_both", lambda *a: timings.append(a[2]) or (5.0, 7.0))
+    assert tt._timed(applied, None, "k1", entry, None, None) == (entry, None)
+    assert tt._timed(applied, None, "k1", entry, None, None) == (entry, None)
+    assert len(timings) == 1, "timed once per key"
+    monkeypatch.setattr(tt, "_time_both", lambda *a: (9.0, 7.0))
+    assert tt._timed(applied, None, "k2", entry, None, None) == (None, "PyTorch's was faster in place (7.00 us vs ours 9.00 us)")
+    # A key first seen while a CUDA graph is captured (no timing there) keeps the tuning's decision.
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert tt._timed(applied, None, "k3", entry, None, None) == (None, "the vendor won")
+    assert applied.report()["timed"] == {"k1": [5.0, 7.0], "k2": [9.0, 7.0]}
