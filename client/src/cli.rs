@@ -356,9 +356,9 @@ pub struct JobArgs {
     /// Do not start the model tuner from other workloads' records.
     #[arg(long)]
     pub no_transfer: bool,
-    /// The clock regime to tune in: burst (each config timed from a cool GPU at full clock, as a
-    /// latency-bound server calls it) or sustained (timed once the GPU settled at its
-    /// power-capped clock under the kernel, as a training job runs it; seconds per config).
+    /// The clock regime to tune in: burst (each config timed right after the one before, as a
+    /// latency-bound server calls it; no cool-down wait) or sustained (timed once the GPU settled
+    /// at its power-capped clock under the kernel, as a training job runs it; seconds per config).
     #[arg(long, default_value = "burst", value_parser = Regime::parse)]
     pub regime: Regime,
     /// What to minimise per record: time, energy (joules per launch) or edp (energy x delay).
