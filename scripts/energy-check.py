@@ -2,8 +2,9 @@
 """Issue 39's energy and regime bars, read from what `scripts/gpu-check.sh energy` wrote.
 
   energy-check.py counter OUT.json       NVML's energy counter polled in a tight loop (libnvidia-ml
-                                         through ctypes) while torch runs a matmul loop: how often it
-                                         publishes, and how windows of 0.1-1 s aligned to it agree
+                                         through ctypes) while torch runs a matmul loop (a python3
+                                         with torch: on the H200s put /opt/torch/.venv/bin first on
+                                         PATH): how often it publishes, how windows of 0.1-1.5 s agree
   energy-check.py repeat A B LONG        records (JSON lines) of the same configs in two runs and at
                                          twice the K: energies within 5%? 2K reads 1.9-2.1x?
   energy-check.py configs RECORDS... N   "key<TAB>template<TAB>config" of the N fastest ok configs, the
