@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 /// The shortest window an energy reading is taken over, milliseconds: ten of the counter's
 /// publications. Chosen from one reading (H200, 2026-11-28, an 8192^3 f16 loop at the 700 W cap,
-/// the counter polled in a tight loop: `docs/data/gpu-2026-11-28h/nvml-counter-probe.json`): windows
+/// the counter polled in a tight loop: `docs/data/gpu-2026-11-28-energy/nvml-counter-probe.json`): windows
 /// aligned to its changes read power within 80% of each other at 100 ms, 20% at 500 ms and 0.5%
 /// at 1 s (four consecutive windows).
 pub const MIN_WINDOW_MS: f64 = 1000.0;
