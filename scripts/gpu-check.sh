@@ -25,12 +25,11 @@
 #                scripts/sanitize-cases.txt (SANITIZE_MATCH keeps the lines that contain it), each
 #                kernel alone in `tensortune selftest --config ... --no-baseline`
 #     export     bench of the default suite with its database kept, `tensortune export` of its best
-#                kernels, examples/bundle/gemm_check.c built with nvcc and run on the bundle: every
-#                output element against cuBLAS, time against the record
-#     energy     issue 39's bars, records for each: the same grid trials of f16 4096^3 (ENERGY_SHAPE) twice
-#                (energies agree within 5%?) and of a K twice as long (1.9-2.1x the energy?), burst; then
-#                `tune` with --objective time and energy in both regimes (time and mJ of each pick);
-#                `bench` of ENERGY_SUITES (default: default large) in each regime; JSON lines under $OUT
+#                kernels, examples/bundle/gemm_check.c built with nvcc and run EXPORT_RUNS times on the
+#                bundle: every output element against cuBLAS, ours/cuBLAS against the record's ratio
+#     energy     issue 39's bars (ENERGY_PARTS: counter repeat regimes objective suites; see step_energy):
+#                NVML's counter, energy repeat and 2K, records against cool-start and 30-second-hold
+#                selftests, objective picks, suites per regime; scripts/energy-check.py prints tables
 #     sweep      scripts/sweep.sh SWEEP_SUITE (default suites/sweeps/union-v14.json): ground truth for
 #                the search, $OUT/sweep.jsonl.gz
 #   CLOCKS=1 samples the SM clock, power and clock-event reasons every 200 ms into logs/clocks.csv.
@@ -187,8 +186,8 @@ step_sanitize() {
 }
 
 step_export() {
-  local db
-  timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" --json "$LOGS/export-bench.json" \
+  local db run
+  timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" ${EXPORT_ARGS:-} --json "$LOGS/export-bench.json" \
     >"$LOGS/export-bench.log" 2>&1
   say "export: bench exit $?"
   table "$LOGS/export-bench.log"
@@ -200,61 +199,76 @@ step_export() {
   nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm -ldl \
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
-  timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" 10 1 0 2000 >"$LOGS/gemm_check.log" 2>&1
-  say "gemm_check exit $?"
-  tee -a "$SUMMARY" <"$LOGS/gemm_check.log"
+  for run in $(seq "${EXPORT_RUNS:-1}"); do # separate processes; GEMM_CHECK: SAMPLES ROUNDS WARM_MS PAUSE_MS
+    timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" ${GEMM_CHECK:-10 1 0 2000} >"$LOGS/gemm_check-$run.log" 2>&1
+    say "gemm_check run $run exit $?"
+    grep -v '^round' "$LOGS/gemm_check-$run.log" | tee -a "$SUMMARY"
+  done
   rm -f "$LOGS/gemm_check"
 }
 
+# Issue 39 (ENERGY_PARTS, default all; scripts/energy-check.py reads the results): counter = NVML's
+# counter polled in a tight loop; repeat = the same ENERGY_TRIALS random configs of ENERGY_SHAPE
+# twice and at 2K; regimes = ENERGY_REGIME_TRIALS (6) random configs (ENERGY_REGIME_SEED) of each
+# ENERGY_REGIME_SHAPES entry ("M N K DTYPE;") tuned burst and sustained, the ENERGY_REGIME_CONFIGS
+# (6) fastest then timed cool (idle ENERGY_COOL_S, 5 samples) and held ENERGY_HOLD_S (30 s) in
+# `selftest`; objective = tune --objective time|energy in both regimes; suites = bench of
+# ENERGY_SUITES in each regime.
 step_energy() {
-  local shape=(${ENERGY_SHAPE:-4096 4096 4096}) db regime objective suite start
-  local grid=(--tuner grid --trials "${ENERGY_TRIALS:-24}" --finalists 0 --seed 1 --energy)
-  # Two runs of the same configs (fresh databases: nothing reused), and a K twice as long.
-  for run in a b long; do
-    db="$LOGS/energy-$run.db" start=$(date +%s.%N)
-    local k=${shape[2]}
-    [ "$run" = long ] && k=$((2 * k))
-    timeout 1200 "$BIN/tensortune" --db "$db" tune matmul --m "${shape[0]}" --n "${shape[1]}" --k "$k" "${grid[@]}" \
-      >"$LOGS/energy-$run.log" 2>&1
-    say "energy run $run exit $? in $(since "$start") s"
-    "$BIN/tensortune" --db "$db" records export --ok-only -o "$OUT/energy-$run.jsonl" >/dev/null 2>&1
-  done
-  python3 - "$OUT/energy-a.jsonl" "$OUT/energy-b.jsonl" "$OUT/energy-long.jsonl" <<'PY' | tee -a "$SUMMARY"
-import json, sys, statistics
-def load(p):
-    out = {}
-    for line in open(p):
-        r = json.loads(line)
-        if r.get("energy_mj"):
-            out[json.dumps(r["config"], sort_keys=True)] = r
-    return out
-a, b, long = (load(p) for p in sys.argv[1:4])
-same = [(a[c]["energy_mj"], b[c]["energy_mj"]) for c in a if c in b]
-diff = [abs(x - y) / min(x, y) for x, y in same]
-print(f"energy repeat: {len(same)} configs in both runs, {sum(d <= 0.05 for d in diff)} within 5%, "
-      f"median diff {100 * statistics.median(diff) if diff else float('nan'):.2f}%, max {100 * max(diff, default=float('nan')):.2f}%")
-ratio = [long[c]["energy_mj"] / a[c]["energy_mj"] for c in a if c in long]
-print(f"energy of 2K / K: {len(ratio)} configs, {sum(1.9 <= r <= 2.1 for r in ratio)} in 1.9-2.1x, "
-      f"median {statistics.median(ratio) if ratio else float('nan'):.3f}x, range {min(ratio, default=0):.3f}-{max(ratio, default=0):.3f}")
-unknown = sum(1 for line in open(sys.argv[1]) if json.loads(line).get("energy_mj") is None)
-print(f"records without an energy in run a: {unknown}")
-PY
-  # The objective's pick against the time's, in both regimes (the best line has time, mJ, W, clock).
-  for regime in burst sustained; do
-    for objective in time energy; do
-      db="$LOGS/energy-$regime-$objective.db" start=$(date +%s.%N)
-      timeout 1800 "$BIN/tensortune" --db "$db" tune matmul --m "${shape[0]}" --n "${shape[1]}" --k "${shape[2]}" \
-        --trials "${ENERGY_TUNE_TRIALS:-60}" --regime "$regime" --objective "$objective" --energy \
-        --json "$OUT/energy-$regime-$objective.json" >"$LOGS/energy-$regime-$objective.log" 2>&1
-      say "tune $regime $objective exit $? in $(since "$start") s"
-      grep -E "tuned|best|vendor|energy|config" "$LOGS/energy-$regime-$objective.log" | tee -a "$SUMMARY"
-      "$BIN/tensortune" --db "$db" records export -o "$OUT/energy-$regime-$objective.jsonl" >/dev/null 2>&1
+  local parts=" ${ENERGY_PARTS:-counter repeat regimes objective suites} " shape=(${ENERGY_SHAPE:-4096 4096 4096})
+  local py=scripts/energy-check.py run k n=0 regime objective suite key cfg start
+  local job=(--tuner random --finalists 0 --energy)
+  [[ $parts == *" counter "* ]] && python3 $py counter "$OUT/nvml-counter.json" 2>&1 | tee -a "$SUMMARY"
+  if [[ $parts == *" repeat "* ]]; then
+    for run in a b long; do # fresh databases: nothing reused
+      k=${shape[2]} start=$(date +%s.%N)
+      [ "$run" = long ] && k=$((2 * k))
+      timeout 900 "$BIN/tensortune" --db "$LOGS/energy-$run.db" tune matmul --m "${shape[0]}" --n "${shape[1]}" --k "$k" \
+        "${job[@]}" --seed 1 --trials "${ENERGY_TRIALS:-12}" >"$LOGS/energy-$run.log" 2>&1
+      say "energy run $run exit $? in $(since "$start") s"
+      "$BIN/tensortune" --db "$LOGS/energy-$run.db" records export --ok-only -o "$OUT/energy-$run.jsonl" >/dev/null 2>&1
     done
-  done
-  # Winners per regime on the suites (time each regime's winner in the other with the exported
-  # configs: `tensortune selftest --workload KEY --config JSON` in a hot loop is lab/gpu-lab.sh hot).
-  for suite in ${ENERGY_SUITES:-default large}; do
+    python3 $py repeat "$OUT"/energy-{a,b,long}.jsonl "$OUT/energy-repeat.json" | tee -a "$SUMMARY"
+  fi
+  if [[ $parts == *" regimes "* ]]; then
+    local shapes="${ENERGY_REGIME_SHAPES:-4096 4096 4096 bf16;1024 1024 1024 f16}" records=()
+    while IFS=' ' read -r -d ';' m nn kk dt; do
+      [ -n "$m" ] || continue
+      for regime in burst sustained; do
+        n=$((n + 1)) start=$(date +%s.%N)
+        timeout 600 "$BIN/tensortune" --db "$LOGS/regime-$n.db" tune matmul --m "$m" --n "$nn" --k "$kk" --dtype "$dt" \
+          "${job[@]}" --seed "${ENERGY_REGIME_SEED:-1}" --trials "${ENERGY_REGIME_TRIALS:-6}" --regime "$regime" </dev/null >"$LOGS/regime-$n.log" 2>&1
+        say "regime $m $nn $kk $dt $regime exit $? in $(since "$start") s"
+        "$BIN/tensortune" --db "$LOGS/regime-$n.db" records export --ok-only -o "$OUT/regime-$n.jsonl" </dev/null >/dev/null 2>&1
+        records+=("$OUT/regime-$n.jsonl")
+      done
+    done <<<"$shapes;"
+    n=0
+    while IFS=$'\t' read -r key template cfg; do
+      local one=(selftest --workload "$key" --template "$template" --config "$cfg" --no-baseline)
+      n=$((n + 1))
+      sleep "${ENERGY_COOL_S:-5}"
+      "$BIN/tensortune" "${one[@]}" --samples 5 --json "$LOGS/cool-$n.json" </dev/null >"$LOGS/cool-$n.log" 2>&1
+      timeout 300 "$BIN/tensortune" "${one[@]}" --samples 10 --energy --hold "${ENERGY_HOLD_S:-30}" \
+        --json "$LOGS/hold-$n.json" </dev/null >"$LOGS/hold-$n.log" 2>&1
+      say "regime config $n: selftest cool and held exit $?"
+    done < <(python3 $py configs "${records[@]}" "${ENERGY_REGIME_CONFIGS:-6}")
+    python3 $py regimes "${records[@]}" -- "$LOGS"/cool-*.json "$LOGS"/hold-*.json "$OUT/regimes.json" | tee -a "$SUMMARY"
+  fi
+  if [[ $parts == *" objective "* ]]; then # the energy objective's pick against the time's
     for regime in burst sustained; do
+      for objective in time energy; do
+        start=$(date +%s.%N)
+        timeout 1800 "$BIN/tensortune" --db "$LOGS/energy-$regime-$objective.db" tune matmul --m "${shape[0]}" \
+          --n "${shape[1]}" --k "${shape[2]}" --trials "${ENERGY_TUNE_TRIALS:-60}" --regime "$regime" \
+          --objective "$objective" --energy --json "$OUT/energy-$regime-$objective.json" >"$LOGS/energy-$regime-$objective.log" 2>&1
+        say "tune $regime $objective exit $? in $(since "$start") s"
+        grep -E "tuned|best|vendor|energy|config" "$LOGS/energy-$regime-$objective.log" | tee -a "$SUMMARY"
+      done
+    done
+  fi
+  [[ $parts == *" suites "* ]] && for suite in ${ENERGY_SUITES:-default large}; do
+    for regime in burst sustained; do # each regime's winners (time them in the other with selftest --hold)
       start=$(date +%s.%N)
       timeout 2400 "$BIN/tensortune" bench --suite "suites/$suite.json" --trials "${ENERGY_BENCH_TRIALS:-100}" \
         --regime "$regime" --json "$OUT/$suite-$regime-bench.json" >"$LOGS/$suite-$regime-bench.log" 2>&1

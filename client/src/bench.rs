@@ -214,7 +214,7 @@ fn throughput_job(job: &JobArgs) -> JobArgs {
     let mut job = job.clone();
     job.tuner.get_or_insert_with(|| "random".into());
     job.finalists.get_or_insert(0);
-    // The energy window is 100 ms or more a trial: it would measure NVML, not the pipeline.
+    // The energy window is a second or more a trial: it would measure NVML, not the pipeline.
     job.no_energy = true;
     job
 }

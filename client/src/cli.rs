@@ -356,9 +356,9 @@ pub struct JobArgs {
     /// Do not start the model tuner from other workloads' records.
     #[arg(long)]
     pub no_transfer: bool,
-    /// The clock regime to tune in: burst (each config timed from a cool GPU at full clock, as a
-    /// latency-bound server calls it) or sustained (timed once the GPU settled at its
-    /// power-capped clock under the kernel, as a training job runs it; seconds per config).
+    /// The clock regime to tune in: burst (each config timed right after the one before, as a
+    /// latency-bound server calls it; no cool-down wait) or sustained (timed once the GPU settled
+    /// at its power-capped clock under the kernel, as a training job runs it; seconds per config).
     #[arg(long, default_value = "burst", value_parser = Regime::parse)]
     pub regime: Regime,
     /// What to minimise per record: time, energy (joules per launch) or edp (energy x delay).
@@ -368,12 +368,12 @@ pub struct JobArgs {
     /// off; at most 100%), among the re-measured finalists.
     #[arg(long, default_value = "0", value_parser = energy::parse_slowdown)]
     pub max_slowdown: f64,
-    /// Read no energy (saves each trial's 100 ms - 1 s energy window; records say unknown).
+    /// Read no energy (saves each trial's 1-1.2 s energy window; records say unknown).
     /// `bench --throughput` implies it.
     #[arg(long, conflicts_with = "energy")]
     pub no_energy: bool,
     /// Read each record's energy on a job that tunes for time in bursts, where it is not read by
-    /// default: the energy window costs 100 ms to 1 s of GPU time a measurement, more than a
+    /// default: the energy window costs 1-1.2 s of GPU time a measurement, more than a
     /// short trial's whole measurement. Energy and edp objectives, --max-slowdown and the
     /// sustained regime read it anyway. Not with --flush-l2 (single cold launches read none).
     #[arg(long, conflicts_with = "flush_l2")]
@@ -682,6 +682,14 @@ pub struct SelftestArgs {
     /// cuBLAS's kernels otherwise).
     #[arg(long)]
     pub no_baseline: bool,
+    /// Run each kernel back to back for this many seconds before its samples (0 to 600): the
+    /// steady loop a sustained record is checked against; the JSON has its clock and power a
+    /// point a second (polled through NVML: without it, nothing is held).
+    #[arg(long, default_value_t = 0.0)]
+    pub hold: f64,
+    /// Read each kernel's energy per launch, mean power and clock after its samples.
+    #[arg(long)]
+    pub energy: bool,
     /// Device: cuda:N (a GPU of this machine) or sim (no GPU: generation, NVRTC and the sim's
     /// check of each cubin; no output is verified).
     #[arg(long, default_value = "cuda:0")]

@@ -51,6 +51,8 @@ impl TryFrom<&SelftestArgs> for Args {
             configs: a.configs,
             samples: a.samples,
             no_baseline: a.no_baseline,
+            hold_s: a.hold,
+            energy: a.energy,
         };
         selftest::validate(&selection)?;
         Ok(Args { selection, device, json: a.json.clone(), verbose: a.verbose })

@@ -177,6 +177,7 @@ pub(crate) fn combine(measured: Vec<MeasureOutcome>, rounds: u32) -> MeasureOutc
         settle_ms: measured.iter().map(|o| o.settle_ms).fold(0.0, f64::max),
         steady: measured.iter().all(|o| o.steady),
         baseline_energy_mj: median_of_known(measured.iter().map(|o| o.baseline_energy_mj)),
+        trace: Vec::new(),
     }
 }
 

@@ -33,10 +33,11 @@ const FINALIST_LAUNCHES: u32 = 5000;
 const MIN_BATCH: u32 = 50;
 /// Timing samples of a task that names none (the tracker's default for jobs).
 const DEFAULT_SAMPLES: u32 = 10;
-/// The window a measurement's energy is read over, milliseconds: NVML's counter advances every
-/// few milliseconds in steps of about a millijoule, so a trial's 10 ms of samples would read
-/// mostly the counter's steps: a measurement that reads energy replays the kernel for this window
-/// after its samples (the CLI asks for it only on jobs that need energy, see `no_energy`).
+/// The window a measurement's energy is read over, milliseconds: NVML's counter publishes every
+/// 100 ms and the draw at the power cap swings within a second (see `energy::MIN_WINDOW_MS`), so
+/// a trial's 10 ms of samples would read nothing: a measurement that reads energy replays the
+/// kernel for this window after its samples (the CLI asks for it only on jobs that need energy,
+/// see `no_energy`).
 const ENERGY_MS: f64 = crate::energy::MIN_WINDOW_MS;
 /// The longest a sustained measurement waits for the steady state, milliseconds: an H100 at its
 /// power cap settles in a few seconds; a kernel that never does is timed at the cap, marked
@@ -198,6 +199,7 @@ impl Plan {
             repick_baseline: pass == Pass::FinalistWarmUp,
             regime: self.sampling.regime,
             settle_cap_ms: if sustained { SETTLE_CAP_MS } else { 0.0 },
+            hold_ms: 0.0,
             energy_ms: if self.sampling.no_energy { 0.0 } else { ENERGY_MS },
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,

@@ -83,6 +83,11 @@ pub struct MeasureRequest {
     /// milliseconds; at the cap it is timed anyway and says it was not steady.
     #[serde(default)]
     pub settle_cap_ms: f64,
+    /// Run the kernel back to back this long before timing it, whatever the steady rule says,
+    /// milliseconds (0: not held; `selftest --hold`, the reference a sustained record is checked
+    /// against).
+    #[serde(default)]
+    pub hold_ms: f64,
     /// The window energy is read over, milliseconds (at least `energy::MIN_WINDOW_MS`; 0: no
     /// energy reading). Timed samples that last this long are read directly; shorter ones are
     /// followed by this long a run of the same launches.
@@ -141,6 +146,9 @@ pub struct MeasureOutcome {
     /// The vendor baseline's energy per launch, mJ, when read.
     #[serde(default)]
     pub baseline_energy_mj: Option<f64>,
+    /// The settle phase's (or hold's) clock and power, a point per second; empty without one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<crate::energy::StatePoint>,
 }
 
 fn steady_default() -> bool {
@@ -170,6 +178,7 @@ impl MeasureOutcome {
             settle_ms: 0.0,
             steady: true,
             baseline_energy_mj: None,
+            trace: Vec::new(),
         }
     }
 }
@@ -277,6 +286,7 @@ mod tests {
             repick_baseline: false,
             regime: Regime::Burst,
             settle_cap_ms: 0.0,
+            hold_ms: 0.0,
             energy_ms: 0.0,
             model_us: 1.0,
             vendor_model_us: 1.0,

@@ -52,7 +52,16 @@ pub struct Selection {
     /// Leave the vendor library out of the process (for compute-sanitizer, whose racecheck
     /// otherwise reports inside the vendor's kernels).
     pub no_baseline: bool,
+    /// Run each kernel back to back this long before its samples, seconds (0: not held): the
+    /// steady loop a sustained record is checked against, with its clock and power a point a
+    /// second in the report.
+    pub hold_s: f64,
+    /// Read each kernel's energy after its samples (the one-second window records read).
+    pub energy: bool,
 }
+
+/// The longest `--hold`, seconds.
+pub const MAX_HOLD_S: f64 = 600.0;
 
 impl Default for Selection {
     fn default() -> Selection {
@@ -65,6 +74,8 @@ impl Default for Selection {
             configs: DEFAULT_CONFIGS,
             samples: DEFAULT_SAMPLES,
             no_baseline: false,
+            hold_s: 0.0,
+            energy: false,
         }
     }
 }
@@ -96,6 +107,16 @@ pub struct Check {
     pub max_abs_err: Option<f64>,
     /// Worst relative error.
     pub max_rel_err: Option<f64>,
+    /// SM clock just before the timed samples, MHz (0 when unknown).
+    pub sm_clock_mhz: u32,
+    /// With `energy`: energy per launch, mean power and clock, temperature after the samples.
+    #[serde(flatten)]
+    pub power: crate::energy::Power,
+    /// With `hold_s`: how long the kernel ran before its samples, milliseconds.
+    pub settle_ms: f64,
+    /// With `hold_s`: clock and power a point a second while it ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<crate::energy::StatePoint>,
 }
 
 /// The outcome of one (template, workload): how many configs, how many passed, and the statuses
@@ -163,6 +184,11 @@ impl Report {
 pub fn validate(selection: &Selection) -> anyhow::Result<()> {
     anyhow::ensure!(selection.configs >= 1, "--configs {}: must be at least 1", selection.configs);
     anyhow::ensure!(selection.samples >= 1, "--samples {}: must be at least 1", selection.samples);
+    anyhow::ensure!(
+        (0.0..=MAX_HOLD_S).contains(&selection.hold_s),
+        "--hold {}: seconds, 0 to {MAX_HOLD_S}",
+        selection.hold_s
+    );
     let template = selection.template.as_deref().map(registry::by_name).transpose()?;
     if let Some((knob, value)) = &selection.knob {
         let Some(template) = template else {
@@ -331,6 +357,10 @@ fn plan_workload<'w>(
                     baseline_kind: String::new(),
                     max_abs_err: None,
                     max_rel_err: None,
+                    sm_clock_mhz: 0,
+                    power: Default::default(),
+                    settle_ms: 0.0,
+                    trace: Vec::new(),
                 };
                 on_check(&check);
                 report.checks.push(check);
@@ -422,6 +452,10 @@ fn measure_workload(
                 baseline_kind: o.map(|o| o.baseline_kind.clone()).unwrap_or_default(),
                 max_abs_err: o.and_then(|o| o.max_abs_err),
                 max_rel_err: o.and_then(|o| o.max_rel_err),
+                sm_clock_mhz: o.map_or(0, |o| o.sm_clock_mhz),
+                power: o.map(|o| o.power).unwrap_or_default(),
+                settle_ms: o.map_or(0.0, |o| o.settle_ms),
+                trace: o.map(|o| o.trace.clone()).unwrap_or_default(),
             };
             let done = match &k.spec {
                 Err(e) => check(Status::InvalidConfig, e, None),
@@ -449,7 +483,8 @@ fn measure_workload(
                             repick_baseline: false,
                             regime: Default::default(),
                             settle_cap_ms: 0.0,
-                            energy_ms: 0.0,
+                            hold_ms: selection.hold_s * 1e3,
+                            energy_ms: if selection.energy { crate::energy::MIN_WINDOW_MS } else { 0.0 },
                             model_us: template.model_us(w, &k.config, target).unwrap_or(0.0),
                             vendor_model_us: plan::vendor_time(w),
                         };
@@ -795,5 +830,10 @@ mod tests {
         assert!(e.contains("exactly one --workload"), "{e}");
         let e = validate(&Selection { configs: 0, ..Selection::default() }).unwrap_err().to_string();
         assert!(e.contains("--configs 0"), "{e}");
+        for hold in [-1.0, 601.0, f64::NAN] {
+            let e = validate(&Selection { hold_s: hold, ..Selection::default() }).unwrap_err().to_string();
+            assert!(e.contains("--hold") && e.contains("0 to 600"), "{e}");
+        }
+        assert!(validate(&Selection { hold_s: 30.0, ..Selection::default() }).is_ok());
     }
 }

@@ -293,6 +293,7 @@ impl Executor for SimExecutor {
             settle_ms: state.settle_ms,
             steady: true,
             baseline_energy_mj: baseline_us.filter(|_| request.energy_ms > 0.0).map(|us| vendor.power_w * us * 1e-3),
+            trace: Vec::new(),
         }
     }
 
@@ -341,6 +342,7 @@ mod tests {
             repick_baseline: false,
             regime: Regime::Burst,
             settle_cap_ms: 0.0,
+            hold_ms: 0.0,
             energy_ms: 100.0,
             model_us: 10.0,
             vendor_model_us: 3.0,

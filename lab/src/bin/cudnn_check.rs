@@ -117,6 +117,7 @@ fn main() -> anyhow::Result<()> {
             repick_baseline: false,
             regime: Default::default(),
             settle_cap_ms: 0.0,
+            hold_ms: 0.0,
             energy_ms: 0.0,
             model_us: 0.0,
             vendor_model_us: 0.0,

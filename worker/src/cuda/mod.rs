@@ -443,6 +443,7 @@ impl CudaExecutor {
             settle_ms: timing.settle_ms,
             steady: timing.steady,
             baseline_energy_mj,
+            trace: timing.trace,
         })
     }
 
@@ -492,7 +493,8 @@ impl CudaExecutor {
         // sustained regime its time, settled under itself; burst keeps the candidates' time, as
         // before regimes.
         let sustained = req.regime == Regime::Sustained;
-        let each = MeasureRequest { settle_cap_ms: 0.0, regime: Regime::Burst, energy_ms: 0.0, ..req.clone() };
+        let each =
+            MeasureRequest { settle_cap_ms: 0.0, hold_ms: 0.0, regime: Regime::Burst, energy_ms: 0.0, ..req.clone() };
         let (us, kind, pick) = self.baseline(wi, &each, None);
         match pick {
             Some(p) if us.is_some() => {
@@ -909,8 +911,9 @@ impl Timer {
         let extra = timing::Extra {
             probe: self.nvml.as_ref().map(|n| n as &dyn timing::Probe),
             energy_ms: req.energy_ms,
-            settle: (req.regime == Regime::Sustained)
+            settle: (req.regime == Regime::Sustained || req.hold_ms > 0.0)
                 .then(|| (crate::energy::SteadyRule::default(), req.settle_cap_ms)),
+            hold_ms: req.hold_ms,
         };
         timing::time(&self.ctx, &self.stream, req.samples.max(1), mode, extra, enqueue)
     }

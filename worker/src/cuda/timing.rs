@@ -20,11 +20,13 @@
 //!
 //! Around [`Mode::Batched`]'s samples, with a [`Probe`] (NVML) and as [`Extra`] asks:
 //! - a settle phase before them (the sustained regime): the same graph replayed back to back,
-//!   NVML polled, until the clock and power are steady (`energy::settled_at`) or the cap;
+//!   NVML polled, until the clock and power are steady (`energy::settled_at`) or the cap; or, to
+//!   hold a kernel for a fixed time (`selftest --hold`), until that time;
 //! - an energy phase after them: the graph replayed until NVML's energy counter changed twice at
-//!   least `energy_ms` apart (`energy::mean_power_w`), or [`energy::MAX_WINDOW_MS`]; the energy per
-//!   launch is that power times the phase's own time per launch. Cold-L2 samples read no energy:
-//!   their memsets between launches would be counted as the kernel's.
+//!   least `energy_ms` apart (`energy::window`), or [`energy::MAX_WINDOW_MS`]; the energy per
+//!   launch is that power times the time per launch over the same span (`energy::span_launch_us`,
+//!   from an event after every chunk of replays). Cold-L2 samples read no energy: their memsets
+//!   between launches would be counted as the kernel's.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -34,7 +36,7 @@ use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptu
 use cudarc::driver::{CudaContext, CudaEvent, CudaGraph, CudaStream};
 
 use super::device::{Context, CudaFailure, DevBuf};
-use crate::energy::{self, Poll, Power, SteadyRule};
+use crate::energy::{self, Mark, Poll, Power, StatePoint, SteadyRule};
 
 /// Launches in the graph that estimates one launch's time.
 const PROBE_BATCH: u32 = 8;
@@ -98,6 +100,8 @@ pub(crate) struct Extra<'a> {
     pub(crate) energy_ms: f64,
     /// The sustained regime: settle by this rule before timing, waiting at most this long (ms).
     pub(crate) settle: Option<(SteadyRule, f64)>,
+    /// Run the kernel this long before timing, whatever the rule says (ms; 0: not held).
+    pub(crate) hold_ms: f64,
 }
 
 thread_local! {
@@ -133,6 +137,8 @@ pub(crate) struct Timing {
     pub(crate) settle_ms: f64,
     /// Whether the settle phase found the steady state (true without one).
     pub(crate) steady: bool,
+    /// The settle phase's clock and power, a point per second (empty without one).
+    pub(crate) trace: Vec<StatePoint>,
 }
 
 /// Captures `batch` calls of `enqueue` into a graph. The stream leaves capture mode whatever
@@ -198,11 +204,10 @@ where
     timing
 }
 
-/// What a phase of back-to-back replays polled, and the launches and GPU time it ran.
+/// What a phase of back-to-back replays polled, and where it stood after each chunk.
 struct Phase {
     polls: Vec<Poll>,
-    launches: u64,
-    gpu_ms: f64,
+    marks: Vec<Mark>,
 }
 
 /// A captured graph of `batch` launches that one replay of runs for about `graph_ms`.
@@ -230,37 +235,42 @@ fn run_polled(
     start.record(stream).when(|| "when recording an event".into())?;
     let t0 = Instant::now();
     let ms = |t0: Instant| t0.elapsed().as_secs_f64() * 1e3;
-    let mut queued: VecDeque<CudaEvent> = VecDeque::new();
+    // Each chunk's end event and the launches run by then.
+    let mut queued: VecDeque<(CudaEvent, u64)> = VecDeque::new();
     let mut launches = 0u64;
-    let mut chunk = |queued: &mut VecDeque<CudaEvent>| -> Result<(), CudaFailure> {
+    let mut chunk = |queued: &mut VecDeque<(CudaEvent, u64)>| -> Result<(), CudaFailure> {
         for _ in 0..reps {
             graph.launch().when(|| "when replaying the graph".into())?;
         }
         let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).when(|| "when creating an event".into())?;
         end.record(stream).when(|| "when recording an event".into())?;
-        queued.push_back(end);
         launches += u64::from(reps) * u64::from(batch);
+        queued.push_back((end, launches));
         Ok(())
     };
     chunk(&mut queued)?;
     chunk(&mut queued)?;
     let mut polls = vec![probe.poll(0.0)];
-    let last = loop {
-        let oldest = queued.pop_front().expect("two chunks are queued");
+    let mut marks = Vec::new();
+    loop {
+        let (oldest, ran) = queued.pop_front().expect("two chunks are queued");
         while !oldest.try_is_complete().when(|| "when running a phase's replays".into())? {
             std::thread::sleep(Duration::from_millis(POLL_MS));
             polls.push(probe.poll(ms(t0)));
         }
+        let host_ms = ms(t0);
+        let gpu_ms = f64::from(start.elapsed_ms(&oldest).when(|| "when reading an event".into())?);
+        marks.push(Mark { host_ms, gpu_ms, launches: ran });
         polls.push(probe.poll(ms(t0)));
         if done(&polls) || ms(t0) >= cap_ms {
-            break oldest;
+            break;
         }
         chunk(&mut queued)?;
-    };
-    let end = queued.pop_back().unwrap_or(last);
-    end.synchronize().when(|| "when running a phase's replays".into())?;
-    let gpu_ms = f64::from(start.elapsed_ms(&end).when(|| "when reading an event".into())?);
-    Ok(Phase { polls, launches, gpu_ms })
+    }
+    if let Some((end, _)) = queued.pop_back() {
+        end.synchronize().when(|| "when running a phase's replays".into())?;
+    }
+    Ok(Phase { polls, marks })
 }
 
 /// A probe graph estimates one launch, then `samples` samples, each `reps` back-to-back replays of
@@ -292,18 +302,22 @@ where
     let graph_ms = replay_ms(ctx, stream, &graph)?;
     let replayed = Replayed { graph: &graph, batch, graph_ms };
     // The sustained regime: the kernel runs until the GPU is steady under it (without NVML there
-    // is nothing to tell steady by: timed at once, and said to be unsteady).
-    let (settle_ms, steady) = match (extra.settle, extra.probe) {
+    // is nothing to tell steady by: timed at once, and said to be unsteady). A hold runs it for
+    // its time whatever the rule says.
+    let hold = extra.hold_ms > 0.0;
+    let (settle_ms, steady, trace) = match (extra.settle, extra.probe) {
         (Some((rule, cap_ms)), Some(probe)) => {
             let started = Instant::now();
+            let cap_ms = if hold { extra.hold_ms } else { cap_ms };
             let phase = run_polled(ctx, stream, replayed, probe, cap_ms, |polls| {
-                energy::settled_at(&energy::state_trace(polls), &rule).is_some()
+                !hold && energy::settled_at(&energy::state_trace(polls), &rule).is_some()
             })?;
-            let steady = energy::settled_at(&energy::state_trace(&phase.polls), &rule).is_some();
-            (started.elapsed().as_secs_f64() * 1e3, steady)
+            let trace = energy::state_trace(&phase.polls);
+            let steady = energy::settled_at(&trace, &rule).is_some();
+            (started.elapsed().as_secs_f64() * 1e3, steady, energy::window_means(&trace, rule.window_ms))
         }
-        (Some(_), None) => (0.0, false),
-        (None, _) => (0.0, true),
+        (Some(_), None) => (0.0, false, Vec::new()),
+        (None, _) => (0.0, true, Vec::new()),
     };
     let events = new_events(ctx, samples as usize + 1)?;
     // Back-to-back replays, one event between consecutive samples: the GPU never idles.
@@ -322,14 +336,17 @@ where
         samples_us.push(ms * 1e3 / launches as f64);
     }
     let mut timing = summarise(samples_us, launches);
-    (timing.settle_ms, timing.steady) = (settle_ms, steady);
+    (timing.settle_ms, timing.steady, timing.trace) = (settle_ms, steady, trace);
     if let Some(probe) = extra.probe
         && extra.energy_ms > 0.0
     {
         let window = extra.energy_ms;
         let cap_ms = energy::MAX_WINDOW_MS.max(2.0 * window);
         let phase = run_polled(ctx, stream, replayed, probe, cap_ms, |polls| energy::enough(polls, window))?;
-        let launch_us = if phase.launches > 0 { phase.gpu_ms * 1e3 / phase.launches as f64 } else { 0.0 };
+        // The launches that ran while the counter rose (no window: no energy, whatever the time).
+        let launch_us = energy::window(&phase.polls, window)
+            .and_then(|w| energy::span_launch_us(&phase.marks, w.from_ms, w.to_ms))
+            .unwrap_or(0.0);
         timing.power = energy::reading(&phase.polls, launch_us, window);
     }
     Ok(timing)
@@ -409,7 +426,16 @@ pub(crate) fn summarise(samples_us: Vec<f64>, batch: u32) -> Timing {
         (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
     };
     let spread = if n > 0 && median_us > 0.0 { (sorted[n - 1] - sorted[0]) / median_us } else { 0.0 };
-    Timing { samples_us, median_us, spread, batch, power: Power::default(), settle_ms: 0.0, steady: true }
+    Timing {
+        samples_us,
+        median_us,
+        spread,
+        batch,
+        power: Power::default(),
+        settle_ms: 0.0,
+        steady: true,
+        trace: Vec::new(),
+    }
 }
 
 #[cfg(test)]

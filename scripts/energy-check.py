@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""Issue 39's energy and regime bars, read from what `scripts/gpu-check.sh energy` wrote.
+
+  energy-check.py counter OUT.json       NVML's energy counter polled in a tight loop (libnvidia-ml
+                                         through ctypes) while torch runs a matmul loop (a python3
+                                         with torch: on the H200s put /opt/torch/.venv/bin first on
+                                         PATH): how often it publishes, how windows of 0.1-1.5 s agree
+  energy-check.py repeat A B LONG        records (JSON lines) of the same configs in two runs and at
+                                         twice the K: energies within 5%? 2K reads 1.9-2.1x?
+  energy-check.py configs RECORDS... N   "key<TAB>template<TAB>config" of the N fastest ok configs, the
+                                         workloads taken in turn
+  energy-check.py regimes RECORDS... -- SELFTEST_JSON...
+                                         each burst record against the cool-start selftest of its
+                                         config, each sustained one against its 30-second hold
+"""
+import json
+import os
+import statistics as st
+import subprocess
+import sys
+import time
+
+
+def load(path):
+    out = []
+    for line in open(path):
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def cfg(r):
+    return json.dumps(r["config"], sort_keys=True, separators=(",", ":"))
+
+
+def counter(out_path):
+    import ctypes
+
+    nv = ctypes.CDLL("libnvidia-ml.so.1")
+    assert nv.nvmlInit_v2() == 0
+    dev = ctypes.c_void_p()
+    assert nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0
+    e = ctypes.c_ulonglong()
+
+    def energy():
+        nv.nvmlDeviceGetTotalEnergyConsumption(dev, ctypes.byref(e))
+        return e.value
+
+    t0 = time.perf_counter()
+    for _ in range(200):
+        energy()
+    call_ms = (time.perf_counter() - t0) / 200 * 1e3
+    load_src = (
+        "import torch,time,sys\n"
+        "a=torch.randn(8192,8192,device='cuda',dtype=torch.float16);b=torch.randn_like(a)\n"
+        "torch.cuda.synchronize();print('go',flush=True);t=time.time()\n"
+        "while time.time()-t<6.0:\n"
+        "  [torch.mm(a,b) for _ in range(20)];torch.cuda.synchronize()\n"
+    )
+    pr = subprocess.Popen([sys.executable, "-c", load_src], stdout=subprocess.PIPE, text=True)
+    pr.stdout.readline()
+    time.sleep(0.5)
+    trace, last, end = [], None, time.perf_counter() + 5.0
+    while time.perf_counter() < end:
+        v = energy()
+        t = time.perf_counter()
+        if v != last:
+            trace.append((t * 1e3, v))
+            last = v
+    pr.wait()
+    trace = trace[1:]
+    gaps = [b[0] - a[0] for a, b in zip(trace, trace[1:])]
+    res = {"energy_call_ms": round(call_ms, 2), "publications": len(trace), "gap_ms_median": round(st.median(gaps), 2),
+           "gap_ms_min_max": [round(min(gaps), 2), round(max(gaps), 2)], "windows": {}}
+    for n in (1, 5, 10, 15):
+        ws = [(trace[i + n][1] - trace[i][1]) / (trace[i + n][0] - trace[i][0]) for i in range(0, len(trace) - n, n)]
+        if len(ws) >= 2:
+            res["windows"][f"{n * 100}ms"] = {"n": len(ws), "median_w": round(st.median(ws), 1),
+                                             "spread_pct": round(100 * (max(ws) - min(ws)) / st.median(ws), 2)}
+    json.dump({"summary": res, "trace": trace}, open(out_path, "w"))
+    print("nvml counter:", json.dumps(res))
+
+
+def repeat(a_path, b_path, long_path):
+    def by_cfg(p):
+        return {cfg(r): r for r in load(p) if r.get("energy_mj")}
+
+    a, b, long = by_cfg(a_path), by_cfg(b_path), by_cfg(long_path)
+    rows = []
+    for c in a:
+        row = {"config": c, "us_a": a[c]["median_us"], "mj_a": a[c]["energy_mj"], "w_a": a[c]["power_w"]}
+        if c in b:
+            row.update(us_b=b[c]["median_us"], mj_b=b[c]["energy_mj"], w_b=b[c]["power_w"],
+                       diff=abs(a[c]["energy_mj"] - b[c]["energy_mj"]) / min(a[c]["energy_mj"], b[c]["energy_mj"]))
+        if c in long:
+            row.update(us_2k=long[c]["median_us"], mj_2k=long[c]["energy_mj"],
+                       e_ratio=long[c]["energy_mj"] / a[c]["energy_mj"], t_ratio=long[c]["median_us"] / a[c]["median_us"])
+        rows.append(row)
+    print(f"{'config':>4} {'us a':>8} {'mJ a':>8} {'W a':>5} {'mJ b':>8} {'W b':>5} {'diff':>6} {'us 2K':>8} "
+          f"{'mJ 2K':>8} {'E x':>6} {'t x':>6}")
+    for i, r in enumerate(rows):
+        print(f"{i:>4} {r['us_a']:8.1f} {r['mj_a']:8.2f} {r['w_a']:5.0f} {r.get('mj_b', 0):8.2f} {r.get('w_b', 0):5.0f} "
+              f"{100 * r.get('diff', 0):5.1f}% {r.get('us_2k', 0):8.1f} {r.get('mj_2k', 0):8.2f} "
+              f"{r.get('e_ratio', 0):6.3f} {r.get('t_ratio', 0):6.3f}")
+    diff = [r["diff"] for r in rows if "diff" in r]
+    if diff:
+        print(f"energy repeat: {len(diff)} configs in both runs, {sum(d <= 0.05 for d in diff)} within 5%, "
+              f"median {100 * st.median(diff):.2f}%, worst {100 * max(diff):.2f}%")
+    two = [r for r in rows if "e_ratio" in r]
+    if two:
+        doubled = [r for r in two if 1.9 <= r["t_ratio"] <= 2.1]
+        pw = [r["e_ratio"] / r["t_ratio"] for r in two]
+        print(f"2K vs K: {len(two)} configs, {sum(1.9 <= r['e_ratio'] <= 2.1 for r in two)} read 1.9-2.1x the energy "
+              f"(range {min(r['e_ratio'] for r in two):.3f}-{max(r['e_ratio'] for r in two):.3f}); of the "
+              f"{len(doubled)} whose time doubled (1.9-2.1x), {sum(1.9 <= r['e_ratio'] <= 2.1 for r in doubled)}; "
+              f"energy ratio over time ratio {min(pw):.3f}-{max(pw):.3f}")
+    unknown = sum(1 for r in load(a_path) if r.get("energy_mj") is None)
+    print(f"records without an energy in run a: {unknown}")
+    return rows
+
+
+def configs(paths, n):
+    """The fastest ok configs of each workload, taken in turn until n: the fast ones reach the
+    power cap, where the regimes differ."""
+    by_workload = {}
+    for p in paths:
+        for r in load(p):
+            if r.get("status") == "ok":
+                by_workload.setdefault(r["workload"], {}).setdefault((r["template"], cfg(r)), r["median_us"])
+    queues = [sorted(v.items(), key=lambda kv: kv[1]) for v in by_workload.values()]
+    picked = []
+    while len(picked) < n and any(queues):
+        for key, q in zip(by_workload, queues):
+            if q and len(picked) < n:
+                (template, c), _ = q.pop(0)
+                picked.append((key, template, c))
+    for key, template, c in picked:
+        print(f"{key}\t{template}\t{c}")
+
+
+def regimes(records, selftests):
+    refs = {}
+    for p in selftests:
+        try:
+            rep = json.load(open(p))
+        except (OSError, ValueError):
+            continue
+        kind = "hold" if "hold" in os.path.basename(p) else "cool"
+        for c in rep.get("checks", []):
+            if c.get("status") == "ok":
+                refs[(kind, c["workload"], json.dumps(json.loads(c["config"]), sort_keys=True, separators=(",", ":")))] = c
+    rows = []
+    for p in records:
+        for r in load(p):
+            if r.get("status") != "ok":
+                continue
+            kind = "hold" if r["regime"] == "sustained" else "cool"
+            ref = refs.get((kind, r["workload"], cfg(r)))
+            if ref is None:
+                continue
+            rows.append({"workload": r["workload"], "config": r["config"], "regime": r["regime"], "us": r["median_us"],
+                         "mhz": r.get("mean_clock_mhz"), "w": r.get("power_w"), "mj": r.get("energy_mj"),
+                         "steady": r.get("steady"), "settle_ms": r.get("settle_ms"), "vendor_us": r.get("baseline_us"),
+                         "ref": kind, "ref_us": ref["median_us"], "ref_clock": ref.get("sm_clock_mhz"),
+                         "ref_mhz": ref.get("mean_clock_mhz"), "ref_w": ref.get("power_w"),
+                         "ref_trace": ref.get("trace", [])})
+    print(f"{'workload':<34} {'regime':<9} {'record us':>9} {'MHz':>5} {'W':>4} {'settle':>7} {'ref':<4} {'ref us':>9} "
+          f"{'MHz':>5} {'W':>4} {'diff':>6}")
+    for r in rows:
+        d = r["us"] / r["ref_us"] - 1
+        r["diff"] = d
+        print(f"{r['workload'].split('/')[1] + '/' + r['workload'].split('/')[3]:<34} {r['regime']:<9} {r['us']:9.2f} "
+              f"{r['mhz'] or 0:5.0f} {r['w'] or 0:4.0f} {(r['settle_ms'] or 0) / 1e3:6.1f}s {r['ref']:<4} {r['ref_us']:9.2f} "
+              f"{r['ref_mhz'] or r['ref_clock'] or 0:5.0f} {r['ref_w'] or 0:4.0f} {100 * d:+5.1f}%")
+    for regime, ref in (("burst", "cool-start samples"), ("sustained", "its 30-second hold")):
+        sel = [r for r in rows if r["regime"] == regime]
+        if sel:
+            print(f"{regime}: {sum(abs(r['diff']) <= 0.03 for r in sel)} of {len(sel)} records within 3% of {ref}")
+    return rows
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "counter":
+        counter(args[0])
+    elif cmd == "repeat":
+        rows = repeat(*args[:3])
+        if len(args) > 3:
+            json.dump(rows, open(args[3], "w"), indent=1)
+    elif cmd == "configs":
+        configs(args[:-1], int(args[-1]))
+    elif cmd == "regimes":
+        cut = args.index("--")
+        out = args[-1] if args[-1].endswith("regimes.json") else None
+        rows = regimes(args[:cut], [a for a in args[cut + 1:] if a != out])
+        if out:
+            json.dump(rows, open(out, "w"), indent=1)
+    else:
+        sys.exit(f"unknown command {cmd!r}: counter, repeat, configs or regimes")
+
+
+if __name__ == "__main__":
+    main()
