@@ -49,7 +49,51 @@ setup() {
 setup >"$logs/setup.log" 2>&1 &
 setup_pid=$!
 
+# The test binaries as a build's JSON messages list them: label, directory, executable.
+list_tests() {
+    python3 - "$1" "$root" <<'EOF'
+import json, os, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+        continue
+    pkg_dir = os.path.dirname(m["manifest_path"])
+    print(os.path.relpath(pkg_dir, sys.argv[2]) + "/" + m["target"]["name"], pkg_dir, m["executable"], sep="\t")
+EOF
+}
+
+# Runs job $1 (label, directory, command); its output goes to a log, printed whole when it ends.
+run_job() {
+    local label=$1 dir=$2 cmd=$3 log start rc=0
+    shift 3
+    log="$logs/$(echo "$label" | tr ' /' '__').log"
+    start=$(date +%s)
+    if [[ $cmd == /* ]]; then
+        (cd "$dir" && "$cmd" "$@") >"$log" 2>&1 || rc=$?
+    else
+        (cd "$dir" && eval "$cmd") >"$log" 2>&1 || rc=$?
+    fi
+    { echo "=== $label (exit $rc, $(($(date +%s) - start)) s)"; cat "$log"; } >&2
+    printf '%s\t%s\t%s\n' "$label" "$rc" "$(($(date +%s) - start))" >>"$logs/results.tsv"
+}
+: >"$logs/results.tsv"
+
+# The search crate's replays are the longest tests and need neither NVRTC nor PostgreSQL: they
+# are built first (kernels and search only) and run while the rest of the workspace builds, whose
+# last crates leave a core idle much of the time. --workspace keeps the features the full build
+# resolves, so nothing is built twice.
 status=0
+early=()
+if cargo test --workspace --locked --no-run --message-format=json \
+    --test union_v14_replay --test shipped_replay --test ground_truth_current >"$logs/build-early.json"; then
+    while IFS=$'\t' read -r label dir exe; do
+        run_job "$label" "$dir" "$exe" "$@" &
+        early+=("$label")
+    done < <(list_tests "$logs/build-early.json")
+fi
 cargo test --workspace --locked --no-run --message-format=json >"$logs/build.json" \
     || { echo "the workspace's tests did not build" >&2; status=1; }
 wait "$setup_pid" || { cat "$logs/setup.log" >&2; echo "setting up the test machine failed" >&2; exit 1; }
@@ -73,24 +117,12 @@ fi
 # The jobs: each test binary the build made (label, directory, command), the API suite again on
 # PostgreSQL, and the checks that are not cargo tests. The long ones start first.
 jobs_file="$logs/jobs.tsv"
-python3 - "$logs/build.json" "$root" >"$jobs_file" <<'EOF'
-import json, os, sys
-first = ["worker/worker", "tracker/api", "search/union_v14_replay", "search/shipped_replay", "client/e2e"]
-jobs = []
-for line in open(sys.argv[1]):
-    try:
-        m = json.loads(line)
-    except ValueError:
-        continue
-    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
-        continue
-    pkg_dir = os.path.dirname(m["manifest_path"])
-    label = os.path.relpath(pkg_dir, sys.argv[2]) + "/" + m["target"]["name"]
-    jobs.append((label, pkg_dir, m["executable"]))
-jobs.sort(key=lambda j: (first.index(j[0]) if j[0] in first else len(first), j[0]))
-for label, d, exe in jobs:
-    print(f"{label}\t{d}\t{exe}")
-EOF
+first=(worker/worker tracker/api client/e2e)
+list_tests "$logs/build.json" | awk -F'\t' -v early="${early[*]}" -v first="${first[*]}" '
+    BEGIN { n = split(early, e, " "); for (i = 1; i <= n; i++) skip[e[i]] = 1
+            n = split(first, f, " "); for (i = 1; i <= n; i++) rank[f[i]] = i }
+    !($1 in skip) { printf "%d\t%s\n", ($1 in rank) ? rank[$1] : 99, $0 }' \
+    | sort -t$'\t' -k1,1n -k2,2 | cut -f2- >"$jobs_file"
 # The API suite on PostgreSQL takes as long as on SQLite: it starts right after it.
 api=$(awk -F'\t' '$1 == "tracker/api" { print $3 }' "$jobs_file")
 if [ -n "$api" ]; then
@@ -106,35 +138,16 @@ printf 'python tests\t%s\tenv PYTHONPATH=python:%s/pytest-env python3 -m pytest 
     "$root" "$target" >>"$jobs_file"
 printf 'gpu step headers\t%s\tscripts/check-steps.sh\n' "$root" >>"$jobs_file"
 
-# Runs job $1 (label, directory, command); its output goes to a log, printed whole when it ends.
-run_job() {
-    local label=$1 dir=$2 cmd=$3 log start rc=0
-    shift 3
-    log="$logs/$(echo "$label" | tr ' /' '__').log"
-    start=$(date +%s)
-    if [[ $cmd == /* ]]; then
-        (cd "$dir" && "$cmd" "$@") >"$log" 2>&1 || rc=$?
-    else
-        (cd "$dir" && eval "$cmd") >"$log" 2>&1 || rc=$?
-    fi
-    { echo "=== $label (exit $rc, $(($(date +%s) - start)) s)"; cat "$log"; } >&2
-    printf '%s\t%s\t%s\n' "$label" "$rc" "$(($(date +%s) - start))" >>"$logs/results.tsv"
-}
-
+# At most TEST_JOBS jobs at once (default: cores + 1), the early ones included. `wait -n` waits
+# for a job that ends from now on, so the running ones are counted each time.
 parallel=${TEST_JOBS:-$(($(nproc) + 1))}
-: >"$logs/results.tsv"
-running=0
 while IFS=$'\t' read -r label dir cmd; do
-    if [ "$running" -ge "$parallel" ]; then
-        wait -n || true
-        running=$((running - 1))
-    fi
+    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
     case "$label" in
     # Test binaries take the script's arguments; the other jobs run as they are.
     "tracker/api on postgres" | doctests | "deploy units" | "python tests" | "gpu step headers") run_job "$label" "$dir" "$cmd" & ;;
     *) run_job "$label" "$dir" "$cmd" "$@" & ;;
     esac
-    running=$((running + 1))
 done <"$jobs_file"
 wait
 
@@ -146,7 +159,7 @@ echo >&2
 printf '%-32s %6s %6s\n' job exit s >&2
 sort -t$'\t' -k3,3nr "$logs/results.tsv" | awk -F'\t' '{ printf "%-32s %6s %6s\n", $1, $2, $3 }' >&2
 jobs_run=$(wc -l <"$logs/results.tsv")
-jobs_wanted=$(wc -l <"$jobs_file")
+jobs_wanted=$(($(wc -l <"$jobs_file") + ${#early[@]}))
 [ "$jobs_run" = "$jobs_wanted" ] || { echo "only $jobs_run of $jobs_wanted jobs reported" >&2; status=1; }
 failed=$(awk -F'\t' '$2 != 0' "$logs/results.tsv" | wc -l)
 [ "$failed" = 0 ] || { echo "$failed jobs failed" >&2; status=1; }
