@@ -524,12 +524,16 @@ impl Tracker {
             }
             let in_flight: u32 = outstanding.iter().map(|(_, n)| n).sum();
             let batches = job.tuner.proposes_batches();
-            // A batch is proposed whole: freed slots wait for the end of the one in flight rather
+            // Each online worker of the job's class (one per GPU) keeps a batch of its own in
+            // flight, each to another workload: with one worker, one batch at a time.
+            let workers = store::workers::online_in_class(w.conn(), &job.device_class).await?.max(1);
+            let ahead = lookahead(job.batch_size);
+            // A batch is proposed whole: freed slots wait for the end of one in flight rather
             // than go, one by one, to another workload as batches too small to explore.
             let want = match batches {
-                true if in_flight > lookahead(job.batch_size) => 0,
+                true if in_flight > ahead + job.batch_size * (workers - 1) => 0,
                 true => job.batch_size.min(left),
-                false => job.batch_size.saturating_sub(in_flight).min(left),
+                false => (job.batch_size * workers).saturating_sub(in_flight).min(left),
             };
             if want == 0 || running.is_empty() {
                 return Ok(());
@@ -550,14 +554,16 @@ impl Tracker {
                 progress.push(TaskProgress {
                     weight: wl.weight.unwrap_or(1.0),
                     best_after: best_after(&observed, wl.proposed),
-                    open: wl.proposed < wl.trials_target,
+                    // A workload whose batch is still out gets no second one before it is in
+                    // (with one worker, never the case: nothing else is in flight then).
+                    open: wl.proposed < wl.trials_target && !(batches && outstanding_of(wl.idx) > ahead),
                     vendor_us,
                 });
             }
             let shares = allocate(progress, &running, want, batches);
             if shares.iter().all(|n| *n == 0) {
-                // Every running workload has proposed its whole target; each ends when its
-                // outstanding trials are in.
+                // Every running workload has proposed its whole target or has a batch out; each
+                // goes on (or ends) when its outstanding trials are in.
                 return Ok(());
             }
             for (wl, n) in running.iter().zip(shares) {

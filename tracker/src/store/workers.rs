@@ -163,6 +163,18 @@ pub(crate) async fn seen_at(e: impl Into<Exec<'_>>, seen: &[(WorkerId, i64)]) ->
     Ok(())
 }
 
+/// How many workers of `device_class` are online: how many batches a job with a trial budget
+/// keeps in flight (one worker per GPU).
+pub(crate) async fn online_in_class(e: impl Into<Exec<'_>>, device_class: &str) -> Result<u32> {
+    let n: i64 = on!(e, |c, pg| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM workers WHERE device_class = $1 AND state = 'online'"
+    )
+    .bind(device_class)
+    .fetch_one(c)
+    .await)?;
+    Ok(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 /// Marks online workers not heard from since `before` offline; returns them.
 pub(crate) async fn mark_offline(e: impl Into<Exec<'_>>, before: i64) -> Result<Vec<WorkerId>> {
     Ok(on!(e, |c, pg| sqlx::query_scalar(

@@ -205,3 +205,36 @@ async fn a_model_job_spends_little_where_the_vendor_stays_far_ahead() {
     let done = model_job(vec![1.0, 1.0], |i| (i == 1).then_some(0.5)).await;
     assert!(done[0] >= done[1] + 8, "the workload behind its vendor got {done:?}");
 }
+
+#[tokio::test]
+async fn a_budget_keeps_a_batch_in_flight_for_each_online_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut first = FakeWorker::register(&tracker, "box/0").await;
+    for name in ["box/1", "box/2"] {
+        FakeWorker::register(&tracker, name).await;
+    }
+    let workloads = vec![matmul(64, 64, 64), matmul(128, 64, 64), matmul(64, 64, 128), matmul(128, 128, 64)];
+    let req = pb::SubmitJobRequest { tuner: "model".into(), total_trials: 48, ..job(workloads, 30, 4) };
+    let id = submit(&mut tuning, req).await;
+    // Three GPUs of the job's class: three whole batches, each of another workload (one worker
+    // would get one batch, `a_model_job_spends_its_budget_in_batches`).
+    let queued = first.lease(64, 1000).await;
+    let mut per_workload: HashMap<String, usize> = HashMap::new();
+    for t in &queued {
+        *per_workload.entry(t.workload_key.clone()).or_default() += 1;
+    }
+    assert_eq!(per_workload.values().copied().collect::<Vec<_>>(), [4, 4, 4], "{per_workload:?}");
+    for t in &queued {
+        assert!(first.report(t, measure(t)).await.unwrap().stored);
+    }
+    drive(&mut first, &mut tuning, id).await;
+    let job = get_job(&mut tuning, id).await;
+    assert_eq!(job.state, pb::JobState::Done as i32);
+    assert_eq!(job.workloads.iter().map(|w| w.trials_done).sum::<u32>(), 48);
+    let records = all_records(&mut tuning).await;
+    let configs: HashSet<_> = records.iter().map(|r| (r.workload_key.clone(), r.config_index)).collect();
+    assert_eq!(configs.len(), 48, "a config was proposed twice");
+    tracker.stop().await;
+}
