@@ -602,13 +602,14 @@ mod tests {
     async fn the_best_speedup_look_up_uses_its_partial_index_on_sqlite() {
         let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await.unwrap();
         sqlx::migrate!("../migrations/sqlite").run(&pool).await.unwrap();
-        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(&format!("EXPLAIN QUERY PLAN {BEST_SPEEDUP_SQLITE}"))
-            .bind("wmma_gemm")
-            .bind(1_i64)
-            .bind("h200")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {BEST_SPEEDUP_SQLITE}")))
+                .bind("wmma_gemm")
+                .bind(1_i64)
+                .bind("h200")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
         let steps: Vec<&str> = plan.iter().map(|p| p.3.as_str()).collect();
         assert!(
             steps.iter().any(|s| s.contains("USING INDEX records_trusted_speedup")),
