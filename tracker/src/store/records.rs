@@ -624,8 +624,9 @@ mod tests {
     async fn vendor_times_are_each_other_workers_latest_trusted_ok_time() {
         let pool = memory_db().await;
         sqlx::query("PRAGMA foreign_keys = OFF").execute(&pool).await.unwrap();
-        // (id, worker, workload, status, untrusted, baseline_us)
-        let rows: [(i64, Option<i64>, &str, &str, Option<&str>, f64); 9] = [
+        /// id, worker, workload, status, untrusted, baseline_us.
+        type Row<'a> = (i64, Option<i64>, &'a str, &'a str, Option<&'a str>, f64);
+        let rows: [Row<'_>; 9] = [
             (1, Some(1), "wk", "ok", None, 9.0),
             (2, Some(2), "wk", "ok", None, 8.0),
             (3, Some(1), "wk", "ok", None, 9.5),
