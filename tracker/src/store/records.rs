@@ -505,10 +505,10 @@ pub(crate) async fn page(
 /// [`vendor_times`] on SQLite: the workload's workers, one index seek each (the recursive step
 /// finds the next worker id above the last in `records_vendor`), then each one's latest record,
 /// one seek more. A `GROUP BY worker_id` with `MAX(id)` (before 2026-11-28 evening) read every
-/// record of the workload, row and all, at every ok report of a GPU worker: 0.30 ms at 1,000
-/// records of a workload and class, 1.8 ms at 2,000 with one worker, growing with the
-/// workload; this is 0.03 ms at 1,000 with eight workers (Python's sqlite3 3.40 on a copy of
-/// the schema, the same answers).
+/// record of the workload, row and all, at every ok report of a GPU worker: 1.8 ms at 2,000
+/// records of a workload and class (all in the index, eight workers), 0.30 ms at 1,000 (about
+/// 430 in it), growing with the workload; this takes 0.03 ms on the latter (Python's sqlite3
+/// 3.40 on a copy of the schema, the same answers on four look-ups).
 pub(crate) const VENDOR_TIMES_SQLITE: &str = "WITH RECURSIVE w(worker_id) AS (
          SELECT MIN(worker_id) FROM records
          WHERE workload_key = $1 AND device_class = $2 AND status = 'ok' AND untrusted IS NULL AND baseline_us > 0
