@@ -7,6 +7,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use tokio::sync::{Notify, oneshot};
 
@@ -27,10 +28,37 @@ pub(crate) const MAX_GROUP: usize = 512;
 /// the CI machine) stays a small part of it.
 pub(crate) const GROUP_WEIGHT: u32 = 256;
 
+/// Most tasks out for measurement that the queue lets leases add: a group takes leases only while
+/// the reported tasks queued before it, plus the tasks its leases ask for, stay within this.
+///
+/// The load is a closed loop: every task leased comes back as a report, and whatever is in flight
+/// waits at the slowest step, the writer. With leases served in arrival order the tasks in flight
+/// (5,120 in the 1,000-worker run: 20 jobs x 256 outstanding) waited as reports in this queue, so
+/// a report waited about in-flight / throughput (p99 1.8-2.7 s at ~2,000 tasks/s). Holding leases
+/// while reports queue keeps the rest of them pending in the database instead, where they cost
+/// nothing and no worker holds them (nor loses them when it dies), and lets a lease find a whole
+/// batch instead of an empty queue. One group's weight: a report then waits for about the group
+/// in flight, the reports queued before it (at most one group's) and its own group. Overridden by
+/// `TENSORTUNE_LEASE_WINDOW` (tasks, >= 1) to compare windows in load runs.
+pub(crate) const LEASE_WINDOW: u32 = GROUP_WEIGHT;
+
+/// [`LEASE_WINDOW`], or `TENSORTUNE_LEASE_WINDOW` when set to a positive number (read once).
+fn lease_window() -> u32 {
+    static WINDOW: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *WINDOW.get_or_init(|| {
+        std::env::var("TENSORTUNE_LEASE_WINDOW")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|&n| n >= 1)
+            .unwrap_or(LEASE_WINDOW)
+    })
+}
+
 /// A change a dispatch call asks for.
 pub(crate) enum Op {
-    /// Lease up to `max` tasks to `worker`.
-    Lease { worker: WorkerId, max: u32, caller: Caller },
+    /// Lease up to `max` tasks to `worker`. `until` is the end of the call's wait: a lease still
+    /// held by the lease window then is answered with no tasks instead of being made later.
+    Lease { worker: WorkerId, max: u32, caller: Caller, until: Instant },
     /// Renew the leases `worker` holds among `tasks`, store its reference time.
     Heartbeat { worker: WorkerId, tasks: Vec<TaskId>, reference_us: Option<f64>, caller: Caller },
     /// Store a batch of reports of `worker`.
@@ -77,8 +105,12 @@ pub(crate) struct Commits {
 struct Queue {
     /// In arrival order. One queue for every kind: with reports served ahead of leases (tried on
     /// 2026-11-28), leases waited behind them past their callers' deadlines and workers idled
-    /// (lease p50 9.4 s at 1,000 workers); first come, first served keeps both moving.
+    /// (lease p50 9.4 s at 1,000 workers); first come, first served keeps both moving. Leases
+    /// are held only while the queued reports fill the lease window ([`LEASE_WINDOW`]), which
+    /// one or two groups drain.
     ops: VecDeque<Queued>,
+    /// The reported tasks among `ops` (the sum of their reports' weights).
+    reports: u32,
     /// Set when the committer stopped: later changes are refused as unavailable.
     closed: bool,
 }
@@ -89,6 +121,9 @@ impl Commits {
         if queue.closed {
             return Err(q);
         }
+        if let Op::Report { .. } = q.op {
+            queue.reports = queue.reports.saturating_add(q.op.weight());
+        }
         queue.ops.push_back(q);
         drop(queue);
         self.queued.notify_one();
@@ -97,18 +132,53 @@ impl Commits {
 
     /// The next group, in arrival order, up to [`GROUP_WEIGHT`] of work and [`MAX_GROUP`]
     /// changes; at least one change when any is queued. `close` refuses later changes.
+    ///
+    /// Leases are held (left in the queue, in their order, for a later group) once the reported
+    /// tasks queued at the start plus the tasks of the leases taken reach the lease window
+    /// ([`LEASE_WINDOW`]); the reports and heartbeats behind them go on. A group with no reports
+    /// queued always takes leases.
+    ///
+    /// A held lease whose wait ended (`until`) is answered with no tasks and leaves the queue: its
+    /// caller's own deadline comes soon after, and a lease made after the caller gave up leaves
+    /// its tasks leased to a worker that never learns of them until the lease expires (on a
+    /// loaded PostgreSQL tracker, where a group takes seconds, 1,009 leases expired that way in a
+    /// run before this rule, against 19 without the window).
     pub(crate) fn take(&self, close: bool) -> Vec<Queued> {
+        self.take_within(close, lease_window(), Instant::now())
+    }
+
+    fn take_within(&self, close: bool, window: u32, now: Instant) -> Vec<Queued> {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         queue.closed |= close;
+        let mut room = window.saturating_sub(queue.reports);
         let mut group = Vec::new();
         let mut weight = 0;
-        while let Some(next) = queue.ops.front() {
+        let mut at = 0;
+        while let Some(next) = queue.ops.get(at) {
+            if room == 0
+                && let Op::Lease { until, .. } = next.op
+            {
+                // Held: the tasks it would take out would wait here as reports.
+                if until <= now
+                    && let Some(late) = queue.ops.remove(at)
+                {
+                    let _ = late.answer.send(Ok(Done::Leased(Vec::new())));
+                } else {
+                    at += 1;
+                }
+                continue;
+            }
             let w = next.op.weight();
             if group.len() >= MAX_GROUP || (!group.is_empty() && weight + w > GROUP_WEIGHT) {
                 break;
             }
+            match next.op {
+                Op::Lease { max, .. } => room = room.saturating_sub(max.max(1)),
+                Op::Report { .. } => queue.reports = queue.reports.saturating_sub(w),
+                Op::Heartbeat { .. } => {}
+            }
             weight += w;
-            group.extend(queue.ops.pop_front());
+            group.extend(queue.ops.remove(at));
         }
         group
     }
@@ -254,7 +324,7 @@ mod tests {
     }
 
     fn lease(worker: WorkerId, max: u32) -> Op {
-        Op::Lease { worker, max, caller: Caller::OPEN }
+        Op::Lease { worker, max, caller: Caller::OPEN, until: Instant::now() + std::time::Duration::from_secs(60) }
     }
 
     fn kinds(group: &[Queued]) -> Vec<(char, WorkerId)> {
@@ -277,19 +347,71 @@ mod tests {
             answers.push(rx);
             assert!(commits.push(q).is_ok());
         }
-        // 4 + 100 + 100 fit in 256; the third report would not.
-        assert_eq!(kinds(&commits.take(false)), [('l', 1), ('r', 2), ('r', 3)]);
-        assert_eq!(kinds(&commits.take(false)), [('r', 4), ('l', 5)]);
-        assert!(commits.take(false).is_empty());
+        // 4 + 100 + 100 fit in 256; the third report would not. (No lease window here.)
+        let take = |close| commits.take_within(close, u32::MAX, Instant::now());
+        assert_eq!(kinds(&take(false)), [('l', 1), ('r', 2), ('r', 3)]);
+        assert_eq!(kinds(&take(false)), [('r', 4), ('l', 5)]);
+        assert!(take(false).is_empty());
         // One change heavier than a whole group still goes, alone.
         let (q, _rx) = queued(report(6, 1000));
         assert!(commits.push(q).is_ok());
         let (q, _rx2) = queued(report(7, 1));
         assert!(commits.push(q).is_ok());
-        assert_eq!(kinds(&commits.take(true)), [('r', 6)]);
+        assert_eq!(kinds(&take(true)), [('r', 6)]);
         let (q, _rx3) = queued(report(8, 1));
         assert!(commits.push(q).is_err(), "a closed queue refuses changes");
-        assert_eq!(kinds(&commits.take(true)), [('r', 7)], "what was queued before closing is still taken");
+        assert_eq!(kinds(&take(true)), [('r', 7)], "what was queued before closing is still taken");
+    }
+
+    #[test]
+    fn leases_wait_while_queued_reports_fill_the_lease_window() {
+        let commits = Commits::default();
+        let mut answers = Vec::new();
+        let mut push = |op| {
+            let (q, rx) = queued(op);
+            answers.push(rx);
+            assert!(commits.push(q).is_ok());
+        };
+        for op in [report(1, 200), lease(2, 16), report(3, 40), lease(4, 16), lease(5, 16)] {
+            push(op);
+        }
+        // 240 reported tasks queued leave room for 16 leased ones in a window of 256: lease 2
+        // goes, 4 and 5 wait (though their weight would fit the group).
+        assert_eq!(kinds(&commits.take_within(false, 256, Instant::now())), [('r', 1), ('l', 2), ('r', 3)]);
+        // No reports queued: leases go, in their order.
+        assert_eq!(kinds(&commits.take_within(false, 256, Instant::now())), [('l', 4), ('l', 5)]);
+        // Reports beyond the window: the lease waits, the report behind it does not.
+        for op in [report(6, 250), lease(7, 16), report(8, 6)] {
+            push(op);
+        }
+        assert_eq!(kinds(&commits.take_within(false, 256, Instant::now())), [('r', 6), ('r', 8)]);
+        assert_eq!(kinds(&commits.take_within(false, 256, Instant::now())), [('l', 7)]);
+        // Closing takes everything, held leases last.
+        for op in [report(9, 300), lease(10, 16)] {
+            push(op);
+        }
+        assert_eq!(kinds(&commits.take_within(true, 256, Instant::now())), [('r', 9)]);
+        assert_eq!(kinds(&commits.take_within(true, 256, Instant::now())), [('l', 10)]);
+        assert!(commits.take_within(true, 256, Instant::now()).is_empty());
+    }
+
+    #[test]
+    fn a_held_lease_whose_wait_ended_is_answered_empty_and_leaves_the_queue() {
+        let commits = Commits::default();
+        let (q, _r1) = queued(report(1, 300));
+        assert!(commits.push(q).is_ok());
+        let (q, mut held) = queued(lease(2, 16));
+        assert!(commits.push(q).is_ok());
+        let (q, _r3) = queued(report(3, 10));
+        assert!(commits.push(q).is_ok());
+        let later = Instant::now() + std::time::Duration::from_secs(61);
+        assert_eq!(kinds(&commits.take_within(false, 256, later)), [('r', 1)]);
+        match held.try_recv() {
+            Ok(Ok(Done::Leased(tasks))) => assert!(tasks.is_empty()),
+            _ => panic!("the late lease should have been answered with no tasks"),
+        }
+        assert_eq!(kinds(&commits.take_within(false, 256, later)), [('r', 3)], "and is not taken later");
+        assert!(commits.take_within(false, 256, later).is_empty());
     }
 
     #[test]

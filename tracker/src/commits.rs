@@ -38,7 +38,7 @@ impl Tracker {
     /// refuses this change alone, which then wrote nothing.
     async fn apply(&self, w: &mut Write<'_>, op: &Op) -> Result<Result<Done>> {
         Ok(match op {
-            Op::Lease { worker, max, caller } => self.lease_in(w, *worker, *max, caller).await?.map(Done::Leased),
+            Op::Lease { worker, max, caller, .. } => self.lease_in(w, *worker, *max, caller).await?.map(Done::Leased),
             Op::Heartbeat { worker, tasks, reference_us, caller } => self
                 .heartbeat_in(w, *worker, tasks, *reference_us, caller)
                 .await?

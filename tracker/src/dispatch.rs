@@ -69,7 +69,7 @@ impl Tracker {
             let ready = self.events.next_tasks();
             tokio::pin!(ready);
             ready.as_mut().enable();
-            let tasks = match self.try_lease(worker, max, caller).await {
+            let tasks = match self.try_lease(worker, max, caller, deadline).await {
                 Ok(tasks) => tasks,
                 Err(e) => {
                     // This call may have taken a wake meant for tasks it now leaves pending.
@@ -92,8 +92,8 @@ impl Tracker {
         }
     }
 
-    async fn try_lease(&self, worker: WorkerId, max: u32, caller: &Caller) -> Result<Vec<LeasedTask>> {
-        match self.commit_op(Op::Lease { worker, max, caller: caller.clone() }).await? {
+    async fn try_lease(&self, worker: WorkerId, max: u32, caller: &Caller, until: Instant) -> Result<Vec<LeasedTask>> {
+        match self.commit_op(Op::Lease { worker, max, caller: caller.clone(), until: until.into_std() }).await? {
             Done::Leased(tasks) => {
                 if !tasks.is_empty() {
                     tracing::debug!(worker, tasks = tasks.len(), "leased tasks");
