@@ -12,6 +12,12 @@
   energy-check.py regimes RECORDS... -- SELFTEST_JSON...
                                          each burst record against the cool-start selftest of its
                                          config, each sustained one against its 30-second hold
+  energy-check.py winners BURST SUSTAINED OUT.json
+                                         records of the same random configs (same seed) tuned in each
+                                         regime: per workload each regime's winner and its time in
+                                         the other regime; the picks of the time objective, the energy
+                                         objective and --max-slowdown 3% (as the tracker's
+                                         finalists.rs ranks), time and joules each, in both regimes
 """
 import json
 import os
@@ -179,6 +185,70 @@ def regimes(records, selftests):
     return rows
 
 
+def winners(burst_path, sustained_path):
+    """Each regime's pick per workload (the fastest; the least energy; the least energy within 3%
+    of the fastest) among ok records with an energy, and the same config's record in the other
+    regime."""
+    recs = {}
+    for regime, p in (("burst", burst_path), ("sustained", sustained_path)):
+        for r in load(p):
+            if r.get("status") == "ok" and r.get("energy_mj"):
+                recs.setdefault(r["workload"], {}).setdefault(regime, {})[(r["template"], cfg(r))] = r
+    rows = []
+    for w, by in recs.items():
+        if set(by) != {"burst", "sustained"}:
+            continue
+        row = {"workload": w, "configs": {g: len(v) for g, v in by.items()}}
+        for regime, other in (("burst", "sustained"), ("sustained", "burst")):
+            mine = by[regime]
+            fastest = min(mine, key=lambda c: mine[c]["median_us"])
+            least = min(mine, key=lambda c: mine[c]["energy_mj"])
+            bound = mine[fastest]["median_us"] * 1.03
+            near = min((c for c in mine if mine[c]["median_us"] <= bound), key=lambda c: mine[c]["energy_mj"])
+            picks = {}
+            for name, c in (("time", fastest), ("energy", least), ("slowdown3", near)):
+                r, o = mine[c], by[other].get(c)
+                picks[name] = {"config": c, "template": c[0], "us": r["median_us"], "mj": r["energy_mj"],
+                               "w": r.get("power_w"), "mhz": r.get("mean_clock_mhz"), "vendor_us": r.get("baseline_us"),
+                               "other_us": o["median_us"] if o else None, "other_mj": o["energy_mj"] if o else None}
+            row[regime] = picks
+        b, t = row["burst"]["time"], row["sustained"]["time"]
+        row["same_winner"] = b["config"] == t["config"]
+        # Where the winners differ: how much each regime loses with the other's winner.
+        row["burst_loss"] = b["other_us"] and t["other_us"] and t["other_us"] / b["us"] - 1
+        row["sustained_loss"] = t["other_us"] and b["other_us"] and b["other_us"] / t["us"] - 1
+        rows.append(row)
+    short = lambda w: w.split("/")[1] + "/" + w.split("/")[2] + "/" + w.split("/")[3].split(",")[0]
+    print(f"{'workload':<28} {'n':>3} {'burst win us':>12} {'in sust':>8} {'sust win us':>11} {'in burst':>8} "
+          f"{'same':>5} {'loss b/s':>12}")
+    for r in rows:
+        b, t = r["burst"]["time"], r["sustained"]["time"]
+        loss = "-" if r["same_winner"] else f"{100 * (r['burst_loss'] or 0):+.1f}/{100 * (r['sustained_loss'] or 0):+.1f}%"
+        print(f"{short(r['workload']):<28} {r['configs']['burst']:>3} {b['us']:12.2f} {b['other_us'] or 0:8.2f} "
+              f"{t['us']:11.2f} {t['other_us'] or 0:8.2f} {'yes' if r['same_winner'] else 'no':>5} {loss:>12}")
+    print(f"winners: {sum(r['same_winner'] for r in rows)} of {len(rows)} workloads pick the same config in both regimes")
+    print(f"{'workload':<28} {'regime':<9} {'time pick us/mJ':>17} {'energy pick us/mJ':>19} {'3% pick us/mJ':>17} "
+          f"{'same':>5}")
+    for r in rows:
+        for regime in ("burst", "sustained"):
+            p = r[regime]
+            cell = lambda k: f"{p[k]['us']:8.2f}/{p[k]['mj']:8.3f}"
+            print(f"{short(r['workload']):<28} {regime:<9} {cell('time'):>17} {cell('energy'):>19} {cell('slowdown3'):>17} "
+                  f"{'yes' if p['time']['config'] == p['energy']['config'] else 'no':>5}")
+    for regime in ("burst", "sustained"):
+        diff = [r for r in rows if r[regime]["time"]["config"] != r[regime]["energy"]["config"]]
+        gain = [1 - r[regime]["energy"]["mj"] / r[regime]["time"]["mj"] for r in diff]
+        cost = [r[regime]["energy"]["us"] / r[regime]["time"]["us"] - 1 for r in diff]
+        print(f"{regime}: the energy objective picks another config on {len(diff)} of {len(rows)} workloads"
+              + (f" (energy -{100 * min(gain):.1f}..-{100 * max(gain):.1f}%, time +{100 * min(cost):.1f}..+{100 * max(cost):.1f}%)"
+                 if diff else ""))
+    for r in rows:  # JSON keys must be strings
+        for regime in ("burst", "sustained"):
+            for p in r[regime].values():
+                p["config"] = p["config"][1]
+    return rows
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "counter":
@@ -195,8 +265,10 @@ def main():
         rows = regimes(args[:cut], [a for a in args[cut + 1:] if a != out])
         if out:
             json.dump(rows, open(out, "w"), indent=1)
+    elif cmd == "winners":
+        json.dump(winners(args[0], args[1]), open(args[2], "w"), indent=1)
     else:
-        sys.exit(f"unknown command {cmd!r}: counter, repeat, configs or regimes")
+        sys.exit(f"unknown command {cmd!r}: counter, repeat, configs, regimes or winners")
 
 
 if __name__ == "__main__":

@@ -26,10 +26,11 @@
 #                kernel alone in `tensortune selftest --config ... --no-baseline`
 #     export     bench of the default suite with its database kept, `tensortune export` of its best
 #                kernels, examples/bundle/gemm_check.c built with nvcc and run EXPORT_RUNS times on the
-#                bundle: every output element against cuBLAS, ours/cuBLAS against the record's ratio
-#     energy     issue 39's bars (ENERGY_PARTS: counter repeat regimes objective suites; see step_energy):
-#                NVML's counter, energy repeat and 2K, records against cool-start and 30-second-hold
-#                selftests, objective picks, suites per regime; scripts/energy-check.py prints tables
+#                bundle: every output element against cuBLAS, ours/vendor (the worker's vendor pick) against the record's ratio
+#     energy     issue 39's bars (ENERGY_PARTS: counter repeat suites regimes objective; see step_energy):
+#                NVML's counter, energy repeat and 2K, suites per regime (winners, objective picks),
+#                records against cool-start and 30-second-hold selftests, objective tune runs;
+#                scripts/energy-check.py prints tables
 #     sweep      scripts/sweep.sh SWEEP_SUITE (default suites/sweeps/union-v14.json): ground truth for
 #                the search, $OUT/sweep.jsonl.gz
 #   CLOCKS=1 samples the SM clock, power and clock-event reasons every 200 ms into logs/clocks.csv.
@@ -196,7 +197,7 @@ step_export() {
   "$BIN/tensortune" --db "$db" export --suite suites/default.json -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
   say "export exit $?"
   tee -a "$SUMMARY" <"$LOGS/export.log"
-  nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lm -ldl \
+  nvcc -O2 -o "$LOGS/gemm_check" examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lcublasLt -lm -ldl \
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
   for run in $(seq "${EXPORT_RUNS:-1}"); do # separate processes; GEMM_CHECK: SAMPLES ROUNDS WARM_MS PAUSE_MS
@@ -209,15 +210,19 @@ step_export() {
 
 # Issue 39 (ENERGY_PARTS, default all; scripts/energy-check.py reads the results): counter = NVML's
 # counter polled in a tight loop; repeat = the same ENERGY_TRIALS random configs of ENERGY_SHAPE
-# twice and at 2K; regimes = ENERGY_REGIME_TRIALS (6) random configs (ENERGY_REGIME_SEED) of each
-# ENERGY_REGIME_SHAPES entry ("M N K DTYPE;") tuned burst and sustained, the ENERGY_REGIME_CONFIGS
-# (6) fastest then timed cool (idle ENERGY_COOL_S, 5 samples) and held ENERGY_HOLD_S (30 s) in
-# `selftest`; objective = tune --objective time|energy in both regimes; suites = bench of
-# ENERGY_SUITES in each regime.
+# twice and at 2K; suites = bench of each ENERGY_SUITES entry (a name under suites/ or a path to
+# a suite file) in each regime, the same ENERGY_BENCH_TRIALS random configs (seed
+# ENERGY_REGIME_SEED) in both, then each regime's winner in the other and the objectives' picks
+# (`energy-check.py winners`); regimes = ENERGY_REGIME_TRIALS (6) random configs of each
+# ENERGY_REGIME_SHAPES entry ("M N K DTYPE;") tuned burst and sustained, or with
+# ENERGY_REGIME_SHAPES=suites the suites part's records (ENERGY_SUITE_REGIMES: burst sustained),
+# the ENERGY_REGIME_CONFIGS (6) fastest then timed cool (idle ENERGY_COOL_S, 5 samples) and held
+# ENERGY_HOLD_S (30 s; 0: no hold) in `selftest`;
+# objective = tune --objective time|energy in both regimes.
 step_energy() {
-  local parts=" ${ENERGY_PARTS:-counter repeat regimes objective suites} " shape=(${ENERGY_SHAPE:-4096 4096 4096})
-  local py=scripts/energy-check.py run k n=0 regime objective suite key cfg start
-  local job=(--tuner random --finalists 0 --energy)
+  local parts=" ${ENERGY_PARTS:-counter repeat suites regimes objective} " shape=(${ENERGY_SHAPE:-4096 4096 4096})
+  local py=scripts/energy-check.py run k n=0 regime objective suite key cfg start name suite_records=()
+  local job=(--tuner random --finalists 0 --energy --no-transfer)
   [[ $parts == *" counter "* ]] && python3 $py counter "$OUT/nvml-counter.json" 2>&1 | tee -a "$SUMMARY"
   if [[ $parts == *" repeat "* ]]; then
     for run in a b long; do # fresh databases: nothing reused
@@ -230,8 +235,25 @@ step_energy() {
     done
     python3 $py repeat "$OUT"/energy-{a,b,long}.jsonl "$OUT/energy-repeat.json" | tee -a "$SUMMARY"
   fi
+  [[ $parts == *" suites "* ]] && for suite in ${ENERGY_SUITES:-default large}; do
+    name=$(basename "$suite" .json)
+    [[ $suite == */* ]] || suite=suites/$suite.json
+    for regime in ${ENERGY_SUITE_REGIMES:-burst sustained}; do # the same configs in each: a winner has a record in the other
+      start=$(date +%s.%N)
+      timeout 2400 "$BIN/tensortune" --db "$LOGS/$name-$regime.db" bench --suite "$suite" "${job[@]}" \
+        --seed "${ENERGY_REGIME_SEED:-1}" --trials "${ENERGY_BENCH_TRIALS:-4}" --regime "$regime" \
+        --json "$OUT/$name-$regime-bench.json" </dev/null >"$LOGS/$name-$regime-bench.log" 2>&1
+      say "bench $name $regime exit $? in $(since "$start") s"
+      table "$LOGS/$name-$regime-bench.log"
+      "$BIN/tensortune" --db "$LOGS/$name-$regime.db" records export --ok-only -o "$OUT/$name-$regime.jsonl" </dev/null >/dev/null 2>&1
+      suite_records+=("$OUT/$name-$regime.jsonl")
+    done
+    [ -s "$OUT/$name-burst.jsonl" ] && [ -s "$OUT/$name-sustained.jsonl" ] &&
+      python3 $py winners "$OUT/$name-burst.jsonl" "$OUT/$name-sustained.jsonl" "$OUT/$name-winners.json" | tee -a "$SUMMARY"
+  done
   if [[ $parts == *" regimes "* ]]; then
     local shapes="${ENERGY_REGIME_SHAPES:-4096 4096 4096 bf16;1024 1024 1024 f16}" records=()
+    [ "$shapes" = suites ] && shapes="" records=("${suite_records[@]}")
     while IFS=' ' read -r -d ';' m nn kk dt; do
       [ -n "$m" ] || continue
       for regime in burst sustained; do
@@ -249,8 +271,8 @@ step_energy() {
       n=$((n + 1))
       sleep "${ENERGY_COOL_S:-5}"
       "$BIN/tensortune" "${one[@]}" --samples 5 --json "$LOGS/cool-$n.json" </dev/null >"$LOGS/cool-$n.log" 2>&1
-      timeout 300 "$BIN/tensortune" "${one[@]}" --samples 10 --energy --hold "${ENERGY_HOLD_S:-30}" \
-        --json "$LOGS/hold-$n.json" </dev/null >"$LOGS/hold-$n.log" 2>&1
+      [ "${ENERGY_HOLD_S:-30}" = 0 ] || timeout 300 "$BIN/tensortune" "${one[@]}" --samples 10 --energy \
+        --hold "${ENERGY_HOLD_S:-30}" --json "$LOGS/hold-$n.json" </dev/null >"$LOGS/hold-$n.log" 2>&1
       say "regime config $n: selftest cool and held exit $?"
     done < <(python3 $py configs "${records[@]}" "${ENERGY_REGIME_CONFIGS:-6}")
     python3 $py regimes "${records[@]}" -- "$LOGS"/cool-*.json "$LOGS"/hold-*.json "$OUT/regimes.json" | tee -a "$SUMMARY"
@@ -267,15 +289,6 @@ step_energy() {
       done
     done
   fi
-  [[ $parts == *" suites "* ]] && for suite in ${ENERGY_SUITES:-default large}; do
-    for regime in burst sustained; do # each regime's winners (time them in the other with selftest --hold)
-      start=$(date +%s.%N)
-      timeout 2400 "$BIN/tensortune" bench --suite "suites/$suite.json" --trials "${ENERGY_BENCH_TRIALS:-100}" \
-        --regime "$regime" --json "$OUT/$suite-$regime-bench.json" >"$LOGS/$suite-$regime-bench.log" 2>&1
-      say "bench $suite $regime exit $? in $(since "$start") s"
-      table "$LOGS/$suite-$regime-bench.log"
-    done
-  done
 }
 
 step_sweep() {

@@ -26,7 +26,10 @@
 //!   least `energy_ms` apart (`energy::window`), or [`energy::MAX_WINDOW_MS`]; the energy per
 //!   launch is that power times the time per launch over the same span (`energy::span_launch_us`,
 //!   from an event after every chunk of replays). Cold-L2 samples read no energy: their memsets
-//!   between launches would be counted as the kernel's.
+//!   between launches would be counted as the kernel's. After a settle phase the reported time
+//!   is that per-launch time over the window, which spans whole hunts of the power cap's clock;
+//!   the samples (milliseconds) see one phase of a hunt. In the burst regime the GPU then idles
+//!   for [`BURST_COOL_MS`], so that the next measurement starts cool, as a burst means.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -81,6 +84,13 @@ pub(crate) fn flush_bytes(l2_bytes: u64) -> usize {
 
 /// How often a phase polls NVML, milliseconds.
 const POLL_MS: u64 = 2;
+/// The idle after a burst measurement's energy window, milliseconds, so that the next burst
+/// measurement starts cool: the window runs at the power cap for a second or more, and without a
+/// pause the next config's samples ran at the capped clock (2 of 6 burst records 4.4% and 8.2%
+/// slower than cool-start samples, at 1371 and 1542 MHz; H200, 2026-11-28). Chosen from that
+/// run's clock trace (nvidia-smi every 200 ms): after a load at the cap ended, the SM clock was
+/// back at its 1980 MHz maximum within 0.6 s.
+const BURST_COOL_MS: u64 = 1000;
 /// GPU time of one chunk of replays a phase queues ahead, milliseconds: the host never lets the
 /// GPU idle, and looks at what it polled once a chunk.
 const CHUNK_MS: f64 = 20.0;
@@ -348,6 +358,16 @@ where
             .and_then(|w| energy::span_launch_us(&phase.marks, w.from_ms, w.to_ms))
             .unwrap_or(0.0);
         timing.power = energy::reading(&phase.polls, launch_us, window);
+        // Settled (the sustained regime, or a hold): the time is the one over the window. At the
+        // power cap the clock hunts with a period near a second (the counter probe's trace), and
+        // the samples, milliseconds in all, catch one phase of it: a capped bf16 4096^3 record's
+        // samples read 220.8 us, its 1 s window 225.0, a 30 s hold 226.8 (H200, 2026-11-28).
+        if extra.settle.is_some() && launch_us > 0.0 {
+            timing.median_us = launch_us;
+        }
+        if extra.settle.is_none() {
+            std::thread::sleep(Duration::from_millis(BURST_COOL_MS));
+        }
     }
     Ok(timing)
 }
