@@ -24,13 +24,10 @@
 #     sanitize   compute-sanitizer memcheck, racecheck and synccheck on each TEMPLATE KEY CONFIG line of
 #                scripts/sanitize-cases.txt (SANITIZE_MATCH keeps the lines that contain it), each
 #                kernel alone in `tensortune selftest --config ... --no-baseline`
-#     export     bench of the default suite with its database kept, `tensortune export` of its best
-#                kernels, examples/bundle/gemm_check.c built with nvcc and run EXPORT_RUNS times on the
-#                bundle: every output element against cuBLAS, ours/vendor (the worker's vendor pick) against the record's ratio
-#     energy     issue 39's bars (ENERGY_PARTS: counter repeat suites regimes objective; see step_energy):
-#                NVML's counter, energy repeat and 2K, suites per regime (winners, objective picks),
-#                records against cool-start and 30-second-hold selftests, objective tune runs;
-#                scripts/energy-check.py prints tables
+#     export     bench of the default suite (database kept), `tensortune export`, examples/bundle/gemm_check.c run
+#                EXPORT_RUNS times: every element against cuBLAS, ours/vendor (worker's pick) against the record's
+#     energy     issue 39 (ENERGY_PARTS: counter repeat suites regimes objective): NVML's counter, energy repeat and
+#                2K, suites per regime, records against cool-start and held selftests, objective tunes (energy-check.py)
 #     sweep      scripts/sweep.sh SWEEP_SUITE (default suites/sweeps/union-v14.json): ground truth for
 #                the search, $OUT/sweep.jsonl.gz
 #   CLOCKS=1 samples the SM clock, power and clock-event reasons every 200 ms into logs/clocks.csv.
@@ -226,8 +223,7 @@ step_energy() {
   [[ $parts == *" counter "* ]] && python3 $py counter "$OUT/nvml-counter.json" 2>&1 | tee -a "$SUMMARY"
   if [[ $parts == *" repeat "* ]]; then
     for run in a b long; do # fresh databases: nothing reused
-      k=${shape[2]} start=$(date +%s.%N)
-      [ "$run" = long ] && k=$((2 * k))
+      k=${shape[2]} start=$(date +%s.%N) && [ "$run" = long ] && k=$((2 * k))
       timeout 900 "$BIN/tensortune" --db "$LOGS/energy-$run.db" tune matmul --m "${shape[0]}" --n "${shape[1]}" --k "$k" \
         "${job[@]}" --seed 1 --trials "${ENERGY_TRIALS:-12}" >"$LOGS/energy-$run.log" 2>&1
       say "energy run $run exit $? in $(since "$start") s"
@@ -236,8 +232,7 @@ step_energy() {
     python3 $py repeat "$OUT"/energy-{a,b,long}.jsonl "$OUT/energy-repeat.json" | tee -a "$SUMMARY"
   fi
   [[ $parts == *" suites "* ]] && for suite in ${ENERGY_SUITES:-default large}; do
-    name=$(basename "$suite" .json)
-    [[ $suite == */* ]] || suite=suites/$suite.json
+    name=$(basename "$suite" .json) && [[ $suite == */* ]] || suite=suites/$suite.json
     for regime in ${ENERGY_SUITE_REGIMES:-burst sustained}; do # the same configs in each: a winner has a record in the other
       start=$(date +%s.%N)
       timeout 2400 "$BIN/tensortune" --db "$LOGS/$name-$regime.db" bench --suite "$suite" "${job[@]}" \
@@ -267,8 +262,7 @@ step_energy() {
     done <<<"$shapes;"
     n=0
     while IFS=$'\t' read -r key template cfg; do
-      local one=(selftest --workload "$key" --template "$template" --config "$cfg" --no-baseline)
-      n=$((n + 1))
+      local one=(selftest --workload "$key" --template "$template" --config "$cfg" --no-baseline) && n=$((n + 1))
       sleep "${ENERGY_COOL_S:-5}"
       "$BIN/tensortune" "${one[@]}" --samples 5 --json "$LOGS/cool-$n.json" </dev/null >"$LOGS/cool-$n.log" 2>&1
       [ "${ENERGY_HOLD_S:-30}" = 0 ] || timeout 300 "$BIN/tensortune" "${one[@]}" --samples 10 --energy \
@@ -278,15 +272,12 @@ step_energy() {
     python3 $py regimes "${records[@]}" -- "$LOGS"/cool-*.json "$LOGS"/hold-*.json "$OUT/regimes.json" | tee -a "$SUMMARY"
   fi
   if [[ $parts == *" objective "* ]]; then # the energy objective's pick against the time's
-    for regime in burst sustained; do
-      for objective in time energy; do
-        start=$(date +%s.%N)
-        timeout 1800 "$BIN/tensortune" --db "$LOGS/energy-$regime-$objective.db" tune matmul --m "${shape[0]}" \
-          --n "${shape[1]}" --k "${shape[2]}" --trials "${ENERGY_TUNE_TRIALS:-60}" --regime "$regime" \
-          --objective "$objective" --energy --json "$OUT/energy-$regime-$objective.json" >"$LOGS/energy-$regime-$objective.log" 2>&1
-        say "tune $regime $objective exit $? in $(since "$start") s"
-        grep -E "tuned|best|vendor|energy|config" "$LOGS/energy-$regime-$objective.log" | tee -a "$SUMMARY"
-      done
+    for run in burst,time burst,energy sustained,time sustained,energy; do
+      regime=${run%,*} objective=${run#*,} start=$(date +%s.%N) name=energy-${run/,/-}
+      timeout 1800 "$BIN/tensortune" --db "$LOGS/$name.db" tune matmul --m "${shape[0]}" --n "${shape[1]}" --k "${shape[2]}" \
+        --trials "${ENERGY_TUNE_TRIALS:-60}" --regime "$regime" --objective "$objective" --energy --json "$OUT/$name.json" >"$LOGS/$name.log" 2>&1
+      say "tune $regime $objective exit $? in $(since "$start") s"
+      grep -E "tuned|best|vendor|energy|config" "$LOGS/$name.log" | tee -a "$SUMMARY"
     done
   fi
 }
