@@ -500,6 +500,9 @@ impl Tracker {
         if !job.is_active() {
             return Ok(());
         }
+        // Each online worker of the job's class (one per GPU) keeps a batch of its own in flight,
+        // each to another workload: with one worker, one batch at a time. Counted once a call.
+        let workers = store::workers::online_in_class(w.conn(), &job.device_class).await?.max(1);
         loop {
             let rows = store::workloads::list(w.settled().await?, job.id).await?;
             let outstanding = store::tasks::outstanding_by_workload(w.conn(), job.id).await?;
@@ -524,9 +527,6 @@ impl Tracker {
             }
             let in_flight: u32 = outstanding.iter().map(|(_, n)| n).sum();
             let batches = job.tuner.proposes_batches();
-            // Each online worker of the job's class (one per GPU) keeps a batch of its own in
-            // flight, each to another workload: with one worker, one batch at a time.
-            let workers = store::workers::online_in_class(w.conn(), &job.device_class).await?.max(1);
             let ahead = lookahead(job.batch_size);
             // A batch is proposed whole: freed slots wait for the end of one in flight rather
             // than go, one by one, to another workload as batches too small to explore.
