@@ -223,7 +223,7 @@ step_energy() {
   [[ $parts == *" counter "* ]] && python3 $py counter "$OUT/nvml-counter.json" 2>&1 | tee -a "$SUMMARY"
   if [[ $parts == *" repeat "* ]]; then
     for run in a b long; do # fresh databases: nothing reused
-      k=${shape[2]} start=$(date +%s.%N) && [ "$run" = long ] && k=$((2 * k))
+      k=${shape[2]} start=$(date +%s.%N); [ "$run" = long ] && k=$((2 * k))
       timeout 900 "$BIN/tensortune" --db "$LOGS/energy-$run.db" tune matmul --m "${shape[0]}" --n "${shape[1]}" --k "$k" \
         "${job[@]}" --seed 1 --trials "${ENERGY_TRIALS:-12}" >"$LOGS/energy-$run.log" 2>&1
       say "energy run $run exit $? in $(since "$start") s"
@@ -232,7 +232,7 @@ step_energy() {
     python3 $py repeat "$OUT"/energy-{a,b,long}.jsonl "$OUT/energy-repeat.json" | tee -a "$SUMMARY"
   fi
   [[ $parts == *" suites "* ]] && for suite in ${ENERGY_SUITES:-default large}; do
-    name=$(basename "$suite" .json) && [[ $suite == */* ]] || suite=suites/$suite.json
+    name=$(basename "$suite" .json); [[ $suite == */* ]] || suite=suites/$suite.json
     for regime in ${ENERGY_SUITE_REGIMES:-burst sustained}; do # the same configs in each: a winner has a record in the other
       start=$(date +%s.%N)
       timeout 2400 "$BIN/tensortune" --db "$LOGS/$name-$regime.db" bench --suite "$suite" "${job[@]}" \
@@ -262,7 +262,7 @@ step_energy() {
     done <<<"$shapes;"
     n=0
     while IFS=$'\t' read -r key template cfg; do
-      local one=(selftest --workload "$key" --template "$template" --config "$cfg" --no-baseline) && n=$((n + 1))
+      local one=(selftest --workload "$key" --template "$template" --config "$cfg" --no-baseline); n=$((n + 1))
       sleep "${ENERGY_COOL_S:-5}"
       "$BIN/tensortune" "${one[@]}" --samples 5 --json "$LOGS/cool-$n.json" </dev/null >"$LOGS/cool-$n.log" 2>&1
       [ "${ENERGY_HOLD_S:-30}" = 0 ] || timeout 300 "$BIN/tensortune" "${one[@]}" --samples 10 --energy \
