@@ -36,7 +36,9 @@ pub(crate) const TASK_ID: u64 = 0;
 pub(crate) fn plan(target: &Target) -> Result<Plan, String> {
     let (workload, config) = template::drift_reference();
     let subject = Subject { workload, workload_key: workload.key(), template: &WmmaGemm };
-    subject.plan(&config, Sampling::default(), target)
+    // A time, not an energy: the energy window and a burst's cool-down would add about 2 s to
+    // every reference measurement, the first of which stands before a new worker's first task.
+    subject.plan(&config, Sampling { no_energy: true, ..Sampling::default() }, target)
 }
 
 /// The drift reference of one worker: its kernel, its images, when it is due, and where its
@@ -210,6 +212,15 @@ mod tests {
         assert_eq!(t.get(), 0.0);
         t.set(123.25);
         assert_eq!(t.get(), 123.25);
+    }
+
+    #[test]
+    fn the_reference_reads_no_energy() {
+        let plan = plan(&Target::sm90()).unwrap();
+        let image = Image { cubin: vec![1] };
+        let req = plan.request(TASK_ID, &image, &image, false, crate::plan::Pass::Trial);
+        assert_eq!(req.energy_ms, 0.0, "a reference measurement asked for an energy window");
+        assert_eq!(req.regime, tensortune_kernels::energy::Regime::Burst);
     }
 
     #[test]
