@@ -29,7 +29,9 @@
 //!   between launches would be counted as the kernel's. After a settle phase the reported time
 //!   is that per-launch time over the window, which spans whole hunts of the power cap's clock;
 //!   the samples (milliseconds) see one phase of a hunt. In the burst regime the GPU then idles
-//!   for [`BURST_COOL_MS`], so that the next measurement starts cool, as a burst means.
+//!   for [`BURST_COOL_MS`], so that the next measurement starts cool, as a burst means; and it
+//!   idles as long before the first timing after a workload's float64 reference (seconds of
+//!   load), which has no energy phase to be followed by.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -112,6 +114,10 @@ pub(crate) struct Extra<'a> {
     pub(crate) settle: Option<(SteadyRule, f64)>,
     /// Run the kernel this long before timing, whatever the rule says (ms; 0: not held).
     pub(crate) hold_ms: f64,
+    /// The GPU ran something long since the last timing (a workload's float64 reference): a
+    /// burst measurement that reads energy idles [`BURST_COOL_MS`] before its warm-up, so that
+    /// its samples start cool too.
+    pub(crate) cool_first: bool,
 }
 
 thread_local! {
@@ -201,6 +207,9 @@ pub(crate) fn time<F>(
 where
     F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
 {
+    if cools_first(&extra) {
+        std::thread::sleep(Duration::from_millis(BURST_COOL_MS));
+    }
     // Warm-up outside any graph: module load, instruction cache, vendor heuristics.
     enqueue(stream)?;
     stream.synchronize().when(|| "when running the warm-up launch".into())?;
@@ -212,6 +221,16 @@ where
     };
     LAST_POWER.with(|p| p.set(timing.as_ref().map(|t| t.power).unwrap_or_default()));
     timing
+}
+
+/// Whether a timing idles before its warm-up: a burst measurement (no settling, no hold) that
+/// reads energy, right after the GPU ran something long. The float64 reference of a large
+/// workload runs for seconds before the first config's check; without the idle, that config's
+/// samples (and the vendor's, timed in the same request) ran on a GPU it had heated: a cool-start
+/// reference of f16 4096x14336x4096, its samples right after the reference, read 3.9% slower than
+/// the record of the same config, timed in a job after an idle (H200, 2026-11-28).
+fn cools_first(extra: &Extra<'_>) -> bool {
+    extra.cool_first && extra.settle.is_none() && extra.hold_ms <= 0.0 && extra.energy_ms > 0.0
 }
 
 /// What a phase of back-to-back replays polled, and where it stood after each chunk.
@@ -505,6 +524,17 @@ mod tests {
         assert_eq!(sample_ms(0.0005, 0.5, 500), 0.5);
         let (batch, reps) = sample_shape(0.003, sample_ms(0.003, 50.0, 500));
         assert!((500..=501).contains(&batch) && reps == 1, "{batch} x {reps}");
+    }
+
+    #[test]
+    fn only_a_burst_timing_that_reads_energy_idles_after_a_reference() {
+        let burst = Extra { energy_ms: 1000.0, cool_first: true, ..Extra::default() };
+        assert!(cools_first(&burst));
+        assert!(!cools_first(&Extra { cool_first: false, ..burst }), "nothing ran since the last timing");
+        assert!(!cools_first(&Extra { energy_ms: 0.0, ..burst }), "a job for time alone does not wait");
+        let rule = crate::energy::SteadyRule::default();
+        assert!(!cools_first(&Extra { settle: Some((rule, 20_000.0)), ..burst }), "sustained settles instead");
+        assert!(!cools_first(&Extra { hold_ms: 30_000.0, ..burst }), "a hold runs the kernel first");
     }
 
     #[test]
