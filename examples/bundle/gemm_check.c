@@ -3,21 +3,18 @@
  * layout, alpha and beta) and times it and the vendor the way tensortune's worker does. The vendor
  * is the worker's: the fastest of cublasGemmEx and cuBLASLt's heuristic candidates (up to 8, 32
  *  MiB of workspace; worker/src/cuda/blaslt.rs), each timed twice before the rounds, so ours/vendor
- * compares with the record's like with like. Timing: a warm-up launch, then
- * a CUDA graph holding a batch of launches (batch sized so one sample lasts >= 1 ms) replayed
- * SAMPLES times back to back between events, the median sample. One kernel at a time is loaded,
- * checked, timed ROUNDS times after an idle pause of PAUSE_MS, and freed with
- * its buffers, as the worker holds only the workloads it measures. The defaults (10 samples, 1
- * round, 2000 ms) are one worker measurement on a GPU that is not still paying for the kernel
- * before: on an H200 a few hundred milliseconds of 4096^3 GEMMs pull the SM clock from 1980 to
- * 1530 MHz, and it stays there for the next seconds, whatever runs; 3 rounds in a row (a finalist's
- * record is the median of 3 rounds, but interleaved with other kernels) measured the 4096^3 kernels
- * 10% slow on the second and third. WARM_MS of replays before each measurement are
- * optional. Prints one row per kernel: its time, the time in its record, the
- * ratio, the vendor's time, ours/vendor (each round's pair timed back to back in alternating order,
- * the geometric mean over rounds: give an even ROUNDS)
- * over the record's ours/vendor ("vs-rec": the clock cancels out of it) and the check. TT_NO_BLAS=1 leaves cuBLAS out of the process (nothing is
- * checked; only the bundle's kernels are timed). TT_ONLY=S loads only the kernels whose name or
+ * compares with the record's like with like. Timing: a warm-up launch, then a CUDA graph holding
+ * a batch of launches (batch sized so one sample lasts >= 1 ms), as the worker times. One kernel at
+ * a time is loaded, checked, timed ROUNDS times, each round after an idle pause of PAUSE_MS, and
+ * freed with its buffers, as the worker holds only the workloads it measures. A round replays our
+ * graph and the vendor's SAMPLES times each, sample by sample in alternating order, from a cool
+ * start (a burst record's state): on an H200 a few hundred milliseconds of 4096^3 GEMMs pull the SM
+ * clock from 1980 to 1530 MHz, and at the power cap it hunts with a period near a second, so two
+ * measurements one after the other read different clocks. WARM_MS of replays (both graphs in
+ * turn) before each round are optional. Prints one row per kernel: its time, the time in
+ * its record, the ratio, the vendor's time, ours/vendor (the median of a round's pair ratios, the
+ * geometric mean over rounds) over the record's ours/vendor ("vs-rec") and the check. TT_NO_BLAS=1
+ * leaves cuBLAS out of the process (nothing is checked; only the bundle's kernels are timed). TT_ONLY=S loads only the kernels whose name or
  * "MxNxK layout input" contains S. TT_KEEP=1 checks every kernel first and keeps every module and
  * buffer until all are timed: on an H200 that holds about 1.3 GB in 20 allocations for the default
  * suite's bundle, and every 2-6 us kernel, ours and cuBLAS's alike, then takes 0.15 us a launch
@@ -351,11 +348,15 @@ static int cmp_double(const void *x, const void *y) {
   return (a > b) - (a < b);
 }
 
-/* Per-launch microseconds, as the worker takes them: a warm-up launch, a probe graph of 8, one
- * untimed replay of a graph of `batch` launches (more, until `warm_ms` have passed), then `samples` back-to-back replays of it, the
- * median sample. */
-static double time_us(CUstream s, int samples, double warm_ms, enqueue_fn f, void *ctx, int *batch_out) {
-  if (f(ctx, s) != 0) return -1;
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A warm-up launch, a probe graph of 8 launches, then the graph of `batch` launches (sized so one
+ * sample lasts >= 1 ms) that samples replay, as the worker captures it; NULL when a launch failed. */
+static CUgraphExec prepared(CUstream s, enqueue_fn f, void *ctx, int *batch_out) {
+  if (f(ctx, s) != 0) return NULL;
   CU(cuStreamSynchronize(s));
   CUgraphExec probe = capture(s, PROBE_BATCH, f, ctx);
   replay_ms(probe, s);
@@ -365,7 +366,16 @@ static double time_us(CUstream s, int samples, double warm_ms, enqueue_fn f, voi
   int batch = (int)(MIN_SAMPLE_MS / per + 0.999);
   if (batch < 1) batch = 1;
   if (batch > MAX_BATCH) batch = MAX_BATCH;
-  CUgraphExec g = capture(s, batch, f, ctx);
+  *batch_out = batch;
+  return capture(s, batch, f, ctx);
+}
+
+/* Per-launch microseconds, as the worker takes them: a prepared graph, one untimed replay (more,
+ * until `warm_ms` have passed), then `samples` back-to-back replays of it, the median sample. */
+static double time_us(CUstream s, int samples, double warm_ms, enqueue_fn f, void *ctx, int *batch_out) {
+  int batch = 0;
+  CUgraphExec g = prepared(s, f, ctx, &batch);
+  if (!g) return -1;
   double warm = replay_ms(g, s);
   while (warm < warm_ms) warm += replay_ms(g, s);
   CUevent *ev = (CUevent *)malloc(sizeof(CUevent) * (size_t)(samples + 1));
@@ -391,6 +401,50 @@ static double time_us(CUstream s, int samples, double warm_ms, enqueue_fn f, voi
   return median;
 }
 
+/* Two calls timed in one stretch, sample by sample: `samples` pairs of back-to-back samples (one
+ * replay of each graph), the order swapped from one pair to the next, so that both see the same
+ * clock wherever it goes during the stretch. Returns the median of the pairs' ratios t1/t2 (and
+ * each call's median sample in us1, us2); -1 when a launch failed. At the power cap the clock hunts
+ * with a period near a second: two measurements of 10 ms one after the other caught different
+ * phases of it, and their ratio wandered by several percent from round to round (bf16 4096^3:
+ * 0.989, 1.055, 0.985, 0.945 in one run; H200, 2026-11-28). */
+static double pair_ratio(CUstream s, int samples, double warm_ms, enqueue_fn f1, void *c1, enqueue_fn f2, void *c2,
+                         double *us1, double *us2, int *batch1, int *batch2) {
+  CUgraphExec g[2] = {prepared(s, f1, c1, batch1), prepared(s, f2, c2, batch2)};
+  if (!g[0] || !g[1]) {
+    if (g[0]) cuGraphExecDestroy(g[0]);
+    if (g[1]) cuGraphExecDestroy(g[1]);
+    return -1;
+  }
+  double warm = replay_ms(g[0], s) + replay_ms(g[1], s); /* untimed; both, until warm_ms have passed */
+  while (warm < warm_ms) warm += replay_ms(g[0], s) + replay_ms(g[1], s);
+  int n = 2 * samples, batch[2] = {*batch1, *batch2};
+  CUevent *ev = (CUevent *)malloc(sizeof(CUevent) * (size_t)(n + 1));
+  for (int i = 0; i <= n; i++) CU(cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
+  CU(cuEventRecord(ev[0], s));
+  for (int i = 0; i < n; i++) {
+    int which = (i / 2) % 2 ? 1 - i % 2 : i % 2; /* 0 1, 1 0, 0 1, ... */
+    CU(cuGraphLaunch(g[which], s));
+    CU(cuEventRecord(ev[i + 1], s));
+  }
+  CU(cuEventSynchronize(ev[n]));
+  double *t[2], *ratio = (double *)malloc(sizeof(double) * (size_t)samples);
+  t[0] = (double *)malloc(sizeof(double) * (size_t)samples), t[1] = (double *)malloc(sizeof(double) * (size_t)samples);
+  for (int i = 0; i < n; i++) {
+    float ms;
+    int which = (i / 2) % 2 ? 1 - i % 2 : i % 2;
+    CU(cuEventElapsedTime(&ms, ev[i], ev[i + 1]));
+    t[which][i / 2] = ms * 1e3 / batch[which];
+  }
+  for (int i = 0; i < samples; i++) ratio[i] = t[0][i] / t[1][i];
+  *us1 = median(t[0], samples), *us2 = median(t[1], samples);
+  double r = median(ratio, samples);
+  for (int i = 0; i <= n; i++) cuEventDestroy(ev[i]);
+  free(ev), free(t[0]), free(t[1]), free(ratio);
+  cuGraphExecDestroy(g[0]), cuGraphExecDestroy(g[1]);
+  return r;
+}
+
 typedef struct {
   tt_kernel *k;
   CUdeviceptr a, b, c, d;
@@ -405,14 +459,9 @@ typedef struct {
   blas_call blas; /* its pick: the vendor, chosen by pick_vendor */
   lt_plan plan;
   char key[64], check[160], vendor[24];
-  double ours_us[MAX_ROUNDS], blas_us[MAX_ROUNDS];
+  double ours_us[MAX_ROUNDS], blas_us[MAX_ROUNDS], ratio[MAX_ROUNDS]; /* ratio: ours/vendor of the round's pairs */
   int batch, timed;
 } slot;
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static int enqueue_ours(void *p, CUstream s) {
   ours_call *c = (ours_call *)p;
@@ -453,27 +502,30 @@ static void pick_vendor(slot *sl, CUstream stream, int samples) {
   else snprintf(sl->vendor, sizeof sl->vendor, "cublasLt #%d of %d", best_pick + 1, sl->plan.n);
 }
 
-/* Times one checked kernel ROUNDS times after an idle pause, ours and cuBLAS back to back each
- * round, in alternating order (ours first in odd rounds, cuBLAS first in even ones): a 4096^3 GEMM
- * pulls the clock down within a round, so a fixed order would always time the second one slower
- * (cuBLAS read 228.7 us against its record's 190.5 us timed second, H200, 2026-11-28). */
+/* Times one checked kernel ROUNDS times, each round after an idle pause of PAUSE_MS (the burst
+ * regime: a record is timed from a cool start, after its job's idle of 1 s), ours and the vendor
+ * sample by sample in one stretch (pair_ratio): the round's ratio is the median of its pairs'. The
+ * vendor's pick and a round before it heat the GPU: a pause before every round, not only the
+ * first, so that each starts where a burst record did (4096^3 rounds 2-4 after one pause read
+ * 196-218 us against round 1's 181-188; H200, 2026-11-28). */
 static void time_slot(slot *sl, CUstream stream, int samples, int rounds, double warm_ms, double pause_ms,
                       int no_blas) {
   if (!no_blas) pick_vendor(sl, stream, samples);
-  if (pause_ms > 0) {
-    struct timespec ts = {(time_t)(pause_ms / 1000), (long)(fmod(pause_ms, 1000.0) * 1e6)};
-    nanosleep(&ts, NULL);
-  }
   for (int r = 0; r < rounds; r++) {
+    if (pause_ms > 0) {
+      struct timespec ts = {(time_t)(pause_ms / 1000), (long)(fmod(pause_ms, 1000.0) * 1e6)};
+      nanosleep(&ts, NULL);
+    }
     int blas_batch = 0;
     gpu_state g = gpu_now(); /* before the replays: the state the measurement starts in */
-    double ours = 0, blas = 0;
-    if (r % 2 && !no_blas) blas = time_us(stream, samples, warm_ms, enqueue_blas, &sl->blas, &blas_batch);
-    ours = time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch);
-    if (r % 2 == 0 && !no_blas) blas = time_us(stream, samples, warm_ms, enqueue_blas, &sl->blas, &blas_batch);
-    if (ours > 0 && (no_blas || blas > 0)) sl->ours_us[sl->timed] = ours, sl->blas_us[sl->timed++] = blas;
-    printf("round %d %-30s kernel %9.2f us  vendor %9.2f us (%s)  SM %u MHz  memory %u MHz  P%u\n", r + 1, sl->key,
-           ours, blas, sl->vendor, g.sm_mhz, g.mem_mhz, g.pstate);
+    double ours = 0, blas = 0, ratio = -1;
+    if (no_blas) ours = time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch);
+    else ratio = pair_ratio(stream, samples, warm_ms, enqueue_ours, &sl->ours, enqueue_blas, &sl->blas, &ours, &blas, &sl->batch,
+                            &blas_batch);
+    if (ours > 0 && (no_blas || ratio > 0))
+      sl->ours_us[sl->timed] = ours, sl->blas_us[sl->timed] = blas, sl->ratio[sl->timed++] = ratio;
+    printf("round %d %-30s kernel %9.2f us  vendor %9.2f us (%s)  pairs %.4f  SM %u MHz  memory %u MHz  P%u\n", r + 1,
+           sl->key, ours, blas, sl->vendor, ratio, g.sm_mhz, g.mem_mhz, g.pstate);
   }
 }
 
@@ -571,7 +623,7 @@ int main(int argc, char **argv) {
     lt_ws = upload(NULL, LT_WORKSPACE);
   }
 
-  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, median of %d rounds, %g ms warm-up, %g ms pause\n",
+  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, %d rounds of sample pairs, %g ms warm-up, %g ms pause before each\n",
          gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms, pause_ms);
   slot *slots = (slot *)calloc((size_t)bundle.n, sizeof(slot));
   int checked = 0, failures = 0, within = 0, timed = 0;
@@ -664,15 +716,13 @@ int main(int argc, char **argv) {
   for (int i = 0; i < checked; i++) {
     slot *sl = &slots[i];
     const tt_entry *e = sl->entry;
-    /* Issue 39's bar: ours / vendor, each round's pair timed back to back, the geometric mean over
-     * rounds, against the record's ours / vendor (also timed side by side). Where the clock falls
-     * during a round (4096^3: ours 188, 210, 210 us in rounds 1-3) the second of a pair reads
-     * slow; the order alternates, so over an even number of rounds the mean of the log ratios
-     * cancels that drift, which the median of 3 did not (0.964, 1.069, 0.985). */
+    /* Issue 39's bar: ours / vendor, the geometric mean of the rounds' ratios (each the median of
+     * its pairs, timed sample by sample from a cool start), against the record's ours / vendor
+     * (a burst record and its vendor, each timed from a cool start). */
     double log_rel = 0;
     int nrel = 0;
     for (int r = 0; r < sl->timed; r++)
-      if (sl->blas_us[r] > 0 && sl->ours_us[r] > 0) log_rel += log(sl->ours_us[r] / sl->blas_us[r]), nrel++;
+      if (sl->ratio[r] > 0) log_rel += log(sl->ratio[r]), nrel++;
     double vs_rec = nrel && e->vendor_us > 0 ? exp(log_rel / nrel) / (e->time_us / e->vendor_us) : -1;
     ratio_within += vs_rec > 0 && fabs(vs_rec - 1.0) <= 0.03;
     ratio_timed += vs_rec > 0;
