@@ -8,7 +8,8 @@
   energy-check.py repeat A B LONG        records (JSON lines) of the same configs in two runs and at
                                          twice the K: energies within 5%? 2K reads 1.9-2.1x?
   energy-check.py configs RECORDS... N   "key<TAB>template<TAB>config" of the N fastest ok configs, the
-                                         workloads taken in turn
+                                         workloads taken in turn (ENERGY_REGIME_WORKLOADS: only those whose
+                                         key contains one of its words)
   energy-check.py regimes RECORDS... -- SELFTEST_JSON...
                                          each burst record against the cool-start selftest of its
                                          config, each sustained one against its 30-second hold
@@ -18,6 +19,10 @@
                                          the other regime; the picks of the time objective, the energy
                                          objective and --max-slowdown 3% (as the tracker's
                                          finalists.rs ranks), time and joules each, in both regimes
+  energy-check.py picks DIR NAME         the picks of the jobs themselves: DIR/NAME-REGIME-bench.json
+                                         (time) and NAME-REGIME-OBJ-bench.json (energy, edp, slow3) of
+                                         the same trials, time and joules each, and each pick's record
+                                         in the other regime (DIR/NAME-OTHER.jsonl)
 """
 import json
 import os
@@ -128,10 +133,10 @@ def repeat(a_path, b_path, long_path):
 def configs(paths, n):
     """The fastest ok configs of each workload, taken in turn until n: the fast ones reach the
     power cap, where the regimes differ."""
-    by_workload = {}
+    by_workload, only = {}, os.environ.get("ENERGY_REGIME_WORKLOADS", "").split()
     for p in paths:
         for r in load(p):
-            if r.get("status") == "ok":
+            if r.get("status") == "ok" and (not only or any(o in r["workload"] for o in only)):
                 by_workload.setdefault(r["workload"], {}).setdefault((r["template"], cfg(r)), r["median_us"])
     queues = [sorted(v.items(), key=lambda kv: kv[1]) for v in by_workload.values()]
     picked = []
@@ -249,6 +254,59 @@ def winners(burst_path, sustained_path):
     return rows
 
 
+def picks(out_dir, name):
+    """Per workload and regime, the pick of each objective's bench job (its best record) and the
+    same config's record in the other regime."""
+    objectives = ("time", "energy", "edp", "slow3")
+    short = lambda w: "/".join(w.split("/")[1:3]) + "/" + w.split("/")[3].split(",")[0]
+    rows = []
+    for regime, other in (("burst", "sustained"), ("sustained", "burst")):
+        try:
+            others = {(r["workload"], cfg(r)): r for r in load(os.path.join(out_dir, f"{name}-{other}.jsonl"))}
+        except OSError:
+            others = {}
+        best = {}
+        for o in objectives:
+            path = os.path.join(out_dir, f"{name}-{regime}-bench.json" if o == "time" else f"{name}-{regime}-{o}-bench.json")
+            try:
+                bench = json.load(open(path))
+            except (OSError, ValueError):
+                continue
+            for row in bench.get("rows", []):
+                for w in row.get("job", {}).get("workloads", []):
+                    if w.get("best"):
+                        best.setdefault(w["workload"], {})[o] = w["best"]
+        for w, by in best.items():
+            if "time" not in by:
+                continue
+            row = {"workload": w, "regime": regime}
+            for o, r in by.items():
+                c = json.dumps(r["config"], sort_keys=True, separators=(",", ":"))
+                twin = others.get((w, c))
+                row[o] = {"config": r["config"], "us": r["median_us"], "mj": r.get("energy_mj"),
+                          "other_us": twin and twin["median_us"], "other_mj": twin and twin.get("energy_mj"),
+                          "same_as_time": o == "time" or r["id"] == by["time"]["id"]}
+            rows.append(row)
+    cell = lambda p: "-" if not p else f"{p['us']:9.2f}/{p['mj'] or 0:8.2f}" + ("" if p["same_as_time"] else "*")
+    print(f"{name}: each job's pick, us/mJ (* another config than the time pick); in the other regime: the time pick's us")
+    print(f"{'workload':<26} {'regime':<9} {'time':>18} {'energy':>19} {'edp':>19} {'3% slower':>19} {'other':>9}")
+    for r in rows:
+        t = r["time"]
+        print(f"{short(r['workload']):<26} {r['regime']:<9} {cell(t):>18} {cell(r.get('energy')):>19} "
+              f"{cell(r.get('edp')):>19} {cell(r.get('slow3')):>19} {t['other_us'] or 0:9.2f}")
+    for regime in ("burst", "sustained"):
+        sel = [r for r in rows if r["regime"] == regime]
+        for o in objectives[1:]:
+            diff = [r for r in sel if o in r and not r[o]["same_as_time"]]
+            gain = [1 - r[o]["mj"] / r["time"]["mj"] for r in diff if r[o]["mj"] and r["time"]["mj"]]
+            cost = [r[o]["us"] / r["time"]["us"] - 1 for r in diff]
+            print(f"{name} {regime} {o}: another pick than time on {len(diff)} of {len(sel)} workloads"
+                  + (f" (energy {-100 * max(gain):+.1f}..{-100 * min(gain):+.1f}%, time {100 * min(cost):+.1f}..{100 * max(cost):+.1f}%)"
+                     if gain and cost else ""))
+    json.dump(rows, open(os.path.join(out_dir, f"{name}-picks.json"), "w"), indent=1)
+    return rows
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "counter":
@@ -267,8 +325,10 @@ def main():
             json.dump(rows, open(out, "w"), indent=1)
     elif cmd == "winners":
         json.dump(winners(args[0], args[1]), open(args[2], "w"), indent=1)
+    elif cmd == "picks":
+        picks(args[0], args[1])
     else:
-        sys.exit(f"unknown command {cmd!r}: counter, repeat, configs, regimes or winners")
+        sys.exit(f"unknown command {cmd!r}: counter, repeat, configs, regimes, winners or picks")
 
 
 if __name__ == "__main__":

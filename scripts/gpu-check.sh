@@ -24,8 +24,9 @@
 #     sanitize   compute-sanitizer memcheck, racecheck and synccheck on each TEMPLATE KEY CONFIG line of
 #                scripts/sanitize-cases.txt (SANITIZE_MATCH keeps the lines that contain it), each
 #                kernel alone in `tensortune selftest --config ... --no-baseline`
-#     export     bench of the default suite (database kept), `tensortune export`, examples/bundle/gemm_check.c run
-#                EXPORT_RUNS times: every element against cuBLAS, ours/vendor (worker's pick) against the record's
+#     export     bench of the default suite (database kept; EXPORT_DB: one tuned before), `tensortune export`,
+#                examples/bundle/gemm_check.c run EXPORT_RUNS times: every element against cuBLAS, ours/vendor
+#                (worker's pick, sample pairs from a cool start) against the record's
 #     energy     issue 39 (ENERGY_PARTS: counter repeat suites regimes objective): NVML's counter, energy repeat and
 #                2K, suites per regime, records against cool-start and held selftests, objective tunes (energy-check.py)
 #     sweep      scripts/sweep.sh SWEEP_SUITE (default suites/sweeps/union-v14.json): ground truth for
@@ -184,13 +185,11 @@ step_sanitize() {
 }
 
 step_export() {
-  local db run
-  timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" ${EXPORT_ARGS:-} --json "$LOGS/export-bench.json" \
+  local db=${EXPORT_DB:-} run
+  [ -n "$db" ] || timeout 1500 "$BIN/tensortune" bench --trials "${BENCH_TRIALS:-100}" ${EXPORT_ARGS:-} --json "$LOGS/export-bench.json" \
     >"$LOGS/export-bench.log" 2>&1
-  say "export: bench exit $?"
-  table "$LOGS/export-bench.log"
-  # bench names its database after --json and says which.
-  db=$(sed -n 's/^bench database: //p' "$LOGS/export-bench.log" | head -1)
+  # bench names its database after --json and says which; EXPORT_DB: a database tuned before, no bench.
+  [ -n "$db" ] || { say "export: bench exit $?"; table "$LOGS/export-bench.log"; db=$(sed -n 's/^bench database: //p' "$LOGS/export-bench.log" | head -1); }
   "$BIN/tensortune" --db "$db" export --suite suites/default.json -o "$LOGS/bundle" >"$LOGS/export.log" 2>&1
   say "export exit $?"
   tee -a "$SUMMARY" <"$LOGS/export.log"
@@ -213,12 +212,14 @@ step_export() {
 # (`energy-check.py winners`); regimes = ENERGY_REGIME_TRIALS (6) random configs of each
 # ENERGY_REGIME_SHAPES entry ("M N K DTYPE;") tuned burst and sustained, or with
 # ENERGY_REGIME_SHAPES=suites the suites part's records (ENERGY_SUITE_REGIMES: burst sustained),
-# the ENERGY_REGIME_CONFIGS (6) fastest then timed cool (idle ENERGY_COOL_S, 5 samples) and held
-# ENERGY_HOLD_S (30 s; 0: no hold) in `selftest`;
+# then the same bench per ENERGY_OBJECTIVES entry (energy edp slow3 = --max-slowdown 3%) on the
+# regime's database (the trials reused: the jobs' picks, `energy-check.py picks`);
+# the ENERGY_REGIME_CONFIGS (6) fastest then timed cool (idle ENERGY_COOL_S, 5 samples, --energy) and
+# held ENERGY_HOLD_S (30 s; 0: no hold) in `selftest` (ENERGY_REFS: which of "cool hold");
 # objective = tune --objective time|energy in both regimes.
 step_energy() {
   local parts=" ${ENERGY_PARTS:-counter repeat suites regimes objective} " shape=(${ENERGY_SHAPE:-4096 4096 4096})
-  local py=scripts/energy-check.py run k n=0 regime objective suite key cfg start name suite_records=()
+  local py=scripts/energy-check.py run k n=0 regime objective suite key cfg start name suite_records=() pick
   local job=(--tuner random --finalists 0 --energy --no-transfer)
   [[ $parts == *" counter "* ]] && python3 $py counter "$OUT/nvml-counter.json" 2>&1 | tee -a "$SUMMARY"
   if [[ $parts == *" repeat "* ]]; then
@@ -235,16 +236,24 @@ step_energy() {
     name=$(basename "$suite" .json); [[ $suite == */* ]] || suite=suites/$suite.json
     for regime in ${ENERGY_SUITE_REGIMES:-burst sustained}; do # the same configs in each: a winner has a record in the other
       start=$(date +%s.%N)
-      timeout 2400 "$BIN/tensortune" --db "$LOGS/$name-$regime.db" bench --suite "$suite" "${job[@]}" \
+      timeout "${ENERGY_BENCH_TIMEOUT:-2400}" "$BIN/tensortune" --db "$LOGS/$name-$regime.db" bench --suite "$suite" "${job[@]}" \
         --seed "${ENERGY_REGIME_SEED:-1}" --trials "${ENERGY_BENCH_TRIALS:-4}" --regime "$regime" \
         --json "$OUT/$name-$regime-bench.json" </dev/null >"$LOGS/$name-$regime-bench.log" 2>&1
       say "bench $name $regime exit $? in $(since "$start") s"
       table "$LOGS/$name-$regime-bench.log"
       "$BIN/tensortune" --db "$LOGS/$name-$regime.db" records export --ok-only -o "$OUT/$name-$regime.jsonl" </dev/null >/dev/null 2>&1
       suite_records+=("$OUT/$name-$regime.jsonl")
+      for objective in ${ENERGY_OBJECTIVES-energy edp slow3}; do # the same trials, reused: the jobs' picks
+        case $objective in slow3) pick=(--max-slowdown 3%) ;; *) pick=(--objective "$objective") ;; esac
+        timeout 600 "$BIN/tensortune" --db "$LOGS/$name-$regime.db" bench --suite "$suite" "${job[@]}" "${pick[@]}" \
+          --seed "${ENERGY_REGIME_SEED:-1}" --trials "${ENERGY_BENCH_TRIALS:-4}" --regime "$regime" \
+          --json "$OUT/$name-$regime-$objective-bench.json" </dev/null >"$LOGS/$name-$regime-$objective-bench.log" 2>&1
+        say "bench $name $regime $objective exit $?: $(grep -c ' 0 reused' "$LOGS/$name-$regime-$objective-bench.log") workloads measured afresh"
+      done
     done
     [ -s "$OUT/$name-burst.jsonl" ] && [ -s "$OUT/$name-sustained.jsonl" ] &&
       python3 $py winners "$OUT/$name-burst.jsonl" "$OUT/$name-sustained.jsonl" "$OUT/$name-winners.json" | tee -a "$SUMMARY"
+    python3 $py picks "$OUT" "$name" | tee -a "$SUMMARY"
   done
   if [[ $parts == *" regimes "* ]]; then
     local shapes="${ENERGY_REGIME_SHAPES:-4096 4096 4096 bf16;1024 1024 1024 f16}" records=()
@@ -263,9 +272,9 @@ step_energy() {
     n=0
     while IFS=$'\t' read -r key template cfg; do
       local one=(selftest --workload "$key" --template "$template" --config "$cfg" --no-baseline); n=$((n + 1))
-      sleep "${ENERGY_COOL_S:-5}"
-      "$BIN/tensortune" "${one[@]}" --samples 5 --json "$LOGS/cool-$n.json" </dev/null >"$LOGS/cool-$n.log" 2>&1
-      [ "${ENERGY_HOLD_S:-30}" = 0 ] || timeout 300 "$BIN/tensortune" "${one[@]}" --samples 10 --energy \
+      [[ " ${ENERGY_REFS:-cool hold} " == *" cool "* ]] && sleep "${ENERGY_COOL_S:-5}" && # --energy: as a burst record, idle after the reference
+        "$BIN/tensortune" "${one[@]}" --samples 5 --energy --json "$LOGS/cool-$n.json" </dev/null >"$LOGS/cool-$n.log" 2>&1
+      [ "${ENERGY_HOLD_S:-30}" = 0 ] || [[ " ${ENERGY_REFS:-cool hold} " != *" hold "* ]] || timeout 300 "$BIN/tensortune" "${one[@]}" --samples 10 --energy \
         --hold "${ENERGY_HOLD_S:-30}" --json "$LOGS/hold-$n.json" </dev/null >"$LOGS/hold-$n.log" 2>&1
       say "regime config $n: selftest cool and held exit $?"
     done < <(python3 $py configs "${records[@]}" "${ENERGY_REGIME_CONFIGS:-6}")
