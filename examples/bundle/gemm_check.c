@@ -14,12 +14,12 @@
  * turn) before each round are optional. Prints one row per kernel: its time, the time in
  * its record, the ratio, the vendor's time, ours/vendor (the median of a round's pair ratios, the
  * geometric mean over rounds) over the record's ours/vendor ("vs-rec") and the check. TT_NO_BLAS=1
- * leaves cuBLAS out of the process (nothing is checked; only the bundle's kernels are timed). TT_ONLY=S loads only the kernels whose name or
- * "MxNxK layout input" contains S. TT_KEEP=1 checks every kernel first and keeps every module and
- * buffer until all are timed: on an H200 that holds about 1.3 GB in 20 allocations for the default
- * suite's bundle, and every 2-6 us kernel, ours and cuBLAS's alike, then takes 0.15 us a launch
- * more (docs/BENCHMARKS.md). TT_EXTRA_MB=N allocates N MiB of device memory first, in
- * TT_EXTRA_PIECES allocations.
+ * leaves cuBLAS out of the process (nothing is checked; only the bundle's kernels are timed).
+ * TT_ONLY=S loads only the kernels whose name or "MxNxK layout input" contains S. TT_KEEP=1 checks
+ * every kernel first and keeps every module and buffer until all are timed: on an H200 that holds
+ * about 1.3 GB in 20 allocations for the default suite's bundle, and every 2-6 us kernel, ours and
+ * cuBLAS's alike, then takes 0.15 us a launch more (docs/BENCHMARKS.md). TT_EXTRA_MB=N allocates N
+ * MiB of device memory first, in TT_EXTRA_PIECES allocations.
  *
  *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lcublasLt -ldl
  *   ./gemm_check BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS [PAUSE_MS]]]]
@@ -520,8 +520,8 @@ static void time_slot(slot *sl, CUstream stream, int samples, int rounds, double
     gpu_state g = gpu_now(); /* before the replays: the state the measurement starts in */
     double ours = 0, blas = 0, ratio = -1;
     if (no_blas) ours = time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch);
-    else ratio = pair_ratio(stream, samples, warm_ms, enqueue_ours, &sl->ours, enqueue_blas, &sl->blas, &ours, &blas, &sl->batch,
-                            &blas_batch);
+    else ratio = pair_ratio(stream, samples, warm_ms, enqueue_ours, &sl->ours, enqueue_blas, &sl->blas, &ours, &blas,
+                            &sl->batch, &blas_batch);
     if (ours > 0 && (no_blas || ratio > 0))
       sl->ours_us[sl->timed] = ours, sl->blas_us[sl->timed] = blas, sl->ratio[sl->timed++] = ratio;
     printf("round %d %-30s kernel %9.2f us  vendor %9.2f us (%s)  pairs %.4f  SM %u MHz  memory %u MHz  P%u\n", r + 1,
@@ -623,7 +623,8 @@ int main(int argc, char **argv) {
     lt_ws = upload(NULL, LT_WORKSPACE);
   }
 
-  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, %d rounds of sample pairs, %g ms warm-up, %g ms pause before each\n",
+  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, %d rounds of sample pairs, %g ms "
+         "warm-up, %g ms pause before each\n",
          gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms, pause_ms);
   slot *slots = (slot *)calloc((size_t)bundle.n, sizeof(slot));
   int checked = 0, failures = 0, within = 0, timed = 0;
