@@ -233,7 +233,7 @@ impl CudaExecutor {
         let state =
             WorkloadState::new(&self.ctx, &self.stream, &req.workload, &req.support_cubin).map_err(|f| self.fail(f))?;
         tracing::debug!(workload = %req.workload_key, mib = state.bytes() >> 20, "workload resident");
-        // Its float64 reference just ran, seconds for a large workload: see `timing::Extra`.
+        // Its float64 reference just ran, a naive GEMM over the whole problem: see `timing::Extra`.
         self.timer.hot = true;
         self.workloads.push_back(state);
         Ok(self.workloads.len() - 1)

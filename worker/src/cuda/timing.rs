@@ -30,8 +30,8 @@
 //!   is that per-launch time over the window, which spans whole hunts of the power cap's clock;
 //!   the samples (milliseconds) see one phase of a hunt. In the burst regime the GPU then idles
 //!   for [`BURST_COOL_MS`], so that the next measurement starts cool, as a burst means; and it
-//!   idles as long before the first timing after a workload's float64 reference (seconds of
-//!   load), which has no energy phase to be followed by.
+//!   idles as long before the first timing after a workload's float64 reference (a naive GEMM
+//!   over the whole problem), which has no energy phase to be followed by.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -224,11 +224,12 @@ where
 }
 
 /// Whether a timing idles before its warm-up: a burst measurement (no settling, no hold) that
-/// reads energy, right after the GPU ran something long. The float64 reference of a large
-/// workload runs for seconds before the first config's check; without the idle, that config's
-/// samples (and the vendor's, timed in the same request) ran on a GPU it had heated: a cool-start
-/// reference of f16 4096x14336x4096, its samples right after the reference, read 3.9% slower than
-/// the record of the same config, timed in a job after an idle (H200, 2026-11-28).
+/// reads energy, right after the GPU ran something long. The float64 reference (a naive GEMM over
+/// the whole problem) runs just before the first config's check; without the idle, that config's
+/// samples (and the vendor's, timed in the same request) start on a GPU it has just loaded. Cool-
+/// start samples of f16 4096x14336x4096 in fresh processes read 1078 and 1086 us with the idle,
+/// 1091 and 1090 us without (H200, 2026-11-28): 0.3-1.1%. (Prompted by such samples reading 3.9%
+/// slower than a job's record of the same config, which this does not account for.)
 fn cools_first(extra: &Extra<'_>) -> bool {
     extra.cool_first && extra.settle.is_none() && extra.hold_ms <= 0.0 && extra.energy_ms > 0.0
 }
