@@ -14,6 +14,19 @@ use crate::Error;
 /// The result is the same either way: forust builds each column's histogram alone, in row order.
 const PARALLEL_ROWS: usize = 10_000;
 
+/// The most threads a parallel fit runs on. A fit's parallel steps are one histogram per feature
+/// column (a few dozen), each small, so its threads meet at a join many times a tree. On rayon's
+/// global pool (one thread per core) the preparation of a ResNet-50 job's 27 tuners, their prior
+/// fits, took 29.6 s on a 4-GPU host's 64 cores against 2.8 s on 16 (nvidia-h200-x4, 2026-11-28,
+/// `taskset` 0-63 vs 0-15); that the pool's width is the cause is inferred, not yet measured.
+/// Eight is a guess from the width of those steps, not fitted to the timings.
+const MAX_FIT_THREADS: usize = 8;
+
+/// Threads of a parallel fit: the cores, at most [`MAX_FIT_THREADS`].
+fn fit_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_FIT_THREADS)
+}
+
 /// Boosting rounds, step and depth: small trees on hundreds of rows, refitted every batch.
 const ROUNDS: usize = 80;
 const LEARNING_RATE: f32 = 0.15;
@@ -59,6 +72,7 @@ impl CostModel {
             .set_max_depth(MAX_DEPTH)
             .set_min_leaf_weight(1.0)
             .set_parallel(rows.len() >= PARALLEL_ROWS)
+            .set_num_threads(Some(fit_threads()))
             .set_seed(seed);
         booster.fit(&data, y, weights, None).map_err(|e| Error::Model(e.to_string()))?;
         Ok(CostModel { booster, width })
