@@ -119,7 +119,19 @@ impl Tracker {
             Err(refused) => return Ok(Err(refused)),
         };
         let expires = self.lease_deadline(now);
-        let ids = store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
+        let mut ids =
+            store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
+        // Finalist tasks spread over the class's workers (crate::finalists::FINALISTS_HELD).
+        let back = crate::finalists::finalists_over_share(w, worker, &row.device_class, &ids).await?;
+        if !back.is_empty() {
+            store::tasks::unlease(w.conn(), &back, now).await?;
+            ids.retain(|t| !back.contains(t));
+            // They wake other workers' waiting leases, but only from a lease that is answered:
+            // one answered empty waits for the next event instead of waking itself again.
+            if !ids.is_empty() {
+                w.tasks_ready(back.len() as u64);
+            }
+        }
         if ids.is_empty() {
             return Ok(Ok(Vec::new()));
         }
