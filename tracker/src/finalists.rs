@@ -18,7 +18,7 @@ use tensortune_kernels::energy::{self, Objective};
 
 use crate::dispatch::Producer;
 use crate::error::{Error, Result};
-use crate::model::{Finalist, Measurement, RecordId, Status, TaskId, TaskState, WorkerId, WorkloadState};
+use crate::model::{Finalist, Measurement, RecordId, Status, TaskState, WorkerId, WorkloadState};
 use crate::store::jobs::JobRow;
 use crate::store::records::{NewRecord, Remeasure};
 use crate::store::tasks::TaskRow;
@@ -146,33 +146,6 @@ pub(crate) const CANDIDATE_TRIALS: u32 = 4096;
 /// A finalist re-measured on another worker this many times slower than its tuning record did
 /// not reproduce: the record is distrusted. Honest re-measurements differ by a few percent.
 const CONFIRM_MARGIN: f64 = 1.5;
-
-/// The most finalist tasks a worker holds at once while another online worker of its class could
-/// take the rest. A finalist task is a second or so of one GPU (interleaved rounds of a few
-/// configs, each beside the vendor's), and a budgeted job's workloads end together when its budget
-/// is spent: one lease of a worker with a wide compile pool took 12 of ResNet-50's 27 and measured
-/// them one after another for 15 s while three GPUs idled (nvidia-h200-x4, 2026-11-28,
-/// docs/data/gpu-2026-11-28-x4). Two keeps the next one ready while one measures.
-pub(crate) const FINALISTS_HELD: usize = 2;
-
-/// Of `leased`, the tasks just leased to `worker` in this write, those beyond [`FINALISTS_HELD`]
-/// finalist tasks held: with another online worker in `class` they go back to the queue (the
-/// caller answers the rest), so that finalists of different workloads spread over the GPUs.
-pub(crate) async fn finalists_over_share(
-    w: &mut Write<'_>,
-    worker: WorkerId,
-    class: &str,
-    leased: &[TaskId],
-) -> Result<Vec<TaskId>> {
-    let held = store::tasks::leased_finalists(w.conn(), worker).await?;
-    if held.len() <= FINALISTS_HELD || store::workers::online_in_class(w.conn(), class).await? < 2 {
-        return Ok(Vec::new());
-    }
-    // Those held before this lease stay (the worker has them); of the new ones, the oldest first.
-    let (new, before): (Vec<TaskId>, Vec<TaskId>) = held.into_iter().partition(|t| leased.contains(t));
-    let keep = FINALISTS_HELD.saturating_sub(before.len());
-    Ok(new.into_iter().skip(keep).collect())
-}
 
 impl Tracker {
     /// Called when workload `wl`'s tuning ended in `end`: if the job asks for finalists and the
