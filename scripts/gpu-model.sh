@@ -7,6 +7,7 @@
 #   smoke     ResNet-50 N=1 against torch.compile in COMPILE_MODE (default: default), quickly
 #   r50-1     ResNet-50 N=32 tuned from nothing on GPU 0 (its cores only: CORES_1), timed
 #   r50-all   the same job on every GPU (cuda:all), timed with torch.compile in the same rounds
+#   r50-n1    ResNet-50 N=1 tuned from nothing on GPU 0 (N1_TRIALS), against eager
 #   r50-prof  r50-1 with every graph profiled (eager, torch.compile in COMPILE_MODE, tuned and each
 #             --variant in VARIANTS), the outputs against the float32 model, the bundle kept
 #   r50-reuse ResNet-50 N=32 from the tuned workdir in R50_REUSE (a kept bundle; no tuning), profiled
@@ -70,6 +71,8 @@ run_step() {
     bert-reuse) mkdir -p "$work/bert-reuse/run" && cp -r "$BERT_REUSE"/. "$work/bert-reuse/run/" &&
       step bert-reuse "${BERT_SECS:-240}" python3 "$G/examples/bert.py" --batch 8 --skip-tune --profile --reference \
       ${BERT_VARIANTS:-} ${BERT_FLAGS:-} --workdir "$work/bert-reuse/run" ;;
+    r50-n1) step r50-n1 "${R50_N1_SECS:-240}" python3 "$G/examples/resnet50.py" --batch 1 --total-trials "${N1_TRIALS:-300}" \
+      --trials "$PER_WORKLOAD" --device cuda:0 --workdir "$work/r50-n1/run" ;;
     r50-all) step r50-all "${R50_ALL_SECS:-300}" python3 "${r50[@]}" --device cuda:all --compare-compile \
       --workdir "$work/r50-all/run" ;;
     *) echo "unknown step $1" >&2 ;;
@@ -85,6 +88,11 @@ for group in ${STEPS:-pytest bert}; do
   done
   wait "${pids[@]}"
 done
+# Where each tuning job's wall went (per GPU worker, trials and finalists), from its database.
+for s in r50-1 r50-all r50-n1 r50-prof; do
+  [ -f "$work/$s/run/tune.db" ] && { echo "=== $s"; python3 "$G/scripts/model-timeline.py" "$work/$s/run/tune.db"; } \
+    >> "$OUT/timelines.txt" 2>&1
+done
 for s in r50-prof r50-1 bert; do
   [ -d "$work/$s/run/bundle" ] && tar czf "$OUT/$s-workdir.tar.gz" -C "$work/$s/run" --exclude='*.db*' --exclude='*.cu' .
 done
@@ -94,4 +102,4 @@ for f in "$OUT"/*.log; do
   echo "=== $f"
   grep -E -A12 "interleaved, median|one eager forward|one replay of|torch.compile: first|against the float32|^model |trials in|passed|failed|Error|error:" "$f" | head -150
 done
-cat "$OUT/gpu.txt"
+cat "$OUT/gpu.txt" "$OUT/timelines.txt" 2>/dev/null

@@ -119,7 +119,19 @@ impl Tracker {
             Err(refused) => return Ok(Err(refused)),
         };
         let expires = self.lease_deadline(now);
-        let ids = store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
+        let mut ids =
+            store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
+        // Finalist tasks spread over the class's workers ([`FINALISTS_HELD`]).
+        let back = finalists_over_share(w, worker, &row.device_class, &ids).await?;
+        if !back.is_empty() {
+            store::tasks::unlease(w.conn(), &back, now).await?;
+            ids.retain(|t| !back.contains(t));
+            // They wake other workers' waiting leases, but only from a lease that is answered:
+            // one answered empty waits for the next event instead of waking itself again.
+            if !ids.is_empty() {
+                w.tasks_ready(back.len() as u64);
+            }
+        }
         if ids.is_empty() {
             return Ok(Ok(Vec::new()));
         }
@@ -640,4 +652,31 @@ fn check_fits(task: &TaskRow, reported: &Reported) -> Result<()> {
         )),
         (TaskKind::Finalist, Reported::Finalists(_)) => Ok(()),
     }
+}
+
+/// The most finalist tasks a worker holds at once while another online worker of its class could
+/// take the rest. A finalist task is a second or so of one GPU (interleaved rounds of a few
+/// configs, each beside the vendor's), and a budgeted job's workloads end together when its budget
+/// is spent: one lease of a worker with a wide compile pool took 12 of ResNet-50's 27 and measured
+/// them one after another for 15 s while three GPUs idled (nvidia-h200-x4, 2026-11-28,
+/// docs/data/gpu-2026-11-28-x4). Two keeps the next one ready while one measures.
+const FINALISTS_HELD: usize = 2;
+
+/// Of `leased`, the tasks just leased to `worker` in this write, those beyond [`FINALISTS_HELD`]
+/// finalist tasks held: with another online worker in `class` they go back to the queue (the
+/// caller answers the rest), so that finalists of different workloads spread over the GPUs.
+async fn finalists_over_share(
+    w: &mut Write<'_>,
+    worker: WorkerId,
+    class: &str,
+    leased: &[TaskId],
+) -> Result<Vec<TaskId>> {
+    let held = store::tasks::leased_finalists(w.conn(), worker).await?;
+    if held.len() <= FINALISTS_HELD || store::workers::online_in_class(w.conn(), class).await? < 2 {
+        return Ok(Vec::new());
+    }
+    // Those held before this lease stay (the worker has them); of the new ones, the oldest first.
+    let (new, before): (Vec<TaskId>, Vec<TaskId>) = held.into_iter().partition(|t| leased.contains(t));
+    let keep = FINALISTS_HELD.saturating_sub(before.len());
+    Ok(new.into_iter().skip(keep).collect())
 }

@@ -369,6 +369,32 @@ pub(crate) async fn held(e: impl Into<Exec<'_>>, worker: WorkerId, ids: &[TaskId
     .await)?)
 }
 
+/// The finalist tasks leased to `worker` now.
+pub(crate) async fn leased_finalists(e: impl Into<Exec<'_>>, worker: WorkerId) -> Result<Vec<TaskId>> {
+    Ok(on!(e, |c, pg| sqlx::query_scalar(
+        "SELECT id FROM tasks WHERE state = 'leased' AND worker_id = $1 AND kind = 'finalist' ORDER BY id"
+    )
+    .bind(worker)
+    .fetch_all(c)
+    .await)?)
+}
+
+/// Undoes the lease of tasks `ids` made in the same write: pending again, the attempt it counted
+/// taken back (a lease withdrawn before its holder heard of it was no attempt).
+pub(crate) async fn unlease(e: impl Into<Exec<'_>>, ids: &[TaskId], now: i64) -> Result<()> {
+    on!(e, |c, pg| sqlx::query(sql(
+        pg,
+        "UPDATE tasks SET state = 'pending', lease_expires_ms = NULL, attempts = attempts - 1, updated_ms = $2
+         WHERE state = 'leased' AND id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))",
+    ))
+    .bind(json(ids))
+    .bind(now)
+    .execute(c)
+    .await
+    .map(|r| r.rows_affected()))?;
+    Ok(())
+}
+
 /// Gives every leased task a lease ending at `expires_ms` (at start: the holders may have survived
 /// the tracker). Returns how many.
 pub(crate) async fn renew_all(e: impl Into<Exec<'_>>, expires_ms: i64) -> Result<u64> {

@@ -346,3 +346,44 @@ async fn flush_l2_flows_from_the_submission_to_every_task() {
     assert_eq!((finalist.rounds, finalist.finalist_configs.len()), (5, 2), "2 ok trials: 2 finalists");
     tracker.stop().await;
 }
+
+#[tokio::test]
+async fn finalist_tasks_spread_over_the_online_workers_of_the_class() {
+    let dir = tempfile::tempdir().unwrap();
+    let tracker = TestTracker::start(config(&dir)).await;
+    let mut tuning = tracker.tuning().await;
+    let mut tuner = FakeWorker::register(&tracker, "box/0").await;
+    let mut first = FakeWorker::register(&tracker, "box/1").await;
+    let mut second = FakeWorker::register(&tracker, "box/2").await;
+    // Three workloads end their tuning on `tuner`, which then may take none of their finalists
+    // (another online worker confirms a winner); all three are pending at once.
+    let req = job_with_finalists(vec![matmul(64, 64, 64), matmul(128, 64, 64), matmul(64, 128, 64)], 3, 3, Some(2));
+    let id = submit(&mut tuning, req).await;
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while get_job(&mut tuning, id).await.workloads.iter().any(|w| w.state != "finalizing") {
+        assert!(std::time::Instant::now() < deadline, "the workloads did not all reach their finalists");
+        for task in tuner.lease(16, 100).await {
+            assert!(!is_finalist(&task));
+            assert!(tuner.report(&task, measure(&task)).await.unwrap().stored);
+        }
+    }
+
+    // One wide lease takes two of them (FINALISTS_HELD), not all three: the third waits for the
+    // other worker, and more of them for the first only once it reported one.
+    let mine = first.lease(16, 0).await;
+    assert_eq!((mine.len(), mine.iter().all(is_finalist)), (2, true), "{mine:?}");
+    let theirs = second.lease(16, 0).await;
+    assert_eq!((theirs.len(), theirs.iter().all(is_finalist)), (1, true), "{theirs:?}");
+    assert!(first.lease(16, 0).await.is_empty() && second.lease(16, 0).await.is_empty());
+
+    // Nothing lost: each is reported once, by its holder, and decides its workload.
+    for (worker, tasks) in [(&mut first, mine), (&mut second, theirs)] {
+        for task in tasks {
+            assert!(worker.report_finalists(&task, measure_finalists(&task, measure)).await.unwrap().stored);
+        }
+    }
+    let job = get_job(&mut tuning, id).await;
+    assert_eq!(job.state, pb::JobState::Done as i32, "{}", job.error);
+    assert!(job.workloads.iter().all(|w| w.state == "done" && w.finalists.len() == 2), "{:?}", job.workloads);
+    tracker.stop().await;
+}
