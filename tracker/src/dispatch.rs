@@ -671,6 +671,10 @@ async fn finalists_over_share(
     class: &str,
     leased: &[TaskId],
 ) -> Result<Vec<TaskId>> {
+    if leased.is_empty() {
+        // Nothing new (an idle worker's lease): no statement.
+        return Ok(Vec::new());
+    }
     let held = store::tasks::leased_finalists(w.conn(), worker).await?;
     if held.len() <= FINALISTS_HELD || store::workers::online_in_class(w.conn(), class).await? < 2 {
         return Ok(Vec::new());
