@@ -211,6 +211,15 @@ pub fn capped(y: &[f64], cap: usize) -> Vec<usize> {
 /// a sixteenth of the 64 measurements it was worth.)
 const MIN_PRIOR_SIMILARITY: f64 = 1.0 / 16.0;
 
+/// Picks of a first batch with a prior that follow the prior's model for each one that follows
+/// the analytic model (whose estimates were never calibrated across the templates of a union:
+/// on the union-v14 matmuls half of a first batch went to `wmma_gemm` configs 4-5x slower than the
+/// best). Chosen on the training split of the union-v14 replay (docs/BENCHMARKS.md, "Search"),
+/// 20 seeds: 1 (turn about) gave median trials to 2% of 11 (matmul) and 14 (conv); 2 gave 10 and
+/// 11; 3 gave 9 and 10 but the dilated conv 97 trials to 2% (85 with 2); the prior alone 6 and 6,
+/// but the dilated conv not within 2% by 300 trials and m2560n768k3072 twice as slow.
+const PRIOR_TURNS: usize = 2;
+
 /// A search strategy.
 pub trait Tuner: Send {
     /// Its name (`random`, `grid`, `model`).
@@ -382,12 +391,19 @@ impl ModelGuided {
             let Some(prior) = prior else { return analytic() };
             // Before this workload has data of its own, nothing says whether the prior (other
             // shapes) or the analytic model (this shape, crudely) ranks it better: take turns
-            // between them, scoring each config by its better rank of the two (in the prior's
-            // units, which the diversity penalty is scaled to).
+            // between them, [`PRIOR_TURNS`] of the prior's picks to one of the analytic model's,
+            // scoring each config by its better rank of the two (the analytic rank r counting as
+            // the prior's rank `PRIOR_TURNS * r`; in the prior's units, which the diversity
+            // penalty is scaled to).
             let learned: Vec<f64> = positions.iter().map(|p| prior[*p]).collect();
             let mut sorted = learned.clone();
             sorted.sort_by(f64::total_cmp);
-            return ranks(&analytic()).iter().zip(&learned).map(|(rank, own)| own.min(sorted[*rank])).collect();
+            let last = sorted.len() - 1;
+            return ranks(&analytic())
+                .iter()
+                .zip(&learned)
+                .map(|(rank, own)| own.min(sorted[(rank * PRIOR_TURNS).min(last)]))
+                .collect();
         }
         let times: Vec<Option<f64>> = observed.iter().map(|o| o.time_us).collect();
         // Beside the prior's column, this workload's targets are in the prior's units.
