@@ -1079,6 +1079,20 @@ mod tests {
     }
 
     #[test]
+    fn exploration_tries_the_knob_values_tried_least() {
+        let cands = space();
+        // Every config whose knobs are all below 4 tried: the exploration picks take each knob's
+        // untried values first, one new value of every knob a pick (ties to the earlier).
+        let tried: Vec<usize> = (0..cands.len()).filter(|p| cands[*p].knobs.iter().all(|v| *v < 4)).collect();
+        let from: Vec<usize> = (0..cands.len()).filter(|p| !tried.contains(p)).collect();
+        let picks = least_tried(&cands, &tried, from, 4);
+        let knobs: Vec<&[usize]> = picks.iter().map(|p| cands[*p].knobs.as_slice()).collect();
+        assert_eq!(knobs, [[4, 4, 4], [5, 5, 5], [6, 6, 6], [7, 7, 7]]);
+        // Asked for more than there are: all of them, the rarer first.
+        assert_eq!(least_tried(&cands, &tried, vec![4, 511], 5), vec![511, 4]);
+    }
+
+    #[test]
     fn exhausts_the_space_without_repeats() {
         let (observed, _) = run(by_name("model", 9, None).unwrap().as_mut(), 512);
         let distinct: HashSet<usize> = observed.iter().map(|o| o.pos).collect();
