@@ -5,7 +5,7 @@ use tensortune_search::replay::{Dataset, summarise};
 const USAGE: &str = "usage: replay FILE [seeds=20] [budget=1000] [batch=16] [tuners=random,model,transfer] [filter]
   FILE: records (.jsonl or .jsonl.gz, e.g. search/testdata/*.jsonl.gz); each workload in turn is tuned
   with every other workload of the file as the prior of `transfer` (the model with that prior);
-  filter keeps the workloads whose key contains it. Prints trials to within 5% and 2% of the best.";
+  filter keeps the workloads whose key contains it (`a|b`: either; `!a|b`: neither). Prints trials to within 5% and 2% of the best.";
 
 fn main() -> anyhow::Result<()> {
     let a: Vec<String> = std::env::args().collect();
@@ -19,7 +19,7 @@ fn main() -> anyhow::Result<()> {
     let tuners = a.get(5).cloned().unwrap_or("random,model,transfer".into());
     let filter = a.get(6).cloned().unwrap_or_default();
     let data = Dataset::load(std::path::Path::new(&a[1]))?;
-    for w in data.workloads.iter().filter(|w| w.key.contains(&filter)) {
+    for w in data.workloads.iter().filter(|w| keeps(&filter, &w.key)) {
         let prior = Arc::new(data.prior_for(w));
         for t in tuners.split(',') {
             let (name, p) = if t == "transfer" { ("model", Some(prior.clone())) } else { (t, None) };
@@ -31,4 +31,12 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `filter` keeps the workload `key`: `a|b` keeps keys holding either, `!a|b` keys holding neither.
+fn keeps(filter: &str, key: &str) -> bool {
+    match filter.strip_prefix('!') {
+        Some(rest) => !rest.split('|').any(|f| !f.is_empty() && key.contains(f)),
+        None => filter.split('|').any(|f| key.contains(f)),
+    }
 }

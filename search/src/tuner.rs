@@ -7,8 +7,8 @@
 //! - `model`: gradient-boosted trees over config + workload features, refitted on every batch from
 //!   this workload's outcomes plus, when given, other workloads' records (transfer). Before it has
 //!   data it ranks by the template's analytic model. Each batch takes the best predictions with a
-//!   diversity penalty for near-duplicates (configs one knob apart) and an exploration share drawn
-//!   at random. When the candidate list is too large to score whole, an evolutionary search over
+//!   diversity penalty for near-duplicates (configs one knob apart) and an exploration share of
+//!   the configs whose knob values it has tried least (`least_tried`). When the candidate list is too large to score whole, an evolutionary search over
 //!   knob mutations (guided by the same model) picks the pool the batch is drawn from.
 
 use std::collections::HashSet;
@@ -211,6 +211,15 @@ pub fn capped(y: &[f64], cap: usize) -> Vec<usize> {
 /// a sixteenth of the 64 measurements it was worth.)
 const MIN_PRIOR_SIMILARITY: f64 = 1.0 / 16.0;
 
+/// Picks of a first batch with a prior that follow the prior's model for each one that follows
+/// the analytic model (whose estimates were never calibrated across the templates of a union:
+/// on the union-v14 matmuls half of a first batch went to `wmma_gemm` configs 4-5x slower than the
+/// best). Chosen on the training split of the union-v14 replay (docs/BENCHMARKS.md, "Search"),
+/// 20 seeds: 1 (turn about) gave median trials to 2% of 11 (matmul) and 14 (conv); 2 gave 10 and
+/// 11; 3 gave 9 and 10 but the dilated conv 97 trials to 2% (85 with 2); the prior alone 6 and 6,
+/// but the dilated conv not within 2% by 300 trials and m2560n768k3072 twice as slow.
+const PRIOR_TURNS: usize = 2;
+
 /// A search strategy.
 pub trait Tuner: Send {
     /// Its name (`random`, `grid`, `model`).
@@ -311,7 +320,12 @@ impl Tuner for Grid {
 pub struct ModelGuided {
     seed: u64,
     prior: Option<Arc<Prior>>,
-    /// Share of every batch drawn at random from the unmeasured configs.
+    /// Share of every batch (once this workload's data trains the model) given to the unmeasured
+    /// configs whose knob values have been tried least (`least_tried`). 20% (3 of 16), with
+    /// those picks, was chosen on the training split of the union-v14 replay (docs/BENCHMARKS.md,
+    /// "Search"): 10% drawn at random left the dilated conv 301 trials from 2%; 10% least-tried
+    /// 103; 20% 84; 30% see there. An exploration share in the first batch too (25%) cost a 1x1
+    /// conv 14 -> 38 trials to 2% and was left out.
     pub exploration: f64,
     /// Outcomes of this workload needed before its own data trains the model (with a prior, the
     /// prior trains it from the start).
@@ -328,12 +342,12 @@ impl ModelGuided {
         chance_of_better(candidates, observed, self.prior.as_deref(), self.seed)
     }
 
-    /// A tuner with the default exploration (10%) and warm-up (8 outcomes).
+    /// A tuner with the default exploration (20%) and warm-up (8 outcomes).
     pub fn new(seed: u64, prior: Option<Arc<Prior>>) -> ModelGuided {
         ModelGuided {
             seed,
             prior: prior.filter(|p| !p.is_empty()),
-            exploration: 0.1,
+            exploration: 0.2,
             min_observations: 8,
             score_limit: 20_000,
             prior_scores: std::cell::OnceCell::new(),
@@ -377,12 +391,19 @@ impl ModelGuided {
             let Some(prior) = prior else { return analytic() };
             // Before this workload has data of its own, nothing says whether the prior (other
             // shapes) or the analytic model (this shape, crudely) ranks it better: take turns
-            // between them, scoring each config by its better rank of the two (in the prior's
-            // units, which the diversity penalty is scaled to).
+            // between them, [`PRIOR_TURNS`] of the prior's picks to one of the analytic model's,
+            // scoring each config by its better rank of the two (the analytic rank r counting as
+            // the prior's rank `PRIOR_TURNS * r`; in the prior's units, which the diversity
+            // penalty is scaled to).
             let learned: Vec<f64> = positions.iter().map(|p| prior[*p]).collect();
             let mut sorted = learned.clone();
             sorted.sort_by(f64::total_cmp);
-            return ranks(&analytic()).iter().zip(&learned).map(|(rank, own)| own.min(sorted[*rank])).collect();
+            let last = sorted.len() - 1;
+            return ranks(&analytic())
+                .iter()
+                .zip(&learned)
+                .map(|(rank, own)| own.min(sorted[(rank * PRIOR_TURNS).min(last)]))
+                .collect();
         }
         let times: Vec<Option<f64>> = observed.iter().map(|o| o.time_us).collect();
         // Beside the prior's column, this workload's targets are in the prior's units.
@@ -599,6 +620,45 @@ impl Quota {
     }
 }
 
+/// Up to `n` of `from` (candidate positions, in the order ties go to), one at a time, each the
+/// config whose knob values have been tried least so far: the sum over its knobs of 1 / (1 +
+/// configs of `tried`, or picked before it, with that knob at that value, in that template).
+/// A random share of a batch lands where the configs are (a uniform sample of a space where one
+/// tile is 1% of it rarely tries that tile); this one tries every value of every knob early,
+/// so the model sees a rare knob value before it rules it out.
+fn least_tried(candidates: &[Candidate], tried: &[usize], mut from: Vec<usize>, n: usize) -> Vec<usize> {
+    let key = |p: usize, k: usize| (candidates[p].group, k, candidates[p].knobs[k]);
+    let mut counts: std::collections::HashMap<(usize, usize, usize), usize> = std::collections::HashMap::new();
+    let count = |counts: &mut std::collections::HashMap<_, usize>, p: usize| {
+        for k in 0..candidates[p].knobs.len() {
+            *counts.entry(key(p, k)).or_default() += 1;
+        }
+    };
+    for &p in tried {
+        count(&mut counts, p);
+    }
+    let mut out = Vec::with_capacity(n.min(from.len()));
+    while out.len() < n && !from.is_empty() {
+        let rarity = |p: usize| -> f64 {
+            (0..candidates[p].knobs.len())
+                .map(|k| 1.0 / (1.0 + counts.get(&key(p, k)).copied().unwrap_or(0) as f64))
+                .sum()
+        };
+        let mut at = 0;
+        let mut most = f64::NEG_INFINITY;
+        for (i, p) in from.iter().enumerate() {
+            let r = rarity(*p);
+            if r > most {
+                (at, most) = (i, r);
+            }
+        }
+        let p = from.remove(at);
+        count(&mut counts, p);
+        out.push(p);
+    }
+    out
+}
+
 /// Knob positions differing in at most one knob.
 fn neighbours(a: &[usize], b: &[usize]) -> bool {
     a.iter().zip(b).filter(|(x, y)| x != y).count() <= 1
@@ -689,8 +749,13 @@ impl Tuner for ModelGuided {
                 }
             }
         }
-        let rest: Vec<usize> = (0..pool.len()).filter(|i| !taken.contains(i)).collect();
-        chosen.extend(rest.sample(&mut rng, n - chosen.len()).map(|i| pool[*i]));
+        // The exploration share: configs whose knob values the search has tried least.
+        let mut rest: Vec<usize> = (0..pool.len()).filter(|i| !taken.contains(i)).map(|i| pool[i]).collect();
+        rest.shuffle(&mut rng);
+        let tried: Vec<usize> =
+            observed.iter().map(|o| o.pos).chain(pending.iter().copied()).chain(chosen.iter().copied()).collect();
+        let picks = n - chosen.len();
+        chosen.extend(least_tried(candidates, &tried, rest, picks));
         chosen
     }
 }
@@ -1011,6 +1076,20 @@ mod tests {
         assert_eq!(picked.len(), workloads * cap);
         let far = at((workloads + 2) as f64);
         assert!(picked.iter().all(|i| prior.sources[*i] != far), "a far workload trained the model");
+    }
+
+    #[test]
+    fn exploration_tries_the_knob_values_tried_least() {
+        let cands = space();
+        // Every config whose knobs are all below 4 tried: the exploration picks take each knob's
+        // untried values first, one new value of every knob a pick (ties to the earlier).
+        let tried: Vec<usize> = (0..cands.len()).filter(|p| cands[*p].knobs.iter().all(|v| *v < 4)).collect();
+        let from: Vec<usize> = (0..cands.len()).filter(|p| !tried.contains(p)).collect();
+        let picks = least_tried(&cands, &tried, from, 4);
+        let knobs: Vec<&[usize]> = picks.iter().map(|p| cands[*p].knobs.as_slice()).collect();
+        assert_eq!(knobs, [[4, 4, 4], [5, 5, 5], [6, 6, 6], [7, 7, 7]]);
+        // Asked for more than there are: all of them, the rarer first.
+        assert_eq!(least_tried(&cands, &tried, vec![4, 511], 5), vec![511, 4]);
     }
 
     #[test]

@@ -102,14 +102,15 @@ fn conv2d_union_v14_meets_the_search_bars() {
     check("sweep-h200-union-v14-conv2d.jsonl.gz", CONV_OVER_100, CONV_BELOW_2X);
 }
 
-/// Workloads that miss a per-workload bar today (20 seeds), each a debt that docs/BENCHMARKS.md
-/// states, with the gain it must keep (the 2x bar where it is met): bf16 tt m776n2312k512 (held
-/// out) needs 150 trials to 2% and gains 1.8x; the dilated conv (dilation 2, which no other
-/// workload of the ground truth has and no workload feature shows) is not within 2% by 300
-/// trials and gains 1.9x (2026-11-27). With the 16th matmul in the file (2026-11-28): bf16 nn
-/// m2560n768k3072 is one where random comes within 5% in 21 trials and the model with transfer
-/// in 35 (0.6x); and with it in the prior, the held-out m2048n11008k4096 needs 141 trials to 2%.
+/// Workloads that miss a per-workload bar today (20 seeds, 2026-11-28, c0841fa), each a debt
+/// that docs/BENCHMARKS.md states, with the gain it must keep (the 2x bar where it is met): bf16
+/// nn m2560n768k3072 (training split), where random comes within 5% in 21 trials and the model
+/// with transfer in 35 (0.6x): 97 of its 2,882 configs are within 5%, and neither the prior nor
+/// the analytic model points the first batches at them; the held-out bf16 tt m776n2312k512 needs
+/// 148 trials to 2% and gains 1.7x, and the held-out m2048n11008k4096 168 trials to 2% (gain
+/// 8.8x). The conv layers meet every bar (the dilated one, 301 trials to 2% and 1.9x before the
+/// exploration took the least-tried knob values, now 85 and 6.6x).
 const MATMUL_OVER_100: &[&str] = &["matmul/m776n2312k512/tt/", "matmul/m2048n11008k4096/tn/"];
-const MATMUL_BELOW_2X: &[(&str, f64)] = &[("matmul/m776n2312k512/tt/", 1.2), ("matmul/m2560n768k3072/nn/", 0.5)];
-const CONV_OVER_100: &[&str] = &["conv2d/n4h32w32c96/k192r3s3/"];
-const CONV_BELOW_2X: &[(&str, f64)] = &[("conv2d/n4h32w32c96/k192r3s3/", 1.2)];
+const MATMUL_BELOW_2X: &[(&str, f64)] = &[("matmul/m776n2312k512/tt/", 1.5), ("matmul/m2560n768k3072/nn/", 0.5)];
+const CONV_OVER_100: &[&str] = &[];
+const CONV_BELOW_2X: &[(&str, f64)] = &[];
