@@ -442,10 +442,12 @@ mod tests {
         };
         let order = run();
         assert_eq!(order, run(), "same seed and outcomes, different proposals");
-        // It learns the bowl: the second half of its trials is much closer to the bottom.
-        let mean = |s: &[Point]| s.iter().map(|c| bowl(*c)).sum::<f64>() / s.len() as f64;
-        let (early, late) = order.split_at(order.len() / 2);
-        assert!(mean(late) < mean(early), "{} vs {}", mean(late), mean(early));
+        // It learns the bowl: it reaches the bottom (one config of 512) within its first 64 trials,
+        // where random search would take 256 on average and does so with a chance of 1 in 8.
+        // (A share of every batch explores the knob values tried least, `least_tried`, so the
+        // later trials are not all near the bottom once it is found.)
+        let bottom = order.iter().position(|c| bowl(*c) <= 1.0 + 1e-9);
+        assert!(bottom.is_some_and(|i| i < 64), "the bottom came at trial {bottom:?}");
     }
 }
 

@@ -286,6 +286,8 @@ mod tests {
     #[test]
     fn sustained_trials_settle_and_time_the_vendor_beside_every_kernel() {
         let mut plan = crate::reference::plan(&Target::sm90()).expect("the drift reference plans for sm_90");
+        // A task's sampling, not the reference's own (which reads no energy).
+        plan.sampling = Sampling::default();
         let image = Image { cubin: vec![1, 2, 3] };
         let burst = plan.request(5, &image, &image, false, Pass::Trial);
         assert_eq!(
