@@ -151,6 +151,7 @@ pub async fn run_with_http(
         packs::warm();
     }
     tasks.spawn(commits::committer(Arc::clone(&tracker), stop.clone()));
+    tasks.spawn(tracker::proposer(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(leases::reaper(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(relay_notifications(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(Arc::clone(&tracker.tokens).refresh(pool.clone(), stop.clone()));

@@ -22,7 +22,7 @@ use crate::store::records::{ContentScope, NewRecord, Outcome, PriorRecord, Prior
 use crate::store::tasks::{Completion, NewTask, PendingTask, TaskRow};
 use crate::store::workloads::WorkloadRow;
 use crate::store::{self};
-use crate::tracker::{Tracker, Write};
+use crate::tracker::{Proposal, Tracker, Write};
 use crate::tuner::{Observed, Point, TunerKind, WorkloadSpace};
 use tensortune_kernels::energy::{self, Objective};
 
@@ -464,6 +464,23 @@ impl Tracker {
             if wl.state != WorkloadState::Running {
                 return Ok(());
             }
+            let left = wl.trials_target.saturating_sub(wl.proposed);
+            if w.ready((job.id, idx)) {
+                // A proposal made off the lock, asked for when there was room: its tasks now.
+                let want = w.ahead((job.id, idx)).min(left);
+                if want == 0 {
+                    w.drop_ready((job.id, idx));
+                    return Ok(());
+                }
+                match self.propose_tasks(w, job, &wl, want).await? {
+                    Some(n) if n < want => continue,
+                    _ => return Ok(()),
+                }
+            }
+            if w.ahead((job.id, idx)) > 0 {
+                // Being computed: it counts as the batch in flight.
+                return Ok(());
+            }
             let outstanding = match w.outstanding((job.id, idx)) {
                 Some(n) => n,
                 None => {
@@ -477,15 +494,17 @@ impl Tracker {
                 return Ok(());
             }
             let room = if batches { job.batch_size } else { job.batch_size.saturating_sub(outstanding) };
-            let want = room.min(wl.trials_target.saturating_sub(wl.proposed));
+            let want = room.min(left);
             if want == 0 {
                 return Ok(());
             }
             // Every task asked for went to the queue: `batch_size` are outstanding (or the whole
             // target was proposed), which is where the next look would stop. Only proposals that
-            // were answered from the store at once need another look.
-            if self.propose_tasks(w, job, &wl, want).await? == want {
-                return Ok(());
+            // were answered from the store at once need another look; one made off the lock comes
+            // back through `propose_ahead`.
+            match self.propose_tasks(w, job, &wl, want).await? {
+                Some(n) if n < want => {}
+                _ => return Ok(()),
             }
         }
     }
@@ -508,11 +527,31 @@ impl Tracker {
             let outstanding = store::tasks::outstanding_by_workload(w.conn(), job.id).await?;
             let outstanding_of = |idx: u32| outstanding.iter().find(|(i, _)| *i == idx).map_or(0, |(_, n)| *n);
             let used: u32 = rows.iter().map(|r| r.proposed).sum();
-            let left = job.total_trials.saturating_sub(used);
             let running: Vec<WorkloadRow> = rows.into_iter().filter(|r| r.state == WorkloadState::Running).collect();
+            if let Some(wl) = running.iter().find(|r| w.ready((job.id, r.idx))) {
+                // A proposal made off the lock, asked for when the budget and the workers had room
+                // for it: its tasks now, before the next is asked for.
+                let want = w
+                    .ahead((job.id, wl.idx))
+                    .min(job.total_trials.saturating_sub(used))
+                    .min(wl.trials_target.saturating_sub(wl.proposed));
+                if want == 0 {
+                    w.drop_ready((job.id, wl.idx));
+                } else {
+                    self.propose_tasks(w, job, wl, want).await?;
+                }
+                continue;
+            }
+            // Proposals being computed off the lock hold their share of the budget and count as in
+            // flight.
+            let coming = |idx: u32| w.ahead((job.id, idx));
+            let reserved: u32 = running.iter().map(|r| coming(r.idx)).sum();
+            let left = job.total_trials.saturating_sub(used + reserved);
             if left == 0 {
                 let mut ended = false;
-                for mut wl in running.into_iter().filter(|r| outstanding_of(r.idx) == 0) {
+                let idle: Vec<WorkloadRow> =
+                    running.into_iter().filter(|r| outstanding_of(r.idx) == 0 && coming(r.idx) == 0).collect();
+                for mut wl in idle {
                     self.end_tuning(w, job, &mut wl, WorkloadState::Done, "the job's trial budget is spent").await?;
                     store::workloads::save_progress(w.settled().await?, &wl).await?;
                     w.forget_workloads();
@@ -525,7 +564,7 @@ impl Tracker {
                 }
                 return Ok(());
             }
-            let in_flight: u32 = outstanding.iter().map(|(_, n)| n).sum();
+            let in_flight: u32 = outstanding.iter().map(|(_, n)| n).sum::<u32>() + reserved;
             let batches = job.tuner.proposes_batches();
             let ahead = lookahead(job.batch_size);
             // A batch is proposed whole: freed slots wait for the end of one in flight rather
@@ -561,7 +600,9 @@ impl Tracker {
                     best_after: best_after(&observed, wl.proposed),
                     // A workload whose batch is still out gets no second one before it is in
                     // (with one worker, never the case: nothing else is in flight then).
-                    open: wl.proposed < wl.trials_target && !(batches && outstanding_of(wl.idx) > ahead),
+                    open: wl.proposed < wl.trials_target
+                        && !(batches && outstanding_of(wl.idx) > ahead)
+                        && w.ahead((job.id, wl.idx)) == 0,
                     vendor_us,
                 });
             }
@@ -583,13 +624,17 @@ impl Tracker {
     /// config with an earlier deterministic record gets a task that is done at once, pointing at
     /// that record, so it counts as a trial without being measured again; proposing stops early
     /// when such a trial ends the workload.
-    /// Returns how many of them are pending (not answered from the store).
-    async fn propose_tasks(&self, w: &mut Write<'_>, job: &JobRow, wl: &WorkloadRow, n: u32) -> Result<u32> {
+    /// Returns how many of them are pending (not answered from the store), or `None` when the
+    /// search proposes off the lock: the tasks come in a later write ([`Tracker::propose_ahead`]).
+    async fn propose_tasks(&self, w: &mut Write<'_>, job: &JobRow, wl: &WorkloadRow, n: u32) -> Result<Option<u32>> {
         let idx = wl.idx;
         let templates = JobTemplates::of(job)?;
         let spaces: Vec<Space> = templates.all().iter().map(|t| t.space()).collect();
         self.ensure_search(w, job, wl).await?;
-        let configs = w.propose((job.id, idx), n as usize).await?;
+        let configs = match w.propose((job.id, idx), n as usize).await? {
+            Proposal::Now(configs) => configs,
+            Proposal::Later => return Ok(None),
+        };
         if configs.is_empty() {
             return Err(Error::Internal(format!(
                 "workload {idx} of job {} ran out of configs after {} of {}",
@@ -671,7 +716,57 @@ impl Tracker {
         }
         w.job_changed(job.id);
         tracing::debug!(job = job.id, workload = idx, proposed = inserted, pending, "proposed tasks");
-        Ok(pending)
+        Ok(Some(pending))
+    }
+
+    /// Computes a proposal made off the writer lock ([`Write::propose`]) on a blocking thread,
+    /// then, in a write of its own, hands it to the search and advances the job (which turns it
+    /// into tasks). Should that write fail, it tries again (the job is advanced again, which
+    /// proposes anew if the proposal was lost with the write) until it goes through, the job
+    /// ends or the tracker stops: a job must not wait for a proposal that never comes.
+    pub(crate) async fn propose_ahead(self: Arc<Self>, key: search::SearchKey, work: search::AheadWork) {
+        let generation = work.generation;
+        let started = std::time::Instant::now();
+        let mut points = match tokio::task::spawn_blocking(move || work.run()).await {
+            Ok(points) => points,
+            Err(e) => {
+                // Handed over empty: the next write proposes in place and fails with the reason.
+                tracing::error!(job = key.0, workload = key.1, "a proposal off the lock failed: {e}");
+                Vec::new()
+            }
+        };
+        tracing::debug!(
+            job = key.0,
+            workload = key.1,
+            configs = points.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "proposed off the lock"
+        );
+        let mut delivered = false;
+        let mut pause = std::time::Duration::from_millis(100);
+        loop {
+            if self.shutdown.is_cancelled() {
+                return;
+            }
+            let attempt = async {
+                let mut w = self.write().await?;
+                if !delivered {
+                    delivered = true;
+                    w.deliver(key, generation, std::mem::take(&mut points));
+                }
+                let Some(job) = store::jobs::get(w.conn(), key.0).await? else { return Ok(()) };
+                self.advance(&mut w, &job, key.1).await?;
+                w.commit(&self.events).await
+            };
+            match attempt.await {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(job = key.0, workload = key.1, "advancing after a proposal: {e}; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(5));
+                }
+            }
+        }
     }
 
     /// Stores the record of a finished task and counts it; the caller then proposes what comes

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tensortune_kernels::{Config, Target, Template, Workload};
 use tensortune_search::features::{self, UnionLayout};
@@ -31,7 +32,44 @@ pub(crate) struct Search {
     taken: HashSet<Point>,
     /// Outcomes of its finished trials, in the order they finished (the `trial` column).
     observed: Vec<Observed>,
+    /// A proposal made off the writer lock ([`Search::start_ahead`]): being computed, or ready to
+    /// become tasks.
+    ahead: Option<Ahead>,
+    /// Tells this search from a later one of the same workload (reloaded after a failed write, or
+    /// after another tracker changed the workload): a proposal computed for one is not given to
+    /// the other.
+    generation: u64,
 }
+
+/// A model tuner's proposal made off the writer lock.
+enum Ahead {
+    /// Being computed, for this many configs (counted as outstanding meanwhile, so that the
+    /// workload gets no second batch and a job's budget is not handed out twice).
+    Computing(usize),
+    /// Computed: the configs, in the tuner's order.
+    Ready(Vec<Point>),
+}
+
+/// What [`Search::start_ahead`] hands to a blocking thread: the tuner and copies of what it
+/// proposes from.
+pub(crate) struct AheadWork {
+    tuner: Arc<dyn Tuner>,
+    observed: Vec<Observed>,
+    taken: HashSet<Point>,
+    n: usize,
+    /// The search it is for ([`Search::deliver`]).
+    pub(crate) generation: u64,
+}
+
+impl AheadWork {
+    /// The proposal (CPU work: call it on a blocking thread).
+    pub(crate) fn run(self) -> Vec<Point> {
+        self.tuner.propose(&self.observed, &Taken { committed: &self.taken, pending: None }, self.n)
+    }
+}
+
+/// Numbers searches ([`Search::generation`]).
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 impl Search {
     /// A search with `tuner` that continues after the configs in `taken`, whose finished trials
@@ -41,7 +79,89 @@ impl Search {
         taken: impl IntoIterator<Item = Point>,
         observed: Vec<Observed>,
     ) -> Search {
-        Search { tuner, taken: taken.into_iter().collect(), observed }
+        Search {
+            tuner,
+            taken: taken.into_iter().collect(),
+            observed,
+            ahead: None,
+            generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Whether its tuner's proposals are CPU work (a model fit), made off the writer lock.
+    pub(crate) fn proposes_ahead(&self) -> bool {
+        self.tuner.blocking()
+    }
+
+    /// How many configs a proposal made off the lock holds or will hold (0 without one): they
+    /// count as outstanding.
+    pub(crate) fn ahead(&self) -> usize {
+        match &self.ahead {
+            None => 0,
+            Some(Ahead::Computing(n)) => *n,
+            Some(Ahead::Ready(points)) => points.len(),
+        }
+    }
+
+    /// Whether a proposal is being computed off the lock.
+    pub(crate) fn computing(&self) -> bool {
+        matches!(self.ahead, Some(Ahead::Computing(_)))
+    }
+
+    /// Whether a proposal computed off the lock waits to become tasks.
+    pub(crate) fn ready(&self) -> bool {
+        matches!(self.ahead, Some(Ahead::Ready(_)))
+    }
+
+    /// The ready proposal, up to `n` of its configs that have no task yet (none in `pending`
+    /// either: empty when none is still free); `None` when none is ready.
+    pub(crate) fn take_ready(&mut self, pending: Option<&HashSet<Point>>, n: usize) -> Option<Vec<Point>> {
+        if !self.ready() {
+            return None;
+        }
+        let Some(Ahead::Ready(points)) = self.ahead.take() else { return None };
+        let taken = Taken { committed: &self.taken, pending };
+        Some(points.into_iter().filter(|p| !taken.contains(*p)).take(n).collect())
+    }
+
+    /// Forgets a ready proposal that will not become tasks (its workload's budget went elsewhere).
+    pub(crate) fn drop_ready(&mut self) {
+        if self.ready() {
+            self.ahead = None;
+        }
+    }
+
+    /// Starts a proposal of `n` configs off the lock from the outcomes so far plus `fresh`, around
+    /// the configs taken so far plus `pending`: what a blocking thread computes. The search
+    /// counts `n` as outstanding until [`Search::deliver`] hands it the configs.
+    pub(crate) fn start_ahead(&mut self, pending: Option<&HashSet<Point>>, fresh: &[Observed], n: usize) -> AheadWork {
+        self.ahead = Some(Ahead::Computing(n));
+        let mut taken = self.taken.clone();
+        taken.extend(pending.into_iter().flatten().copied());
+        AheadWork {
+            tuner: Arc::clone(&self.tuner),
+            observed: self.observations(fresh).collect(),
+            taken,
+            n,
+            generation: self.generation,
+        }
+    }
+
+    /// Forgets a proposal started off the lock that could not be handed over for computing.
+    pub(crate) fn cancel_ahead(&mut self) {
+        if self.computing() {
+            self.ahead = None;
+        }
+    }
+
+    /// Hands the search the configs computed for it off the lock; false (and nothing changes)
+    /// when they were computed for another search of the workload or none is awaited.
+    pub(crate) fn deliver(&mut self, generation: u64, points: Vec<Point>) -> bool {
+        if generation != self.generation || !self.computing() {
+            return false;
+        }
+        self.ahead = Some(Ahead::Ready(points));
+        true
     }
 
     /// Up to `n` configs to propose next, skipping those taken and those in `pending` (proposed in
@@ -536,6 +656,35 @@ mod tests {
         s.observe([Observed { config: p(0), time_us: Some(3.0) }]);
         let fresh = [Observed { config: p(1), time_us: None }];
         assert_eq!(s.observations(&fresh).map(|o| o.config).collect::<Vec<_>>(), [p(0), p(1)]);
+    }
+
+    #[test]
+    fn a_proposal_off_the_lock_counts_as_outstanding_and_reaches_only_its_own_search() {
+        let p = |i| Point::new(0, i);
+        let valid: Arc<[Point]> = (0..10u64).map(p).collect();
+        let mut s = Search::new(grid(&valid), [p(0)], Vec::new());
+        let pending: HashSet<Point> = [p(1)].into();
+        let work = s.start_ahead(Some(&pending), &[Observed { config: p(0), time_us: Some(2.0) }], 3);
+        assert!(s.computing() && !s.ready());
+        assert_eq!(s.ahead(), 3, "what is being computed counts as outstanding");
+        assert_eq!(s.take_ready(None, 3), None, "nothing is ready while it is computed");
+        let generation = work.generation;
+        // Computed from copies: what was taken (committed and pending) is not proposed again.
+        let points = work.run();
+        assert_eq!(points, [p(2), p(3), p(4)]);
+        // A reloaded search of the same workload does not take another search's proposal.
+        let mut reloaded = Search::new(grid(&valid), [p(0)], Vec::new());
+        assert!(!reloaded.deliver(generation, points.clone()));
+        assert_eq!(reloaded.ahead(), 0);
+        assert!(s.deliver(generation, points.clone()));
+        assert!(s.ready() && !s.deliver(generation, points), "a proposal is handed over once");
+        // A config that got a task meanwhile is left out, and no more than asked for is taken.
+        s.take([p(3)]);
+        assert_eq!(s.take_ready(None, 1), Some(vec![p(2)]));
+        assert_eq!((s.ahead(), s.take_ready(None, 5)), (0, None), "a ready proposal is taken once");
+        let _ = s.start_ahead(None, &[], 2);
+        s.cancel_ahead();
+        assert_eq!(s.ahead(), 0);
     }
 
     #[tokio::test]

@@ -21,7 +21,7 @@ use crate::counters::Counters;
 use crate::error::Result;
 use crate::events::Events;
 use crate::model::{JobId, now_ms};
-use crate::search::{PriorKey, Search, SearchKey, Searches};
+use crate::search::{AheadWork, PriorKey, Search, SearchKey, Searches};
 use crate::store::{Exec, Pool, Tx};
 use crate::tuner::{Observed, Point};
 use tensortune_search::tuner::Prior;
@@ -54,12 +54,19 @@ pub(crate) struct Tracker {
     /// A random number naming this tracker process in its PostgreSQL notifications, so that it
     /// skips its own (it has woken its waiters already).
     pub(crate) instance: u64,
+    /// Proposals to make off the writer lock ([`Write::propose`]), for [`proposer`].
+    ahead: tokio::sync::mpsc::UnboundedSender<(SearchKey, AheadWork)>,
+    /// Its receiving end, until [`proposer`] takes it.
+    ahead_rx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<(SearchKey, AheadWork)>>>,
 }
 
 impl Tracker {
     /// A tracker over an opened, migrated database.
     pub(crate) fn new(pool: Pool, config: TrackerConfig, shutdown: CancellationToken) -> Arc<Tracker> {
+        let (ahead, ahead_rx) = tokio::sync::mpsc::unbounded_channel();
         Arc::new(Tracker {
+            ahead,
+            ahead_rx: std::sync::Mutex::new(Some(ahead_rx)),
             pool,
             config,
             events: Events::new(),
@@ -96,6 +103,7 @@ impl Tracker {
             None
         };
         Ok(Write {
+            ahead: &self.ahead,
             tx: Some(tx),
             instance: self.instance,
             versions,
@@ -153,6 +161,31 @@ impl Tracker {
     }
 }
 
+/// What a workload's search proposes ([`Write::propose`]).
+pub(crate) enum Proposal {
+    /// These configs (empty when the search is not loaded or its space has no more).
+    Now(Vec<Point>),
+    /// A model is being fitted off the writer lock: its configs become tasks in a later write.
+    Later,
+}
+
+/// Makes the proposals that writes leave to be made off the writer lock ([`Write::propose`]), each
+/// on its own task ([`Tracker::propose_ahead`]), so that the proposals of several workloads are
+/// fitted at once, until `stop`.
+pub(crate) async fn proposer(tracker: Arc<Tracker>, stop: CancellationToken) {
+    let Some(mut rx) = tracker.ahead_rx.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() else {
+        return;
+    };
+    loop {
+        let next = tokio::select! {
+            _ = stop.cancelled() => return,
+            next = rx.recv() => next,
+        };
+        let Some((key, work)) = next else { return };
+        tokio::spawn(Arc::clone(&tracker).propose_ahead(key, work));
+    }
+}
+
 /// A duration in (saturated) milliseconds.
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -160,6 +193,8 @@ pub(crate) fn millis(d: Duration) -> i64 {
 
 /// One atomic change: commit it, or drop it to roll back.
 pub(crate) struct Write<'a> {
+    /// Where proposals to make off the lock go ([`Write::propose`]).
+    ahead: &'a tokio::sync::mpsc::UnboundedSender<(SearchKey, AheadWork)>,
     /// `None` once committing.
     tx: Option<Tx>,
     /// The tracker's instance number (see `Tracker::instance`).
@@ -261,15 +296,54 @@ impl Write<'_> {
         self.searches.insert_prior(key, prior);
     }
 
-    /// Up to `n` configs the workload's search proposes next (empty when it is not loaded). A
-    /// model's proposal is fitted on a blocking thread, awaited here.
-    pub(crate) async fn propose(&self, key: SearchKey, n: usize) -> Result<Vec<Point>> {
-        match self.searches.get(key) {
-            Some(search) => {
-                let fresh = self.observed.get(&key).map_or(&[][..], Vec::as_slice);
-                search.propose(self.proposed.get(&key), fresh, n).await
+    /// Up to `n` configs the workload's search proposes next (empty when it is not loaded, or its
+    /// space has no more). A model's proposal is CPU work (a fit): it is made off the writer lock,
+    /// on a blocking thread, while other writes go on; the search counts it as outstanding until a
+    /// later write ([`Tracker::propose_ahead`]) turns it into tasks, here. The configs are those
+    /// the tuner chooses from what is known now, as if it had been awaited here.
+    pub(crate) async fn propose(&mut self, key: SearchKey, n: usize) -> Result<Proposal> {
+        let pending = self.proposed.get(&key);
+        let fresh = self.observed.get(&key).map_or(&[][..], Vec::as_slice);
+        let Some(search) = self.searches.get_mut(key) else { return Ok(Proposal::Now(Vec::new())) };
+        match search.take_ready(pending, n) {
+            Some(points) if !points.is_empty() => return Ok(Proposal::Now(points)),
+            // Every config of it got a task meanwhile, or the space has no more: asked again here.
+            Some(_) => {}
+            None if search.computing() => return Ok(Proposal::Later),
+            None => {
+                if search.proposes_ahead() && !self.ahead.is_closed() {
+                    let work = search.start_ahead(pending, fresh, n);
+                    if self.ahead.send((key, work)).is_ok() {
+                        return Ok(Proposal::Later);
+                    }
+                    search.cancel_ahead();
+                }
             }
-            None => Ok(Vec::new()),
+        }
+        Ok(Proposal::Now(search.propose(pending, fresh, n).await?))
+    }
+
+    /// Hands a workload's search the configs computed for it off the lock (see [`Write::propose`]);
+    /// false when the search is not the one they were computed for (it was reloaded or stopped).
+    pub(crate) fn deliver(&mut self, key: SearchKey, work_generation: u64, points: Vec<Point>) -> bool {
+        self.searches.get_mut(key).is_some_and(|s| s.deliver(work_generation, points))
+    }
+
+    /// How many configs a workload's search has coming from a proposal made off the lock (0 when
+    /// none, or the search is not loaded): they count as outstanding.
+    pub(crate) fn ahead(&self, key: SearchKey) -> u32 {
+        self.searches.get(key).map_or(0, |s| u32::try_from(s.ahead()).unwrap_or(u32::MAX))
+    }
+
+    /// Whether a workload's proposal made off the lock is ready to become tasks.
+    pub(crate) fn ready(&self, key: SearchKey) -> bool {
+        self.searches.get(key).is_some_and(Search::ready)
+    }
+
+    /// Forgets a workload's ready proposal that will not become tasks.
+    pub(crate) fn drop_ready(&mut self, key: SearchKey) {
+        if let Some(search) = self.searches.get_mut(key) {
+            search.drop_ready();
         }
     }
 

@@ -219,8 +219,16 @@ async fn a_budget_keeps_a_batch_in_flight_for_each_online_worker() {
     let req = pb::SubmitJobRequest { tuner: "model".into(), total_trials: 48, ..job(workloads, 30, 4) };
     let id = submit(&mut tuning, req).await;
     // Three GPUs of the job's class: three whole batches, each of another workload (one worker
-    // would get one batch, `a_model_job_spends_its_budget_in_batches`).
-    let queued = first.lease(64, 1000).await;
+    // would get one batch, `a_model_job_spends_its_budget_in_batches`). Each batch is fitted off
+    // the writer lock and becomes tasks when it is ready, so they may come in several leases;
+    // none comes after them before a result is in.
+    let mut queued = Vec::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while queued.len() < 12 {
+        assert!(tokio::time::Instant::now() < deadline, "{} of 12 tasks were proposed", queued.len());
+        queued.extend(first.lease(64, 1000).await);
+    }
+    assert!(first.lease(64, 300).await.is_empty(), "a fourth batch before any result");
     let mut per_workload: HashMap<String, usize> = HashMap::new();
     for t in &queued {
         *per_workload.entry(t.workload_key.clone()).or_default() += 1;
