@@ -21,7 +21,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 BIN=${BIN:-.gpu}
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-} PATH=/usr/local/cuda/bin:$PATH
+export TENSORTUNE_CUDA_INCLUDE=${TENSORTUNE_CUDA_INCLUDE:-/usr/local/cuda/include}
 device=${ENERGY_DEVICE:-cuda:0} trials=${ENERGY_TUNED_TRIALS:-100} keep=${ENERGY_TUNED_CANDIDATES:-2}
 hold_s=${ENERGY_HOLD_S:-30} cool_s=${ENERGY_COOL_S:-5} py=scripts/energy-check.py gpus=${ENERGY_TUNED_GPUS:-1}
 t0=$(date +%s) deadline=$(($(date +%s) + ${ENERGY_TUNED_BUDGET_S:-460}))
