@@ -271,6 +271,11 @@ mod tests {
         // MIN_BATCH a sample.
         assert_eq!((trial.sample_launches, round.sample_launches, warm.sample_launches), (0, 500, 500));
         assert_eq!(long.sample_launches, MIN_BATCH);
+        // A burst finalist starts from the full clock; a trial runs as it comes.
+        assert_eq!((trial.start_uncapped, warm.start_uncapped, round.start_uncapped), (false, true, true));
+        plan.sampling.regime = Regime::Sustained;
+        assert!(!plan.request(5, &image, &image, false, Pass::FinalistRound).start_uncapped, "sustained wants the cap");
+        plan.sampling.regime = Regime::Burst;
         // Everything else is the trial's request.
         let same = |r: &MeasureRequest| MeasureRequest {
             min_sample_ms: 0.0,
@@ -278,6 +283,7 @@ mod tests {
             baseline: false,
             fresh_baseline: false,
             repick_baseline: false,
+            start_uncapped: false,
             ..r.clone()
         };
         assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));
