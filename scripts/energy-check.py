@@ -27,6 +27,10 @@
                                          cool-start shots, sustained times against 30 s holds,
                                          each regime's winner in the other, the time, energy, edp
                                          and 3% picks among the finalists in each regime
+  energy-check.py export GEMM_CHECK_LOG...
+                                         each kernel's ours/vendor against its record's ("vs-rec")
+                                         in every run of examples/bundle/gemm_check.c: how many
+                                         within 3%, and its check
   energy-check.py picks DIR NAME         the picks of the jobs themselves: DIR/NAME-REGIME-bench.json
                                          (time) and NAME-REGIME-OBJ-bench.json (energy, edp, slow3) of
                                          the same trials, time and joules each, and each pick's record
@@ -367,7 +371,8 @@ def tuned(d, name):
     out = {"suite": name, "regimes": [], "workloads": []}
     # The regimes bar: the burst record (the job's winner: its finalist record; its trial beside it)
     # against cool-start shots; the sustained time against the 30 s hold.
-    print(f"{name}: regimes (us; record = the job's best, a finalist re-measurement; trial = its tuning trial)")
+    print(f"{name}: regimes (us; record = the job's best, a finalist re-measurement, MHz read before its measurement; trial = "
+          f"its tuning trial; cool = cool-start shots, MHz before the samples, W over the energy window after them)")
     print(f"{'workload':<24} {'record':>9} {'MHz':>5} {'trial':>9} {'cool':>9} {'MHz':>5} {'W':>4} {'rec/cool':>8} "
           f"{'trial/cool':>10} {'cool samples':>19} | {'sustained':>9} {'MHz':>5} {'W':>4} {'hold':>9} {'MHz':>5} {'W':>4} {'diff':>6}")
     n = 1
@@ -403,7 +408,7 @@ def tuned(d, name):
         pct = lambda v: "-" if v is None else f"{100 * v:+.1f}%"
         cs = row.get("cool_samples") or []
         print(f"{short(row['workload']):<24} {f(row['record_us']):>9} {f(row['record_clock'], '.0f'):>5} {f(row['trial_us']):>9} "
-              f"{f(row.get('cool_us')):>9} {f(row.get('cool_mhz'), '.0f'):>5} {f(row.get('cool_w'), '.0f'):>4} "
+              f"{f(row.get('cool_us')):>9} {f(row.get('cool_clock'), '.0f'):>5} {f(row.get('cool_w'), '.0f'):>4} "
               f"{pct(row['record_vs_cool']):>8} {pct(row['trial_vs_cool']):>10} "
               f"{(f(min(cs)) + '..' + f(max(cs))) if cs else '-':>19} | {f(row.get('sustained_us')):>9} "
               f"{f(row.get('sustained_mhz'), '.0f'):>5} {f(row.get('sustained_w'), '.0f'):>4} {f(row.get('hold_us')):>9} "
@@ -448,7 +453,7 @@ def tuned(d, name):
         out["workloads"].append(row)
         vb, vs = row["vendor"]["burst"], row["vendor"]["sustained"]
         loss = "-" if row["same_winner"] else f"{100 * row['burst_loss']:+.1f}/{100 * row['sustained_loss']:+.1f}%"
-        ep = lambda g: "same" if row[g]["energy"]["same_as_time"] else f"{100 * (row[g]['energy']['mj'] / row[g]['time']['mj'] - 1):+.0f}%"
+        ep = lambda g: "same" if row[g]["energy"]["same_as_time"] else f"{100 * (row[g]['energy']['mj'] / row[g]['time']['mj'] - 1):+.1f}%"
         print(f"{short(wkey):<24} {len(both):>2} {b['us']:8.2f}/{b['mj'] or 0:7.2f} {b['other_us']:9.2f} "
               f"{s['us']:8.2f}/{s['mj'] or 0:7.2f} {s['other_us']:9.2f} {'yes' if row['same_winner'] else 'no':>4} "
               f"{loss:>13} "
@@ -465,6 +470,29 @@ def tuned(d, name):
                       + (f" (energy {100 * min(gain):+.1f}..{100 * max(gain):+.1f}%, time {100 * min(cost):+.1f}..{100 * max(cost):+.1f}%)"
                          if gain and cost else ""))
     json.dump(out, open(os.path.join(d, f"{name}-tuned.json"), "w"), indent=1)
+
+
+def export(logs):
+    import re
+    rows = {}
+    row_re = re.compile(r"^(\d+x\d+x\d+ \w+ \S+)\s+(\w+)\s+([\d.]+) us\s+([\d.]+) us\s+([\d.]+)\s+([\d.]+) us\s+"
+                        r"([\d.]+) us\s+([\d.]+)\s+(\d+)\s+(.*?)\s+((?:ok|FAIL|mismatch).*)$")
+    for path in logs:
+        for line in open(path):
+            m = row_re.match(line)
+            if m:
+                rows.setdefault(m.group(1), []).append({"us": float(m.group(3)), "record_us": float(m.group(4)),
+                                                        "vendor_us": float(m.group(6)), "record_vendor_us": float(m.group(7)),
+                                                        "vs_rec": float(m.group(8)), "check": m.group(11)[:2]})
+    every = [r["vs_rec"] for v in rows.values() for r in v]
+    for k, v in rows.items():
+        col = lambda f, p: " ".join(format(r[f], p) for r in v)
+        ok = "all checked ok" if all(r["check"] == "ok" for r in v) else "CHECK FAILED"
+        print(f"{k:<28} vs-rec {col('vs_rec', '.3f')}  ours {col('us', '.2f')} (record {v[0]['record_us']:.2f})  "
+              f"vendor {col('vendor_us', '.2f')} (record {v[0]['record_vendor_us']:.2f})  {ok}")
+    if every:
+        print(f"export: {len(rows)} kernels x {len(logs)} runs: {sum(abs(x - 1) <= 0.03 for x in every)} of {len(every)} within 3% "
+              f"of the record's ours/vendor ({min(every):.3f}..{max(every):.3f})")
 
 
 def main():
@@ -487,12 +515,14 @@ def main():
         json.dump(winners(args[0], args[1]), open(args[2], "w"), indent=1)
     elif cmd == "picks":
         picks(args[0], args[1])
+    elif cmd == "export":
+        export(args)
     elif cmd == "finalists":
         finalists(args[0], int(args[1]), args[2:])
     elif cmd == "tuned":
         tuned(args[0], args[1])
     else:
-        sys.exit(f"unknown command {cmd!r}: counter, repeat, configs, regimes, winners, picks, finalists or tuned")
+        sys.exit(f"unknown command {cmd!r}: counter, repeat, configs, regimes, winners, picks, export, finalists or tuned")
 
 
 if __name__ == "__main__":
