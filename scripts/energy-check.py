@@ -19,6 +19,18 @@
                                          the other regime; the picks of the time objective, the energy
                                          objective and --max-slowdown 3% (as the tracker's
                                          finalists.rs ranks), time and joules each, in both regimes
+  energy-check.py finalists BENCH.json K [WORDS...]
+                                         "key<TAB>template<TAB>config" of each workload's K first
+                                         finalists (its winner first; only workloads whose key
+                                         contains one of WORDS): the list `selftest --list` times
+  energy-check.py tuned DIR NAME         scripts/energy-tuned.sh's tables: burst records against
+                                         cool-start shots, sustained times against 30 s holds,
+                                         each regime's winner in the other, the time, energy, edp
+                                         and 3% picks among the finalists in each regime
+  energy-check.py export GEMM_CHECK_LOG...
+                                         each kernel's ours/vendor against its record's ("vs-rec")
+                                         in every run of examples/bundle/gemm_check.c: how many
+                                         within 3%, and its check
   energy-check.py picks DIR NAME         the picks of the jobs themselves: DIR/NAME-REGIME-bench.json
                                          (time) and NAME-REGIME-OBJ-bench.json (energy, edp, slow3) of
                                          the same trials, time and joules each, and each pick's record
@@ -307,6 +319,182 @@ def picks(out_dir, name):
     return rows
 
 
+def canon(c):
+    """A config (dict or JSON text) as canonical JSON."""
+    return json.dumps(json.loads(c) if isinstance(c, str) else c, sort_keys=True, separators=(",", ":"))
+
+
+def bench_workloads(path):
+    out = []
+    for row in json.load(open(path)).get("rows", []):
+        out.extend(row.get("job", {}).get("workloads", []))
+    return out
+
+
+def finalists(bench_path, k, words):
+    for w in bench_workloads(bench_path):
+        if words and not any(o in w["workload"] for o in words):
+            continue
+        best, picked = w.get("best"), []
+        if best:
+            picked.append((best["template"], canon(best["config"])))
+        for f in w.get("finalists", []):
+            c = (f["template"].split(" ")[0], canon(f["config"]))
+            if c not in picked:
+                picked.append(c)
+        for template, c in picked[:k]:
+            print(f"{w['workload']}\t{template}\t{c}")
+
+
+def checks(path):
+    try:
+        return [c for c in json.load(open(path)).get("checks", []) if c.get("status") == "ok"]
+    except (OSError, ValueError):
+        return []
+
+
+def tuned(d, name):
+    """Tables of scripts/energy-tuned.sh (see the module's notes); writes d/NAME-tuned.json."""
+    short = lambda w: "/".join(w.split("/")[1:3]) + "/" + w.split("/")[3].split(",")[0]
+    bench = {w["workload"]: w for w in bench_workloads(os.path.join(d, f"{name}-bench.json"))}
+    records = {}
+    try:
+        for r in load(os.path.join(d, f"{name}-records.jsonl")):
+            if r.get("status") == "ok":
+                records.setdefault((r["workload"], r["template"], cfg(r)), []).append(r)
+    except OSError:
+        pass
+    import glob
+    reg = {g: {(c["workload"], c["template"], canon(c["config"])): c
+               for p in sorted(glob.glob(os.path.join(d, f"{name}-{g}-*.json"))) for c in checks(p)}
+           for g in ("burst", "sustained")}
+    out = {"suite": name, "regimes": [], "workloads": []}
+    # The regimes bar: the burst record (the job's winner: its finalist record; its trial beside it)
+    # against cool-start shots; the sustained time against the 30 s hold.
+    print(f"{name}: regimes (us; record = the job's best, a finalist re-measurement, MHz read before its measurement; trial = "
+          f"its tuning trial; cool = cool-start shots, MHz before the samples, W over the energy window after them)")
+    print(f"{'workload':<24} {'record':>9} {'MHz':>5} {'trial':>9} {'cool':>9} {'MHz':>5} {'W':>4} {'rec/cool':>8} "
+          f"{'trial/cool':>10} {'cool samples':>19} | {'sustained':>9} {'MHz':>5} {'W':>4} {'hold':>9} {'MHz':>5} {'W':>4} {'diff':>6}")
+    n = 1
+    while os.path.exists(os.path.join(d, f"{name}-cool-{n}.json")) or os.path.exists(os.path.join(d, f"{name}-hold-{n}.json")):
+        cool = (checks(os.path.join(d, f"{name}-cool-{n}.json")) or [None])[0]
+        hold = (checks(os.path.join(d, f"{name}-hold-{n}.json")) or [None])[0]
+        n += 1
+        ref = cool or hold
+        if ref is None:
+            continue
+        key = (ref["workload"], ref["template"], canon(ref["config"]))
+        w = bench.get(ref["workload"], {})
+        best = w.get("best") or {}
+        trial = [r for r in records.get(key, []) if not r.get("remeasure")]
+        row = {"workload": ref["workload"], "template": ref["template"], "config": key[2],
+               "record_us": best.get("median_us"), "record_clock": (best.get("provenance") or {}).get("sm_clock_mhz"),
+               "trial_us": trial[0]["median_us"] if trial else None,
+               "vendor_record_us": best.get("baseline_us")}
+        if cool:
+            row.update(cool_us=cool["median_us"], cool_samples=cool.get("samples_us", []), cool_mhz=cool.get("mean_clock_mhz"),
+                       cool_clock=cool.get("sm_clock_mhz"), cool_w=cool.get("power_w"))
+        s = reg["sustained"].get(key)
+        if s:
+            row.update(sustained_us=s["median_us"], sustained_mhz=s.get("mean_clock_mhz"), sustained_w=s.get("power_w"),
+                       sustained_settle_ms=s.get("settle_ms"), sustained_samples=s.get("samples_us", []))
+        if hold:
+            row.update(hold_us=hold["median_us"], hold_mhz=hold.get("mean_clock_mhz"), hold_w=hold.get("power_w"))
+        ratio = lambda a, b: row.get(a) / row[b] - 1 if row.get(a) and row.get(b) else None
+        row.update(record_vs_cool=ratio("record_us", "cool_us"), trial_vs_cool=ratio("trial_us", "cool_us"),
+                   sustained_vs_hold=ratio("sustained_us", "hold_us"))
+        out["regimes"].append(row)
+        f = lambda v, p=".2f": "-" if v is None else format(v, p)
+        pct = lambda v: "-" if v is None else f"{100 * v:+.1f}%"
+        cs = row.get("cool_samples") or []
+        print(f"{short(row['workload']):<24} {f(row['record_us']):>9} {f(row['record_clock'], '.0f'):>5} {f(row['trial_us']):>9} "
+              f"{f(row.get('cool_us')):>9} {f(row.get('cool_clock'), '.0f'):>5} {f(row.get('cool_w'), '.0f'):>4} "
+              f"{pct(row['record_vs_cool']):>8} {pct(row['trial_vs_cool']):>10} "
+              f"{(f(min(cs)) + '..' + f(max(cs))) if cs else '-':>19} | {f(row.get('sustained_us')):>9} "
+              f"{f(row.get('sustained_mhz'), '.0f'):>5} {f(row.get('sustained_w'), '.0f'):>4} {f(row.get('hold_us')):>9} "
+              f"{f(row.get('hold_mhz'), '.0f'):>5} {f(row.get('hold_w'), '.0f'):>4} {pct(row['sustained_vs_hold']):>6}")
+    for k, what in (("record_vs_cool", "burst records within 3% of cool-start shots"),
+                    ("trial_vs_cool", "trial records within 3% of cool-start shots"),
+                    ("sustained_vs_hold", "sustained times within 3% of the 30 s hold")):
+        v = [r[k] for r in out["regimes"] if r.get(k) is not None]
+        if v:
+            print(f"{name}: {sum(abs(x) <= 0.03 for x in v)} of {len(v)} {what} ({100 * min(v):+.1f}..{100 * max(v):+.1f}%)")
+    # Winners and picks among each workload's finalists, timed in both regimes.
+    print(f"{name}: per workload, the finalists timed in each regime (us/mJ); vendor us per regime")
+    print(f"{'workload':<24} {'n':>2} {'burst win':>16} {'in sust':>9} {'sust win':>16} {'in burst':>9} {'same':>4} "
+          f"{'loss b/s':>13} {'vendor b/s':>17} {'e-pick b':>5} {'e-pick s':>5}")
+    for wkey, w in bench.items():
+        cands = {}
+        for g in ("burst", "sustained"):
+            for (wk, t, c), ch in reg[g].items():
+                if wk == wkey:
+                    cands.setdefault((t, c), {})[g] = ch
+        both = {c: v for c, v in cands.items() if len(v) == 2}
+        if not both:
+            continue
+        row = {"workload": wkey, "candidates": len(both), "vendor": {}}
+        for g in ("burst", "sustained"):
+            vend = [v[g].get("baseline_us") for v in cands.values() if g in v and v[g].get("baseline_us")]
+            row["vendor"][g] = vend[0] if vend else None
+        for g, o in (("burst", "sustained"), ("sustained", "burst")):
+            us = lambda c: both[c][g]["median_us"]
+            mj = lambda c: both[c][g].get("energy_mj") or float("inf")
+            fastest = min(both, key=us)
+            picks = {"time": fastest, "energy": min(both, key=mj), "edp": min(both, key=lambda c: mj(c) * us(c)),
+                     "slow3": min((c for c in both if us(c) <= 1.03 * us(fastest)), key=mj)}
+            row[g] = {p: {"template": c[0], "config": c[1], "us": us(c), "mj": both[c][g].get("energy_mj"),
+                          "w": both[c][g].get("power_w"), "mhz": both[c][g].get("mean_clock_mhz"),
+                          "other_us": both[c][o]["median_us"], "other_mj": both[c][o].get("energy_mj"),
+                          "same_as_time": c == fastest} for p, c in picks.items()}
+        b, s = row["burst"]["time"], row["sustained"]["time"]
+        row["same_winner"] = b["config"] == s["config"] and b["template"] == s["template"]
+        row["burst_loss"] = s["other_us"] / b["us"] - 1  # the sustained winner, timed in bursts
+        row["sustained_loss"] = b["other_us"] / s["us"] - 1
+        out["workloads"].append(row)
+        vb, vs = row["vendor"]["burst"], row["vendor"]["sustained"]
+        loss = "-" if row["same_winner"] else f"{100 * row['burst_loss']:+.1f}/{100 * row['sustained_loss']:+.1f}%"
+        ep = lambda g: "same" if row[g]["energy"]["same_as_time"] else f"{100 * (row[g]['energy']['mj'] / row[g]['time']['mj'] - 1):+.1f}%"
+        print(f"{short(wkey):<24} {len(both):>2} {b['us']:8.2f}/{b['mj'] or 0:7.2f} {b['other_us']:9.2f} "
+              f"{s['us']:8.2f}/{s['mj'] or 0:7.2f} {s['other_us']:9.2f} {'yes' if row['same_winner'] else 'no':>4} "
+              f"{loss:>13} "
+              f"{(f'{vb:.2f}' if vb else '-') + '/' + (f'{vs:.2f}' if vs else '-'):>17} {ep('burst'):>5} {ep('sustained'):>5}")
+    rows = out["workloads"]
+    if rows:
+        print(f"{name}: the same winner in both regimes on {sum(r['same_winner'] for r in rows)} of {len(rows)} workloads")
+        for g in ("burst", "sustained"):
+            for p in ("energy", "edp", "slow3"):
+                diff = [r for r in rows if not r[g][p]["same_as_time"]]
+                gain = [r[g][p]["mj"] / r[g]["time"]["mj"] - 1 for r in diff if r[g][p]["mj"] and r[g]["time"]["mj"]]
+                cost = [r[g][p]["us"] / r[g]["time"]["us"] - 1 for r in diff]
+                print(f"{name} {g} {p}: another pick than time on {len(diff)} of {len(rows)}"
+                      + (f" (energy {100 * min(gain):+.1f}..{100 * max(gain):+.1f}%, time {100 * min(cost):+.1f}..{100 * max(cost):+.1f}%)"
+                         if gain and cost else ""))
+    json.dump(out, open(os.path.join(d, f"{name}-tuned.json"), "w"), indent=1)
+
+
+def export(logs):
+    import re
+    rows = {}
+    row_re = re.compile(r"^(\d+x\d+x\d+ \w+ \S+)\s+(\w+)\s+([\d.]+) us\s+([\d.]+) us\s+([\d.]+)\s+([\d.]+) us\s+"
+                        r"([\d.]+) us\s+([\d.]+)\s+(\d+)\s+(.*?)\s+((?:ok|FAIL|mismatch).*)$")
+    for path in logs:
+        for line in open(path):
+            m = row_re.match(line)
+            if m:
+                rows.setdefault(m.group(1), []).append({"us": float(m.group(3)), "record_us": float(m.group(4)),
+                                                        "vendor_us": float(m.group(6)), "record_vendor_us": float(m.group(7)),
+                                                        "vs_rec": float(m.group(8)), "check": m.group(11)[:2]})
+    every = [r["vs_rec"] for v in rows.values() for r in v]
+    for k, v in rows.items():
+        col = lambda f, p: " ".join(format(r[f], p) for r in v)
+        ok = "all checked ok" if all(r["check"] == "ok" for r in v) else "CHECK FAILED"
+        print(f"{k:<28} vs-rec {col('vs_rec', '.3f')}  ours {col('us', '.2f')} (record {v[0]['record_us']:.2f})  "
+              f"vendor {col('vendor_us', '.2f')} (record {v[0]['record_vendor_us']:.2f})  {ok}")
+    if every:
+        print(f"export: {len(rows)} kernels x {len(logs)} runs: {sum(abs(x - 1) <= 0.03 for x in every)} of {len(every)} within 3% "
+              f"of the record's ours/vendor ({min(every):.3f}..{max(every):.3f})")
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "counter":
@@ -327,8 +515,14 @@ def main():
         json.dump(winners(args[0], args[1]), open(args[2], "w"), indent=1)
     elif cmd == "picks":
         picks(args[0], args[1])
+    elif cmd == "export":
+        export(args)
+    elif cmd == "finalists":
+        finalists(args[0], int(args[1]), args[2:])
+    elif cmd == "tuned":
+        tuned(args[0], args[1])
     else:
-        sys.exit(f"unknown command {cmd!r}: counter, repeat, configs, regimes, winners or picks")
+        sys.exit(f"unknown command {cmd!r}: counter, repeat, configs, regimes, winners, picks, export, finalists or tuned")
 
 
 if __name__ == "__main__":

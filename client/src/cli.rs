@@ -690,6 +690,15 @@ pub struct SelftestArgs {
     /// Read each kernel's energy per launch, mean power and clock after its samples.
     #[arg(long)]
     pub energy: bool,
+    /// Time these kernels (a file of lines WORKLOAD_KEY<TAB>TEMPLATE<TAB>CONFIG_JSON, e.g. a
+    /// job's finalists) in one process instead of a spread per workload.
+    #[arg(long, conflicts_with_all = ["workload", "template", "knob", "config"])]
+    pub list: Option<PathBuf>,
+    /// Time each kernel in this clock regime, as a job's trial in it: burst, or sustained
+    /// (settled under the kernel by the records' rule, the time over the energy window, the
+    /// vendor settled under itself; seconds per kernel).
+    #[arg(long, default_value = "burst", value_parser = Regime::parse, conflicts_with = "hold")]
+    pub regime: Regime,
     /// Device: cuda:N (a GPU of this machine) or sim (no GPU: generation, NVRTC and the sim's
     /// check of each cubin; no output is verified).
     #[arg(long, default_value = "cuda:0")]

@@ -53,6 +53,15 @@ impl TryFrom<&SelftestArgs> for Args {
             no_baseline: a.no_baseline,
             hold_s: a.hold,
             energy: a.energy,
+            listed: match &a.list {
+                Some(path) => {
+                    let text =
+                        std::fs::read_to_string(path).with_context(|| format!("reading --list {}", path.display()))?;
+                    selftest::parse_listed(&text).with_context(|| format!("--list {}", path.display()))?
+                }
+                None => Vec::new(),
+            },
+            regime: a.regime,
         };
         selftest::validate(&selection)?;
         Ok(Args { selection, device, json: a.json.clone(), verbose: a.verbose })
@@ -61,7 +70,7 @@ impl TryFrom<&SelftestArgs> for Args {
 
 /// Runs the self-test, prints what it found, writes the JSON; fails when any kernel failed.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let verbose = args.verbose || args.selection.config.is_some();
+    let verbose = args.verbose || args.selection.config.is_some() || !args.selection.listed.is_empty();
     let mut on_check = |c: &Check| {
         if verbose || c.status != Status::Ok {
             println!("{}", check_line(c));

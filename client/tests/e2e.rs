@@ -1257,6 +1257,29 @@ fn selftest_on_sim_checks_every_template_of_each_workload() {
     let (ok, text) = selftest(&["--workload", f32_gemm, "--template", "simt_gemm", "--config", r#"{"nope":1}"#]);
     assert!(!ok && text.contains("invalid_config") && text.contains("1 of 1"), "{text}");
 
+    // Chosen kernels from a list, timed as sustained trials: each settled first, with its energy.
+    let list = dir.path().join("list.tsv");
+    let lines: Vec<String> = tensortune_kernels::template::valid_configs(simt, &w, &tensortune_kernels::Target::sim())
+        .unwrap()
+        .iter()
+        .take(2)
+        .map(|(_, c)| format!("{f32_gemm}\tsimt_gemm\t{}", c.to_json()))
+        .collect();
+    std::fs::write(&list, format!("# two finalists\n{}\n", lines.join("\n"))).unwrap();
+    let listed = dir.path().join("listed.json");
+    let (ok, text) =
+        selftest(&["--list", list.to_str().unwrap(), "--regime", "sustained", "--json", listed.to_str().unwrap()]);
+    assert!(ok && text.contains("total: 2 ok, 0 failed"), "{text}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&listed).unwrap()).unwrap();
+    let checks = report["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 2, "{report}");
+    assert!(
+        checks.iter().all(|c| c["settle_ms"].as_f64().is_some_and(|ms| ms > 0.0) && c["energy_mj"].as_f64().is_some()),
+        "{report}"
+    );
+    let (ok, text) = selftest(&["--list", list.to_str().unwrap(), "--workload", f32_gemm]);
+    assert!(!ok && text.contains("--workload"), "{text}");
+
     // Bad flags are named, with what is allowed.
     let (ok, text) = selftest(&["--template", "wgmma_gemm", "--knob", "producer:psychic"]);
     assert!(!ok && text.contains("--knob producer:psychic") && text.contains("takes"), "{text}");

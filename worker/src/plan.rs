@@ -42,7 +42,7 @@ const ENERGY_MS: f64 = crate::energy::MIN_WINDOW_MS;
 /// The longest a sustained measurement waits for the steady state, milliseconds: an H100 at its
 /// power cap settles in a few seconds; a kernel that never does is timed at the cap, marked
 /// unsteady.
-const SETTLE_CAP_MS: f64 = 20_000.0;
+pub(crate) const SETTLE_CAP_MS: f64 = 20_000.0;
 
 /// How a task's measurements are sampled (the job's settings).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -201,6 +201,8 @@ impl Plan {
             settle_cap_ms: if sustained { SETTLE_CAP_MS } else { 0.0 },
             hold_ms: 0.0,
             energy_ms: if self.sampling.no_energy { 0.0 } else { ENERGY_MS },
+            // A burst finalist starts from the full clock, as a trial after a compile does.
+            start_uncapped: !sustained && pass != Pass::Trial,
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }
@@ -269,6 +271,11 @@ mod tests {
         // MIN_BATCH a sample.
         assert_eq!((trial.sample_launches, round.sample_launches, warm.sample_launches), (0, 500, 500));
         assert_eq!(long.sample_launches, MIN_BATCH);
+        // A burst finalist starts from the full clock; a trial runs as it comes.
+        assert_eq!((trial.start_uncapped, warm.start_uncapped, round.start_uncapped), (false, true, true));
+        plan.sampling.regime = Regime::Sustained;
+        assert!(!plan.request(5, &image, &image, false, Pass::FinalistRound).start_uncapped, "sustained wants the cap");
+        plan.sampling.regime = Regime::Burst;
         // Everything else is the trial's request.
         let same = |r: &MeasureRequest| MeasureRequest {
             min_sample_ms: 0.0,
@@ -276,6 +283,7 @@ mod tests {
             baseline: false,
             fresh_baseline: false,
             repick_baseline: false,
+            start_uncapped: false,
             ..r.clone()
         };
         assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));

@@ -17,6 +17,7 @@ use std::sync::mpsc;
 
 use anyhow::Context as _;
 use serde::Serialize;
+use tensortune_kernels::energy::Regime;
 use tensortune_kernels::registry;
 use tensortune_kernels::support::{self, Tolerance};
 use tensortune_kernels::template::{Template, valid_configs};
@@ -58,6 +59,49 @@ pub struct Selection {
     pub hold_s: f64,
     /// Read each kernel's energy after its samples (the one-second window records read).
     pub energy: bool,
+    /// These kernels instead of a spread per workload: to time chosen kernels (a job's finalists,
+    /// say) of several workloads in one process. Their workloads and templates are the ones
+    /// checked; `workloads`, `template`, `knob` and `config` must be unset.
+    pub listed: Vec<Listed>,
+    /// The clock regime each kernel is timed in, as a job's trial in that regime: sustained
+    /// settles under the kernel by the records' rule (at most the cap a trial waits), reads the
+    /// energy, reports the time over the energy window and times the vendor settled under itself
+    /// (with the workload's first kernel). Burst (the default) is the plain timing; with
+    /// `energy` it idles after the window as a burst record does.
+    pub regime: Regime,
+}
+
+/// One kernel of [`Selection::listed`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Listed {
+    /// The workload.
+    pub workload: Workload,
+    /// The template's name.
+    pub template: String,
+    /// The config, JSON.
+    pub config: String,
+}
+
+/// The kernels of a list file: one a line, `WORKLOAD_KEY<TAB>TEMPLATE<TAB>CONFIG_JSON` (blank
+/// lines and lines starting with `#` are skipped). Errors name the line.
+pub fn parse_listed(text: &str) -> anyhow::Result<Vec<Listed>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.splitn(3, '\t');
+        let (Some(key), Some(template), Some(config)) = (parts.next(), parts.next(), parts.next()) else {
+            anyhow::bail!("line {}: expected WORKLOAD_KEY<TAB>TEMPLATE<TAB>CONFIG_JSON, got {line:?}", n + 1);
+        };
+        let workload = Workload::from_key(key).with_context(|| format!("line {}: workload {key:?}", n + 1))?;
+        registry::by_name(template).with_context(|| format!("line {}", n + 1))?;
+        Config::from_json(config).with_context(|| format!("line {}: config {config:?}", n + 1))?;
+        out.push(Listed { workload, template: template.to_owned(), config: config.to_owned() });
+    }
+    anyhow::ensure!(!out.is_empty(), "the list names no kernel");
+    Ok(out)
 }
 
 /// The longest `--hold`, seconds.
@@ -76,6 +120,8 @@ impl Default for Selection {
             no_baseline: false,
             hold_s: 0.0,
             energy: false,
+            listed: Vec::new(),
+            regime: Regime::Burst,
         }
     }
 }
@@ -99,6 +145,10 @@ pub struct Check {
     pub error: String,
     /// Median time of the kernel, microseconds (the analytic model's on `sim`).
     pub median_us: f64,
+    /// Every timing sample, microseconds a launch (a sustained kernel's median is the time over
+    /// its energy window instead: see `timing`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub samples_us: Vec<f64>,
     /// The vendor library's time for the workload, microseconds, when it was timed.
     pub baseline_us: Option<f64>,
     /// Which vendor call that was.
@@ -204,6 +254,21 @@ pub fn validate(selection: &Selection) -> anyhow::Result<()> {
         );
         Config::from_json(config).with_context(|| format!("--config {config:?}"))?;
     }
+    if !selection.listed.is_empty() {
+        let with = [
+            (!selection.workloads.is_empty(), "--workload"),
+            (selection.template.is_some(), "--template"),
+            (selection.knob.is_some(), "--knob"),
+            (selection.config.is_some(), "--config"),
+        ];
+        if let Some((_, flag)) = with.iter().find(|(set, _)| *set) {
+            anyhow::bail!("--list names its kernels' workloads, templates and configs; drop {flag}");
+        }
+    }
+    anyhow::ensure!(
+        selection.regime == Regime::Burst || selection.hold_s == 0.0,
+        "--regime sustained settles each kernel by the records' rule; --hold runs it a fixed time: give one"
+    );
     Ok(())
 }
 
@@ -233,7 +298,19 @@ pub fn run(selection: &Selection, device: &DeviceSpec, on_check: &mut dyn FnMut(
     let target = facts.target.clone();
     let arch = target.nvrtc_arch();
     let chosen = selection.template.as_deref().map(registry::by_name).transpose()?;
-    let workloads = if selection.workloads.is_empty() { matrix() } else { selection.workloads.clone() };
+    let workloads = if !selection.listed.is_empty() {
+        let mut seen = Vec::new();
+        for l in &selection.listed {
+            if !seen.contains(&l.workload) {
+                seen.push(l.workload);
+            }
+        }
+        seen
+    } else if selection.workloads.is_empty() {
+        matrix()
+    } else {
+        selection.workloads.clone()
+    };
     let workloads: Vec<Workload> = workloads
         .into_iter()
         .filter(|w| selection.dtypes.is_empty() || selection.dtypes.contains(&w.types().input))
@@ -307,7 +384,10 @@ fn plan_workload<'w>(
 ) -> Option<Planned<'w>> {
     let (target, selection) = (ctx.target, ctx.selection);
     let key = w.key();
-    let (templates, unsupported) = templates_for(w, chosen, target);
+    let (mut templates, unsupported) = templates_for(w, chosen, target);
+    if !selection.listed.is_empty() {
+        templates.retain(|t| selection.listed.iter().any(|l| l.workload == *w && l.template == t.name()));
+    }
     // Without a chosen template, templates that do not take a workload are no news.
     if chosen.is_some() {
         for (t, reason) in unsupported {
@@ -353,6 +433,7 @@ fn plan_workload<'w>(
                     status: Status::InvalidConfig,
                     error: format!("{e:#}"),
                     median_us: 0.0,
+                    samples_us: Vec::new(),
                     baseline_us: None,
                     baseline_kind: String::new(),
                     max_abs_err: None,
@@ -448,6 +529,7 @@ fn measure_workload(
                 status,
                 error: error.chars().take(2000).collect(),
                 median_us: o.map_or(0.0, |o| o.median_us),
+                samples_us: o.map(|o| o.samples_us.clone()).unwrap_or_default(),
                 baseline_us: o.and_then(|o| o.baseline_us),
                 baseline_kind: o.map(|o| o.baseline_kind.clone()).unwrap_or_default(),
                 max_abs_err: o.and_then(|o| o.max_abs_err),
@@ -465,6 +547,7 @@ fn measure_workload(
                         // The support module (and the vendor's time) go with the workload's first
                         // kernel on this device context.
                         let first = !exec.support_loaded().contains(key);
+                        let sustained = selection.regime == Regime::Sustained;
                         let request = MeasureRequest {
                             task_id: *task_id,
                             workload: *w,
@@ -479,12 +562,15 @@ fn measure_workload(
                             sample_launches: 0,
                             flush_l2: false,
                             baseline: first && !selection.no_baseline,
-                            fresh_baseline: false,
+                            // Sustained: the vendor's pick timed again, settled under itself.
+                            fresh_baseline: sustained,
                             repick_baseline: false,
-                            regime: Default::default(),
-                            settle_cap_ms: 0.0,
+                            regime: selection.regime,
+                            settle_cap_ms: if sustained { plan::SETTLE_CAP_MS } else { 0.0 },
                             hold_ms: selection.hold_s * 1e3,
-                            energy_ms: if selection.energy { crate::energy::MIN_WINDOW_MS } else { 0.0 },
+                            // A sustained time is the one over the energy window (see `timing`).
+                            energy_ms: if selection.energy || sustained { crate::energy::MIN_WINDOW_MS } else { 0.0 },
+                            start_uncapped: false,
                             model_us: template.model_us(w, &k.config, target).unwrap_or(0.0),
                             vendor_model_us: plan::vendor_time(w),
                         };
@@ -547,6 +633,16 @@ fn pick(
         let index = template.space().index_of(&config)?;
         template.check(w, &config, target)?;
         return Ok(vec![(index, config)]);
+    }
+    if !selection.listed.is_empty() {
+        let mut out = Vec::new();
+        for l in selection.listed.iter().filter(|l| l.workload == *w && l.template == template.name()) {
+            let config = Config::from_json(&l.config)?;
+            let index = template.space().index_of(&config)?;
+            template.check(w, &config, target)?;
+            out.push((index, config));
+        }
+        return Ok(out);
     }
     let valid = valid_configs(template, w, target)?;
     let valid: Vec<(u64, Config)> = match &selection.knob {
@@ -835,5 +931,40 @@ mod tests {
             assert!(e.contains("--hold") && e.contains("0 to 600"), "{e}");
         }
         assert!(validate(&Selection { hold_s: 30.0, ..Selection::default() }).is_ok());
+        let listed = parse_listed("matmul/m64n64k64/nn/f16,f32,f32/alpha=1,beta=0\twgmma_gemm\t{}").unwrap();
+        let e = validate(&Selection {
+            listed: listed.clone(),
+            template: Some("wgmma_gemm".into()),
+            ..Selection::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--list") && e.contains("--template"), "{e}");
+        let e = validate(&Selection { hold_s: 30.0, regime: Regime::Sustained, ..Selection::default() })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--hold") && e.contains("--regime sustained"), "{e}");
+        assert!(validate(&Selection { listed, regime: Regime::Sustained, ..Selection::default() }).is_ok());
+    }
+
+    #[test]
+    fn a_list_names_its_kernels_a_line_each_and_a_bad_line_by_number() {
+        let key = "matmul/m64n64k64/nn/f16,f32,f32/alpha=1,beta=0";
+        let text = format!("# finalists\n{key}\twgmma_gemm\t{{\"stages\": 3}}\n\n{key}\twmma_gemm\t{{}}\r\n");
+        let listed = parse_listed(&text).unwrap();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0].workload, Workload::from_key(key).unwrap());
+        assert_eq!((listed[0].template.as_str(), listed[0].config.as_str()), ("wgmma_gemm", "{\"stages\": 3}"));
+        assert_eq!((listed[1].template.as_str(), listed[1].config.as_str()), ("wmma_gemm", "{}"));
+        for (bad, want) in [
+            (format!("{key}\twgmma_gemm\t{{}}\n{key} wgmma_gemm {{}}"), "line 2"),
+            (format!("{key}\tnope\t{{}}"), "line 1"),
+            ("matmul/nope\twgmma_gemm\t{}".to_owned(), "line 1: workload"),
+            (format!("{key}\twgmma_gemm\t{{"), "line 1: config"),
+            ("# nothing\n".to_owned(), "no kernel"),
+        ] {
+            let e = format!("{:#}", parse_listed(&bad).unwrap_err());
+            assert!(e.contains(want), "{bad:?}: {e}");
+        }
     }
 }
