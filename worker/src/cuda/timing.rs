@@ -93,8 +93,6 @@ const POLL_MS: u64 = 2;
 /// run's clock trace (nvidia-smi every 200 ms): after a load at the cap ended, the SM clock was
 /// back at its 1980 MHz maximum within 0.6 s.
 const BURST_COOL_MS: u64 = 1000;
-/// How often a burst timing that found the clock capped reads again whether it still is.
-const CAP_POLL_MS: u64 = 50;
 /// GPU time of one chunk of replays a phase queues ahead, milliseconds: the host never lets the
 /// GPU idle, and looks at what it polled once a chunk.
 const CHUNK_MS: f64 = 20.0;
@@ -217,17 +215,8 @@ pub(crate) fn time<F>(
 where
     F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
 {
-    if cools_first(&extra) {
+    if cools_first(&extra) || starts_capped(&extra) {
         std::thread::sleep(Duration::from_millis(BURST_COOL_MS));
-    } else if starts_capped(&extra) {
-        // Idle only until the cap lets go (read every `CAP_POLL_MS`), at most the whole cool-down.
-        let started = std::time::Instant::now();
-        while started.elapsed() < Duration::from_millis(BURST_COOL_MS) {
-            std::thread::sleep(Duration::from_millis(CAP_POLL_MS));
-            if !extra.probe.is_some_and(|p| p.capped()) {
-                break;
-            }
-        }
     }
     // Warm-up outside any graph: module load, instruction cache, vendor heuristics.
     enqueue(stream)?;
@@ -253,12 +242,10 @@ fn cools_first(extra: &Extra<'_>) -> bool {
     extra.cool_first && extra.settle.is_none() && extra.hold_ms <= 0.0 && extra.energy_ms > 0.0
 }
 
-/// Whether a burst timing that asks to start uncapped finds the GPU capped: then it idles until
-/// the cap lets go, at most [`BURST_COOL_MS`], the time the SM clock took to return to its maximum
-/// after a load at the cap (see there). Asked only where the GPU may be hot from the timing before
-/// (a finalist's rounds): a GPU that is not capped costs one NVML call. (A whole second each time
-/// made the default suite's bench 63 s and the large suite's 107 s, against 47 and 66 s before,
-/// on H200s, 2026-11-28; whether the clock lets go sooner was not measured yet.)
+/// Whether a burst timing that asks to start uncapped finds the GPU capped: then it idles
+/// [`BURST_COOL_MS`] first, the time the SM clock took to return to its maximum after a load at
+/// the cap (see there). Asked only where the GPU may be hot from the timing before (a finalist's
+/// rounds), and read once: a GPU that is not capped costs one NVML call.
 fn starts_capped(extra: &Extra<'_>) -> bool {
     extra.start_uncapped
         && extra.settle.is_none()
