@@ -8,9 +8,7 @@
 //! library's pick, so that every finalist is compared with the vendor on the GPU as it was; the
 //! first finalist is measured once before the rounds, unrecorded, so that round 1 does not start
 //! on a GPU cooled by the pause before the task (on an H200 at its power cap, the first finalist
-//! of round 1 ran 652 us and the same kernel 720-780 us in rounds 2 and 3, 2026-11-26). In the
-//! burst regime each measurement then starts from the full clock instead (`start_uncapped`: it
-//! idles first when the power cap holds the clock down), as a burst record means. A config
+//! of round 1 ran 652 us and the same kernel 720-780 us in rounds 2 and 3, 2026-11-26). A config
 //! whose round is not ok (it crashed, hung, or computed a wrong result) is not measured again: a
 //! kernel that killed its child would only do it again, and a hang costs a whole deadline each
 //! time. The child restarts as usual and the other configs go on. [`combine`] turns a config's

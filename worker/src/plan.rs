@@ -201,8 +201,6 @@ impl Plan {
             settle_cap_ms: if sustained { SETTLE_CAP_MS } else { 0.0 },
             hold_ms: 0.0,
             energy_ms: if self.sampling.no_energy { 0.0 } else { ENERGY_MS },
-            // A burst finalist starts from the full clock, as a trial after a compile does.
-            start_uncapped: !sustained && pass != Pass::Trial,
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }
@@ -271,11 +269,6 @@ mod tests {
         // MIN_BATCH a sample.
         assert_eq!((trial.sample_launches, round.sample_launches, warm.sample_launches), (0, 500, 500));
         assert_eq!(long.sample_launches, MIN_BATCH);
-        // A burst finalist starts from the full clock; a trial runs as it comes.
-        assert_eq!((trial.start_uncapped, warm.start_uncapped, round.start_uncapped), (false, true, true));
-        plan.sampling.regime = Regime::Sustained;
-        assert!(!plan.request(5, &image, &image, false, Pass::FinalistRound).start_uncapped, "sustained wants the cap");
-        plan.sampling.regime = Regime::Burst;
         // Everything else is the trial's request.
         let same = |r: &MeasureRequest| MeasureRequest {
             min_sample_ms: 0.0,
@@ -283,7 +276,6 @@ mod tests {
             baseline: false,
             fresh_baseline: false,
             repick_baseline: false,
-            start_uncapped: false,
             ..r.clone()
         };
         assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));

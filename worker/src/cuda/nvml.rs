@@ -12,10 +12,6 @@ const CLOCK_SM: c_uint = 1;
 const SUCCESS: c_uint = 0;
 /// NVML_TEMPERATURE_GPU.
 const TEMPERATURE_GPU: c_uint = 0;
-/// The clock event reasons that hold the clock down under load (`nvmlClocksEventReason*`):
-/// SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40,
-/// HwPowerBrakeSlowdown 0x80. Idle (0x1) and the application clock setting (0x2) are not.
-const HELD_DOWN: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
 /// How long a poll reuses the clock and temperature it read, milliseconds: an energy read alone
 /// takes 3-5 ms on an H200 (2026-11-28), so every call left out of the loop sharpens when the
 /// counter's changes are seen; a 100 ms point of the state trace still averages several clocks.
@@ -31,9 +27,6 @@ pub(crate) struct Nvml {
     energy: Option<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>,
     /// `nvmlDeviceGetTemperature`, when the library has it.
     temperature: Option<unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint>,
-    /// `nvmlDeviceGetCurrentClocksEventReasons` (or its older name, `...ThrottleReasons`), when
-    /// the library has it.
-    reasons: Option<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>,
     device: NvmlDevice,
     /// The last clock and temperature read, and when (a poll's `t_ms`).
     state: std::cell::Cell<Option<(f64, u32, u32)>>,
@@ -68,21 +61,7 @@ impl Nvml {
                 .get::<unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint>(b"nvmlDeviceGetTemperature")
                 .ok()
                 .map(|f| *f);
-            let reasons =
-                [&b"nvmlDeviceGetCurrentClocksEventReasons"[..], b"nvmlDeviceGetCurrentClocksThrottleReasons"]
-                    .iter()
-                    .find_map(|name| {
-                        lib.get::<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>(*name).ok().map(|f| *f)
-                    });
-            Some(Nvml {
-                _lib: lib,
-                clock_info,
-                energy,
-                temperature,
-                reasons,
-                device,
-                state: std::cell::Cell::new(None),
-            })
+            Some(Nvml { _lib: lib, clock_info, energy, temperature, device, state: std::cell::Cell::new(None) })
         }
     }
 
@@ -112,13 +91,6 @@ impl Nvml {
 }
 
 impl super::timing::Probe for Nvml {
-    fn capped(&self) -> bool {
-        let Some(read) = self.reasons else { return false };
-        let mut reasons: u64 = 0;
-        // SAFETY: as for the clock: a live handle from this library and a valid out-pointer.
-        (unsafe { read(self.device, &mut reasons) } == SUCCESS) && reasons & HELD_DOWN != 0
-    }
-
     fn poll(&self, t_ms: f64) -> crate::energy::Poll {
         let energy_mj = self.energy_mj();
         let (clock_mhz, temperature_c) = match self.state.get() {

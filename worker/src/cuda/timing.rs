@@ -101,11 +101,6 @@ const CHUNK_MS: f64 = 20.0;
 pub(crate) trait Probe {
     /// One reading now, stamped `t_ms`.
     fn poll(&self, t_ms: f64) -> Poll;
-    /// Whether the clock is held down now by the power cap or a thermal limit (false when the
-    /// probe cannot say).
-    fn capped(&self) -> bool {
-        false
-    }
 }
 
 /// What happens around the timed samples besides timing (see the module's notes).
@@ -123,9 +118,6 @@ pub(crate) struct Extra<'a> {
     /// burst measurement that reads energy idles [`BURST_COOL_MS`] before its warm-up, so that
     /// its samples start cool too.
     pub(crate) cool_first: bool,
-    /// Burst (a finalist's round): when the probe says the clock is held down by the power cap
-    /// or a thermal limit as the timing starts, idle [`BURST_COOL_MS`] before the warm-up.
-    pub(crate) start_uncapped: bool,
 }
 
 thread_local! {
@@ -215,7 +207,7 @@ pub(crate) fn time<F>(
 where
     F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
 {
-    if cools_first(&extra) || starts_capped(&extra) {
+    if cools_first(&extra) {
         std::thread::sleep(Duration::from_millis(BURST_COOL_MS));
     }
     // Warm-up outside any graph: module load, instruction cache, vendor heuristics.
@@ -240,24 +232,6 @@ where
 /// slower than a job's record of the same config, which this does not account for.)
 fn cools_first(extra: &Extra<'_>) -> bool {
     extra.cool_first && extra.settle.is_none() && extra.hold_ms <= 0.0 && extra.energy_ms > 0.0
-}
-
-/// Whether a burst timing that asks to start uncapped finds the GPU capped: then it idles
-/// [`BURST_COOL_MS`] first, the time the SM clock took to return to its maximum after a load at
-/// the cap (see there). Asked only where the GPU may be hot from the timing before (a finalist's
-/// rounds), and read once: a GPU that is not capped costs one NVML call.
-fn starts_capped(extra: &Extra<'_>) -> bool {
-    extra.start_uncapped
-        && extra.settle.is_none()
-        && extra.hold_ms <= 0.0
-        && !cools_first(extra)
-        && extra.probe.is_some_and(|p| {
-            let capped = p.capped();
-            if capped {
-                tracing::debug!(idle_ms = BURST_COOL_MS, "the clock is capped as a burst timing starts; idling first");
-            }
-            capped
-        })
 }
 
 /// What a phase of back-to-back replays polled, and where it stood after each chunk.
@@ -554,7 +528,7 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_timing_idles_after_a_reference_or_when_it_starts_capped() {
+    fn only_a_burst_timing_that_reads_energy_idles_after_a_reference() {
         let burst = Extra { energy_ms: 1000.0, cool_first: true, ..Extra::default() };
         assert!(cools_first(&burst));
         assert!(!cools_first(&Extra { cool_first: false, ..burst }), "nothing ran since the last timing");
@@ -562,24 +536,6 @@ mod tests {
         let rule = crate::energy::SteadyRule::default();
         assert!(!cools_first(&Extra { settle: Some((rule, 20_000.0)), ..burst }), "sustained settles instead");
         assert!(!cools_first(&Extra { hold_ms: 30_000.0, ..burst }), "a hold runs the kernel first");
-
-        struct Capped(bool);
-        impl Probe for Capped {
-            fn poll(&self, t_ms: f64) -> Poll {
-                Poll { t_ms, energy_mj: None, clock_mhz: 0, temperature_c: 0 }
-            }
-            fn capped(&self) -> bool {
-                self.0
-            }
-        }
-        let (hot, cool) = (Capped(true), Capped(false));
-        let finalist = Extra { probe: Some(&hot), start_uncapped: true, ..Extra::default() };
-        assert!(starts_capped(&finalist));
-        assert!(!starts_capped(&Extra { probe: Some(&cool), ..finalist }), "not capped: no idle");
-        assert!(!starts_capped(&Extra { start_uncapped: false, ..finalist }), "a trial does not ask");
-        assert!(!starts_capped(&Extra { probe: None, ..finalist }), "no NVML: nothing to tell it by");
-        assert!(!starts_capped(&Extra { settle: Some((rule, 20_000.0)), ..finalist }), "sustained wants the cap");
-        assert!(!starts_capped(&Extra { energy_ms: 1000.0, cool_first: true, ..finalist }), "idles once, not twice");
     }
 
     #[test]
