@@ -68,17 +68,10 @@ pub(crate) struct CompileProcess {
 }
 
 impl CompileProcess {
-    /// Starts `program __compile-child` in the temporary directory rather than the worker's:
-    /// NVRTC looks up files of its own in the current directory on every compile
-    /// (`__nv_nvrtc_builtin_header.h`, `__nv_name_map`, both absent), and where that is a network
-    /// or FUSE mount each lookup of a name the mount has not answered before is a round trip. On a
-    /// GPU machine here, in a fresh output folder, the same kernels compiled in a 248 ms median
-    /// against 94 ms in a folder where a run before had looked them up (H200, 2026-11-28). Its
-    /// requests name absolute paths.
+    /// Starts `program __compile-child`.
     pub(crate) fn spawn(program: &str) -> std::io::Result<CompileProcess> {
         let mut child = Command::new(program)
             .arg(COMPILE_CHILD_ARG)
-            .current_dir(std::env::temp_dir())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

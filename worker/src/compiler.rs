@@ -114,10 +114,7 @@ impl Compiler {
             .map(|i| {
                 let (rx, arch, program) = (rx.clone(), arch.clone(), program.clone());
                 let include_dir = match &backend {
-                    // Absolute: the compile processes run in another directory (`compile_child`).
-                    Backend::Nvrtc { include_dir, .. } => {
-                        std::path::absolute(include_dir).unwrap_or(include_dir.clone())
-                    }
+                    Backend::Nvrtc { include_dir, .. } => include_dir.clone(),
                     Backend::Skip => PathBuf::new(),
                 };
                 std::thread::Builder::new()
