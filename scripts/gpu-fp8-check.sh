@@ -6,7 +6,7 @@
 # finalists and cuBLASLt, likewise (why 1.12x in trials, 0.96x at the finalists?); (3) the layers
 # of suites/cnn.json under 1.1x at 16 trials (docs/data/gpu-2026-11-28-cnn), one `bench --trials
 # 300` each, worst first, until DEADLINE seconds. nvidia-smi logs clock and power every 250 ms.
-# Usage there: OUT=... DEADLINE=400 bash scripts/gpu-fp8-7.sh [--device sim]
+# Usage there: OUT=... DEADLINE=400 bash scripts/gpu-fp8-check.sh [--device sim]
 set -uo pipefail
 DEVICE=${1:---device}; DEVICE=${2:-cuda:0}
 T=${T:-$(pwd)/.gpu/tensortune}
