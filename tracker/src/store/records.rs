@@ -425,7 +425,13 @@ pub(crate) async fn remeasured(e: impl Into<Exec<'_>>, job: JobId) -> Result<Vec
 }
 
 /// The fastest ok record of a workload per device class (only `device_class` when given) among
-/// the records of `templates` (each `name@version`), fastest first.
+/// the records of `templates` (each `name@version`), fastest first. A workload of a time job
+/// whose finalists were re-measured competes with its verdict alone (`best_record_id`, the
+/// winner's re-measurement): a trial of a config its rounds measured slower, or a trial timed
+/// cooler than the rounds, would otherwise answer in its place (an f16 8192^3 bundle held a
+/// finalist whose trial read 1455.5 us and whose rounds 1512 us, not the winner; H200,
+/// 2026-11-28). Jobs of another objective, and workloads without re-measured finalists, compete
+/// with every record.
 pub(crate) async fn best(
     e: impl Into<Exec<'_>>,
     workload_key: &str,
@@ -439,7 +445,11 @@ pub(crate) async fn best(
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class ORDER BY median_us, id) AS rank
              FROM records
              WHERE workload_key = $1 AND template || '@' || template_version IN (SELECT value FROM json_each($2))
-               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4) AS ranked
+               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4
+               AND NOT EXISTS (SELECT 1 FROM job_workloads jw JOIN jobs j ON j.id = jw.job_id
+                               WHERE jw.job_id = records.job_id AND jw.workload_key = records.workload_key
+                                 AND jw.finalist_gap IS NOT NULL AND jw.best_record_id <> records.id
+                                 AND j.objective = 'time' AND j.max_slowdown = 0)) AS ranked
          WHERE rank = 1
          ORDER BY median_us, id",
     ))
@@ -451,9 +461,9 @@ pub(crate) async fn best(
     .await)?)
 }
 
-/// The best trusted ok record per (device class, workload) among workloads whose key matches the
-/// SQL `LIKE` pattern `key_like` (of the templates `name@version` in `templates`, on
-/// `device_class` when given): the candidates of a nearest-shape answer.
+/// The best trusted ok record per (device class, workload), counted as [`best`] counts them, among
+/// workloads whose key matches the SQL `LIKE` pattern `key_like` (of the templates `name@version`
+/// in `templates`, on `device_class` when given): the candidates of a nearest-shape answer.
 pub(crate) async fn best_per_workload(
     e: impl Into<Exec<'_>>,
     key_like: &str,
@@ -467,7 +477,11 @@ pub(crate) async fn best_per_workload(
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class, workload_key ORDER BY median_us, id) AS rank
              FROM records
              WHERE workload_key LIKE $1 AND template || '@' || template_version IN (SELECT value FROM json_each($2))
-               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4) AS ranked
+               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4
+               AND NOT EXISTS (SELECT 1 FROM job_workloads jw JOIN jobs j ON j.id = jw.job_id
+                               WHERE jw.job_id = records.job_id AND jw.workload_key = records.workload_key
+                                 AND jw.finalist_gap IS NOT NULL AND jw.best_record_id <> records.id
+                                 AND j.objective = 'time' AND j.max_slowdown = 0)) AS ranked
          WHERE rank = 1
          ORDER BY device_class, workload_key",
     ))
