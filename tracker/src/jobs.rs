@@ -329,7 +329,8 @@ impl Tracker {
         Ok(out)
     }
 
-    /// The fastest ok record of `workload` per device class among the records of `templates`
+    /// The best ok record of `workload` per device class (`store::records::best`: a re-measured
+    /// time job's verdict stands for its other records) among the records of `templates`
     /// (name, version) timed in `regime`, fastest first. With `nearest`, a class that has no record of `workload`
     /// answers with its best record of the nearest tuned shape ([`Workload::shape_distance`]),
     /// whose workload key tells it apart.
