@@ -424,14 +424,26 @@ pub(crate) async fn remeasured(e: impl Into<Exec<'_>>, job: JobId) -> Result<Vec
     .await)?)
 }
 
-/// The fastest ok record of a workload per device class (only `device_class` when given) among
-/// the records of `templates` (each `name@version`), fastest first. A workload of a time job
-/// whose finalists were re-measured competes with its verdict alone (`best_record_id`, the
+/// The condition on `records` that [`best`] and [`best_per_workload`] share: a workload of a time
+/// job whose finalists were re-measured competes with its verdict alone (`best_record_id`, the
 /// winner's re-measurement): a trial of a config its rounds measured slower, or a trial timed
 /// cooler than the rounds, would otherwise answer in its place (an f16 8192^3 bundle held a
 /// finalist whose trial read 1455.5 us and whose rounds 1512 us, not the winner; H200,
 /// 2026-11-28). Jobs of another objective, and workloads without re-measured finalists, compete
 /// with every record.
+macro_rules! not_superseded {
+    () => {
+        "
+               AND NOT EXISTS (SELECT 1 FROM job_workloads jw JOIN jobs j ON j.id = jw.job_id
+                               WHERE jw.job_id = records.job_id AND jw.workload_key = records.workload_key
+                                 AND jw.finalist_gap IS NOT NULL AND jw.best_record_id <> records.id
+                                 AND j.objective = 'time' AND j.max_slowdown = 0)"
+    };
+}
+
+/// The fastest ok record of a workload per device class (only `device_class` when given) among
+/// the records of `templates` (each `name@version`), fastest first; a re-measured time job's
+/// verdict stands for its other records (`not_superseded!`).
 pub(crate) async fn best(
     e: impl Into<Exec<'_>>,
     workload_key: &str,
@@ -441,17 +453,17 @@ pub(crate) async fn best(
 ) -> Result<Vec<Record>> {
     Ok(on!(e, |c, pg| sqlx::query_as(sql(
         pg,
-        "SELECT * FROM (
+        concat!(
+            "SELECT * FROM (
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class ORDER BY median_us, id) AS rank
              FROM records
              WHERE workload_key = $1 AND template || '@' || template_version IN (SELECT value FROM json_each($2))
-               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4
-               AND NOT EXISTS (SELECT 1 FROM job_workloads jw JOIN jobs j ON j.id = jw.job_id
-                               WHERE jw.job_id = records.job_id AND jw.workload_key = records.workload_key
-                                 AND jw.finalist_gap IS NOT NULL AND jw.best_record_id <> records.id
-                                 AND j.objective = 'time' AND j.max_slowdown = 0)) AS ranked
+               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4",
+            not_superseded!(),
+            ") AS ranked
          WHERE rank = 1
-         ORDER BY median_us, id",
+         ORDER BY median_us, id"
+        ),
     ))
     .bind(workload_key)
     .bind(json(templates))
@@ -473,17 +485,17 @@ pub(crate) async fn best_per_workload(
 ) -> Result<Vec<Record>> {
     Ok(on!(e, |c, pg| sqlx::query_as(sql(
         pg,
-        "SELECT * FROM (
+        concat!(
+            "SELECT * FROM (
              SELECT *, ROW_NUMBER() OVER (PARTITION BY device_class, workload_key ORDER BY median_us, id) AS rank
              FROM records
              WHERE workload_key LIKE $1 AND template || '@' || template_version IN (SELECT value FROM json_each($2))
-               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4
-               AND NOT EXISTS (SELECT 1 FROM job_workloads jw JOIN jobs j ON j.id = jw.job_id
-                               WHERE jw.job_id = records.job_id AND jw.workload_key = records.workload_key
-                                 AND jw.finalist_gap IS NOT NULL AND jw.best_record_id <> records.id
-                                 AND j.objective = 'time' AND j.max_slowdown = 0)) AS ranked
+               AND status = 'ok' AND untrusted IS NULL AND ($3 IS NULL OR device_class = $3) AND regime = $4",
+            not_superseded!(),
+            ") AS ranked
          WHERE rank = 1
-         ORDER BY device_class, workload_key",
+         ORDER BY device_class, workload_key"
+        ),
     ))
     .bind(key_like)
     .bind(json(templates))
