@@ -16,6 +16,7 @@ logs="$target/test-logs"
 rm -rf "$logs" && mkdir -p "$logs"
 # A test run builds once: incremental state (about 2 GB) buys nothing here.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+began=$(date +%s)
 echo "disk free for target/: $(df -h . | awk 'NR==2 {print $4}')" >&2
 
 # What the tests need from the system, installed while the workspace builds (as root, Debian):
@@ -66,18 +67,21 @@ EOF
 }
 
 # Runs job $1 (label, directory, command); its output goes to a log, printed whole when it ends.
+# The table at the end gives each job's wall seconds and CPU seconds (user + system, its children
+# included): on a machine of two cores the CPU seconds, not the walls, say what a job costs.
 run_job() {
-    local label=$1 dir=$2 cmd=$3 log start rc=0
+    local label=$1 dir=$2 cmd=$3 log start rc=0 cpu TIMEFORMAT='%U %S'
     shift 3
     log="$logs/$(echo "$label" | tr ' /' '__').log"
     start=$(date +%s)
     if [[ $cmd == /* ]]; then
-        (cd "$dir" && "$cmd" "$@") >"$log" 2>&1 || rc=$?
+        cpu=$({ time (cd "$dir" && "$cmd" "$@") >"$log" 2>&1; } 2>&1) || rc=$?
     else
-        (cd "$dir" && eval "$cmd") >"$log" 2>&1 || rc=$?
+        cpu=$({ time (cd "$dir" && eval "$cmd") >"$log" 2>&1; } 2>&1) || rc=$?
     fi
-    { echo "=== $label (exit $rc, $(($(date +%s) - start)) s)"; cat "$log"; } >&2
-    printf '%s\t%s\t%s\n' "$label" "$rc" "$(($(date +%s) - start))" >>"$logs/results.tsv"
+    cpu=$(echo "$cpu" | awk 'END { printf "%.0f", $1 + $2 }')
+    { echo "=== $label (exit $rc, $(($(date +%s) - start)) s, $cpu CPU-s)"; cat "$log"; } >&2
+    printf '%s\t%s\t%s\t%s\n' "$label" "$rc" "$(($(date +%s) - start))" "$cpu" >>"$logs/results.tsv"
 }
 : >"$logs/results.tsv"
 
@@ -96,6 +100,7 @@ if cargo test --workspace --locked --no-run --message-format=json \
 fi
 cargo test --workspace --locked --no-run --message-format=json >"$logs/build.json" \
     || { echo "the workspace's tests did not build" >&2; status=1; }
+echo "the workspace's tests built $(($(date +%s) - began)) s after the start" >&2
 wait "$setup_pid" || { cat "$logs/setup.log" >&2; echo "setting up the test machine failed" >&2; exit 1; }
 cat "$logs/setup.log" >&2
 [ "$status" = 0 ] || exit "$status"
@@ -156,8 +161,8 @@ if [ -n "$pg_dir" ] && ! scripts/pg-throwaway.sh alive "$pg_dir"; then
     tail -n 60 "$pg_dir/server.log" >&2 || true
 fi
 echo >&2
-printf '%-32s %6s %6s\n' job exit s >&2
-sort -t$'\t' -k3,3nr "$logs/results.tsv" | awk -F'\t' '{ printf "%-32s %6s %6s\n", $1, $2, $3 }' >&2
+printf '%-32s %6s %6s %6s\n' job exit s CPU-s >&2
+sort -t$'\t' -k3,3nr "$logs/results.tsv" | awk -F'\t' '{ printf "%-32s %6s %6s %6s\n", $1, $2, $3, $4 }' >&2
 jobs_run=$(wc -l <"$logs/results.tsv")
 jobs_wanted=$(($(wc -l <"$jobs_file") + ${#early[@]}))
 [ "$jobs_run" = "$jobs_wanted" ] || { echo "only $jobs_run of $jobs_wanted jobs reported" >&2; status=1; }
@@ -165,4 +170,5 @@ failed=$(awk -F'\t' '$2 != 0' "$logs/results.tsv" | wc -l)
 [ "$failed" = 0 ] || { echo "$failed jobs failed" >&2; status=1; }
 # The number of tests that ran, as cargo counts them.
 grep -ho '^test result: .*' "$logs"/*.log | awk '{ p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' >&2
+echo "$(($(date +%s) - began)) s in all" >&2
 exit $status

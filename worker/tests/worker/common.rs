@@ -136,6 +136,40 @@ pub(crate) fn wgmma_kind(c: &Config) -> String {
     )
 }
 
+/// `n` configs of `valid` for one workload of a sample: one from each of the `n` kinds (by `kind`)
+/// that the sample has compiled least so far (`seen`, which counts them; ties in kind order from
+/// `turn`), the config at a spot that moves with `turn` within its kind. Every kind a workload
+/// offers is compiled before any is compiled twice, so a sample of a few configs a workload covers
+/// every kind, and the types and layouts the kinds meet vary from one workload to the next.
+pub(crate) fn least_seen_kinds(
+    valid: &[(u64, Config)],
+    kind: impl Fn(&Config) -> String,
+    n: usize,
+    turn: usize,
+    seen: &mut std::collections::BTreeMap<String, usize>,
+) -> Vec<Config> {
+    let mut kinds: std::collections::BTreeMap<String, Vec<&Config>> = Default::default();
+    for (_, c) in valid {
+        kinds.entry(kind(c)).or_default().push(c);
+    }
+    let count = kinds.len().max(1);
+    let mut order: Vec<(usize, usize, String)> = kinds
+        .keys()
+        .enumerate()
+        .map(|(i, k)| (seen.get(k).copied().unwrap_or(0), (i + count - turn % count) % count, k.clone()))
+        .collect();
+    order.sort();
+    order
+        .into_iter()
+        .take(n)
+        .map(|(_, _, k)| {
+            *seen.entry(k.clone()).or_insert(0) += 1;
+            let group = &kinds[&k];
+            group[(group.len() / 2 + 7 * turn) % group.len()].clone()
+        })
+        .collect()
+}
+
 /// Sampled kernels for sm_80 and sm_90 in turn: the first workload a test walks is generated for
 /// sm_80, the next for sm_90, and so on, so both architectures see every kind of workload the walk
 /// holds (each walk has more than one workload of a kind, taken in a row) at half the compiles of

@@ -41,11 +41,11 @@ fn a_sample_of_simt_configs_compiles_without_spills_for_sm80_and_sm90() {
         for (m, n, k, beta) in [(1024, 1024, 1024, 0.0), (4096, 4096, 4096, 0.0), (1000, 72, 260, 1.0)] {
             let mut mm = Matmul::new(m, n, k, layout, types).unwrap();
             mm.beta = beta;
-            turns.add(sampled(&SimtGemm, &Workload::Matmul(mm), &turns.target(), 2, turn));
+            turns.add(sampled(&SimtGemm, &Workload::Matmul(mm), &turns.target(), 1, turn));
             turn += 1;
         }
     }
-    for (target, specs) in turns.each(60) {
+    for (target, specs) in turns.each(30) {
         assert_all_compile_without_spills(specs, target);
     }
 }
@@ -80,9 +80,9 @@ fn a_sample_of_simt_conv_configs_compiles_without_spills_for_sm80_and_sm90() {
                 epilogue: Default::default(),
                 residual: false,
             };
-            specs.extend(sampled(&SimtConv2d, &Workload::Conv2d(conv), &target, 2, turn));
+            specs.extend(sampled(&SimtConv2d, &Workload::Conv2d(conv), &target, 1, turn));
         }
-        assert!(specs.len() >= 40, "only {} sampled kernels", specs.len());
+        assert!(specs.len() >= 20, "only {} sampled kernels", specs.len());
         assert_all_compile_without_spills(&specs, &target);
     }
 }
