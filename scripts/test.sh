@@ -75,9 +75,9 @@ run_job() {
     log="$logs/$(echo "$label" | tr ' /' '__').log"
     start=$(date +%s)
     if [[ $cmd == /* ]]; then
-        cpu=$({ time (cd "$dir" && "$cmd" "$@") >"$log" 2>&1; } 2>&1) || rc=$?
+        cpu=$({ time { (cd "$dir" && "$cmd" "$@") >"$log" 2>&1; }; } 2>&1) || rc=$?
     else
-        cpu=$({ time (cd "$dir" && eval "$cmd") >"$log" 2>&1; } 2>&1) || rc=$?
+        cpu=$({ time { (cd "$dir" && eval "$cmd") >"$log" 2>&1; }; } 2>&1) || rc=$?
     fi
     cpu=$(echo "$cpu" | awk 'END { printf "%.0f", $1 + $2 }')
     { echo "=== $label (exit $rc, $(($(date +%s) - start)) s, $cpu CPU-s)"; cat "$log"; } >&2

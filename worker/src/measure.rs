@@ -230,21 +230,25 @@ impl Measurer<'_> {
 
     /// Measures a finalist task's configs up to `rounds` times, interleaved (see `finalist`), and
     /// returns their records in task order; `None` when the task was dropped or the worker is
-    /// stopping (nothing is reported). Finalists, and the vendor after them, are timed in long
-    /// samples (see [`Pass`]): at the clock of a sustained load, not of a burst.
+    /// stopping (nothing is reported). Every measurement in the rounds times the vendor's pick
+    /// right after, the same way, so each finalist is compared with the vendor from the same GPU
+    /// state, round by round; each record carries the median of the vendor timings that followed
+    /// it (see [`finalist::vendor_of_rounds`]).
     ///
-    /// The first measurable finalist is measured once before round 1 and not recorded, so that
-    /// the rounds run on a GPU in the state they keep it in; that warm-up then times every vendor
-    /// candidate again, the same way, and the fastest is the pick the rounds time. The pick made
-    /// at the start of the tuning came from short timings on a cool GPU, where another algorithm
-    /// may win (2026-11-26, an H100 at its power cap, f16 4096x14336x4096: cublasGemmEx 652 us
-    /// and cuBLASLt's #5 671 us in a burst, 763 and 750 us held for seconds). A burst of nine
-    /// short timings in the rounds had favoured whichever candidate it timed first (2026-11-25);
-    /// after the warm-up at the rounds' load, none starts from a cool GPU (the timings' length:
-    /// `plan::FINALIST_MIN_MS`). Every measurement in the rounds times the pick right after, so each
-    /// finalist is compared with the vendor from the same GPU state, round by round. Each record
-    /// carries the median of the vendor timings that followed it (see
-    /// [`finalist::vendor_of_rounds`]).
+    /// Burst (the default): each finalist, and the vendor after it, is timed as a trial is, from
+    /// the full clock (a timing that finds the power cap holding the clock down idles until it
+    /// lets go: `MeasureRequest::start_uncapped`), as a burst record means and as the pick was
+    /// made at the start of the tuning.
+    ///
+    /// Sustained: finalists are timed in long samples (`plan::FINALIST_MIN_MS`), at the clock of
+    /// a sustained load. The first measurable finalist is measured once before round 1 and not
+    /// recorded, so that the rounds run on a GPU in the state they keep it in; that warm-up then
+    /// times every vendor candidate again, the same way, and the fastest is the pick the rounds
+    /// time. The pick made at the start of the tuning came from short timings on a cool GPU,
+    /// where another algorithm may win (2026-11-26, an H100 at its power cap, f16
+    /// 4096x14336x4096: cublasGemmEx 652 us and cuBLASLt's #5 671 us in a burst, 763 and 750 us
+    /// held for seconds). A burst of nine short timings in the rounds had favoured whichever
+    /// candidate it timed first (2026-11-25, when burst timings did not wait for the full clock).
     async fn finalists(
         &mut self,
         lease: &Lease,
@@ -264,7 +268,15 @@ impl Measurer<'_> {
             .map(|since| started.duration_since(since).mul_f64(FINALIST_SHARE));
         let mut measured: Vec<Vec<MeasureOutcome>> = finalists.iter().map(|_| Vec::new()).collect();
         let mut vendor: Vec<Vec<(f64, String)>> = finalists.iter().map(|_| Vec::new()).collect();
-        if let Some(Candidate::Ready(kernel)) = finalists.iter().find(|f| matches!(f, Candidate::Ready(_))) {
+        let first = finalists.iter().find_map(|f| match f {
+            Candidate::Ready(kernel) => Some(kernel),
+            Candidate::Settled(_) => None,
+        });
+        let sustained = first.is_some_and(|k| k.plan.sampling.regime == tensortune_kernels::energy::Regime::Sustained);
+        // A burst record is the fastest round's (see `finalist::Center`).
+        let center = if sustained { finalist::Center::Median } else { finalist::Center::Fastest };
+        // The warm-up: sustained only (a burst finalist starts from the full clock instead).
+        if let Some(kernel) = first.filter(|_| sustained) {
             if lease.dropped.is_cancelled() {
                 return Ok(None);
             }
@@ -308,7 +320,7 @@ impl Measurer<'_> {
             }
             // Adaptive: no more rounds once they cannot change the verdict (see `finalist`), or
             // once another would end past the budget.
-            let verdict = finalist::verdict(&measured, round, rounds);
+            let verdict = finalist::verdict(&measured, round, rounds, center);
             let over = budget.is_some_and(|b| started.elapsed() + round_started.elapsed() > b);
             let out_of_time = over && round >= finalist::MIN_ROUNDS;
             if verdict.settled() || round == rounds || out_of_time {
@@ -331,9 +343,9 @@ impl Measurer<'_> {
         for ((finalist, outcomes), paired) in finalists.into_iter().zip(measured).zip(vendor) {
             let record = match finalist {
                 Candidate::Ready(kernel) => {
-                    let mut outcome = finalist::combine(outcomes, rounds);
+                    let mut outcome = finalist::combine(outcomes, rounds, center);
                     if outcome.status == Status::Ok {
-                        match finalist::vendor_of_rounds(&paired) {
+                        match finalist::vendor_of_rounds(&paired, center) {
                             Some((us, kind)) => {
                                 outcome.baseline_us = Some(us);
                                 outcome.baseline_kind = kind;

@@ -12,22 +12,24 @@ use crate::protocol::{Launch, MeasureRequest};
 
 /// Minimum GPU time of one timing sample, milliseconds (the child grows the batch to reach it).
 const MIN_SAMPLE_MS: f64 = 1.0;
-/// Minimum GPU time of a finalist's timing (all its samples), milliseconds: a finalist's
-/// measurement and the vendor timing after it each hold the GPU for at least 50 ms (5 ms a sample
-/// at the default 10), five times a trial's samples, so that the rounds compare configs that a
-/// trial's 1 ms samples could not tell apart, in the state a burst of work keeps the GPU in.
-/// Holding each timing for half a second, as finalists did until 2026-11-28, measures the
-/// clock a sustained load runs at (on an H100 at its power cap, 2026-11-26, f16
-/// 4096x14336x4096: vendor/ours 1.045-1.055 in 14 ms measurements, 0.989-0.996 in 0.55 s ones,
-/// 0.96-0.99 held alone for seconds), but it made finalists two thirds of a default job's wall on
-/// f16 4096^3 (H100, 2026-11-28: 14.9 s of 22.3 s). A sustained-load figure is a regime of its
-/// own (issue 39), measured where it is asked for, not on every job.
+/// Minimum GPU time of a sustained finalist's timing (all its samples), milliseconds: a
+/// finalist's measurement and the vendor timing after it each hold the GPU for at least 50 ms (5
+/// ms a sample at the default 10), five times a trial's samples. A burst finalist is timed as a
+/// trial is (10 samples of 1 ms, from the full clock: `MeasureRequest::start_uncapped`): 50 ms of
+/// a large GEMM at 700 W reach an H200's power cap after 20-45 ms, so a burst finalist timed that
+/// long read a capped clock (its record 4-8% slower than cool-start shots of the same kernel on 3
+/// of 6 tuned winners, while the trials of the same configs matched all 6; 2026-11-28), and
+/// made the finalists 20-40% of a 4096^3 job's wall. Holding each timing for half a second, as
+/// finalists did until 2026-11-28, measures the clock a sustained load runs at (on an H100 at its
+/// power cap, 2026-11-26, f16 4096x14336x4096: vendor/ours 1.045-1.055 in 14 ms measurements,
+/// 0.989-0.996 in 0.55 s ones, 0.96-0.99 held alone for seconds): a regime of its own (issue 39),
+/// measured where it is asked for.
 const FINALIST_MIN_MS: f64 = 50.0;
-/// Launches a finalist's measurement (all its samples) needs at most: its samples end once they
-/// hold this many, if that comes before [`FINALIST_MIN_MS`] (but never shorter than a trial's
-/// [`MIN_SAMPLE_MS`]). A 3 us kernel (f16 512x64x512) then ends its timing after 15 ms, where one
-/// sample's median already repeats to a fraction of a percent; from 10 us on, the 50 ms come
-/// first.
+/// Launches a sustained finalist's measurement (all its samples) needs at most: its samples end
+/// once they hold this many, if that comes before [`FINALIST_MIN_MS`] (but never shorter than a
+/// trial's [`MIN_SAMPLE_MS`]). A 3 us kernel (f16 512x64x512) then ends its timing after 15 ms,
+/// where one sample's median already repeats to a fraction of a percent; from 10 us on, the 50 ms
+/// come first.
 const FINALIST_LAUNCHES: u32 = 5000;
 /// Fewest launches per timing sample.
 const MIN_BATCH: u32 = 50;
@@ -139,12 +141,12 @@ fn template_named(name: &str, version: u32) -> Result<&'static dyn Template, Str
 pub(crate) enum Pass {
     /// A tuning task's one measurement: short samples (a burst, as the search compares configs).
     Trial,
-    /// A finalist task's warm-up before its rounds (not recorded): long samples (see
-    /// [`FINALIST_MIN_MS`]; cold-L2 sampling, one launch a sample, is unchanged), then
-    /// every vendor candidate timed the same way, the fastest becoming the pick the rounds time.
+    /// A sustained finalist task's warm-up before its rounds (not recorded): long samples (see
+    /// [`FINALIST_MIN_MS`]; cold-L2 sampling, one launch a sample, is unchanged), then every
+    /// vendor candidate timed the same way, the fastest becoming the pick the rounds time.
     FinalistWarmUp,
-    /// A finalist's measurement in a round: long samples, then the vendor's pick timed again
-    /// right after, the same way.
+    /// A finalist's measurement in a round, then the vendor's pick timed again right after, the
+    /// same way: long samples in the sustained regime, a trial's from the full clock in a burst.
     FinalistRound,
 }
 
@@ -173,6 +175,8 @@ impl Plan {
         let spec = &self.spec;
         let samples = if self.sampling.samples == 0 { DEFAULT_SAMPLES } else { self.sampling.samples };
         let sustained = self.sampling.regime == Regime::Sustained;
+        // Long samples: a sustained finalist's (see FINALIST_MIN_MS).
+        let long = sustained && pass != Pass::Trial;
         MeasureRequest {
             task_id,
             workload: self.workload,
@@ -182,15 +186,9 @@ impl Plan {
             support_cubin: support.cubin.clone(),
             tolerance: Tolerance::for_workload(&self.workload),
             samples,
-            min_sample_ms: match pass {
-                Pass::Trial => MIN_SAMPLE_MS,
-                Pass::FinalistWarmUp | Pass::FinalistRound => (FINALIST_MIN_MS / f64::from(samples)).max(MIN_SAMPLE_MS),
-            },
+            min_sample_ms: if long { (FINALIST_MIN_MS / f64::from(samples)).max(MIN_SAMPLE_MS) } else { MIN_SAMPLE_MS },
             min_batch: MIN_BATCH,
-            sample_launches: match pass {
-                Pass::Trial => 0,
-                Pass::FinalistWarmUp | Pass::FinalistRound => (FINALIST_LAUNCHES / samples).max(MIN_BATCH),
-            },
+            sample_launches: if long { (FINALIST_LAUNCHES / samples).max(MIN_BATCH) } else { 0 },
             flush_l2: self.sampling.flush_l2,
             // Sustained: the vendor is timed in every measurement, right after the kernel, in the
             // same settled state (a baseline from another moment would compare two clocks).
@@ -201,6 +199,8 @@ impl Plan {
             settle_cap_ms: if sustained { SETTLE_CAP_MS } else { 0.0 },
             hold_ms: 0.0,
             energy_ms: if self.sampling.no_energy { 0.0 } else { ENERGY_MS },
+            // A burst finalist starts from the full clock, as a trial after a compile does.
+            start_uncapped: !sustained && pass != Pass::Trial,
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }
@@ -242,15 +242,36 @@ mod tests {
     use tensortune_kernels::Target;
 
     #[test]
-    fn finalist_requests_hold_the_gpu_longer_and_time_the_vendor_the_same_way() {
+    fn finalist_requests_time_the_vendor_the_same_way_longer_only_when_sustained() {
         let mut plan = crate::reference::plan(&Target::sm90()).expect("the drift reference plans for sm_90");
         let image = Image { cubin: vec![1, 2, 3] };
         let trial = plan.request(5, &image, &image, false, Pass::Trial);
-        let warm = plan.request(5, &image, &image, false, Pass::FinalistWarmUp);
         let round = plan.request(5, &image, &image, false, Pass::FinalistRound);
         let vendor = |r: &MeasureRequest| (r.baseline, r.fresh_baseline, r.repick_baseline);
         assert_eq!((trial.min_sample_ms, vendor(&trial)), (MIN_SAMPLE_MS, (false, false, false)));
-        // A finalist measurement asks for FINALIST_MIN_MS in all, whatever the samples ...
+        // A burst finalist is timed as a trial is, from the full clock, with the vendor's pick
+        // timed again right after it ...
+        assert_eq!(
+            (round.min_sample_ms, round.sample_launches, vendor(&round)),
+            (MIN_SAMPLE_MS, 0, (true, true, false))
+        );
+        assert_eq!((trial.start_uncapped, round.start_uncapped), (false, true));
+        // ... and everything else is the trial's request.
+        let same = |r: &MeasureRequest| MeasureRequest {
+            baseline: false,
+            fresh_baseline: false,
+            repick_baseline: false,
+            start_uncapped: false,
+            ..r.clone()
+        };
+        assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));
+        // The task's own baseline wish still holds on a trial.
+        assert!(plan.request(5, &image, &image, true, Pass::Trial).baseline);
+
+        // Sustained: FINALIST_MIN_MS in all, whatever the samples ...
+        plan.sampling.regime = Regime::Sustained;
+        let warm = plan.request(5, &image, &image, false, Pass::FinalistWarmUp);
+        let round = plan.request(5, &image, &image, false, Pass::FinalistRound);
         assert!(
             warm.min_sample_ms * f64::from(warm.samples) >= FINALIST_MIN_MS,
             "{} ms x {}",
@@ -258,29 +279,18 @@ mod tests {
             warm.samples
         );
         assert!(warm.min_sample_ms >= 5.0 * MIN_SAMPLE_MS, "longer samples than a trial's: {}", warm.min_sample_ms);
+        assert_eq!(vendor(&warm), (true, true, true), "the warm-up picks the vendor's algorithm again");
+        assert_eq!((round.min_sample_ms, vendor(&round)), (warm.min_sample_ms, (true, true, false)));
+        assert!(!round.start_uncapped, "sustained wants the cap");
         plan.sampling.samples = 1000;
         let long = plan.request(5, &image, &image, false, Pass::FinalistRound);
         assert_eq!((long.samples, long.min_sample_ms), (1000, MIN_SAMPLE_MS), "never shorter samples than a trial's");
+        assert_eq!(long.sample_launches, MIN_BATCH);
         plan.sampling.samples = 4;
         assert_eq!(plan.request(5, &image, &image, false, Pass::FinalistRound).min_sample_ms, FINALIST_MIN_MS / 4.0);
-        assert_eq!(vendor(&warm), (true, true, true), "the warm-up picks the vendor's algorithm again");
-        assert_eq!((round.min_sample_ms, vendor(&round)), (warm.min_sample_ms, (true, true, false)));
-        // ... unless its launches come first: 5000 in all (500 a sample of the default 10), at least
-        // MIN_BATCH a sample.
-        assert_eq!((trial.sample_launches, round.sample_launches, warm.sample_launches), (0, 500, 500));
-        assert_eq!(long.sample_launches, MIN_BATCH);
-        // Everything else is the trial's request.
-        let same = |r: &MeasureRequest| MeasureRequest {
-            min_sample_ms: 0.0,
-            sample_launches: 0,
-            baseline: false,
-            fresh_baseline: false,
-            repick_baseline: false,
-            ..r.clone()
-        };
-        assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));
-        // The task's own baseline wish still holds on a trial.
-        assert!(plan.request(5, &image, &image, true, Pass::Trial).baseline);
+        // ... unless its launches come first: 5000 in all (500 a sample of the default 10), at
+        // least MIN_BATCH a sample.
+        assert_eq!((round.sample_launches, warm.sample_launches), (500, 500));
     }
 
     #[test]

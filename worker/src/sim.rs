@@ -344,6 +344,7 @@ mod tests {
             settle_cap_ms: 0.0,
             hold_ms: 0.0,
             energy_ms: 100.0,
+            start_uncapped: false,
             model_us: 10.0,
             vendor_model_us: 3.0,
         }

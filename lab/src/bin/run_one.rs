@@ -73,6 +73,7 @@ fn main() -> anyhow::Result<()> {
             settle_cap_ms: 0.0,
             hold_ms: 0.0,
             energy_ms: 0.0,
+            start_uncapped: false,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };

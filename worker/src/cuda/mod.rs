@@ -496,8 +496,15 @@ impl CudaExecutor {
         // sustained regime its time, settled under itself; burst keeps the candidates' time, as
         // before regimes.
         let sustained = req.regime == Regime::Sustained;
-        let each =
-            MeasureRequest { settle_cap_ms: 0.0, hold_ms: 0.0, regime: Regime::Burst, energy_ms: 0.0, ..req.clone() };
+        // The candidates are not cooled either: up to nine idles of a second each for one pick.
+        let each = MeasureRequest {
+            settle_cap_ms: 0.0,
+            hold_ms: 0.0,
+            regime: Regime::Burst,
+            energy_ms: 0.0,
+            start_uncapped: false,
+            ..req.clone()
+        };
         let (us, kind, pick) = self.baseline(wi, &each, None);
         match pick {
             Some(p) if us.is_some() => {
@@ -920,6 +927,7 @@ impl Timer {
                 .then(|| (crate::energy::SteadyRule::default(), req.settle_cap_ms)),
             hold_ms: req.hold_ms,
             cool_first: std::mem::take(&mut self.hot),
+            start_uncapped: req.start_uncapped && req.regime == Regime::Burst && req.hold_ms <= 0.0,
         };
         timing::time(&self.ctx, &self.stream, req.samples.max(1), mode, extra, enqueue)
     }

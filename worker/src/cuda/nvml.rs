@@ -12,6 +12,19 @@ const CLOCK_SM: c_uint = 1;
 const SUCCESS: c_uint = 0;
 /// NVML_TEMPERATURE_GPU.
 const TEMPERATURE_GPU: c_uint = 0;
+/// The clock event reasons that hold the clock down under load (`nvmlClocksEventReason*`):
+/// SwPowerCap 0x4, HwSlowdown 0x8, SwThermalSlowdown 0x20, HwThermalSlowdown 0x40,
+/// HwPowerBrakeSlowdown 0x80. Idle (0x1) and the application clock setting (0x2) are not.
+const HELD_DOWN: u64 = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+/// Below this share of its maximum the SM clock counts as still held down after a cap let go
+/// (unless it is below [`IDLE_SHARE`]): the reasons clear as soon as the load ends, but the clock
+/// climbs back over a few hundred milliseconds (an H200's finalist rounds, 2026-11-29: timings
+/// that waited for the reasons alone started at 1485-1575 MHz of 1980 and read 3.6-5.4% slower
+/// than cool-start shots).
+const FULL_SHARE: f64 = 0.97;
+/// Below this share of its maximum the SM clock is an idle GPU's (345 MHz of 1980 on an H200),
+/// which starts cool.
+const IDLE_SHARE: f64 = 0.5;
 /// How long a poll reuses the clock and temperature it read, milliseconds: an energy read alone
 /// takes 3-5 ms on an H200 (2026-11-28), so every call left out of the loop sharpens when the
 /// counter's changes are seen; a 100 ms point of the state trace still averages several clocks.
@@ -27,6 +40,11 @@ pub(crate) struct Nvml {
     energy: Option<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>,
     /// `nvmlDeviceGetTemperature`, when the library has it.
     temperature: Option<unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint>,
+    /// `nvmlDeviceGetCurrentClocksEventReasons` (or its older name, `...ThrottleReasons`), when
+    /// the library has it.
+    reasons: Option<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>,
+    /// The SM clock's maximum in MHz (`nvmlDeviceGetMaxClockInfo`), 0 when NVML cannot say.
+    max_clock_mhz: u32,
     device: NvmlDevice,
     /// The last clock and temperature read, and when (a poll's `t_ms`).
     state: std::cell::Cell<Option<(f64, u32, u32)>>,
@@ -61,7 +79,29 @@ impl Nvml {
                 .get::<unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint>(b"nvmlDeviceGetTemperature")
                 .ok()
                 .map(|f| *f);
-            Some(Nvml { _lib: lib, clock_info, energy, temperature, device, state: std::cell::Cell::new(None) })
+            let reasons =
+                [&b"nvmlDeviceGetCurrentClocksEventReasons"[..], b"nvmlDeviceGetCurrentClocksThrottleReasons"]
+                    .iter()
+                    .find_map(|name| {
+                        lib.get::<unsafe extern "C" fn(NvmlDevice, *mut u64) -> c_uint>(*name).ok().map(|f| *f)
+                    });
+            let mut max_clock_mhz: c_uint = 0;
+            if let Ok(max) =
+                lib.get::<unsafe extern "C" fn(NvmlDevice, c_uint, *mut c_uint) -> c_uint>(b"nvmlDeviceGetMaxClockInfo")
+                && max(device, CLOCK_SM, &mut max_clock_mhz) != SUCCESS
+            {
+                max_clock_mhz = 0;
+            }
+            Some(Nvml {
+                _lib: lib,
+                clock_info,
+                energy,
+                temperature,
+                reasons,
+                max_clock_mhz,
+                device,
+                state: std::cell::Cell::new(None),
+            })
         }
     }
 
@@ -91,6 +131,15 @@ impl Nvml {
 }
 
 impl super::timing::Probe for Nvml {
+    fn capped(&self) -> bool {
+        let held = self.reasons.is_some_and(|read| {
+            let mut reasons: u64 = 0;
+            // SAFETY: as for the clock: a live handle from this library and a valid out-pointer.
+            (unsafe { read(self.device, &mut reasons) } == SUCCESS) && reasons & HELD_DOWN != 0
+        });
+        held || climbing(self.sm_clock_mhz(), self.max_clock_mhz)
+    }
+
     fn poll(&self, t_ms: f64) -> crate::energy::Poll {
         let energy_mj = self.energy_mj();
         let (clock_mhz, temperature_c) = match self.state.get() {
@@ -103,5 +152,26 @@ impl super::timing::Probe for Nvml {
             }
         };
         crate::energy::Poll { t_ms, energy_mj, clock_mhz, temperature_c }
+    }
+}
+
+/// Whether an SM clock of `mhz` is still climbing back to its maximum `max_mhz` after a cap: below
+/// [`FULL_SHARE`] of it but above an idle GPU's [`IDLE_SHARE`] (false when either is unknown).
+fn climbing(mhz: u32, max_mhz: u32) -> bool {
+    let (mhz, max) = (f64::from(mhz), f64::from(max_mhz));
+    mhz > 0.0 && max > 0.0 && mhz < FULL_SHARE * max && mhz > IDLE_SHARE * max
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_clock_between_idle_and_full_is_still_climbing() {
+        let max = 1980;
+        for (mhz, climbing) in
+            [(1980, false), (1935, false), (1575, true), (1485, true), (1000, true), (345, false), (0, false)]
+        {
+            assert_eq!(super::climbing(mhz, max), climbing, "{mhz} MHz of {max}");
+        }
+        assert!(!super::climbing(1500, 0), "no maximum known: nothing to tell it by");
     }
 }

@@ -101,6 +101,11 @@ const CHUNK_MS: f64 = 20.0;
 pub(crate) trait Probe {
     /// One reading now, stamped `t_ms`.
     fn poll(&self, t_ms: f64) -> Poll;
+    /// Whether the clock is held down now by the power cap or a thermal limit, or still climbing
+    /// back to its maximum after one (false when the probe cannot say).
+    fn capped(&self) -> bool {
+        false
+    }
 }
 
 /// What happens around the timed samples besides timing (see the module's notes).
@@ -118,6 +123,9 @@ pub(crate) struct Extra<'a> {
     /// burst measurement that reads energy idles [`BURST_COOL_MS`] before its warm-up, so that
     /// its samples start cool too.
     pub(crate) cool_first: bool,
+    /// Burst (a finalist's round): when the probe says the clock is held down by the power cap
+    /// or a thermal limit as the timing starts, idle [`BURST_COOL_MS`] before the warm-up.
+    pub(crate) start_uncapped: bool,
 }
 
 thread_local! {
@@ -209,6 +217,8 @@ where
 {
     if cools_first(&extra) {
         std::thread::sleep(Duration::from_millis(BURST_COOL_MS));
+    } else {
+        idle_while_capped(&extra, UNCAP_POLL_MS);
     }
     // Warm-up outside any graph: module load, instruction cache, vendor heuristics.
     enqueue(stream)?;
@@ -232,6 +242,29 @@ where
 /// slower than a job's record of the same config, which this does not account for.)
 fn cools_first(extra: &Extra<'_>) -> bool {
     extra.cool_first && extra.settle.is_none() && extra.hold_ms <= 0.0 && extra.energy_ms > 0.0
+}
+
+/// How often a burst timing that asks to start uncapped polls the clock event reasons while it
+/// idles, milliseconds.
+const UNCAP_POLL_MS: u64 = 10;
+
+/// A burst timing that asks to start uncapped (a finalist's, see `MeasureRequest::start_uncapped`)
+/// idles while the probe says the power cap or a thermal limit holds the clock down (or the clock
+/// has not climbed back yet), polling every `poll_ms`, for at most [`BURST_COOL_MS`] (the time the
+/// SM clock took to return to its maximum after a load at the cap): a GPU at its full clock costs
+/// one NVML poll, one that is not waits only until it is. Returns the milliseconds idled.
+fn idle_while_capped(extra: &Extra<'_>, poll_ms: u64) -> u64 {
+    let asked = extra.start_uncapped && extra.settle.is_none() && extra.hold_ms <= 0.0 && !cools_first(extra);
+    let Some(probe) = extra.probe.filter(|_| asked) else { return 0 };
+    let mut idled = 0;
+    while idled < BURST_COOL_MS && probe.capped() {
+        std::thread::sleep(Duration::from_millis(poll_ms));
+        idled += poll_ms;
+    }
+    if idled > 0 {
+        tracing::debug!(idled_ms = idled, "the clock was capped as a burst timing started; idled first");
+    }
+    idled
 }
 
 /// What a phase of back-to-back replays polled, and where it stood after each chunk.
@@ -528,7 +561,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_burst_timing_that_reads_energy_idles_after_a_reference() {
+    fn a_burst_timing_idles_after_a_reference_or_when_it_starts_capped() {
         let burst = Extra { energy_ms: 1000.0, cool_first: true, ..Extra::default() };
         assert!(cools_first(&burst));
         assert!(!cools_first(&Extra { cool_first: false, ..burst }), "nothing ran since the last timing");
@@ -536,6 +569,33 @@ mod tests {
         let rule = crate::energy::SteadyRule::default();
         assert!(!cools_first(&Extra { settle: Some((rule, 20_000.0)), ..burst }), "sustained settles instead");
         assert!(!cools_first(&Extra { hold_ms: 30_000.0, ..burst }), "a hold runs the kernel first");
+
+        // Capped for as many polls as its count, then not.
+        struct Capped(std::cell::Cell<u32>);
+        impl Probe for Capped {
+            fn poll(&self, t_ms: f64) -> Poll {
+                Poll { t_ms, energy_mj: None, clock_mhz: 0, temperature_c: 0 }
+            }
+            fn capped(&self) -> bool {
+                let left = self.0.get();
+                self.0.set(left.saturating_sub(1));
+                left > 0
+            }
+        }
+        let hot = || Capped(std::cell::Cell::new(3));
+        let probe = hot();
+        let finalist = Extra { probe: Some(&probe), start_uncapped: true, ..Extra::default() };
+        assert_eq!(idle_while_capped(&finalist, 1), 3, "idles until the cap lets go, a poll at a time");
+        assert_eq!(idle_while_capped(&finalist, 1), 0, "not capped: no idle");
+        let probe = hot();
+        let finalist = Extra { probe: Some(&probe), ..finalist };
+        assert_eq!(idle_while_capped(&Extra { start_uncapped: false, ..finalist }, 1), 0, "a trial does not ask");
+        assert_eq!(idle_while_capped(&Extra { probe: None, ..finalist }, 1), 0, "no NVML: nothing to tell it by");
+        let sustained = Extra { settle: Some((rule, 20_000.0)), ..finalist };
+        assert_eq!(idle_while_capped(&sustained, 1), 0, "sustained wants the cap");
+        let cooled = Extra { energy_ms: 1000.0, cool_first: true, ..finalist };
+        assert_eq!(idle_while_capped(&cooled, 1), 0, "idles once, not twice");
+        assert_eq!(probe.0.get(), 3, "none of those asked the probe");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::common::{InTurn, assert_all_compile};
 /// Configs per workload: round-robin over the kinds from a start drawn per workload, so one per
 /// workload still reaches every kind (the asserts below), at half the NVRTC time of two.
 const PER_WORKLOAD: usize = 1;
-/// The tf32 layers are fewer (one type): two configs each.
+/// The tf32 layers are fewer (one type): two configs each reach every kind.
 const PER_TF32_WORKLOAD: usize = 2;
 
 /// A conv: batch, (h, w), c -> k, filter (r, s), pad, stride, dilation.
