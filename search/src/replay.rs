@@ -206,8 +206,8 @@ impl Dataset {
     }
 
     /// Transfer data for `target`: every other workload of the same device class and op, its
-    /// configs of the templates `target` has (same versions), in `target`'s layout. Each
-    /// workload's records are normalised together, across its templates.
+    /// configs of the templates `target` has (same versions, or versions whose records hold today),
+    /// in `target`'s layout. Each workload's records are normalised together, across its templates.
     pub fn prior_for(&self, target: &Recorded) -> Prior {
         let all: Vec<&str> = self.workloads.iter().map(|w| w.key.as_str()).collect();
         self.prior_among(target, &all)
@@ -234,7 +234,9 @@ impl Dataset {
             let mut rows = Vec::new();
             let mut times = Vec::new();
             for ((row, slot), t) in w.own_rows.iter().zip(&w.slots).zip(&w.truth) {
-                let Some(to) = target.templates.iter().position(|x| *x == w.templates[*slot]) else { continue };
+                let Some(to) = target.templates.iter().position(|x| same_kernels(x, &w.templates[*slot])) else {
+                    continue;
+                };
                 if let Some(r) = layout.embed(to, row) {
                     rows.push(r);
                     times.push(*t);
@@ -246,6 +248,15 @@ impl Dataset {
         }
         prior
     }
+}
+
+/// Whether records of template version `b` describe the kernels of `a`: the same version, or two
+/// versions whose records both hold today (`Template::records_hold_for`), as the tracker's prior
+/// reads them (`wgmma_gemm` v15's records of a workload v14 took are v14's kernels).
+fn same_kernels(a: &(String, u32), b: &(String, u32)) -> bool {
+    a.0 == b.0
+        && (a.1 == b.1
+            || registry::by_name(&a.0).is_ok_and(|t| t.records_hold_for(a.1) && t.records_hold_for(b.1)))
 }
 
 /// How one tuning run went.
