@@ -255,8 +255,7 @@ impl Dataset {
 /// reads them (`wgmma_gemm` v15's records of a workload v14 took are v14's kernels).
 fn same_kernels(a: &(String, u32), b: &(String, u32)) -> bool {
     a.0 == b.0
-        && (a.1 == b.1
-            || registry::by_name(&a.0).is_ok_and(|t| t.records_hold_for(a.1) && t.records_hold_for(b.1)))
+        && (a.1 == b.1 || registry::by_name(&a.0).is_ok_and(|t| t.records_hold_for(a.1) && t.records_hold_for(b.1)))
 }
 
 /// How one tuning run went.
