@@ -575,6 +575,20 @@ mod tests {
     }
 
     #[test]
+    fn a_prior_reads_the_versions_whose_records_hold_today() {
+        let v = |t: &str, n: u32| (t.to_owned(), n);
+        let current = tensortune_kernels::version::WGMMA_GEMM;
+        let oldest = tensortune_kernels::version::WGMMA_RECORDS_HOLD_SINCE;
+        assert!(same_kernels(&v("wgmma_gemm", oldest), &v("wgmma_gemm", current)));
+        assert!(
+            !same_kernels(&v("wgmma_gemm", oldest - 1), &v("wgmma_gemm", current)),
+            "a version that no longer holds"
+        );
+        assert!(same_kernels(&v("wgmma_gemm", 2), &v("wgmma_gemm", 2)), "old files replay among themselves");
+        assert!(!same_kernels(&v("wmma_gemm", 6), &v("wgmma_gemm", 6)));
+    }
+
+    #[test]
     fn the_walk_proposes_ahead_without_measuring_a_config_twice() {
         let data = Dataset::read(lines().as_bytes(), "test").unwrap();
         let w = &data.workloads[0];
