@@ -36,10 +36,56 @@ pub fn workload_row(w: &Workload) -> [f64; 7] {
 /// A full feature row and the template's analytic estimate of the kernel's time (the cold-start
 /// prior of model-guided search).
 pub fn row(template: &dyn Template, w: &Workload, config: &Config, target: &Target) -> Result<(Vec<f64>, f64), Error> {
-    let mut out: Vec<f64> = template.features(w, config, target)?.into_iter().map(|(_, v)| v).collect();
+    let own = template.features(w, config, target)?;
+    let extra = wgmma_work(template, w, config, target, &own);
+    let mut out: Vec<f64> = own.into_iter().map(|(_, v)| v).collect();
+    out.extend(extra.into_iter().flatten());
     out.extend(workload_row(w));
     let analytic = template.model_us(w, config, target).unwrap_or(f64::INFINITY);
     Ok((out, analytic))
+}
+
+/// Names of the columns [`row`] adds after `wgmma_gemm`'s own.
+pub const WGMMA_WORK_FEATURES: [&str; 4] = ["tile_waves", "last_wave_idle", "log2_k_iters", "epilogue_share"];
+
+/// How a Hopper config divides the work, which the template's own columns leave the trees to
+/// piece together: `tile_waves`, the units of work (output tiles, times the blocks of a K split)
+/// over the blocks that run at once (a persistent grid's `waves` is 1 however many tiles each
+/// block walks); `last_wave_idle`, the share of the SMs' time the last wave of units leaves idle
+/// (none with stream-K, which shares the last wave's K out); `log2_k_iters`, the K tiles one
+/// unit runs; `epilogue_share`, the output bytes of a tile over all the bytes it moves (its
+/// operands' K tiles and its output), where the epilogue's form (`tma` or `direct`) pays.
+/// `None` for other templates, and for a config that is not one of the template's. Not for
+/// `wgmma_conv2d`, whose plan is the same: on the training split of the union-v14 replay they
+/// took the strided 3x3 conv n12h28w28c256 from 13 to 40 trials to 5% (gain 6.2x to 2.0x, at
+/// the bar) though the five layers' median trials to 2% fell from 11 to 5 (docs/BENCHMARKS.md,
+/// "Search").
+fn wgmma_work(
+    template: &dyn Template,
+    w: &Workload,
+    config: &Config,
+    target: &Target,
+    own: &[(&'static str, f64)],
+) -> Option<[f64; 4]> {
+    let gemm = match (template.name(), w) {
+        ("wgmma_gemm", Workload::Matmul(m)) => *m,
+        _ => return None,
+    };
+    let p = tensortune_kernels::wgmma::Plan::new(&gemm, config).ok()?;
+    let per_sm = own.iter().find(|(n, _)| *n == "blocks_per_sm").map_or(1.0, |(_, v)| *v).max(1.0);
+    let (p_extent, q_extent) = if p.swap { (gemm.m, gemm.n) } else { (gemm.n, gemm.m) };
+    let cluster = u64::from(p.cluster.max(1));
+    let tiles = p_extent.div_ceil(u64::from(p.bp)).next_multiple_of(cluster)
+        * q_extent.div_ceil(u64::from(p.bq))
+        * gemm.batch.max(1);
+    let split = u64::from(p.k_split(target).max(1));
+    let waves = (tiles * split) as f64 / (f64::from(target.sm_count) * per_sm);
+    let idle = if p.stream_k { 0.0 } else { 1.0 - waves / waves.ceil().max(1.0) };
+    let bk = 128 / u64::from(gemm.types.input.bytes().max(1));
+    let k_iters = gemm.k.div_ceil(bk).div_ceil(split).max(1);
+    let out_bytes = f64::from(p.bp * p.bq) * f64::from(gemm.types.output.bytes());
+    let in_bytes = f64::from(p.bp + p.bq) * (k_iters * bk) as f64 * f64::from(gemm.types.input.bytes());
+    Some([waves, idle, (k_iters as f64).log2(), out_bytes / (out_bytes + in_bytes)])
 }
 
 /// The columns of a space that holds the configs of several templates (a job that searches every
@@ -137,6 +183,36 @@ mod tests {
         assert_eq!(target_for_class("nvidia-h100-pcie/sm90/114sm").sm_count, 114);
         assert_eq!(target_for_class("nvidia-h200/sm90/132sm").sm_count, 132);
         assert_eq!(target_for_class("odd/sm90/many").sm_count, Target::sm90().sm_count);
+    }
+
+    #[test]
+    fn hopper_rows_say_how_the_work_divides() {
+        use tensortune_kernels::wgmma::WgmmaGemm;
+        // 2048 x 11008: 8 x 86 tiles of 256 x 128, 5.2 waves on 132 SMs of one block each.
+        let w = Workload::from_key("matmul/m2048n11008k4096/tn/f16,f32,f16/alpha=1,beta=0").unwrap();
+        let t = Target::sm90();
+        let config = |stream_k: u8, persistent: u8| {
+            Config::from_json(&format!(
+                r#"{{"block_m":256,"block_n":128,"cluster":1,"consumers":2,"epilogue":"direct","persistent":{persistent},"producer":"warpgroup","raster":"m","raster_group":1,"schedule":"cooperative","stages":3,"stream_k":{stream_k}}}"#
+            ))
+            .unwrap()
+        };
+        let own = WgmmaGemm.features(&w, &config(0, 1), &t).unwrap().len();
+        let extra = |c: &Config| row(&WgmmaGemm, &w, c, &t).unwrap().0[own..own + WGMMA_WORK_FEATURES.len()].to_vec();
+        let plain = extra(&config(0, 1));
+        let waves = 8.0 * 86.0 / 132.0;
+        assert!((plain[0] - waves).abs() < 1e-9, "{plain:?}");
+        assert!((plain[1] - (1.0 - waves / 6.0)).abs() < 1e-9, "{plain:?}");
+        assert_eq!(plain[2], 64f64.log2(), "4096 / 64 K tiles of f16");
+        let (out, ins) = (256.0 * 128.0 * 2.0, 384.0 * 4096.0 * 2.0);
+        assert!((plain[3] - out / (out + ins)).abs() < 1e-12);
+        assert_eq!(extra(&config(1, 1))[1], 0.0, "stream-K leaves no last wave idle");
+        assert_eq!(extra(&config(0, 0))[0], plain[0], "a persistent grid's tiles make as many waves");
+        // Other templates' rows are their own features and the workload's.
+        let m = Workload::from_key("matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0").unwrap();
+        let c = valid_configs(&gemm::WmmaGemm, &m, &t).unwrap()[0].1.clone();
+        let n = gemm::WmmaGemm.features(&m, &c, &t).unwrap().len();
+        assert_eq!(row(&gemm::WmmaGemm, &m, &c, &t).unwrap().0.len(), n + WORKLOAD_FEATURES.len());
     }
 
     #[test]

@@ -206,8 +206,8 @@ impl Dataset {
     }
 
     /// Transfer data for `target`: every other workload of the same device class and op, its
-    /// configs of the templates `target` has (same versions), in `target`'s layout. Each
-    /// workload's records are normalised together, across its templates.
+    /// configs of the templates `target` has (same versions, or versions whose records hold today),
+    /// in `target`'s layout. Each workload's records are normalised together, across its templates.
     pub fn prior_for(&self, target: &Recorded) -> Prior {
         let all: Vec<&str> = self.workloads.iter().map(|w| w.key.as_str()).collect();
         self.prior_among(target, &all)
@@ -234,7 +234,9 @@ impl Dataset {
             let mut rows = Vec::new();
             let mut times = Vec::new();
             for ((row, slot), t) in w.own_rows.iter().zip(&w.slots).zip(&w.truth) {
-                let Some(to) = target.templates.iter().position(|x| *x == w.templates[*slot]) else { continue };
+                let Some(to) = target.templates.iter().position(|x| same_kernels(x, &w.templates[*slot])) else {
+                    continue;
+                };
                 if let Some(r) = layout.embed(to, row) {
                     rows.push(r);
                     times.push(*t);
@@ -246,6 +248,14 @@ impl Dataset {
         }
         prior
     }
+}
+
+/// Whether records of template version `b` describe the kernels of `a`: the same version, or two
+/// versions whose records both hold today (`Template::records_hold_for`), as the tracker's prior
+/// reads them (`wgmma_gemm` v15's records of a workload v14 took are v14's kernels).
+fn same_kernels(a: &(String, u32), b: &(String, u32)) -> bool {
+    a.0 == b.0
+        && (a.1 == b.1 || registry::by_name(&a.0).is_ok_and(|t| t.records_hold_for(a.1) && t.records_hold_for(b.1)))
 }
 
 /// How one tuning run went.
@@ -562,6 +572,20 @@ mod tests {
         let s = summarise(w, "random", None, 5, 1000, 8).unwrap();
         assert!(s.to_5 <= 60 && s.final_ratio == 1.0);
         assert!(Dataset::read("{\"x\":1}\n".as_bytes(), "bad").is_err());
+    }
+
+    #[test]
+    fn a_prior_reads_the_versions_whose_records_hold_today() {
+        let v = |t: &str, n: u32| (t.to_owned(), n);
+        let current = tensortune_kernels::version::WGMMA_GEMM;
+        let oldest = tensortune_kernels::version::WGMMA_RECORDS_HOLD_SINCE;
+        assert!(same_kernels(&v("wgmma_gemm", oldest), &v("wgmma_gemm", current)));
+        assert!(
+            !same_kernels(&v("wgmma_gemm", oldest - 1), &v("wgmma_gemm", current)),
+            "a version that no longer holds"
+        );
+        assert!(same_kernels(&v("wgmma_gemm", 2), &v("wgmma_gemm", 2)), "old files replay among themselves");
+        assert!(!same_kernels(&v("wmma_gemm", 6), &v("wgmma_gemm", 6)));
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! 3,000 random configs of each workload's union space, or the whole space where smaller,
 //! measured on an H200 with the templates the product searches: wmma_gemm v6 + wgmma_gemm v14,
 //! wmma_conv2d v1 + wgmma_conv2d v14). Leave one workload out, 20 seeds, batches of 16: the
-//! model tuner whose prior is every other workload of the file (what the shipped record pack
-//! gives a new tracker: the cold start) against random search over the whole recorded space.
+//! model tuner whose prior is every other workload of the file against random search over the
+//! whole recorded space. (A fresh tracker's cold start reads every shipped file, the older
+//! wmma-only sweeps too: `cargo run -p tensortune-search --example replay` with them all, see
+//! docs/BENCHMARKS.md; not asserted here, as it does not meet the bars yet.)
 //!
 //! The held-out split (`suites/sweeps/union-v14.json`, fixed by position before anything was
 //! measured) is never used to choose a constant; the bars are asserted on every workload.
@@ -102,15 +104,13 @@ fn conv2d_union_v14_meets_the_search_bars() {
     check("sweep-h200-union-v14-conv2d.jsonl.gz", CONV_OVER_100, CONV_BELOW_2X);
 }
 
-/// Workloads that miss a per-workload bar today (20 seeds, 2026-11-28, c0841fa), each a debt
-/// that docs/BENCHMARKS.md states, with the gain it must keep (the 2x bar where it is met): bf16
-/// nn m2560n768k3072 (training split), where random comes within 5% in 21 trials and the model
-/// with transfer in 35 (0.6x): 97 of its 2,882 configs are within 5%, and neither the prior nor
-/// the analytic model points the first batches at them; the held-out bf16 tt m776n2312k512 needs
-/// 148 trials to 2% and gains 1.7x, and the held-out m2048n11008k4096 168 trials to 2% (gain
-/// 8.8x). The conv layers meet every bar (the dilated one, 301 trials to 2% and 1.9x before the
-/// exploration took the least-tried knob values, now 85 and 6.6x).
-const MATMUL_OVER_100: &[&str] = &["matmul/m776n2312k512/tt/", "matmul/m2048n11008k4096/tn/"];
-const MATMUL_BELOW_2X: &[(&str, f64)] = &[("matmul/m776n2312k512/tt/", 1.5), ("matmul/m2560n768k3072/nn/", 0.5)];
+/// Workloads that miss a per-workload bar today (20 seeds, 2026-11-29, search8), each a debt
+/// that docs/BENCHMARKS.md states, with the gain it must keep (the 2x bar where it is met): the
+/// held-out bf16 tt m776n2312k512 needs 197 trials to 2% and gains 1.6x. Its 4 configs within 2%
+/// (of 3,000) are 128x64 persistent tiles with the TMA epilogue; the prior ranks them 299-650th,
+/// its first picks 64x256 tiles in clusters of 2 (1.27-1.45x the best), as the other workloads'
+/// records taught it. The conv layers meet every bar.
+const MATMUL_OVER_100: &[&str] = &["matmul/m776n2312k512/tt/"];
+const MATMUL_BELOW_2X: &[(&str, f64)] = &[("matmul/m776n2312k512/tt/", 1.5)];
 const CONV_OVER_100: &[&str] = &[];
 const CONV_BELOW_2X: &[(&str, f64)] = &[];
