@@ -300,7 +300,7 @@ impl Measurer<'_> {
                 }
                 let outcome = tokio::select! {
                     _ = stop.cancelled() => return Ok(None),
-                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, Pass::FinalistRound) => outcome?,
+                    outcome = self.measure(lease.task_id, &kernel.plan, &kernel.image, support, Pass::FinalistRound { vendor_first: round % 2 == 0 }) => outcome?,
                 };
                 if outcome.status == Status::Ok
                     && let Some(us) = outcome.baseline_us

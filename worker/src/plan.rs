@@ -145,9 +145,13 @@ pub(crate) enum Pass {
     /// [`FINALIST_MIN_MS`]; cold-L2 sampling, one launch a sample, is unchanged), then every
     /// vendor candidate timed the same way, the fastest becoming the pick the rounds time.
     FinalistWarmUp,
-    /// A finalist's measurement in a round, then the vendor's pick timed again right after, the
-    /// same way: long samples in the sustained regime, a trial's from the full clock in a burst.
-    FinalistRound,
+    /// A finalist's measurement in a round, and the vendor's pick timed again the same way right
+    /// after it (or, with `vendor_first` in a burst, right before it): long samples in the
+    /// sustained regime, a trial's from the full clock in a burst.
+    FinalistRound {
+        /// Time the vendor first (burst only; the rounds alternate).
+        vendor_first: bool,
+    },
 }
 
 /// One config of a task, ready to compile.
@@ -201,6 +205,7 @@ impl Plan {
             energy_ms: if self.sampling.no_energy { 0.0 } else { ENERGY_MS },
             // A burst finalist starts from the full clock, as a trial after a compile does.
             start_uncapped: !sustained && pass != Pass::Trial,
+            baseline_first: !sustained && matches!(pass, Pass::FinalistRound { vendor_first: true }),
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }
@@ -246,7 +251,7 @@ mod tests {
         let mut plan = crate::reference::plan(&Target::sm90()).expect("the drift reference plans for sm_90");
         let image = Image { cubin: vec![1, 2, 3] };
         let trial = plan.request(5, &image, &image, false, Pass::Trial);
-        let round = plan.request(5, &image, &image, false, Pass::FinalistRound);
+        let round = plan.request(5, &image, &image, false, Pass::FinalistRound { vendor_first: false });
         let vendor = |r: &MeasureRequest| (r.baseline, r.fresh_baseline, r.repick_baseline);
         assert_eq!((trial.min_sample_ms, vendor(&trial)), (MIN_SAMPLE_MS, (false, false, false)));
         // A burst finalist is timed as a trial is, from the full clock, with the vendor's pick
@@ -256,12 +261,16 @@ mod tests {
             (MIN_SAMPLE_MS, 0, (true, true, false))
         );
         assert_eq!((trial.start_uncapped, round.start_uncapped), (false, true));
+        // Every other round times the vendor first.
+        let second = plan.request(5, &image, &image, false, Pass::FinalistRound { vendor_first: true });
+        assert_eq!((trial.baseline_first, round.baseline_first, second.baseline_first), (false, false, true));
         // ... and everything else is the trial's request.
         let same = |r: &MeasureRequest| MeasureRequest {
             baseline: false,
             fresh_baseline: false,
             repick_baseline: false,
             start_uncapped: false,
+            baseline_first: false,
             ..r.clone()
         };
         assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));
@@ -271,7 +280,7 @@ mod tests {
         // Sustained: FINALIST_MIN_MS in all, whatever the samples ...
         plan.sampling.regime = Regime::Sustained;
         let warm = plan.request(5, &image, &image, false, Pass::FinalistWarmUp);
-        let round = plan.request(5, &image, &image, false, Pass::FinalistRound);
+        let round = plan.request(5, &image, &image, false, Pass::FinalistRound { vendor_first: false });
         assert!(
             warm.min_sample_ms * f64::from(warm.samples) >= FINALIST_MIN_MS,
             "{} ms x {}",
@@ -282,12 +291,17 @@ mod tests {
         assert_eq!(vendor(&warm), (true, true, true), "the warm-up picks the vendor's algorithm again");
         assert_eq!((round.min_sample_ms, vendor(&round)), (warm.min_sample_ms, (true, true, false)));
         assert!(!round.start_uncapped, "sustained wants the cap");
+        let second = plan.request(5, &image, &image, false, Pass::FinalistRound { vendor_first: true });
+        assert!(!second.baseline_first, "sustained: the vendor after the kernel, in the same settled state");
         plan.sampling.samples = 1000;
-        let long = plan.request(5, &image, &image, false, Pass::FinalistRound);
+        let long = plan.request(5, &image, &image, false, Pass::FinalistRound { vendor_first: false });
         assert_eq!((long.samples, long.min_sample_ms), (1000, MIN_SAMPLE_MS), "never shorter samples than a trial's");
         assert_eq!(long.sample_launches, MIN_BATCH);
         plan.sampling.samples = 4;
-        assert_eq!(plan.request(5, &image, &image, false, Pass::FinalistRound).min_sample_ms, FINALIST_MIN_MS / 4.0);
+        assert_eq!(
+            plan.request(5, &image, &image, false, Pass::FinalistRound { vendor_first: false }).min_sample_ms,
+            FINALIST_MIN_MS / 4.0
+        );
         // ... unless its launches come first: 5000 in all (500 a sample of the default 10), at
         // least MIN_BATCH a sample.
         assert_eq!((round.sample_launches, warm.sample_launches), (500, 500));

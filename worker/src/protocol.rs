@@ -100,6 +100,13 @@ pub struct MeasureRequest {
     /// on every large GEMM, 10-18% slower than the same configs' trials (2026-11-28).
     #[serde(default)]
     pub start_uncapped: bool,
+    /// With a fresh baseline: time the vendor's pick before this kernel instead of after it. A
+    /// burst finalist's rounds alternate the order, so that each side has rounds it started from
+    /// the full clock: after 10-15 ms of a large GEMM the power cap is close, and a vendor timed
+    /// second in every round read capped in all of them (an H200, 2026-11-29, f16
+    /// 4096x14336x4096: 693.6 us in the record, 628.6 us in the exported bundle's check).
+    #[serde(default)]
+    pub baseline_first: bool,
     /// The analytic model's time, microseconds (what `sim` reports).
     pub model_us: f64,
     /// The analytic vendor time, microseconds (what `sim` reports as baseline).
@@ -296,6 +303,7 @@ mod tests {
             hold_ms: 0.0,
             energy_ms: 0.0,
             start_uncapped: false,
+            baseline_first: false,
             model_us: 1.0,
             vendor_model_us: 1.0,
         };

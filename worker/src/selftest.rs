@@ -571,6 +571,7 @@ fn measure_workload(
                             // A sustained time is the one over the energy window (see `timing`).
                             energy_ms: if selection.energy || sustained { crate::energy::MIN_WINDOW_MS } else { 0.0 },
                             start_uncapped: false,
+                            baseline_first: false,
                             model_us: template.model_us(w, &k.config, target).unwrap_or(0.0),
                             vendor_model_us: plan::vendor_time(w),
                         };

@@ -345,6 +345,7 @@ mod tests {
             hold_ms: 0.0,
             energy_ms: 100.0,
             start_uncapped: false,
+            baseline_first: false,
             model_us: 10.0,
             vendor_model_us: 3.0,
         }

@@ -120,6 +120,7 @@ fn main() -> anyhow::Result<()> {
             hold_ms: 0.0,
             energy_ms: 0.0,
             start_uncapped: false,
+            baseline_first: false,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };
