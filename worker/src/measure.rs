@@ -231,14 +231,15 @@ impl Measurer<'_> {
     /// Measures a finalist task's configs up to `rounds` times, interleaved (see `finalist`), and
     /// returns their records in task order; `None` when the task was dropped or the worker is
     /// stopping (nothing is reported). Every measurement in the rounds times the vendor's pick
-    /// right after, the same way, so each finalist is compared with the vendor from the same GPU
-    /// state, round by round; each record carries the median of the vendor timings that followed
-    /// it (see [`finalist::vendor_of_rounds`]).
+    /// beside it, the same way, so each finalist is compared with the vendor from the same GPU
+    /// state, round by round; each record carries the [`finalist::Center`] of its rounds and of the
+    /// vendor timings beside them (see [`finalist::vendor_of_rounds`]).
     ///
-    /// Burst (the default): each finalist, and the vendor after it, is timed as a trial is, from
-    /// the full clock (a timing that finds the power cap holding the clock down idles until it
-    /// lets go: `MeasureRequest::start_uncapped`), as a burst record means and as the pick was
-    /// made at the start of the tuning.
+    /// Burst (the default): each finalist, and the vendor beside it, is timed as a trial is, from
+    /// the full clock (a timing that finds the clock held down idles until it is not:
+    /// `MeasureRequest::start_uncapped`), as a burst record means and as the pick was made at the
+    /// start of the tuning; the rounds alternate which of the two goes first
+    /// (`MeasureRequest::baseline_first`), and the record is the fastest round.
     ///
     /// Sustained: finalists are timed in long samples (`plan::FINALIST_MIN_MS`), at the clock of
     /// a sustained load. The first measurable finalist is measured once before round 1 and not
@@ -258,20 +259,16 @@ impl Measurer<'_> {
         stop: &CancellationToken,
     ) -> anyhow::Result<Option<Vec<pb::Measurement>>> {
         let started = Instant::now();
-        // The share of the tuning's time the rounds may take (none known: no bound but `rounds`).
-        let key = finalists.iter().find_map(|f| match f {
-            Candidate::Ready(kernel) => Some(kernel.plan.workload_key.clone()),
-            Candidate::Settled(_) => None,
-        });
-        let budget = key
-            .and_then(|k| self.tuning_since.remove(&k))
-            .map(|since| started.duration_since(since).mul_f64(FINALIST_SHARE));
-        let mut measured: Vec<Vec<MeasureOutcome>> = finalists.iter().map(|_| Vec::new()).collect();
-        let mut vendor: Vec<Vec<(f64, String)>> = finalists.iter().map(|_| Vec::new()).collect();
         let first = finalists.iter().find_map(|f| match f {
             Candidate::Ready(kernel) => Some(kernel),
             Candidate::Settled(_) => None,
         });
+        // The share of the tuning's time the rounds may take (none known: no bound but `rounds`).
+        let budget = first
+            .and_then(|k| self.tuning_since.remove(&k.plan.workload_key))
+            .map(|since| started.duration_since(since).mul_f64(FINALIST_SHARE));
+        let mut measured: Vec<Vec<MeasureOutcome>> = finalists.iter().map(|_| Vec::new()).collect();
+        let mut vendor: Vec<Vec<(f64, String)>> = finalists.iter().map(|_| Vec::new()).collect();
         let sustained = first.is_some_and(|k| k.plan.sampling.regime == tensortune_kernels::energy::Regime::Sustained);
         // A burst record is the fastest round's (see `finalist::Center`).
         let center = if sustained { finalist::Center::Median } else { finalist::Center::Fastest };

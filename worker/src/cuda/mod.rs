@@ -939,7 +939,8 @@ impl Timer {
                 .then(|| (crate::energy::SteadyRule::default(), req.settle_cap_ms)),
             hold_ms: req.hold_ms,
             cool_first: std::mem::take(&mut self.hot),
-            start_uncapped: req.start_uncapped && req.regime == Regime::Burst && req.hold_ms <= 0.0,
+            // Burst only: `timing::idle_while_capped` passes over a settled or held timing.
+            start_uncapped: req.start_uncapped,
         };
         timing::time(&self.ctx, &self.stream, req.samples.max(1), mode, extra, enqueue)
     }

@@ -123,8 +123,9 @@ pub(crate) struct Extra<'a> {
     /// burst measurement that reads energy idles [`BURST_COOL_MS`] before its warm-up, so that
     /// its samples start cool too.
     pub(crate) cool_first: bool,
-    /// Burst (a finalist's round): when the probe says the clock is held down by the power cap
-    /// or a thermal limit as the timing starts, idle [`BURST_COOL_MS`] before the warm-up.
+    /// Burst (a finalist's round): while the probe says the clock is held down (or still climbing
+    /// back) as the timing starts, idle before the warm-up, at most [`BURST_COOL_MS`] (see
+    /// `idle_while_capped`).
     pub(crate) start_uncapped: bool,
 }
 
@@ -244,8 +245,8 @@ fn cools_first(extra: &Extra<'_>) -> bool {
     extra.cool_first && extra.settle.is_none() && extra.hold_ms <= 0.0 && extra.energy_ms > 0.0
 }
 
-/// How often a burst timing that asks to start uncapped polls the clock event reasons while it
-/// idles, milliseconds.
+/// How often a burst timing that asks to start uncapped polls the probe while it idles,
+/// milliseconds.
 const UNCAP_POLL_MS: u64 = 10;
 
 /// A burst timing that asks to start uncapped (a finalist's, see `MeasureRequest::start_uncapped`)
