@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 39's bars on tuned kernels, on one GPU or two (`nvidia-h200`, `-x2`; ENERGY_TUNED_GPUS):
-# the default and large suites, each through these phases, by priority:
+# the suites of ENERGY_TUNED_SUITES (names under suites/, "default large" unless set; a held-out
+# suite as heldout/wave-tails), each through these phases, by priority:
 #   bench  ENERGY_TUNED_TRIALS (100) model trials a workload, time objective, burst, finalists as
 #          a user's job has them: the tuned winners (NAME-bench.json, NAME-records.jsonl);
-#   cool   the winners of three workloads a suite (ENERGY_TUNED_ONLY_<NAME>) timed from a cool
+#   cool   the winners of three workloads a suite (ENERGY_TUNED_ONLY_<NAME>; every workload of a
+#          suite without such a list) timed from a cool
 #          start, a process each (idle ENERGY_COOL_S, `selftest --samples 5 --energy`): the
 #          burst records' reference;
 #   export the suite's bundle and EXPORT_RUNS (3) runs of examples/bundle/gemm_check.c;
@@ -13,7 +15,7 @@
 #          settled beside it);
 #   hold   the same winners held ENERGY_HOLD_S (30) s: the sustained times' reference;
 #   rest   the lists of the suite's other workloads.
-# One GPU runs each phase for both suites before the next; two run a suite each. A step is
+# One GPU runs each phase for every suite before the next; two run a suite each (two suites only). A step is
 # skipped once less than its time is left of ENERGY_TUNED_BUDGET_S (460) s; then
 # `scripts/energy-check.py tuned` prints the tables and the logs go into $OUT/energy-tuned.tar.gz.
 # ENERGY_DEVICE=sim (no GPU) runs it all on the sim, without gemm_check: a dry run.
@@ -32,7 +34,16 @@ t0=$(date +%s) deadline=$(($(date +%s) + ${ENERGY_TUNED_BUDGET_S:-460}))
 ONLY_default=${ENERGY_TUNED_ONLY_default:-m4096n4096k4096/nn/f16 m4096n4096k4096/nn/bf16 m1000n1000k1024}
 ONLY_large=${ENERGY_TUNED_ONLY_large:-m8192n8192k8192 m4096n14336k4096 m2048n5120k5120}
 PHASES=${ENERGY_TUNED_PHASES:-bench cool export lists hold rest}
-mkdir -p "$OUT/default" "$OUT/large"
+read -r -a SUITES <<<"${ENERGY_TUNED_SUITES:-default large}"
+# A suite's folder under $OUT and the name of its files: the suite's file name (heldout/x -> x).
+for suite in "${SUITES[@]}"; do
+  test -f "suites/$suite.json" || { echo "energy-tuned: no suites/$suite.json (ENERGY_TUNED_SUITES)" >&2; exit 2; }
+  mkdir -p "$OUT/$(basename "$suite")"
+done
+if [ "$gpus" != 1 ] && [ ${#SUITES[@]} != 2 ]; then
+  echo "energy-tuned: two GPUs run two suites, not ${#SUITES[@]} (ENERGY_TUNED_SUITES)" >&2
+  exit 2
+fi
 # Runs a step when NEED seconds are left (and cuts it at what is left): STEP NEED LOG CMD...
 step() {
   local name=$1 need=$2 log=$3 left start
@@ -67,20 +78,23 @@ lists() {
       --json "$d/$name-sustained-$n.json" </dev/null
   done
 }
-# One phase of one suite: PHASE NAME.
+# One phase of one suite: PHASE SUITE (its path under suites/, without .json).
 phase() {
-  local name=$2 d=$OUT/$2 n=0 key template cfg only=ONLY_$2
+  local suite=$2 name n=0 key template cfg only
+  name=$(basename "$2")
+  local d=$OUT/$name
+  only=ONLY_${name//-/_}
   local st=("$BIN/tensortune" selftest --device "$device")
   case $1 in
     bench)
-      step "bench $name" 60 "$d/bench.log" "$BIN/tensortune" --db "$d/tuned.db" bench --suite "suites/$name.json" \
+      step "bench $name" 60 "$d/bench.log" "$BIN/tensortune" --db "$d/tuned.db" bench --suite "suites/$suite.json" \
         --trials "$trials" --device "$device" --json "$d/$name-bench.json" </dev/null
       "$BIN/tensortune" --db "$d/tuned.db" records export -o "$d/$name-records.jsonl" </dev/null >/dev/null 2>&1
-      python3 $py finalists "$d/$name-bench.json" 1 ${!only} >"$d/refs.tsv"
+      python3 $py finalists "$d/$name-bench.json" 1 ${!only:-} >"$d/refs.tsv"
       # The lists, a process each (what a deadline cuts keeps the others): a workload each for the
       # three (list-a*), four workloads each for the rest (list-b*).
       python3 $py finalists "$d/$name-bench.json" "$keep" >"$d/all.tsv"
-      awk -F'\t' -v d="$d/list" -v only="${!only}" 'BEGIN { split(only, o, " ") }
+      awk -F'\t' -v d="$d/list" -v only="${!only:-}" 'BEGIN { split(only, o, " ") }
         !($1 in file) { a = 0; for (i in o) if (index($1, o[i])) a = 1
           file[$1] = d "-" (a ? sprintf("a%02d", ++na) : sprintf("b%02d", int(nb / 4) + 1)) ".tsv"; nb += !a }
         { print > file[$1] }' "$d/all.tsv"
@@ -102,11 +116,11 @@ phase() {
       ;;
     export)
       [ "$device" = sim ] && return
-      "$BIN/tensortune" --db "$d/tuned.db" export --suite "suites/$name.json" -o "$d/bundle" >"$d/export.log" 2>&1
+      "$BIN/tensortune" --db "$d/tuned.db" export --suite "suites/$suite.json" -o "$d/bundle" >"$d/export.log" 2>&1
       echo "export $name exit $?"
       wait_for_gemm_check
       for run in $(seq "${EXPORT_RUNS:-3}"); do # separate processes; SAMPLES ROUNDS WARM_MS PAUSE_MS
-        step "gemm_check $name $run" 25 "$d/gemm_check-$run.log" "$OUT/gemm_check" "$d/bundle" ${GEMM_CHECK:-10 1 0 1000}
+        step "gemm_check $name $run" 25 "$d/gemm_check-$run.log" "$OUT/gemm_check" "$d/bundle" ${GEMM_CHECK:-10 2 0 500}
       done
       ;;
     lists) lists "$name" "$d"/list-a*.tsv ;;
@@ -115,21 +129,24 @@ phase() {
 }
 if [ "$gpus" = 1 ]; then
   for p in $PHASES; do
-    for name in default large; do CUDA_VISIBLE_DEVICES=0 phase "$p" "$name"; done
+    for suite in "${SUITES[@]}"; do CUDA_VISIBLE_DEVICES=0 phase "$p" "$suite"; done
   done 2>&1 | tee "$OUT/run.log"
 else
   for g in 0 1; do
-    name=$([ $g = 0 ] && echo default || echo large)
-    (for p in $PHASES; do CUDA_VISIBLE_DEVICES=$g phase "$p" "$name"; done) >"$OUT/run-$name.log" 2>&1 &
+    suite=${SUITES[$g]}
+    (for p in $PHASES; do CUDA_VISIBLE_DEVICES=$g phase "$p" "$suite"; done) >"$OUT/run-$(basename "$suite").log" 2>&1 &
   done
   wait
   cat "$OUT"/run-*.log
 fi
 echo "all done in $(($(date +%s) - t0)) s"
 [ "$device" = sim ] || nvidia-smi -q -d PERFORMANCE >"$OUT/perf-end.txt" 2>&1
-for name in default large; do
+names=()
+for suite in "${SUITES[@]}"; do
+  name=$(basename "$suite")
+  names+=("$name")
   python3 $py tuned "$OUT/$name" "$name" | tee "$OUT/$name/$name-summary.txt"
 done
 rm -rf "$OUT/gemm_check" "$OUT"/*/tuned.db* "$OUT"/*/bundle
-tar -czf "$OUT/energy-tuned.tar.gz" -C "$OUT" default large $(cd "$OUT" && ls ./*.txt ./*.log 2>/dev/null) &&
-  rm -rf "$OUT/default" "$OUT/large"
+tar -czf "$OUT/energy-tuned.tar.gz" -C "$OUT" "${names[@]}" $(cd "$OUT" && ls ./*.txt ./*.log 2>/dev/null) &&
+  (cd "$OUT" && rm -rf "${names[@]}")
