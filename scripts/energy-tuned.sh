@@ -19,9 +19,10 @@
 # skipped once less than its time is left of ENERGY_TUNED_BUDGET_S (460) s; then
 # `scripts/energy-check.py tuned` prints the tables and the logs go into $OUT/energy-tuned.tar.gz.
 # ENERGY_DEVICE=sim (no GPU) runs it all on the sim, without gemm_check: a dry run.
-# Seen on an H200 (2026-11-28, 6653961): bench 63 s (default) and 107 s (large); a cool shot 9 s with
-# its idle; gemm_check 16-17 s a run (default), 34-38 s (large); a workload's list 8-9 s burst, 15-17
-# s sustained; a hold about 38 s. All of it: about 1,100 s on one GPU, 550 s a GPU on two.
+# Seen on an H200 (2026-11-28, 6653961; 2026-11-29, 6aa85d7): bench 43-63 s (default) and 62-107 s
+# (large); a cool shot 9 s with its idle; gemm_check (two rounds) 20 s a run (default), 45-47 s
+# (large); a workload's list 8-9 s burst, 15-17 s sustained; a hold about 38 s. All of it: about
+# 1,100 s on one GPU, 550 s a GPU on two.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}

@@ -122,9 +122,11 @@ pub struct MeasureOutcome {
     pub error: String,
     /// Per-launch time of every sample, microseconds.
     pub samples_us: Vec<f64>,
-    /// Median of `samples_us`.
+    /// The measurement's time: the median of `samples_us`; in the burst regime the fastest of them
+    /// (the kernel at the full clock: `cuda::timing`'s `at_full_clock`); a settled timing's, the
+    /// time over its energy window. A finalist's record: the regime's center of its rounds.
     pub median_us: f64,
-    /// (max - min) / median.
+    /// (max - min) / the time.
     pub spread: f64,
     /// Launches per sample.
     pub batch: u32,

@@ -39,7 +39,7 @@ impl CudaExecutor {
             let mut best: Option<(f64, usize)> = None;
             for (i, c) in candidates.iter().enumerate() {
                 match self.timer.time(req, |_| plan.matmul(c, at.0, at.1, at.2)) {
-                    Ok(t) if best.is_none_or(|(us, _)| t.median_us < us) => best = Some((t.median_us, i)),
+                    Ok(t) if best.is_none_or(|(us, _)| t.time_us < us) => best = Some((t.time_us, i)),
                     Ok(_) => {}
                     Err(f) if f.is_sticky() => {
                         self.poisoned = true;
@@ -83,7 +83,7 @@ impl CudaExecutor {
         let numbers: Vec<String> = picks.iter().map(|p| format!("#{}", p.2)).collect();
         match timed {
             Ok(t) => Ok((
-                t.median_us,
+                t.time_us,
                 format!(
                     "cublasLt loop over {} groups (each group's fastest heuristic candidate: {})",
                     mm.groups.len(),

@@ -433,7 +433,7 @@ impl CudaExecutor {
             status: Status::Ok,
             error: String::new(),
             samples_us: timing.samples_us,
-            median_us: timing.median_us,
+            median_us: timing.time_us,
             spread: timing.spread,
             batch: timing.batch,
             baseline_us,
@@ -627,7 +627,7 @@ impl CudaExecutor {
         let (a, b) = w.inputs(InputSet::Timing);
         let timed = self.timer.time(req, |_| blas.gemm(&mm, a, b, d));
         let gemm_us = match timed {
-            Ok(t) => t.median_us,
+            Ok(t) => t.time_us,
             Err(f) => {
                 if f.is_sticky() {
                     self.poisoned = true;
@@ -681,7 +681,7 @@ impl CudaExecutor {
         let (a, b) = (a8.ptr, b8.ptr);
         let timed = self.timer.time(req, |_| blas.gemm(stand_in, a, b, d));
         match timed {
-            Ok(t) => (Some(t.median_us), kind),
+            Ok(t) => (Some(t.time_us), kind),
             Err(f) => {
                 if f.is_sticky() {
                     self.poisoned = true;
@@ -813,10 +813,10 @@ impl CudaExecutor {
             };
             match timed {
                 Ok(t) => {
-                    tracing::debug!(workload = %req.workload_key, candidate = number, us = t.median_us, workspace = c.workspace_bytes, waves = c.waves, "cuBLASLt candidate timed");
-                    times[i] = Some(t.median_us);
-                    if best.is_none_or(|(us, _)| t.median_us < us) {
-                        best = Some((t.median_us, number));
+                    tracing::debug!(workload = %req.workload_key, candidate = number, us = t.time_us, workspace = c.workspace_bytes, waves = c.waves, "cuBLASLt candidate timed");
+                    times[i] = Some(t.time_us);
+                    if best.is_none_or(|(us, _)| t.time_us < us) {
+                        best = Some((t.time_us, number));
                     }
                 }
                 Err(f) => {
@@ -941,6 +941,7 @@ impl Timer {
             cool_first: std::mem::take(&mut self.hot),
             // Burst only: `timing::idle_while_capped` passes over a settled or held timing.
             start_uncapped: req.start_uncapped,
+            burst: req.regime == Regime::Burst,
         };
         timing::time(&self.ctx, &self.stream, req.samples.max(1), mode, extra, enqueue)
     }

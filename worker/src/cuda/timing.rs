@@ -127,7 +127,10 @@ pub(crate) struct Extra<'a> {
     /// back) as the timing starts, idle before the warm-up, at most [`BURST_COOL_MS`] (see
     /// `idle_while_capped`).
     pub(crate) start_uncapped: bool,
+    /// The burst regime: the timing's time is its fastest sample ([`at_full_clock`]).
+    pub(crate) burst: bool,
 }
+
 
 thread_local! {
     /// The power of the latest timing on this thread, for callers that see only its time (the
@@ -150,8 +153,9 @@ pub(crate) fn last_power() -> Power {
 pub(crate) struct Timing {
     /// Per-launch time of each sample, microseconds.
     pub(crate) samples_us: Vec<f64>,
-    /// Median of the samples.
-    pub(crate) median_us: f64,
+    /// The timing's time: the median sample ([`summarise`]); the time over the energy window of a
+    /// settled timing; the fastest sample of a burst one (`CudaExecutor`'s `Timer::time`).
+    pub(crate) time_us: f64,
     /// (max - min) / median.
     pub(crate) spread: f64,
     /// Launches per sample.
@@ -231,7 +235,27 @@ where
         Mode::ColdL2 { scratch } => cold(ctx, stream, samples, scratch, &mut enqueue),
     };
     LAST_POWER.with(|p| p.set(timing.as_ref().map(|t| t.power).unwrap_or_default()));
-    timing
+    let burst = extra.burst && extra.settle.is_none() && extra.hold_ms <= 0.0;
+    timing.map(|t| if burst { at_full_clock(t) } else { t })
+}
+
+/// A burst timing's time: its fastest sample, not the median (the spread stays relative to it). Burst
+/// means the kernel at the
+/// GPU's full clock, and a sample can only be slowed from there (by the power cap, a thermal
+/// limit, another process), never sped past it, so the fastest sample is the full-clock time. A
+/// median is that time only while every sample ran before the cap: a 1.4 ms GEMM reaches an
+/// H200's 700 W cap within its own ten samples, and the medians of one f16 8192^3 kernel's
+/// timings, each started at 1980 MHz, read 1428-1641 us while their fastest samples read 1422-1431
+/// (2026-11-29). For a kernel that never meets the cap the two differ by the samples' noise
+/// (0.1-0.5% for 1 ms samples). A settled timing (sustained, or a hold) keeps its median or its
+/// window's time: there the capped clock is the regime.
+fn at_full_clock(mut t: Timing) -> Timing {
+    if let Some(fastest) = t.samples_us.iter().copied().filter(|s| *s > 0.0).reduce(f64::min) {
+        let slowest = t.samples_us.iter().copied().fold(fastest, f64::max);
+        t.time_us = fastest;
+        t.spread = (slowest - fastest) / fastest;
+    }
+    t
 }
 
 /// Whether a timing idles before its warm-up: a burst measurement (no settling, no hold) that
@@ -417,7 +441,7 @@ where
         // the samples, milliseconds in all, catch one phase of it: a capped bf16 4096^3 record's
         // samples read 220.8 us, its 1 s window 225.0, a 30 s hold 226.8 (H200, 2026-11-28).
         if extra.settle.is_some() && launch_us > 0.0 {
-            timing.median_us = launch_us;
+            timing.time_us = launch_us;
         }
         if extra.settle.is_none() {
             std::thread::sleep(Duration::from_millis(BURST_COOL_MS));
@@ -492,17 +516,17 @@ pub(crate) fn summarise(samples_us: Vec<f64>, batch: u32) -> Timing {
     let mut sorted = samples_us.clone();
     sorted.sort_by(f64::total_cmp);
     let n = sorted.len();
-    let median_us = if n == 0 {
+    let time_us = if n == 0 {
         0.0
     } else if n % 2 == 1 {
         sorted[n / 2]
     } else {
         (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
     };
-    let spread = if n > 0 && median_us > 0.0 { (sorted[n - 1] - sorted[0]) / median_us } else { 0.0 };
+    let spread = if n > 0 && time_us > 0.0 { (sorted[n - 1] - sorted[0]) / time_us } else { 0.0 };
     Timing {
         samples_us,
-        median_us,
+        time_us,
         spread,
         batch,
         power: Power::default(),
@@ -519,10 +543,22 @@ mod tests {
     #[test]
     fn median_and_spread() {
         let t = summarise(vec![3.0, 1.0, 2.0], 7);
-        assert_eq!((t.median_us, t.batch), (2.0, 7));
+        assert_eq!((t.time_us, t.batch), (2.0, 7));
         assert!((t.spread - 1.0).abs() < 1e-12);
-        assert_eq!(summarise(vec![4.0, 1.0, 2.0, 3.0], 1).median_us, 2.5);
-        assert_eq!(summarise(vec![], 1).median_us, 0.0);
+        assert_eq!(summarise(vec![4.0, 1.0, 2.0, 3.0], 1).time_us, 2.5);
+        assert_eq!(summarise(vec![], 1).time_us, 0.0);
+    }
+
+    #[test]
+    fn a_burst_timing_is_its_fastest_sample() {
+        // Eight samples at the full clock, then the cap: the median lands between the two.
+        let capped = summarise(vec![1428.0, 1431.0, 1436.0, 1431.0, 1430.0, 1431.0, 1522.0, 1604.0, 1669.0, 1638.0], 1);
+        assert_eq!(capped.time_us, 1433.5);
+        let burst = at_full_clock(capped);
+        assert_eq!(burst.time_us, 1428.0);
+        assert!((burst.spread - (1669.0 - 1428.0) / 1428.0).abs() < 1e-12);
+        // No positive sample: the timing is left as it was.
+        assert_eq!(at_full_clock(summarise(vec![], 1)).time_us, 0.0);
     }
 
     #[test]
