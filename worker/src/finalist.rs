@@ -224,6 +224,20 @@ pub(crate) fn vendor_of_rounds(rounds: &[(f64, String)], center: Center) -> Opti
     Some((mid, nearest.1.clone()))
 }
 
+/// A finalist's vendor time in a task whose finalists' vendor timings are `all` (`own` among them):
+/// in the burst regime ([`Center::Fastest`]) the fastest of all of them, as the vendor's pick is one
+/// call whose burst time is its time at the full clock, and each finalist's own timings of it follow
+/// that finalist's load, which leaves the power limiter less room than the clock reading shows (an
+/// H200, 2026-11-29: the pick read 660-729 us beside three f16 4096x14336x4096 finalists, 644 us in
+/// the exported bundle's check, which times it alone from the full clock); in the sustained regime
+/// ([`Center::Median`]) the finalist's own (see [`vendor_of_rounds`]), in the state its rounds kept the GPU in.
+pub(crate) fn vendor_of(own: &[(f64, String)], all: &[Vec<(f64, String)>], center: Center) -> Option<(f64, String)> {
+    match center {
+        Center::Fastest => vendor_of_rounds(&all.iter().flatten().cloned().collect::<Vec<_>>(), center),
+        Center::Median => vendor_of_rounds(own, center),
+    }
+}
+
 /// The median of `values` (the mean of the middle two for an even count; 0 when empty).
 fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
@@ -407,6 +421,13 @@ mod tests {
             (690.0, "cublasGemmEx".to_string()),
         ];
         assert_eq!(vendor_of_rounds(&vendor, Center::Fastest), Some((626.0, "cublasLt #4 of 8".to_string())));
+        // Beside three finalists: burst takes the fastest of all, sustained each one's own.
+        let pick = |us: f64| (us, "cublasGemmEx".to_string());
+        let all = vec![vec![pick(684.6), pick(690.0)], vec![pick(659.6), pick(700.0)], vec![pick(728.8)]];
+        assert_eq!(vendor_of(&all[0], &all, Center::Fastest), Some(pick(659.6)));
+        assert_eq!(vendor_of(&all[2], &all, Center::Fastest), Some(pick(659.6)));
+        assert_eq!(vendor_of(&all[0], &all, Center::Median), Some((687.3, "cublasGemmEx".to_string())));
+        assert_eq!(vendor_of(&[], &[], Center::Fastest), None);
         // The verdict weighs the same centers, with the rounds' spread as their noise: by its
         // median this finalist ties a steady 690 us one; by its fastest round it leads by 6%, which
         // its capped rounds' spread (a 4% standard error) leaves undecided, so the rounds go on

@@ -239,7 +239,8 @@ impl Measurer<'_> {
     /// the full clock (a timing that finds the clock held down idles until it is not:
     /// `MeasureRequest::start_uncapped`), as a burst record means and as the pick was made at the
     /// start of the tuning; the rounds alternate which of the two goes first
-    /// (`MeasureRequest::baseline_first`), and the record is the fastest round.
+    /// (`MeasureRequest::baseline_first`), and the record is the fastest round; the vendor's time
+    /// is the fastest of all its timings in the task (beside any finalist).
     ///
     /// Sustained: finalists are timed in long samples (`plan::FINALIST_MIN_MS`), at the clock of
     /// a sustained load. The first measurable finalist is measured once before round 1 and not
@@ -337,12 +338,12 @@ impl Measurer<'_> {
             }
         }
         let mut records = Vec::with_capacity(finalists.len());
-        for ((finalist, outcomes), paired) in finalists.into_iter().zip(measured).zip(vendor) {
+        for ((finalist, outcomes), paired) in finalists.into_iter().zip(measured).zip(&vendor) {
             let record = match finalist {
                 Candidate::Ready(kernel) => {
                     let mut outcome = finalist::combine(outcomes, rounds, center);
                     if outcome.status == Status::Ok {
-                        match finalist::vendor_of_rounds(&paired, center) {
+                        match finalist::vendor_of(paired, &vendor, center) {
                             Some((us, kind)) => {
                                 outcome.baseline_us = Some(us);
                                 outcome.baseline_kind = kind;

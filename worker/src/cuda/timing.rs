@@ -131,7 +131,6 @@ pub(crate) struct Extra<'a> {
     pub(crate) burst: bool,
 }
 
-
 thread_local! {
     /// The power of the latest timing on this thread, for callers that see only its time (the
     /// vendor paths).
