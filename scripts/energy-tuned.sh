@@ -149,5 +149,8 @@ for suite in "${SUITES[@]}"; do
   python3 $py tuned "$OUT/$name" "$name" | tee "$OUT/$name/$name-summary.txt"
 done
 rm -rf "$OUT/gemm_check" "$OUT"/*/tuned.db* "$OUT"/*/bundle
-tar -czf "$OUT/energy-tuned.tar.gz" -C "$OUT" "${names[@]}" $(cd "$OUT" && ls ./*.txt ./*.log 2>/dev/null) &&
-  (cd "$OUT" && rm -rf "${names[@]}")
+# One file comes back (the device tool returns at most 8 files from $OUT): the suites' folders and the
+# logs, all in the tar.
+tops=$(cd "$OUT" && ls ./*.txt ./*.log 2>/dev/null)
+tar -czf "$OUT/energy-tuned.tar.gz" -C "$OUT" "${names[@]}" $tops &&
+  (cd "$OUT" && rm -rf "${names[@]}" $tops)

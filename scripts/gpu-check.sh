@@ -198,7 +198,7 @@ step_export() {
     >"$LOGS/gemm_check-build.log" 2>&1
   say "gemm_check build exit $?"
   for run in $(seq "${EXPORT_RUNS:-1}"); do # separate processes; GEMM_CHECK: SAMPLES ROUNDS WARM_MS PAUSE_MS
-    timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" ${GEMM_CHECK:-10 1 0 2000} >"$LOGS/gemm_check-$run.log" 2>&1
+    timeout 900 "$LOGS/gemm_check" "$LOGS/bundle" ${GEMM_CHECK:-10 2 0 500} >"$LOGS/gemm_check-$run.log" 2>&1
     say "gemm_check run $run exit $?"
     grep -v '^round' "$LOGS/gemm_check-$run.log" | tee -a "$SUMMARY"
   done
