@@ -2,7 +2,7 @@
  * the manifest and with the Rust crate's lookup).
  *
  *   cc -std=c11 -O1 -I bundle/c -I $CUDA_INCLUDE bundle/c/index_check.c -lm -o index_check
- *   index_check DIR                     -> one line per entry: its launch facts
+ *   index_check DIR                     -> one line per entry: its launch facts and vendor kind
  *   index_check DIR M N K LAYOUT IN ACC OUT ALPHA BETA ARCH SMS
  *                                       -> "NAME exact|nearest", or "none"
  * Only the parsing and lookup functions are called, so no driver library is linked. */
@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
         else
           printf(" ptr:%s", q->operand);
       }
-      printf("\n");
+      printf(" vendor:%s\n", e->vendor_kind);
     }
   } else if (argc == 13) {
     tt_matmul q = {strtoull(argv[2], 0, 10), strtoull(argv[3], 0, 10), strtoull(argv[4], 0, 10), argv[5], argv[6],

@@ -32,7 +32,8 @@
  *   | param im2col OPERAND DTYPE C W H N STRIDE_W STRIDE_H STRIDE_N LOWER_W LOWER_H UPPER_W UPPER_H
  *     CHANNELS PIXELS ESTRIDE_C ESTRIDE_W ESTRIDE_H ESTRIDE_N   (strides in bytes; a rank-4
  *     cuTensorMapEncodeIm2col over a convolution's NHWC input)
- *   time_us T | vendor_us T|- | end
+ *   time_us T | vendor_us T|- | vendor_kind TEXT (optional: what the vendor time is, e.g.
+ *   cublasGemmEx or "cublasLt heuristic #3 of 8") | end
  * Cluster dimensions are compiled into the kernels (__cluster_dims__): cuLaunchKernel forms them.
  */
 #ifndef TENSORTUNE_BUNDLE_H
@@ -76,6 +77,7 @@ typedef struct {
   int nparams;
   tt_param params[TT_MAX_PARAMS];
   double time_us, vendor_us; /* vendor_us < 0: unknown */
+  char vendor_kind[128];      /* empty: unknown */
 } tt_entry;
 
 typedef struct {
@@ -212,6 +214,11 @@ static inline int tt_bundle_open(tt_bundle *b, const char *dir) {
       ok = sscanf(line, "time_us %lf", &e->time_us) == 1;
     } else if (!strcmp(key, "vendor_us")) {
       if (sscanf(line, "vendor_us %lf", &e->vendor_us) != 1) e->vendor_us = -1;
+    } else if (!strcmp(key, "vendor_kind")) {
+      const char *text = line + strlen("vendor_kind");
+      while (*text == ' ' || *text == '\t') text++;
+      snprintf(e->vendor_kind, sizeof e->vendor_kind, "%.127s", text);
+      e->vendor_kind[strcspn(e->vendor_kind, "\r\n")] = 0;
     } else if (!strcmp(key, "end")) {
       ok = e->entry[0] && e->grid[0] && e->block[0];
       e = NULL;

@@ -630,6 +630,11 @@ impl Bundle {
                 }
                 None => out.push_str("vendor_us -\n"),
             }
+            // What the vendor time is, on one line (a loader's check times the same call).
+            let kind = e.vendor_kind.split_whitespace().collect::<Vec<_>>().join(" ");
+            if !kind.is_empty() {
+                let _ = writeln!(out, "vendor_kind {kind}");
+            }
             out.push_str("end\n");
         }
         out

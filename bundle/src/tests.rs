@@ -106,7 +106,7 @@ fn the_index_carries_every_launch_fact() {
     let want = "tensortune-bundle-index 1\nkernel k1\nop matmul\nshape 1024 512 256\nlayout tn\nepilogue 1.0 0.0\n\
                 types f16 f32 f32\ndevice 90 132\ncubin sm_90a k1.sm_90a.cubin\nentry k1\ngrid 4 2 1\nblock 384 1 1\n\
                 smem 100000\ncluster 2 1 1\nworkspace 64\nparam map a f16 1024 512 2048 64 128\nparam ptr b\n\
-                param ptr c\nparam ptr d\nparam ptr workspace\ntime_us 10.5\nvendor_us 11.55\nend\n";
+                param ptr c\nparam ptr d\nparam ptr workspace\ntime_us 10.5\nvendor_us 11.55\nvendor_kind cublasGemmEx\nend\n";
     assert_eq!(text, want);
 }
 
