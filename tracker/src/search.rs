@@ -774,6 +774,63 @@ mod tests {
         assert_eq!(partial.rows.len(), 50);
     }
 
+    /// A fresh tracker's prior (the shipped packs) for a union-v14 matmul holds the rows the replay's
+    /// cold start trains on (`search/tests/union_v14_replay.rs`), so that the replay's figures are
+    /// the tracker's: the same workloads (the older packs' wmma-only ones left out by both), rows
+    /// and targets.
+    #[tokio::test]
+    async fn a_fresh_tracker_s_prior_is_the_replay_s_cold_start() {
+        use tensortune_kernels::registry::by_name;
+        use tensortune_search::replay::Dataset;
+        let class = "nvidia-h200/sm90/132sm";
+        let key = "matmul/m1024n256k2048/tn/f16,f32,f16/alpha=1,beta=0";
+        let (tuned, target) = (Workload::from_key(key).unwrap(), features::target_for_class(class));
+        let templates = [by_name("wmma_gemm").unwrap(), by_name("wgmma_gemm").unwrap()];
+        let space = space(&templates, &tuned, &target, true).unwrap().unwrap();
+        assert_eq!(slots_of(&space), [0, 1]);
+        let shipped = crate::packs::shipped();
+        let parts = templates
+            .iter()
+            .map(|t| {
+                (
+                    *t,
+                    crate::packs::shipped_prior(shipped, *t, class, &[key.to_owned()])
+                        .into_iter()
+                        .map(|r| r.1)
+                        .collect(),
+                )
+            })
+            .collect();
+        let ours = prior(parts, space.layout.unwrap(), target, vec![tuned]).await.unwrap();
+        // Every shipped file of matmuls (the conv pack adds nothing to a matmul's prior).
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../search/testdata");
+        let files: Vec<_> = crate::packs::SHIPPED
+            .iter()
+            .map(|(name, _)| dir.join(format!("{}.jsonl.gz", name.trim_start_matches("shipped:"))))
+            .filter(|f| !f.to_string_lossy().contains("conv2d"))
+            .collect();
+        let data = Dataset::load_all(&files).unwrap();
+        let replay = data.prior_for(data.workloads.iter().find(|w| w.key == key).unwrap());
+        // Compared as sets of (workload, row, target), bit for bit (missing columns are NaN).
+        let rows = |p: &Prior| {
+            let mut out: Vec<(Vec<u64>, Vec<u64>, u64)> = (0..p.rows.len())
+                .map(|i| {
+                    (
+                        p.sources[i].map(f64::to_bits).to_vec(),
+                        p.rows[i].iter().map(|x| x.to_bits()).collect(),
+                        p.y[i].to_bits(),
+                    )
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        let workloads = |p: &Prior| p.sources.iter().map(|s| s.map(f64::to_bits)).collect::<HashSet<_>>().len();
+        assert_eq!((workloads(&ours), workloads(&replay)), (15, 15), "the other union-v14 matmuls");
+        assert_eq!(ours.rows.len(), replay.rows.len());
+        assert!(rows(&ours) == rows(&replay), "the tracker's and the replay's rows differ");
+    }
+
     #[test]
     fn removing_a_job_keeps_other_jobs() {
         let valid: Arc<[Point]> = (0..10u64).map(|i| Point::new(0, i)).collect();
