@@ -209,7 +209,8 @@ pub fn nearest(sources: &[[f64; 7]], targets: &[[f64; 7]], k: usize) -> Vec<usiz
 /// 107 trials to 2% to 85, and the cold start's prior is now the union-v14 files' (docs/
 /// BENCHMARKS.md, "Search"). On the first sweeps' union matmuls (wgmma_gemm v2,
 /// `shipped_replay.rs`), whose priors lost the 16 wmma-only matmuls, m1536n1536k3072 tt went
-/// from 10 trials to 2% to 87 and m2048n2048k2048 nn from 9 to 4 (20 seeds).
+/// from 10 trials to 2% to 87 and m2048n2048k2048 nn from 9 to 4 (20 seeds; since `wgmma_gemm`'s
+/// `fill_share` column, 10 and 6).
 pub fn covering(holds: &[Vec<bool>]) -> Vec<bool> {
     // Whether `a` has every template of `b` and one more.
     let more = |a: &[bool], b: &[bool]| {

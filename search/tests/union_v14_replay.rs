@@ -7,7 +7,7 @@
 //! of every shipped file (`testdata/*.jsonl.gz`, the record packs `tracker/src/packs.rs` ships),
 //! on the held-out split. Replay is deterministic for a seed, so where the cold start's prior is
 //! the file's (today, `tuner::covering`), its runs are the file's and are not repeated: it costs
-//! the reading of every shipped file once, about 2.7 CPU-s (2026-11-29; both tests 103 CPU-s).
+//! the reading of every shipped file once, about 2.7 CPU-s (2026-11-29; both tests 90 CPU-s).
 //!
 //! The held-out split (`suites/sweeps/union-v14.json`, fixed by position before anything was
 //! measured) is never used to choose a constant; the bars are asserted on every workload.
