@@ -46,7 +46,8 @@ pub fn row(template: &dyn Template, w: &Workload, config: &Config, target: &Targ
 }
 
 /// Names of the columns [`row`] adds after `wgmma_gemm`'s own.
-pub const WGMMA_WORK_FEATURES: [&str; 4] = ["tile_waves", "last_wave_idle", "log2_k_iters", "epilogue_share"];
+pub const WGMMA_WORK_FEATURES: [&str; 5] =
+    ["tile_waves", "last_wave_idle", "log2_k_iters", "epilogue_share", "fill_share"];
 
 /// How a Hopper config divides the work, which the template's own columns leave the trees to
 /// piece together: `tile_waves`, the units of work (output tiles, times the blocks of a K split)
@@ -54,8 +55,15 @@ pub const WGMMA_WORK_FEATURES: [&str; 4] = ["tile_waves", "last_wave_idle", "log
 /// block walks); `last_wave_idle`, the share of the SMs' time the last wave of units leaves idle
 /// (none with stream-K, which shares the last wave's K out); `log2_k_iters`, the K tiles one
 /// unit runs; `epilogue_share`, the output bytes of a tile over all the bytes it moves (its
-/// operands' K tiles and its output), where the epilogue's form (`tma` or `direct`) pays.
-/// `None` for other templates, and for a config that is not one of the template's. Not for
+/// operands' K tiles and its output), where the epilogue's form (`tma` or `direct`) pays;
+/// `fill_share`, the pipeline's stages over the K tiles a block runs in all (a persistent block
+/// fills its pipeline once for all its tiles, another once per tile): where K is short, a
+/// persistent grid of about two tiles a block beats one of bigger tiles, one a block. Added on the
+/// training split of the union-v14 replay, where such winners ranked 16th-45th under the prior
+/// (m2048n2048k1024: 128x128 persistent against 256x128 in clusters of 2), 20 seeds: worst trials
+/// to 2% 38 -> 23 (m1536n4608k1536 38 -> 12, m16n4096k4096 33 -> 18, m2048n2048k1024 8 -> 1),
+/// least gain 5.0x -> 7.5x, median gain 43.3x -> 46.6x, median trials to 2% 3 -> 6 (the cost:
+/// m1992n1000k1536 3 -> 7, m256n1024k8192 3 -> 7). `None` for other templates, and for a config that is not one of the template's. Not for
 /// `wgmma_conv2d`, whose plan is the same: on the training split of the union-v14 replay they
 /// took the strided 3x3 conv n12h28w28c256 from 13 to 40 trials to 5% (gain 6.2x to 2.0x, at
 /// the bar) though the five layers' median trials to 2% fell from 11 to 5 (docs/BENCHMARKS.md,
@@ -66,7 +74,7 @@ fn wgmma_work(
     config: &Config,
     target: &Target,
     own: &[(&'static str, f64)],
-) -> Option<[f64; 4]> {
+) -> Option<[f64; 5]> {
     let gemm = match (template.name(), w) {
         ("wgmma_gemm", Workload::Matmul(m)) => *m,
         _ => return None,
@@ -85,7 +93,11 @@ fn wgmma_work(
     let k_iters = gemm.k.div_ceil(bk).div_ceil(split).max(1);
     let out_bytes = f64::from(p.bp * p.bq) * f64::from(gemm.types.output.bytes());
     let in_bytes = f64::from(p.bp + p.bq) * (k_iters * bk) as f64 * f64::from(gemm.types.input.bytes());
-    Some([waves, idle, (k_iters as f64).log2(), out_bytes / (out_bytes + in_bytes)])
+    // The pipeline's fill (its stages of K tiles) over the K tiles a block runs: a persistent
+    // block fills it once for all its tiles, another block once per tile.
+    let per_block = if p.persistent { waves.max(1.0) } else { 1.0 };
+    let fill = f64::from(p.stages) / (k_iters as f64 * per_block);
+    Some([waves, idle, (k_iters as f64).log2(), out_bytes / (out_bytes + in_bytes), fill])
 }
 
 /// The columns of a space that holds the configs of several templates (a job that searches every
@@ -208,6 +220,9 @@ mod tests {
         assert!((plain[3] - out / (out + ins)).abs() < 1e-12);
         assert_eq!(extra(&config(1, 1))[1], 0.0, "stream-K leaves no last wave idle");
         assert_eq!(extra(&config(0, 0))[0], plain[0], "a persistent grid's tiles make as many waves");
+        // 3 stages of 64 K tiles: filled once per tile, or once per 5.2 tiles in a persistent block.
+        assert!((plain[4] - 3.0 / (64.0 * waves)).abs() < 1e-12, "{plain:?}");
+        assert_eq!(extra(&config(0, 0))[4], 3.0 / 64.0);
         // Other templates' rows are their own features and the workload's.
         let m = Workload::from_key("matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0").unwrap();
         let c = valid_configs(&gemm::WmmaGemm, &m, &t).unwrap()[0].1.clone();

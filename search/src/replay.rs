@@ -207,7 +207,9 @@ impl Dataset {
 
     /// Transfer data for `target`: every other workload of the same device class and op, its
     /// configs of the templates `target` has (same versions, or versions whose records hold today),
-    /// in `target`'s layout. Each workload's records are normalised together, across its templates.
+    /// in `target`'s layout, less the workloads another of them has more of those templates than
+    /// (`tuner::covering`, as the tracker's prior). Each workload's records are normalised
+    /// together, across its templates.
     pub fn prior_for(&self, target: &Recorded) -> Prior {
         let all: Vec<&str> = self.workloads.iter().map(|w| w.key.as_str()).collect();
         self.prior_among(target, &all)
@@ -222,7 +224,8 @@ impl Dataset {
             })
             .collect();
         let layout = UnionLayout::new(widths);
-        let mut prior = Prior::default();
+        // Per prior workload: its rows, their times, and which of `target`'s templates it has.
+        let mut parts = Vec::new();
         for w in &self.workloads {
             if w.key == target.key
                 || w.device_class != target.device_class
@@ -233,6 +236,7 @@ impl Dataset {
             }
             let mut rows = Vec::new();
             let mut times = Vec::new();
+            let mut holds = vec![false; target.templates.len()];
             for ((row, slot), t) in w.own_rows.iter().zip(&w.slots).zip(&w.truth) {
                 let Some(to) = target.templates.iter().position(|x| same_kernels(x, &w.templates[*slot])) else {
                     continue;
@@ -240,9 +244,17 @@ impl Dataset {
                 if let Some(r) = layout.embed(to, row) {
                     rows.push(r);
                     times.push(*t);
+                    holds[to] = true;
                 }
             }
             if !rows.is_empty() {
+                parts.push((w, rows, times, holds));
+            }
+        }
+        let keep = crate::tuner::covering(&parts.iter().map(|p| p.3.clone()).collect::<Vec<_>>());
+        let mut prior = Prior::default();
+        for ((w, rows, times, _), keep) in parts.into_iter().zip(keep) {
+            if keep {
                 prior.extend(crate::features::workload_row(&w.workload), rows, &times);
             }
         }

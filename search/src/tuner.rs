@@ -186,6 +186,44 @@ pub fn nearest(sources: &[[f64; 7]], targets: &[[f64; 7]], k: usize) -> Vec<usiz
     out
 }
 
+/// Which workloads of a prior may train a model for a space of several templates, given which of
+/// the space's templates each workload has records of (`holds[w][t]`): a workload is left out when
+/// another was measured with more of the space (every template it has, and one it lacks). The
+/// tracker (`tracker/src/search.rs`) and the replay ([`crate::replay`]) both build their priors
+/// through it.
+///
+/// Why: a workload's transfer targets are its times over its own best
+/// ([`crate::model::normalise_transfer`]), and its best is taken over the templates it was
+/// measured with. One measured with part of the space has its best on another scale: the older
+/// sweeps' workloads, of `wmma_gemm` alone (their `wgmma_gemm` v2 records no longer hold), call
+/// their fastest `wmma_gemm` configs best (target 0) where the union-v14 matmuls, measured with
+/// both, put those configs 4-5x behind `wgmma_gemm`'s (capped, twice as slow), so the two kinds of
+/// workload teach the model opposite things. Nothing of such a workload is kept: its rows of the
+/// templates it has are relative to the same partial best. Where no workload has more than
+/// another (one of `wmma_gemm` alone beside one of `wgmma_gemm` alone, or a store of one
+/// template's records), every one is kept: none is known to be on the space's scale, and a prior
+/// of partial workloads still warms the search better than none. The cost: a workload measured
+/// with one template (a job that named it) is left out of a union's prior even when that template
+/// wins there; a job of that template alone still reads it. Made for the union-v14 training split
+/// with every shipped file as the prior (a fresh tracker's): its dilated conv n4h32w32c96 went from
+/// 107 trials to 2% to 85, and the cold start's prior is now the union-v14 files' (docs/
+/// BENCHMARKS.md, "Search"). On the first sweeps' union matmuls (wgmma_gemm v2,
+/// `shipped_replay.rs`), whose priors lost the 16 wmma-only matmuls, m1536n1536k3072 tt went
+/// from 10 trials to 2% to 87 and m2048n2048k2048 nn from 9 to 4 (20 seeds; since `wgmma_gemm`'s
+/// `fill_share` column, 10 and 6).
+pub fn covering(holds: &[Vec<bool>]) -> Vec<bool> {
+    // Whether `a` has every template of `b` and one more.
+    let more = |a: &[bool], b: &[bool]| {
+        let width = a.len().max(b.len());
+        let has = |x: &[bool], t: usize| x.get(t) == Some(&true);
+        (0..width).all(|t| has(a, t) || !has(b, t)) && (0..width).any(|t| has(a, t) && !has(b, t))
+    };
+    let mut kinds: Vec<&Vec<bool>> = holds.iter().collect();
+    kinds.sort();
+    kinds.dedup();
+    holds.iter().map(|h| !kinds.iter().any(|k| more(k, h))).collect()
+}
+
 /// Positions (ascending) of at most `cap` of one workload's rows, given their transfer targets
 /// `y` (`model::normalise_transfer`; lower is faster): the fastest half of the cap, then an even
 /// spread over the rest, so the model sees both what is near the best and the shape of the
@@ -1076,6 +1114,20 @@ mod tests {
         assert_eq!(picked.len(), workloads * cap);
         let far = at((workloads + 2) as f64);
         assert!(picked.iter().all(|i| prior.sources[*i] != far), "a far workload trained the model");
+    }
+
+    #[test]
+    fn a_prior_leaves_out_a_workload_measured_with_part_of_what_another_was() {
+        let (both, first, second) = (vec![true, true], vec![true, false], vec![false, true]);
+        assert_eq!(covering(&[first.clone(), both.clone(), second.clone(), both.clone()]), [false, true, false, true]);
+        // No workload has the second template: it demands nothing.
+        assert_eq!(covering(&[first.clone(), first.clone()]), [true, true]);
+        // Neither has more than the other: both are kept.
+        assert_eq!(covering(&[first.clone(), second]), [true, true]);
+        // Three templates: {0} is inside {0, 1}; {0, 2} is not.
+        let (a, b) = (vec![true, true, false], vec![true, false, true]);
+        assert_eq!(covering(&[a, b, vec![true, false, false]]), [true, true, false]);
+        assert!(covering(&[]).is_empty());
     }
 
     #[test]

@@ -452,7 +452,9 @@ fn features_error(template: &dyn Template, w: &Workload, index: u64, e: &dyn std
 /// another's): per config its fastest ok time, or a failure when none was ok. Only what a model
 /// for one of `tuned` can train on gets a feature row (`Prior::selection`: the workloads nearest
 /// each, at most so many rows of each), so the cost does not grow with the store. Configs that a
-/// template's current space does not know any more, and workloads that do not parse, are skipped.
+/// template's current space does not know any more, and workloads that do not parse, are skipped,
+/// and so is a workload whose records are of part of the templates another's are of
+/// (`tuner::covering`: its times are relative to a best over part of the space).
 pub(crate) async fn prior(
     templates: Vec<(&'static dyn Template, Vec<PriorRecord>)>,
     layout: UnionLayout,
@@ -476,7 +478,14 @@ pub(crate) async fn prior(
                 };
             }
         }
-        let groups: Vec<Group> = groups.into_values().collect();
+        // A workload measured with part of the space that another was measured with more of
+        // is left out (`tuner::covering` says why); the replay builds its priors the same way.
+        let holds: Vec<Vec<bool>> = groups
+            .values()
+            .map(|(_, configs)| (0..templates.len()).map(|pos| configs.keys().any(|(p, _)| *p == pos)).collect())
+            .collect();
+        let keep = tensortune_search::tuner::covering(&holds);
+        let groups: Vec<Group> = groups.into_values().zip(keep).filter_map(|(g, keep)| keep.then_some(g)).collect();
         let sources: Vec<[f64; 7]> = groups.iter().map(|(w, _)| features::workload_row(w)).collect();
         let tuned: Vec<[f64; 7]> = tuned.iter().map(features::workload_row).collect();
         let spaces: Vec<_> = templates.iter().map(|(t, _)| t.space()).collect();
@@ -722,6 +731,104 @@ mod tests {
         // 40 known configs (the unknown one is left out), the same rows and targets both times.
         assert_eq!(first.rows.len(), 40);
         assert_eq!((first.rows.clone(), first.y.clone()), (again.rows, again.y));
+    }
+
+    #[tokio::test]
+    async fn a_union_prior_leaves_out_a_workload_measured_with_one_of_its_templates() {
+        use tensortune_kernels::registry::by_name;
+        use tensortune_kernels::{DType, Layout, Matmul, Types};
+        let (wmma, wgmma) = (by_name("wmma_gemm").unwrap(), by_name("wgmma_gemm").unwrap());
+        let matmul = |m, n, k| {
+            Workload::Matmul(Matmul::new(m, n, k, Layout::Nn, Types::default_for(DType::F16).unwrap()).unwrap())
+        };
+        let (both, wmma_only, tuned, target) =
+            (matmul(384, 96, 640), matmul(512, 128, 512), matmul(256, 128, 256), Target::sm90());
+        let records = |template: &'static dyn Template, source: Workload, n: usize| -> Vec<PriorRecord> {
+            let valid = tensortune_kernels::template::valid_configs(template, &source, &target).unwrap();
+            valid
+                .iter()
+                .take(n)
+                .enumerate()
+                .map(|(i, (_, c))| PriorRecord {
+                    workload_key: source.key(),
+                    workload: crate::store::Json(source),
+                    config: c.to_json(),
+                    status: Status::Ok,
+                    median_us: 1.0 + i as f64 / 10.0,
+                })
+                .collect()
+        };
+        let space = space(&[wmma, wgmma], &tuned, &target, true).unwrap().unwrap();
+        assert_eq!(slots_of(&space), [0, 1]);
+        let layout = space.layout.unwrap();
+        let build = |parts| prior(parts, layout.clone(), target.clone(), vec![tuned]);
+        let mut of_wmma = records(wmma, both, 30);
+        of_wmma.extend(records(wmma, wmma_only, 20));
+        let of_wgmma = records(wgmma, both, 25);
+        // The workload of wmma_gemm alone is left out, every row of it: only the other's 55.
+        let union = build(vec![(wmma, of_wmma.clone()), (wgmma, of_wgmma)]).await.unwrap();
+        assert_eq!(union.rows.len(), 55);
+        assert!(union.sources.iter().all(|s| *s == features::workload_row(&both)));
+        // Where no workload has wgmma_gemm records, it demands nothing: both workloads' 50.
+        let partial = build(vec![(wmma, of_wmma), (wgmma, Vec::new())]).await.unwrap();
+        assert_eq!(partial.rows.len(), 50);
+    }
+
+    /// A fresh tracker's prior (the shipped packs) for a union-v14 matmul holds the rows the replay's
+    /// cold start trains on (`search/tests/union_v14_replay.rs`), so that the replay's figures are
+    /// the tracker's: the same workloads (the older packs' wmma-only ones left out by both), rows
+    /// and targets.
+    #[tokio::test]
+    async fn a_fresh_tracker_s_prior_is_the_replay_s_cold_start() {
+        use tensortune_kernels::registry::by_name;
+        use tensortune_search::replay::Dataset;
+        let class = "nvidia-h200/sm90/132sm";
+        let key = "matmul/m1024n256k2048/tn/f16,f32,f16/alpha=1,beta=0";
+        let (tuned, target) = (Workload::from_key(key).unwrap(), features::target_for_class(class));
+        let templates = [by_name("wmma_gemm").unwrap(), by_name("wgmma_gemm").unwrap()];
+        let space = space(&templates, &tuned, &target, true).unwrap().unwrap();
+        assert_eq!(slots_of(&space), [0, 1]);
+        let shipped = crate::packs::shipped();
+        let parts = templates
+            .iter()
+            .map(|t| {
+                (
+                    *t,
+                    crate::packs::shipped_prior(shipped, *t, class, &[key.to_owned()])
+                        .into_iter()
+                        .map(|r| r.1)
+                        .collect(),
+                )
+            })
+            .collect();
+        let ours = prior(parts, space.layout.unwrap(), target, vec![tuned]).await.unwrap();
+        // Every shipped file of matmuls (the conv pack adds nothing to a matmul's prior).
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../search/testdata");
+        let files: Vec<_> = crate::packs::SHIPPED
+            .iter()
+            .map(|(name, _)| dir.join(format!("{}.jsonl.gz", name.trim_start_matches("shipped:"))))
+            .filter(|f| !f.to_string_lossy().contains("conv2d"))
+            .collect();
+        let data = Dataset::load_all(&files).unwrap();
+        let replay = data.prior_for(data.workloads.iter().find(|w| w.key == key).unwrap());
+        // Compared as sets of (workload, row, target), bit for bit (missing columns are NaN).
+        let rows = |p: &Prior| {
+            let mut out: Vec<(Vec<u64>, Vec<u64>, u64)> = (0..p.rows.len())
+                .map(|i| {
+                    (
+                        p.sources[i].map(f64::to_bits).to_vec(),
+                        p.rows[i].iter().map(|x| x.to_bits()).collect(),
+                        p.y[i].to_bits(),
+                    )
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        let workloads = |p: &Prior| p.sources.iter().map(|s| s.map(f64::to_bits)).collect::<HashSet<_>>().len();
+        assert_eq!((workloads(&ours), workloads(&replay)), (15, 15), "the other union-v14 matmuls");
+        assert_eq!(ours.rows.len(), replay.rows.len());
+        assert!(rows(&ours) == rows(&replay), "the tracker's and the replay's rows differ");
     }
 
     #[test]
