@@ -64,13 +64,20 @@ struct RunArgs {
     /// disk-full, fsize, corrupt-db, readonly-db.
     #[arg(long, value_delimiter = ',')]
     fault: Vec<Fault>,
+    /// Seconds from submission to the first fault and from each fault's recovery to the next
+    /// (they fire in the order given: list first those that could find the jobs ended, last
+    /// kill-workers and stop-workers, which hold tasks until their lease ends and so keep the run
+    /// going until they recover). 0: the i-th of n faults fires once (i + 1) / (n + 2) of the
+    /// trials are in, which a fast run can end before its last faults fire.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=600))]
+    fault_gap_secs: u64,
     /// Seconds disk-full and fsize hold their fault.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=600))]
     hold_secs: u64,
     /// Put the database on a tmpfs of this many MiB (needs root; disk-full needs it).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=65_536))]
     tmpfs_mib: Option<u64>,
-    /// Seed of the jobs and of the fault targets.
+    /// Seed of the jobs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Also write the figures as JSON here.
@@ -164,6 +171,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         heartbeat_secs: args.heartbeat_secs,
         deadline: Duration::from_secs(args.deadline_secs),
         faults: args.fault,
+        fault_gap: (args.fault_gap_secs > 0).then(|| Duration::from_secs(args.fault_gap_secs)),
         hold: Duration::from_secs(args.hold_secs),
         tmpfs_mib: args.tmpfs_mib,
         seed: args.seed,

@@ -24,10 +24,11 @@ use super::procs::{GroupProc, TrackerProc, signal};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fault {
-    /// SIGKILL one worker group process, then start a fresh one in its place.
+    /// SIGKILL the worker group process holding the most tasks, then start a fresh one in its
+    /// place.
     KillWorkers,
-    /// SIGSTOP one worker group past the lease, then SIGCONT: its late reports must be refused
-    /// (or acknowledged as already done) without duplicates.
+    /// SIGSTOP the worker group holding the most tasks past the lease, then SIGCONT: its late
+    /// reports must be refused (or acknowledged as already done) without duplicates.
     StopWorkers,
     /// SIGKILL the tracker and start it again on the same database and port.
     KillTracker,
@@ -160,7 +161,17 @@ pub(crate) async fn fire(fault: Fault, env: &mut Env<'_>, deadline: Instant) -> 
     let lease = Duration::from_secs(env.config.lease_secs);
     match fault {
         Fault::KillWorkers | Fault::StopWorkers => {
-            let g = rand::rng().random_range(0..env.groups.len());
+            // The group holding the most tasks: with leases held while reports queue (the lease
+            // window) most workers hold none at a time, and a group picked at random held 0 in a
+            // run of 2026-11-28, which tested nothing.
+            let mut g = 0;
+            let mut most = None;
+            for (i, group) in env.groups.iter().enumerate() {
+                let held = check::held_by(env.conn, &format!("{}/", group.name)).await.map_or(0, |h| h.len());
+                if most.is_none_or(|m| held > m) {
+                    (g, most) = (i, Some(held));
+                }
+            }
             let name = env.groups[g].name.clone();
             let pid = env.groups[g].pid().context("the worker group is gone")?;
             let t0 = Instant::now();

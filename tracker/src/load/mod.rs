@@ -72,11 +72,16 @@ pub struct LoadConfig {
     pub deadline: Duration,
     /// Faults fired one after another while the jobs run, and checks made before.
     pub faults: Vec<Fault>,
+    /// When the faults fire. `Some(gap)`: the first `gap` after submission, each next one `gap`
+    /// after the one before recovered, in the order given. `None`: the i-th of n once (i + 1) /
+    /// (n + 2) of the trials are in (and the one before recovered), which a fast run can end
+    /// before its last faults fire (the faults that wait out a lease take ~1.5 leases each).
+    pub fault_gap: Option<Duration>,
     /// How long `disk-full` and `fsize` hold their fault.
     pub hold: Duration,
     /// Size of the tmpfs the database lives on (needed by `disk-full`, which needs root).
     pub tmpfs_mib: Option<u64>,
-    /// Seed of the jobs and of the choice of worker groups to fault.
+    /// Seed of the jobs (a fault that stops or kills workers picks the group holding most tasks).
     pub seed: u64,
     /// A PostgreSQL server (`postgres://...`) to run on instead of a SQLite file: the run makes a
     /// fresh database `tensortune_load` there and starts `trackers` trackers on it.
@@ -389,6 +394,7 @@ async fn run_load(
     let count = pending.len() as i64;
     let deadline = started + config.deadline;
     let mut finished = false;
+    let mut next_at = started + config.fault_gap.unwrap_or_default();
     while Instant::now() < deadline {
         env.tracker.sample();
         let (ended, records) = faults::progress(env.conn).await?;
@@ -396,13 +402,19 @@ async fn run_load(
             finished = true;
             break;
         }
-        // The i-th fault (of n) fires once (i + 1) / (n + 2) of the trials are in.
         let fired = count - pending.len() as i64;
+        let due = match config.fault_gap {
+            // By time: `gap` after submission, then `gap` after the last one recovered.
+            Some(_) => Instant::now() >= next_at,
+            // By trials: the i-th fault (of n) once (i + 1) / (n + 2) of the trials are in.
+            None => records * (count + 2) >= total * (fired + 1),
+        };
         if let Some(fault) = pending.last().copied()
-            && records * (count + 2) >= total * (fired + 1)
+            && due
         {
             pending.pop();
             let round = faults::fire(fault, &mut env, deadline).await?;
+            next_at = Instant::now() + config.fault_gap.unwrap_or_default();
             tracing::info!(fault = %round.fault, recovered = round.recovered, recovery_s = round.recovery_s, note = %round.note, "fault round");
             summary.faults.push(round);
             continue;

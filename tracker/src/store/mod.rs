@@ -332,6 +332,19 @@ async fn open_postgres(options: PgConnectOptions, shown: &str) -> anyhow::Result
     Ok(pool)
 }
 
+/// Pages the WAL may grow by before a commit checkpoints it (SQLite's `wal_autocheckpoint`).
+const WAL_AUTOCHECKPOINT: u32 = 10_000;
+
+/// [`WAL_AUTOCHECKPOINT`], or `TENSORTUNE_WAL_AUTOCHECKPOINT` when set to a positive number
+/// (pages; for load comparisons).
+fn wal_autocheckpoint() -> u32 {
+    std::env::var("TENSORTUNE_WAL_AUTOCHECKPOINT")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(WAL_AUTOCHECKPOINT)
+}
+
 /// Opens (creating if needed) the SQLite database at `path` and applies the migrations.
 async fn open_sqlite(path: &Path) -> anyhow::Result<SqlitePool> {
     let options = SqliteConnectOptions::new()
@@ -351,7 +364,8 @@ async fn open_sqlite(path: &Path) -> anyhow::Result<SqlitePool> {
         // memory instead of a temporary file: at 1,000 workers their writes to that file were
         // 6-7% of the tracker's CPU (`pwrite` under `subjournalPageIfRequired`, 2026-11-28). They
         // are never read after a crash (the WAL is), so nothing durable moves.
-        .pragma("temp_store", "memory");
+        .pragma("temp_store", "memory")
+        .pragma("wal_autocheckpoint", wal_autocheckpoint().to_string());
     let pool = SqlitePoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         .after_connect(|conn, _| Box::pin(stable_plans(conn)))

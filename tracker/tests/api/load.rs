@@ -111,6 +111,7 @@ fn small_load(dir: &Path) -> LoadConfig {
         heartbeat_secs: 1,
         deadline: Duration::from_secs(300),
         faults: Vec::new(),
+        fault_gap: None,
         hold: Duration::from_secs(1),
         tmpfs_mib: None,
         seed: 1,

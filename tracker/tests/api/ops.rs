@@ -322,6 +322,7 @@ async fn a_backup_during_a_200_worker_load_is_whole_and_holds_every_record_ackno
         heartbeat_secs: 2,
         deadline: Duration::from_secs(300),
         faults: vec![],
+        fault_gap: None,
         hold: Duration::from_secs(1),
         tmpfs_mib: None,
         seed: 5,
