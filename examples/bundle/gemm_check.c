@@ -450,7 +450,7 @@ typedef struct {
   blas_call blas; /* its pick: the vendor, chosen by pick_vendor */
   lt_plan plan;
   char key[64], check[160], vendor[24];
-  double ours_us[MAX_ROUNDS], blas_us[MAX_ROUNDS], ratio[MAX_ROUNDS]; /* ratio: the round's ours/vendor */
+  double ours_us[MAX_ROUNDS], blas_us[MAX_ROUNDS]; /* each round's time of ours and of the vendor */
   int batch, timed;
 } slot;
 
@@ -545,7 +545,7 @@ static void time_slot(slot *sl, CUstream stream, int samples, int rounds, double
     }
     double ratio = no_blas || t[1] <= 0 ? -1 : t[0] / t[1];
     if (t[0] > 0 && (no_blas || t[1] > 0))
-      sl->ours_us[sl->timed] = t[0], sl->blas_us[sl->timed] = t[1], sl->ratio[sl->timed++] = ratio;
+      sl->ours_us[sl->timed] = t[0], sl->blas_us[sl->timed++] = t[1];
     printf("round %d %-30s kernel %9.2f us (SM %u MHz, idled %.0f ms)  vendor %9.2f us (%s; SM %u MHz, idled %.0f "
            "ms)  ratio %.4f%s  memory %u MHz  P%u\n",
            r + 1, sl->key, t[0], g[0].sm_mhz, waited[0], t[1], sl->vendor, g[1].sm_mhz, waited[1], ratio,

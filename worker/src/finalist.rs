@@ -46,8 +46,9 @@ pub(crate) enum Center {
     /// The median of the per-round medians (the sustained regime: every round at the cap).
     Median,
     /// The fastest round's time (the burst regime, where a round's time is its fastest sample):
-    /// a round that the power cap slowed is not a burst measurement. Each round starts from the full clock (`start_uncapped`), yet a large
-    /// GEMM's rounds still read either full-clock or capped, round by round (an H200, 2026-11-29,
+    /// a round that the power cap slowed is not a burst measurement. Each round starts from the
+    /// full clock (`start_uncapped`), yet a large GEMM's rounds still read either full-clock or
+    /// capped, round by round (an H200, 2026-11-29,
     /// f16 4096x14336x4096: rounds of 648-652 us and of 696-758 us, cool-start shots 646-650 us),
     /// so a median of three rounds lands on whichever kind two of them were.
     Fastest,

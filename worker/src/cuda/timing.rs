@@ -153,9 +153,9 @@ pub(crate) struct Timing {
     /// Per-launch time of each sample, microseconds.
     pub(crate) samples_us: Vec<f64>,
     /// The timing's time: the median sample ([`summarise`]); the time over the energy window of a
-    /// settled timing; the fastest sample of a burst one (`CudaExecutor`'s `Timer::time`).
+    /// settled timing; the fastest sample of a burst one ([`Extra::burst`]).
     pub(crate) time_us: f64,
-    /// (max - min) / median.
+    /// (max - min) / the time.
     pub(crate) spread: f64,
     /// Launches per sample.
     pub(crate) batch: u32,
@@ -238,16 +238,15 @@ where
     timing.map(|t| if burst { at_full_clock(t) } else { t })
 }
 
-/// A burst timing's time: its fastest sample, not the median (the spread stays relative to it). Burst
-/// means the kernel at the
-/// GPU's full clock, and a sample can only be slowed from there (by the power cap, a thermal
-/// limit, another process), never sped past it, so the fastest sample is the full-clock time. A
-/// median is that time only while every sample ran before the cap: a 1.4 ms GEMM reaches an
-/// H200's 700 W cap within its own ten samples, and the medians of one f16 8192^3 kernel's
-/// timings, each started at 1980 MHz, read 1428-1641 us while their fastest samples read 1422-1431
-/// (2026-11-29). For a kernel that never meets the cap the two differ by the samples' noise
-/// (0.1-0.5% for 1 ms samples). A settled timing (sustained, or a hold) keeps its median or its
-/// window's time: there the capped clock is the regime.
+/// A burst timing's time: its fastest sample, not the median (the spread stays relative to it).
+/// Burst means the kernel at the GPU's full clock, and a sample can only be slowed from there (by
+/// the power cap, a thermal limit, another process), never sped past it, so the fastest sample is
+/// the full-clock time. A median is that time only while every sample ran before the cap: a 1.4 ms
+/// GEMM reaches an H200's 700 W cap within its own ten samples (one f16 8192^3 finalist round read
+/// 1428-1436 us for eight samples, then 1522-1669), and the medians of that kernel's timings, each
+/// started at 1980 MHz, read 1428-1641 us (2026-11-29). For a kernel that never meets the cap the
+/// two differ by the samples' noise. A settled timing (sustained, or a hold) keeps its median or
+/// its window's time: there the capped clock is the regime.
 fn at_full_clock(mut t: Timing) -> Timing {
     if let Some(fastest) = t.samples_us.iter().copied().filter(|s| *s > 0.0).reduce(f64::min) {
         let slowest = t.samples_us.iter().copied().fold(fastest, f64::max);
