@@ -335,14 +335,16 @@ async fn open_postgres(options: PgConnectOptions, shown: &str) -> anyhow::Result
 /// Pages the WAL may grow by before a commit checkpoints it (SQLite's `wal_autocheckpoint`).
 const WAL_AUTOCHECKPOINT: u32 = 10_000;
 
-/// [`WAL_AUTOCHECKPOINT`], or `TENSORTUNE_WAL_AUTOCHECKPOINT` when set to a positive number
-/// (pages; for load comparisons).
-fn wal_autocheckpoint() -> u32 {
-    std::env::var("TENSORTUNE_WAL_AUTOCHECKPOINT")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|&n| n >= 1)
-        .unwrap_or(WAL_AUTOCHECKPOINT)
+/// [`WAL_AUTOCHECKPOINT`], or `TENSORTUNE_WAL_AUTOCHECKPOINT` when set (pages, 1 or more; for load
+/// comparisons); any other value is an error naming the variable.
+fn wal_autocheckpoint() -> anyhow::Result<u32> {
+    let Ok(value) = std::env::var("TENSORTUNE_WAL_AUTOCHECKPOINT") else { return Ok(WAL_AUTOCHECKPOINT) };
+    value.trim().parse::<u32>().ok().filter(|&n| n >= 1).ok_or_else(|| {
+        anyhow::anyhow!(
+            "TENSORTUNE_WAL_AUTOCHECKPOINT must be a whole number of pages from 1 to {}, not {value:?}",
+            u32::MAX
+        )
+    })
 }
 
 /// Opens (creating if needed) the SQLite database at `path` and applies the migrations.
@@ -365,7 +367,7 @@ async fn open_sqlite(path: &Path) -> anyhow::Result<SqlitePool> {
         // 6-7% of the tracker's CPU (`pwrite` under `subjournalPageIfRequired`, 2026-11-28). They
         // are never read after a crash (the WAL is), so nothing durable moves.
         .pragma("temp_store", "memory")
-        .pragma("wal_autocheckpoint", wal_autocheckpoint().to_string());
+        .pragma("wal_autocheckpoint", wal_autocheckpoint()?.to_string());
     let pool = SqlitePoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         .after_connect(|conn, _| Box::pin(stable_plans(conn)))
