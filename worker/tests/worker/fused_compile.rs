@@ -48,9 +48,9 @@ fn fp8_and_fused_epilogue_kernels_compile_for_sm90a_without_spills() {
     let mut specs = Vec::new();
     for key in KEYS {
         let w = Workload::from_key(key).unwrap();
-        specs.extend(some_configs(&w, &target, 2));
+        specs.extend(some_configs(&w, &target, 1));
     }
-    assert!(specs.len() >= 2 * KEYS.len() - 2, "only {} kernels", specs.len());
+    assert_eq!(specs.len(), KEYS.len(), "one kernel a key");
     // The new paths are really there: FP8 wgmma, the epilogue's parameters and constants.
     assert!(specs.iter().any(|s| s.source.contains("k32.f32.e4m3.e4m3")));
     assert!(specs.iter().any(|s| s.source.contains("k32.f32.e5m2.e5m2")));
