@@ -54,7 +54,13 @@ pub fn child_main(device: DeviceSpec) -> anyhow::Result<()> {
                 let outcome = executor.measure(&m);
                 Response::Measured { outcome, support_loaded: executor.support_loaded(), poisoned: executor.poisoned() }
             }
-            Request::Shutdown => return Ok(()),
+            Request::Shutdown => {
+                // The driver frees a process's device memory, modules, vendor handles and context
+                // when it exits: freeing each of them first (100-odd modules and the vendor
+                // libraries' handles after a tune) only delays the exit the daemon waits for.
+                std::mem::forget(executor);
+                return Ok(());
+            }
         };
         frame::write_sync(&mut output, &response).context("answering the daemon")?;
     }

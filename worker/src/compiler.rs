@@ -95,13 +95,16 @@ pub(crate) struct Compiler {
 impl Compiler {
     /// Starts `threads` compile threads for `arch` (e.g. `sm_90`), caching on disk under
     /// `cache_dir` when given. With `program` (a worker binary), each thread compiles in its own
-    /// compile process (`compile_child.rs` says why); without, in this process.
+    /// compile process (`compile_child.rs` says why); without, in this process. With `warm`, each
+    /// thread first compiles a kernel of nothing ([`WARM_UP`]), so that the first batch a GPU
+    /// worker leases does not wait for the compile processes to start and load NVRTC.
     pub(crate) fn new(
         backend: Backend,
         arch: String,
         threads: usize,
         cache_dir: Option<&Path>,
         program: Option<String>,
+        warm: bool,
     ) -> Compiler {
         let (flags, workers) = match &backend {
             Backend::Nvrtc { include_dir, .. } => (nvrtc::flags(&arch, include_dir).join(" "), threads.max(1)),
@@ -119,7 +122,7 @@ impl Compiler {
                 };
                 std::thread::Builder::new()
                     .name(format!("nvrtc-{i}"))
-                    .spawn(move || compile_thread(&rx, &arch, &include_dir, program.as_deref()))
+                    .spawn(move || compile_thread(&rx, &arch, &include_dir, program.as_deref(), warm))
                     .expect("spawning a compile thread")
             })
             .collect();
@@ -231,8 +234,28 @@ fn cache_key(source: &str, arch: &str, version: &str, flags: &str) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn compile_thread(jobs: &Mutex<mpsc::Receiver<Job>>, arch: &str, include_dir: &Path, program: Option<&str>) {
+/// What a warmed compile thread compiles first: the generated kernels' preamble (the same
+/// headers) and an empty kernel.
+const WARM_UP: &str = "extern \"C\" __global__ void tt_warm_up() {}\n";
+
+fn compile_thread(
+    jobs: &Mutex<mpsc::Receiver<Job>>,
+    arch: &str,
+    include_dir: &Path,
+    program: Option<&str>,
+    warm: bool,
+) {
     let mut compiler = ThreadCompiler { program, process: None, in_process: program.is_none() };
+    if warm {
+        let (reply, _) = oneshot::channel();
+        let source = format!("{}{WARM_UP}", tensortune_kernels::cuda::PREAMBLE);
+        let job = Job { source, name: "tt_warm_up".to_owned(), path: None, reply };
+        let start = Instant::now();
+        match compiler.compile(&job, arch, include_dir) {
+            Ok(Ok(_)) => tracing::debug!(ms = start.elapsed().as_secs_f64() * 1e3, "compile thread warmed up"),
+            Ok(Err(e)) | Err(e) => tracing::warn!("the warm-up compile failed (the first kernels will say why): {e}"),
+        }
+    }
     loop {
         // One idle thread waits in `recv` holding the lock, the others wait for the lock: each
         // job goes to exactly one thread.
@@ -344,7 +367,7 @@ mod tests {
     #[tokio::test]
     async fn images_compile_once_then_come_from_memory_and_disk() {
         let dir = tempfile::tempdir().unwrap();
-        let compiler = Compiler::new(nvrtc_backend(), "sm_90".into(), 1, Some(dir.path()), None);
+        let compiler = Compiler::new(nvrtc_backend(), "sm_90".into(), 1, Some(dir.path()), None, false);
         let first = compiler.build("k", KERNEL).await;
         assert!(first.image.as_ref().unwrap().cubin.starts_with(b"\x7fELF"));
         assert!(!first.cache_hit && first.compile_ms > 0.0);
@@ -352,11 +375,11 @@ mod tests {
         assert!(again.cache_hit && again.compile_ms == 0.0);
         compiler.close().await;
 
-        let fresh = Compiler::new(nvrtc_backend(), "sm_90".into(), 1, Some(dir.path()), None);
+        let fresh = Compiler::new(nvrtc_backend(), "sm_90".into(), 1, Some(dir.path()), None, false);
         let from_disk = fresh.build("k", KERNEL).await;
         assert!(from_disk.cache_hit && from_disk.compile_ms == 0.0);
         assert_eq!(from_disk.image.unwrap().cubin, first.image.unwrap().cubin);
-        let other_arch = Compiler::new(nvrtc_backend(), "sm_80".into(), 1, Some(dir.path()), None);
+        let other_arch = Compiler::new(nvrtc_backend(), "sm_80".into(), 1, Some(dir.path()), None, false);
         assert!(!other_arch.build("k", KERNEL).await.cache_hit);
         fresh.close().await;
         other_arch.close().await;
@@ -364,7 +387,7 @@ mod tests {
 
     #[tokio::test]
     async fn failures_keep_the_log_and_are_cached() {
-        let compiler = Compiler::new(nvrtc_backend(), "sm_90".into(), 2, None, None);
+        let compiler = Compiler::new(nvrtc_backend(), "sm_90".into(), 2, None, None, true);
         let source = "extern \"C\" __global__ void broken() { undeclared_thing(); }\n";
         let (a, b) = tokio::join!(compiler.build("broken", source), compiler.build("broken", source));
         let message = a.image.clone().unwrap_err();
@@ -377,7 +400,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_skip_backend_compiles_nothing() {
-        let compiler = Compiler::new(Backend::Skip, "sm_90".into(), 4, None, None);
+        let compiler = Compiler::new(Backend::Skip, "sm_90".into(), 4, None, None, false);
         let b = compiler.build("k", "not even c++").await;
         assert!(b.image.unwrap().cubin.is_empty() && !b.cache_hit && b.compile_ms == 0.0);
         compiler.close().await;

@@ -106,6 +106,8 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
             config.compile_threads(),
             config.cache_dir.as_deref(),
             config.child_command.first().cloned(),
+            // A GPU's first batch waits for its compiles; the sim's tests start many workers.
+            config.device != DeviceSpec::Sim,
         ),
         target,
         provenance: record::provenance(&name, &device),

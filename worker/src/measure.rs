@@ -151,10 +151,10 @@ pub(crate) async fn measure_stage(
         }
     }
     .await;
-    // The reports are complete: let the report stage finish (and hand back the held tasks) while
-    // the child stops, which may take its exit grace.
+    // The reports are complete: the report stage finishes (and hands back the held tasks) while
+    // the child stops on its own.
     drop(report);
-    measurer.supervisor.shutdown().await;
+    measurer.supervisor.shutdown_detached();
     result
 }
 
