@@ -168,7 +168,8 @@ impl Session {
             if tokio::time::Instant::now() > deadline {
                 bail!("the local worker on {device} did not register within {WORKER_START:?}");
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // The job is submitted the moment the worker is there: a tune waits for this.
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -59,10 +59,14 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
     let faults = gpu_faults(&config)?;
     // Cancelled on shutdown, and by a stage that fails, to stop the others.
     let stop = shutdown.child_token();
+    // Loading NVRTC (tens to a hundred milliseconds) overlaps the measuring child's start; the
+    // library stays loaded for `prepare_run` and the compile threads.
+    let nvrtc_loaded = tokio::task::spawn_blocking(nvrtc::available);
     let supervisor = tokio::select! {
         s = Supervisor::start(&config) => s?,
         _ = stop.cancelled() => return Ok(()),
     };
+    let _ = nvrtc_loaded.await;
     let device = record::device_info(supervisor.facts(), nvrtc::version());
     let (target, backend) = match prepare_run(&config, &device) {
         Ok(p) => p,
