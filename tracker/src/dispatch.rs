@@ -119,29 +119,35 @@ impl Tracker {
             Err(refused) => return Ok(Err(refused)),
         };
         let expires = self.lease_deadline(now);
-        let mut ids =
+        let mut tasks =
             store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
-        // Finalist tasks spread over the class's workers ([`FINALISTS_HELD`]).
-        let back = finalists_over_share(w, worker, &row.device_class, &ids).await?;
-        if !back.is_empty() {
-            store::tasks::unlease(w.conn(), &back, now).await?;
-            ids.retain(|t| !back.contains(t));
-            // They wake other workers' waiting leases, but only from a lease that is answered:
-            // one answered empty waits for the next event instead of waking itself again.
-            if !ids.is_empty() {
-                w.tasks_ready(back.len() as u64);
+        // Finalist tasks spread over the class's workers ([`FINALISTS_HELD`]): only a lease that
+        // took one can go over the share.
+        if tasks.iter().any(|t| t.kind == TaskKind::Finalist) {
+            let ids: Vec<TaskId> = tasks.iter().map(|t| t.id).collect();
+            let back = finalists_over_share(w, worker, &row.device_class, &ids).await?;
+            if !back.is_empty() {
+                store::tasks::unlease(w.conn(), &back, now).await?;
+                tasks.retain(|t| !back.contains(&t.id));
+                // They wake other workers' waiting leases, but only from a lease that is answered:
+                // one answered empty waits for the next event instead of waking itself again.
+                if !tasks.is_empty() {
+                    w.tasks_ready(back.len() as u64);
+                }
             }
         }
-        if ids.is_empty() {
+        if tasks.is_empty() {
             return Ok(Ok(Vec::new()));
         }
-        let tasks = store::tasks::leased_details(w.conn(), &ids).await?;
-        let mut jobs: Vec<JobId> = tasks.iter().map(|t| t.job_id).collect();
-        jobs.dedup();
-        for job in store::jobs::mark_running(w.conn(), &jobs, now).await? {
-            w.forget_job(job);
-            w.job_changed(job);
-            tracing::info!(job, "job running");
+        // A job is queued only until its first lease: most leases change no job row.
+        let mut queued: Vec<JobId> = tasks.iter().filter(|t| t.job_queued).map(|t| t.job_id).collect();
+        queued.dedup();
+        if !queued.is_empty() {
+            for job in store::jobs::mark_running(w.conn(), &queued, now).await? {
+                w.forget_job(job);
+                w.job_changed(job);
+                tracing::info!(job, "job running");
+            }
         }
         Ok(Ok(tasks))
     }

@@ -68,6 +68,8 @@ pub(crate) struct LeasedTask {
     /// Leases of the task so far, this one included: the lease's serial.
     #[sqlx(try_from = "i64")]
     pub(crate) attempts: u32,
+    /// The job was queued when the task was leased: this lease starts it running.
+    pub(crate) job_queued: bool,
 }
 
 /// A task to insert: pending, or already done when an identical record exists.
@@ -260,7 +262,18 @@ const LEASE_SQLITE: &str =
                    END
              ORDER BY t.job_id, t.id
              LIMIT $6)
-         RETURNING id";
+         RETURNING id, job_id, template, template_version, config, config_index, lease_expires_ms, kind, finalists,
+                   attempts,
+                   (SELECT w.workload FROM job_workloads w WHERE w.job_id = tasks.job_id AND w.idx = tasks.workload_idx)
+                       AS workload,
+                   (SELECT w.workload_key FROM job_workloads w
+                    WHERE w.job_id = tasks.job_id AND w.idx = tasks.workload_idx) AS workload_key,
+                   (SELECT j.samples FROM jobs j WHERE j.id = tasks.job_id) AS samples,
+                   (SELECT j.flush_l2 FROM jobs j WHERE j.id = tasks.job_id) AS flush_l2,
+                   (SELECT j.regime FROM jobs j WHERE j.id = tasks.job_id) AS regime,
+                   (SELECT j.no_energy FROM jobs j WHERE j.id = tasks.job_id) AS no_energy,
+                   (SELECT j.finalist_rounds FROM jobs j WHERE j.id = tasks.job_id) AS finalist_rounds,
+                   (SELECT j.state = 'queued' FROM jobs j WHERE j.id = tasks.job_id) AS job_queued";
 
 /// [`lease`] on PostgreSQL: the same choice, and the chosen rows locked (`SKIP LOCKED`: rows another
 /// tracker's transaction is leasing are passed over, never waited for or handed out twice), as a
@@ -287,13 +300,29 @@ const LEASE_PG: &str =
              ORDER BY t.job_id, t.id
              LIMIT $6
              FOR UPDATE OF t SKIP LOCKED)
-         RETURNING id";
+         RETURNING id, job_id, template, template_version, config, config_index, lease_expires_ms, kind, finalists,
+                   attempts,
+                   (SELECT w.workload FROM job_workloads w WHERE w.job_id = tasks.job_id AND w.idx = tasks.workload_idx)
+                       AS workload,
+                   (SELECT w.workload_key FROM job_workloads w
+                    WHERE w.job_id = tasks.job_id AND w.idx = tasks.workload_idx) AS workload_key,
+                   (SELECT j.samples FROM jobs j WHERE j.id = tasks.job_id) AS samples,
+                   (SELECT j.flush_l2 FROM jobs j WHERE j.id = tasks.job_id) AS flush_l2,
+                   (SELECT j.regime FROM jobs j WHERE j.id = tasks.job_id) AS regime,
+                   (SELECT j.no_energy FROM jobs j WHERE j.id = tasks.job_id) AS no_energy,
+                   (SELECT j.finalist_rounds FROM jobs j WHERE j.id = tasks.job_id) AS finalist_rounds,
+                   (SELECT j.state = 'queued' FROM jobs j WHERE j.id = tasks.job_id) AS job_queued";
 
 /// Leases up to `limit` pending tasks to `worker`: tasks of queued or running jobs bound to
 /// `device_class` that it can run, oldest job first. It can run a tuning task whose template
 /// (spelled `name@version`) is in `templates`, and a finalist task when every finalist's template
 /// is (a worker with only some of a job's templates gets only their tasks) and, when another
 /// online worker of the class exists, it did not time the fastest finalist.
+///
+/// Returns what the worker needs to measure each leased task, oldest job first, from the same
+/// statement: a lease read its tasks' details, their jobs' and workloads' rows, in a second
+/// statement before (one of four statements of every lease that found tasks, each a round trip
+/// on the writer's path).
 pub(crate) async fn lease(
     e: impl Into<Exec<'_>>,
     worker: WorkerId,
@@ -302,8 +331,8 @@ pub(crate) async fn lease(
     limit: u32,
     expires_ms: i64,
     now: i64,
-) -> Result<Vec<TaskId>> {
-    Ok(on!(e, |c, pg| sqlx::query_scalar(if pg { LEASE_PG } else { LEASE_SQLITE })
+) -> Result<Vec<LeasedTask>> {
+    let mut tasks: Vec<LeasedTask> = on!(e, |c, pg| sqlx::query_as(if pg { LEASE_PG } else { LEASE_SQLITE })
         .bind(worker)
         .bind(expires_ms)
         .bind(now)
@@ -311,26 +340,10 @@ pub(crate) async fn lease(
         .bind(json(templates))
         .bind(i64::from(limit))
         .fetch_all(c)
-        .await)?)
-}
-
-/// What a worker needs to measure each of the tasks `ids`, oldest job first.
-pub(crate) async fn leased_details(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Result<Vec<LeasedTask>> {
-    Ok(on!(e, |c, pg| {
-        sqlx::query_as(sql(
-        pg,
-        "SELECT t.id, t.job_id, w.workload, w.workload_key, t.template, t.template_version, t.config, t.config_index,
-                j.samples, t.lease_expires_ms, j.flush_l2, j.regime, j.no_energy, t.kind, t.finalists, j.finalist_rounds, t.attempts
-         FROM tasks t
-         JOIN jobs j ON j.id = t.job_id
-         JOIN job_workloads w ON w.job_id = t.job_id AND w.idx = t.workload_idx
-         WHERE t.id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))
-         ORDER BY t.job_id, t.id",
-    ))
-    .bind(json(ids))
-    .fetch_all(c)
-    .await
-    })?)
+        .await)?;
+    // `RETURNING` gives rows in no promised order.
+    tasks.sort_unstable_by_key(|t| (t.job_id, t.id));
+    Ok(tasks)
 }
 
 /// Renews the leases `worker` holds among `ids` until `expires_ms`, or leaves them as they are when
