@@ -10,7 +10,9 @@ use crate::changes::{Done, Op, Report, ReportItem};
 use crate::counters::Counters;
 use crate::drift::{self, Drift, FlagChange};
 use crate::error::{Error, Result};
-use crate::model::{JobId, Measurement, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId};
+use crate::model::{
+    JobId, JobState, Measurement, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId,
+};
 use crate::plausible;
 use crate::store::jobs::JobRow;
 use crate::store::tasks::{LeasedTask, TaskRow};
@@ -119,29 +121,54 @@ impl Tracker {
             Err(refused) => return Ok(Err(refused)),
         };
         let expires = self.lease_deadline(now);
-        let mut tasks =
+        let mut leased =
             store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
         // Finalist tasks spread over the class's workers ([`FINALISTS_HELD`]): only a lease that
         // took one can go over the share.
-        if tasks.iter().any(|t| t.kind == TaskKind::Finalist) {
-            let ids: Vec<TaskId> = tasks.iter().map(|t| t.id).collect();
+        if leased.iter().any(|t| t.kind == TaskKind::Finalist) {
+            let ids: Vec<TaskId> = leased.iter().map(|t| t.id).collect();
             let back = finalists_over_share(w, worker, &row.device_class, &ids).await?;
             if !back.is_empty() {
                 store::tasks::unlease(w.conn(), &back, now).await?;
-                tasks.retain(|t| !back.contains(&t.id));
+                leased.retain(|t| !back.contains(&t.id));
                 // They wake other workers' waiting leases, but only from a lease that is answered:
                 // one answered empty waits for the next event instead of waking itself again.
-                if !tasks.is_empty() {
+                if !leased.is_empty() {
                     w.tasks_ready(back.len() as u64);
                 }
             }
         }
-        if tasks.is_empty() {
-            return Ok(Ok(Vec::new()));
+        // What the worker needs of each task's job and workload, from the rows the write keeps
+        // (the group's reports read them already, mostly): a statement per lease before.
+        let mut tasks = Vec::with_capacity(leased.len());
+        let mut queued = Vec::new();
+        for t in leased {
+            let job = self.job_in(w, t.job_id).await?;
+            let wl = self.workload(w, &job, t.workload_idx).await?;
+            // A job is queued only until its first lease: most leases change no job row.
+            if job.state == JobState::Queued && !queued.contains(&job.id) {
+                queued.push(job.id);
+            }
+            tasks.push(LeasedTask {
+                id: t.id,
+                job_id: t.job_id,
+                workload: wl.workload,
+                workload_key: wl.workload_key,
+                template: t.template,
+                template_version: t.template_version,
+                config: t.config,
+                config_index: t.config_index,
+                samples: job.samples,
+                lease_expires_ms: t.lease_expires_ms,
+                flush_l2: job.flush_l2,
+                regime: job.regime,
+                no_energy: job.no_energy,
+                kind: t.kind,
+                finalists: t.finalists,
+                finalist_rounds: job.finalist_rounds,
+                attempts: t.attempts,
+            });
         }
-        // A job is queued only until its first lease: most leases change no job row.
-        let mut queued: Vec<JobId> = tasks.iter().filter(|t| t.job_queued).map(|t| t.job_id).collect();
-        queued.dedup();
         if !queued.is_empty() {
             for job in store::jobs::mark_running(w.conn(), &queued, now).await? {
                 w.forget_job(job);
