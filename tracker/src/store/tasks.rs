@@ -215,9 +215,8 @@ type PackedTask = (i64, i64, i64, String, String, i64, i64, String, String, Stri
 /// task on its own (a channel message, often a wake-up): ~25 us a row on the loaded CI machine,
 /// three times what SQLite spends reading it (2026-11-29); a group reads a hundred or more tasks.
 async fn get_many_packed(e: Exec<'_>, ids: &[TaskId]) -> Result<Vec<TaskRow>> {
-    let packed: String =
-        on!(e, |c, pg| {
-            sqlx::query_scalar(
+    let packed: String = on!(e, |c, pg| {
+        sqlx::query_scalar(
         "SELECT json_group_array(json_array(id, job_id, workload_idx, kind, template, template_version, config_index,
                                             config, finalists, state, worker_id, attempts, record_id))
          FROM tasks WHERE id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))"
@@ -225,7 +224,7 @@ async fn get_many_packed(e: Exec<'_>, ids: &[TaskId]) -> Result<Vec<TaskRow>> {
     .bind(json(ids))
     .fetch_one(c)
     .await
-        })?;
+    })?;
     let rows: Vec<PackedTask> = serde_json::from_str(&packed)
         .map_err(|e| crate::error::Error::Internal(format!("the tasks read packed did not unpack: {e}")))?;
     rows.into_iter()
