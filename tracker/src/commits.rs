@@ -69,9 +69,28 @@ impl Tracker {
             let weight: u32 = group.iter().map(|q| q.op.weight()).sum();
             let mut w = self.write().await?;
             let t1 = t0.elapsed();
+            // The reports first, as one batch (`Tracker::reports_in`: a few statements for all of
+            // them instead of a few for each call), then the other changes in arrival order. Any
+            // order of a group's changes is one they could have run in: all of them were waiting
+            // together, and none is answered before the commit. Leases after the reports also find
+            // the tasks the reports' proposals made pending.
+            let batches: Vec<_> = group
+                .iter()
+                .filter_map(|q| match &q.op {
+                    Op::Report { worker, items, caller } => Some((*worker, items.as_slice(), caller)),
+                    _ => None,
+                })
+                .collect();
+            let mut reported = self.reports_in(&mut w, &batches).await?.into_iter();
             let mut done = Vec::with_capacity(group.len());
             for q in &group {
-                done.push(self.apply(&mut w, &q.op).await?);
+                done.push(match &q.op {
+                    Op::Report { .. } => reported
+                        .next()
+                        .ok_or_else(|| Error::Internal("a report batch of a group had no answer".to_owned()))?
+                        .map(Done::Reported),
+                    op => self.apply(&mut w, op).await?,
+                });
             }
             let t2 = t0.elapsed();
             w.commit(&self.events).await?;

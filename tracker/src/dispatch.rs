@@ -10,7 +10,9 @@ use crate::changes::{Done, Op, Report, ReportItem};
 use crate::counters::Counters;
 use crate::drift::{self, Drift, FlagChange};
 use crate::error::{Error, Result};
-use crate::model::{JobId, Measurement, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId};
+use crate::model::{
+    JobId, JobState, Measurement, Registration, Reported, Status, TaskId, TaskKind, TaskState, WorkerId,
+};
 use crate::plausible;
 use crate::store::jobs::JobRow;
 use crate::store::tasks::{LeasedTask, TaskRow};
@@ -119,29 +121,60 @@ impl Tracker {
             Err(refused) => return Ok(Err(refused)),
         };
         let expires = self.lease_deadline(now);
-        let mut ids =
+        let mut leased =
             store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
-        // Finalist tasks spread over the class's workers ([`FINALISTS_HELD`]).
-        let back = finalists_over_share(w, worker, &row.device_class, &ids).await?;
-        if !back.is_empty() {
-            store::tasks::unlease(w.conn(), &back, now).await?;
-            ids.retain(|t| !back.contains(t));
-            // They wake other workers' waiting leases, but only from a lease that is answered:
-            // one answered empty waits for the next event instead of waking itself again.
-            if !ids.is_empty() {
-                w.tasks_ready(back.len() as u64);
+        // Finalist tasks spread over the class's workers ([`FINALISTS_HELD`]): only a lease that
+        // took one can go over the share.
+        if leased.iter().any(|t| t.kind == TaskKind::Finalist) {
+            let ids: Vec<TaskId> = leased.iter().map(|t| t.id).collect();
+            let back = finalists_over_share(w, worker, &row.device_class, &ids).await?;
+            if !back.is_empty() {
+                store::tasks::unlease(w.conn(), &back, now).await?;
+                leased.retain(|t| !back.contains(&t.id));
+                // They wake other workers' waiting leases, but only from a lease that is answered:
+                // one answered empty waits for the next event instead of waking itself again.
+                if !leased.is_empty() {
+                    w.tasks_ready(back.len() as u64);
+                }
             }
         }
-        if ids.is_empty() {
-            return Ok(Ok(Vec::new()));
+        // What the worker needs of each task's job and workload, from the rows the write keeps
+        // (the group's reports read them already, mostly): a statement per lease before.
+        let mut tasks = Vec::with_capacity(leased.len());
+        let mut queued = Vec::new();
+        for t in leased {
+            let job = self.job_in(w, t.job_id).await?;
+            let wl = self.workload(w, &job, t.workload_idx).await?;
+            // A job is queued only until its first lease: most leases change no job row.
+            if job.state == JobState::Queued && !queued.contains(&job.id) {
+                queued.push(job.id);
+            }
+            tasks.push(LeasedTask {
+                id: t.id,
+                job_id: t.job_id,
+                workload: wl.workload,
+                workload_key: wl.workload_key,
+                template: t.template,
+                template_version: t.template_version,
+                config: t.config,
+                config_index: t.config_index,
+                samples: job.samples,
+                lease_expires_ms: t.lease_expires_ms,
+                flush_l2: job.flush_l2,
+                regime: job.regime,
+                no_energy: job.no_energy,
+                kind: t.kind,
+                finalists: t.finalists,
+                finalist_rounds: job.finalist_rounds,
+                attempts: t.attempts,
+            });
         }
-        let tasks = store::tasks::leased_details(w.conn(), &ids).await?;
-        let mut jobs: Vec<JobId> = tasks.iter().map(|t| t.job_id).collect();
-        jobs.dedup();
-        for job in store::jobs::mark_running(w.conn(), &jobs, now).await? {
-            w.forget_job(job);
-            w.job_changed(job);
-            tracing::info!(job, "job running");
+        if !queued.is_empty() {
+            for job in store::jobs::mark_running(w.conn(), &queued, now).await? {
+                w.forget_job(job);
+                w.job_changed(job);
+                tracing::info!(job, "job running");
+            }
         }
         Ok(Ok(tasks))
     }
@@ -297,30 +330,69 @@ impl Tracker {
         items: &[ReportItem],
         caller: &Caller,
     ) -> Result<Result<Vec<Result<Report>>>> {
-        let row = match self.checked_worker(w, worker, caller).await? {
-            Ok(row) => row,
-            Err(refused) => return Ok(Err(refused)),
-        };
-        // The batch's tasks in one read (one per report before). Each row serves its report once
-        // (a task repeated in the batch is read again), and a report that stopped a workload or
-        // a job, which cancels other tasks, makes the rest read theirs again.
-        let ids: Vec<TaskId> = items.iter().filter(|i| i.reported.is_ok()).map(|i| i.task).collect();
+        let mut answers = self.reports_in(w, &[(worker, items, caller)]).await?;
+        answers.pop().ok_or_else(|| Error::Internal("a batch of reports had no answer".to_owned()))
+    }
+
+    /// The report batches `batches` (each a call's: its worker, its reports, its caller) inside a
+    /// group's write, as one batch: one read of all their tasks, their records inserted together
+    /// and their tasks marked done together, and one proposal per workload after all of them.
+    /// Answers each batch as [`Tracker::report_in`] would have alone, in `batches`' order.
+    ///
+    /// A group held ~30 report calls of 3-8 tasks each (a worker reports what finished while its
+    /// last report waited), and each call read its tasks, inserted its records (a statement per
+    /// power of two), marked its tasks done and proposed for its workloads on its own: each a
+    /// statement, and each statement a round trip on the one writer's path.
+    pub(crate) async fn reports_in(
+        &self,
+        w: &mut Write<'_>,
+        batches: &[(WorkerId, &[ReportItem], &Caller)],
+    ) -> Result<Vec<Result<Vec<Result<Report>>>>> {
+        // Each batch's worker is checked first; a refused batch is answered alone and writes
+        // nothing. The others' reports go on as one batch, each knowing its own.
+        let mut answers: Vec<Result<Vec<Result<Report>>>> = Vec::with_capacity(batches.len());
+        let mut reporters = Vec::with_capacity(batches.len());
+        for &(worker, _, caller) in batches {
+            match self.checked_worker(w, worker, caller).await? {
+                Ok(row) => {
+                    answers.push(Ok(Vec::new()));
+                    reporters.push(Some((row, caller.token)));
+                }
+                Err(refused) => {
+                    answers.push(Err(refused));
+                    reporters.push(None);
+                }
+            }
+        }
+        let all: Vec<(usize, &ReportItem)> = batches
+            .iter()
+            .enumerate()
+            .filter(|(b, _)| reporters[*b].is_some())
+            .flat_map(|(b, (_, items, _))| items.iter().map(move |i| (b, i)))
+            .collect();
+        // The tasks in one read (one per report before). Each row serves its report once (a task
+        // repeated is read again), and a report that stopped a workload or a job, which cancels
+        // other tasks, makes the rest read theirs again.
+        let ids: Vec<TaskId> = all.iter().filter(|(_, i)| i.reported.is_ok()).map(|(_, i)| i.task).collect();
         let mut rows: HashMap<TaskId, TaskRow> = if ids.len() > 1 {
             store::tasks::get_many(w.conn(), &ids).await?.into_iter().map(|t| (t.id, t)).collect()
         } else {
             HashMap::new()
         };
-        // The workloads whose trials finished, in order: each proposes what follows once the whole
-        // batch is in (once per report before: a proposal of one config, three statements).
+        // The workloads whose trials finished, in order: each proposes what follows once all the
+        // reports are in (once per report before: a proposal of one config, three statements).
         let mut next: Vec<(JobId, u32)> = Vec::new();
-        // Tuning records to store: inserted together, their tasks marked done together (a
-        // statement each for the batch; two per report before), then counted in the batch's
-        // order. `waiting` holds the place of each one's outcome, which gets its record's id then.
+        // Tuning records to store: inserted together, their tasks marked done together, then
+        // counted in the reports' order. `waiting` holds the place of each one's outcome (its
+        // batch, its place there), which gets its record's id then.
         let mut stored = Vec::new();
         let mut stored_tasks = HashSet::new();
-        let mut waiting = Vec::new();
-        let mut outcomes = Vec::with_capacity(items.len());
-        for item in items {
+        let mut waiting: Vec<(usize, usize)> = Vec::new();
+        let mut outcomes: Vec<Vec<Result<Report>>> =
+            batches.iter().map(|(_, items, _)| Vec::with_capacity(items.len())).collect();
+        for (b, item) in all {
+            let Some((row, token)) = &reporters[b] else { unreachable!("a refused batch's reports are left out") };
+            let worker = row.id;
             // A finalist report decides its workload on the records counted so far, and a task
             // named again must find the first report of it done: the stored ones are counted first.
             if matches!(item.reported, Ok(Reported::Finalists(_))) || stored_tasks.contains(&item.task) {
@@ -340,23 +412,23 @@ impl Tracker {
                 Ok(Checked::Store(task)) => task,
                 Ok(Checked::Done(report)) => {
                     tracing::debug!(worker, task = item.task, "duplicate report dropped");
-                    outcomes.push(Ok(report));
+                    outcomes[b].push(Ok(report));
                     continue;
                 }
                 // Refused for good: nothing of it was written, so the batch goes on without it.
                 Err(e) if e.refusal() => {
-                    outcomes.push(Err(e));
+                    outcomes[b].push(Err(e));
                     continue;
                 }
                 Err(e) => return Err(e),
             };
             let Ok(reported) = &item.reported else { unreachable!("a refused report is never stored") };
             let job = self.job_in(w, task.job_id).await?;
-            let untrusted = judge(w, &task, &row, reported).await?;
+            let untrusted = judge(w, &task, row, reported).await?;
             for reason in untrusted.iter().flatten() {
                 tracing::warn!(worker, task = task.id, job = job.id, %reason, "report not trusted");
             }
-            let producer = Producer { worker: Some(worker), token: caller.token, untrusted: &untrusted };
+            let producer = Producer { worker: Some(worker), token: *token, untrusted: &untrusted };
             // From here on a failure may leave half a report in the transaction: it fails the
             // whole group, which rolls back.
             let record = match reported {
@@ -367,7 +439,7 @@ impl Tracker {
                     let s = self.store_record(w, &job, &task, &producer, m, &stored).await?;
                     stored_tasks.insert(task.id);
                     stored.push((job.clone(), s));
-                    waiting.push(outcomes.len());
+                    waiting.push((b, outcomes[b].len()));
                     None
                 }
                 Reported::Finalists(ms) => {
@@ -381,7 +453,7 @@ impl Tracker {
             };
             let untrusted = untrusted.iter().any(Option::is_some);
             tracing::debug!(worker, task = task.id, job = job.id, untrusted, "result stored");
-            outcomes.push(Ok(Report { stored: true, record_id: record, untrusted }));
+            outcomes[b].push(Ok(Report { stored: true, record_id: record, untrusted }));
         }
         let (ids, _) = self.complete_stored(w, &mut stored).await?;
         record_ids(&mut outcomes, &mut waiting, &ids);
@@ -389,7 +461,12 @@ impl Tracker {
             let job = self.job_in(w, job).await?;
             self.advance(w, &job, idx).await?;
         }
-        Ok(Ok(outcomes))
+        for (answer, out) in answers.iter_mut().zip(outcomes) {
+            if let Ok(answer) = answer {
+                *answer = out;
+            }
+        }
+        Ok(answers)
     }
 
     /// Job `id`'s row, read once per write for its reports (see `Write::job_row`).
@@ -504,11 +581,11 @@ impl Tracker {
     }
 }
 
-/// Gives the outcomes at the places `waiting` holds the ids of their records, just inserted (in
-/// the same order); empties `waiting`.
-fn record_ids(outcomes: &mut [Result<Report>], waiting: &mut Vec<usize>, ids: &[crate::model::RecordId]) {
-    for (at, id) in waiting.drain(..).zip(ids) {
-        if let Some(Ok(report)) = outcomes.get_mut(at) {
+/// Gives the outcomes at the places `waiting` holds (a batch, a place in it) the ids of their
+/// records, just inserted (in the same order); empties `waiting`.
+fn record_ids(outcomes: &mut [Vec<Result<Report>>], waiting: &mut Vec<(usize, usize)>, ids: &[crate::model::RecordId]) {
+    for ((b, at), id) in waiting.drain(..).zip(ids) {
+        if let Some(Ok(report)) = outcomes.get_mut(b).and_then(|o| o.get_mut(at)) {
             report.record_id = Some(*id);
         }
     }

@@ -38,21 +38,38 @@ pub(crate) struct TaskRow {
     pub(crate) record_id: Option<RecordId>,
 }
 
-/// A leased task with everything a worker needs to measure it.
+/// A task as [`lease`] returns it: its own fields; its job's and workload's come from their rows.
 #[derive(Clone, Debug, sqlx::FromRow)]
-pub(crate) struct LeasedTask {
+pub(crate) struct Leased {
     pub(crate) id: TaskId,
     pub(crate) job_id: JobId,
-    #[sqlx(try_from = "String")]
-    pub(crate) workload: Json<Workload>,
-    pub(crate) workload_key: String,
-    /// A tuning task's template ('' and 0 for a finalist task: each finalist names its own).
+    #[sqlx(try_from = "i64")]
+    pub(crate) workload_idx: u32,
     pub(crate) template: String,
     #[sqlx(try_from = "i64")]
     pub(crate) template_version: u32,
     pub(crate) config: String,
     pub(crate) config_index: i64,
+    pub(crate) lease_expires_ms: i64,
+    pub(crate) kind: TaskKind,
+    #[sqlx(try_from = "String")]
+    pub(crate) finalists: Json<Vec<Finalist>>,
     #[sqlx(try_from = "i64")]
+    pub(crate) attempts: u32,
+}
+
+/// A leased task with everything a worker needs to measure it.
+#[derive(Clone, Debug)]
+pub(crate) struct LeasedTask {
+    pub(crate) id: TaskId,
+    pub(crate) job_id: JobId,
+    pub(crate) workload: Json<Workload>,
+    pub(crate) workload_key: String,
+    /// A tuning task's template ('' and 0 for a finalist task: each finalist names its own).
+    pub(crate) template: String,
+    pub(crate) template_version: u32,
+    pub(crate) config: String,
+    pub(crate) config_index: i64,
     pub(crate) samples: u32,
     pub(crate) lease_expires_ms: i64,
     pub(crate) flush_l2: bool,
@@ -61,12 +78,9 @@ pub(crate) struct LeasedTask {
     /// The job's measurements skip their energy window.
     pub(crate) no_energy: bool,
     pub(crate) kind: TaskKind,
-    #[sqlx(try_from = "String")]
     pub(crate) finalists: Json<Vec<Finalist>>,
-    #[sqlx(try_from = "i64")]
     pub(crate) finalist_rounds: u32,
     /// Leases of the task so far, this one included: the lease's serial.
-    #[sqlx(try_from = "i64")]
     pub(crate) attempts: u32,
 }
 
@@ -180,13 +194,88 @@ pub(crate) async fn get(e: impl Into<Exec<'_>>, id: TaskId) -> Result<Option<Tas
 
 /// The tasks among `ids` that exist, in no order: a batch of reports reads its tasks at once.
 pub(crate) async fn get_many(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Result<Vec<TaskRow>> {
-    Ok(on!(e, |c, pg| sqlx::query_as(sql(
+    let mut e = e.into();
+    if let Exec::Sqlite(_) = e {
+        return get_many_packed(e, ids).await;
+    }
+    Ok(on!(e.reborrow(), |c, pg| sqlx::query_as(sql(
         pg,
         "SELECT * FROM tasks WHERE id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))"
     ))
     .bind(json(ids))
     .fetch_all(c)
     .await)?)
+}
+
+/// A task row as [`get_many_packed`] packs it: the fields of [`TaskRow`] in its order.
+type PackedTask = (i64, i64, i64, String, String, i64, i64, String, String, String, Option<i64>, i64, Option<i64>);
+
+/// [`get_many`] on a SQLite connection: the rows packed into one JSON array, one row for the
+/// statement. Each row a statement returns crosses from sqlx's connection thread to the writer's
+/// task on its own (a channel message, often a wake-up): ~25 us a row on the loaded CI machine,
+/// three times what SQLite spends reading it (2026-11-29); a group reads a hundred or more tasks.
+async fn get_many_packed(e: Exec<'_>, ids: &[TaskId]) -> Result<Vec<TaskRow>> {
+    let packed: String = on!(e, |c, pg| {
+        sqlx::query_scalar(
+        "SELECT json_group_array(json_array(id, job_id, workload_idx, kind, template, template_version, config_index,
+                                            config, finalists, state, worker_id, attempts, record_id))
+         FROM tasks WHERE id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))"
+    )
+    .bind(json(ids))
+    .fetch_one(c)
+    .await
+    })?;
+    let rows: Vec<PackedTask> = serde_json::from_str(&packed)
+        .map_err(|e| crate::error::Error::Internal(format!("the tasks read packed did not unpack: {e}")))?;
+    rows.into_iter()
+        .map(
+            |(
+                id,
+                job_id,
+                idx,
+                kind,
+                template,
+                version,
+                config_index,
+                config,
+                finalists,
+                state,
+                worker_id,
+                attempts,
+                record_id,
+            )| {
+                let bad = |what: &str, value: &str| {
+                    crate::error::Error::Internal(format!("task {id} has {what} {value:?} in the database"))
+                };
+                Ok(TaskRow {
+                    id,
+                    job_id,
+                    workload_idx: u32::try_from(idx).map_err(|_| bad("workload index", &idx.to_string()))?,
+                    kind: match kind.as_str() {
+                        "tuning" => TaskKind::Tuning,
+                        "finalist" => TaskKind::Finalist,
+                        _ => return Err(bad("kind", &kind)),
+                    },
+                    template,
+                    template_version: u32::try_from(version)
+                        .map_err(|_| bad("template version", &version.to_string()))?,
+                    config_index,
+                    config,
+                    finalists: Json::try_from(finalists.clone()).map_err(|_| bad("finalists", &finalists))?,
+                    state: match state.as_str() {
+                        "pending" => TaskState::Pending,
+                        "leased" => TaskState::Leased,
+                        "done" => TaskState::Done,
+                        "cancelled" => TaskState::Cancelled,
+                        _ => return Err(bad("state", &state)),
+                    },
+                    worker_id,
+                    attempts: u32::try_from(attempts).map_err(|_| bad("attempts", &attempts.to_string()))?,
+                    record_id,
+                })
+            },
+        )
+        .collect()
 }
 
 /// Tuning tasks of a workload that are pending or leased. Asked after every report: it reads the
@@ -260,7 +349,8 @@ const LEASE_SQLITE: &str =
                    END
              ORDER BY t.job_id, t.id
              LIMIT $6)
-         RETURNING id";
+         RETURNING id, job_id, workload_idx, template, template_version, config, config_index, lease_expires_ms, kind,
+                   finalists, attempts";
 
 /// [`lease`] on PostgreSQL: the same choice, and the chosen rows locked (`SKIP LOCKED`: rows another
 /// tracker's transaction is leasing are passed over, never waited for or handed out twice), as a
@@ -287,13 +377,18 @@ const LEASE_PG: &str =
              ORDER BY t.job_id, t.id
              LIMIT $6
              FOR UPDATE OF t SKIP LOCKED)
-         RETURNING id";
+         RETURNING id, job_id, workload_idx, template, template_version, config, config_index, lease_expires_ms, kind,
+                   finalists, attempts";
 
 /// Leases up to `limit` pending tasks to `worker`: tasks of queued or running jobs bound to
 /// `device_class` that it can run, oldest job first. It can run a tuning task whose template
 /// (spelled `name@version`) is in `templates`, and a finalist task when every finalist's template
 /// is (a worker with only some of a job's templates gets only their tasks) and, when another
 /// online worker of the class exists, it did not time the fastest finalist.
+///
+/// Returns the leased tasks' own fields, oldest job first, from the same statement (their details
+/// were read in a second one before; the caller takes their jobs' and workloads' fields from the
+/// rows the write keeps).
 pub(crate) async fn lease(
     e: impl Into<Exec<'_>>,
     worker: WorkerId,
@@ -302,8 +397,8 @@ pub(crate) async fn lease(
     limit: u32,
     expires_ms: i64,
     now: i64,
-) -> Result<Vec<TaskId>> {
-    Ok(on!(e, |c, pg| sqlx::query_scalar(if pg { LEASE_PG } else { LEASE_SQLITE })
+) -> Result<Vec<Leased>> {
+    let mut tasks: Vec<Leased> = on!(e, |c, pg| sqlx::query_as(if pg { LEASE_PG } else { LEASE_SQLITE })
         .bind(worker)
         .bind(expires_ms)
         .bind(now)
@@ -311,26 +406,10 @@ pub(crate) async fn lease(
         .bind(json(templates))
         .bind(i64::from(limit))
         .fetch_all(c)
-        .await)?)
-}
-
-/// What a worker needs to measure each of the tasks `ids`, oldest job first.
-pub(crate) async fn leased_details(e: impl Into<Exec<'_>>, ids: &[TaskId]) -> Result<Vec<LeasedTask>> {
-    Ok(on!(e, |c, pg| {
-        sqlx::query_as(sql(
-        pg,
-        "SELECT t.id, t.job_id, w.workload, w.workload_key, t.template, t.template_version, t.config, t.config_index,
-                j.samples, t.lease_expires_ms, j.flush_l2, j.regime, j.no_energy, t.kind, t.finalists, j.finalist_rounds, t.attempts
-         FROM tasks t
-         JOIN jobs j ON j.id = t.job_id
-         JOIN job_workloads w ON w.job_id = t.job_id AND w.idx = t.workload_idx
-         WHERE t.id IN (SELECT CAST(value AS BIGINT) FROM json_each($1))
-         ORDER BY t.job_id, t.id",
-    ))
-    .bind(json(ids))
-    .fetch_all(c)
-    .await
-    })?)
+        .await)?;
+    // `RETURNING` gives rows in no promised order.
+    tasks.sort_unstable_by_key(|t| (t.job_id, t.id));
+    Ok(tasks)
 }
 
 /// Renews the leases `worker` holds among `ids` until `expires_ms`, or leaves them as they are when
