@@ -1321,7 +1321,12 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
                                                const EpiIn& C, T_OUT* __restrict__ D) {
   const int c = threadIdx.x % 4;
   constexpr int C_NV = BQ / 16;  // vectors a thread stores (and reads of C) per row tile
-  constexpr int C_AHEAD = C_NV < 8 ? C_NV : 8;
+  // Vectors of C in flight: 4 registers each, beside the accumulators in the thread's budget. At
+  // 128 registers with 64 accumulators (an inline producer, 2 blocks an SM) 8 spilled 8-12 bytes,
+  // and with GELU's math 4 or 2 spilled 20-32 bytes.
+  constexpr int C_FREE = CONSUMER_REGS - ACC_ALL;
+  constexpr int C_MOST = C_FREE > 96 ? 8 : C_FREE > 56 && EPI_ACT < 2 ? 4 : 1;
+  constexpr int C_AHEAD = C_NV < C_MOST ? C_NV : C_MOST;
   uint4 cv[C_VECTORS ? C_AHEAD : 1];
   if constexpr (C_VECTORS) {
 #pragma unroll
