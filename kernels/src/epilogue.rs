@@ -381,6 +381,11 @@ mod tests {
         // The activation sees the residual (beta C) and the bias, as cuBLASLt's does.
         let e = Element { sum: 1.0, c: -3.0, ab_scale: 1.0, row_scale: 1.0, bias: 0.0 };
         assert_eq!("relu".parse::<Epilogue>().unwrap().apply(1.0, 1.0, e), 0.0);
+        // ResNet's block end (beta 1): relu(conv + residual + bias), the residual before the ReLU.
+        let e = Element { sum: 1.5, c: -2.0, ab_scale: 1.0, row_scale: 1.0, bias: 0.25 };
+        assert_eq!("bias+relu".parse::<Epilogue>().unwrap().apply(1.0, 1.0, e), 0.0);
+        let e = Element { c: 2.0, ..e };
+        assert_eq!("bias+relu".parse::<Epilogue>().unwrap().apply(1.0, 1.0, e), 3.75);
     }
 
     #[test]

@@ -121,3 +121,45 @@ fn fp8_and_fused_epilogue_kernels_pass_every_element_on_the_gpu() {
         assert!(!c.baseline_kind.contains("failed our check"), "{}: {}", c.workload, c.baseline_kind);
     }
 }
+
+/// C read 16 bytes a thread (v17, `C_VECTORS`, issue 36's block ends): ResNet-50's 28x28 128->512
+/// block end with the config that won it at v16 (TMA store: C staged in the store's buffers), and
+/// a residual matmul whose K split stores from registers (C read in rows of 8 and moved to the
+/// pair layout by the quad's shuffles). Two kernels: the other paths (groups, batches, f32 and i32
+/// C under the TMA store) compile in the samples above and in `grouped_compile`. (v17's winner of
+/// that layer, an inline producer at 2 blocks an SM with the TMA store, spills 12 bytes.)
+#[test]
+fn residuals_read_16_bytes_a_thread_and_compile_without_spills() {
+    use tensortune_kernels::Config;
+    use tensortune_kernels::wgmma::conv::WgmmaConv2d;
+    let target = Target::sm90();
+    let knobs = r#""cluster":1,"consumers":2,"producer":"warpgroup","stream_k":0"#;
+    let cases: [(&dyn Template, &str, String); 2] = [
+        (
+            &WgmmaConv2d,
+            "conv2d/n32h28w28c128/k512r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16/beta=1,epi=bias+relu",
+            format!(
+                r#"{{"block_m":128,"block_n":128,"persistent":1,"raster_group":4,"schedule":"pingpong","stages":2,"epilogue":"tma",{knobs}}}"#
+            ),
+        ),
+        (
+            &WgmmaGemm,
+            "matmul/m512n384k8192/nn/f16,f32,f16/alpha=1,beta=1",
+            format!(
+                r#"{{"block_m":128,"block_n":128,"persistent":0,"raster_group":1,"schedule":"cooperative","stages":4,"epilogue":"direct",{knobs}}}"#
+            ),
+        ),
+    ];
+    let mut specs = Vec::new();
+    for (t, key, config) in &cases {
+        let spec = t.generate(&Workload::from_key(key).unwrap(), &Config::from_json(config).unwrap(), &target).unwrap();
+        assert!(
+            common::header_flag(&spec.source, "READ_C") && common::header_flag(&spec.source, "VEC_ALIGNED"),
+            "{key}"
+        );
+        specs.push(spec);
+    }
+    assert!(common::header_flag(&specs[0].source, "TMA_STORE"));
+    assert!(common::header_int(&specs[1].source, "SPLIT") > 1, "the matmul splits K");
+    assert_all_compile_without_spills(&specs, &target);
+}

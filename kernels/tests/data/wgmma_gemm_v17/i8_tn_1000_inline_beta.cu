@@ -8,25 +8,25 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v16: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m1000n1000k1024/tn/bf16,f32,bf16/alpha=1,beta=1,epi=scale+bias+relu
-#define KERNEL_NAME tt_wgmma_gemm_v16_bf16f32bf16_tn_m128n128_c2_s4_cl1_grid_g1_ws_ks2_0bbfa62a
+// wgmma_gemm v17: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m1000n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1
+#define KERNEL_NAME tt_wgmma_gemm_v17_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
 #define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-#define TT_EPI_PARAMS , const T_OUT* __restrict__ bias_v, const float* __restrict__ rscale_v
-#define TT_EPI_BIAS bias_v
-#define TT_EPI_RSCALE rscale_v
+#define TT_EPI_PARAMS 
+#define TT_EPI_BIAS nullptr
+#define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
 #define TT_GROUPED 0
-namespace ns_tt_wgmma_gemm_v16_bf16f32bf16_tn_m128n128_c2_s4_cl1_grid_g1_ws_ks2_0bbfa62a {
-typedef __nv_bfloat16 T_IN;
-typedef __nv_bfloat16 T_OUT;
-typedef float T_EPI;
-typedef float T_ACCR;
+namespace ns_tt_wgmma_gemm_v17_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754 {
+typedef signed char T_IN;
+typedef int T_OUT;
+typedef int T_EPI;
+typedef int T_ACCR;
 
 namespace cfg {
 constexpr int P = 1000;
@@ -34,9 +34,9 @@ constexpr int Q = 1000;
 constexpr int K = 1024;
 constexpr int BP = 128;
 constexpr int BQ = 128;
-constexpr int BK = 64;
+constexpr int BK = 128;
 constexpr int STAGES = 4;
-constexpr int CONSUMERS = 2;
+constexpr int CONSUMERS = 1;
 constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
 constexpr bool RASTER_M = false;
@@ -49,15 +49,15 @@ constexpr int GRID_CLUSTERS = 64;
 constexpr int SPLIT = 2;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
-constexpr int CONSUMER_REGS = 232;
-constexpr bool SPECIALIZED = true;
+constexpr int CONSUMER_REGS = 240;
+constexpr bool SPECIALIZED = false;
 constexpr bool PINGPONG = false;
 constexpr bool STREAM_K = false;
 constexpr bool TMA_STORE = false;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 64;
+constexpr int EPI_COLS = 32;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -81,13 +81,13 @@ constexpr bool PAIRS_ALIGNED = true;
 constexpr bool VEC_ALIGNED = true;
 constexpr bool READ_C = true;
 constexpr bool SWAP = false;
-constexpr T_EPI ALPHA = 1.0f;
-constexpr T_EPI BETA = 1.0f;
-constexpr bool EPI_SCALE = true;
-constexpr bool EPI_BIAS = true;
-constexpr int EPI_ACT = 1;
+constexpr T_EPI ALPHA = 2;
+constexpr T_EPI BETA = -1;
+constexpr bool EPI_SCALE = false;
+constexpr bool EPI_BIAS = false;
+constexpr int EPI_ACT = 0;
 constexpr bool TENSOR_SCALE = false;
-constexpr bool FUSED = true;
+constexpr bool FUSED = false;
 constexpr int BATCH = 1;
 constexpr int GROUPS = 0;
 constexpr int LDQ = 1000;
@@ -361,6 +361,23 @@ __device__ __forceinline__ void st_shared(unsigned addr, const V& v) {
   }
 }
 
+// 4 or 8 bytes from shared memory at a shared-space address: an LDS.
+template <typename V>
+__device__ __forceinline__ V ld_shared(unsigned addr) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8, "LDS of 4 or 8 bytes");
+  V v;
+  if constexpr (sizeof(V) == 4) {
+    unsigned u;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(u) : "r"(addr) : "memory");
+    *reinterpret_cast<unsigned*>(&v) = u;
+  } else {
+    uint2 u;
+    asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(u.x), "=r"(u.y) : "r"(addr) : "memory");
+    *reinterpret_cast<uint2*>(&v) = u;
+  }
+  return v;
+}
+
 // --- cluster ranks ---------------------------------------------------------------------------
 // A cluster holds SPLIT runs of CLUSTER blocks: the block of hardware rank r is block r % CLUSTER
 // of the tiles that share Y (its `cluster_rank`) and sums run r / CLUSTER of their K tiles (its
@@ -554,12 +571,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n128k16.f32.bf16.bf16: X K-major, Y K-major.
+// wgmma.m64n128k32.s32.s8.s8: X K-major, Y K-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p;\n}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
       : "l"(dx), "l"(dy), "r"(1));
 }
 
@@ -1150,13 +1167,14 @@ __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + e
 
 // D = act(alpha * ab * scale[m] * acc + beta * C + bias[m]) for the element at offset `off`, row m
 // of the user's D (column q of the view, or with SWAP its row p); vectors are read only for rows
-// inside D.
-__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int m) {
+// inside D. C_GIVEN: the caller read C's element (16 bytes at a time) and passes it as `c`.
+template <bool C_GIVEN = false>
+__device__ __forceinline__ T_EPI epilogue(T_EPI acc, const EpiIn& C, size_t off, int m, T_EPI c = (T_EPI)0) {
   T_EPI v = ALPHA == (T_EPI)1 ? acc : ALPHA * acc;
   if constexpr (TENSOR_SCALE) v = v * C.ab;
   const bool in_q = SWAP ? EVEN_P || m < P : EVEN_Q || m < Q;
   if constexpr (EPI_SCALE) v = v * (in_q ? C.rscale[m] : 0.0f);
-  if constexpr (READ_C) v = v + BETA * to_epi(C.c[off]);
+  if constexpr (READ_C) v = v + BETA * (C_GIVEN ? c : to_epi(C.c[off]));
   if constexpr (EPI_BIAS) v = v + (in_q ? to_epi(C.bias[m]) : (T_EPI)0);
   if constexpr (EPI_ACT == 1) v = v > (T_EPI)0 ? v : (T_EPI)0;
   if constexpr (EPI_ACT == 2) v = gelu_tanh(v);
@@ -1229,19 +1247,120 @@ constexpr bool STORE_VECTORS = sizeof(T_OUT) == 2 && VEC_ALIGNED && (SPLIT == 1 
 // pair (j, h), so no conversion is needed.
 constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C && ALPHA == (T_EPI)1 && !FUSED;
 
+// READ_C where rows of D are stored whole (16-byte vectors from registers, or the TMA store; Q and
+// every group a multiple of 8, so a vector is wholly in D or wholly out): C is read 16 bytes a
+// thread, as wide as D is written, instead of one element at a time in the accumulator layout.
+constexpr bool C_VECTORS = READ_C && VEC_ALIGNED && (TMA_STORE || STORE_VECTORS);
+// C's elements a 16-byte vector holds.
+constexpr int C_VEC = 16 / (int)sizeof(T_OUT);
+
+// C's 16 bytes at row p, column q of the view, or zeros outside D (never stored).
+__device__ __forceinline__ uint4 load_c_vec(const EpiIn& C, int p, int q) {
+  if ((EVEN_P || p < P) && (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)))
+    return *reinterpret_cast<const uint4*>(C.c + (size_t)p * LDQ + q);
+  return make_uint4(0, 0, 0, 0);
+}
+
+// C_VECTORS: as a tile starts, each thread of its consumer asks the L2 for one of the consumer's
+// rows of C (the tile's columns inside D, one bulk prefetch a row), so the reads of C after the K
+// loop find it there instead of waiting on device memory with nothing else in flight.
+__device__ __forceinline__ void prefetch_c(const EpiIn& C, int p_first, int q_first) {
+  const int q_stop = min(q_first + BQ, GROUPS > 0 ? C.q_end : Q);
+  if (q_first >= q_stop) return;
+#pragma unroll
+  for (int r = threadIdx.x % 128; r < WG_P; r += 128) {
+    if (p_first + r < P)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(C.c + (size_t)(p_first + r) * LDQ + q_first),
+                   "r"((q_stop - q_first) * (int)sizeof(T_OUT)));
+  }
+}
+
+// The pair of C in the 4 bytes `w`, as T_EPI.
+__device__ __forceinline__ void c_pair(unsigned w, T_EPI& c0, T_EPI& c1) {
+  typename Pair<T_OUT>::type o = *reinterpret_cast<const typename Pair<T_OUT>::type*>(&w);
+  const T_OUT* e = reinterpret_cast<const T_OUT*>(&o);
+  c0 = to_epi(e[0]);
+  c1 = to_epi(e[1]);
+}
+
+// Transposes the quad's 4 x 4 items (lane c's item e becomes lane e's item c), one index bit at a
+// time: lane c sends the items whose bit b differs from its own and receives its partner's in
+// their place. Its own inverse.
+__device__ __forceinline__ void quad_transpose(unsigned (&x)[4], int c) {
+#pragma unroll
+  for (int b = 1; b <= 2; b *= 2) {
+    const bool hi = c & b;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int lo_e = b == 1 ? 2 * k : k, hi_e = lo_e + b;
+      const unsigned recv = __shfl_xor_sync(0xffffffff, hi ? x[lo_e] : x[hi_e], b);
+      if (hi) {
+        x[lo_e] = recv;
+      } else {
+        x[hi_e] = recv;
+      }
+    }
+  }
+}
+
+// C_VECTORS: the C vector of column-group pair j (columns 8j to 8j + 15 of the tile) that this
+// thread's row-of-8 store covers, or zeros where the block does not store it (a K split's share).
+__device__ __forceinline__ uint4 c_vec_of(const EpiIn& C, int t, int kr, int j, int p_r, int q0) {
+  const int c = threadIdx.x % 4;
+  if (!stores_pair(t, j, 0, kr)) return make_uint4(0, 0, 0, 0);
+  return load_c_vec(C, p_r + 8 * (c & 1), q0 + 8 * (j + c / 2));
+}
+
 // p_r: this thread's first row (the row of h = 0); q0: the tile's first column.
+// C_VECTORS: lane c reads the C vector of the row and columns it will store (the transposed
+// layout), up to C_AHEAD vectors ahead of the math so their latencies overlap, and the quad
+// transposes them back to the pair layout (the same exchange, its own inverse); the epilogue then
+// takes C from registers, the same f32 math as from memory.
 template <int REGS>
 __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t, int kr, int p_r, int q0,
                                                const EpiIn& C, T_OUT* __restrict__ D) {
   const int c = threadIdx.x % 4;
+  constexpr int C_NV = BQ / 16;  // vectors a thread stores (and reads of C) per row tile
+  // Vectors of C in flight: 4 registers each, beside the accumulators in the thread's budget. At
+  // 128 registers with 64 accumulators (an inline producer, 2 blocks an SM) 8 spilled 8-12 bytes,
+  // and with GELU's math 4 or 2 spilled 20-32 bytes.
+  constexpr int C_FREE = CONSUMER_REGS - ACC_ALL;
+  constexpr int C_MOST = C_FREE > 96 ? 8 : C_FREE > 56 && EPI_ACT < 2 ? 4 : 1;
+  constexpr int C_AHEAD = C_NV < C_MOST ? C_NV : C_MOST;
+  uint4 cv[C_VECTORS ? C_AHEAD : 1];
+  if constexpr (C_VECTORS) {
+#pragma unroll
+    for (int i = 0; i < C_AHEAD; ++i) cv[i] = c_vec_of(C, t, kr, 2 * i, p_r, q0);
+  }
 #pragma unroll
   for (int j = 0; j < BQ / 8; j += 2) {
+    unsigned cx[4];  // C_VECTORS: item e's pair of C, as x[e] below
+    if constexpr (C_VECTORS) {
+      const uint4 now = cv[(j / 2) % C_AHEAD];
+      if (j / 2 + C_AHEAD < C_NV) cv[(j / 2) % C_AHEAD] = c_vec_of(C, t, kr, j + 2 * C_AHEAD, p_r, q0);
+      cx[0] = now.x;
+      cx[1] = now.y;
+      cx[2] = now.z;
+      cx[3] = now.w;
+    }
     if (!stores_pair(t, j, 0, kr)) continue;  // pairs (j, 0..1) and (j + 1, 0..1) share a share
+    if constexpr (C_VECTORS) quad_transpose(cx, c);
     unsigned x[4];  // item e: column group j + e / 2, row h = e % 2
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if constexpr (RAW_HALVES) {
         x[e] = acc[2 * j + e];
+      } else if constexpr (C_VECTORS) {
+        // Outside D, C is zero and the result is not stored.
+        T_EPI v0, v1, c0, c1;
+        acc_pair(acc, j + e / 2, e % 2, v0, v1);
+        c_pair(cx[e], c0, c1);
+        const int q = q0 + 8 * (j + e / 2) + 2 * c;
+        typename Pair<T_OUT>::type o;
+        T_OUT* oe = reinterpret_cast<T_OUT*>(&o);
+        oe[0] = from_epi<T_OUT>(epilogue<true>(v0, C, 0, q, c0));
+        oe[1] = from_epi<T_OUT>(epilogue<true>(v1, C, 0, q + 1, c1));
+        x[e] = *reinterpret_cast<const unsigned*>(&o);
       } else {
         T_EPI v0, v1;
         acc_pair(acc, j + e / 2, e % 2, v0, v1);
@@ -1249,22 +1368,7 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
         x[e] = *reinterpret_cast<const unsigned*>(&o);
       }
     }
-    // Transpose over the quad, one index bit at a time: lane c sends the items whose bit b
-    // differs from its own and receives its partner's in their place.
-#pragma unroll
-    for (int b = 1; b <= 2; b *= 2) {
-      const bool hi = c & b;
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int lo_e = b == 1 ? 2 * k : k, hi_e = lo_e + b;
-        const unsigned recv = __shfl_xor_sync(0xffffffff, hi ? x[lo_e] : x[hi_e], b);
-        if (hi) {
-          x[lo_e] = recv;
-        } else {
-          x[hi_e] = recv;
-        }
-      }
-    }
+    quad_transpose(x, c);
     // Lane c now holds item c's row across the quad: 8 columns, 16 bytes.
     const int p = p_r + 8 * (c & 1), q = q0 + 8 * (j + c / 2);
     if ((EVEN_P || p < P) && (EVEN_Q || q < (GROUPS > 0 ? C.q_end : Q)))
@@ -1278,18 +1382,45 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
 // the warpgroup hands it to the TMA and goes on; a buffer is written again only once the TMA has
 // read it. Elements outside D are staged too and clipped by the TMA store. `p_map`: the first row
 // of this tile's problem in the map (a batch's problems' rows one after another).
+// C_VECTORS: the warpgroup reads the block's C 16 bytes a thread (4 units each, a warp 4 whole
+// rows), the next block's before the wait for the buffer, stages it in the buffer where D's block
+// goes, and each thread takes the pairs of C it overwrites from there; C's rows past P (a
+// cluster's padding tile) are not read.
 template <int REGS>
 __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const TmaDesc* map_d,
                                                unsigned char* bufs, int& count, int cw, int p0, int q0,
                                                const EpiIn& C, int p_map = 0) {
   const int t_in = threadIdx.x % 128, lane = threadIdx.x % 32, warp = t_in / 32;
   constexpr int EPI_BUF = 64 * 128;
+  constexpr int CHUNKS = BQ / EPI_COLS;
+  constexpr int C_UNITS = EPI_BUF / 16 / 128;  // 16-byte units of C a thread reads per block
+  uint4 cv[C_VECTORS ? 2 : 1][C_UNITS];  // C of this block and the next
+  // Unit i of a thread: row t_in / 8 + 16 i, 16-byte unit t_in % 8 of the block's row.
+  auto load_c = [&](uint4 (&v)[C_UNITS], int ch) {
 #pragma unroll
-  for (int ch = 0; ch < BQ / EPI_COLS; ++ch) {
+    for (int i = 0; i < C_UNITS; ++i) {
+      const int p = p0 + t_in / 8 + 16 * i;
+      v[i] = p < P ? load_c_vec(C, p, q0 + ch * EPI_COLS + (t_in % 8) * C_VEC) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  if constexpr (C_VECTORS) load_c(cv[0], 0);
+#pragma unroll
+  for (int ch = 0; ch < CHUNKS; ++ch) {
     unsigned char* buf = bufs + (count & 1) * EPI_BUF;
     const unsigned buf_s = smem_u32(buf);
+    if constexpr (C_VECTORS) {
+      if (ch + 1 < CHUNKS) load_c(cv[(ch + 1) % 2], ch + 1);
+    }
     if (t_in == 0) bulk_wait_read<1>();
     consumer_sync(cw);
+    if constexpr (C_VECTORS) {
+#pragma unroll
+      for (int i = 0; i < C_UNITS; ++i) {
+        const int row = t_in / 8 + 16 * i;
+        st_shared(buf_s + row * 128 + (((t_in % 8) ^ (row & 7)) << 4), cv[ch % 2][i]);
+      }
+      consumer_sync(cw);
+    }
 #pragma unroll
     for (int jj = 0; jj < EPI_COLS / 8; ++jj) {
       const int j = ch * (EPI_COLS / 8) + jj;
@@ -1298,9 +1429,20 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
         const int row = warp * 16 + lane / 4 + 8 * h, col = 8 * jj + 2 * (lane % 4);
         T_EPI v0, v1;
         acc_pair(acc, j, h, v0, v1);
-        const typename Pair<T_OUT>::type o = epi_pair(v0, v1, C, p0 + row, q0 + ch * EPI_COLS + col);
         const int byte = col * (int)sizeof(T_OUT);
         const int phys = row * 128 + ((((byte >> 4) ^ (row & 7))) << 4) + (byte & 15);
+        typename Pair<T_OUT>::type o;
+        if constexpr (C_VECTORS) {
+          // The pair of C this thread overwrites: zero outside D (clipped by the store).
+          const typename Pair<T_OUT>::type cp = ld_shared<typename Pair<T_OUT>::type>(buf_s + phys);
+          const T_OUT* ce = reinterpret_cast<const T_OUT*>(&cp);
+          const int q = q0 + ch * EPI_COLS + col;
+          T_OUT* oe = reinterpret_cast<T_OUT*>(&o);
+          oe[0] = from_epi<T_OUT>(epilogue<true>(v0, C, 0, q, to_epi(ce[0])));
+          oe[1] = from_epi<T_OUT>(epilogue<true>(v1, C, 0, q + 1, to_epi(ce[1])));
+        } else {
+          o = epi_pair(v0, v1, C, p0 + row, q0 + ch * EPI_COLS + col);
+        }
         st_shared(buf_s + phys, o);
       }
     }
@@ -1432,6 +1574,9 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       epi.c = C + d_offset(prob);
     }
     if constexpr (GROUPS > 0) epi.q_end = q_end;
+    if constexpr (C_VECTORS) {
+      if (!STREAM_K || work.kind != WORK_PARTIAL) prefetch_c(epi, tp * BP + (PINGPONG ? 0 : cw * WG_P), qb + tq * BQ);
+    }
     if constexpr (PINGPONG) {
       const long long ring = (long long)job * KTILES;
       stage = (int)(ring % STAGES);
@@ -1534,7 +1679,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v16_bf16f32bf16_tn_m128n128_c2_s4_cl1_grid_g1_ws_ks2_0bbfa62a
+}  // namespace ns_tt_wgmma_gemm_v17_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
