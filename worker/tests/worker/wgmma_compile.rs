@@ -1,4 +1,4 @@
-//! NVRTC compiles what `wgmma_gemm` emits for sm_90a, on the CPU: a sample of over 80 configs
+//! NVRTC compiles what `wgmma_gemm` emits for sm_90a, on the CPU: a sample of over 40 configs
 //! spread over every type combination, every layout the instruction takes, a ragged shape and
 //! every kind of config (producer, schedule, cluster, persistence, stream-K, epilogue). A serialized
 //! wgmma or an ignored setmaxnreg (ptxas C7510/C7511/C7508/C7514) counts as a failure, as in the
@@ -14,9 +14,9 @@ use crate::common::{
     assert_all_compile, assert_all_compile_without_spills, header_flag, header_int, wgmma_kind as kind,
 };
 
-/// Kinds compiled per workload of the sample: about 45 workloads (types x layouts x two shapes)
-/// of two each reach all 30 kinds with every kind compiled two or three times (see
-/// [`common::least_seen_kinds`]); CI compiles about 90 kernels, not a thousand (NVRTC's time is the
+/// Kinds compiled per workload of the sample: about 23 workloads (types x layouts, each at one of
+/// two shapes in turn) of two each reach all 30 kinds, every kind compiled once or twice (see
+/// [`common::least_seen_kinds`]); CI compiles about 45 kernels, not a thousand (NVRTC's time is the
 /// compile tests' time in CI, and CI's is held under 15 minutes).
 const KINDS_PER_WORKLOAD: usize = 2;
 
@@ -31,7 +31,10 @@ fn a_sample_of_wgmma_configs_compiles_for_sm90a() {
         for out in *outs {
             let types = Types::new(*input, *acc, Some(*out)).unwrap();
             for layout in Layout::ALL {
-                for (m, n, k) in [(4096, 4096, 4096), (1000, 1000, 1000)] {
+                // One shape a type and layout, the two in turn: the aligned one with beta 0, the
+                // ragged one reading C.
+                let shapes = [(4096, 4096, 4096), (1000, 1000, 1000)];
+                for (m, n, k) in shapes.into_iter().skip(turn % 2).take(1) {
                     // Packed types exist in tn only (and wgmma_gemm refuses them below).
                     let Ok(mut mm) = Matmul::new(m, n, k, layout, types) else { continue };
                     mm.beta = if m == 1000 { -1.0 } else { 0.0 };
@@ -46,7 +49,7 @@ fn a_sample_of_wgmma_configs_compiles_for_sm90a() {
         }
     }
     eprintln!("{} sampled configs of {} kinds", specs.len(), kinds_seen.len());
-    assert!(specs.len() >= 80, "only {} sampled configs", specs.len());
+    assert!(specs.len() >= 40, "only {} sampled configs", specs.len());
     // Every kind of code path: producer x schedule x cluster x persistence x stream-K x epilogue
     // (what the rules allow: ping-pong needs a producer warpgroup, stream-K a persistent
     // cooperative grid).
