@@ -83,6 +83,16 @@ pub(crate) use on;
 /// Type::Variant => "name", ... })`.
 macro_rules! text_column {
     ($ty:ident { $($variant:path => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// The variant stored as `name`, if any.
+            pub(crate) fn from_column(name: &str) -> Option<Self> {
+                match name {
+                    $($name => Some($variant),)+
+                    _ => None,
+                }
+            }
+        }
+
         impl<DB: sqlx::Database> sqlx::Type<DB> for $ty
         where
             str: sqlx::Type<DB>,
@@ -116,10 +126,9 @@ macro_rules! text_column {
             &'r str: sqlx::Decode<'r, DB>,
         {
             fn decode(value: <DB as sqlx::Database>::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
-                match <&'r str as sqlx::Decode<'r, DB>>::decode(value)? {
-                    $($name => Ok($variant),)+
-                    other => Err(format!("unknown {} {other:?} in the database", stringify!($ty)).into()),
-                }
+                let name = <&'r str as sqlx::Decode<'r, DB>>::decode(value)?;
+                Self::from_column(name)
+                    .ok_or_else(|| format!("unknown {} {name:?} in the database", stringify!($ty)).into())
             }
         }
     };

@@ -247,20 +247,22 @@ async fn insert_numbered(mut e: Exec<'_>, records: &[NewRecord<'_>], now: i64) -
     Ok(ids)
 }
 
-/// `INSERT INTO records (...) ` with every column [`insert`] writes, for [`insert_many`]'s values.
-const INSERT_RECORD: &str = "INSERT INTO records (task_id, job_id, worker_id, workload_key, workload, template,
-    template_version, config, config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
-    spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers, smem_bytes, cache_hit, provenance,
-    tflops, speedup, created_ms, remeasure, finalist_pos, token_id, untrusted, vendor_algo, energy_mj, power_w,
-    mean_clock_mhz, temperature_c, regime, settle_ms, steady, baseline_energy_mj) ";
+/// Every column [`insert`] writes but the id, in the order `push_record!` binds them.
+macro_rules! record_columns {
+    () => {
+        "task_id, job_id, worker_id, workload_key, workload, template, template_version, config, config_index,
+    device_class, status, error, compile_ms, measure_ms, samples, median_us, spread, batch, baseline_us, baseline_kind,
+    max_abs_err, max_rel_err, registers, smem_bytes, cache_hit, provenance, tflops, speedup, created_ms, remeasure,
+    finalist_pos, token_id, untrusted, vendor_algo, energy_mj, power_w, mean_clock_mhz, temperature_c, regime,
+    settle_ms, steady, baseline_energy_mj"
+    };
+}
+
+/// `INSERT INTO records (...) ` for [`insert_many`]'s values.
+const INSERT_RECORD: &str = concat!("INSERT INTO records (", record_columns!(), ") ");
 
 /// [`INSERT_RECORD`] with the id first, for [`insert_numbered`].
-const INSERT_NUMBERED_RECORD: &str =
-    "INSERT INTO records (id, task_id, job_id, worker_id, workload_key, workload, template,
-    template_version, config, config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
-    spread, batch, baseline_us, baseline_kind, max_abs_err, max_rel_err, registers, smem_bytes, cache_hit, provenance,
-    tflops, speedup, created_ms, remeasure, finalist_pos, token_id, untrusted, vendor_algo, energy_mj, power_w,
-    mean_clock_mhz, temperature_c, regime, settle_ms, steady, baseline_energy_mj) ";
+const INSERT_NUMBERED_RECORD: &str = concat!("INSERT INTO records (id, ", record_columns!(), ") ");
 
 /// A record's TFLOP/s and speedup over the vendor baseline, derived from its measurement (0 for
 /// a failed one).
