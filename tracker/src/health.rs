@@ -52,8 +52,8 @@ async fn check(pool: &Pool) -> Result<(), String> {
 /// The migration versions this build ships for the database at hand.
 fn known_versions(pool: &Pool) -> Vec<i64> {
     match pool {
-        Pool::Sqlite(_) => sqlx::migrate!("../migrations/sqlite").iter().map(|m| m.version).collect(),
-        Pool::Postgres(_) => sqlx::migrate!("../migrations/postgres").iter().map(|m| m.version).collect(),
+        Pool::Sqlite(_) => crate::store::migrations::SQLITE.iter().map(|m| m.0).collect(),
+        Pool::Postgres(_) => crate::store::migrations::POSTGRES.iter().map(|m| m.0).collect(),
     }
 }
 

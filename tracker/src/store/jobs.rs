@@ -1,65 +1,58 @@
 //! Queries on `jobs`.
 
-use super::{Exec, Json, json, on, sql};
+use super::{Exec, Json, from_row, json, on, sql};
 use crate::error::Result;
 use crate::model::{JobId, JobState};
 use crate::tuner::TunerKind;
 use tensortune_kernels::energy::{Objective, Regime};
 
-/// A job as stored.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub(crate) struct JobRow {
-    pub(crate) id: JobId,
-    pub(crate) state: JobState,
-    /// Display name: the template, or the templates joined with '+' (`wmma_gemm+wgmma_gemm`).
-    pub(crate) template: String,
-    /// The version of a single template; 0 when the job searches several.
-    #[sqlx(try_from = "i64")]
-    pub(crate) template_version: u32,
-    /// `name@version` of each template the job searches, in slot order (`tuner::Point::slot`).
-    #[sqlx(try_from = "String")]
-    pub(crate) templates: Json<Vec<String>>,
-    pub(crate) tuner: TunerKind,
-    pub(crate) device_class: String,
-    #[sqlx(try_from = "i64")]
-    pub(crate) trials: u32,
-    #[sqlx(try_from = "i64")]
-    pub(crate) batch_size: u32,
-    /// The u64 seed's bit pattern.
-    pub(crate) seed: i64,
-    #[sqlx(try_from = "i64")]
-    pub(crate) samples: u32,
-    pub(crate) label: String,
-    #[sqlx(try_from = "i64")]
-    pub(crate) early_stop_trials: u32,
-    pub(crate) early_stop_margin: f64,
-    /// Finalists re-measured per workload (1: none).
-    #[sqlx(try_from = "i64")]
-    pub(crate) finalists: u32,
-    #[sqlx(try_from = "i64")]
-    pub(crate) finalist_rounds: u32,
-    pub(crate) flush_l2: bool,
-    /// Whether a model search starts from other workloads' records.
-    pub(crate) transfer: bool,
-    /// Trials the whole job may measure, shared by expected gain; 0: none.
-    #[sqlx(try_from = "i64")]
-    pub(crate) total_trials: u32,
-    /// `burst` or `sustained`.
-    pub(crate) regime: String,
-    /// `time`, `energy` or `edp`.
-    pub(crate) objective: String,
-    /// The least-energy pick within this fraction of the fastest; 0: off.
-    pub(crate) max_slowdown: f64,
-    /// Its measurements skip their energy window.
-    pub(crate) no_energy: bool,
-    /// Why the job failed or was cancelled, or what went wrong on the way to done (workloads that
-    /// finished without their finalists).
-    pub(crate) error: String,
-    pub(crate) created_ms: i64,
-    pub(crate) updated_ms: i64,
-    pub(crate) finished_ms: Option<i64>,
-    /// The token the job was submitted with (its owner); `None` on a tracker without tokens.
-    pub(crate) token_id: Option<i64>,
+from_row! {
+    /// A job as stored.
+    #[derive(Clone, Debug)]
+    pub(crate) struct JobRow {
+        pub(crate) id: JobId,
+        pub(crate) state: JobState,
+        /// Display name: the template, or the templates joined with '+' (`wmma_gemm+wgmma_gemm`).
+        pub(crate) template: String,
+        /// The version of a single template; 0 when the job searches several.
+        pub(crate) template_version: u32 as i64,
+        /// `name@version` of each template the job searches, in slot order (`tuner::Point::slot`).
+        pub(crate) templates: Json<Vec<String>> as String,
+        pub(crate) tuner: TunerKind,
+        pub(crate) device_class: String,
+        pub(crate) trials: u32 as i64,
+        pub(crate) batch_size: u32 as i64,
+        /// The u64 seed's bit pattern.
+        pub(crate) seed: i64,
+        pub(crate) samples: u32 as i64,
+        pub(crate) label: String,
+        pub(crate) early_stop_trials: u32 as i64,
+        pub(crate) early_stop_margin: f64,
+        /// Finalists re-measured per workload (1: none).
+        pub(crate) finalists: u32 as i64,
+        pub(crate) finalist_rounds: u32 as i64,
+        pub(crate) flush_l2: bool,
+        /// Whether a model search starts from other workloads' records.
+        pub(crate) transfer: bool,
+        /// Trials the whole job may measure, shared by expected gain; 0: none.
+        pub(crate) total_trials: u32 as i64,
+        /// `burst` or `sustained`.
+        pub(crate) regime: String,
+        /// `time`, `energy` or `edp`.
+        pub(crate) objective: String,
+        /// The least-energy pick within this fraction of the fastest; 0: off.
+        pub(crate) max_slowdown: f64,
+        /// Its measurements skip their energy window.
+        pub(crate) no_energy: bool,
+        /// Why the job failed or was cancelled, or what went wrong on the way to done (workloads that
+        /// finished without their finalists).
+        pub(crate) error: String,
+        pub(crate) created_ms: i64,
+        pub(crate) updated_ms: i64,
+        pub(crate) finished_ms: Option<i64>,
+        /// The token the job was submitted with (its owner); `None` on a tracker without tokens.
+        pub(crate) token_id: Option<i64>,
+    }
 }
 
 impl JobRow {

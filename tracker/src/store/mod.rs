@@ -135,6 +135,72 @@ macro_rules! text_column {
 }
 pub(crate) use text_column;
 
+/// A struct read from a row, on either database (what `#[derive(sqlx::FromRow)]` does, without
+/// sqlx's proc-macro, which builds its drivers and SQLite a second time for the host). Each field
+/// is the column of its name; `field: T as S` reads an `S` and converts it with `TryFrom` (an
+/// integer column into a `u32`, a JSON text into `Json<T>`); `field: T = value` takes `value` when
+/// the row has no such column.
+macro_rules! from_row {
+    (
+        $(#[$m:meta])*
+        $vis:vis struct $name:ident {
+            $($(#[$fm:meta])* $fvis:vis $field:ident : $ty:ty $(as $stored:ty)? $(= $default:expr)?),* $(,)?
+        }
+    ) => {
+        $(#[$m])*
+        $vis struct $name {
+            $($(#[$fm])* $fvis $field: $ty),*
+        }
+        $crate::store::from_row!(@impl $name, sqlx::sqlite::SqliteRow, $($field $(as $stored)? $(= $default)?),*);
+        $crate::store::from_row!(@impl $name, sqlx::postgres::PgRow, $($field $(as $stored)? $(= $default)?),*);
+    };
+    (@impl $name:ident, $row:ty, $($field:ident $(as $stored:ty)? $(= $default:expr)?),*) => {
+        impl<'r> sqlx::FromRow<'r, $row> for $name {
+            fn from_row(row: &'r $row) -> Result<Self, sqlx::Error> {
+                Ok($name { $($field: $crate::store::from_row!(@get row, $field $(as $stored)? $(= $default)?)),* })
+            }
+        }
+    };
+    (@get $row:ident, $field:ident) => {
+        sqlx::Row::try_get($row, stringify!($field))?
+    };
+    (@get $row:ident, $field:ident as $stored:ty) => {
+        sqlx::Row::try_get::<$stored, _>($row, stringify!($field))?.try_into().map_err(|e| {
+            sqlx::Error::ColumnDecode { index: stringify!($field).to_owned(), source: Box::new(e) }
+        })?
+    };
+    (@get $row:ident, $field:ident = $default:expr) => {
+        match sqlx::Row::try_get($row, stringify!($field)) {
+            Err(sqlx::Error::ColumnNotFound(_)) => $default,
+            found => found?,
+        }
+    };
+}
+pub(crate) use from_row;
+
+/// The migrations this build carries for each database, as (version, description, SQL):
+/// `migrations::SQLITE` and `migrations::POSTGRES` (written by tracker/build.rs from
+/// `migrations/`).
+pub(crate) mod migrations {
+    include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
+}
+
+/// sqlx's migrator for one database's migrations (`migrations::SQLITE` or `POSTGRES`), each with
+/// the checksum and description sqlx gives the same file read from a folder, so a database
+/// migrated by an earlier build (which embedded them with sqlx's `migrate!`) is recognised.
+pub(crate) fn migrator(set: &[(i64, &'static str, &'static str)]) -> sqlx::migrate::Migrator {
+    use sqlx::SqlSafeStr;
+    use sqlx::migrate::{Migration, MigrationType, Migrator};
+    Migrator::with_migrations(
+        set.iter()
+            .map(|&(version, description, sql)| {
+                let no_tx = sql.starts_with("-- no-transaction");
+                Migration::new(version, description.into(), MigrationType::Simple, sql.into_sql_str(), no_tx)
+            })
+            .collect(),
+    )
+}
+
 /// Where the database is: what `--db` names.
 #[derive(Clone, Debug)]
 pub(crate) enum Location {
@@ -322,7 +388,7 @@ async fn open_postgres(options: PgConnectOptions, shown: &str) -> anyhow::Result
         .connect_with(options)
         .await
         .with_context(|| format!("connecting to the PostgreSQL database {shown}"))?;
-    sqlx::migrate!("../migrations/postgres")
+    migrator(migrations::POSTGRES)
         .run(&pool)
         .await
         .with_context(|| format!("applying migrations to the PostgreSQL database {shown}"))?;
@@ -394,7 +460,7 @@ async fn open_sqlite(path: &Path) -> anyhow::Result<SqlitePool> {
         .connect_with(options)
         .await
         .map_err(|e| unusable(path, "opening", e))?;
-    sqlx::migrate!("../migrations/sqlite").run(&pool).await.map_err(|e| match e {
+    migrator(migrations::SQLITE).run(&pool).await.map_err(|e| match e {
         sqlx::migrate::MigrateError::Execute(e) | sqlx::migrate::MigrateError::ExecuteMigration(e, _) => {
             unusable(path, "applying migrations to", e)
         }
@@ -551,6 +617,23 @@ pub(crate) fn json<T: Serialize + ?Sized>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The migrations this build embeds are the files of `migrations/` as sqlx itself reads a
+    /// folder (what its `migrate!` embedded in earlier builds): same versions, descriptions,
+    /// checksums and transaction flags, so databases those builds migrated are recognised.
+    #[tokio::test]
+    async fn the_embedded_migrations_are_the_folders_as_sqlx_reads_them() {
+        for (set, dir) in [(migrations::SQLITE, "sqlite"), (migrations::POSTGRES, "postgres")] {
+            let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations").join(dir);
+            let read = sqlx::migrate::Migrator::new(folder).await.unwrap();
+            let key = |m: &sqlx::migrate::Migration| {
+                (m.version, m.description.to_string(), m.checksum.to_vec(), m.no_tx, m.migration_type)
+            };
+            let ours: Vec<_> = migrator(set).iter().map(key).collect();
+            assert!(ours.len() >= 6, "{dir}: only {} migrations embedded", ours.len());
+            assert_eq!(ours, read.iter().map(key).collect::<Vec<_>>(), "{dir}");
+        }
+    }
 
     #[test]
     fn db_names_a_file_a_sqlite_url_or_a_postgres_url() {

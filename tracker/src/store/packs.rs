@@ -58,11 +58,19 @@ pub(crate) async fn prior(
     exclude: &[String],
     limit: u32,
 ) -> Result<Vec<(String, PriorRecord)>> {
-    #[derive(sqlx::FromRow)]
     struct Row {
         device_class: String,
-        #[sqlx(flatten)]
         record: PriorRecord,
+    }
+    impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for Row
+    where
+        &'r str: sqlx::ColumnIndex<R>,
+        String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        PriorRecord: sqlx::FromRow<'r, R>,
+    {
+        fn from_row(row: &'r R) -> std::result::Result<Self, sqlx::Error> {
+            Ok(Row { device_class: row.try_get("device_class")?, record: PriorRecord::from_row(row)? })
+        }
     }
     let rows: Vec<Row> = on!(e, |c, pg| sqlx::query_as(sql(
         pg,

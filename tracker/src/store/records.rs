@@ -3,87 +3,83 @@
 use tensortune_kernels::Workload;
 use tensortune_kernels::energy::{Objective, Regime};
 
-use super::{Exec, Json, json, on, sql};
+use super::{Exec, Json, from_row, json, on, sql};
 use crate::error::Result;
 use crate::model::{JobId, Provenance, RecordFilter, RecordId, Status, TaskId, WorkerId};
 
-/// A stored measurement record.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub(crate) struct Record {
-    pub(crate) id: RecordId,
-    pub(crate) task_id: TaskId,
-    pub(crate) job_id: JobId,
-    pub(crate) worker_id: Option<WorkerId>,
-    pub(crate) workload_key: String,
-    #[sqlx(try_from = "String")]
-    pub(crate) workload: Json<Workload>,
-    pub(crate) template: String,
-    #[sqlx(try_from = "i64")]
-    pub(crate) template_version: u32,
-    pub(crate) config: String,
-    pub(crate) config_index: i64,
-    pub(crate) device_class: String,
-    pub(crate) status: Status,
-    pub(crate) error: String,
-    pub(crate) compile_ms: f64,
-    pub(crate) measure_ms: f64,
-    #[sqlx(try_from = "String")]
-    pub(crate) samples: Json<Vec<f64>>,
-    pub(crate) median_us: f64,
-    pub(crate) spread: f64,
-    #[sqlx(try_from = "i64")]
-    pub(crate) batch: u32,
-    pub(crate) baseline_us: Option<f64>,
-    pub(crate) baseline_kind: String,
-    /// The algorithm the vendor library says it ran for the baseline (empty when unknown).
-    #[sqlx(default)]
-    pub(crate) vendor_algo: String,
-    pub(crate) max_abs_err: Option<f64>,
-    pub(crate) max_rel_err: Option<f64>,
-    #[sqlx(try_from = "i64")]
-    pub(crate) registers: u32,
-    #[sqlx(try_from = "i64")]
-    pub(crate) smem_bytes: u32,
-    pub(crate) cache_hit: bool,
-    #[sqlx(try_from = "String")]
-    pub(crate) provenance: Json<Provenance>,
-    pub(crate) tflops: f64,
-    pub(crate) speedup: f64,
-    pub(crate) created_ms: i64,
-    /// A re-measurement of a finalist, not a tuning trial.
-    pub(crate) remeasure: bool,
-    /// The token the report came with.
-    pub(crate) token_id: Option<i64>,
-    /// Why the record is not trusted (never wins, never answers `best`), if it is not.
-    pub(crate) untrusted: Option<String>,
-    /// Millijoules per launch over the timed window (unknown: NULL).
-    pub(crate) energy_mj: Option<f64>,
-    /// Mean board power, watts.
-    pub(crate) power_w: Option<f64>,
-    /// Mean SM clock, MHz.
-    pub(crate) mean_clock_mhz: Option<f64>,
-    /// Degrees Celsius at the end of the window.
-    pub(crate) temperature_c: Option<f64>,
-    /// `burst` or `sustained`.
-    pub(crate) regime: String,
-    /// Sustained: how long it ran before it was steady, ms.
-    pub(crate) settle_ms: f64,
-    /// Sustained: whether it was found steady.
-    pub(crate) steady: bool,
-    /// The vendor baseline's energy per launch, mJ.
-    pub(crate) baseline_energy_mj: Option<f64>,
+from_row! {
+    /// A stored measurement record.
+    #[derive(Clone, Debug)]
+    pub(crate) struct Record {
+        pub(crate) id: RecordId,
+        pub(crate) task_id: TaskId,
+        pub(crate) job_id: JobId,
+        pub(crate) worker_id: Option<WorkerId>,
+        pub(crate) workload_key: String,
+        pub(crate) workload: Json<Workload> as String,
+        pub(crate) template: String,
+        pub(crate) template_version: u32 as i64,
+        pub(crate) config: String,
+        pub(crate) config_index: i64,
+        pub(crate) device_class: String,
+        pub(crate) status: Status,
+        pub(crate) error: String,
+        pub(crate) compile_ms: f64,
+        pub(crate) measure_ms: f64,
+        pub(crate) samples: Json<Vec<f64>> as String,
+        pub(crate) median_us: f64,
+        pub(crate) spread: f64,
+        pub(crate) batch: u32 as i64,
+        pub(crate) baseline_us: Option<f64>,
+        pub(crate) baseline_kind: String,
+        /// The algorithm the vendor library says it ran for the baseline (empty when unknown).
+        pub(crate) vendor_algo: String = String::new(),
+        pub(crate) max_abs_err: Option<f64>,
+        pub(crate) max_rel_err: Option<f64>,
+        pub(crate) registers: u32 as i64,
+        pub(crate) smem_bytes: u32 as i64,
+        pub(crate) cache_hit: bool,
+        pub(crate) provenance: Json<Provenance> as String,
+        pub(crate) tflops: f64,
+        pub(crate) speedup: f64,
+        pub(crate) created_ms: i64,
+        /// A re-measurement of a finalist, not a tuning trial.
+        pub(crate) remeasure: bool,
+        /// The token the report came with.
+        pub(crate) token_id: Option<i64>,
+        /// Why the record is not trusted (never wins, never answers `best`), if it is not.
+        pub(crate) untrusted: Option<String>,
+        /// Millijoules per launch over the timed window (unknown: NULL).
+        pub(crate) energy_mj: Option<f64>,
+        /// Mean board power, watts.
+        pub(crate) power_w: Option<f64>,
+        /// Mean SM clock, MHz.
+        pub(crate) mean_clock_mhz: Option<f64>,
+        /// Degrees Celsius at the end of the window.
+        pub(crate) temperature_c: Option<f64>,
+        /// `burst` or `sustained`.
+        pub(crate) regime: String,
+        /// Sustained: how long it ran before it was steady, ms.
+        pub(crate) settle_ms: f64,
+        /// Sustained: whether it was found steady.
+        pub(crate) steady: bool,
+        /// The vendor baseline's energy per launch, mJ.
+        pub(crate) baseline_energy_mj: Option<f64>,
+    }
 }
 
-/// The identity and outcome of a record, enough to update a job's progress.
-#[derive(Clone, Copy, Debug, PartialEq, sqlx::FromRow)]
-pub(crate) struct Outcome {
-    pub(crate) id: RecordId,
-    pub(crate) status: Status,
-    pub(crate) median_us: f64,
-    /// False for a record marked untrusted: its time counts for nothing.
-    pub(crate) trusted: bool,
-    /// Millijoules per launch, when read.
-    pub(crate) energy_mj: Option<f64>,
+from_row! {
+    /// The identity and outcome of a record, enough to update a job's progress.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub(crate) struct Outcome {
+        pub(crate) id: RecordId,
+        pub(crate) status: Status,
+        pub(crate) median_us: f64,
+        /// False for a record marked untrusted: its time counts for nothing.
+        pub(crate) trusted: bool,
+        /// Millijoules per launch, when read.
+        pub(crate) energy_mj: Option<f64>,
+    }
 }
 
 impl Outcome {
@@ -300,11 +296,20 @@ pub(crate) struct ContentScope<'a> {
 }
 
 /// A reusable record of one config (see [`reusable_among`]).
-#[derive(sqlx::FromRow)]
 struct ReusableOf {
     config: String,
-    #[sqlx(flatten)]
     outcome: Outcome,
+}
+
+impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for ReusableOf
+where
+    &'r str: sqlx::ColumnIndex<R>,
+    String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Outcome: sqlx::FromRow<'r, R>,
+{
+    fn from_row(row: &'r R) -> std::result::Result<Self, sqlx::Error> {
+        Ok(ReusableOf { config: row.try_get("config")?, outcome: Outcome::from_row(row)? })
+    }
 }
 
 /// Per config of `configs` that has one, the oldest tuning record of `scope` with that config
@@ -345,18 +350,19 @@ pub(crate) async fn reusable_among(
     Ok(oldest)
 }
 
-/// An ok trial of a workload: its config and the record its task points at.
-#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
-pub(crate) struct Trial {
-    pub(crate) template: String,
-    #[sqlx(try_from = "i64")]
-    pub(crate) template_version: u32,
-    pub(crate) config_index: i64,
-    pub(crate) config: String,
-    pub(crate) record_id: RecordId,
-    pub(crate) median_us: f64,
-    /// Millijoules per launch, when read.
-    pub(crate) energy_mj: Option<f64>,
+from_row! {
+    /// An ok trial of a workload: its config and the record its task points at.
+    #[derive(Clone, Debug, PartialEq)]
+    pub(crate) struct Trial {
+        pub(crate) template: String,
+        pub(crate) template_version: u32 as i64,
+        pub(crate) config_index: i64,
+        pub(crate) config: String,
+        pub(crate) record_id: RecordId,
+        pub(crate) median_us: f64,
+        /// Millijoules per launch, when read.
+        pub(crate) energy_mj: Option<f64>,
+    }
 }
 
 /// The `limit` fastest ok trials of workload `idx` of `job` (by the median of the record each
@@ -377,19 +383,20 @@ pub(crate) async fn fastest_trials(e: impl Into<Exec<'_>>, job: JobId, idx: u32,
     .await)?)
 }
 
-/// The outcome of one finished tuning trial of a workload, as a model search reads it.
-#[derive(Clone, Debug, PartialEq, sqlx::FromRow)]
-pub(crate) struct TrialOutcome {
-    pub(crate) template: String,
-    #[sqlx(try_from = "i64")]
-    pub(crate) template_version: u32,
-    pub(crate) config_index: i64,
-    pub(crate) status: Status,
-    pub(crate) median_us: f64,
-    /// False for a record marked untrusted.
-    pub(crate) trusted: bool,
-    /// Millijoules per launch, when read.
-    pub(crate) energy_mj: Option<f64>,
+from_row! {
+    /// The outcome of one finished tuning trial of a workload, as a model search reads it.
+    #[derive(Clone, Debug, PartialEq)]
+    pub(crate) struct TrialOutcome {
+        pub(crate) template: String,
+        pub(crate) template_version: u32 as i64,
+        pub(crate) config_index: i64,
+        pub(crate) status: Status,
+        pub(crate) median_us: f64,
+        /// False for a record marked untrusted.
+        pub(crate) trusted: bool,
+        /// Millijoules per launch, when read.
+        pub(crate) energy_mj: Option<f64>,
+    }
 }
 
 /// The outcomes of the finished tuning trials of workload `idx` of `job` (the record each points
@@ -409,15 +416,16 @@ pub(crate) async fn trial_outcomes(e: impl Into<Exec<'_>>, job: JobId, idx: u32)
     .await)?)
 }
 
-/// A stored tuning record as transfer reads it.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub(crate) struct PriorRecord {
-    pub(crate) workload_key: String,
-    #[sqlx(try_from = "String")]
-    pub(crate) workload: Json<Workload>,
-    pub(crate) config: String,
-    pub(crate) status: Status,
-    pub(crate) median_us: f64,
+from_row! {
+    /// A stored tuning record as transfer reads it.
+    #[derive(Clone, Debug)]
+    pub(crate) struct PriorRecord {
+        pub(crate) workload_key: String,
+        pub(crate) workload: Json<Workload> as String,
+        pub(crate) config: String,
+        pub(crate) status: Status,
+        pub(crate) median_us: f64,
+    }
 }
 
 /// What a transfer prior is built from.
@@ -454,16 +462,16 @@ pub(crate) async fn prior_records(e: impl Into<Exec<'_>>, scope: &PriorScope<'_>
     .await)?)
 }
 
-/// A re-measurement record of a finalist.
-#[derive(Clone, Copy, Debug, PartialEq, sqlx::FromRow)]
-pub(crate) struct Remeasure {
-    #[sqlx(try_from = "i64")]
-    pub(crate) workload_idx: u32,
-    #[sqlx(try_from = "i64")]
-    pub(crate) finalist_pos: u32,
-    pub(crate) id: RecordId,
-    pub(crate) status: Status,
-    pub(crate) median_us: f64,
+from_row! {
+    /// A re-measurement record of a finalist.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub(crate) struct Remeasure {
+        pub(crate) workload_idx: u32 as i64,
+        pub(crate) finalist_pos: u32 as i64,
+        pub(crate) id: RecordId,
+        pub(crate) status: Status,
+        pub(crate) median_us: f64,
+    }
 }
 
 /// The re-measurement records of every finalist task of `job`, by workload and position.
@@ -697,7 +705,7 @@ mod tests {
 
     async fn memory_db() -> sqlx::SqlitePool {
         let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await.unwrap();
-        sqlx::migrate!("../migrations/sqlite").run(&pool).await.unwrap();
+        crate::store::migrator(crate::store::migrations::SQLITE).run(&pool).await.unwrap();
         pool
     }
 

@@ -2,7 +2,7 @@
 
 use tensortune_kernels::Workload;
 
-use super::{Exec, Json, json, on, small, sql};
+use super::{Exec, Json, from_row, json, on, small, sql};
 use crate::error::Result;
 use crate::model::{Finalist, JobId, RecordId, TaskId, TaskKind, TaskState, WorkerId};
 
@@ -10,52 +10,48 @@ use crate::model::{Finalist, JobId, RecordId, TaskId, TaskKind, TaskState, Worke
 /// `tasks_config_unique` also keeps a workload to one finalist task.
 const FINALIST_CONFIG_INDEX: i64 = -1;
 
-/// A task as stored.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub(crate) struct TaskRow {
-    pub(crate) id: TaskId,
-    pub(crate) job_id: JobId,
-    #[sqlx(try_from = "i64")]
-    pub(crate) workload_idx: u32,
-    pub(crate) kind: TaskKind,
-    /// The template of a tuning task's config ('' and 0 for a finalist task, whose finalists each
-    /// name theirs).
-    pub(crate) template: String,
-    #[sqlx(try_from = "i64")]
-    pub(crate) template_version: u32,
-    /// The config of a tuning task (-1 and empty for a finalist task).
-    pub(crate) config_index: i64,
-    pub(crate) config: String,
-    /// The finalists of a finalist task, in the order the worker reports them.
-    #[sqlx(try_from = "String")]
-    pub(crate) finalists: Json<Vec<Finalist>>,
-    pub(crate) state: TaskState,
-    pub(crate) worker_id: Option<WorkerId>,
-    #[sqlx(try_from = "i64")]
-    pub(crate) attempts: u32,
-    /// A tuning task's record; a finalist task's winning re-measurement (the first one when none
-    /// was ok).
-    pub(crate) record_id: Option<RecordId>,
+from_row! {
+    /// A task as stored.
+    #[derive(Clone, Debug)]
+    pub(crate) struct TaskRow {
+        pub(crate) id: TaskId,
+        pub(crate) job_id: JobId,
+        pub(crate) workload_idx: u32 as i64,
+        pub(crate) kind: TaskKind,
+        /// The template of a tuning task's config ('' and 0 for a finalist task, whose finalists each
+        /// name theirs).
+        pub(crate) template: String,
+        pub(crate) template_version: u32 as i64,
+        /// The config of a tuning task (-1 and empty for a finalist task).
+        pub(crate) config_index: i64,
+        pub(crate) config: String,
+        /// The finalists of a finalist task, in the order the worker reports them.
+        pub(crate) finalists: Json<Vec<Finalist>> as String,
+        pub(crate) state: TaskState,
+        pub(crate) worker_id: Option<WorkerId>,
+        pub(crate) attempts: u32 as i64,
+        /// A tuning task's record; a finalist task's winning re-measurement (the first one when none
+        /// was ok).
+        pub(crate) record_id: Option<RecordId>,
+    }
 }
 
-/// A task as [`lease`] returns it: its own fields; its job's and workload's come from their rows.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub(crate) struct Leased {
-    pub(crate) id: TaskId,
-    pub(crate) job_id: JobId,
-    #[sqlx(try_from = "i64")]
-    pub(crate) workload_idx: u32,
-    pub(crate) template: String,
-    #[sqlx(try_from = "i64")]
-    pub(crate) template_version: u32,
-    pub(crate) config: String,
-    pub(crate) config_index: i64,
-    pub(crate) lease_expires_ms: i64,
-    pub(crate) kind: TaskKind,
-    #[sqlx(try_from = "String")]
-    pub(crate) finalists: Json<Vec<Finalist>>,
-    #[sqlx(try_from = "i64")]
-    pub(crate) attempts: u32,
+from_row! {
+    /// A task as [`lease`] returns it: its own fields; its job's and workload's come from their rows.
+    #[derive(Clone, Debug)]
+    pub(crate) struct Leased {
+        pub(crate) id: TaskId,
+        pub(crate) job_id: JobId,
+        pub(crate) workload_idx: u32 as i64,
+        pub(crate) template: String,
+        pub(crate) template_version: u32 as i64,
+        pub(crate) config: String,
+        pub(crate) config_index: i64,
+        pub(crate) lease_expires_ms: i64,
+        pub(crate) kind: TaskKind,
+        pub(crate) finalists: Json<Vec<Finalist>> as String,
+        pub(crate) attempts: u32 as i64,
+    }
 }
 
 /// A leased task with everything a worker needs to measure it.

@@ -1,37 +1,36 @@
 //! Queries on `workers`.
 
-use super::{Exec, Json, json, on};
+use super::{Exec, Json, from_row, json, on};
 use crate::error::Result;
 use crate::model::{Device, Registration, WorkerId};
 
-/// A registered worker with what it holds and has reported.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub(crate) struct WorkerRow {
-    pub(crate) id: WorkerId,
-    pub(crate) name: String,
-    pub(crate) device_class: String,
-    #[sqlx(try_from = "String")]
-    pub(crate) device: Json<Device>,
-    /// `name@version` of each template it implements.
-    #[sqlx(try_from = "String")]
-    pub(crate) templates: Json<Vec<String>>,
-    pub(crate) registered_ms: i64,
-    pub(crate) last_seen_ms: i64,
-    pub(crate) state: String,
-    /// Tasks it holds now.
-    #[sqlx(try_from = "i64")]
-    pub(crate) leased: u32,
-    /// Records it reported (records the tracker wrote for it, `device_lost`, do not count).
-    pub(crate) reported: i64,
-    /// Its latest timing of the shared reference kernel, microseconds; `None` until it sent one.
-    pub(crate) reference_us: Option<f64>,
-    /// Whether its last heartbeat found it drifting from its peers (so that the warning is logged
-    /// when it becomes flagged, not at every heartbeat).
-    pub(crate) drift_flagged: bool,
-    /// The token it registered with; its calls must carry the same one.
-    pub(crate) token_id: Option<i64>,
-    /// Why an admin quarantined it, if one did.
-    pub(crate) quarantined: Option<String>,
+from_row! {
+    /// A registered worker with what it holds and has reported.
+    #[derive(Clone, Debug)]
+    pub(crate) struct WorkerRow {
+        pub(crate) id: WorkerId,
+        pub(crate) name: String,
+        pub(crate) device_class: String,
+        pub(crate) device: Json<Device> as String,
+        /// `name@version` of each template it implements.
+        pub(crate) templates: Json<Vec<String>> as String,
+        pub(crate) registered_ms: i64,
+        pub(crate) last_seen_ms: i64,
+        pub(crate) state: String,
+        /// Tasks it holds now.
+        pub(crate) leased: u32 as i64,
+        /// Records it reported (records the tracker wrote for it, `device_lost`, do not count).
+        pub(crate) reported: i64,
+        /// Its latest timing of the shared reference kernel, microseconds; `None` until it sent one.
+        pub(crate) reference_us: Option<f64>,
+        /// Whether its last heartbeat found it drifting from its peers (so that the warning is logged
+        /// when it becomes flagged, not at every heartbeat).
+        pub(crate) drift_flagged: bool,
+        /// The token it registered with; its calls must carry the same one.
+        pub(crate) token_id: Option<i64>,
+        /// Why an admin quarantined it, if one did.
+        pub(crate) quarantined: Option<String>,
+    }
 }
 
 /// `SELECT` of [`WorkerRow`]s followed by `$tail`.

@@ -2,48 +2,43 @@
 
 use tensortune_kernels::Workload;
 
-use super::{Exec, Json, json, on, small};
+use super::{Exec, Json, from_row, json, on, small};
 use crate::error::Result;
 use crate::model::{JobId, RecordId, Status, WorkloadState};
 
-/// One workload of a job and its progress, with the time of its best record.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub(crate) struct WorkloadRow {
-    pub(crate) job_id: JobId,
-    #[sqlx(try_from = "i64")]
-    pub(crate) idx: u32,
-    pub(crate) workload_key: String,
-    #[sqlx(try_from = "String")]
-    pub(crate) workload: Json<Workload>,
-    #[sqlx(try_from = "i64")]
-    pub(crate) trials_target: u32,
-    pub(crate) space_size: i64,
-    #[sqlx(try_from = "i64")]
-    pub(crate) proposed: u32,
-    #[sqlx(try_from = "i64")]
-    pub(crate) done: u32,
-    #[sqlx(try_from = "i64")]
-    pub(crate) reused: u32,
-    pub(crate) state: WorkloadState,
-    pub(crate) best_record_id: Option<RecordId>,
-    /// The best record's score for the job's objective: its time in microseconds (the name's
-    /// unit), its energy in mJ, or its energy x delay.
-    pub(crate) best_us: Option<f64>,
-    pub(crate) stall_best_us: Option<f64>,
-    #[sqlx(try_from = "i64")]
-    pub(crate) stall_since: u32,
-    /// While finalizing: the state the workload takes once its finalists are done.
-    pub(crate) end_state: Option<WorkloadState>,
-    /// Set once a re-measurement of its finalists chose the winner (then `best_record_id` is the
-    /// winner's re-measurement and stays so).
-    pub(crate) finalist_gap: Option<f64>,
-    /// When its tuning ended: the model's chance that an untried config is >= 2% faster than the
-    /// best found (model tuner only).
-    pub(crate) chance_better: Option<f64>,
-    /// How much it matters to a model's job (`SubmitJobRequest.weights`); `None` for a job
-    /// submitted without weights, which weighs each workload 1 and never caps a curve at the
-    /// vendor's time.
-    pub(crate) weight: Option<f64>,
+from_row! {
+    /// One workload of a job and its progress, with the time of its best record.
+    #[derive(Clone, Debug)]
+    pub(crate) struct WorkloadRow {
+        pub(crate) job_id: JobId,
+        pub(crate) idx: u32 as i64,
+        pub(crate) workload_key: String,
+        pub(crate) workload: Json<Workload> as String,
+        pub(crate) trials_target: u32 as i64,
+        pub(crate) space_size: i64,
+        pub(crate) proposed: u32 as i64,
+        pub(crate) done: u32 as i64,
+        pub(crate) reused: u32 as i64,
+        pub(crate) state: WorkloadState,
+        pub(crate) best_record_id: Option<RecordId>,
+        /// The best record's score for the job's objective: its time in microseconds (the name's
+        /// unit), its energy in mJ, or its energy x delay.
+        pub(crate) best_us: Option<f64>,
+        pub(crate) stall_best_us: Option<f64>,
+        pub(crate) stall_since: u32 as i64,
+        /// While finalizing: the state the workload takes once its finalists are done.
+        pub(crate) end_state: Option<WorkloadState>,
+        /// Set once a re-measurement of its finalists chose the winner (then `best_record_id` is the
+        /// winner's re-measurement and stays so).
+        pub(crate) finalist_gap: Option<f64>,
+        /// When its tuning ended: the model's chance that an untried config is >= 2% faster than the
+        /// best found (model tuner only).
+        pub(crate) chance_better: Option<f64>,
+        /// How much it matters to a model's job (`SubmitJobRequest.weights`); `None` for a job
+        /// submitted without weights, which weighs each workload 1 and never caps a curve at the
+        /// vendor's time.
+        pub(crate) weight: Option<f64>,
+    }
 }
 
 /// A workload to insert.
