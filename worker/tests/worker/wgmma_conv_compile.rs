@@ -1,4 +1,4 @@
-//! NVRTC compiles what `wgmma_conv2d` emits for sm_90a, on the CPU: over 80 configs spread over
+//! NVRTC compiles what `wgmma_conv2d` emits for sm_90a, on the CPU: over 60 configs spread over
 //! every 16-bit and 8-bit input type, and a further sample of tf32 layers (f32 data, TF32
 //! wgmmas), all three load paths (a pointwise layer read by TMA tiles, TMA im2col where
 //! the channels are a multiple of a K tile, the gather everywhere else),
@@ -49,6 +49,7 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
     let mut kinds = std::collections::BTreeMap::new();
     let (mut gathered, mut im2col, mut pointwise) = (0, 0, 0);
     let mut turn = 0usize;
+    let mut all_offered = std::collections::BTreeSet::new();
     // The tensor-core types wgmma_conv2d takes (not f32, tf32 or the packed matmul-only types).
     for (input, acc, outs) in Types::SUPPORTED.iter().filter(|r| matches!(r.0, DType::F16 | DType::Bf16 | DType::I8)) {
         for out in *outs {
@@ -68,8 +69,12 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
                 let w = Workload::Conv2d(l);
                 let valid = valid_configs(&WgmmaConv2d, &w, &target).unwrap();
                 assert!(!valid.is_empty(), "no valid config for {}", w.key());
-                // Two configs of the kinds compiled least so far.
-                for c in least_seen_kinds(&valid, kind, 2, turn, &mut kinds) {
+                // One config of the kinds compiled least so far, more (up to three) where the layer
+                // offers kinds the sample has not compiled yet.
+                let offered: std::collections::BTreeSet<String> = valid.iter().map(|(_, c)| kind(c)).collect();
+                all_offered.extend(offered.iter().cloned());
+                let unseen = offered.iter().filter(|k| !kinds.contains_key(*k)).count();
+                for c in least_seen_kinds(&valid, kind, unseen.clamp(1, 3), turn, &mut kinds) {
                     let spec = WgmmaConv2d.generate(&w, &c, &target).unwrap();
                     if spec.name.contains("gather") {
                         gathered += 1
@@ -89,12 +94,14 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
         specs.len(),
         kinds.len()
     );
-    assert!(specs.len() >= 80, "only {} sampled configs", specs.len());
+    assert!(specs.len() >= 60, "only {} sampled configs", specs.len());
     assert!(
-        gathered >= 20 && im2col >= 20 && pointwise >= 15,
+        gathered >= 15 && im2col >= 20 && pointwise >= 15,
         "{gathered} gathered, {im2col} im2col, {pointwise} pointwise"
     );
     assert!(kinds.len() >= 30, "only {} kinds of config: {kinds:?}", kinds.len());
+    let missed: Vec<&String> = all_offered.iter().filter(|k| !kinds.contains_key(*k)).collect();
+    assert!(missed.is_empty(), "kinds some layer offers that the sample did not compile: {missed:?}");
     assert_all_compile(&specs, &target);
 }
 
