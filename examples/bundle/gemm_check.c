@@ -171,6 +171,20 @@ static CUdeviceptr upload(const void *host, size_t bytes) {
   return d;
 }
 
+/* The timing buffers (A, B, C, D, each side's) are allocated in whole multiples of TIMING_ALIGN,
+ * each in its own 2 MiB pages, as the worker's are (worker/src/cuda/workload.rs TIMING_ALIGN);
+ * TT_ALIGN=0 packs them as plain cuMemAlloc calls of their sizes do. */
+#define TIMING_ALIGN ((size_t)2 << 20)
+static int timing_align = 1;
+
+static CUdeviceptr upload_timing(const void *host, size_t bytes) {
+  if (!timing_align) return upload(host, bytes);
+  CUdeviceptr d;
+  CU(cuMemAlloc(&d, (bytes + TIMING_ALIGN - 1) / TIMING_ALIGN * TIMING_ALIGN));
+  if (host) CU(cuMemcpyHtoD(d, host, bytes));
+  return d;
+}
+
 /* alpha, beta and the compute and scale types of an entry's vendor GEMM (cuBLAS and cuBLASLt
  * alike); alpha and beta point into the struct. */
 typedef struct {
@@ -647,9 +661,9 @@ static void place_diag(slot *sl, CUstream s, int samples, int k, int no_blas) {
   double tv[64];
   for (int i = 0; i < k; i++) {
     CUdeviceptr *b = &bufs[i * 6];
-    b[0] = upload(NULL, (size_t)(i + 1) * ((1u << 20) + 3 * 4096) + 256 * (size_t)i); /* a spacer */
-    b[1] = upload(NULL, a_bytes), b[2] = upload(NULL, b_bytes), b[3] = upload(NULL, d_bytes);
-    b[4] = upload(NULL, d_bytes), b[5] = upload(NULL, d_bytes);
+    if (!timing_align) b[0] = upload(NULL, (size_t)(i + 1) * ((1u << 20) + 3 * 4096) + 256 * (size_t)i); /* a spacer */
+    b[1] = upload_timing(NULL, a_bytes), b[2] = upload_timing(NULL, b_bytes), b[3] = upload_timing(NULL, d_bytes);
+    b[4] = upload_timing(NULL, d_bytes), b[5] = upload_timing(NULL, d_bytes);
     CU(cuMemcpyDtoD(b[1], sl->at, a_bytes));
     CU(cuMemcpyDtoD(b[2], sl->bt, b_bytes));
     CU(cuMemcpyDtoD(b[3], sl->c, d_bytes));
@@ -695,9 +709,9 @@ static void place_slot(slot *sl, int places) {
   if (a_bytes + b_bytes + 2 * d_bytes > PLACED_MAX_BYTES) return;
   for (int p = 1; p < places; p++) {
     CUdeviceptr *b = sl->placed[p];
-    b[0] = upload(NULL, (size_t)p * PLACED_SPACER_STEP);
-    b[1] = upload(NULL, a_bytes), b[2] = upload(NULL, b_bytes), b[3] = upload(NULL, d_bytes);
-    b[4] = upload(NULL, d_bytes), b[5] = upload(NULL, d_bytes);
+    if (!timing_align) b[0] = upload(NULL, (size_t)p * PLACED_SPACER_STEP);
+    b[1] = upload_timing(NULL, a_bytes), b[2] = upload_timing(NULL, b_bytes), b[3] = upload_timing(NULL, d_bytes);
+    b[4] = upload_timing(NULL, d_bytes), b[5] = upload_timing(NULL, d_bytes);
     CU(cuMemcpyDtoD(b[1], sl->at, a_bytes));
     CU(cuMemcpyDtoD(b[2], sl->bt, b_bytes));
     CU(cuMemcpyDtoD(b[3], sl->c, d_bytes));
@@ -779,6 +793,7 @@ int main(int argc, char **argv) {
   int keep = getenv("TT_KEEP") && !strcmp(getenv("TT_KEEP"), "1");
   int diag = getenv("TT_PLACE_DIAG") ? atoi(getenv("TT_PLACE_DIAG")) : 0;
   int places = getenv("TT_PLACEMENTS") ? atoi(getenv("TT_PLACEMENTS")) : DEFAULT_PLACEMENTS;
+  timing_align = !(getenv("TT_ALIGN") && !strcmp(getenv("TT_ALIGN"), "0"));
   if (places < 1 || places > MAX_PLACEMENTS) {
     fprintf(stderr, "error: TT_PLACEMENTS must be 1 ..= %d, not %s\n", MAX_PLACEMENTS, getenv("TT_PLACEMENTS"));
     return 2;
@@ -817,9 +832,10 @@ int main(int argc, char **argv) {
     lt_ws = upload(NULL, LT_WORKSPACE);
   }
 
-  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement over %d placements, %d rounds (each side alone "
-         "from the full clock), %g ms warm-up, %g ms pause before each\n",
-         gpu, arch, sms, argv[1], bundle.n, samples, places, rounds, warm_ms, pause_ms);
+  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement over %d placements (timing buffers %s), %d "
+         "rounds (each side alone from the full clock), %g ms warm-up, %g ms pause before each\n",
+         gpu, arch, sms, argv[1], bundle.n, samples, places, timing_align ? "2 MiB-aligned" : "packed", rounds, warm_ms,
+         pause_ms);
   slot *slots = (slot *)calloc((size_t)bundle.n, sizeof(slot));
   int checked = 0, failures = 0, within = 0, timed = 0;
   for (int i = 0; i < bundle.n; i++) {
@@ -853,9 +869,9 @@ int main(int argc, char **argv) {
     size_t in = dsize(e->input), out = dsize(e->output);
     void *ha = fill(e->input, m * kk, 1), *hb = fill(e->input, kk * n, 1), *hc = fill(e->output, m * n, 1);
     void *ta = fill(e->input, m * kk, 0), *tb = fill(e->input, kk * n, 0);
-    CUdeviceptr a = upload(ha, m * kk * in), b = upload(hb, kk * n * in), c = upload(hc, m * n * out);
-    CUdeviceptr at = upload(ta, m * kk * in), bt = upload(tb, kk * n * in);
-    CUdeviceptr d = upload(NULL, m * n * out), dref = upload(hc, m * n * out);
+    CUdeviceptr a = upload(ha, m * kk * in), b = upload(hb, kk * n * in), c = upload_timing(hc, m * n * out);
+    CUdeviceptr at = upload_timing(ta, m * kk * in), bt = upload_timing(tb, kk * n * in);
+    CUdeviceptr d = upload_timing(NULL, m * n * out), dref = upload_timing(hc, m * n * out);
     CU(cuMemsetD8(d, 0xff, m * n * out)); /* poison: unwritten elements show */
 
     ours_call oc = {&sl->k, a, b, e->beta != 0 ? c : 0, d};
@@ -892,7 +908,8 @@ int main(int argc, char **argv) {
                first % m, first / m, value(e->output, got, first), value(e->output, want, first));
     else snprintf(check, sizeof sl->check, "ok: all %zu match (max |diff| %.3g)", m * n, max_err);
     failures += !ok_launch || !lookup_ok || bad;
-    printf("%-46s checked: %s\n", e->name, check);
+    printf("%-46s checked: %s (A at %llu KiB into a 2 MiB page)\n", e->name, check,
+           (unsigned long long)(at % TIMING_ALIGN) >> 10);
     fflush(stdout);
     snprintf(sl->key, sizeof sl->key, "%zux%zux%zu %s %s>%s", m, n, kk, e->layout, e->input, e->output);
     sl->at = at, sl->bt = bt, sl->c = c, sl->d = d, sl->dref = dref;
