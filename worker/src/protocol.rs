@@ -109,9 +109,9 @@ pub struct MeasureRequest {
     pub baseline_first: bool,
     /// Placements to time the kernel and the vendor over (0 or 1: one): copies of the timing set
     /// (A, B, C and the output) elsewhere in device memory, the time the mean of the placements'
-    /// times (see `cuda::timing::time`; a workload too large to copy has one). A finalist's rounds
-    /// ask for `plan::FINALIST_PLACEMENTS`, so that its record is not the time of wherever one
-    /// process's buffers happened to lie.
+    /// times (see `cuda::timing::time`; a workload too large to copy has one), so that a time is
+    /// not that of wherever one process's buffers happened to lie. A finalist's rounds ask for
+    /// `plan::FINALIST_PLACEMENTS`, `selftest --placements` for its own.
     #[serde(default)]
     pub placements: u32,
     /// The analytic model's time, microseconds (what `sim` reports).

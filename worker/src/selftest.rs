@@ -59,8 +59,7 @@ pub struct Selection {
     pub hold_s: f64,
     /// Read each kernel's energy after its samples (the one-second window records read).
     pub energy: bool,
-    /// Placements each kernel is timed over (`MeasureRequest::placements`; 1 as a trial, a
-    /// finalist's round `plan::FINALIST_PLACEMENTS`).
+    /// Placements each kernel is timed over (`MeasureRequest::placements`; 1 as a trial).
     pub placements: u32,
     /// These kernels instead of a spread per workload: to time chosen kernels (a job's finalists,
     /// say) of several workloads in one process. Their workloads and templates are the ones

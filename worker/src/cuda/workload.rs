@@ -31,18 +31,10 @@ const CANARY_BYTE: u8 = 0xa5;
 /// streams from HBM, whose channels the addresses spread over evenly wherever they lie, and its
 /// copies would cost hundreds of megabytes. Over the H200's 60 MiB L2 (and the H100's 50).
 const PLACED_MAX_BYTES: usize = 64 << 20;
-/// The timing set's buffers (A, B, C and the output, for our kernels and the vendor alike) are
-/// allocated in whole multiples of this, each on its own: the driver then maps each at the start
-/// of its own 2 MiB pages, as a framework's allocator (segments of 2 MiB and more) would, instead
-/// of packing it among whatever small allocations the process made before. A 2-6 us kernel read
-/// up to 7% apart on copies of its buffers packed among others in one process, and 4-8% slower
-/// after the process had allocated and freed memory (H200, 2026-11-29, docs/measurement.md).
-const TIMING_ALIGN: usize = 2 << 20;
-
-/// `bytes` rounded up to a whole number of [`TIMING_ALIGN`].
-fn timing_bytes(bytes: usize) -> usize {
-    bytes.div_ceil(TIMING_ALIGN).max(1) * TIMING_ALIGN
-}
+/// Each placed set sits after a spacer allocation of a size that grows with its number by this
+/// much (1 MiB and 3 pages: not a multiple of the 2 MiB pages the driver maps), so that the sets
+/// do not all start at the same offset in their pages.
+const PLACED_SPACER_STEP: usize = (1 << 20) + 3 * 4096;
 
 /// Which input set a launch reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,8 +88,9 @@ pub(crate) struct WorkloadState {
 }
 
 /// The timing set of one placement after the first: A, B and C copied from the first, an output
-/// with its canary, each in its own pages ([`TIMING_ALIGN`]).
+/// with its canary, after a spacer that only shifts them.
 struct Placed {
+    _spacer: DevBuf,
     a: DevBuf,
     b: DevBuf,
     c: DevBuf,
@@ -139,7 +132,6 @@ impl WorkloadState {
         let (a_elems, b_elems, out_elems) = support::operand_elements(workload);
         // Sizes in bits: packed inputs hold several elements per byte.
         let alloc = |elems: u64, ty: DType| DevBuf::new(ctx, ty.storage_bytes(elems) as usize);
-        let timing = |bytes: usize| DevBuf::new(ctx, timing_bytes(bytes));
         let out_bytes = t.output.storage_bytes(out_elems) as usize;
         let state = WorkloadState {
             workload: *workload,
@@ -152,10 +144,10 @@ impl WorkloadState {
             f_activate,
             a_check: alloc(a_elems, t.input)?,
             b_check: alloc(b_elems, t.input)?,
-            a_time: timing(t.input.storage_bytes(a_elems) as usize)?,
-            b_time: timing(t.input.storage_bytes(b_elems) as usize)?,
-            c: timing(out_bytes)?,
-            d: timing(out_bytes + CANARY_BYTES)?,
+            a_time: alloc(a_elems, t.input)?,
+            b_time: alloc(b_elems, t.input)?,
+            c: alloc(out_elems, t.output)?,
+            d: DevBuf::new(ctx, out_bytes + CANARY_BYTES)?,
             vectors: Vectors::new(ctx, workload)?,
             reference: DevBuf::new(ctx, out_elems as usize * 8)?,
             sq: DevBuf::new(ctx, out_elems as usize * 8)?,
@@ -224,16 +216,18 @@ impl WorkloadState {
         stream: &Arc<CudaStream>,
         placements: usize,
     ) -> Result<usize, CudaFailure> {
-        let set_bytes = self.a_time.bytes + self.b_time.bytes + self.c.bytes + self.d.bytes;
+        let set_bytes = self.a_time.bytes + self.b_time.bytes + self.c.bytes + self.out_bytes;
         if set_bytes > PLACED_MAX_BYTES {
             return Ok(1);
         }
         while self.placed.len() + 1 < placements {
+            let spacer = DevBuf::new(ctx, (self.placed.len() + 1) * PLACED_SPACER_STEP)?;
             let set = Placed {
+                _spacer: spacer,
                 a: DevBuf::new(ctx, self.a_time.bytes)?,
                 b: DevBuf::new(ctx, self.b_time.bytes)?,
                 c: DevBuf::new(ctx, self.c.bytes)?,
-                d: DevBuf::new(ctx, self.d.bytes)?,
+                d: DevBuf::new(ctx, self.out_bytes + CANARY_BYTES)?,
             };
             self.fill_placed(stream, &set).when(|| "when copying a timing set elsewhere".into())?;
             self.placed.push(set);
@@ -454,7 +448,7 @@ impl WorkloadState {
         .iter()
         .map(|b| b.bytes)
         .sum::<usize>()
-            + self.placed.iter().map(|p| p.a.bytes + p.b.bytes + p.c.bytes + p.d.bytes).sum::<usize>()
+            + self.placed.iter().map(|p| p._spacer.bytes + p.a.bytes + p.b.bytes + p.c.bytes + p.d.bytes).sum::<usize>()
     }
 }
 
