@@ -18,7 +18,11 @@
  * every kernel first and keeps every module and buffer until all are timed: on an H200 that holds
  * about 1.3 GB in 20 allocations for the default suite's bundle, and every 2-6 us kernel, ours and
  * cuBLAS's alike, then takes 0.15 us a launch more (docs/BENCHMARKS.md). TT_EXTRA_MB=N allocates N
- * MiB of device memory first, in TT_EXTRA_PIECES allocations.
+ * MiB of device memory first, in TT_EXTRA_PIECES allocations. TT_PLACEMENTS=P times each side over
+ * P copies of a small kernel's buffers, the mean of the copies' times (see DEFAULT_PLACEMENTS);
+ * TT_ALIGN=1 gives each timing buffer its own 2 MiB pages; TT_PLACE_DIAG=K times each kernel again
+ * K times on its buffers, on a reloaded module, on copies of its buffers and with 1 GiB more
+ * allocated (see place_diag): where a 2-6 us kernel's time depends on its process's memory.
  *
  *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lcublasLt -ldl
  *   ./gemm_check BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS [PAUSE_MS]]]]
@@ -45,11 +49,12 @@
 #define MAX_BATCH 20000
 #define PROBE_BATCH 8
 #define MAX_ROUNDS 100
-/* Placements (TT_PLACEMENTS, as a finalist's round: worker/src/plan.rs FINALIST_PLACEMENTS): a
+/* Placements (TT_PLACEMENTS; a finalist's round has worker/src/plan.rs FINALIST_PLACEMENTS): a
  * timing of a kernel whose timing set (A, B, C, D) is at most PLACED_MAX_BYTES goes round this
- * many copies of the set, each after a spacer allocation PLACED_SPACER_STEP larger than the last,
- * the first the set itself (worker/src/cuda/workload.rs); a larger set is timed on itself. */
-#define DEFAULT_PLACEMENTS 5
+ * many copies of the set, each after a spacer allocation PLACED_SPACER_STEP larger than the last
+ * (none with TT_ALIGN=1), the first the set itself (worker/src/cuda/workload.rs); a larger set is
+ * timed on itself. */
+#define DEFAULT_PLACEMENTS 1
 #define MAX_PLACEMENTS 16
 #define PLACED_MAX_BYTES ((size_t)64 << 20)
 #define PLACED_SPACER_STEP (((size_t)1 << 20) + 3 * 4096)
@@ -171,11 +176,12 @@ static CUdeviceptr upload(const void *host, size_t bytes) {
   return d;
 }
 
-/* The timing buffers (A, B, C, D, each side's) are allocated in whole multiples of TIMING_ALIGN,
- * each in its own 2 MiB pages, as the worker's are (worker/src/cuda/workload.rs TIMING_ALIGN);
- * TT_ALIGN=0 packs them as plain cuMemAlloc calls of their sizes do. */
+/* TT_ALIGN=1: the timing buffers (A, B, C, D, each side's) are allocated in whole multiples of
+ * TIMING_ALIGN, each in its own 2 MiB pages, instead of as plain cuMemAlloc calls of their sizes
+ * (as the worker's are). Tried as a layout that would not depend on the process's other
+ * allocations: it did not make the copies' times agree (docs/measurement.md, "Placements"). */
 #define TIMING_ALIGN ((size_t)2 << 20)
-static int timing_align = 1;
+static int timing_align = 0;
 
 static CUdeviceptr upload_timing(const void *host, size_t bytes) {
   if (!timing_align) return upload(host, bytes);
@@ -793,7 +799,7 @@ int main(int argc, char **argv) {
   int keep = getenv("TT_KEEP") && !strcmp(getenv("TT_KEEP"), "1");
   int diag = getenv("TT_PLACE_DIAG") ? atoi(getenv("TT_PLACE_DIAG")) : 0;
   int places = getenv("TT_PLACEMENTS") ? atoi(getenv("TT_PLACEMENTS")) : DEFAULT_PLACEMENTS;
-  timing_align = !(getenv("TT_ALIGN") && !strcmp(getenv("TT_ALIGN"), "0"));
+  timing_align = getenv("TT_ALIGN") && !strcmp(getenv("TT_ALIGN"), "1");
   if (places < 1 || places > MAX_PLACEMENTS) {
     fprintf(stderr, "error: TT_PLACEMENTS must be 1 ..= %d, not %s\n", MAX_PLACEMENTS, getenv("TT_PLACEMENTS"));
     return 2;
