@@ -640,11 +640,25 @@ static void diag_report(const char *key, const char *what, const double *t, int 
   printf("\n");
 }
 
-static void place_diag(slot *sl, CUstream s, int samples, int k, int no_blas) {
-  if (k > 64) k = 64;
+/* A copy of a slot's timing set elsewhere: b = {spacer, A, B, C, D, the vendor's D}, the spacer
+ * (packed layout only) `spacer` bytes allocated first; A, B, C and the vendor's D (C in place)
+ * copied from the slot's. */
+static void copy_set(const slot *sl, size_t spacer, CUdeviceptr b[6]) {
   const tt_entry *e = sl->entry;
   size_t m = e->shape[0], n = e->shape[1], kk = e->shape[2];
   size_t a_bytes = m * kk * dsize(e->input), b_bytes = kk * n * dsize(e->input), d_bytes = m * n * dsize(e->output);
+  if (!timing_align) b[0] = upload(NULL, spacer);
+  b[1] = upload_timing(NULL, a_bytes), b[2] = upload_timing(NULL, b_bytes), b[3] = upload_timing(NULL, d_bytes);
+  b[4] = upload_timing(NULL, d_bytes), b[5] = upload_timing(NULL, d_bytes);
+  CU(cuMemcpyDtoD(b[1], sl->at, a_bytes));
+  CU(cuMemcpyDtoD(b[2], sl->bt, b_bytes));
+  CU(cuMemcpyDtoD(b[3], sl->c, d_bytes));
+  CU(cuMemcpyDtoD(b[5], sl->dref, d_bytes));
+}
+
+static void place_diag(slot *sl, CUstream s, int samples, int k, int no_blas) {
+  if (k > 64) k = 64;
+  const tt_entry *e = sl->entry;
   double t[64];
   int batch = 0;
   for (int i = 0; i < k; i++) t[i] = time_us(s, samples, 0, enqueue_ours, &sl->ours, &batch);
@@ -667,13 +681,7 @@ static void place_diag(slot *sl, CUstream s, int samples, int k, int no_blas) {
   double tv[64];
   for (int i = 0; i < k; i++) {
     CUdeviceptr *b = &bufs[i * 6];
-    if (!timing_align) b[0] = upload(NULL, (size_t)(i + 1) * ((1u << 20) + 3 * 4096) + 256 * (size_t)i); /* a spacer */
-    b[1] = upload_timing(NULL, a_bytes), b[2] = upload_timing(NULL, b_bytes), b[3] = upload_timing(NULL, d_bytes);
-    b[4] = upload_timing(NULL, d_bytes), b[5] = upload_timing(NULL, d_bytes);
-    CU(cuMemcpyDtoD(b[1], sl->at, a_bytes));
-    CU(cuMemcpyDtoD(b[2], sl->bt, b_bytes));
-    CU(cuMemcpyDtoD(b[3], sl->c, d_bytes));
-    CU(cuMemcpyDtoD(b[5], sl->dref, d_bytes));
+    copy_set(sl, (size_t)(i + 1) * PLACED_SPACER_STEP, b);
     ours_call oc = {&sl->k, b[1], b[2], e->beta != 0 ? b[3] : 0, b[4]};
     t[i] = time_us(s, samples, 0, enqueue_ours, &oc, &batch);
     if (!no_blas) {
@@ -715,13 +723,7 @@ static void place_slot(slot *sl, int places) {
   if (a_bytes + b_bytes + 2 * d_bytes > PLACED_MAX_BYTES) return;
   for (int p = 1; p < places; p++) {
     CUdeviceptr *b = sl->placed[p];
-    if (!timing_align) b[0] = upload(NULL, (size_t)p * PLACED_SPACER_STEP);
-    b[1] = upload_timing(NULL, a_bytes), b[2] = upload_timing(NULL, b_bytes), b[3] = upload_timing(NULL, d_bytes);
-    b[4] = upload_timing(NULL, d_bytes), b[5] = upload_timing(NULL, d_bytes);
-    CU(cuMemcpyDtoD(b[1], sl->at, a_bytes));
-    CU(cuMemcpyDtoD(b[2], sl->bt, b_bytes));
-    CU(cuMemcpyDtoD(b[3], sl->c, d_bytes));
-    CU(cuMemcpyDtoD(b[5], sl->dref, d_bytes));
+    copy_set(sl, (size_t)p * PLACED_SPACER_STEP, b);
     sl->op[p] = (ours_call){&sl->k, b[1], b[2], e->beta != 0 ? b[3] : 0, b[4]};
     sl->bp[p] = sl->blas;
     sl->bp[p].a = b[1], sl->bp[p].b = b[2], sl->bp[p].d = b[5];
