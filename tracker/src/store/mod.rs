@@ -338,6 +338,23 @@ pub(crate) async fn open(db: &Path) -> anyhow::Result<Pool> {
     }
 }
 
+/// The start of the PostgreSQL `application_name` of a serving tracker's connections; the rest
+/// names the process (a random number). The trackers on a database find one another by it (see
+/// `tasks::LEASE_PG`).
+pub(crate) const TRACKER_APPLICATION: &str = "tensortune-tracker ";
+
+/// [`open`] for a tracker that serves: on PostgreSQL its connections carry its name
+/// ([`TRACKER_APPLICATION`]), by which the other trackers on the database count it.
+pub(crate) async fn open_serving(db: &Path) -> anyhow::Result<Pool> {
+    match Location::parse(db)? {
+        Location::Postgres(options) => {
+            let name = format!("{TRACKER_APPLICATION}{:016x}", rand::random::<u64>());
+            open_postgres(options.application_name(&name), &redact(&db.to_string_lossy())).await.map(Pool::Postgres)
+        }
+        Location::Sqlite(_) => open(db).await,
+    }
+}
+
 /// Connects to the PostgreSQL database and applies its migrations; `shown` is the URL without its
 /// password, for errors.
 async fn open_postgres(options: PgConnectOptions, shown: &str) -> anyhow::Result<PgPool> {

@@ -342,11 +342,15 @@ const LEASE_SQLITE: &str =
          RETURNING id, job_id, workload_idx, template, template_version, config, config_index, lease_expires_ms, kind,
                    finalists, attempts";
 
-/// [`lease`] on PostgreSQL: the same choice, job by job in their order, from the jobs whose lock
-/// this write holds or can take without waiting (`pg_try_advisory_xact_lock`, see
-/// `store::JOB_LOCK_CLASS`): a job another tracker's write is changing is passed over, so that
-/// each tracker's workers lease, and then report, the jobs it holds, and two trackers' groups run
-/// at once instead of one waiting for the other's jobs. The lock is tried once a job, before its
+/// [`lease`] on PostgreSQL: the same choice, job by job, from the jobs whose lock this write holds
+/// or can take without waiting (`pg_try_advisory_xact_lock`, see `store::JOB_LOCK_CLASS`): a job
+/// another tracker's write is changing is passed over, so that two trackers' groups run at once
+/// instead of one waiting for the other's jobs. A tracker's own jobs come first, then the others
+/// oldest first: of the `n` trackers serving the database (counted by their connections' names,
+/// `store::TRACKER_APPLICATION`), the one ranked `r` by name owns the jobs whose id is `r` modulo
+/// `n`. Its workers then lease, and report, mostly its own jobs, which its groups hold while the
+/// other trackers' groups hold theirs; a tracker that is gone drops out of the count with its
+/// connections. The order only prefers: any tracker leases any job it can lock. The lock is tried once a job, before its
 /// tasks are read (a filter on the ordered job list, which PostgreSQL keeps apart from the lateral
 /// read), and only for jobs with pending tasks. The chosen rows are locked as well (`SKIP LOCKED`:
 /// rows another transaction is leasing are passed over, never waited for or handed out twice).
@@ -356,9 +360,14 @@ const LEASE_PG: &str =
          WHERE id IN (
              SELECT c.id
              FROM (SELECT j.id FROM jobs j
+                   CROSS JOIN (SELECT COUNT(*) AS n,
+                                      COUNT(*) FILTER (WHERE a.name < current_setting('application_name')) AS r
+                               FROM (SELECT DISTINCT application_name AS name FROM pg_stat_activity
+                                     WHERE datname = current_database()
+                                       AND application_name LIKE 'tensortune-tracker %') a) k
                    WHERE j.state IN ('queued', 'running') AND j.device_class = $4
                      AND EXISTS (SELECT 1 FROM tasks p WHERE p.state = 'pending' AND p.job_id = j.id)
-                   ORDER BY j.id OFFSET 0) j
+                   ORDER BY j.id % GREATEST(k.n, 1) <> k.r, j.id OFFSET 0) j
              CROSS JOIN LATERAL (
                  SELECT t.id FROM tasks t
                  WHERE t.state = 'pending' AND t.job_id = j.id
