@@ -142,6 +142,7 @@ impl Tracker {
                 }
             }
         }
+        w.leased(leased.len() as u64);
         // What the worker needs of each task's job and workload, from the rows the write keeps
         // (the group's reports read them already, mostly): a statement per lease before.
         let mut tasks = Vec::with_capacity(leased.len());

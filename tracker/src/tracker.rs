@@ -157,6 +157,7 @@ impl Tracker {
             stopped: Vec::new(),
             changed: BTreeSet::new(),
             tasks_ready: 0,
+            leased: 0,
             workers: HashMap::new(),
             workload_rows: HashMap::new(),
             unsaved: BTreeSet::new(),
@@ -264,6 +265,9 @@ pub(crate) struct Write<'a> {
     /// How many tasks became pending (about as many long-polling workers are woken after the
     /// commit: `Events::tasks_ready`).
     tasks_ready: u64,
+    /// How many tasks this write leased: the other trackers on PostgreSQL are told only of the
+    /// tasks that became pending beyond them (see [`Write::commit`]).
+    leased: u64,
     /// Workers this write read and marked seen (at `now`): a group commit holds many calls of the
     /// same worker (a lease, a heartbeat, reports), which read and touch its row once.
     pub(crate) workers: HashMap<crate::model::WorkerId, crate::store::workers::WorkerRow>,
@@ -555,6 +559,11 @@ impl Write<'_> {
         self.tasks_ready = self.tasks_ready.saturating_add(n);
     }
 
+    /// Notes that this write leased `n` tasks.
+    pub(crate) fn leased(&mut self, n: u64) {
+        self.leased = self.leased.saturating_add(n);
+    }
+
     /// Commits, brings the searches in step, then tells watchers and waiting workers.
     pub(crate) async fn commit(mut self, events: &Events) -> Result<()> {
         self.save_unsaved().await?;
@@ -569,9 +578,14 @@ impl Write<'_> {
             if !keys.is_empty() {
                 bumped = crate::store::workloads::bump_versions(&mut tx, &keys).await?;
             }
-            if self.tasks_ready > 0 {
+            // Tasks this write's own leases took (its reports' proposals, mostly: its workers
+            // wait on its jobs) are none another tracker's waiting leases would find: telling it
+            // of them woke leases that read the database to find nothing (with two trackers,
+            // nearly twice the lease statements of one, 2026-11-29).
+            let remote = self.tasks_ready.saturating_sub(self.leased);
+            if remote > 0 {
                 // `instance:n`, so that other trackers wake as few of their waiting leases.
-                let payload = format!("{}:{}", self.instance, self.tasks_ready);
+                let payload = format!("{}:{}", self.instance, remote);
                 crate::store::notify(&mut tx, crate::store::TASKS_CHANNEL, &payload).await?;
             }
             if !self.changed.is_empty() {
