@@ -98,19 +98,39 @@ async fn a_watch_on_one_tracker_follows_a_job_run_through_another() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn connections_the_postgres_server_drops_are_replaced_and_nothing_is_lost() {
+/// One tracker on a PostgreSQL database of its own, a registered sim worker, and a pool of the
+/// test's own on that database; `None` (the test says it skipped) when `TENSORTUNE_TEST_PG` is not
+/// set, `why` saying why it needs PostgreSQL.
+struct OnPostgres {
+    _dir: tempfile::TempDir,
+    tracker: TestTracker,
+    tuning: tensortune_proto::pb::tuning_client::TuningClient<tonic::transport::Channel>,
+    worker: FakeWorker,
+    admin: sqlx::PgPool,
+}
+
+async fn one_tracker_on_postgres(why: &str) -> Option<OnPostgres> {
     if !on_postgres() {
-        eprintln!("SKIPPED: TENSORTUNE_TEST_PG is not set");
-        return;
+        eprintln!("SKIPPED: TENSORTUNE_TEST_PG is not set ({why})");
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir);
     let tracker = TestTracker::start(cfg.clone()).await;
-    let mut tuning = tracker.tuning().await;
-    let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    let id = submit(&mut tuning, job(vec![matmul(256, 128, 256)], 12, 4)).await;
+    let tuning = tracker.tuning().await;
+    let worker = FakeWorker::register(&tracker, "box/0").await;
     let admin = sqlx::PgPool::connect(&cfg.db.to_string_lossy()).await.unwrap();
+    Some(OnPostgres { _dir: dir, tracker, tuning, worker, admin })
+}
+
+#[tokio::test]
+async fn connections_the_postgres_server_drops_are_replaced_and_nothing_is_lost() {
+    let Some(OnPostgres { _dir, tracker, mut tuning, mut worker, admin }) =
+        one_tracker_on_postgres("the server's dropped connections").await
+    else {
+        return;
+    };
+    let id = submit(&mut tuning, job(vec![matmul(256, 128, 256)], 12, 4)).await;
     let mut reported = 0;
     let mut refused = Vec::new();
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -161,18 +181,13 @@ async fn hold_job(admin: &sqlx::PgPool, job: u64) -> sqlx::Transaction<'static, 
 
 #[tokio::test]
 async fn a_lease_passes_over_a_job_another_trackers_write_holds_and_a_report_waits_for_it() {
-    if !on_postgres() {
-        eprintln!("SKIPPED: TENSORTUNE_TEST_PG is not set (job locks are PostgreSQL's)");
+    let Some(OnPostgres { _dir, tracker, mut tuning, mut worker, admin }) =
+        one_tracker_on_postgres("job locks are PostgreSQL's").await
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = config(&dir);
-    let tracker = TestTracker::start(cfg.clone()).await;
-    let mut tuning = tracker.tuning().await;
-    let mut worker = FakeWorker::register(&tracker, "box/0").await;
+    };
     let first = submit(&mut tuning, job(vec![matmul(256, 128, 256)], 8, 4)).await;
     let second = submit(&mut tuning, job(vec![matmul(128, 128, 128)], 8, 4)).await;
-    let admin = sqlx::PgPool::connect(&cfg.db.to_string_lossy()).await.unwrap();
 
     // Oldest job first, but the first is held elsewhere: its tasks are passed over, not waited for.
     let holder = hold_job(&admin, first).await;
