@@ -91,7 +91,16 @@ pub(crate) enum Done {
 pub(crate) struct Queued {
     pub(crate) op: Op,
     pub(crate) answer: oneshot::Sender<Result<Done>>,
+    /// How many groups put it back because another tracker's write held one of its jobs
+    /// (`commits`); from [`MAX_PUT_BACK`] on, its group waits for the jobs instead.
+    pub(crate) put_back: u32,
 }
+
+/// How many times a report is put back for a later group while another tracker's write holds one
+/// of its jobs (PostgreSQL) before its group waits for that write: passing over a held job keeps
+/// both trackers' groups going, and the bound keeps a report of a job that another tracker
+/// reports on all the time from waiting for ever.
+pub(crate) const MAX_PUT_BACK: u32 = 2;
 
 /// The queue of changes waiting for the committer.
 #[derive(Default)]
@@ -128,6 +137,21 @@ impl Commits {
         drop(queue);
         self.queued.notify_one();
         Ok(())
+    }
+
+    /// Puts `ops` back at the head of the queue, in their order, for the next group; each counts
+    /// one more put-back.
+    pub(crate) fn put_back(&self, ops: Vec<Queued>) {
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        for mut q in ops.into_iter().rev() {
+            q.put_back += 1;
+            if let Op::Report { .. } = q.op {
+                queue.reports = queue.reports.saturating_add(q.op.weight());
+            }
+            queue.ops.push_front(q);
+        }
+        drop(queue);
+        self.queued.notify_one();
     }
 
     /// The next group, in arrival order, up to [`GROUP_WEIGHT`] of work and [`MAX_GROUP`]
@@ -313,7 +337,7 @@ mod tests {
 
     fn queued(op: Op) -> (Queued, oneshot::Receiver<Result<Done>>) {
         let (answer, rx) = oneshot::channel();
-        (Queued { op, answer }, rx)
+        (Queued { op, answer, put_back: 0 }, rx)
     }
 
     fn report(worker: WorkerId, n: usize) -> Op {
@@ -361,6 +385,38 @@ mod tests {
         let (q, _rx3) = queued(report(8, 1));
         assert!(commits.push(q).is_err(), "a closed queue refuses changes");
         assert_eq!(kinds(&take(true)), [('r', 7)], "what was queued before closing is still taken");
+    }
+
+    #[test]
+    fn reports_put_back_go_first_in_the_next_group_and_count_in_the_lease_window() {
+        let commits = Commits::default();
+        let mut answers = Vec::new();
+        for op in [report(1, 100), report(2, 50), lease(3, 16)] {
+            let (q, rx) = queued(op);
+            answers.push(rx);
+            assert!(commits.push(q).is_ok());
+        }
+        let mut group = commits.take_within(false, u32::MAX, Instant::now());
+        assert_eq!(kinds(&group), [('r', 1), ('r', 2), ('l', 3)]);
+        // Both reports put back (their jobs held elsewhere), in their order, ahead of what came since.
+        let (q, _rx) = queued(report(4, 10));
+        assert!(commits.push(q).is_ok());
+        let leased = group.pop().expect("the lease");
+        assert!(matches!(leased.op, Op::Lease { .. }));
+        commits.put_back(group);
+        // 160 reported tasks queued again: a lease of 16 fits a window of 176, a second does not.
+        for op in [lease(5, 16), lease(6, 16)] {
+            let (q, rx) = queued(op);
+            answers.push(rx);
+            assert!(commits.push(q).is_ok());
+        }
+        let again = commits.take_within(false, 176, Instant::now());
+        assert_eq!(kinds(&again), [('r', 1), ('r', 2), ('r', 4), ('l', 5)]);
+        assert_eq!(again.iter().map(|q| q.put_back).collect::<Vec<_>>(), [1, 1, 0, 0]);
+        commits.put_back(again.into_iter().take(1).collect());
+        let last = commits.take_within(false, u32::MAX, Instant::now());
+        assert_eq!(kinds(&last), [('r', 1), ('l', 6)]);
+        assert_eq!(last[0].put_back, 2, "each put-back counts");
     }
 
     #[test]

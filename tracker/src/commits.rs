@@ -19,7 +19,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::changes::{Done, Op, Queued};
+use crate::changes::{Done, MAX_PUT_BACK, Op, Queued};
 use crate::error::{Error, Result};
 use crate::tracker::{Tracker, Write};
 
@@ -27,7 +27,7 @@ impl Tracker {
     /// Runs `op` in the next group commit; returns what it did once its group committed.
     pub(crate) async fn commit_op(&self, op: Op) -> Result<Done> {
         let (answer, done) = oneshot::channel();
-        if self.commits.push(Queued { op, answer }).is_err() {
+        if self.commits.push(Queued { op, answer, put_back: 0 }).is_err() {
             return Err(Error::Unavailable("the tracker is shutting down; retry".to_owned()));
         }
         // The committer answers every change it takes, and takes every queued one before it stops.
@@ -56,7 +56,7 @@ impl Tracker {
         // made: its tasks would sit leased to a worker that never learns of them until the lease
         // expires, and a task that loses three leases that way is recorded as lost. Reports and
         // heartbeats are applied all the same (a report is stored once, whoever waits for it).
-        let (group, gone): (Vec<Queued>, Vec<Queued>) =
+        let (mut group, gone): (Vec<Queued>, Vec<Queued>) =
             group.into_iter().partition(|q| !(matches!(q.op, Op::Lease { .. }) && q.answer.is_closed()));
         if !gone.is_empty() {
             tracing::debug!(leases = gone.len(), "leases whose callers left were not made");
@@ -67,7 +67,28 @@ impl Tracker {
         let together = async {
             let t0 = std::time::Instant::now();
             let weight: u32 = group.iter().map(|q| q.op.weight()).sum();
-            let mut w = self.write().await?;
+            // On PostgreSQL the write holds the jobs of the reported tasks (and those of what it
+            // leases), not the whole database: other trackers' groups on other jobs go on beside
+            // it. A report of a job another tracker's write holds is put back for a later group
+            // (waited for once put back `MAX_PUT_BACK` times). A change that meets a job it does
+            // not hold fails the group, which then runs each change alone in a write that holds
+            // everything (below).
+            let (mut try_, mut wait) = (Vec::new(), Vec::new());
+            for q in &group {
+                if let Op::Report { items, .. } = &q.op {
+                    let into = if q.put_back >= MAX_PUT_BACK { &mut wait } else { &mut try_ };
+                    into.extend(items.iter().map(|i| i.task));
+                }
+            }
+            let (mut w, passed) = self.write_dispatch(&try_, &wait).await?;
+            if !passed.is_empty() {
+                let (later, now): (Vec<Queued>, Vec<Queued>) = std::mem::take(&mut group).into_iter().partition(
+                    |q| matches!(&q.op, Op::Report { items, .. } if items.iter().any(|i| passed.contains(&i.task))),
+                );
+                tracing::debug!(reports = later.len(), "reports of jobs another tracker holds put back");
+                self.commits.put_back(later);
+                group = now;
+            }
             let t1 = t0.elapsed();
             // The reports first, as one batch (`Tracker::reports_in`: a few statements for all of
             // them instead of a few for each call), then the other changes in arrival order. Any

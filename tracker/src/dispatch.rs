@@ -123,6 +123,10 @@ impl Tracker {
         let expires = self.lease_deadline(now);
         let mut leased =
             store::tasks::lease(w.conn(), worker, &row.device_class, &row.templates.0, max, expires, now).await?;
+        // The lease took (or already held) each one's job lock.
+        for t in &leased {
+            w.hold(t.job_id);
+        }
         // Finalist tasks spread over the class's workers ([`FINALISTS_HELD`]): only a lease that
         // took one can go over the share.
         if leased.iter().any(|t| t.kind == TaskKind::Finalist) {
@@ -138,6 +142,7 @@ impl Tracker {
                 }
             }
         }
+        w.leased(leased.len() as u64);
         // What the worker needs of each task's job and workload, from the rows the write keeps
         // (the group's reports read them already, mostly): a statement per lease before.
         let mut tasks = Vec::with_capacity(leased.len());
@@ -469,8 +474,11 @@ impl Tracker {
         Ok(answers)
     }
 
-    /// Job `id`'s row, read once per write for its reports (see `Write::job_row`).
+    /// Job `id`'s row, read once per write for its reports and leases (see `Write::job_row`).
     async fn job_in(&self, w: &mut Write<'_>, id: JobId) -> Result<JobRow> {
+        // Everything a dispatch change does to a job starts from its row, read here: a group's
+        // write must hold the job first (`Tracker::write_dispatch`).
+        w.holding(id)?;
         if let Some(job) = w.job_row(id) {
             return Ok(job.clone());
         }

@@ -116,7 +116,7 @@ pub async fn run_with_http(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     config.validate()?;
-    let pool = store::open(&config.db).await?;
+    let pool = store::open_serving(&config.db).await?;
     let local = listener.local_addr().context("reading the listener's address")?;
     // Everything this call started stops with `stop`: the caller's token, or a failure to serve.
     let stop = shutdown.child_token();

@@ -82,16 +82,56 @@ impl Tracker {
         })
     }
 
-    /// Starts a write.
+    /// Starts a write holding the whole database.
     pub(crate) async fn write(&self) -> Result<Write<'_>> {
         let searches = self.searches.lock().await;
         // The database's write lock is taken now rather than at the first write (see
         // `Pool::begin_write`).
-        let mut tx = self.pool.begin_write().await?;
-        let mut searches = searches;
+        let tx = self.pool.begin_write().await?;
+        self.begin(searches, tx, None).await
+    }
+
+    /// Starts the write of a dispatch group (`commits`) whose reports name the tasks `try_` and
+    /// `wait`. On PostgreSQL it holds jobs, not the whole database (`Pool::begin_dispatch`): those
+    /// of `wait`'s tasks, waited for; those of `try_`'s that no other tracker's write holds; later
+    /// those of the tasks it leases. Another tracker's group on other jobs runs beside it. Returns
+    /// the tasks among `try_` whose job it does not hold (their reports wait for a later group).
+    /// On SQLite it is [`Tracker::write`], holding everything.
+    pub(crate) async fn write_dispatch(
+        &self,
+        try_: &[crate::model::TaskId],
+        wait: &[crate::model::TaskId],
+    ) -> Result<(Write<'_>, HashSet<crate::model::TaskId>)> {
+        if !self.pool.is_postgres() {
+            return Ok((self.write().await?, HashSet::new()));
+        }
+        let searches = self.searches.lock().await;
+        let mut tx = self.pool.begin_dispatch().await?;
+        // Before anything is read: what is read from here on is what the jobs' last writers left.
+        let mut held = HashSet::new();
+        let mut passed = HashSet::new();
+        for (task, job, got) in crate::store::lock_jobs_of(&mut tx, try_, wait).await? {
+            if got {
+                held.insert(job);
+            } else {
+                passed.insert(task);
+            }
+        }
+        Ok((self.begin(searches, tx, Some(held)).await?, passed))
+    }
+
+    /// A write on `tx`, holding the jobs `held` (`None`: the whole database).
+    async fn begin<'a>(
+        &'a self,
+        mut searches: MutexGuard<'a, Searches>,
+        mut tx: Tx,
+        held: Option<HashSet<JobId>>,
+    ) -> Result<Write<'a>> {
         let versions = if self.pool.is_postgres() {
             // Other trackers may have proposed or finished tasks since this one last wrote: a
             // search mirroring an older version of its workload is reloaded when next needed.
+            // Read once the jobs are held: the versions of a job another tracker's write holds
+            // may still move, but this write uses no search of a job it does not hold.
             let current: HashMap<SearchKey, i64> = crate::store::workloads::versions(&mut tx)
                 .await?
                 .into_iter()
@@ -105,6 +145,7 @@ impl Tracker {
         Ok(Write {
             ahead: &self.ahead,
             tx: Some(tx),
+            held,
             instance: self.instance,
             versions,
             searches,
@@ -116,6 +157,7 @@ impl Tracker {
             stopped: Vec::new(),
             changed: BTreeSet::new(),
             tasks_ready: 0,
+            leased: 0,
             workers: HashMap::new(),
             workload_rows: HashMap::new(),
             unsaved: BTreeSet::new(),
@@ -197,6 +239,9 @@ pub(crate) struct Write<'a> {
     ahead: &'a tokio::sync::mpsc::UnboundedSender<(SearchKey, AheadWork)>,
     /// `None` once committing.
     tx: Option<Tx>,
+    /// The jobs a dispatch group's write holds on PostgreSQL (`Tracker::write_dispatch`): it may
+    /// change those alone. `None`: the write holds the whole database.
+    held: Option<HashSet<JobId>>,
     /// The tracker's instance number (see `Tracker::instance`).
     instance: u64,
     /// On PostgreSQL, the version of every unfinished workload when this write began (see
@@ -220,6 +265,9 @@ pub(crate) struct Write<'a> {
     /// How many tasks became pending (about as many long-polling workers are woken after the
     /// commit: `Events::tasks_ready`).
     tasks_ready: u64,
+    /// How many tasks this write leased: the other trackers on PostgreSQL are told only of the
+    /// tasks that became pending beyond them (see [`Write::commit`]).
+    leased: u64,
     /// Workers this write read and marked seen (at `now`): a group commit holds many calls of the
     /// same worker (a lease, a heartbeat, reports), which read and touch its row once.
     pub(crate) workers: HashMap<crate::model::WorkerId, crate::store::workers::WorkerRow>,
@@ -260,6 +308,25 @@ impl Write<'_> {
     /// The time this write happens at (one clock reading for all its rows).
     pub(crate) fn now(&self) -> i64 {
         self.now
+    }
+
+    /// Notes that this write holds job `id`'s lock (a lease took it).
+    pub(crate) fn hold(&mut self, id: JobId) {
+        if let Some(held) = &mut self.held {
+            held.insert(id);
+        }
+    }
+
+    /// Fails unless this write holds job `id` (see `held`): a dispatch group that meets a job it
+    /// did not lock fails, and its changes run again, each in a write holding the whole database
+    /// (`commits`).
+    pub(crate) fn holding(&self, id: JobId) -> Result<()> {
+        match &self.held {
+            Some(held) if !held.contains(&id) => {
+                Err(crate::error::Error::Internal(format!("job {id} was changed by a write that does not hold it")))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The search of a workload, if loaded.
@@ -492,6 +559,11 @@ impl Write<'_> {
         self.tasks_ready = self.tasks_ready.saturating_add(n);
     }
 
+    /// Notes that this write leased `n` tasks.
+    pub(crate) fn leased(&mut self, n: u64) {
+        self.leased = self.leased.saturating_add(n);
+    }
+
     /// Commits, brings the searches in step, then tells watchers and waiting workers.
     pub(crate) async fn commit(mut self, events: &Events) -> Result<()> {
         self.save_unsaved().await?;
@@ -506,9 +578,14 @@ impl Write<'_> {
             if !keys.is_empty() {
                 bumped = crate::store::workloads::bump_versions(&mut tx, &keys).await?;
             }
-            if self.tasks_ready > 0 {
+            // Tasks this write's own leases took (its reports' proposals, mostly: its workers
+            // wait on its jobs) are none another tracker's waiting leases would find: telling it
+            // of them woke leases that read the database to find nothing (with two trackers,
+            // nearly twice the lease statements of one, 2026-11-29).
+            let remote = self.tasks_ready.saturating_sub(self.leased);
+            if remote > 0 {
                 // `instance:n`, so that other trackers wake as few of their waiting leases.
-                let payload = format!("{}:{}", self.instance, self.tasks_ready);
+                let payload = format!("{}:{}", self.instance, remote);
                 crate::store::notify(&mut tx, crate::store::TASKS_CHANNEL, &payload).await?;
             }
             if !self.changed.is_empty() {

@@ -11,6 +11,9 @@
 //! Several trackers may share one PostgreSQL database: a write takes a transaction-scoped advisory
 //! lock first ([`Pool::begin_write`]), so writes stay one at a time across every tracker, as they
 //! are on SQLite, and each read-decide-write sequence (leasing, reporting, proposing) stays atomic.
+//! The dispatch calls' group writes, the bulk of them, take that lock shared instead
+//! ([`Pool::begin_dispatch`]) and a lock per job they change ([`lock_jobs_of`], and the lease's
+//! `pg_try_advisory_xact_lock`), so that two trackers' groups run at once on different jobs.
 
 pub(crate) mod classes;
 pub(crate) mod jobs;
@@ -46,8 +49,15 @@ const MAX_CONNECTIONS: u32 = 8;
 const PG_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The advisory lock key every tracker's writes take on PostgreSQL ("tensortn" in ASCII): one
-/// writer at a time across all trackers on the database.
+/// writer at a time across all trackers on the database. The dispatch groups take it shared
+/// ([`Pool::begin_dispatch`]): any other write excludes them all, and they exclude one another
+/// only by their jobs' locks.
 const WRITER_LOCK: i64 = 0x7465_6e73_6f72_746e;
+
+/// The first key of a job's advisory lock on PostgreSQL ("tnjb"); the second is the job id's low
+/// 31 bits, `CAST(job_id % 2147483648 AS INTEGER)` (ids never reach them; two jobs sharing a key
+/// would only wait for each other). Two 32-bit keys are a key space apart from [`WRITER_LOCK`]'s.
+pub(crate) const JOB_LOCK_CLASS: i32 = 0x746e_6a62;
 
 /// Runs `$body` with `$c` bound to the executor inside `$e` (anything `Into<Exec>`) and `$pg` to
 /// whether it is PostgreSQL. The body is compiled once per database, so it must type-check on both.
@@ -336,6 +346,21 @@ impl Pool {
         })
     }
 
+    /// The write of a dispatch group (leases, heartbeats, reports; `commits`): on SQLite
+    /// [`Pool::begin_write`]'s; on PostgreSQL the writer lock taken shared, beside every other
+    /// tracker's groups. Such a write must lock each job it changes ([`lock_jobs_of`], or the
+    /// lease's own try) before it reads what it decides on.
+    pub(crate) async fn begin_dispatch(&self) -> sqlx::Result<Tx> {
+        Ok(match self {
+            Pool::Sqlite(_) => self.begin_write().await?,
+            Pool::Postgres(p) => {
+                let mut tx = p.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock_shared($1)").bind(WRITER_LOCK).execute(&mut *tx).await?;
+                Tx::Postgres(tx)
+            }
+        })
+    }
+
     /// Whether this is PostgreSQL (several trackers may share it).
     pub(crate) fn is_postgres(&self) -> bool {
         matches!(self, Pool::Postgres(_))
@@ -376,6 +401,23 @@ pub(crate) async fn open(db: &Path) -> anyhow::Result<Pool> {
         Location::Postgres(options) => {
             open_postgres(*options, &redact(&db.to_string_lossy())).await.map(Pool::Postgres)
         }
+    }
+}
+
+/// The start of the PostgreSQL `application_name` of a serving tracker's connections; the rest
+/// names the process (a random number). The trackers on a database find one another by it (see
+/// `tasks::LEASE_PG`).
+pub(crate) const TRACKER_APPLICATION: &str = "tensortune-tracker ";
+
+/// [`open`] for a tracker that serves: on PostgreSQL its connections carry its name
+/// ([`TRACKER_APPLICATION`]), by which the other trackers on the database count it.
+pub(crate) async fn open_serving(db: &Path) -> anyhow::Result<Pool> {
+    match Location::parse(db)? {
+        Location::Postgres(options) => {
+            let name = format!("{TRACKER_APPLICATION}{:016x}", rand::random::<u64>());
+            open_postgres(options.application_name(&name), &redact(&db.to_string_lossy())).await.map(Pool::Postgres)
+        }
+        Location::Sqlite(_) => open(db).await,
     }
 }
 
@@ -565,6 +607,40 @@ pub(crate) fn sql(pg: bool, sqlite: &'static str) -> &'static str {
         }
         out.push_str(rest);
         Box::leak(out.into_boxed_str())
+    })
+}
+
+/// On PostgreSQL, inside a dispatch write ([`Pool::begin_dispatch`]): locks the jobs of the tasks
+/// `wait` (those that exist), waiting for any other tracker's write that holds one, then tries those
+/// of the tasks `try_` without waiting. Returns each task's job and whether it is now held
+/// (`wait`'s always are). The waits come first and in the order of the jobs' ids, so two writes
+/// never wait for each other's locks. Nothing on SQLite, whose writes hold the whole database.
+pub(crate) async fn lock_jobs_of(
+    e: impl Into<Exec<'_>>,
+    try_: &[crate::model::TaskId],
+    wait: &[crate::model::TaskId],
+) -> crate::error::Result<Vec<(crate::model::TaskId, crate::model::JobId, bool)>> {
+    // `locked` is computed once, in its subquery's order (`OFFSET 0` keeps that one whole).
+    const LOCK: &str = "WITH asked AS (
+             SELECT CAST(value AS BIGINT) AS id, FALSE AS wait FROM json_array_elements_text($1::json)
+             UNION ALL SELECT CAST(value AS BIGINT), TRUE FROM json_array_elements_text($2::json)),
+         owned AS (SELECT t.id, t.job_id, a.wait FROM tasks t JOIN asked a ON a.id = t.id),
+         locked AS MATERIALIZED (
+             SELECT s.job_id,
+                    CASE WHEN s.wait
+                         THEN CAST(pg_advisory_xact_lock($3, CAST(s.job_id % 2147483648 AS INTEGER)) AS TEXT) = ''
+                         ELSE pg_try_advisory_xact_lock($3, CAST(s.job_id % 2147483648 AS INTEGER)) END AS held
+             FROM (SELECT job_id, bool_or(wait) AS wait FROM owned GROUP BY job_id
+                   ORDER BY bool_or(wait) DESC, job_id OFFSET 0) s)
+         SELECT o.id, o.job_id, l.held FROM owned o JOIN locked l ON l.job_id = o.job_id";
+    if try_.is_empty() && wait.is_empty() {
+        return Ok(Vec::new());
+    }
+    let query = || sqlx::query_as(LOCK).bind(json(try_)).bind(json(wait)).bind(JOB_LOCK_CLASS);
+    Ok(match e.into() {
+        Exec::PgPool(c) => query().fetch_all(c).await?,
+        Exec::Postgres(c) => query().fetch_all(c).await?,
+        Exec::SqlitePool(_) | Exec::Sqlite(_) => Vec::new(),
     })
 }
 

@@ -338,31 +338,53 @@ const LEASE_SQLITE: &str =
          RETURNING id, job_id, workload_idx, template, template_version, config, config_index, lease_expires_ms, kind,
                    finalists, attempts";
 
-/// [`lease`] on PostgreSQL: the same choice, and the chosen rows locked (`SKIP LOCKED`: rows another
-/// tracker's transaction is leasing are passed over, never waited for or handed out twice), as a
-/// second guard beside the writer lock that all trackers take.
+/// [`lease`] on PostgreSQL: the same choice, job by job, from the jobs whose lock this write holds
+/// or can take without waiting (`pg_try_advisory_xact_lock`, see `store::JOB_LOCK_CLASS`): a job
+/// another tracker's write is changing is passed over, so that two trackers' groups run at once
+/// instead of one waiting for the other's jobs. A tracker's own jobs come first, then the others
+/// oldest first: of the `n` trackers serving the database (counted by their connections' names,
+/// `store::TRACKER_APPLICATION`), the one ranked `r` by name owns the jobs whose id is `r` modulo
+/// `n`. Its workers then lease, and report, mostly its own jobs, which its groups hold while the
+/// other trackers' groups hold theirs; a tracker that is gone drops out of the count with its
+/// connections. The order only prefers: any tracker leases any job it can lock. The lock is tried once a job, before its
+/// tasks are read (a filter on the ordered job list, which PostgreSQL keeps apart from the lateral
+/// read), and only for jobs with pending tasks. The chosen rows are locked as well (`SKIP LOCKED`:
+/// rows another transaction is leasing are passed over, never waited for or handed out twice).
 const LEASE_PG: &str =
     "UPDATE tasks SET state = 'leased', worker_id = $1, lease_expires_ms = $2, attempts = attempts + 1,
                           updated_ms = $3
          WHERE id IN (
-             SELECT t.id FROM tasks t JOIN jobs j ON j.id = t.job_id
-             WHERE t.state = 'pending' AND j.state IN ('queued', 'running') AND j.device_class = $4
-               AND CASE t.kind
-                   WHEN 'tuning' THEN t.template || '@' || t.template_version
-                                      IN (SELECT json_array_elements_text($5::json))
-                   ELSE NOT EXISTS (
-                       SELECT 1 FROM json_array_elements(t.finalists::json) AS f (value)
-                       WHERE (f.value ->> 'template') || '@' || (f.value ->> 'template_version')
-                             NOT IN (SELECT json_array_elements_text($5::json)))
-                     AND ($1 IS DISTINCT FROM (SELECT r.worker_id FROM records r
-                                               WHERE r.id = (t.finalists::json -> 0 ->> 'record_id')::bigint)
-                          OR NOT EXISTS (SELECT 1 FROM workers o
-                                         WHERE o.device_class = $4 AND o.state = 'online' AND o.id != $1
-                                           AND o.quarantined IS NULL))
-                   END
-             ORDER BY t.job_id, t.id
-             LIMIT $6
-             FOR UPDATE OF t SKIP LOCKED)
+             SELECT c.id
+             FROM (SELECT j.id FROM jobs j
+                   CROSS JOIN (SELECT COUNT(*) AS n,
+                                      COUNT(*) FILTER (WHERE a.name < current_setting('application_name')) AS r
+                               FROM (SELECT DISTINCT application_name AS name FROM pg_stat_activity
+                                     WHERE datname = current_database()
+                                       AND application_name LIKE 'tensortune-tracker %') a) k
+                   WHERE j.state IN ('queued', 'running') AND j.device_class = $4
+                     AND EXISTS (SELECT 1 FROM tasks p WHERE p.state = 'pending' AND p.job_id = j.id)
+                   ORDER BY j.id % GREATEST(k.n, 1) <> k.r, j.id OFFSET 0) j
+             CROSS JOIN LATERAL (
+                 SELECT t.id FROM tasks t
+                 WHERE t.state = 'pending' AND t.job_id = j.id
+                   AND CASE t.kind
+                       WHEN 'tuning' THEN t.template || '@' || t.template_version
+                                          IN (SELECT json_array_elements_text($5::json))
+                       ELSE NOT EXISTS (
+                           SELECT 1 FROM json_array_elements(t.finalists::json) AS f (value)
+                           WHERE (f.value ->> 'template') || '@' || (f.value ->> 'template_version')
+                                 NOT IN (SELECT json_array_elements_text($5::json)))
+                         AND ($1 IS DISTINCT FROM (SELECT r.worker_id FROM records r
+                                                   WHERE r.id = (t.finalists::json -> 0 ->> 'record_id')::bigint)
+                              OR NOT EXISTS (SELECT 1 FROM workers o
+                                             WHERE o.device_class = $4 AND o.state = 'online' AND o.id != $1
+                                               AND o.quarantined IS NULL))
+                       END
+                 ORDER BY t.id
+                 LIMIT $6
+                 FOR UPDATE OF t SKIP LOCKED) c
+             WHERE pg_try_advisory_xact_lock($7, CAST(j.id % 2147483648 AS INTEGER))
+             LIMIT $6)
          RETURNING id, job_id, workload_idx, template, template_version, config, config_index, lease_expires_ms, kind,
                    finalists, attempts";
 
@@ -374,7 +396,8 @@ const LEASE_PG: &str =
 ///
 /// Returns the leased tasks' own fields, oldest job first, from the same statement (their details
 /// were read in a second one before; the caller takes their jobs' and workloads' fields from the
-/// rows the write keeps).
+/// rows the write keeps). On PostgreSQL the write then holds the lock of every leased task's job;
+/// jobs another tracker's write holds are passed over (see [`LEASE_PG`]).
 pub(crate) async fn lease(
     e: impl Into<Exec<'_>>,
     worker: WorkerId,
@@ -384,15 +407,17 @@ pub(crate) async fn lease(
     expires_ms: i64,
     now: i64,
 ) -> Result<Vec<Leased>> {
-    let mut tasks: Vec<Leased> = on!(e, |c, pg| sqlx::query_as(if pg { LEASE_PG } else { LEASE_SQLITE })
-        .bind(worker)
-        .bind(expires_ms)
-        .bind(now)
-        .bind(device_class)
-        .bind(json(templates))
-        .bind(i64::from(limit))
-        .fetch_all(c)
-        .await)?;
+    let mut tasks: Vec<Leased> = on!(e, |c, pg| {
+        let query = sqlx::query_as(if pg { LEASE_PG } else { LEASE_SQLITE })
+            .bind(worker)
+            .bind(expires_ms)
+            .bind(now)
+            .bind(device_class)
+            .bind(json(templates))
+            .bind(i64::from(limit));
+        // SQLite's writes hold the whole database: it has no job locks to try.
+        if pg { query.bind(super::JOB_LOCK_CLASS) } else { query }.fetch_all(c).await
+    })?;
     // `RETURNING` gives rows in no promised order.
     tasks.sort_unstable_by_key(|t| (t.job_id, t.id));
     Ok(tasks)

@@ -98,19 +98,39 @@ async fn a_watch_on_one_tracker_follows_a_job_run_through_another() {
     b.stop().await;
 }
 
-#[tokio::test]
-async fn connections_the_postgres_server_drops_are_replaced_and_nothing_is_lost() {
+/// One tracker on a PostgreSQL database of its own, a registered sim worker, and a pool of the
+/// test's own on that database; `None` (the test says it skipped) when `TENSORTUNE_TEST_PG` is not
+/// set, `why` saying why it needs PostgreSQL.
+struct OnPostgres {
+    _dir: tempfile::TempDir,
+    tracker: TestTracker,
+    tuning: tensortune_proto::pb::tuning_client::TuningClient<tonic::transport::Channel>,
+    worker: FakeWorker,
+    admin: sqlx::PgPool,
+}
+
+async fn one_tracker_on_postgres(why: &str) -> Option<OnPostgres> {
     if !on_postgres() {
-        eprintln!("SKIPPED: TENSORTUNE_TEST_PG is not set");
-        return;
+        eprintln!("SKIPPED: TENSORTUNE_TEST_PG is not set ({why})");
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(&dir);
     let tracker = TestTracker::start(cfg.clone()).await;
-    let mut tuning = tracker.tuning().await;
-    let mut worker = FakeWorker::register(&tracker, "box/0").await;
-    let id = submit(&mut tuning, job(vec![matmul(256, 128, 256)], 12, 4)).await;
+    let tuning = tracker.tuning().await;
+    let worker = FakeWorker::register(&tracker, "box/0").await;
     let admin = sqlx::PgPool::connect(&cfg.db.to_string_lossy()).await.unwrap();
+    Some(OnPostgres { _dir: dir, tracker, tuning, worker, admin })
+}
+
+#[tokio::test]
+async fn connections_the_postgres_server_drops_are_replaced_and_nothing_is_lost() {
+    let Some(OnPostgres { _dir, tracker, mut tuning, mut worker, admin }) =
+        one_tracker_on_postgres("the server's dropped connections").await
+    else {
+        return;
+    };
+    let id = submit(&mut tuning, job(vec![matmul(256, 128, 256)], 12, 4)).await;
     let mut reported = 0;
     let mut refused = Vec::new();
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -143,5 +163,51 @@ async fn connections_the_postgres_server_drops_are_replaced_and_nothing_is_lost(
     assert_eq!((done.state, done.workloads[0].trials_done), (pb::JobState::Done as i32, 12));
     assert_eq!(all_records(&mut tuning).await.len(), 12, "one record per trial ({} reports refused)", refused.len());
     admin.close().await;
+    tracker.stop().await;
+}
+
+/// The lock a tracker's dispatch group takes for a job it changes (`store::JOB_LOCK_CLASS`, "tnjb",
+/// and the job id), taken here by a session of the test as another tracker's group would.
+async fn hold_job(admin: &sqlx::PgPool, job: u64) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut holder = admin.begin().await.unwrap();
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+        .bind(0x746e_6a62_i32)
+        .bind(i32::try_from(job).unwrap())
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    holder
+}
+
+#[tokio::test]
+async fn a_lease_passes_over_a_job_another_trackers_write_holds_and_a_report_waits_for_it() {
+    let Some(OnPostgres { _dir, tracker, mut tuning, mut worker, admin }) =
+        one_tracker_on_postgres("job locks are PostgreSQL's").await
+    else {
+        return;
+    };
+    let first = submit(&mut tuning, job(vec![matmul(256, 128, 256)], 8, 4)).await;
+    let second = submit(&mut tuning, job(vec![matmul(128, 128, 128)], 8, 4)).await;
+
+    // Oldest job first, but the first is held elsewhere: its tasks are passed over, not waited for.
+    let holder = hold_job(&admin, first).await;
+    let leased = worker.lease(8, 100).await;
+    let jobs: HashSet<u64> = leased.iter().map(|t| t.job_id).collect();
+    assert_eq!(jobs, HashSet::from([second]), "{leased:?}");
+    holder.rollback().await.unwrap();
+    let again = worker.lease(8, 100).await;
+    assert!(again.iter().any(|t| t.job_id == first), "{again:?}");
+
+    // A report of a held job's task goes in once the holder is done, and is stored once.
+    let holder = hold_job(&admin, second).await;
+    let task = leased[0].clone();
+    let mut reporter = FakeWorker { id: worker.id, client: tracker.dispatch().await };
+    let report = tokio::spawn(async move { reporter.report(&task, measure(&task)).await });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    holder.rollback().await.unwrap();
+    let r = tokio::time::timeout(PATIENCE, report).await.expect("the report did not end").unwrap().unwrap();
+    assert!(r.stored, "{r:?}");
+    let again = worker.report(&leased[0], measure(&leased[0])).await.unwrap();
+    assert!(!again.stored, "a second report of task {} was stored: {again:?}", leased[0].task_id);
     tracker.stop().await;
 }
