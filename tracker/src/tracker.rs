@@ -110,7 +110,7 @@ impl Tracker {
         // Before anything is read: what is read from here on is what the jobs' last writers left.
         let mut held = HashSet::new();
         let mut passed = HashSet::new();
-        for (task, job, got) in crate::store::lock_jobs_of(&mut tx, try_, wait).await? {
+        for (task, job, got) in crate::store::tasks::lock_jobs_of(&mut tx, try_, wait).await? {
             if got {
                 held.insert(job);
             } else {

@@ -638,3 +638,37 @@ pub(crate) async fn cancel_unfinished(e: impl Into<Exec<'_>>, job: JobId, idx: O
     .await
     .map(|r| r.rows_affected()))?)
 }
+
+/// On PostgreSQL, inside a dispatch write ([`super::Pool::begin_dispatch`]): locks the jobs of the tasks
+/// `wait` (those that exist), waiting for any other tracker's write that holds one, then tries those
+/// of the tasks `try_` without waiting. Returns each task's job and whether it is now held
+/// (`wait`'s always are). The waits come first and in the order of the jobs' ids, so two writes
+/// never wait for each other's locks. Nothing on SQLite, whose writes hold the whole database.
+pub(crate) async fn lock_jobs_of(
+    e: impl Into<Exec<'_>>,
+    try_: &[TaskId],
+    wait: &[TaskId],
+) -> Result<Vec<(TaskId, JobId, bool)>> {
+    // `locked` is computed once, in its subquery's order (`OFFSET 0` keeps that one whole).
+    const LOCK: &str = "WITH asked AS (
+             SELECT CAST(value AS BIGINT) AS id, FALSE AS wait FROM json_array_elements_text($1::json)
+             UNION ALL SELECT CAST(value AS BIGINT), TRUE FROM json_array_elements_text($2::json)),
+         owned AS (SELECT t.id, t.job_id, a.wait FROM tasks t JOIN asked a ON a.id = t.id),
+         locked AS MATERIALIZED (
+             SELECT s.job_id,
+                    CASE WHEN s.wait
+                         THEN CAST(pg_advisory_xact_lock($3, CAST(s.job_id % 2147483648 AS INTEGER)) AS TEXT) = ''
+                         ELSE pg_try_advisory_xact_lock($3, CAST(s.job_id % 2147483648 AS INTEGER)) END AS held
+             FROM (SELECT job_id, bool_or(wait) AS wait FROM owned GROUP BY job_id
+                   ORDER BY bool_or(wait) DESC, job_id OFFSET 0) s)
+         SELECT o.id, o.job_id, l.held FROM owned o JOIN locked l ON l.job_id = o.job_id";
+    if try_.is_empty() && wait.is_empty() {
+        return Ok(Vec::new());
+    }
+    let query = || sqlx::query_as(LOCK).bind(json(try_)).bind(json(wait)).bind(super::JOB_LOCK_CLASS);
+    Ok(match e.into() {
+        Exec::PgPool(c) => query().fetch_all(c).await?,
+        Exec::Postgres(c) => query().fetch_all(c).await?,
+        Exec::SqlitePool(_) | Exec::Sqlite(_) => Vec::new(),
+    })
+}
