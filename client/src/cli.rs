@@ -690,11 +690,6 @@ pub struct SelftestArgs {
     /// Read each kernel's energy per launch, mean power and clock after its samples.
     #[arg(long)]
     pub energy: bool,
-    /// Time each kernel and the vendor over this many placements (copies of the workload's
-    /// buffers elsewhere in device memory; the time the mean of theirs), as a finalist's round
-    /// does (1 to 16; 1: as a trial).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
-    pub placements: u32,
     /// Time these kernels (a file of lines WORKLOAD_KEY<TAB>TEMPLATE<TAB>CONFIG_JSON, e.g. a
     /// job's finalists) in one process instead of a spread per workload.
     #[arg(long, conflicts_with_all = ["workload", "template", "knob", "config"])]

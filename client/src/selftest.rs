@@ -53,7 +53,6 @@ impl TryFrom<&SelftestArgs> for Args {
             no_baseline: a.no_baseline,
             hold_s: a.hold,
             energy: a.energy,
-            placements: a.placements,
             listed: match &a.list {
                 Some(path) => {
                     let text =

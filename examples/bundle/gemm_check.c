@@ -18,11 +18,7 @@
  * every kernel first and keeps every module and buffer until all are timed: on an H200 that holds
  * about 1.3 GB in 20 allocations for the default suite's bundle, and every 2-6 us kernel, ours and
  * cuBLAS's alike, then takes 0.15 us a launch more (docs/BENCHMARKS.md). TT_EXTRA_MB=N allocates N
- * MiB of device memory first, in TT_EXTRA_PIECES allocations. TT_PLACEMENTS=P times each side over
- * P copies of a small kernel's buffers, the mean of the copies' times (see DEFAULT_PLACEMENTS);
- * TT_ALIGN=1 gives each timing buffer its own 2 MiB pages; TT_PLACE_DIAG=K times each kernel again
- * K times on its buffers, on a reloaded module, on copies of its buffers and with 1 GiB more
- * allocated (see place_diag): where a 2-6 us kernel's time depends on its process's memory.
+ * MiB of device memory first, in TT_EXTRA_PIECES allocations.
  *
  *   nvcc -O2 -o gemm_check examples/bundle/gemm_check.c -Ibundle/c -lcuda -lcublas -lcublasLt -ldl
  *   ./gemm_check BUNDLE_DIR [SAMPLES [ROUNDS [WARM_MS [PAUSE_MS]]]]
@@ -49,15 +45,6 @@
 #define MAX_BATCH 20000
 #define PROBE_BATCH 8
 #define MAX_ROUNDS 100
-/* Placements (TT_PLACEMENTS; a finalist's round has worker/src/plan.rs FINALIST_PLACEMENTS): a
- * timing of a kernel whose timing set (A, B, C, D) is at most PLACED_MAX_BYTES goes round this
- * many copies of the set, each after a spacer allocation PLACED_SPACER_STEP larger than the last
- * (none with TT_ALIGN=1), the first the set itself (worker/src/cuda/workload.rs); a larger set is
- * timed on itself. */
-#define DEFAULT_PLACEMENTS 1
-#define MAX_PLACEMENTS 16
-#define PLACED_MAX_BYTES ((size_t)64 << 20)
-#define PLACED_SPACER_STEP (((size_t)1 << 20) + 3 * 4096)
 /* cuBLASLt's side of the vendor, as the worker asks for it (worker/src/cuda/blaslt.rs): the
  * heuristic's first LT_CANDIDATES algorithms that need at most LT_WORKSPACE bytes. */
 #define LT_CANDIDATES 8
@@ -172,21 +159,6 @@ static double value(const char *t, const void *p, size_t i) {
 static CUdeviceptr upload(const void *host, size_t bytes) {
   CUdeviceptr d;
   CU(cuMemAlloc(&d, bytes < 256 ? 256 : bytes));
-  if (host) CU(cuMemcpyHtoD(d, host, bytes));
-  return d;
-}
-
-/* TT_ALIGN=1: the timing buffers (A, B, C, D, each side's) are allocated in whole multiples of
- * TIMING_ALIGN, each in its own 2 MiB pages, instead of as plain cuMemAlloc calls of their sizes
- * (as the worker's are). Tried as a layout that would not depend on the process's other
- * allocations: it did not make the copies' times agree (docs/measurement.md, "Placements"). */
-#define TIMING_ALIGN ((size_t)2 << 20)
-static int timing_align = 0;
-
-static CUdeviceptr upload_timing(const void *host, size_t bytes) {
-  if (!timing_align) return upload(host, bytes);
-  CUdeviceptr d;
-  CU(cuMemAlloc(&d, (bytes + TIMING_ALIGN - 1) / TIMING_ALIGN * TIMING_ALIGN));
   if (host) CU(cuMemcpyHtoD(d, host, bytes));
   return d;
 }
@@ -435,57 +407,33 @@ static CUgraphExec prepared(CUstream s, enqueue_fn f, void *ctx, int *batch_out)
  * sample (the kernel at the full clock: a 1.4 ms GEMM meets the power cap within its own samples,
  * so their median lands anywhere between the full-clock and the capped time; see the worker's
  * cuda/timing.rs). */
-static double time_placed_us(CUstream s, int samples, double warm_ms, int places, enqueue_fn f, void **ctx,
-                             int *batch_out);
-
 static double time_us(CUstream s, int samples, double warm_ms, enqueue_fn f, void *ctx, int *batch_out) {
-  return time_placed_us(s, samples, warm_ms, 1, f, &ctx, batch_out);
-}
-
-/* time_us over `places` placements, as the worker times a finalist's round (its cuda/timing.rs):
- * ctx[p] launches on placement p; the first placement's probe sizes every placement's graph;
- * SAMPLES is rounded up to a multiple of `places`, sample i replays placement i % places's graph;
- * each placement's time is its fastest sample, the timing's the mean of those. */
-static double time_placed_us(CUstream s, int samples, double warm_ms, int places, enqueue_fn f, void **ctx,
-                             int *batch_out) {
   int batch = 0;
-  CUgraphExec g[MAX_PLACEMENTS];
-  g[0] = prepared(s, f, ctx[0], &batch);
-  if (!g[0]) return -1;
-  for (int p = 1; p < places; p++) {
-    if (f(ctx[p], s) != 0) {
-      for (int q = 0; q < p; q++) cuGraphExecDestroy(g[q]);
-      return -1;
-    }
-    CU(cuStreamSynchronize(s));
-    g[p] = capture(s, batch, f, ctx[p]);
-    replay_ms(g[p], s); /* its first replay uploads it */
-  }
-  double warm = replay_ms(g[0], s);
-  while (warm < warm_ms) warm += replay_ms(g[0], s);
-  samples = (samples + places - 1) / places * places;
+  CUgraphExec g = prepared(s, f, ctx, &batch);
+  if (!g) return -1;
+  double warm = replay_ms(g, s);
+  while (warm < warm_ms) warm += replay_ms(g, s);
   CUevent *ev = (CUevent *)malloc(sizeof(CUevent) * (size_t)(samples + 1));
   for (int i = 0; i <= samples; i++) CU(cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
   CU(cuEventRecord(ev[0], s));
   for (int i = 0; i < samples; i++) {
-    CU(cuGraphLaunch(g[i % places], s));
+    CU(cuGraphLaunch(g, s));
     CU(cuEventRecord(ev[i + 1], s));
   }
   CU(cuEventSynchronize(ev[samples]));
-  double fastest[MAX_PLACEMENTS], mean = 0;
-  for (int p = 0; p < places; p++) fastest[p] = -1;
+  double *us = (double *)malloc(sizeof(double) * (size_t)samples);
   for (int i = 0; i < samples; i++) {
     float ms;
     CU(cuEventElapsedTime(&ms, ev[i], ev[i + 1]));
-    double us = ms * 1e3 / batch;
-    if (fastest[i % places] < 0 || us < fastest[i % places]) fastest[i % places] = us;
+    us[i] = ms * 1e3 / batch;
   }
-  for (int p = 0; p < places; p++) mean += fastest[p] / places;
+  qsort(us, (size_t)samples, sizeof *us, cmp_double);
+  double fastest = us[0];
   for (int i = 0; i <= samples; i++) cuEventDestroy(ev[i]);
-  free(ev);
-  for (int p = 0; p < places; p++) cuGraphExecDestroy(g[p]);
+  free(ev), free(us);
+  cuGraphExecDestroy(g);
   *batch_out = batch;
-  return mean;
+  return fastest;
 }
 
 typedef struct {
@@ -504,13 +452,6 @@ typedef struct {
   char key[64], check[160], vendor[24];
   double ours_us[MAX_ROUNDS], blas_us[MAX_ROUNDS]; /* each round's time of ours and of the vendor */
   int batch, timed;
-  int index; /* the entry's position in the bundle */
-  /* Placements 1.. (0 is the fields above): the timing buffers copied, and each side's call over
-   * them. */
-  int places;
-  CUdeviceptr placed[MAX_PLACEMENTS][6]; /* spacer, A, B, C, D, the vendor's D */
-  ours_call op[MAX_PLACEMENTS];
-  blas_call bp[MAX_PLACEMENTS];
 } slot;
 
 static int enqueue_ours(void *p, CUstream s) {
@@ -599,13 +540,8 @@ static void time_slot(slot *sl, CUstream stream, int samples, int rounds, double
       if (side == 1 && no_blas) continue;
       waited[side] = idle_while_capped();
       g[side] = gpu_now();
-      void *ctx[MAX_PLACEMENTS];
-      for (int p = 0; p < sl->places; p++) {
-        sl->bp[p].pick = sl->blas.pick;
-        ctx[p] = side == 0 ? (void *)&sl->op[p] : (void *)&sl->bp[p];
-      }
-      t[side] = time_placed_us(stream, samples, warm_ms, sl->places, side == 0 ? enqueue_ours : enqueue_blas, ctx,
-                               side == 0 ? &sl->batch : &blas_batch);
+      t[side] = side == 0 ? time_us(stream, samples, warm_ms, enqueue_ours, &sl->ours, &sl->batch)
+                          : time_us(stream, samples, warm_ms, enqueue_blas, &sl->blas, &blas_batch);
     }
     double ratio = no_blas || t[1] <= 0 ? -1 : t[0] / t[1];
     if (t[0] > 0 && (no_blas || t[1] > 0))
@@ -617,133 +553,12 @@ static void time_slot(slot *sl, CUstream stream, int samples, int rounds, double
   }
 }
 
-/* TT_PLACE_DIAG=K: after a kernel's rounds, times it K times in each of these ways and prints
- * each list with its median and spread, to tell which part of a process moves a kernel's time
- * (issue 39: records a few percent under every other process's time of the same kernel): "same"
- * (the rounds' module and buffers, a graph captured afresh each time), "code" (the cubin loaded
- * again each time, every copy kept loaded, so that each lands elsewhere), "data" (fresh copies of
- * the timing inputs and output each time, kept, each after a kept spacer allocation of a size that
- * differs), the vendor's "same" and "data" likewise, and "mem" (ours and the vendor with 1 GiB more
- * allocated in 16 pieces). */
-static const tt_bundle *diag_bundle;
-static int diag_arch;
-
-static void diag_report(const char *key, const char *what, const double *t, int k) {
-  double s[64], lo = 0, hi = 0, sum = 0;
-  int n = 0;
-  for (int i = 0; i < k; i++)
-    if (t[i] > 0) s[n++] = t[i], sum += t[i], lo = !lo || t[i] < lo ? t[i] : lo, hi = t[i] > hi ? t[i] : hi;
-  if (!n) return;
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  printf("diag %-30s %-12s median %8.3f  mean %8.3f  spread %5.2f%% :", key, what, s[n / 2], sum / n, 100 * (hi / lo - 1));
-  for (int i = 0; i < k; i++) printf(" %.3f", t[i]);
-  printf("\n");
-}
-
-/* A copy of a slot's timing set elsewhere: b = {spacer, A, B, C, D, the vendor's D}, the spacer
- * (packed layout only) `spacer` bytes allocated first; A, B, C and the vendor's D (C in place)
- * copied from the slot's. */
-static void copy_set(const slot *sl, size_t spacer, CUdeviceptr b[6]) {
-  const tt_entry *e = sl->entry;
-  size_t m = e->shape[0], n = e->shape[1], kk = e->shape[2];
-  size_t a_bytes = m * kk * dsize(e->input), b_bytes = kk * n * dsize(e->input), d_bytes = m * n * dsize(e->output);
-  if (!timing_align) b[0] = upload(NULL, spacer);
-  b[1] = upload_timing(NULL, a_bytes), b[2] = upload_timing(NULL, b_bytes), b[3] = upload_timing(NULL, d_bytes);
-  b[4] = upload_timing(NULL, d_bytes), b[5] = upload_timing(NULL, d_bytes);
-  CU(cuMemcpyDtoD(b[1], sl->at, a_bytes));
-  CU(cuMemcpyDtoD(b[2], sl->bt, b_bytes));
-  CU(cuMemcpyDtoD(b[3], sl->c, d_bytes));
-  CU(cuMemcpyDtoD(b[5], sl->dref, d_bytes));
-}
-
-static void place_diag(slot *sl, CUstream s, int samples, int k, int no_blas) {
-  if (k > 64) k = 64;
-  const tt_entry *e = sl->entry;
-  double t[64];
-  int batch = 0;
-  for (int i = 0; i < k; i++) t[i] = time_us(s, samples, 0, enqueue_ours, &sl->ours, &batch);
-  diag_report(sl->key, "ours same", t, k);
-  tt_kernel *mods = (tt_kernel *)calloc((size_t)k, sizeof(tt_kernel));
-  for (int i = 0; i < k; i++) {
-    ours_call oc = sl->ours;
-    if (tt_kernel_load(&mods[i], diag_bundle, sl->index, diag_arch) != 0) {
-      printf("diag %s: cannot load again: %s\n", sl->key, mods[i].error);
-      t[i] = -1;
-      continue;
-    }
-    oc.k = &mods[i];
-    t[i] = time_us(s, samples, 0, enqueue_ours, &oc, &batch);
-  }
-  diag_report(sl->key, "ours code", t, k);
-  for (int i = 0; i < k; i++) tt_kernel_unload(&mods[i]);
-  free(mods);
-  CUdeviceptr *bufs = (CUdeviceptr *)calloc((size_t)k * 6, sizeof(CUdeviceptr));
-  double tv[64];
-  for (int i = 0; i < k; i++) {
-    CUdeviceptr *b = &bufs[i * 6];
-    copy_set(sl, (size_t)(i + 1) * PLACED_SPACER_STEP, b);
-    ours_call oc = {&sl->k, b[1], b[2], e->beta != 0 ? b[3] : 0, b[4]};
-    t[i] = time_us(s, samples, 0, enqueue_ours, &oc, &batch);
-    if (!no_blas) {
-      blas_call bc = sl->blas;
-      bc.a = b[1], bc.b = b[2], bc.d = b[5];
-      tv[i] = time_us(s, samples, 0, enqueue_blas, &bc, &batch);
-    }
-  }
-  diag_report(sl->key, "ours data", t, k);
-  if (!no_blas) {
-    diag_report(sl->key, "vendor data", tv, k);
-    for (int i = 0; i < k; i++) tv[i] = time_us(s, samples, 0, enqueue_blas, &sl->blas, &batch);
-    diag_report(sl->key, "vendor same", tv, k);
-  }
-  for (int i = 0; i < k * 6; i++) cuMemFree(bufs[i]);
-  free(bufs);
-  CUdeviceptr extra[16];
-  for (int i = 0; i < 16; i++) {
-    extra[i] = upload(NULL, (size_t)64 << 20);
-    CU(cuMemsetD8(extra[i], 1, (size_t)64 << 20));
-  }
-  for (int i = 0; i < k; i++) t[i] = time_us(s, samples, 0, enqueue_ours, &sl->ours, &batch);
-  diag_report(sl->key, "ours mem", t, k);
-  if (!no_blas) {
-    for (int i = 0; i < k; i++) tv[i] = time_us(s, samples, 0, enqueue_blas, &sl->blas, &batch);
-    diag_report(sl->key, "vendor mem", tv, k);
-  }
-  for (int i = 0; i < 16; i++) cuMemFree(extra[i]);
-  fflush(stdout);
-}
-
-/* Makes placements 1 .. places-1 of a checked slot whose timing set is small enough (see
- * MAX_PLACEMENTS): placement 0 is the slot's own buffers. */
-static void place_slot(slot *sl, int places) {
-  const tt_entry *e = sl->entry;
-  size_t m = e->shape[0], n = e->shape[1], kk = e->shape[2];
-  size_t a_bytes = m * kk * dsize(e->input), b_bytes = kk * n * dsize(e->input), d_bytes = m * n * dsize(e->output);
-  sl->op[0] = sl->ours, sl->bp[0] = sl->blas, sl->places = 1;
-  if (a_bytes + b_bytes + 2 * d_bytes > PLACED_MAX_BYTES) return;
-  for (int p = 1; p < places; p++) {
-    CUdeviceptr *b = sl->placed[p];
-    copy_set(sl, (size_t)p * PLACED_SPACER_STEP, b);
-    sl->op[p] = (ours_call){&sl->k, b[1], b[2], e->beta != 0 ? b[3] : 0, b[4]};
-    sl->bp[p] = sl->blas;
-    sl->bp[p].a = b[1], sl->bp[p].b = b[2], sl->bp[p].d = b[5];
-    sl->places = p + 1;
-  }
-}
-
 static void release_slot(slot *sl) {
   CUdeviceptr *bufs[] = {&sl->at, &sl->bt, &sl->c, &sl->d, &sl->dref};
   for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) {
     if (*bufs[i]) cuMemFree(*bufs[i]);
     *bufs[i] = 0;
   }
-  for (int p = 1; p < MAX_PLACEMENTS; p++) {
-    for (int i = 0; i < 6; i++) {
-      if (sl->placed[p][i]) cuMemFree(sl->placed[p][i]);
-      sl->placed[p][i] = 0;
-    }
-  }
-  sl->places = 0;
   if (sl->k.module) tt_kernel_unload(&sl->k);
   lt_plan_free(&sl->plan);
 }
@@ -799,14 +614,6 @@ int main(int argc, char **argv) {
    * allocated and written before any kernel is loaded. */
   const char *only = getenv("TT_ONLY");
   int keep = getenv("TT_KEEP") && !strcmp(getenv("TT_KEEP"), "1");
-  int diag = getenv("TT_PLACE_DIAG") ? atoi(getenv("TT_PLACE_DIAG")) : 0;
-  int places = getenv("TT_PLACEMENTS") ? atoi(getenv("TT_PLACEMENTS")) : DEFAULT_PLACEMENTS;
-  timing_align = getenv("TT_ALIGN") && !strcmp(getenv("TT_ALIGN"), "1");
-  if (places < 1 || places > MAX_PLACEMENTS) {
-    fprintf(stderr, "error: TT_PLACEMENTS must be 1 ..= %d, not %s\n", MAX_PLACEMENTS, getenv("TT_PLACEMENTS"));
-    return 2;
-  }
-  diag_bundle = &bundle, diag_arch = arch;
   int pieces = getenv("TT_EXTRA_PIECES") ? atoi(getenv("TT_EXTRA_PIECES")) : 1;
   CUdeviceptr extra[64] = {0};
   if (pieces < 1 || pieces > 64) {
@@ -840,10 +647,9 @@ int main(int argc, char **argv) {
     lt_ws = upload(NULL, LT_WORKSPACE);
   }
 
-  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement over %d placements (timing buffers %s), %d "
-         "rounds (each side alone from the full clock), %g ms warm-up, %g ms pause before each\n",
-         gpu, arch, sms, argv[1], bundle.n, samples, places, timing_align ? "2 MiB-aligned" : "packed", rounds, warm_ms,
-         pause_ms);
+  printf("%s (sm_%d, %d SMs), bundle %s: %d kernels, %d samples a measurement, %d rounds (each side alone from the full clock), %g ms "
+         "warm-up, %g ms pause before each\n",
+         gpu, arch, sms, argv[1], bundle.n, samples, rounds, warm_ms, pause_ms);
   slot *slots = (slot *)calloc((size_t)bundle.n, sizeof(slot));
   int checked = 0, failures = 0, within = 0, timed = 0;
   for (int i = 0; i < bundle.n; i++) {
@@ -872,14 +678,13 @@ int main(int argc, char **argv) {
     }
     e = sl->k.entry;
     sl->entry = e;
-    sl->index = i;
     size_t m = e->shape[0], n = e->shape[1], kk = e->shape[2];
     size_t in = dsize(e->input), out = dsize(e->output);
     void *ha = fill(e->input, m * kk, 1), *hb = fill(e->input, kk * n, 1), *hc = fill(e->output, m * n, 1);
     void *ta = fill(e->input, m * kk, 0), *tb = fill(e->input, kk * n, 0);
-    CUdeviceptr a = upload(ha, m * kk * in), b = upload(hb, kk * n * in), c = upload_timing(hc, m * n * out);
-    CUdeviceptr at = upload_timing(ta, m * kk * in), bt = upload_timing(tb, kk * n * in);
-    CUdeviceptr d = upload_timing(NULL, m * n * out), dref = upload_timing(hc, m * n * out);
+    CUdeviceptr a = upload(ha, m * kk * in), b = upload(hb, kk * n * in), c = upload(hc, m * n * out);
+    CUdeviceptr at = upload(ta, m * kk * in), bt = upload(tb, kk * n * in);
+    CUdeviceptr d = upload(NULL, m * n * out), dref = upload(hc, m * n * out);
     CU(cuMemsetD8(d, 0xff, m * n * out)); /* poison: unwritten elements show */
 
     ours_call oc = {&sl->k, a, b, e->beta != 0 ? c : 0, d};
@@ -916,23 +721,17 @@ int main(int argc, char **argv) {
                first % m, first / m, value(e->output, got, first), value(e->output, want, first));
     else snprintf(check, sizeof sl->check, "ok: all %zu match (max |diff| %.3g)", m * n, max_err);
     failures += !ok_launch || !lookup_ok || bad;
-    printf("%-46s checked: %s (A at %llu KiB into a 2 MiB page)\n", e->name, check,
-           (unsigned long long)(at % TIMING_ALIGN) >> 10);
+    printf("%-46s checked: %s\n", e->name, check);
     fflush(stdout);
     snprintf(sl->key, sizeof sl->key, "%zux%zux%zu %s %s>%s", m, n, kk, e->layout, e->input, e->output);
     sl->at = at, sl->bt = bt, sl->c = c, sl->d = d, sl->dref = dref;
     sl->ours = (ours_call){&sl->k, at, bt, e->beta != 0 ? c : 0, d};
     lt_plan_new(lt, e, &sl->plan);
     sl->blas = (blas_call){h, lt, e, &sl->plan, at, bt, dref, lt_ws, -1};
-    place_slot(sl, places);
     checked++;
     free(ha), free(hb), free(hc), free(ta), free(tb), free(got), free(want);
     cuMemFree(a), cuMemFree(b);
-    if (!keep) {
-      time_slot(sl, stream, samples, rounds, warm_ms, pause_ms, no_blas);
-      if (diag > 0) place_diag(sl, stream, samples, diag, no_blas);
-      release_slot(sl);
-    }
+    if (!keep) time_slot(sl, stream, samples, rounds, warm_ms, pause_ms, no_blas), release_slot(sl);
   }
   for (int i = 0; keep && i < checked; i++) time_slot(&slots[i], stream, samples, rounds, warm_ms, pause_ms, no_blas);
 

@@ -33,13 +33,6 @@ const FINALIST_MIN_MS: f64 = 50.0;
 const FINALIST_LAUNCHES: u32 = 5000;
 /// Fewest launches per timing sample.
 const MIN_BATCH: u32 = 50;
-/// Placements a finalist's round times the kernel and the vendor over
-/// (`MeasureRequest::placements`). One: where a small workload's buffers lie moves a 2-6 us
-/// kernel's time by up to 8% on an H200, but five (copies of the timing set, the mean of their
-/// times) did not bring the export check closer to the records (9 of 10 and 8 of 10 within 3%
-/// against 9-10 of 10 on one) and took a default tune's finalists from 5-8% of its wall to 10-11%
-/// (2026-11-29, docs/measurement.md "Placements"). `selftest --placements` times that way.
-pub(crate) const FINALIST_PLACEMENTS: u32 = 1;
 /// Timing samples of a task that names none (the tracker's default for jobs).
 const DEFAULT_SAMPLES: u32 = 10;
 /// The window a measurement's energy is read over, milliseconds: NVML's counter publishes every
@@ -213,7 +206,6 @@ impl Plan {
             // A burst finalist starts from the full clock, as a trial after a compile does.
             start_uncapped: !sustained && pass != Pass::Trial,
             baseline_first: !sustained && matches!(pass, Pass::FinalistRound { vendor_first: true }),
-            placements: if matches!(pass, Pass::FinalistRound { .. }) { FINALIST_PLACEMENTS } else { 1 },
             model_us: self.model_us,
             vendor_model_us: self.vendor_model_us,
         }
@@ -272,11 +264,6 @@ mod tests {
         // Every other round times the vendor first.
         let second = plan.request(5, &image, &image, false, Pass::FinalistRound { vendor_first: true });
         assert_eq!((trial.baseline_first, round.baseline_first, second.baseline_first), (false, false, true));
-        // A round goes round the finalists' placements of the workload's buffers; a trial times one.
-        assert_eq!(
-            (trial.placements, round.placements, second.placements),
-            (1, FINALIST_PLACEMENTS, FINALIST_PLACEMENTS)
-        );
         // ... and everything else is the trial's request.
         let same = |r: &MeasureRequest| MeasureRequest {
             baseline: false,
@@ -284,7 +271,6 @@ mod tests {
             repick_baseline: false,
             start_uncapped: false,
             baseline_first: false,
-            placements: 1,
             ..r.clone()
         };
         assert_eq!(format!("{:?}", same(&trial)), format!("{:?}", same(&round)));
@@ -303,7 +289,6 @@ mod tests {
         );
         assert!(warm.min_sample_ms >= 5.0 * MIN_SAMPLE_MS, "longer samples than a trial's: {}", warm.min_sample_ms);
         assert_eq!(vendor(&warm), (true, true, true), "the warm-up picks the vendor's algorithm again");
-        assert_eq!((warm.placements, round.placements), (1, FINALIST_PLACEMENTS), "the warm-up is not recorded");
         assert_eq!((round.min_sample_ms, vendor(&round)), (warm.min_sample_ms, (true, true, false)));
         assert!(!round.start_uncapped, "sustained wants the cap");
         let second = plan.request(5, &image, &image, false, Pass::FinalistRound { vendor_first: true });

@@ -107,13 +107,6 @@ pub struct MeasureRequest {
     /// 4096x14336x4096: 693.6 us in the record, 628.6 us in the exported bundle's check).
     #[serde(default)]
     pub baseline_first: bool,
-    /// Placements to time the kernel and the vendor over (0 or 1: one): copies of the timing set
-    /// (A, B, C and the output) elsewhere in device memory, the time the mean of the placements'
-    /// times (see `cuda::timing::time`; a workload too large to copy has one), so that a time is
-    /// not that of wherever one process's buffers happened to lie. A finalist's rounds ask for
-    /// `plan::FINALIST_PLACEMENTS`, `selftest --placements` for its own.
-    #[serde(default)]
-    pub placements: u32,
     /// The analytic model's time, microseconds (what `sim` reports).
     pub model_us: f64,
     /// The analytic vendor time, microseconds (what `sim` reports as baseline).
@@ -313,7 +306,6 @@ mod tests {
             energy_ms: 0.0,
             start_uncapped: false,
             baseline_first: false,
-            placements: 1,
             model_us: 1.0,
             vendor_model_us: 1.0,
         };

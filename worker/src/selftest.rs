@@ -59,8 +59,6 @@ pub struct Selection {
     pub hold_s: f64,
     /// Read each kernel's energy after its samples (the one-second window records read).
     pub energy: bool,
-    /// Placements each kernel is timed over (`MeasureRequest::placements`; 1 as a trial).
-    pub placements: u32,
     /// These kernels instead of a spread per workload: to time chosen kernels (a job's finalists,
     /// say) of several workloads in one process. Their workloads and templates are the ones
     /// checked; `workloads`, `template`, `knob` and `config` must be unset.
@@ -122,7 +120,6 @@ impl Default for Selection {
             no_baseline: false,
             hold_s: 0.0,
             energy: false,
-            placements: 1,
             listed: Vec::new(),
             regime: Regime::Burst,
         }
@@ -575,7 +572,6 @@ fn measure_workload(
                             energy_ms: if selection.energy || sustained { crate::energy::MIN_WINDOW_MS } else { 0.0 },
                             start_uncapped: false,
                             baseline_first: false,
-                            placements: selection.placements,
                             model_us: template.model_us(w, &k.config, target).unwrap_or(0.0),
                             vendor_model_us: plan::vendor_time(w),
                         };

@@ -351,7 +351,6 @@ mod tests {
             energy_ms: 100.0,
             start_uncapped: false,
             baseline_first: false,
-            placements: 1,
             model_us: 10.0,
             vendor_model_us: 3.0,
         }

@@ -121,7 +121,6 @@ fn main() -> anyhow::Result<()> {
             energy_ms: 0.0,
             start_uncapped: false,
             baseline_first: false,
-            placements: 1,
             model_us: 0.0,
             vendor_model_us: 0.0,
         };

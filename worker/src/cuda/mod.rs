@@ -353,7 +353,7 @@ impl CudaExecutor {
         let l = &req.launch;
         let cfg = launch_config(l);
         let w = &self.workloads[wi];
-        let args = w.args(&l.args, InputSet::Check, 0, ws).map_err(|f| self.fail(f))?;
+        let args = w.args(&l.args, InputSet::Check, ws).map_err(|f| self.fail(f))?;
         let w = &self.workloads[wi];
         let r = w
             .poison(&self.stream)
@@ -397,13 +397,8 @@ impl CudaExecutor {
         self.guard(wi, req, ws.as_ref(), "its checked launch")?;
 
         let cfg = launch_config(&req.launch);
-        // Placements of the timing set (`MeasureRequest::placements`).
-        let placements =
-            self.workloads[wi].place(&self.ctx, &self.stream, req.placements as usize).map_err(|f| self.fail(f))?;
-        let args = (0..placements)
-            .map(|p| self.workloads[wi].args(&req.launch.args, InputSet::Timing, p, ws.as_ref()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|f| self.fail(f))?;
+        let args =
+            self.workloads[wi].args(&req.launch.args, InputSet::Timing, ws.as_ref()).map_err(|f| self.fail(f))?;
         let name = req.launch.name.clone();
         let key = baseline_key(req);
         let wants_baseline = req.baseline && (req.fresh_baseline || !self.baselines.contains_key(&key));
@@ -413,9 +408,7 @@ impl CudaExecutor {
         }
         // The clock while the GPU is busy with this kernel, read just before its timed replays.
         let sm_clock_mhz = self.sm_clock_mhz();
-        let timed = self.timer.time_placed(req, placements, |s, p| {
-            launch(s, &func, cfg, &args[p]).when(|| format!("when launching {name}"))
-        });
+        let timed = self.timer.time(req, |s| launch(s, &func, cfg, &args).when(|| format!("when launching {name}")));
         let timing = timed.map_err(|f| self.fail(f))?;
         self.guard(wi, req, ws.as_ref(), "its timed launches")?;
 
@@ -491,10 +484,6 @@ impl CudaExecutor {
     /// the fastest as the pick.
     fn timed_baseline(&mut self, wi: usize, req: &MeasureRequest) -> (Option<f64>, String) {
         self.vendor_energy_mj = None;
-        // The vendor goes round the same placements of the timing set as the kernel.
-        if let Err(f) = self.workloads[wi].place(&self.ctx, &self.stream, req.placements as usize) {
-            return (None, format!("none: {f}"));
-        }
         let key = baseline_key(req);
         if req.fresh_baseline
             && !req.repick_baseline
@@ -635,11 +624,8 @@ impl CudaExecutor {
                 return (None, format!("none: {text}"), None);
             }
         }
-        let placements = w.placements(req.placements as usize);
-        let timed = self.timer.time_placed(req, placements, |_, p| {
-            let set = w.timing_set(p);
-            blas.gemm(&mm, set.a, set.b, set.d)
-        });
+        let (a, b) = w.inputs(InputSet::Timing);
+        let timed = self.timer.time(req, |_| blas.gemm(&mm, a, b, d));
         let gemm_us = match timed {
             Ok(t) => t.time_us,
             Err(f) => {
@@ -816,14 +802,6 @@ impl CudaExecutor {
                     tracing::debug!(workload = %req.workload_key, candidate = number, failures = cmp.failures, max_abs = cmp.max_abs, "cuBLASLt candidate skipped: its output failed our check");
                     continue;
                 }
-                // The placements of the data, where the product is the whole call (an epilogue
-                // kernel after it works on the first placement's output).
-                Ok(_) if matches!(after, After::Nothing) => {
-                    self.timer.time_placed(req, w.placements(req.placements as usize), |_, p| {
-                        let set = w.timing_set(p);
-                        plan.matmul(c, set.a, set.b, set.d)
-                    })
-                }
                 Ok(_) => {
                     let (a, b) = w.inputs(InputSet::Timing);
                     self.timer.time(req, |s| {
@@ -939,24 +917,10 @@ struct Timer {
 }
 
 impl Timer {
-    /// Times `enqueue` as `req` asks (see `timing`'s modes), on one placement.
-    fn time<F>(&mut self, req: &MeasureRequest, mut enqueue: F) -> Result<timing::Timing, CudaFailure>
+    /// Times `enqueue` as `req` asks (see `timing`'s modes).
+    fn time<F>(&mut self, req: &MeasureRequest, enqueue: F) -> Result<timing::Timing, CudaFailure>
     where
         F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
-    {
-        self.time_placed(req, 1, |s, _| enqueue(s))
-    }
-
-    /// Times `enqueue` as `req` asks over `placements` placements (`timing::time`): `enqueue(s, p)`
-    /// launches on placement `p`.
-    fn time_placed<F>(
-        &mut self,
-        req: &MeasureRequest,
-        placements: usize,
-        enqueue: F,
-    ) -> Result<timing::Timing, CudaFailure>
-    where
-        F: FnMut(&Arc<CudaStream>, usize) -> Result<(), CudaFailure>,
     {
         let mode = if req.flush_l2 {
             if self.flush_scratch.is_none() {
@@ -979,7 +943,7 @@ impl Timer {
             start_uncapped: req.start_uncapped,
             burst: req.regime == Regime::Burst,
         };
-        timing::time(&self.ctx, &self.stream, req.samples.max(1), placements, mode, extra, enqueue)
+        timing::time(&self.ctx, &self.stream, req.samples.max(1), mode, extra, enqueue)
     }
 }
 

@@ -159,9 +159,6 @@ pub(crate) struct Timing {
     pub(crate) spread: f64,
     /// Launches per sample.
     pub(crate) batch: u32,
-    /// Placements the samples went round (sample `i` ran on placement `i % placements`; see
-    /// [`time`]); 1 when the kernel had one.
-    pub(crate) placements: usize,
     /// Energy and state over the energy phase (unknown without one).
     pub(crate) power: Power,
     /// How long the settle phase ran, milliseconds (0 without one).
@@ -174,16 +171,16 @@ pub(crate) struct Timing {
 
 /// Captures `batch` calls of `enqueue` into a graph. The stream leaves capture mode whatever
 /// happens, so a failing launch cannot leave it stuck.
-fn capture<F>(stream: &Arc<CudaStream>, batch: u32, place: usize, enqueue: &mut F) -> Result<CudaGraph, CudaFailure>
+fn capture<F>(stream: &Arc<CudaStream>, batch: u32, enqueue: &mut F) -> Result<CudaGraph, CudaFailure>
 where
-    F: FnMut(&Arc<CudaStream>, usize) -> Result<(), CudaFailure>,
+    F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
 {
     stream
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
         .when(|| "when starting a graph capture".into())?;
     let mut outcome = Ok(());
     for _ in 0..batch {
-        outcome = enqueue(stream, place);
+        outcome = enqueue(stream);
         if outcome.is_err() {
             break;
         }
@@ -210,46 +207,31 @@ fn replay_ms(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, graph: &CudaGraph
 }
 
 /// Times `enqueue` (which must enqueue exactly one launch, or one vendor call, on the stream it is
-/// given, over placement `p` of `placements`): a warm-up launch on each placement, then `samples`
-/// samples taken as `mode` says (rounded up to a multiple of `placements`).
-///
-/// A placement is where the launch's data lie in device memory (a copy of the buffers elsewhere;
-/// the caller makes them). On an H200 a 2.5 us kernel read 2.49 to 2.67 us over copies of its
-/// buffers in one process, its vendor 2.87 to 3.04 (2026-11-29), and every process holds its own
-/// draw, so a time taken on one placement is the time of that draw, not of the kernel
-/// (docs/measurement.md). With several, each placement has its own graph, sample `i` replays the
-/// graph of placement `i % placements`, each placement's samples give its time as they would
-/// alone (their median, or in a burst their fastest), and the timing's time is the mean of
-/// those.
+/// given): a warm-up launch, then `samples` samples taken as `mode` says.
 pub(crate) fn time<F>(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
     samples: u32,
-    placements: usize,
     mode: Mode<'_>,
     extra: Extra<'_>,
     mut enqueue: F,
 ) -> Result<Timing, CudaFailure>
 where
-    F: FnMut(&Arc<CudaStream>, usize) -> Result<(), CudaFailure>,
+    F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
 {
     if cools_first(&extra) {
         std::thread::sleep(Duration::from_millis(BURST_COOL_MS));
     } else {
         idle_while_capped(&extra, UNCAP_POLL_MS);
     }
-    let placements = placements.max(1);
-    let samples = samples.max(1).div_ceil(placements as u32) * placements as u32;
     // Warm-up outside any graph: module load, instruction cache, vendor heuristics.
-    for place in 0..placements {
-        enqueue(stream, place)?;
-    }
+    enqueue(stream)?;
     stream.synchronize().when(|| "when running the warm-up launch".into())?;
     let timing = match mode {
         Mode::Batched { min_sample_ms, launches } => {
-            batched(ctx, stream, samples, placements, min_sample_ms, launches, extra, &mut enqueue)
+            batched(ctx, stream, samples, min_sample_ms, launches, extra, &mut enqueue)
         }
-        Mode::ColdL2 { scratch } => cold(ctx, stream, samples, placements, scratch, &mut enqueue),
+        Mode::ColdL2 { scratch } => cold(ctx, stream, samples, scratch, &mut enqueue),
     };
     LAST_POWER.with(|p| p.set(timing.as_ref().map(|t| t.power).unwrap_or_default()));
     let burst = extra.burst && extra.settle.is_none() && extra.hold_ms <= 0.0;
@@ -265,29 +247,13 @@ where
 /// started at 1980 MHz, read 1428-1641 us (2026-11-29). For a kernel that never meets the cap the
 /// two differ by the samples' noise. A settled timing (sustained, or a hold) keeps its median or
 /// its window's time: there the capped clock is the regime.
-/// With several placements, each placement's fastest sample, and their mean.
 fn at_full_clock(mut t: Timing) -> Timing {
     if let Some(fastest) = t.samples_us.iter().copied().filter(|s| *s > 0.0).reduce(f64::min) {
         let slowest = t.samples_us.iter().copied().fold(fastest, f64::max);
-        let time_us = mean_over_placements(&t.samples_us, t.placements, |group| {
-            group.iter().copied().filter(|s| *s > 0.0).reduce(f64::min)
-        });
-        t.time_us = time_us.unwrap_or(fastest);
-        t.spread = (slowest - fastest) / t.time_us;
+        t.time_us = fastest;
+        t.spread = (slowest - fastest) / fastest;
     }
     t
-}
-
-/// The mean over placements of `center` of each placement's samples (sample `i` is placement
-/// `i % placements`'s); `None` when some placement has no center.
-fn mean_over_placements(samples_us: &[f64], placements: usize, center: impl Fn(&[f64]) -> Option<f64>) -> Option<f64> {
-    let placements = placements.max(1);
-    let mut sum = 0.0;
-    for place in 0..placements {
-        let group: Vec<f64> = samples_us.iter().copied().skip(place).step_by(placements).collect();
-        sum += center(&group)?;
-    }
-    Some(sum / placements as f64)
 }
 
 /// Whether a timing idles before its warm-up: a burst measurement (no settling, no hold) that
@@ -344,14 +310,12 @@ struct Replayed<'a> {
 fn run_polled(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
-    replayed: &[Replayed<'_>],
+    replayed: Replayed<'_>,
     probe: &dyn Probe,
     cap_ms: f64,
     done: impl Fn(&[Poll]) -> bool,
 ) -> Result<Phase, CudaFailure> {
-    // Chunk `k` replays placement `k % placements`'s graph (all hold `batch` launches).
-    let (batch, graph_ms) = (replayed[0].batch, replayed[0].graph_ms);
-    let mut turn = 0usize;
+    let Replayed { graph, batch, graph_ms } = replayed;
     let reps = ((CHUNK_MS / graph_ms.max(1e-6)).ceil() as u32).max(1);
     let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).when(|| "when creating an event".into())?;
     start.record(stream).when(|| "when recording an event".into())?;
@@ -361,8 +325,6 @@ fn run_polled(
     let mut queued: VecDeque<(CudaEvent, u64)> = VecDeque::new();
     let mut launches = 0u64;
     let mut chunk = |queued: &mut VecDeque<(CudaEvent, u64)>| -> Result<(), CudaFailure> {
-        let graph = replayed[turn % replayed.len()].graph;
-        turn += 1;
         for _ in 0..reps {
             graph.launch().when(|| "when replaying the graph".into())?;
         }
@@ -403,36 +365,28 @@ fn run_polled(
 /// 2500 launches 10 times instead of capturing 20000 launches on the host for every timing (the
 /// conv suite's batch-1 layers spent 56-68 s in their finalist stage that way, 23-27 s with the
 /// replays; H100, 2026-11-26). With a `launches` cap, the probe's time also shortens the samples
-/// (see [`sample_ms`]). The reported `batch` is launches per sample. With several placements, the
-/// first one's probe sizes every placement's graph, and the phases go round the graphs chunk by
-/// chunk.
-#[allow(clippy::too_many_arguments)]
+/// (see [`sample_ms`]). The reported `batch` is launches per sample.
 fn batched<F>(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
     samples: u32,
-    placements: usize,
     min_sample_ms: f64,
     launches: u32,
     extra: Extra<'_>,
     enqueue: &mut F,
 ) -> Result<Timing, CudaFailure>
 where
-    F: FnMut(&Arc<CudaStream>, usize) -> Result<(), CudaFailure>,
+    F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
 {
-    let probe = capture(stream, PROBE_BATCH, 0, enqueue)?;
+    let probe = capture(stream, PROBE_BATCH, enqueue)?;
     replay_ms(ctx, stream, &probe)?;
     let per_launch_ms = replay_ms(ctx, stream, &probe)? / PROBE_BATCH as f64;
     drop(probe);
     let (batch, reps) = sample_shape(per_launch_ms, sample_ms(per_launch_ms, min_sample_ms, launches));
 
-    let graphs = (0..placements).map(|place| capture(stream, batch, place, enqueue)).collect::<Result<Vec<_>, _>>()?;
-    // One untimed replay each: a graph's first replay pays for its upload.
-    let replayed = graphs
-        .iter()
-        .map(|graph| Ok(Replayed { graph, batch, graph_ms: replay_ms(ctx, stream, graph)? }))
-        .collect::<Result<Vec<_>, CudaFailure>>()?;
-    let replayed = replayed.as_slice();
+    let graph = capture(stream, batch, enqueue)?;
+    let graph_ms = replay_ms(ctx, stream, &graph)?;
+    let replayed = Replayed { graph: &graph, batch, graph_ms };
     // The sustained regime: the kernel runs until the GPU is steady under it (without NVML there
     // is nothing to tell steady by: timed at once, and said to be unsteady). A hold runs it for
     // its time whatever the rule says.
@@ -455,7 +409,6 @@ where
     // Back-to-back replays, one event between consecutive samples: the GPU never idles.
     events[0].record(stream).when(|| "when recording an event".into())?;
     for i in 0..samples as usize {
-        let graph = replayed[i % placements].graph;
         for _ in 0..reps {
             graph.launch().when(|| "when replaying the graph".into())?;
         }
@@ -468,7 +421,7 @@ where
         let ms = pair[0].elapsed_ms(&pair[1]).when(|| "when reading an event".into())? as f64;
         samples_us.push(ms * 1e3 / launches as f64);
     }
-    let mut timing = summarise_placed(samples_us, launches, placements);
+    let mut timing = summarise(samples_us, launches);
     (timing.settle_ms, timing.steady, timing.trace) = (settle_ms, steady, trace);
     if let Some(probe) = extra.probe
         && extra.energy_ms > 0.0
@@ -521,26 +474,23 @@ fn cold<F>(
     ctx: &Arc<CudaContext>,
     stream: &Arc<CudaStream>,
     samples: u32,
-    placements: usize,
     scratch: &DevBuf,
     enqueue: &mut F,
 ) -> Result<Timing, CudaFailure>
 where
-    F: FnMut(&Arc<CudaStream>, usize) -> Result<(), CudaFailure>,
+    F: FnMut(&Arc<CudaStream>) -> Result<(), CudaFailure>,
 {
-    let graphs = (0..placements).map(|place| capture(stream, 1, place, enqueue)).collect::<Result<Vec<_>, _>>()?;
-    // One untimed replay each: a graph's first launch pays for its upload to the device.
-    for graph in &graphs {
-        scratch.fill_async(stream, 0).when(|| "when flushing the L2".into())?;
-        replay_ms(ctx, stream, graph)?;
-    }
+    let graph = capture(stream, 1, enqueue)?;
+    // One untimed replay: the graph's first launch pays for its upload to the device.
+    scratch.fill_async(stream, 0).when(|| "when flushing the L2".into())?;
+    replay_ms(ctx, stream, &graph)?;
     let starts = new_events(ctx, samples as usize)?;
     let ends = new_events(ctx, samples as usize)?;
     // Everything is enqueued before the first sample ends: the host never delays the GPU.
     for (i, (start, end)) in starts.iter().zip(&ends).enumerate() {
         scratch.fill_async(stream, i as u8).when(|| "when flushing the L2".into())?;
         start.record(stream).when(|| "when recording an event".into())?;
-        graphs[i % placements].launch().when(|| "when replaying the graph".into())?;
+        graph.launch().when(|| "when replaying the graph".into())?;
         end.record(stream).when(|| "when recording an event".into())?;
     }
     if let Some(last) = ends.last() {
@@ -550,30 +500,13 @@ where
     for (start, end) in starts.iter().zip(&ends) {
         samples_us.push(start.elapsed_ms(end).when(|| "when reading an event".into())? as f64 * 1e3);
     }
-    Ok(summarise_placed(samples_us, 1, placements))
+    Ok(summarise(samples_us, 1))
 }
 
 fn new_events(ctx: &Arc<CudaContext>, n: usize) -> Result<Vec<CudaEvent>, CudaFailure> {
     (0..n)
         .map(|_| ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).when(|| "when creating an event".into()))
         .collect()
-}
-
-/// [`summarise`] of samples that went round `placements` placements: the time is the mean of the
-/// placements' medians.
-pub(crate) fn summarise_placed(samples_us: Vec<f64>, batch: u32, placements: usize) -> Timing {
-    let mut t = summarise(samples_us, batch);
-    if placements > 1 {
-        let medians = mean_over_placements(&t.samples_us, placements, |group| {
-            (!group.is_empty()).then(|| summarise(group.to_vec(), batch).time_us)
-        });
-        if let Some(time_us) = medians.filter(|us| *us > 0.0) {
-            t.spread *= t.time_us / time_us;
-            t.time_us = time_us;
-        }
-        t.placements = placements;
-    }
-    t
 }
 
 /// Median and spread of a set of samples.
@@ -594,7 +527,6 @@ pub(crate) fn summarise(samples_us: Vec<f64>, batch: u32) -> Timing {
         time_us,
         spread,
         batch,
-        placements: 1,
         power: Power::default(),
         settle_ms: 0.0,
         steady: true,
@@ -625,26 +557,6 @@ mod tests {
         assert!((burst.spread - (1669.0 - 1428.0) / 1428.0).abs() < 1e-12);
         // No positive sample: the timing is left as it was.
         assert_eq!(at_full_clock(summarise(vec![], 1)).time_us, 0.0);
-    }
-
-    #[test]
-    fn placed_samples_average_each_placements_own_time() {
-        // Two placements, their samples interleaved: placement 0 reads 2.44-2.46, placement 1
-        // 2.64-2.70 (as copies of a 512x64x512 workload's buffers did on an H200).
-        let samples = vec![2.45, 2.66, 2.44, 2.64, 2.46, 2.70];
-        let median = summarise_placed(samples.clone(), 300, 2);
-        assert_eq!(median.placements, 2);
-        assert!((median.time_us - (2.45 + 2.66) / 2.0).abs() < 1e-12, "{}", median.time_us);
-        assert!((median.spread - (2.70 - 2.44) / median.time_us).abs() < 1e-12);
-        // A burst: each placement's fastest sample, then their mean (not the fastest overall).
-        let burst = at_full_clock(median);
-        assert!((burst.time_us - (2.44 + 2.64) / 2.0).abs() < 1e-12, "{}", burst.time_us);
-        // One placement: as before.
-        assert_eq!(summarise_placed(samples.clone(), 300, 1).time_us, summarise(samples.clone(), 300).time_us);
-        assert_eq!(at_full_clock(summarise_placed(samples, 300, 1)).time_us, 2.44);
-        // Every placement is its own group, whatever the count.
-        assert_eq!(mean_over_placements(&[1.0, 2.0, 3.0, 1.0, 2.0, 3.0], 3, |g| g.first().copied()), Some(2.0));
-        assert_eq!(mean_over_placements(&[1.0], 2, |g| g.first().copied()), None, "a placement with no sample");
     }
 
     #[test]

@@ -25,16 +25,6 @@ const SEED_C: u32 = 0x0c55;
 pub(crate) const CANARY_BYTES: usize = 256 * 1024;
 /// The canary's byte: neither zero nor a pattern of the poison, so an overrun of either shows.
 const CANARY_BYTE: u8 = 0xa5;
-/// The largest timing set (A, B, C and the output) that is copied elsewhere for placements after
-/// the first (`WorkloadState::place`): a set that fits in the L2 stays there from one launch to
-/// the next, and which L2 slices its lines map to follows from its addresses; a larger one
-/// streams from HBM, whose channels the addresses spread over evenly wherever they lie, and its
-/// copies would cost hundreds of megabytes. Over the H200's 60 MiB L2 (and the H100's 50).
-const PLACED_MAX_BYTES: usize = 64 << 20;
-/// Each placed set sits after a spacer allocation of a size that grows with its number by this
-/// much (1 MiB and 3 pages: not a multiple of the 2 MiB pages the driver maps), so that the sets
-/// do not all start at the same offset in their pages.
-const PLACED_SPACER_STEP: usize = (1 << 20) + 3 * 4096;
 
 /// Which input set a launch reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,28 +72,6 @@ pub(crate) struct WorkloadState {
     out_elems: u64,
     /// Bytes of the output (`d` holds [`CANARY_BYTES`] more, its canary).
     out_bytes: usize,
-    /// Copies of the timing set elsewhere in device memory: placement `p` (from 1) times on
-    /// `placed[p - 1]` when there is one (see [`WorkloadState::place`]).
-    placed: Vec<Placed>,
-}
-
-/// The timing set of one placement after the first: A, B and C copied from the first, an output
-/// with its canary, after a spacer that only shifts them.
-struct Placed {
-    _spacer: DevBuf,
-    a: DevBuf,
-    b: DevBuf,
-    c: DevBuf,
-    d: DevBuf,
-}
-
-/// The buffers a timing launch of one placement runs on.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct TimingSet {
-    pub(crate) a: u64,
-    pub(crate) b: u64,
-    pub(crate) c: u64,
-    pub(crate) d: u64,
 }
 
 impl WorkloadState {
@@ -155,7 +123,6 @@ impl WorkloadState {
             stats: DevBuf::new(ctx, 256)?,
             out_elems,
             out_bytes,
-            placed: Vec::new(),
             _module: module.clone(),
         };
         state.restore(stream)?;
@@ -200,95 +167,29 @@ impl WorkloadState {
         )
         .when(|| format!("when computing the reference of {key}"))?;
         arm_canary(stream, self.d.ptr + self.out_bytes as u64).when(|| format!("when arming the canary of {key}"))?;
-        for set in &self.placed {
-            self.fill_placed(stream, set).when(|| format!("when copying the timing set of {key} elsewhere"))?;
-        }
         stream.synchronize().when(|| format!("when computing the reference of {key}"))
     }
 
-    /// Makes sure placements up to `placements` have timing sets of their own when the timing set
-    /// is small enough to copy ([`PLACED_MAX_BYTES`]; sets already made are kept for the next
-    /// measurements of the workload), and returns how many placements there are to time on: 1
-    /// for a larger workload.
-    pub(crate) fn place(
-        &mut self,
-        ctx: &Arc<CudaContext>,
-        stream: &Arc<CudaStream>,
-        placements: usize,
-    ) -> Result<usize, CudaFailure> {
-        let set_bytes = self.a_time.bytes + self.b_time.bytes + self.c.bytes + self.out_bytes;
-        if set_bytes > PLACED_MAX_BYTES {
-            return Ok(1);
-        }
-        while self.placed.len() + 1 < placements {
-            let spacer = DevBuf::new(ctx, (self.placed.len() + 1) * PLACED_SPACER_STEP)?;
-            let set = Placed {
-                _spacer: spacer,
-                a: DevBuf::new(ctx, self.a_time.bytes)?,
-                b: DevBuf::new(ctx, self.b_time.bytes)?,
-                c: DevBuf::new(ctx, self.c.bytes)?,
-                d: DevBuf::new(ctx, self.out_bytes + CANARY_BYTES)?,
-            };
-            self.fill_placed(stream, &set).when(|| "when copying a timing set elsewhere".into())?;
-            self.placed.push(set);
-        }
-        stream.synchronize().when(|| "when copying a timing set elsewhere".into())?;
-        Ok(self.placements(placements))
-    }
-
-    /// How many of `asked` placements have a timing set (at least 1: the first).
-    pub(crate) fn placements(&self, asked: usize) -> usize {
-        asked.clamp(1, 1 + self.placed.len())
-    }
-
-    /// Copies the timing inputs and C into `set` and arms its output's canary.
-    fn fill_placed(&self, stream: &CudaStream, set: &Placed) -> Result<(), cudarc::driver::DriverError> {
-        for (to, from) in [(&set.a, &self.a_time), (&set.b, &self.b_time), (&set.c, &self.c)] {
-            // SAFETY: each copy was allocated with its original's size.
-            unsafe { result::memcpy_dtod_async(to.ptr, from.ptr, from.bytes, stream.cu_stream()) }?;
-        }
-        arm_canary(stream, set.d.ptr + self.out_bytes as u64)
-    }
-
-    /// The timing set of placement `place` (the first set when it has none of its own).
-    pub(crate) fn timing_set(&self, place: usize) -> TimingSet {
-        match place.checked_sub(1).and_then(|i| self.placed.get(i)) {
-            Some(set) => TimingSet { a: set.a.ptr, b: set.b.ptr, c: set.c.ptr, d: set.d.ptr },
-            None => TimingSet { a: self.a_time.ptr, b: self.b_time.ptr, c: self.c.ptr, d: self.d.ptr },
-        }
-    }
-
-    /// What changed in the canary after the output, or after a placed output (see
-    /// [`canary_damage`]), `None` when all are intact.
+    /// What changed in the canary after the output (see [`canary_damage`]), `None` when intact.
     pub(crate) fn output_overrun(&self, stream: &CudaStream) -> Result<Option<Damage>, CudaFailure> {
-        for d in std::iter::once(&self.d).chain(self.placed.iter().map(|set| &set.d)) {
-            if let Some(damage) = read_canary(stream, d.ptr + self.out_bytes as u64)? {
-                return Ok(Some(damage));
-            }
-        }
-        Ok(None)
+        read_canary(stream, self.d.ptr + self.out_bytes as u64)
     }
 
-    /// A generated kernel's arguments: device pointers, and tensor maps encoded over them; the
-    /// timing set of placement `place` (see [`WorkloadState::timing_set`]) for [`InputSet::Timing`].
+    /// A generated kernel's arguments: device pointers, and tensor maps encoded over them.
     pub(crate) fn args(
         &self,
         args: &[Arg],
         set: InputSet,
-        place: usize,
         workspace: Option<&DevBuf>,
     ) -> Result<Vec<KArg>, CudaFailure> {
-        let TimingSet { a, b, c, d } = match set {
-            InputSet::Check => TimingSet { a: self.a_check.ptr, b: self.b_check.ptr, c: self.c.ptr, d: self.d.ptr },
-            InputSet::Timing => self.timing_set(place),
-        };
+        let (a, b) = self.inputs(set);
         args.iter()
             .map(|arg| {
                 Ok(KArg::Ptr(match arg {
                     Arg::A => a,
                     Arg::B => b,
-                    Arg::C => c,
-                    Arg::D => d,
+                    Arg::C => self.c.ptr,
+                    Arg::D => self.d.ptr,
                     // A kernel that needs no workspace still gets a valid pointer.
                     Arg::Workspace => workspace.map_or(self.stats.ptr, |w| w.ptr),
                     Arg::Bias => self.vectors.bias.ptr,
@@ -298,7 +199,7 @@ impl WorkloadState {
                         let ptr = match operand {
                             TensorOperand::A => a,
                             TensorOperand::B => b,
-                            TensorOperand::D => d,
+                            TensorOperand::D => self.d.ptr,
                         };
                         return encode(arg, ptr);
                     }
@@ -447,8 +348,7 @@ impl WorkloadState {
         ]
         .iter()
         .map(|b| b.bytes)
-        .sum::<usize>()
-            + self.placed.iter().map(|p| p._spacer.bytes + p.a.bytes + p.b.bytes + p.c.bytes + p.d.bytes).sum::<usize>()
+        .sum()
     }
 }
 
