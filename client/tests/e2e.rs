@@ -907,6 +907,7 @@ fn export_writes_a_bundle_the_bundle_crate_reads_back() {
                         (operand, map.operand),
                         (Operand::A, TensorOperand::A)
                             | (Operand::B, TensorOperand::B)
+                            | (Operand::C, TensorOperand::C)
                             | (Operand::D, TensorOperand::D)
                     );
                     same_operand && *dims == map.dims && strides_bytes[0] == map.row_bytes && *box_dims == map.box_dims

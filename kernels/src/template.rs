@@ -89,6 +89,8 @@ pub enum TensorOperand {
     A,
     /// Matmul B / conv filter.
     B,
+    /// The epilogue's input C (a TMA load of the residual, `wgmma_gemm` v18).
+    C,
     /// The output D (a TMA store).
     D,
 }

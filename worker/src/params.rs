@@ -66,6 +66,7 @@ fn operand(o: TensorOperand) -> Operand {
     match o {
         TensorOperand::A => Operand::A,
         TensorOperand::B => Operand::B,
+        TensorOperand::C => Operand::C,
         TensorOperand::D => Operand::D,
     }
 }

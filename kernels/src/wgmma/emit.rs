@@ -73,6 +73,12 @@ impl Plan {
         }
     }
 
+    /// The tensor map of C when the epilogue loads it by TMA ([`Plan::c_slots`]): D's map over C
+    /// (the same shape, type and box).
+    pub(super) fn map_c(&self) -> TensorMap {
+        TensorMap { operand: TensorOperand::C, ..self.map_d() }
+    }
+
     /// The im2col tensor map of a convolution's input, when X is loaded that way: BP output pixels
     /// of BK channels (128 bytes) per copy.
     pub(super) fn im2col_map(&self) -> Option<Im2colMap> {
@@ -142,6 +148,7 @@ impl Plan {
         let blocks_per_sm = self.blocks_per_sm(target);
         let split = self.k_split(target);
         let (x_once, y_once) = self.reads_once(target);
+        let c_slots = self.c_slots(target);
         let epi_int = t.output.is_int();
         let scalar = |v: f64| if epi_int { Scalar::Int(v as i64) } else { Scalar::Float(v) };
         let mut h = Header::default();
@@ -217,6 +224,9 @@ impl Plan {
             .int("EPI_COLS", (128 / t.output.bytes()) as i64)
             .define("TT_MAP_D", if self.tma_store { "const __grid_constant__ tt::TmaDesc mapD," } else { "" })
             .define("TT_MAP_D_PTR", if self.tma_store { "&mapD" } else { "nullptr" })
+            .int("C_SLOTS", c_slots as i64)
+            .define("TT_MAP_C", if c_slots > 0 { "const __grid_constant__ tt::TmaDesc mapC," } else { "" })
+            .define("TT_MAP_C_PTR", if c_slots > 0 { "&mapC" } else { "nullptr" })
             .flag("GATHER", self.gather())
             .flag("IM2COL", self.im2col())
             .int("GATHER_LAG", self.gather_lag() as i64)
@@ -402,7 +412,17 @@ impl Plan {
                 smem_bytes: res.smem_bytes,
                 workspace_bytes: res.workspace_bytes,
                 args: {
-                    let mut args = if self.tma_store {
+                    let mut args = if self.c_slots(target) > 0 {
+                        vec![
+                            x,
+                            Arg::Map(y),
+                            Arg::Map(self.map_d()),
+                            Arg::Map(self.map_c()),
+                            Arg::C,
+                            Arg::D,
+                            Arg::Workspace,
+                        ]
+                    } else if self.tma_store {
                         vec![x, Arg::Map(y), Arg::Map(self.map_d()), Arg::C, Arg::D, Arg::Workspace]
                     } else {
                         vec![x, Arg::Map(y), Arg::C, Arg::D, Arg::Workspace]

@@ -31,6 +31,10 @@ pub(super) const SK_MAX_ACC_REGS: u32 = 128;
 pub(super) const SMEM_SLACK: u32 = 1024 + 128;
 /// The TMA-store epilogue's staging per consumer warpgroup: two buffers of 64 rows x 128 bytes.
 pub(super) const EPI_BYTES_PER_CONSUMER: u32 = 2 * 64 * 128;
+/// A block of C loaded by TMA ([`Plan::c_slots`]): the TMA store's piece, 64 rows x 128 bytes,
+/// and its two mbarriers.
+pub(super) const C_BLOCK_BYTES: u32 = 64 * 128;
+pub(super) const C_BLOCK_BARRIERS: u32 = 16;
 /// K split in a cluster (see [`Plan::k_split`]): at most this many blocks share a tile (the
 /// portable cluster size), each with at least `SPLIT_MIN_K_TILES` K tiles, so that the exchange of
 /// partial sums costs at most about a quarter of a block's time.
@@ -323,6 +327,34 @@ impl Plan {
 
     pub(super) fn smem_bytes(&self, target: &Target) -> u32 {
         self.smem_with(self.y_resident(target))
+            + self.c_slots(target) * self.consumers * (C_BLOCK_BYTES + C_BLOCK_BARRIERS)
+    }
+
+    /// Blocks of C each consumer's ring holds where the epilogue loads C by TMA (version 18; 0:
+    /// it does not). That is the TMA store with C read 16 bytes a thread (`C_VECTORS`: beta != 0,
+    /// unswapped, every group's M a multiple of 8) and a producer warpgroup that loads by TMA (not
+    /// a gathering one): a loader thread of the producer warpgroup per consumer fills the ring as
+    /// far ahead of the consumer's epilogue as it holds (gemm.cu, `C_TMA`). As many blocks as the
+    /// block's shared memory leaves beside the stages and the staging, up to two tiles' worth of
+    /// the consumer's (a block with a producer warpgroup runs alone on its SM, so the rest would
+    /// sit idle); at least 2, or C goes through registers as in version 17.
+    pub(super) fn c_slots(&self, target: &Target) -> u32 {
+        let epi_cols = 128 / self.w.types.output.bytes();
+        let c_tma = self.w.reads_c()
+            && self.tma_store
+            && self.specialized
+            && !self.gather()
+            && !self.swap
+            && self.m_multiple_of(8)
+            && self.bq.is_multiple_of(epi_cols);
+        if !c_tma {
+            return 0;
+        }
+        let base = self.smem_with(self.y_resident(target));
+        let fit =
+            target.max_smem_per_block.saturating_sub(base) / (self.consumers * (C_BLOCK_BYTES + C_BLOCK_BARRIERS));
+        let slots = fit.min(2 * self.row_tiles() * (self.bq / epi_cols));
+        if slots >= 2 { slots } else { 0 }
     }
 
     /// Shared memory with Y in the ring (a stage of X and Y each), or resident (the ring holds X;

@@ -514,6 +514,37 @@ fn the_tma_store_epilogue_maps_d_and_needs_aligned_rows() {
     assert!(r.contains("epilogue tma") && r.contains("M=1002"), "{r}");
 }
 
+/// Version 18: with C (beta != 0), the TMA store and a producer warpgroup, C comes by TMA through
+/// a map of its own (D's, over C) into a ring per consumer that takes the shared memory the block
+/// leaves, up to two tiles' worth; other configs read C as version 17 did and keep their launch.
+#[test]
+fn c_is_loaded_by_tma_beside_the_tma_store() {
+    let sm90 = Target::sm90();
+    let w = Workload::from_key("matmul/m1024n1000k1024/nn/f16,f32,f16/alpha=1,beta=1").unwrap();
+    let pp = r#"{"block_m":128,"block_n":128,"consumers":2,"stages":2,"cluster":1,"persistent":0,"raster_group":1,"producer":"warpgroup","schedule":"pingpong","stream_k":0,"epilogue":"tma"}"#;
+    let spec = WgmmaGemm.generate(&w, &config(pp), &sm90).unwrap();
+    let (Arg::Map(d), Arg::Map(c)) = (spec.args[2], spec.args[3]) else { panic!("maps of D and C: {:?}", spec.args) };
+    assert_eq!((c.operand, c.dims, c.row_bytes, c.box_dims), (TensorOperand::C, d.dims, d.row_bytes, d.box_dims));
+    assert_eq!(spec.args[4..], [Arg::C, Arg::D, Arg::Workspace]);
+    // Ping-pong: a consumer's tile is 2 row tiles x 2 column blocks; two tiles' worth fit beside 2 stages.
+    assert_eq!(constant(&spec.source, "C_SLOTS"), 8);
+    assert!(spec.smem_bytes <= sm90.max_smem_per_block);
+    // Deeper stages leave room for fewer blocks: 4 stages of 32 KiB and the staging leave 4 a consumer.
+    let deep = WgmmaGemm.generate(&w, &config(&pp.replace(r#""stages":2"#, r#""stages":4"#)), &sm90).unwrap();
+    assert_eq!(constant(&deep.source, "C_SLOTS"), 4);
+    assert!(deep.smem_bytes <= sm90.max_smem_per_block && deep.smem_bytes + 2 * 8208 > sm90.max_smem_per_block);
+    // No C, stores from registers, or an inline producer: C_SLOTS 0 and no map of C.
+    let plain = Workload::from_key("matmul/m1024n1000k1024/nn/f16,f32,f16/alpha=1,beta=0").unwrap();
+    let inline = pp.replace("warpgroup", "inline").replace("pingpong", "cooperative");
+    for (w, json) in
+        [(&plain, pp.to_string()), (&w, pp.replace(r#""epilogue":"tma""#, r#""epilogue":"direct""#)), (&w, inline)]
+    {
+        let spec = WgmmaGemm.generate(w, &config(&json), &sm90).unwrap();
+        assert_eq!(constant(&spec.source, "C_SLOTS"), 0, "{json}");
+        assert!(!spec.args.iter().any(|a| matches!(a, Arg::Map(m) if m.operand == TensorOperand::C)), "{json}");
+    }
+}
+
 #[test]
 fn a_producer_warpgroup_keeps_one_block_per_sm() {
     // setmaxnreg moves registers inside one block's allocation; two blocks per SM hung on an H200.

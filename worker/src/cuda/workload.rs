@@ -199,6 +199,7 @@ impl WorkloadState {
                         let ptr = match operand {
                             TensorOperand::A => a,
                             TensorOperand::B => b,
+                            TensorOperand::C => self.c.ptr,
                             TensorOperand::D => self.d.ptr,
                         };
                         return encode(arg, ptr);

@@ -8,46 +8,47 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-#include <cuda_fp8.h>
-// wgmma_gemm v17: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m4096n16k4096/tn/e4m3,f32,bf16/alpha=1,beta=1,scale=tensor,epi=bias+gelu_erf
-#define KERNEL_NAME tt_wgmma_gemm_v17_e4m3f32bf16_tn_m128n16sw_c1_s6_cl1_grid_g1_inl_ks4_718b5b3a
-#define TT_CLUSTER_ATTR __cluster_dims__(4, 1, 1)
+// wgmma_gemm v18: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m1000n1000k1024/tn/i8,i32,i32/alpha=2,beta=-1
+#define KERNEL_NAME tt_wgmma_gemm_v18_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
+#define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
+#define TT_MAP_C 
+#define TT_MAP_C_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-#define TT_EPI_PARAMS , const T_OUT* __restrict__ bias_v, const float* __restrict__ tscale_v
-#define TT_EPI_BIAS bias_v
+#define TT_EPI_PARAMS 
+#define TT_EPI_BIAS nullptr
 #define TT_EPI_RSCALE nullptr
-#define TT_EPI_AB (tscale_v[0] * tscale_v[1])
+#define TT_EPI_AB 1.0f
 #define TT_GROUPED 0
-namespace ns_tt_wgmma_gemm_v17_e4m3f32bf16_tn_m128n16sw_c1_s6_cl1_grid_g1_inl_ks4_718b5b3a {
-typedef __nv_fp8_e4m3 T_IN;
-typedef __nv_bfloat16 T_OUT;
-typedef float T_EPI;
-typedef float T_ACCR;
+namespace ns_tt_wgmma_gemm_v18_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754 {
+typedef signed char T_IN;
+typedef int T_OUT;
+typedef int T_EPI;
+typedef int T_ACCR;
 
 namespace cfg {
-constexpr int P = 4096;
-constexpr int Q = 16;
-constexpr int K = 4096;
+constexpr int P = 1000;
+constexpr int Q = 1000;
+constexpr int K = 1024;
 constexpr int BP = 128;
-constexpr int BQ = 16;
+constexpr int BQ = 128;
 constexpr int BK = 128;
-constexpr int STAGES = 6;
+constexpr int STAGES = 4;
 constexpr int CONSUMERS = 1;
 constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
 constexpr bool RASTER_M = false;
-constexpr int TILES_P = 32;
-constexpr int TILES_Q = 1;
-constexpr int ACC_REGS = 8;
+constexpr int TILES_P = 8;
+constexpr int TILES_Q = 8;
+constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
-constexpr int BLOCKS_PER_SM = 2;
-constexpr int GRID_CLUSTERS = 32;
-constexpr int SPLIT = 4;
+constexpr int BLOCKS_PER_SM = 1;
+constexpr int GRID_CLUSTERS = 64;
+constexpr int SPLIT = 2;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 240;
@@ -58,7 +59,8 @@ constexpr bool TMA_STORE = false;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 64;
+constexpr int EPI_COLS = 32;
+constexpr int C_SLOTS = 0;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -76,22 +78,22 @@ constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
 constexpr bool Y_KMAJOR = true;
-constexpr bool EVEN_P = true;
-constexpr bool EVEN_Q = true;
-constexpr bool PAIRS_ALIGNED = false;
-constexpr bool VEC_ALIGNED = false;
+constexpr bool EVEN_P = false;
+constexpr bool EVEN_Q = false;
+constexpr bool PAIRS_ALIGNED = true;
+constexpr bool VEC_ALIGNED = true;
 constexpr bool READ_C = true;
-constexpr bool SWAP = true;
-constexpr T_EPI ALPHA = 1.0f;
-constexpr T_EPI BETA = 1.0f;
+constexpr bool SWAP = false;
+constexpr T_EPI ALPHA = 2;
+constexpr T_EPI BETA = -1;
 constexpr bool EPI_SCALE = false;
-constexpr bool EPI_BIAS = true;
-constexpr int EPI_ACT = 3;
-constexpr bool TENSOR_SCALE = true;
-constexpr bool FUSED = true;
+constexpr bool EPI_BIAS = false;
+constexpr int EPI_ACT = 0;
+constexpr bool TENSOR_SCALE = false;
+constexpr bool FUSED = false;
 constexpr int BATCH = 1;
 constexpr int GROUPS = 0;
-constexpr int LDQ = 4096;
+constexpr int LDQ = 1000;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -572,12 +574,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n16k32.f32.e4m3.e4m3: X K-major, Y K-major.
+// wgmma.m64n128k32.s32.s8.s8: X K-major, Y K-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p;\n}\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
       : "l"(dx), "l"(dy), "r"(1));
 }
 
@@ -1254,6 +1256,27 @@ constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C &
 constexpr bool C_VECTORS = READ_C && VEC_ALIGNED && (TMA_STORE || STORE_VECTORS);
 // C's elements a 16-byte vector holds.
 constexpr int C_VEC = 16 / (int)sizeof(T_OUT);
+// C_TMA (C_SLOTS > 0: C_VECTORS with the TMA store and a producer warpgroup that loads by TMA):
+// C's tile comes by TMA through its own tensor map, as CUTLASS's sm90 epilogue loads its source.
+// Each consumer has a ring of C_SLOTS blocks of 64 rows x 128 bytes (the TMA store's piece,
+// 128-byte swizzle), filled by a loader thread of the producer warpgroup (lane 0 of warp 1 + cw)
+// that walks the consumer's jobs as the consumer does, C_SLOTS blocks ahead of its epilogue: the
+// reads of C overlap the K loops instead of following them. The epilogue takes its pairs of C from
+// the ring and frees each block once the piece of D that replaces it is staged.
+constexpr bool C_TMA = C_SLOTS > 0;
+constexpr int C_RING = C_TMA ? C_SLOTS : 1;  // C_SLOTS as a divisor
+constexpr int C_BLOCK = 64 * 128;
+static_assert(!C_TMA || (C_VECTORS && TMA_STORE && SPECIALIZED && !GATHER && !SWAP),
+              "C by TMA is the TMA store's companion, loaded by the producer warpgroup");
+
+// C_TMA: a consumer's ring of C blocks, its barriers (full: the block has landed; empty: the
+// consumer has read it) and the count of blocks it has taken.
+struct CRing {
+  unsigned char* buf;
+  unsigned long long* full;
+  unsigned long long* empty;
+  int n;
+};
 
 // C's 16 bytes at row p, column q of the view, or zeros outside D (never stored).
 __device__ __forceinline__ uint4 load_c_vec(const EpiIn& C, int p, int q) {
@@ -1387,10 +1410,11 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
 // rows), the next block's before the wait for the buffer, stages it in the buffer where D's block
 // goes, and each thread takes the pairs of C it overwrites from there; C's rows past P (a
 // cluster's padding tile) are not read.
+// C_TMA: the pairs of C come from the consumer's ring `cr` instead (see C_TMA).
 template <int REGS>
 __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const TmaDesc* map_d,
                                                unsigned char* bufs, int& count, int cw, int p0, int q0,
-                                               const EpiIn& C, int p_map = 0) {
+                                               const EpiIn& C, CRing& cr, int p_map = 0) {
   const int t_in = threadIdx.x % 128, lane = threadIdx.x % 32, warp = t_in / 32;
   constexpr int EPI_BUF = 64 * 128;
   constexpr int CHUNKS = BQ / EPI_COLS;
@@ -1404,17 +1428,22 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
       v[i] = p < P ? load_c_vec(C, p, q0 + ch * EPI_COLS + (t_in % 8) * C_VEC) : make_uint4(0, 0, 0, 0);
     }
   };
-  if constexpr (C_VECTORS) load_c(cv[0], 0);
+  constexpr bool C_REGS = C_VECTORS && !C_TMA;  // C through registers, staged in the buffer
+  if constexpr (C_REGS) load_c(cv[0], 0);
 #pragma unroll
   for (int ch = 0; ch < CHUNKS; ++ch) {
     unsigned char* buf = bufs + (count & 1) * EPI_BUF;
     const unsigned buf_s = smem_u32(buf);
-    if constexpr (C_VECTORS) {
+    if constexpr (C_REGS) {
       if (ch + 1 < CHUNKS) load_c(cv[(ch + 1) % 2], ch + 1);
     }
+    // C_TMA: the ring block of this piece's C, once it has landed.
+    const int c_slot = C_TMA ? cr.n % C_RING : 0;
+    const unsigned c_s = C_TMA ? smem_u32(cr.buf + c_slot * C_BLOCK) : buf_s;
+    if constexpr (C_TMA) bar_wait(&cr.full[c_slot], (cr.n / C_RING) & 1);
     if (t_in == 0) bulk_wait_read<1>();
     consumer_sync(cw);
-    if constexpr (C_VECTORS) {
+    if constexpr (C_REGS) {
 #pragma unroll
       for (int i = 0; i < C_UNITS; ++i) {
         const int row = t_in / 8 + 16 * i;
@@ -1435,7 +1464,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
         typename Pair<T_OUT>::type o;
         if constexpr (C_VECTORS) {
           // The pair of C this thread overwrites: zero outside D (clipped by the store).
-          const typename Pair<T_OUT>::type cp = ld_shared<typename Pair<T_OUT>::type>(buf_s + phys);
+          const typename Pair<T_OUT>::type cp = ld_shared<typename Pair<T_OUT>::type>(c_s + phys);
           const T_OUT* ce = reinterpret_cast<const T_OUT*>(&cp);
           const int q = q0 + ch * EPI_COLS + col;
           T_OUT* oe = reinterpret_cast<T_OUT*>(&o);
@@ -1450,17 +1479,56 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
     fence_async_smem();
     consumer_sync(cw);
     if (t_in == 0) {
+      // C_TMA: every thread's reads of the block are done (the meeting above); the loader may refill it.
+      if constexpr (C_TMA) bar_arrive(&cr.empty[c_slot]);
       tma_store(map_d, buf, q0 + ch * EPI_COLS, p0 + p_map);
       bulk_commit();
     }
     ++count;
+    if constexpr (C_TMA) ++cr.n;
+  }
+}
+
+// C_TMA: the C loader of consumer cw (lane 0 of the producer's warp 1 + cw). It walks the
+// consumer's jobs as the consumer does (ping-pong: every other one; a stream-K partial sum has no
+// epilogue) and, for each of the consumer's 64-row tiles and 128-byte column blocks in the order
+// store_tile_tma takes them, waits for a free ring block and loads C's block into it by TMA
+// (the box of D's store map, over C; rows and columns outside C arrive as zeros).
+__device__ __forceinline__ void c_loader(const WorkList& wl, int rank, int cw, const TmaDesc* map_c, CRing cr) {
+  if constexpr (C_TMA) {
+    constexpr int CHUNKS = BQ / EPI_COLS;
+    const int jobs = wl.count();
+    int slot = 0, phase = 0;
+#pragma unroll 1
+    for (int job = PINGPONG ? cw : 0; job < jobs; job += PINGPONG ? CONSUMERS : 1) {
+      const Work work = wl.at(job);
+      if (STREAM_K && work.kind == WORK_PARTIAL) continue;
+      int tp, tq, prob = 0, qb = 0, q_end = Q;
+      if constexpr (BATCH > 1 || GROUPS > 0) {
+        tile_at(work.ct, rank, tp, tq, prob, qb, q_end);
+      } else {
+        tile_of(work.ct, rank, tp, tq);
+      }
+      const int p0 = tp * BP + (PINGPONG ? 0 : cw * WG_P) + (BATCH > 1 ? prob * P : 0), q0 = qb + tq * BQ;
+#pragma unroll 1
+      for (int b = 0; b < MT * CHUNKS; ++b) {
+        bar_wait(&cr.empty[slot], phase ^ 1);
+        bar_expect(&cr.full[slot], C_BLOCK);
+        tma_load<false>(cr.buf + slot * C_BLOCK, map_c, q0 + (b % CHUNKS) * EPI_COLS, p0 + (b / CHUNKS) * 64,
+                        &cr.full[slot]);
+        if (++slot == C_SLOTS) {
+          slot = 0;
+          phase ^= 1;
+        }
+      }
+    }
   }
 }
 
 }  // namespace tt
 
 extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT_CLUSTER_ATTR
-    KERNEL_NAME(TT_X_PARAM, const __grid_constant__ tt::TmaDesc mapY, TT_MAP_D
+    KERNEL_NAME(TT_X_PARAM, const __grid_constant__ tt::TmaDesc mapY, TT_MAP_D TT_MAP_C
                 const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws TT_EPI_PARAMS) {
   using namespace tt;
   TT_FAULT_HOOK;
@@ -1478,11 +1546,14 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   unsigned char* sY = smem + STAGES * X_STAGE;
   // The TMA-store epilogue's staging: two 64 x 128-byte buffers per consumer warpgroup.
   unsigned char* sE = sY + Y_SLOTS * Y_STAGE;
-  unsigned long long* full =
-      reinterpret_cast<unsigned long long*>(sE + (TMA_STORE ? CONSUMERS * 2 * 64 * 128 : 0));
+  // C_TMA: each consumer's ring of C blocks, after the staging.
+  unsigned char* sC = sE + (TMA_STORE ? CONSUMERS * 2 * 64 * 128 : 0);
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(sC + CONSUMERS * C_SLOTS * C_BLOCK);
   const TmaDesc* map_d = TT_MAP_D_PTR;
   unsigned long long* empty = full + STAGES;
   unsigned long long* y_full = empty + STAGES;  // Y_RESIDENT: all of Y has landed
+  unsigned long long* c_full = y_full + 1;      // C_TMA: a ring block of each consumer has landed
+  unsigned long long* c_empty = c_full + CONSUMERS * C_SLOTS;  // ... has been read
 
   const int rank = (int)cluster_rank();
   const int kr = split_rank();
@@ -1500,6 +1571,14 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       bar_init(&empty[s], RELEASES);
     }
     if constexpr (Y_RESIDENT) bar_init(y_full, 1);
+    if constexpr (C_TMA) {
+      prefetch_map(TT_MAP_C_PTR);
+#pragma unroll
+      for (int s = 0; s < CONSUMERS * C_SLOTS; ++s) {
+        bar_init(&c_full[s], 1);
+        bar_init(&c_empty[s], 1);
+      }
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   cluster_sync_init();
@@ -1517,6 +1596,10 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       } else if (threadIdx.x == 0) {
         if (loader_more(loader)) load_y_resident(&mapY, sY, y_full, rank);
         while (loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
+      } else if (C_TMA && threadIdx.x % 32 == 0 && threadIdx.x / 32 <= CONSUMERS) {
+        const int c = threadIdx.x / 32 - 1;
+        c_loader(wl, rank, c, TT_MAP_C_PTR,
+                 CRing{sC + c * C_SLOTS * C_BLOCK, c_full + c * C_SLOTS, c_empty + c * C_SLOTS, 0});
       }
       // A block of a cluster stays until its peers no longer arrive on its barriers. (No
       // __syncwarp after it: it kept the warp's other 31 threads alive, and ptxas then put a YIELD
@@ -1555,6 +1638,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   const unsigned long long desc_y0 = Y_KMAJOR ? make_desc(smem_u32(sY), 16) : make_desc(smem_u32(sY), CHUNK_BYTES);
   int stage = 0, phase = 0;
   int stored = 0;  // pieces this consumer handed to the TMA store (its staging buffers alternate)
+  CRing cring{sC + cw * C_SLOTS * C_BLOCK, c_full + cw * C_SLOTS, c_empty + cw * C_SLOTS, 0};  // C_TMA
   const int jobs = wl.count();
   if constexpr (Y_RESIDENT) {
     if (jobs > (PINGPONG ? cw : 0)) bar_wait(y_full, 0);
@@ -1575,7 +1659,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       epi.c = C + d_offset(prob);
     }
     if constexpr (GROUPS > 0) epi.q_end = q_end;
-    if constexpr (C_VECTORS) {
+    if constexpr (C_VECTORS && !C_TMA) {
       if (!STREAM_K || work.kind != WORK_PARTIAL) prefetch_c(epi, tp * BP + (PINGPONG ? 0 : cw * WG_P), qb + tq * BQ);
     }
     if constexpr (PINGPONG) {
@@ -1649,7 +1733,8 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         store_tile_tma(acc[t], map_d, sE + cw * 2 * 64 * 128, stored, cw,
-                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, qb + tq * BQ, epi, BATCH > 1 ? prob * P : 0);
+                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, qb + tq * BQ, epi, cring,
+                       BATCH > 1 ? prob * P : 0);
       continue;
     }
     const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
@@ -1680,11 +1765,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v17_e4m3f32bf16_tn_m128n16sw_c1_s6_cl1_grid_g1_inl_ks4_718b5b3a
+}  // namespace ns_tt_wgmma_gemm_v18_i8i32i32_tn_m128n128_c1_s4_cl1_grid_g1_inl_ks2_b2463754
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
 #undef TT_MAP_D_PTR
+#undef TT_MAP_C
+#undef TT_MAP_C_PTR
 #undef TT_X_PARAM
 #undef TT_X_MAP
 #undef TT_X_IN

@@ -8,56 +8,59 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v17: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m512n1024k16384/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v17_f16f32f32_nn_m128n64_c1_s6_cl2_grid_g1_ws_4cf57a34
-#define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
+// wgmma_gemm v18: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m14336n16k4096/tn/bf16,f32,bf16/alpha=1,beta=0,epi=bias+gelu
+#define KERNEL_NAME tt_wgmma_gemm_v18_bf16f32bf16_tn_m128n16sw_c1_s6_cl1_perssk_g1_ws_696433e0
+#define TT_CLUSTER_ATTR 
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
+#define TT_MAP_C 
+#define TT_MAP_C_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
-#define TT_EPI_PARAMS 
-#define TT_EPI_BIAS nullptr
+#define TT_EPI_PARAMS , const T_OUT* __restrict__ bias_v
+#define TT_EPI_BIAS bias_v
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
 #define TT_GROUPED 0
-namespace ns_tt_wgmma_gemm_v17_f16f32f32_nn_m128n64_c1_s6_cl2_grid_g1_ws_4cf57a34 {
-typedef half T_IN;
-typedef float T_OUT;
+namespace ns_tt_wgmma_gemm_v18_bf16f32bf16_tn_m128n16sw_c1_s6_cl1_perssk_g1_ws_696433e0 {
+typedef __nv_bfloat16 T_IN;
+typedef __nv_bfloat16 T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 1024;
-constexpr int Q = 512;
-constexpr int K = 16384;
-constexpr int BP = 64;
-constexpr int BQ = 128;
+constexpr int P = 14336;
+constexpr int Q = 16;
+constexpr int K = 4096;
+constexpr int BP = 128;
+constexpr int BQ = 16;
 constexpr int BK = 64;
 constexpr int STAGES = 6;
 constexpr int CONSUMERS = 1;
-constexpr int CLUSTER = 2;
+constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
 constexpr bool RASTER_M = false;
-constexpr int TILES_P = 16;
-constexpr int TILES_Q = 4;
-constexpr int ACC_REGS = 64;
+constexpr int TILES_P = 112;
+constexpr int TILES_Q = 1;
+constexpr int ACC_REGS = 8;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 32;
+constexpr int GRID_CLUSTERS = 132;
 constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
-constexpr int SK_ITERS = 0;
+constexpr int SK_ITERS = 7168;
 constexpr int CONSUMER_REGS = 240;
 constexpr bool SPECIALIZED = true;
 constexpr bool PINGPONG = false;
-constexpr bool STREAM_K = false;
+constexpr bool STREAM_K = true;
 constexpr bool TMA_STORE = false;
-constexpr bool Y_RESIDENT = false;
-constexpr bool X_ONCE = false;
+constexpr bool Y_RESIDENT = true;
+constexpr bool X_ONCE = true;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 32;
+constexpr int EPI_COLS = 64;
+constexpr int C_SLOTS = 0;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -74,23 +77,23 @@ constexpr int STRIDE_W = 1;
 constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
-constexpr bool Y_KMAJOR = false;
+constexpr bool Y_KMAJOR = true;
 constexpr bool EVEN_P = true;
 constexpr bool EVEN_Q = true;
-constexpr bool PAIRS_ALIGNED = true;
-constexpr bool VEC_ALIGNED = true;
+constexpr bool PAIRS_ALIGNED = false;
+constexpr bool VEC_ALIGNED = false;
 constexpr bool READ_C = false;
-constexpr bool SWAP = false;
+constexpr bool SWAP = true;
 constexpr T_EPI ALPHA = 1.0f;
 constexpr T_EPI BETA = 0.0f;
 constexpr bool EPI_SCALE = false;
-constexpr bool EPI_BIAS = false;
-constexpr int EPI_ACT = 0;
+constexpr bool EPI_BIAS = true;
+constexpr int EPI_ACT = 2;
 constexpr bool TENSOR_SCALE = false;
-constexpr bool FUSED = false;
+constexpr bool FUSED = true;
 constexpr int BATCH = 1;
 constexpr int GROUPS = 0;
-constexpr int LDQ = 512;
+constexpr int LDQ = 14336;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -571,12 +574,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n128k16.f32.f16.f16: X K-major, Y MN-major.
+// wgmma.m64n16k16.f32.bf16.bf16: X K-major, Y K-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
       : "l"(dx), "l"(dy), "r"(1));
 }
 
@@ -1253,6 +1256,27 @@ constexpr bool RAW_HALVES = REGS_PER_J == 2 && IsHalf<T_OUT>::value && !READ_C &
 constexpr bool C_VECTORS = READ_C && VEC_ALIGNED && (TMA_STORE || STORE_VECTORS);
 // C's elements a 16-byte vector holds.
 constexpr int C_VEC = 16 / (int)sizeof(T_OUT);
+// C_TMA (C_SLOTS > 0: C_VECTORS with the TMA store and a producer warpgroup that loads by TMA):
+// C's tile comes by TMA through its own tensor map, as CUTLASS's sm90 epilogue loads its source.
+// Each consumer has a ring of C_SLOTS blocks of 64 rows x 128 bytes (the TMA store's piece,
+// 128-byte swizzle), filled by a loader thread of the producer warpgroup (lane 0 of warp 1 + cw)
+// that walks the consumer's jobs as the consumer does, C_SLOTS blocks ahead of its epilogue: the
+// reads of C overlap the K loops instead of following them. The epilogue takes its pairs of C from
+// the ring and frees each block once the piece of D that replaces it is staged.
+constexpr bool C_TMA = C_SLOTS > 0;
+constexpr int C_RING = C_TMA ? C_SLOTS : 1;  // C_SLOTS as a divisor
+constexpr int C_BLOCK = 64 * 128;
+static_assert(!C_TMA || (C_VECTORS && TMA_STORE && SPECIALIZED && !GATHER && !SWAP),
+              "C by TMA is the TMA store's companion, loaded by the producer warpgroup");
+
+// C_TMA: a consumer's ring of C blocks, its barriers (full: the block has landed; empty: the
+// consumer has read it) and the count of blocks it has taken.
+struct CRing {
+  unsigned char* buf;
+  unsigned long long* full;
+  unsigned long long* empty;
+  int n;
+};
 
 // C's 16 bytes at row p, column q of the view, or zeros outside D (never stored).
 __device__ __forceinline__ uint4 load_c_vec(const EpiIn& C, int p, int q) {
@@ -1386,10 +1410,11 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
 // rows), the next block's before the wait for the buffer, stages it in the buffer where D's block
 // goes, and each thread takes the pairs of C it overwrites from there; C's rows past P (a
 // cluster's padding tile) are not read.
+// C_TMA: the pairs of C come from the consumer's ring `cr` instead (see C_TMA).
 template <int REGS>
 __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const TmaDesc* map_d,
                                                unsigned char* bufs, int& count, int cw, int p0, int q0,
-                                               const EpiIn& C, int p_map = 0) {
+                                               const EpiIn& C, CRing& cr, int p_map = 0) {
   const int t_in = threadIdx.x % 128, lane = threadIdx.x % 32, warp = t_in / 32;
   constexpr int EPI_BUF = 64 * 128;
   constexpr int CHUNKS = BQ / EPI_COLS;
@@ -1403,17 +1428,22 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
       v[i] = p < P ? load_c_vec(C, p, q0 + ch * EPI_COLS + (t_in % 8) * C_VEC) : make_uint4(0, 0, 0, 0);
     }
   };
-  if constexpr (C_VECTORS) load_c(cv[0], 0);
+  constexpr bool C_REGS = C_VECTORS && !C_TMA;  // C through registers, staged in the buffer
+  if constexpr (C_REGS) load_c(cv[0], 0);
 #pragma unroll
   for (int ch = 0; ch < CHUNKS; ++ch) {
     unsigned char* buf = bufs + (count & 1) * EPI_BUF;
     const unsigned buf_s = smem_u32(buf);
-    if constexpr (C_VECTORS) {
+    if constexpr (C_REGS) {
       if (ch + 1 < CHUNKS) load_c(cv[(ch + 1) % 2], ch + 1);
     }
+    // C_TMA: the ring block of this piece's C, once it has landed.
+    const int c_slot = C_TMA ? cr.n % C_RING : 0;
+    const unsigned c_s = C_TMA ? smem_u32(cr.buf + c_slot * C_BLOCK) : buf_s;
+    if constexpr (C_TMA) bar_wait(&cr.full[c_slot], (cr.n / C_RING) & 1);
     if (t_in == 0) bulk_wait_read<1>();
     consumer_sync(cw);
-    if constexpr (C_VECTORS) {
+    if constexpr (C_REGS) {
 #pragma unroll
       for (int i = 0; i < C_UNITS; ++i) {
         const int row = t_in / 8 + 16 * i;
@@ -1434,7 +1464,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
         typename Pair<T_OUT>::type o;
         if constexpr (C_VECTORS) {
           // The pair of C this thread overwrites: zero outside D (clipped by the store).
-          const typename Pair<T_OUT>::type cp = ld_shared<typename Pair<T_OUT>::type>(buf_s + phys);
+          const typename Pair<T_OUT>::type cp = ld_shared<typename Pair<T_OUT>::type>(c_s + phys);
           const T_OUT* ce = reinterpret_cast<const T_OUT*>(&cp);
           const int q = q0 + ch * EPI_COLS + col;
           T_OUT* oe = reinterpret_cast<T_OUT*>(&o);
@@ -1449,17 +1479,56 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
     fence_async_smem();
     consumer_sync(cw);
     if (t_in == 0) {
+      // C_TMA: every thread's reads of the block are done (the meeting above); the loader may refill it.
+      if constexpr (C_TMA) bar_arrive(&cr.empty[c_slot]);
       tma_store(map_d, buf, q0 + ch * EPI_COLS, p0 + p_map);
       bulk_commit();
     }
     ++count;
+    if constexpr (C_TMA) ++cr.n;
+  }
+}
+
+// C_TMA: the C loader of consumer cw (lane 0 of the producer's warp 1 + cw). It walks the
+// consumer's jobs as the consumer does (ping-pong: every other one; a stream-K partial sum has no
+// epilogue) and, for each of the consumer's 64-row tiles and 128-byte column blocks in the order
+// store_tile_tma takes them, waits for a free ring block and loads C's block into it by TMA
+// (the box of D's store map, over C; rows and columns outside C arrive as zeros).
+__device__ __forceinline__ void c_loader(const WorkList& wl, int rank, int cw, const TmaDesc* map_c, CRing cr) {
+  if constexpr (C_TMA) {
+    constexpr int CHUNKS = BQ / EPI_COLS;
+    const int jobs = wl.count();
+    int slot = 0, phase = 0;
+#pragma unroll 1
+    for (int job = PINGPONG ? cw : 0; job < jobs; job += PINGPONG ? CONSUMERS : 1) {
+      const Work work = wl.at(job);
+      if (STREAM_K && work.kind == WORK_PARTIAL) continue;
+      int tp, tq, prob = 0, qb = 0, q_end = Q;
+      if constexpr (BATCH > 1 || GROUPS > 0) {
+        tile_at(work.ct, rank, tp, tq, prob, qb, q_end);
+      } else {
+        tile_of(work.ct, rank, tp, tq);
+      }
+      const int p0 = tp * BP + (PINGPONG ? 0 : cw * WG_P) + (BATCH > 1 ? prob * P : 0), q0 = qb + tq * BQ;
+#pragma unroll 1
+      for (int b = 0; b < MT * CHUNKS; ++b) {
+        bar_wait(&cr.empty[slot], phase ^ 1);
+        bar_expect(&cr.full[slot], C_BLOCK);
+        tma_load<false>(cr.buf + slot * C_BLOCK, map_c, q0 + (b % CHUNKS) * EPI_COLS, p0 + (b / CHUNKS) * 64,
+                        &cr.full[slot]);
+        if (++slot == C_SLOTS) {
+          slot = 0;
+          phase ^= 1;
+        }
+      }
+    }
   }
 }
 
 }  // namespace tt
 
 extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT_CLUSTER_ATTR
-    KERNEL_NAME(TT_X_PARAM, const __grid_constant__ tt::TmaDesc mapY, TT_MAP_D
+    KERNEL_NAME(TT_X_PARAM, const __grid_constant__ tt::TmaDesc mapY, TT_MAP_D TT_MAP_C
                 const T_OUT* __restrict__ C, T_OUT* __restrict__ D, unsigned char* __restrict__ ws TT_EPI_PARAMS) {
   using namespace tt;
   TT_FAULT_HOOK;
@@ -1477,11 +1546,14 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   unsigned char* sY = smem + STAGES * X_STAGE;
   // The TMA-store epilogue's staging: two 64 x 128-byte buffers per consumer warpgroup.
   unsigned char* sE = sY + Y_SLOTS * Y_STAGE;
-  unsigned long long* full =
-      reinterpret_cast<unsigned long long*>(sE + (TMA_STORE ? CONSUMERS * 2 * 64 * 128 : 0));
+  // C_TMA: each consumer's ring of C blocks, after the staging.
+  unsigned char* sC = sE + (TMA_STORE ? CONSUMERS * 2 * 64 * 128 : 0);
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(sC + CONSUMERS * C_SLOTS * C_BLOCK);
   const TmaDesc* map_d = TT_MAP_D_PTR;
   unsigned long long* empty = full + STAGES;
   unsigned long long* y_full = empty + STAGES;  // Y_RESIDENT: all of Y has landed
+  unsigned long long* c_full = y_full + 1;      // C_TMA: a ring block of each consumer has landed
+  unsigned long long* c_empty = c_full + CONSUMERS * C_SLOTS;  // ... has been read
 
   const int rank = (int)cluster_rank();
   const int kr = split_rank();
@@ -1499,6 +1571,14 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       bar_init(&empty[s], RELEASES);
     }
     if constexpr (Y_RESIDENT) bar_init(y_full, 1);
+    if constexpr (C_TMA) {
+      prefetch_map(TT_MAP_C_PTR);
+#pragma unroll
+      for (int s = 0; s < CONSUMERS * C_SLOTS; ++s) {
+        bar_init(&c_full[s], 1);
+        bar_init(&c_empty[s], 1);
+      }
+    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   cluster_sync_init();
@@ -1516,6 +1596,10 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       } else if (threadIdx.x == 0) {
         if (loader_more(loader)) load_y_resident(&mapY, sY, y_full, rank);
         while (loader_more(loader)) load_next(loader, wl, TT_X_MAP, &mapY, sX, sY, full, empty, rank);
+      } else if (C_TMA && threadIdx.x % 32 == 0 && threadIdx.x / 32 <= CONSUMERS) {
+        const int c = threadIdx.x / 32 - 1;
+        c_loader(wl, rank, c, TT_MAP_C_PTR,
+                 CRing{sC + c * C_SLOTS * C_BLOCK, c_full + c * C_SLOTS, c_empty + c * C_SLOTS, 0});
       }
       // A block of a cluster stays until its peers no longer arrive on its barriers. (No
       // __syncwarp after it: it kept the warp's other 31 threads alive, and ptxas then put a YIELD
@@ -1554,6 +1638,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   const unsigned long long desc_y0 = Y_KMAJOR ? make_desc(smem_u32(sY), 16) : make_desc(smem_u32(sY), CHUNK_BYTES);
   int stage = 0, phase = 0;
   int stored = 0;  // pieces this consumer handed to the TMA store (its staging buffers alternate)
+  CRing cring{sC + cw * C_SLOTS * C_BLOCK, c_full + cw * C_SLOTS, c_empty + cw * C_SLOTS, 0};  // C_TMA
   const int jobs = wl.count();
   if constexpr (Y_RESIDENT) {
     if (jobs > (PINGPONG ? cw : 0)) bar_wait(y_full, 0);
@@ -1574,7 +1659,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
       epi.c = C + d_offset(prob);
     }
     if constexpr (GROUPS > 0) epi.q_end = q_end;
-    if constexpr (C_VECTORS) {
+    if constexpr (C_VECTORS && !C_TMA) {
       if (!STREAM_K || work.kind != WORK_PARTIAL) prefetch_c(epi, tp * BP + (PINGPONG ? 0 : cw * WG_P), qb + tq * BQ);
     }
     if constexpr (PINGPONG) {
@@ -1648,7 +1733,8 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         store_tile_tma(acc[t], map_d, sE + cw * 2 * 64 * 128, stored, cw,
-                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, qb + tq * BQ, epi, BATCH > 1 ? prob * P : 0);
+                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, qb + tq * BQ, epi, cring,
+                       BATCH > 1 ? prob * P : 0);
       continue;
     }
     const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
@@ -1679,11 +1765,13 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v17_f16f32f32_nn_m128n64_c1_s6_cl2_grid_g1_ws_4cf57a34
+}  // namespace ns_tt_wgmma_gemm_v18_bf16f32bf16_tn_m128n16sw_c1_s6_cl1_perssk_g1_ws_696433e0
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
 #undef TT_MAP_D_PTR
+#undef TT_MAP_C
+#undef TT_MAP_C_PTR
 #undef TT_X_PARAM
 #undef TT_X_MAP
 #undef TT_X_IN
