@@ -1,5 +1,5 @@
-//! Planner statistics on PostgreSQL: the tracker runs `ANALYZE` on a table whose rows have changed
-//! as many times as it has rows, since autovacuum may wait a minute to look.
+//! Planner statistics on PostgreSQL: the tracker runs `ANALYZE` on a table that doubled since its
+//! last one, since autovacuum may wait a minute to look.
 //!
 //! PostgreSQL plans a statement from its tables' statistics, and a new database has none: the
 //! tracker fills its tables from empty in seconds, long before autovacuum's first look (once a
@@ -14,8 +14,9 @@
 //! `ANALYZE` (anyone's: autovacuum's too): a growing table is analyzed each time it doubled, so
 //! the `ANALYZE`s of a table's life cost about two of its final size, and a table that only
 //! changes (tasks moving from pending to done, workers' heartbeats) is left to autovacuum. Its
-//! trigger (a tenth of the rows changed) comes long before a doubling on a table it keeps up with. SQLite needs none of this: its planner does not look at sizes or
-//! values (`stable_plans`), and queries that need an index name it (`INDEXED BY`).
+//! trigger (a tenth of the rows changed) comes long before a doubling on a table it keeps up with.
+//! SQLite needs none of this: its planner does not look at sizes or values (`stable_plans`), and
+//! queries that need an index name it (`INDEXED BY`).
 
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Pool;
 
-/// How often the tables' changes are read: a load run fills `tasks` with thousands of rows in its
+/// How often the tables' rows are counted: a load run fills `tasks` with thousands of rows in its
 /// first second.
 const POLL: Duration = Duration::from_secs(1);
 
