@@ -156,6 +156,7 @@ pub async fn run_with_http(
     tasks.spawn(relay_notifications(Arc::clone(&tracker), stop.clone()));
     tasks.spawn(Arc::clone(&tracker.tokens).refresh(pool.clone(), stop.clone()));
     tasks.spawn(prune::every_period(Arc::clone(&tracker), stop.clone()));
+    tasks.spawn(store::statistics::keep_current(pool.clone(), stop.clone()));
     if let Some(http) = http {
         let addr = http.local_addr().context("reading the HTTP listener's address")?;
         tracing::info!(%addr, "dashboard and /metrics serving");

@@ -14,11 +14,14 @@
 //! The dispatch calls' group writes, the bulk of them, take that lock shared instead
 //! ([`Pool::begin_dispatch`]) and a lock per job they change ([`tasks::lock_jobs_of`], and the lease's
 //! `pg_try_advisory_xact_lock`), so that two trackers' groups run at once on different jobs.
+//! There, [`statistics::keep_current`] analyzes the tables as they grow, so that plans are not made
+//! from a new database's missing statistics.
 
 pub(crate) mod classes;
 pub(crate) mod jobs;
 pub(crate) mod packs;
 pub(crate) mod records;
+pub(crate) mod statistics;
 pub(crate) mod tasks;
 pub(crate) mod workers;
 pub(crate) mod workloads;

@@ -312,6 +312,15 @@ where
     }
 }
 
+/// [`reusable_among`] on PostgreSQL: the configs drive the read, a `records_by_content` seek each,
+/// which its planner picks once the table has statistics (`store::statistics`).
+pub(crate) const REUSABLE_AMONG_PG: &str =
+    "SELECT r.config, r.id, r.status, r.median_us, r.untrusted IS NULL AS trusted, r.energy_mj
+     FROM json_array_elements_text($5::json) AS c (value) JOIN records r ON r.config = c.value
+     WHERE r.workload_key = $1 AND r.template = $2 AND r.template_version = $3 AND r.device_class = $4
+       AND r.regime = $6 AND r.status NOT IN ('timeout', 'device_lost') AND NOT r.remeasure
+       AND r.untrusted IS NULL";
+
 /// Per config of `configs` that has one, the oldest tuning record of `scope` with that config
 /// whose status would repeat if measured again: every status but `timeout` and `device_lost`,
 /// which say more about the worker than about the kernel. Re-measurements are left out so that
@@ -322,16 +331,12 @@ pub(crate) async fn reusable_among(
     scope: &ContentScope<'_>,
     configs: &[&str],
 ) -> Result<std::collections::HashMap<String, Outcome>> {
-    // On PostgreSQL the configs drive the read, a `records_by_content` seek each: with `config IN
-    // (...)` its planner walked every record of the class through `records_by_class` (17-30 ms a
-    // proposal at 20,000 records, a quarter of the server's time in a load run, 2026-11-29).
-    // A config named twice gives its rows twice, which the oldest-of pick below absorbs.
+    // On PostgreSQL, without statistics, its planner walks every record of the class through
+    // `records_by_class` whichever way the query is spelled (`config IN (...)`, a join, a lateral
+    // seek per config): 17-36 ms a proposal at 20,000 records, a quarter of the server's time in a
+    // load run (2026-11-29), against 0.5 ms with them. A config named twice gives its rows twice, which the oldest-of pick below absorbs.
     let rows: Vec<ReusableOf> = on!(e, |c, pg| sqlx::query_as(if pg {
-        "SELECT r.config, r.id, r.status, r.median_us, r.untrusted IS NULL AS trusted, r.energy_mj
-         FROM json_array_elements_text($5::json) AS c (value) JOIN records r ON r.config = c.value
-         WHERE r.workload_key = $1 AND r.template = $2 AND r.template_version = $3 AND r.device_class = $4
-           AND r.regime = $6 AND r.status NOT IN ('timeout', 'device_lost') AND NOT r.remeasure
-           AND r.untrusted IS NULL"
+        REUSABLE_AMONG_PG
     } else {
         "SELECT config, id, status, median_us, untrusted IS NULL AS trusted, energy_mj FROM records
          WHERE workload_key = $1 AND template = $2 AND template_version = $3 AND device_class = $4
