@@ -412,21 +412,16 @@ impl Plan {
                 smem_bytes: res.smem_bytes,
                 workspace_bytes: res.workspace_bytes,
                 args: {
-                    let mut args = if self.c_slots(target) > 0 {
-                        vec![
-                            x,
-                            Arg::Map(y),
-                            Arg::Map(self.map_d()),
-                            Arg::Map(self.map_c()),
-                            Arg::C,
-                            Arg::D,
-                            Arg::Workspace,
-                        ]
-                    } else if self.tma_store {
-                        vec![x, Arg::Map(y), Arg::Map(self.map_d()), Arg::C, Arg::D, Arg::Workspace]
-                    } else {
-                        vec![x, Arg::Map(y), Arg::C, Arg::D, Arg::Workspace]
-                    };
+                    // The kernel's parameters in order: D's map with the TMA store, then C's
+                    // where the epilogue loads C by TMA (only beside the TMA store).
+                    let mut args = vec![x, Arg::Map(y)];
+                    if self.tma_store {
+                        args.push(Arg::Map(self.map_d()));
+                    }
+                    if self.c_slots(target) > 0 {
+                        args.push(Arg::Map(self.map_c()));
+                    }
+                    args.extend([Arg::C, Arg::D, Arg::Workspace]);
                     args.extend(self.epilogue_args());
                     args
                 },

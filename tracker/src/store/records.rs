@@ -334,7 +334,8 @@ pub(crate) async fn reusable_among(
     // On PostgreSQL, without statistics, its planner walks every record of the class through
     // `records_by_class` whichever way the query is spelled (`config IN (...)`, a join, a lateral
     // seek per config): 17-36 ms a proposal at 20,000 records, a quarter of the server's time in a
-    // load run (2026-11-29), against 0.5 ms with them. A config named twice gives its rows twice, which the oldest-of pick below absorbs.
+    // load run (2026-11-29), against 0.5 ms with them. A config named twice gives its rows twice,
+    // which the oldest-of pick below absorbs.
     let rows: Vec<ReusableOf> = on!(e, |c, pg| sqlx::query_as(if pg {
         REUSABLE_AMONG_PG
     } else {

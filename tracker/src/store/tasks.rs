@@ -346,9 +346,9 @@ const LEASE_SQLITE: &str =
 /// `store::TRACKER_APPLICATION`), the one ranked `r` by name owns the jobs whose id is `r` modulo
 /// `n`. Its workers then lease, and report, mostly its own jobs, which its groups hold while the
 /// other trackers' groups hold theirs; a tracker that is gone drops out of the count with its
-/// connections. The order only prefers: any tracker leases any job it can lock. The lock is tried once a job, before its
-/// tasks are read (a filter on the ordered job list, which PostgreSQL keeps apart from the lateral
-/// read), and only for jobs with pending tasks. The chosen rows are locked as well (`SKIP LOCKED`:
+/// connections. The order only prefers: any tracker leases any job it can lock. The lock is tried
+/// once a job, before its tasks are read (a filter on the ordered job list, which PostgreSQL keeps
+/// apart from the lateral read), and only for jobs with pending tasks. The chosen rows are locked as well (`SKIP LOCKED`:
 /// rows another transaction is leasing are passed over, never waited for or handed out twice).
 ///
 /// Whether a job has pending tasks is a scalar subquery, not `EXISTS`: PostgreSQL turns an
