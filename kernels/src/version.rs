@@ -12,9 +12,9 @@ pub const WMMA_GEMM: u32 = 6;
 /// `wmma_conv2d`.
 pub const WMMA_CONV2D: u32 = 1;
 /// `wgmma_gemm`.
-pub const WGMMA_GEMM: u32 = 18;
+pub const WGMMA_GEMM: u32 = 19;
 /// `wgmma_conv2d`: follows `wgmma_gemm` since version 3 (they share the body).
-pub const WGMMA_CONV2D: u32 = 18;
+pub const WGMMA_CONV2D: u32 = 19;
 /// The oldest `wgmma_gemm` / `wgmma_conv2d` version whose records hold for today's kernels: v15
 /// added FP8 inputs and fused epilogues, which v14 refused, and generates the workloads v14 took
 /// with every new branch compiled out (`FUSED`, `EPI_*`, `TENSOR_SCALE` false); v16 added the
@@ -22,8 +22,10 @@ pub const WGMMA_CONV2D: u32 = 18;
 /// elsewhere (`SWAP` false); v17 reads C 16 bytes a thread where rows of D are stored whole, which
 /// changes only kernels with C (beta != 0) on those paths: none is in a shipped pack, and a
 /// measurement is reused only at its own version; v18 loads C by TMA beside the TMA store (kernels
-/// with C and a producer warpgroup only), likewise. The single-block golden kernels without C keep
-/// their v14 machine code byte for byte (`wgmma_compile`'s golden test).
+/// with C and a producer warpgroup only), likewise; v19 puts L2 evict-first hints on that path's
+/// loads of C and stores of D where the data overflows the L2 (no golden kernel does), likewise.
+/// The single-block golden kernels without C keep their v14 machine code byte for byte
+/// (`wgmma_compile`'s golden test).
 pub const WGMMA_RECORDS_HOLD_SINCE: u32 = 14;
 /// `simt_gemm`.
 pub const SIMT_GEMM: u32 = 2;

@@ -1,4 +1,4 @@
-//! Golden sources of `wgmma_gemm` v18 for a few configs (one per kind of code path: a producer
+//! Golden sources of `wgmma_gemm` v19 for a few configs (one per kind of code path: a producer
 //! warpgroup with cooperative consumers on a persistent grid, ping-pong consumers in 2-block
 //! clusters with MN-major operands, an inline producer on i8 with a C epilogue, and stream-K in
 //! 2-block clusters on a ragged shape, the TMA-store epilogue with C, the 160-column tile of two
@@ -99,9 +99,9 @@ const CASES: [(&str, &str, &str); 15] = [
 ];
 
 #[test]
-fn wgmma_gemm_v18_sources_match_their_golden_files() {
-    assert_eq!(WgmmaGemm.version(), 18, "a new version gets new golden files (and a GPU check)");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v18");
+fn wgmma_gemm_v19_sources_match_their_golden_files() {
+    assert_eq!(WgmmaGemm.version(), 19, "a new version gets new golden files (and a GPU check)");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v19");
     let update = std::env::var_os("TT_UPDATE_GOLDEN").is_some();
     let mut differing = Vec::new();
     for (name, key, config) in CASES {

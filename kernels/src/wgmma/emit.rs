@@ -225,6 +225,7 @@ impl Plan {
             .define("TT_MAP_D", if self.tma_store { "const __grid_constant__ tt::TmaDesc mapD," } else { "" })
             .define("TT_MAP_D_PTR", if self.tma_store { "&mapD" } else { "nullptr" })
             .int("C_SLOTS", c_slots as i64)
+            .flag("C_ONCE", self.c_once(target))
             .define("TT_MAP_C", if c_slots > 0 { "const __grid_constant__ tt::TmaDesc mapC," } else { "" })
             .define("TT_MAP_C_PTR", if c_slots > 0 { "&mapC" } else { "nullptr" })
             .flag("GATHER", self.gather())

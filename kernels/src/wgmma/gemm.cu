@@ -305,11 +305,22 @@ __device__ __forceinline__ void prefetch_map(const TmaDesc* map) {
 }
 
 // Stores the box at (c0, c1) of `map` from 128-byte-swizzled `src` (this thread's bulk group).
+// ONCE adds an L2 evict-first hint to the copy.
+template <bool ONCE>
 __device__ __forceinline__ void tma_store(const TmaDesc* map, const void* src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
-                   reinterpret_cast<unsigned long long>(map)),
-               "r"(smem_u32(src)), "r"(c0), "r"(c1)
-               : "memory");
+  if constexpr (ONCE) {
+    asm volatile(
+        "{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], policy;\n}\n" ::"l"(
+            reinterpret_cast<unsigned long long>(map)),
+        "r"(smem_u32(src)), "r"(c0), "r"(c1)
+        : "memory");
+  } else {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
+  }
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's bulk groups still read shared memory.
@@ -448,6 +459,9 @@ __device__ __forceinline__ void tile_at(int ct, int rank, int& tp, int& tq, int&
   q_end = Q;
 #endif
 }
+
+// The first row (within its problem) of consumer cw's share of row tile tp.
+__device__ __forceinline__ int share_p0(int tp, int cw) { return tp * BP + (PINGPONG ? 0 : cw * WG_P); }
 
 // The outer TMA coordinate of problem `prob`'s operands: X (the user's B, one per problem) is
 // stacked along its rows (K-major: N rows each) or its K (MN-major: K rows each); a batched Y (the
@@ -959,6 +973,17 @@ __device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v
   return o;
 }
 
+// The pair (v0, v1) at columns q and q + 1 after the epilogue, with C's pair (c0, c1) given
+// (C_VECTORS: C read 16 bytes a thread, zero outside D, whose stores leave those out).
+__device__ __forceinline__ typename Pair<T_OUT>::type epi_pair_c(T_EPI v0, T_EPI v1, const EpiIn& C, int q, T_EPI c0,
+                                                                 T_EPI c1) {
+  typename Pair<T_OUT>::type o;
+  T_OUT* e = reinterpret_cast<T_OUT*>(&o);
+  e[0] = from_epi<T_OUT>(epilogue<true>(v0, C, 0, q, c0));
+  e[1] = from_epi<T_OUT>(epilogue<true>(v1, C, 0, q + 1, c1));
+  return o;
+}
+
 // Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1 of the view.
 // With SWAP the view's row p is D's row and its columns D's columns: the two are M elements apart,
 // each stored alone (a quad's threads write 8 adjacent rows of a column).
@@ -1019,6 +1044,7 @@ constexpr int C_RING = C_TMA ? C_SLOTS : 1;  // C_SLOTS as a divisor
 constexpr int C_BLOCK = 64 * 128;
 static_assert(!C_TMA || (C_VECTORS && TMA_STORE && SPECIALIZED && !GATHER && !SWAP),
               "C by TMA is the TMA store's companion, loaded by the producer warpgroup");
+static_assert(!C_ONCE || C_TMA, "the evict-first hint on C and D is C by TMA's (Plan::c_once)");
 
 // C_TMA: a consumer's ring of C blocks, its barriers (full: the block has landed; empty: the
 // consumer has read it) and the count of blocks it has taken.
@@ -1131,10 +1157,7 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
         acc_pair(acc, j + e / 2, e % 2, v0, v1);
         c_pair(cx[e], c0, c1);
         const int q = q0 + 8 * (j + e / 2) + 2 * c;
-        typename Pair<T_OUT>::type o;
-        T_OUT* oe = reinterpret_cast<T_OUT*>(&o);
-        oe[0] = from_epi<T_OUT>(epilogue<true>(v0, C, 0, q, c0));
-        oe[1] = from_epi<T_OUT>(epilogue<true>(v1, C, 0, q + 1, c1));
+        const typename Pair<T_OUT>::type o = epi_pair_c(v0, v1, C, q, c0, c1);
         x[e] = *reinterpret_cast<const unsigned*>(&o);
       } else {
         T_EPI v0, v1;
@@ -1217,10 +1240,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
           // The pair of C this thread overwrites: zero outside D (clipped by the store).
           const typename Pair<T_OUT>::type cp = ld_shared<typename Pair<T_OUT>::type>(c_s + phys);
           const T_OUT* ce = reinterpret_cast<const T_OUT*>(&cp);
-          const int q = q0 + ch * EPI_COLS + col;
-          T_OUT* oe = reinterpret_cast<T_OUT*>(&o);
-          oe[0] = from_epi<T_OUT>(epilogue<true>(v0, C, 0, q, to_epi(ce[0])));
-          oe[1] = from_epi<T_OUT>(epilogue<true>(v1, C, 0, q + 1, to_epi(ce[1])));
+          o = epi_pair_c(v0, v1, C, q0 + ch * EPI_COLS + col, to_epi(ce[0]), to_epi(ce[1]));
         } else {
           o = epi_pair(v0, v1, C, p0 + row, q0 + ch * EPI_COLS + col);
         }
@@ -1232,7 +1252,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
     if (t_in == 0) {
       // C_TMA: every thread's reads of the block are done (the meeting above); the loader may refill it.
       if constexpr (C_TMA) bar_arrive(&cr.empty[c_slot]);
-      tma_store(map_d, buf, q0 + ch * EPI_COLS, p0 + p_map);
+      tma_store<C_ONCE>(map_d, buf, q0 + ch * EPI_COLS, p0 + p_map);
       bulk_commit();
     }
     ++count;
@@ -1244,7 +1264,9 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
 // consumer's jobs as the consumer does (ping-pong: every other one; a stream-K partial sum has no
 // epilogue) and, for each of the consumer's 64-row tiles and 128-byte column blocks in the order
 // store_tile_tma takes them, waits for a free ring block and loads C's block into it by TMA
-// (the box of D's store map, over C; rows and columns outside C arrive as zeros).
+// (the box of D's store map, over C; rows and columns outside C arrive as zeros). C_ONCE (v19:
+// the kernel's data overflows the L2, Plan::c_once) puts an L2 evict-first hint on these loads
+// and on D's stores: C is read once and D written once, and the L2 keeps what tiles read again.
 __device__ __forceinline__ void c_loader(const WorkList& wl, int rank, int cw, const TmaDesc* map_c, CRing cr) {
   if constexpr (C_TMA) {
     constexpr int CHUNKS = BQ / EPI_COLS;
@@ -1260,13 +1282,13 @@ __device__ __forceinline__ void c_loader(const WorkList& wl, int rank, int cw, c
       } else {
         tile_of(work.ct, rank, tp, tq);
       }
-      const int p0 = tp * BP + (PINGPONG ? 0 : cw * WG_P) + (BATCH > 1 ? prob * P : 0), q0 = qb + tq * BQ;
+      const int p0 = share_p0(tp, cw) + (BATCH > 1 ? prob * P : 0), q0 = qb + tq * BQ;
 #pragma unroll 1
       for (int b = 0; b < MT * CHUNKS; ++b) {
         bar_wait(&cr.empty[slot], phase ^ 1);
         bar_expect(&cr.full[slot], C_BLOCK);
-        tma_load<false>(cr.buf + slot * C_BLOCK, map_c, q0 + (b % CHUNKS) * EPI_COLS, p0 + (b / CHUNKS) * 64,
-                        &cr.full[slot]);
+        tma_load<C_ONCE>(cr.buf + slot * C_BLOCK, map_c, q0 + (b % CHUNKS) * EPI_COLS, p0 + (b / CHUNKS) * 64,
+                         &cr.full[slot]);
         if (++slot == C_SLOTS) {
           slot = 0;
           phase ^= 1;
@@ -1411,7 +1433,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     }
     if constexpr (GROUPS > 0) epi.q_end = q_end;
     if constexpr (C_VECTORS && !C_TMA) {
-      if (!STREAM_K || work.kind != WORK_PARTIAL) prefetch_c(epi, tp * BP + (PINGPONG ? 0 : cw * WG_P), qb + tq * BQ);
+      if (!STREAM_K || work.kind != WORK_PARTIAL) prefetch_c(epi, share_p0(tp, cw), qb + tq * BQ);
     }
     if constexpr (PINGPONG) {
       const long long ring = (long long)job * KTILES;
@@ -1484,11 +1506,11 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         store_tile_tma(acc[t], map_d, sE + cw * 2 * 64 * 128, stored, cw,
-                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, qb + tq * BQ, epi, cring,
+                       share_p0(tp, cw) + t * 64, qb + tq * BQ, epi, cring,
                        BATCH > 1 ? prob * P : 0);
       continue;
     }
-    const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
+    const int p_base = share_p0(tp, cw) + warp * 16 + lane / 4;
     if constexpr (STORE_VECTORS) {
 #pragma unroll
       for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, qb + tq * BQ, epi, Dp);

@@ -392,14 +392,32 @@ impl Plan {
     /// 13 MB out, ran in 17.5 us without the hint and 16.3 us with it, scripts/membw.cu; the hint on
     /// every one-column grid took N=32 28x28 512->128 1x1, 32 MB in all, from 7.2 us to 8.2 us.)
     pub(super) fn reads_once(&self, target: &Target) -> (bool, bool) {
-        let w = &self.w;
-        let (e_in, e_out) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
-        let data = (w.m + w.n) * w.k * e_in + w.m * w.n * e_out * if w.reads_c() { 2 } else { 1 };
         // Several problems: each tile row or column is one problem's, read by that problem only.
-        if data <= target.l2_bytes || w.multi() {
+        if self.data_bytes() <= target.l2_bytes || self.w.multi() {
             return (false, false);
         }
         (self.tiles_q() == 1 && !self.im2col() && !self.gather(), self.tiles_p() == 1)
+    }
+
+    /// The kernel's data: A, B, C (where it is read) and D.
+    fn data_bytes(&self) -> u64 {
+        let w = &self.w;
+        let (e_in, e_out) = (w.types.input.bytes() as u64, w.types.output.bytes() as u64);
+        (w.m + w.n) * w.k * e_in + w.m * w.n * e_out * if w.reads_c() { 2 } else { 1 }
+    }
+
+    /// Whether C's TMA loads and D's TMA stores carry an L2 evict-first hint (version 19,
+    /// `C_ONCE`): C by TMA ([`Plan::c_slots`]) where the kernel's data overflows the L2, as for
+    /// [`Plan::reads_once`]. Each element of C is read once and each of D written once, so the L2
+    /// keeps the operands that other tiles read again. Where everything fits, nothing is pushed
+    /// out, and the hint only gave up lines (of C, of D) that the next launch would find. D's hint
+    /// also gives up output lines a next layer could find in the L2 (a one-layer bench does not see
+    /// that). (H200, 2026-11-29, docs/data/gpu-2026-11-29-cnn13: ResNet-50's N=32 28x28 128->512
+    /// block end, 58 MB, 16.9 us without hints, 15.2 with C's, 15.0 with C's and D's (4 configs
+    /// alike); the 56x56 64->256 one, 103 MB, slower with C's hint alone and as before with both;
+    /// the 14x14 256->1024 one, 29 MB, 7-8% slower with either at 100 trials.)
+    pub(super) fn c_once(&self, target: &Target) -> bool {
+        self.c_slots(target) > 0 && self.data_bytes() > target.l2_bytes
     }
 
     pub(super) fn grid(&self, target: &Target) -> Grid {

@@ -545,6 +545,26 @@ fn c_is_loaded_by_tma_beside_the_tma_store() {
     }
 }
 
+/// Version 19: C's TMA loads and D's TMA stores carry the L2 evict-first hint where the kernel's
+/// data (A, B, C and D) overflows the L2 (`C_ONCE`), and only on the C-by-TMA path.
+#[test]
+fn c_and_d_stream_past_the_l2_only_where_the_data_overflows_it() {
+    let sm90 = Target::sm90();
+    let pp = r#"{"block_m":128,"block_n":128,"consumers":2,"stages":4,"cluster":1,"persistent":1,"raster_group":1,"producer":"warpgroup","schedule":"pingpong","stream_k":0,"epilogue":"tma"}"#;
+    let once = |key: &str, json: &str| {
+        let t: &dyn Template = if key.starts_with("conv2d") { &super::conv::WgmmaConv2d } else { &WgmmaGemm };
+        let src = t.generate(&Workload::from_key(key).unwrap(), &config(json), &sm90).unwrap().source;
+        src.contains("constexpr bool C_ONCE = true;")
+    };
+    // ResNet-50's N=32 28x28 128->512 block end: 58 MB, past the 50 MiB L2.
+    let res28 = "conv2d/n32h28w28c128/k512r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16/beta=1,epi=bias+relu";
+    assert!(once(res28, pp));
+    // Its 14x14 256->1024 one, 29 MB; the same GEMM's data without C; C through registers.
+    assert!(!once("conv2d/n32h14w14c256/k1024r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f16/beta=1,epi=bias+relu", pp));
+    assert!(!once(&res28.replace("beta=1,", ""), pp));
+    assert!(!once(res28, &pp.replace(r#""epilogue":"tma""#, r#""epilogue":"direct""#)));
+}
+
 #[test]
 fn a_producer_warpgroup_keeps_one_block_per_sm() {
     // setmaxnreg moves registers inside one block's allocation; two blocks per SM hung on an H200.

@@ -8,12 +8,12 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v18: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m128n65536k512/tn/f16,f32,f16/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v18_f16f32f16_tn_m128n128_c2_s4_cl1_pers_g1_ws_tmast_1a9cefac
-#define TT_CLUSTER_ATTR 
-#define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
-#define TT_MAP_D_PTR &mapD
+// wgmma_gemm v19: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m2048n5120k5120/nt/bf16,f32,bf16/alpha=1,beta=0
+#define KERNEL_NAME tt_wgmma_gemm_v19_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
+#define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
+#define TT_MAP_D 
+#define TT_MAP_D_PTR nullptr
 #define TT_MAP_C 
 #define TT_MAP_C_PTR nullptr
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
@@ -24,43 +24,44 @@ using namespace nvcuda;
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
 #define TT_GROUPED 0
-namespace ns_tt_wgmma_gemm_v18_f16f32f16_tn_m128n128_c2_s4_cl1_pers_g1_ws_tmast_1a9cefac {
-typedef half T_IN;
-typedef half T_OUT;
+namespace ns_tt_wgmma_gemm_v19_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2 {
+typedef __nv_bfloat16 T_IN;
+typedef __nv_bfloat16 T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 65536;
-constexpr int Q = 128;
-constexpr int K = 512;
+constexpr int P = 5120;
+constexpr int Q = 2048;
+constexpr int K = 5120;
 constexpr int BP = 128;
 constexpr int BQ = 128;
 constexpr int BK = 64;
-constexpr int STAGES = 4;
+constexpr int STAGES = 5;
 constexpr int CONSUMERS = 2;
-constexpr int CLUSTER = 1;
-constexpr int GROUP = 1;
+constexpr int CLUSTER = 2;
+constexpr int GROUP = 4;
 constexpr bool RASTER_M = false;
-constexpr int TILES_P = 512;
-constexpr int TILES_Q = 1;
+constexpr int TILES_P = 40;
+constexpr int TILES_Q = 16;
 constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 132;
+constexpr int GRID_CLUSTERS = 66;
 constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
-constexpr bool PINGPONG = false;
+constexpr bool PINGPONG = true;
 constexpr bool STREAM_K = false;
-constexpr bool TMA_STORE = true;
-constexpr bool Y_RESIDENT = true;
-constexpr bool X_ONCE = true;
+constexpr bool TMA_STORE = false;
+constexpr bool Y_RESIDENT = false;
+constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
 constexpr int EPI_COLS = 64;
 constexpr int C_SLOTS = 0;
+constexpr bool C_ONCE = false;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
 constexpr int GATHER_LAG = 2;
@@ -76,8 +77,8 @@ constexpr int STRIDE_H = 1;
 constexpr int STRIDE_W = 1;
 constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
-constexpr bool X_KMAJOR = true;
-constexpr bool Y_KMAJOR = true;
+constexpr bool X_KMAJOR = false;
+constexpr bool Y_KMAJOR = false;
 constexpr bool EVEN_P = true;
 constexpr bool EVEN_Q = true;
 constexpr bool PAIRS_ALIGNED = true;
@@ -93,7 +94,7 @@ constexpr bool TENSOR_SCALE = false;
 constexpr bool FUSED = false;
 constexpr int BATCH = 1;
 constexpr int GROUPS = 0;
-constexpr int LDQ = 128;
+constexpr int LDQ = 2048;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -542,11 +543,22 @@ __device__ __forceinline__ void prefetch_map(const TmaDesc* map) {
 }
 
 // Stores the box at (c0, c1) of `map` from 128-byte-swizzled `src` (this thread's bulk group).
+// ONCE adds an L2 evict-first hint to the copy.
+template <bool ONCE>
 __device__ __forceinline__ void tma_store(const TmaDesc* map, const void* src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
-                   reinterpret_cast<unsigned long long>(map)),
-               "r"(smem_u32(src)), "r"(c0), "r"(c1)
-               : "memory");
+  if constexpr (ONCE) {
+    asm volatile(
+        "{\n.reg .b64 policy;\ncreatepolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
+        "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], policy;\n}\n" ::"l"(
+            reinterpret_cast<unsigned long long>(map)),
+        "r"(smem_u32(src)), "r"(c0), "r"(c1)
+        : "memory");
+  } else {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
+  }
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's bulk groups still read shared memory.
@@ -574,11 +586,11 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n128k16.f32.f16.f16: X K-major, Y K-major.
+// wgmma.m64n128k16.f32.bf16.bf16: X MN-major, Y MN-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(dx), "l"(dy), "r"(1));
 }
@@ -697,6 +709,9 @@ __device__ __forceinline__ void tile_at(int ct, int rank, int& tp, int& tq, int&
   q_end = Q;
 #endif
 }
+
+// The first row (within its problem) of consumer cw's share of row tile tp.
+__device__ __forceinline__ int share_p0(int tp, int cw) { return tp * BP + (PINGPONG ? 0 : cw * WG_P); }
 
 // The outer TMA coordinate of problem `prob`'s operands: X (the user's B, one per problem) is
 // stacked along its rows (K-major: N rows each) or its K (MN-major: K rows each); a batched Y (the
@@ -1208,6 +1223,17 @@ __device__ __forceinline__ typename Pair<T_OUT>::type epi_pair(T_EPI v0, T_EPI v
   return o;
 }
 
+// The pair (v0, v1) at columns q and q + 1 after the epilogue, with C's pair (c0, c1) given
+// (C_VECTORS: C read 16 bytes a thread, zero outside D, whose stores leave those out).
+__device__ __forceinline__ typename Pair<T_OUT>::type epi_pair_c(T_EPI v0, T_EPI v1, const EpiIn& C, int q, T_EPI c0,
+                                                                 T_EPI c1) {
+  typename Pair<T_OUT>::type o;
+  T_OUT* e = reinterpret_cast<T_OUT*>(&o);
+  e[0] = from_epi<T_OUT>(epilogue<true>(v0, C, 0, q, c0));
+  e[1] = from_epi<T_OUT>(epilogue<true>(v1, C, 0, q + 1, c1));
+  return o;
+}
+
 // Stores the two adjacent accumulators (v0, v1) of D at row p, columns q and q + 1 of the view.
 // With SWAP the view's row p is D's row and its columns D's columns: the two are M elements apart,
 // each stored alone (a quad's threads write 8 adjacent rows of a column).
@@ -1268,6 +1294,7 @@ constexpr int C_RING = C_TMA ? C_SLOTS : 1;  // C_SLOTS as a divisor
 constexpr int C_BLOCK = 64 * 128;
 static_assert(!C_TMA || (C_VECTORS && TMA_STORE && SPECIALIZED && !GATHER && !SWAP),
               "C by TMA is the TMA store's companion, loaded by the producer warpgroup");
+static_assert(!C_ONCE || C_TMA, "the evict-first hint on C and D is C by TMA's (Plan::c_once)");
 
 // C_TMA: a consumer's ring of C blocks, its barriers (full: the block has landed; empty: the
 // consumer has read it) and the count of blocks it has taken.
@@ -1380,10 +1407,7 @@ __device__ __forceinline__ void store_tile_vec(const T_ACCR (&acc)[REGS], int t,
         acc_pair(acc, j + e / 2, e % 2, v0, v1);
         c_pair(cx[e], c0, c1);
         const int q = q0 + 8 * (j + e / 2) + 2 * c;
-        typename Pair<T_OUT>::type o;
-        T_OUT* oe = reinterpret_cast<T_OUT*>(&o);
-        oe[0] = from_epi<T_OUT>(epilogue<true>(v0, C, 0, q, c0));
-        oe[1] = from_epi<T_OUT>(epilogue<true>(v1, C, 0, q + 1, c1));
+        const typename Pair<T_OUT>::type o = epi_pair_c(v0, v1, C, q, c0, c1);
         x[e] = *reinterpret_cast<const unsigned*>(&o);
       } else {
         T_EPI v0, v1;
@@ -1466,10 +1490,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
           // The pair of C this thread overwrites: zero outside D (clipped by the store).
           const typename Pair<T_OUT>::type cp = ld_shared<typename Pair<T_OUT>::type>(c_s + phys);
           const T_OUT* ce = reinterpret_cast<const T_OUT*>(&cp);
-          const int q = q0 + ch * EPI_COLS + col;
-          T_OUT* oe = reinterpret_cast<T_OUT*>(&o);
-          oe[0] = from_epi<T_OUT>(epilogue<true>(v0, C, 0, q, to_epi(ce[0])));
-          oe[1] = from_epi<T_OUT>(epilogue<true>(v1, C, 0, q + 1, to_epi(ce[1])));
+          o = epi_pair_c(v0, v1, C, q0 + ch * EPI_COLS + col, to_epi(ce[0]), to_epi(ce[1]));
         } else {
           o = epi_pair(v0, v1, C, p0 + row, q0 + ch * EPI_COLS + col);
         }
@@ -1481,7 +1502,7 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
     if (t_in == 0) {
       // C_TMA: every thread's reads of the block are done (the meeting above); the loader may refill it.
       if constexpr (C_TMA) bar_arrive(&cr.empty[c_slot]);
-      tma_store(map_d, buf, q0 + ch * EPI_COLS, p0 + p_map);
+      tma_store<C_ONCE>(map_d, buf, q0 + ch * EPI_COLS, p0 + p_map);
       bulk_commit();
     }
     ++count;
@@ -1493,7 +1514,9 @@ __device__ __forceinline__ void store_tile_tma(const T_ACCR (&acc)[REGS], const 
 // consumer's jobs as the consumer does (ping-pong: every other one; a stream-K partial sum has no
 // epilogue) and, for each of the consumer's 64-row tiles and 128-byte column blocks in the order
 // store_tile_tma takes them, waits for a free ring block and loads C's block into it by TMA
-// (the box of D's store map, over C; rows and columns outside C arrive as zeros).
+// (the box of D's store map, over C; rows and columns outside C arrive as zeros). C_ONCE (v19:
+// the kernel's data overflows the L2, Plan::c_once) puts an L2 evict-first hint on these loads
+// and on D's stores: C is read once and D written once, and the L2 keeps what tiles read again.
 __device__ __forceinline__ void c_loader(const WorkList& wl, int rank, int cw, const TmaDesc* map_c, CRing cr) {
   if constexpr (C_TMA) {
     constexpr int CHUNKS = BQ / EPI_COLS;
@@ -1509,13 +1532,13 @@ __device__ __forceinline__ void c_loader(const WorkList& wl, int rank, int cw, c
       } else {
         tile_of(work.ct, rank, tp, tq);
       }
-      const int p0 = tp * BP + (PINGPONG ? 0 : cw * WG_P) + (BATCH > 1 ? prob * P : 0), q0 = qb + tq * BQ;
+      const int p0 = share_p0(tp, cw) + (BATCH > 1 ? prob * P : 0), q0 = qb + tq * BQ;
 #pragma unroll 1
       for (int b = 0; b < MT * CHUNKS; ++b) {
         bar_wait(&cr.empty[slot], phase ^ 1);
         bar_expect(&cr.full[slot], C_BLOCK);
-        tma_load<false>(cr.buf + slot * C_BLOCK, map_c, q0 + (b % CHUNKS) * EPI_COLS, p0 + (b / CHUNKS) * 64,
-                        &cr.full[slot]);
+        tma_load<C_ONCE>(cr.buf + slot * C_BLOCK, map_c, q0 + (b % CHUNKS) * EPI_COLS, p0 + (b / CHUNKS) * 64,
+                         &cr.full[slot]);
         if (++slot == C_SLOTS) {
           slot = 0;
           phase ^= 1;
@@ -1660,7 +1683,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
     }
     if constexpr (GROUPS > 0) epi.q_end = q_end;
     if constexpr (C_VECTORS && !C_TMA) {
-      if (!STREAM_K || work.kind != WORK_PARTIAL) prefetch_c(epi, tp * BP + (PINGPONG ? 0 : cw * WG_P), qb + tq * BQ);
+      if (!STREAM_K || work.kind != WORK_PARTIAL) prefetch_c(epi, share_p0(tp, cw), qb + tq * BQ);
     }
     if constexpr (PINGPONG) {
       const long long ring = (long long)job * KTILES;
@@ -1733,11 +1756,11 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
 #pragma unroll
       for (int t = 0; t < MT; ++t)
         store_tile_tma(acc[t], map_d, sE + cw * 2 * 64 * 128, stored, cw,
-                       tp * BP + (PINGPONG ? 0 : cw * WG_P) + t * 64, qb + tq * BQ, epi, cring,
+                       share_p0(tp, cw) + t * 64, qb + tq * BQ, epi, cring,
                        BATCH > 1 ? prob * P : 0);
       continue;
     }
-    const int p_base = tp * BP + (PINGPONG ? 0 : cw * WG_P) + warp * 16 + lane / 4;
+    const int p_base = share_p0(tp, cw) + warp * 16 + lane / 4;
     if constexpr (STORE_VECTORS) {
 #pragma unroll
       for (int t = 0; t < MT; ++t) store_tile_vec(acc[t], t, kr, p_base + t * 64, qb + tq * BQ, epi, Dp);
@@ -1765,7 +1788,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v18_f16f32f16_tn_m128n128_c2_s4_cl1_pers_g1_ws_tmast_1a9cefac
+}  // namespace ns_tt_wgmma_gemm_v19_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
