@@ -788,39 +788,4 @@ mod tests {
             "the plan should seek records_trusted_speedup: {steps:?}"
         );
     }
-
-    /// `tasks_by_state` holds pending and leased tasks only: the lease and the outstanding count
-    /// must still seek it (a query whose terms do not imply its condition walks the job's tasks).
-    #[tokio::test]
-    async fn the_lease_and_the_outstanding_count_use_the_partial_tasks_by_state_on_sqlite() {
-        let pool = memory_db().await;
-        let lease: Vec<(i64, i64, i64, String)> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {}", crate::store::tasks::LEASE_SQLITE)))
-                .bind(1_i64)
-                .bind(2_i64)
-                .bind(3_i64)
-                .bind("h200")
-                .bind("[\"wmma_gemm@1\"]")
-                .bind(16_i64)
-                .fetch_all(&pool)
-                .await
-                .unwrap();
-        let outstanding: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "EXPLAIN QUERY PLAN {}",
-            crate::store::tasks::OUTSTANDING_SQLITE
-        )))
-        .bind(1_i64)
-        .bind(0_i64)
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-        for (what, plan) in [("lease", lease), ("outstanding count", outstanding)] {
-            let steps: Vec<&str> = plan.iter().map(|p| p.3.as_str()).collect();
-            assert!(
-                steps.iter().any(|s| s.contains("SEARCH t USING INDEX tasks_by_state (state=?")
-                    || s.contains("SEARCH tasks USING INDEX tasks_by_state (state=?")),
-                "the {what} should seek tasks_by_state: {steps:?}"
-            );
-        }
-    }
 }

@@ -267,24 +267,17 @@ async fn get_many_packed(e: Exec<'_>, ids: &[TaskId]) -> Result<Vec<TaskRow>> {
 /// Tuning tasks of a workload that are pending or leased. Asked after every report: it reads the
 /// outstanding tasks of the job alone (`tasks_by_state`; the `+` keeps SQLite from walking every
 /// task of the workload through `tasks_config_unique` instead, which made it linear in the trials).
-/// SQLite's text spells the states as the partial index's condition, which it must imply.
 pub(crate) async fn outstanding(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Result<u32> {
-    let n: i64 = on!(e, |c, pg| sqlx::query_scalar(if pg {
+    let n: i64 = on!(e, |c, pg| sqlx::query_scalar(
         "SELECT COUNT(*) FROM tasks
-         WHERE state IN ('pending', 'leased') AND job_id = $1 AND +workload_idx = $2 AND kind = 'tuning'"
-    } else {
-        OUTSTANDING_SQLITE
-    })
+         WHERE state IN ('pending', 'leased') AND job_id = $1 AND +workload_idx = $2 AND kind = 'tuning'",
+    )
     .bind(job)
     .bind(i64::from(idx))
     .fetch_one(c)
     .await)?;
     Ok(small(n))
 }
-
-/// [`outstanding`] on SQLite.
-pub(crate) const OUTSTANDING_SQLITE: &str = "SELECT COUNT(*) FROM tasks
-     WHERE (state = 'pending' OR state = 'leased') AND job_id = $1 AND +workload_idx = $2 AND kind = 'tuning'";
 
 /// Tuning tasks of `job` that are pending or leased, per workload: (workload index, count), only
 /// workloads that have some. Asked after every report of a job with a trial budget: on SQLite it
@@ -296,7 +289,7 @@ pub(crate) async fn outstanding_by_workload(e: impl Into<Exec<'_>>, job: JobId) 
          GROUP BY workload_idx ORDER BY workload_idx"
     } else {
         "SELECT workload_idx, COUNT(*) FROM tasks INDEXED BY tasks_by_state
-         WHERE (state = 'pending' OR state = 'leased') AND job_id = $1 AND kind = 'tuning'
+         WHERE state IN ('pending', 'leased') AND job_id = $1 AND kind = 'tuning'
          GROUP BY workload_idx ORDER BY workload_idx"
     })
     .bind(job)
@@ -320,7 +313,7 @@ pub(crate) async fn taken(e: impl Into<Exec<'_>>, job: JobId, idx: u32) -> Resul
 }
 
 /// [`lease`] on SQLite, where the writer lock already keeps a task from being leased twice.
-pub(crate) const LEASE_SQLITE: &str =
+const LEASE_SQLITE: &str =
     "UPDATE tasks SET state = 'leased', worker_id = $1, lease_expires_ms = $2, attempts = attempts + 1,
                           updated_ms = $3
          WHERE id IN (
@@ -641,13 +634,10 @@ pub(crate) async fn finalist_tasks(e: impl Into<Exec<'_>>, job: JobId) -> Result
 /// Cancels the pending and leased tasks of `job` (of workload `idx` only, when given); returns how
 /// many. Holders learn it from their next heartbeat.
 pub(crate) async fn cancel_unfinished(e: impl Into<Exec<'_>>, job: JobId, idx: Option<u32>, now: i64) -> Result<u64> {
-    Ok(on!(e, |c, pg| sqlx::query(if pg {
+    Ok(on!(e, |c, pg| sqlx::query(
         "UPDATE tasks SET state = 'cancelled', lease_expires_ms = NULL, updated_ms = $3
-         WHERE job_id = $1 AND ($2 IS NULL OR workload_idx = $2) AND state IN ('pending', 'leased')"
-    } else {
-        "UPDATE tasks SET state = 'cancelled', lease_expires_ms = NULL, updated_ms = $3
-         WHERE job_id = $1 AND ($2 IS NULL OR workload_idx = $2) AND (state = 'pending' OR state = 'leased')"
-    })
+         WHERE job_id = $1 AND ($2 IS NULL OR workload_idx = $2) AND state IN ('pending', 'leased')",
+    )
     .bind(job)
     .bind(idx.map(i64::from))
     .bind(now)
