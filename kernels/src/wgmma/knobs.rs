@@ -4,12 +4,13 @@
 use crate::space::{Knob, Space};
 
 // The knob domains, in the order of the space (the last varies fastest in the index).
-/// Tiles along M (wgmma's n side, or its 64-row side when swapped): every multiple of 16 from 64 to
-/// 256, the widths wgmma's n takes for every input type. Version 19 filled in the steps between
-/// 64, 128, 160, 192 and 256: a height that divides a ragged M into whole tiles (M = 776 is seven
-/// tiles of 112, against seven of 128 that compute 120 rows of padding) or fits the tiles into the
-/// waves cost the vendor's picks a step less per tile than the next power of two (cuBLASLt ran
-/// 112x64 and 168x128 tiles where this space lost, 2026-11-29, H200).
+/// Tiles along M (wgmma's n side, or its 64-row side when swapped): 32, 48 and every multiple of 16
+/// from 64 to 256, widths wgmma's n takes for every input type. Version 19 filled in the steps
+/// between 64, 128, 160, 192 and 256: a height that divides a ragged M into whole tiles (M = 776 is
+/// seven tiles of 112, against seven of 128 that compute 120 rows of padding) or fits the tiles
+/// into the waves costs a step less per tile than the next larger one, and a small or skinny M
+/// (M = 16) pads a 32-row tile instead of a 64-row one (cuBLASLt ran 112-, 168- and 32-row tiles
+/// where this space lost, 2026-11-29, H200).
 pub(super) const BLOCK_M: &[u32] = &[32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256];
 /// Tiles along N. 64 and up put N on wgmma's M side (64-row tiles split over the consumers); 16
 /// and 32 (version 16) put it on wgmma's n side instead, the operands swapped (see
