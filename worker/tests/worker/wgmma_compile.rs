@@ -114,7 +114,12 @@ fn the_160_column_tile_compiles_without_spills() {
 #[test]
 fn heights_between_the_powers_of_two_compile_without_spills() {
     let target = Target::sm90();
-    let shapes = ["m776n2312k512/tt/bf16,f32,bf16", "m8192n8192k1024/tn/f16,f32,f32", "m2048n2048k2048/tn/i8,i32,i32", "m1000n1000k1000/tn/tf32,f32,f32"];
+    let shapes = [
+        "m776n2312k512/tt/bf16,f32,bf16",
+        "m8192n8192k1024/tn/f16,f32,f32",
+        "m2048n2048k2048/tn/i8,i32,i32",
+        "m1000n1000k1000/tn/tf32,f32,f32",
+    ];
     let heights = [32, 48, 80, 96, 112, 144, 176, 208, 224, 240];
     let rows = |c: &Config| c.int("block_n").unwrap() / c.int("consumers").unwrap();
     let mut specs = Vec::new();
@@ -122,7 +127,8 @@ fn heights_between_the_powers_of_two_compile_without_spills() {
         let w = Workload::from_key(&format!("matmul/{}/alpha=1,beta=0", shapes[i % shapes.len()])).unwrap();
         let valid = valid_configs(&WgmmaGemm, &w, &target).unwrap();
         let of_h: Vec<&Config> = valid.iter().map(|(_, c)| c).filter(|c| c.int("block_m").ok() == Some(h)).collect();
-        let most = of_h.iter().map(|c| rows(c)).max().unwrap_or_else(|| panic!("{}: no config of block_m {h}", w.key()));
+        let most =
+            of_h.iter().map(|c| rows(c)).max().unwrap_or_else(|| panic!("{}: no config of block_m {h}", w.key()));
         let widest: Vec<&Config> = of_h.into_iter().filter(|c| rows(c) == most).collect();
         let c = widest[(i * 97) % widest.len()];
         eprintln!("{} {}", w.key(), c.to_json());
