@@ -34,6 +34,11 @@ impl Tracker {
         done.await.unwrap_or_else(|_| Err(Error::Unavailable("the tracker is shutting down; retry".to_owned())))
     }
 
+    /// Notes that a group (or a change of one) committed now ([`Tracker::last_commit`]).
+    fn note_commit(&self) {
+        *self.last_commit.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::time::Instant::now());
+    }
+
     /// Runs `op` inside `w`. The outer error fails the whole group (the database); the inner one
     /// refuses this change alone, which then wrote nothing.
     async fn apply(&self, w: &mut Write<'_>, op: &Op) -> Result<Result<Done>> {
@@ -115,6 +120,7 @@ impl Tracker {
             }
             let t2 = t0.elapsed();
             w.commit(&self.events).await?;
+            self.note_commit();
             let t3 = t0.elapsed();
             // Where the one writer's time goes, for load runs (`TENSORTUNE_LOAD_TRACKER_LOG=
             // "info,tensortune_tracker::commits=debug"`): taking the write lock, the changes'
@@ -146,6 +152,7 @@ impl Tracker {
                         let mut w = self.write().await?;
                         let done = self.apply(&mut w, &q.op).await?;
                         w.commit(&self.events).await?;
+                        self.note_commit();
                         Ok(done)
                     };
                     let answer = alone.await.unwrap_or_else(|e| Err(self.noting_outage(e)));

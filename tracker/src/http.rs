@@ -44,7 +44,7 @@ pub(crate) async fn serve(tracker: Arc<Tracker>, listener: TcpListener, stop: Ca
 /// 200 when the tracker can do its work (every migration applied, the database writable), else
 /// 503 with the reason.
 async fn readyz(State(tracker): State<Arc<Tracker>>) -> Response {
-    match crate::health::ready(&tracker.pool).await {
+    match crate::health::ready(&tracker).await {
         Ok(()) => "ready\n".into_response(),
         Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")).into_response(),
     }

@@ -47,6 +47,10 @@ pub(crate) struct Tracker {
     pub(crate) renewals: crate::changes::Renewals,
     /// Workers' rows kept between writes for the dispatch calls' checks (SQLite only).
     pub(crate) worker_rows: crate::changes::WorkerRows,
+    /// When the committer last committed a group: readiness takes a recent commit as proof that
+    /// the database can be written (`health::ready`), since a busy committer holds the write lock
+    /// nearly all the time and a probe waiting for it would time out on a tracker that works.
+    pub(crate) last_commit: std::sync::Mutex<Option<std::time::Instant>>,
     /// The writer lock. SQLite admits one writer at a time anyway; taking it here first makes each
     /// read-decide-write sequence (lease, report, propose) atomic together with the searches it
     /// guards, and spares writers SQLite's busy-wait.
@@ -77,6 +81,7 @@ impl Tracker {
             commits: crate::changes::Commits::default(),
             renewals: crate::changes::Renewals::default(),
             worker_rows: crate::changes::WorkerRows::default(),
+            last_commit: std::sync::Mutex::new(None),
             searches: Mutex::new(Searches::default()),
             instance: rand::random(),
         })
