@@ -412,10 +412,12 @@ impl Plan {
     /// keeps the operands that other tiles read again. Where everything fits, nothing is pushed
     /// out, and the hint only gave up lines (of C, of D) that the next launch would find. D's hint
     /// also gives up output lines a next layer could find in the L2 (a one-layer bench does not see
-    /// that). (H200, 2026-11-29, docs/data/gpu-2026-11-29-cnn13: ResNet-50's N=32 28x28 128->512
-    /// block end, 58 MB, 16.9 us without hints, 15.2 with C's, 15.0 with C's and D's (4 configs
-    /// alike); the 56x56 64->256 one, 103 MB, slower with C's hint alone and as before with both;
-    /// the 14x14 256->1024 one, 29 MB, 7-8% slower with either at 100 trials.)
+    /// that). `target.l2_bytes` is the card's own at run time (60 MiB on an H200, 50 on an H100).
+    /// (H200, 2026-11-29, docs/data/gpu-2026-11-29-cnn13, a binary that hinted every kernel of the
+    /// path: ResNet-50's N=32 28x28 128->512 block end, 55 MiB, 16.9 us without hints, 15.2 with C's,
+    /// 15.0 with C's and D's (4 configs alike); the 56x56 64->256 one, 103 MB, slower with C's hint
+    /// alone and as before with both; the 14x14 256->1024 one, 29 MB, 7-8% slower with either at 100
+    /// trials. Under this rule the 28x28 block end fits an H200's L2 and is not hinted there.)
     pub(super) fn c_once(&self, target: &Target) -> bool {
         self.c_slots(target) > 0 && self.data_bytes() > target.l2_bytes
     }
