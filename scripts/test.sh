@@ -92,7 +92,7 @@ run_job() {
 status=0
 early=()
 if cargo test --workspace --locked --no-run --message-format=json \
-    --test union_v14_replay --test shipped_replay --test ground_truth_current >"$logs/build-early.json"; then
+    --test union_replay --test shipped_replay --test ground_truth_current >"$logs/build-early.json"; then
     while IFS=$'\t' read -r label dir exe; do
         run_job "$label" "$dir" "$exe" "$@" &
         early+=("$label")

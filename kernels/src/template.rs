@@ -198,6 +198,13 @@ pub trait Template: Send + Sync {
         self.version()
     }
 
+    /// The oldest version whose space of configs is this version's: records of an older one (even
+    /// where they hold) sample a smaller space, and cannot stand as the search's ground truth.
+    /// [`Template::records_hold_since`] unless the template says otherwise.
+    fn space_since(&self) -> u32 {
+        self.records_hold_since()
+    }
+
     /// Whether a record made with `version` of this template describes its kernels today.
     fn records_hold_for(&self, version: u32) -> bool {
         (self.records_hold_since()..=self.version()).contains(&version)

@@ -74,7 +74,7 @@ fn the_model_beats_random_search_and_transfer_helps() {
 /// The record files of the first sweeps (2026-11-22/23: wmma_gemm v6, wgmma_gemm v2,
 /// wmma_conv2d v1): the three workloads above and the held-out sweeps of that time
 /// (`testdata/README.md` says how each was measured). Today's spaces have their own bars, on their
-/// own files (`union_v14_replay.rs`).
+/// own files (`union_replay.rs`).
 fn all_data() -> Dataset {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata");
     let files: Vec<_> = [
@@ -131,7 +131,7 @@ fn held_out_workloads_meet_the_search_bars() {
 /// A debt, dated: with proposals a quarter batch ahead (the tracker's look-ahead, which replay
 /// models since 2026-11-28, b43b647) the f32-output 1x1 conv n32h14w14c256 k1024 of the first
 /// sweeps needs 70 trials to 5% against random's 90 (1.29x; 20 seeds). Today's spaces keep their
-/// bars (`union_v14_replay.rs`); this floor fails if the tuner gets worse here, and goes when the
+/// bars (`union_replay.rs`); this floor fails if the tuner gets worse here, and goes when the
 /// 1.5x bar holds again.
 const BELOW_1_5X: &[(&str, f64)] = &[("conv2d/n32h14w14c256/k1024r1s1/pad0x0,stride1x1,dil1x1/nhwc/f16,f32,f32", 1.25)];
 

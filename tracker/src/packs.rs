@@ -31,6 +31,14 @@ use crate::store::records::PriorRecord;
 /// The packs this build ships (`search/testdata/`), by name.
 pub(crate) const SHIPPED: &[(&str, &[u8])] = &[
     (
+        "shipped:sweep-h200-union-v19-matmul",
+        include_bytes!("../../search/testdata/sweep-h200-union-v19-matmul.jsonl.gz"),
+    ),
+    (
+        "shipped:sweep-h200-union-v19-conv2d",
+        include_bytes!("../../search/testdata/sweep-h200-union-v19-conv2d.jsonl.gz"),
+    ),
+    (
         "shipped:sweep-h200-union-v14-matmul",
         include_bytes!("../../search/testdata/sweep-h200-union-v14-matmul.jsonl.gz"),
     ),

@@ -775,7 +775,7 @@ mod tests {
     }
 
     /// A fresh tracker's prior (the shipped packs) for a union-v14 matmul holds the rows the replay's
-    /// cold start trains on (`search/tests/union_v14_replay.rs`), so that the replay's figures are
+    /// cold start trains on (`search/tests/union_replay.rs`), so that the replay's figures are
     /// the tracker's: the same workloads (the older packs' wmma-only ones left out by both), rows
     /// and targets.
     #[tokio::test]

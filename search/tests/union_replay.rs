@@ -1,16 +1,17 @@
-//! The search bars on the ground truth of today's spaces (`testdata/sweep-h200-union-v14-*.jsonl.gz`:
-//! 3,000 random configs of each workload's union space, or the whole space where smaller,
-//! measured on an H200 with the templates the product searches: wmma_gemm v6 + wgmma_gemm v14,
-//! wmma_conv2d v1 + wgmma_conv2d v14). Leave one workload out, 20 seeds, batches of 16: the
-//! model tuner whose prior is every other workload of the file against random search over the
-//! whole recorded space; and the cold start, a fresh tracker's: the prior is every other workload
-//! of every shipped file (`testdata/*.jsonl.gz`, the record packs `tracker/src/packs.rs` ships),
-//! on the held-out split. Replay is deterministic for a seed, so where the cold start's prior is
-//! the file's (today, `tuner::covering`), its runs are the file's and are not repeated: it costs
-//! the reading of every shipped file once, about 2.7 CPU-s (2026-11-29; both tests 90 CPU-s).
+//! The search bars on the ground truth of today's spaces (`testdata/sweep-h200-union-v14-*` and
+//! `-union-v19-*.jsonl.gz`: 3,000 random configs of each workload's union space, or the whole space
+//! where smaller, measured on H200s with the templates the product searches: wmma_gemm v6 +
+//! wgmma_gemm v14 and v19, wmma_conv2d v1 + wgmma_conv2d v14 and v19). Leave one workload out, 20
+//! seeds, batches of 16: the model tuner whose prior is every other workload of the file against
+//! random search over the whole recorded space; and the cold start, a fresh tracker's: the prior is
+//! every other workload of every shipped file (`testdata/*.jsonl.gz`, the record packs
+//! `tracker/src/packs.rs` ships), on the held-out split. Replay is deterministic for a seed, so where
+//! the cold start's prior is the file's, its runs are the file's and are not repeated.
 //!
-//! The held-out split (`suites/sweeps/union-v14.json`, fixed by position before anything was
-//! measured) is never used to choose a constant; the bars are asserted on every workload.
+//! The held-out splits (`suites/sweeps/union-v14.json`, `union-v19.json`, each fixed by position
+//! before anything was measured) are never used to choose a constant; the bars are asserted on every
+//! workload. No constant of the tuner was chosen on any union-v19 record: its replay is a test of the
+//! method on workloads it never saw.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -23,7 +24,8 @@ const BATCH: usize = 16;
 const BUDGET: usize = 300;
 
 /// The workloads of the held-out split.
-const HELD_OUT: [&str; 8] = [
+const HELD_OUT: [&str; 16] = [
+    // union-v14
     "matmul/m512n512k512/nt/",
     "matmul/m8192n8192k1024/tn/",
     "matmul/m2048n11008k4096/tn/",
@@ -32,6 +34,15 @@ const HELD_OUT: [&str; 8] = [
     "conv2d/n16h28w28c128/k512r1s1/",
     "conv2d/n1h112w112c64/k64r3s3/",
     "conv2d/n64h7w7c2048/k512r1s1/",
+    // union-v19
+    "matmul/m3072n3072k3072/tn/",
+    "matmul/m1024n1024k16384/nt/",
+    "matmul/m2304n768k1152/tn/i8",
+    "matmul/m128n512k256/nn/",
+    "matmul/m1536n1536k6144/nt/",
+    "conv2d/n24h14w14c384/k768r1s1/",
+    "conv2d/n16h7w7c512/k2048r1s1/",
+    "conv2d/n8h20w20c160/k320r5s5/",
 ];
 
 struct Row {
@@ -79,7 +90,7 @@ fn same(a: &Prior, b: &Prior) -> bool {
         && a.rows.iter().zip(&b.rows).all(|(x, y)| bits(x) == bits(y))
 }
 
-fn rows(file: &str) -> Vec<Row> {
+fn rows(file: &str, with_cold: bool) -> Vec<Row> {
     let data = Dataset::load(&testdata().join(file)).expect("the shipped records load");
     let mut out = Vec::new();
     for w in &data.workloads {
@@ -90,7 +101,7 @@ fn rows(file: &str) -> Vec<Row> {
         // of them as the prior. Replay is deterministic for a seed, so where that prior is the
         // file's (today: the older files' workloads were measured with wmma templates alone, and
         // `tuner::covering` leaves them out), the runs are the same runs and are not repeated.
-        let cold_prior = held_out(&w.key).then(|| {
+        let cold_prior = (with_cold && held_out(&w.key)).then(|| {
             let cold = shipped().workloads.iter().find(|c| c.key == w.key).expect("the file is shipped");
             assert_eq!(cold.truth.len(), w.truth.len(), "{}: another file holds records of it", w.key);
             shipped().prior_for(cold)
@@ -130,19 +141,30 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// What a file's replay falls short of today, each a debt that docs/BENCHMARKS.md states: the
+/// median trials to 2% it reaches where that is above the bar's 32 (for the file's prior, then for
+/// the cold start on its held-out split), the workloads that need more than 100 trials to 2%, and
+/// the gain to 5% a workload below 2x must keep. The assertions fail if the tuner gets worse, and
+/// must be tightened when it gets better.
+struct Debts {
+    median_to_2: f64,
+    /// `None`: the file's held-out split is not run from the cold start here (see [`MATMUL_V14`]).
+    cold_median_to_2: Option<f64>,
+    over_100: &'static [&'static str],
+    below_2x: &'static [(&'static str, f64)],
+}
+
 /// The bars on `runs` (workload key, random's summary, the tuner's): median trials to
-/// within 2% of the best <= 32; every workload within 2% by 100 trials; median gain over random
-/// to 5% >= 5x, no workload below 2x. Where a bar is not met today, the assertion states what is
-/// (and docs/BENCHMARKS.md says by how much): it fails if the tuner gets worse, and must be
-/// tightened when it gets better.
-fn bars(what: &str, runs: &[(&str, &Summary, &Summary)], over_100: &[&str], below_2x: &[(&str, f64)]) {
+/// within 2% of the best <= 32 (or the median `debts` states); every workload within 2% by 100
+/// trials; median gain over random to 5% >= 5x, no workload below 2x.
+fn bars(what: &str, runs: &[(&str, &Summary, &Summary)], median_floor: f64, debts: &Debts) {
     let to_2 = median(runs.iter().map(|r| r.2.to_2 as f64).collect());
-    assert!(to_2 <= 32.0, "{what}: median trials to 2% {to_2}");
+    assert!(to_2 <= median_floor.max(32.0), "{what}: median trials to 2% {to_2}");
     let gains = median(runs.iter().map(|r| gain(r.1, r.2)).collect());
     assert!(gains >= 5.0, "{what}: median gain to 5% {gains:.1}x");
     for (key, random, tuner) in runs {
-        let floor = below_2x.iter().find(|w| key.starts_with(w.0)).map_or(2.0, |w| w.1);
-        if !over_100.iter().any(|w| key.starts_with(w)) {
+        let floor = debts.below_2x.iter().find(|w| key.starts_with(w.0)).map_or(2.0, |w| w.1);
+        if !debts.over_100.iter().any(|w| key.starts_with(w)) {
             assert!(tuner.to_2 <= 100, "{what}: {key}: {} trials to 2%", tuner.to_2);
         }
         let g = gain(random, tuner);
@@ -150,36 +172,73 @@ fn bars(what: &str, runs: &[(&str, &Summary, &Summary)], over_100: &[&str], belo
     }
 }
 
-/// The bars on every workload of `file` with the file's prior, then on its held-out workloads
-/// with the cold start's ([`rows`]).
-fn check(file: &str, over_100: &[&str], below_2x: &[(&str, f64)]) {
-    let rows = rows(file);
+/// The bars on every workload of `file` with the file's prior, then (where `debts` has a cold start)
+/// on its held-out workloads with the cold start's ([`rows`]).
+fn check(file: &str, debts: &Debts) {
+    let rows = rows(file, debts.cold_median_to_2.is_some());
     assert!(rows.len() >= 8, "{file}: {} workloads", rows.len());
     let runs: Vec<_> = rows.iter().map(|r| (r.key.as_str(), &r.random, &r.transfer)).collect();
-    bars(file, &runs, over_100, below_2x);
+    bars(file, &runs, debts.median_to_2, debts);
+    let Some(cold_median) = debts.cold_median_to_2 else { return };
     let cold: Vec<_> = rows.iter().filter_map(|r| Some((r.key.as_str(), &r.random, r.cold.as_ref()?))).collect();
     assert!(cold.len() >= 3, "{file}: {} held-out workloads", cold.len());
-    bars(&format!("{file}, cold start on the held-out split"), &cold, over_100, below_2x);
+    bars(&format!("{file}, cold start on the held-out split"), &cold, cold_median, debts);
 }
 
 #[test]
 fn matmul_union_v14_meets_the_search_bars() {
-    check("sweep-h200-union-v14-matmul.jsonl.gz", MATMUL_OVER_100, MATMUL_BELOW_2X);
+    check("sweep-h200-union-v14-matmul.jsonl.gz", &MATMUL_V14);
 }
 
 #[test]
 fn conv2d_union_v14_meets_the_search_bars() {
-    check("sweep-h200-union-v14-conv2d.jsonl.gz", CONV_OVER_100, CONV_BELOW_2X);
+    check("sweep-h200-union-v14-conv2d.jsonl.gz", &CONV_V14);
 }
 
-/// Workloads that miss a per-workload bar today (20 seeds, 2026-11-29, search9; the cold start the
-/// same, its prior being the file's), each a debt that docs/BENCHMARKS.md states, with the gain it
+#[test]
+fn matmul_union_v19_meets_the_search_bars() {
+    check("sweep-h200-union-v19-matmul.jsonl.gz", &MATMUL_V19);
+}
+
+#[test]
+fn conv2d_union_v19_meets_the_search_bars() {
+    check("sweep-h200-union-v19-conv2d.jsonl.gz", &CONV_V19);
+}
+
+/// union-v14's debts (20 seeds, 2026-11-29, search9), each a debt that docs/BENCHMARKS.md states, with the gain it
 /// must keep (the 2x bar where it is met): the held-out bf16 tt m776n2312k512 needs 124 trials to
 /// 2% (197 before `wgmma_gemm`'s `fill_share` column) and gains 2.8x (1.6x). Its 4 configs within
 /// 2% (of 3,000) are 128x64 persistent tiles with the TMA epilogue, about two tiles a block; before
 /// that column the prior ranked them 299-650th and began with 64x256 tiles in clusters of 2
 /// (1.27-1.45x the best). The conv layers meet every bar.
-const MATMUL_OVER_100: &[&str] = &["matmul/m776n2312k512/tt/"];
-const MATMUL_BELOW_2X: &[(&str, f64)] = &[];
-const CONV_OVER_100: &[&str] = &[];
-const CONV_BELOW_2X: &[(&str, f64)] = &[];
+///
+/// The cold start is asserted on the newest ground truth's held-out split (union-v19's) alone: with
+/// union-v19 shipped, a union-v14 workload's cold-start prior is no longer its file's, so its runs
+/// would be repeated on a prior of every shipped file, about 100 CPU-s more of CI. Measured on
+/// 2026-11-29 all the same (docs/BENCHMARKS.md): m776 93 trials to 2%, m2048n11008k4096 89, the
+/// held-out matmul median 9, conv 4.
+const MATMUL_V14: Debts =
+    Debts { median_to_2: 32.0, cold_median_to_2: None, over_100: &["matmul/m776n2312k512/tt/"], below_2x: &[] };
+const CONV_V14: Debts = Debts { median_to_2: 32.0, cold_median_to_2: None, over_100: &[], below_2x: &[] };
+
+/// union-v19 (2026-11-29, 20 seeds, the tuner of 70dce6d): the first replay of workloads none of
+/// whose records any constant of the tuner was chosen on, in v19's larger space (its new heights
+/// win 8 of the 24). Matmul with the file's prior: median 14 trials to 2%, but the two held-out
+/// workloads whose best is a small tile, m128n512k256 (a wmma 32x32 tile) and i8 m2304n768k1152
+/// (a 128x64 ping-pong), are not within 2% by 300 trials (gains 6.9x and 2.7x); their cold start
+/// (every shipped file's prior) reaches it in 65 and 83, and the held-out cold-start median is 42
+/// (83, 42, 2, 65, 3). Conv: median 54 with the file's prior (n4h64w64c128 stride 2 177 trials,
+/// n1h160w160c32 stride 2 129 with a gain of 1.8x, its best a wmma tile; n2h28w28c384 114); cold
+/// start on the held-out split 85, 49, 50 (median 50).
+const MATMUL_V19: Debts = Debts {
+    median_to_2: 32.0,
+    cold_median_to_2: Some(42.0),
+    over_100: &["matmul/m128n512k256/nn/", "matmul/m2304n768k1152/tn/i8"],
+    below_2x: &[],
+};
+const CONV_V19: Debts = Debts {
+    median_to_2: 54.0,
+    cold_median_to_2: Some(50.0),
+    over_100: &["conv2d/n4h64w64c128/k128r3s3/", "conv2d/n1h160w160c32/k64r3s3/", "conv2d/n2h28w28c384/k384r3s3/"],
+    below_2x: &[("conv2d/n1h160w160c32/k64r3s3/", 1.8)],
+};
