@@ -12,9 +12,9 @@ pub const WMMA_GEMM: u32 = 6;
 /// `wmma_conv2d`.
 pub const WMMA_CONV2D: u32 = 1;
 /// `wgmma_gemm`.
-pub const WGMMA_GEMM: u32 = 19;
+pub const WGMMA_GEMM: u32 = 20;
 /// `wgmma_conv2d`: follows `wgmma_gemm` since version 3 (they share the body).
-pub const WGMMA_CONV2D: u32 = 19;
+pub const WGMMA_CONV2D: u32 = 20;
 /// The oldest `wgmma_gemm` / `wgmma_conv2d` version whose records hold for today's kernels: v15
 /// added FP8 inputs and fused epilogues, which v14 refused, and generates the workloads v14 took
 /// with every new branch compiled out (`FUSED`, `EPI_*`, `TENSOR_SCALE` false); v16 added the
@@ -23,10 +23,18 @@ pub const WGMMA_CONV2D: u32 = 19;
 /// changes only kernels with C (beta != 0) on those paths: none is in a shipped pack, and a
 /// measurement is reused only at its own version; v18 loads C by TMA beside the TMA store (kernels
 /// with C and a producer warpgroup only), likewise; v19 puts L2 evict-first hints on that path's
-/// loads of C and stores of D where the data overflows the L2 (no golden kernel does), likewise.
+/// loads of C and stores of D where the data overflows the L2 (no golden kernel does), likewise;
+/// v19 and v20 add configs (heights; 192-wide tiles over three consumers), and the code of the
+/// others keeps its machine code, bar v20's third consumer's named barrier.
 /// The single-block golden kernels without C keep their v14 machine code byte for byte
 /// (`wgmma_compile`'s golden test).
 pub const WGMMA_RECORDS_HOLD_SINCE: u32 = 14;
+/// The oldest `wgmma_gemm` / `wgmma_conv2d` version whose space is today's: v19 added `block_m` 32,
+/// 48 and every multiple of 16 to 256, v20 `block_n` 192 with three consumer warpgroups (configs no
+/// earlier version had), so the search's ground truth must sample v20's space, whatever older
+/// records still hold for the configs they measured (`search/tests/ground_truth_current.rs` waives
+/// it, dated, until union-v19's suite is swept again).
+pub const WGMMA_SPACE_SINCE: u32 = 20;
 /// `simt_gemm`.
 pub const SIMT_GEMM: u32 = 2;
 /// `simt_conv2d`.

@@ -1,4 +1,4 @@
-//! Golden sources of `wgmma_gemm` v19 for a few configs (one per kind of code path: a producer
+//! Golden sources of `wgmma_gemm` v20 for a few configs (one per kind of code path: a producer
 //! warpgroup with cooperative consumers on a persistent grid, ping-pong consumers in 2-block
 //! clusters with MN-major operands, an inline producer on i8 with a C epilogue, and stream-K in
 //! 2-block clusters on a ragged shape, the TMA-store epilogue with C, the 160-column tile of two
@@ -7,7 +7,8 @@
 //! whole shares (two clusters a tile), a tile walk along M first in 2-block clusters; the i8
 //! case's 64 tiles split in two; FP8 e4m3 with tensor scales, bias and GELU; a ragged bf16 GEMM with
 //! every epilogue part and C; the swapped view of decode steps, N = 16 tokens on wgmma's n side,
-//! with a K split in a cluster and the exact GELU, and with stream-K), so a diff shows what a generator change did. A change here
+//! with a K split in a cluster and the exact GELU, and with stream-K; a 192x192 tile over three
+//! consumers in 2-block clusters), so a diff shows what a generator change did. A change here
 //! that alters code must bump the version and be re-verified on a GPU.
 //!
 //! After an intended change: `TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test wgmma_golden`
@@ -20,7 +21,7 @@ use std::path::PathBuf;
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, Target, Template, Workload};
 
-const CASES: [(&str, &str, &str); 15] = [
+const CASES: [(&str, &str, &str); 16] = [
     (
         "f16_nn_4096_cooperative_persistent",
         "matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0",
@@ -96,12 +97,17 @@ const CASES: [(&str, &str, &str); 15] = [
         "matmul/m14336n16k4096/tn/bf16,f32,bf16/alpha=1,beta=0,epi=bias+gelu",
         r#"{"block_m":128,"block_n":16,"cluster":1,"consumers":1,"persistent":1,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":6,"stream_k":1,"epilogue":"direct"}"#,
     ),
+    (
+        "f16_nn_3000_three_consumers_192x192_cluster2",
+        "matmul/m3000n3000k4096/nn/f16,f32,f32/alpha=1,beta=0",
+        r#"{"block_m":192,"block_n":192,"cluster":2,"consumers":3,"persistent":0,"producer":"warpgroup","raster_group":1,"schedule":"cooperative","stages":4,"stream_k":0,"epilogue":"direct"}"#,
+    ),
 ];
 
 #[test]
-fn wgmma_gemm_v19_sources_match_their_golden_files() {
-    assert_eq!(WgmmaGemm.version(), 19, "a new version gets new golden files (and a GPU check)");
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v19");
+fn wgmma_gemm_v20_sources_match_their_golden_files() {
+    assert_eq!(WgmmaGemm.version(), 20, "a new version gets new golden files (and a GPU check)");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/wgmma_gemm_v20");
     let update = std::env::var_os("TT_UPDATE_GOLDEN").is_some();
     let mut differing = Vec::new();
     for (name, key, config) in CASES {

@@ -1,6 +1,7 @@
 //! The search's ground truth must be of the spaces the product searches: every template's current
-//! version has shipped records under `testdata/` (measured by `scripts/sweep.sh`), or a named,
-//! dated waiver below says why not. Bumping a template's version makes this fail until the
+//! version has shipped records under `testdata/` (measured by `scripts/sweep.sh`) of a version whose
+//! space is today's (`Template::space_since`: older records may still hold for the configs they
+//! measured, but they sample a smaller space), or a named, dated waiver below says why not. Bumping a template's version makes this fail until the
 //! template is swept again (or waived), so the search bars can never pass on a space the product no
 //! longer searches.
 
@@ -19,6 +20,14 @@ const WAIVERS: &[(&str, u32, &str, &str)] = &[
          sweep it with suites of f32 matmuls when one is",
     ),
     ("simt_conv2d", 1, "2026-11-27", "exact f32 convolutions only, as simt_gemm"),
+    (
+        "wgmma_gemm",
+        20,
+        "2026-11-29",
+        "v20 adds block_n 192 over three consumer warpgroups (or one) to v19's space, which union-v19 \
+         (testdata/sweep-h200-union-v19-*) sampled the same day; sweep suites/sweeps/union-v19.json again",
+    ),
+    ("wgmma_conv2d", 20, "2026-11-29", "as wgmma_gemm: v20's 192-wide pixel tiles are not in union-v19's sample"),
     (
         "mma_ext_gemm",
         1,
@@ -55,8 +64,9 @@ fn every_current_template_version_has_shipped_ground_truth_or_a_dated_waiver() {
     let shipped = shipped();
     let mut missing = Vec::new();
     for t in tensortune_kernels::registry::all() {
-        // Records of an older version count where the template says they still hold.
-        if shipped.iter().any(|(n, v)| n == t.name() && t.records_hold_for(*v)) {
+        // Records of an older version count where the template says they still hold and its space
+        // has not grown since.
+        if shipped.iter().any(|(n, v)| n == t.name() && t.records_hold_for(*v) && *v >= t.space_since()) {
             assert!(
                 !WAIVERS.iter().any(|w| w.0 == t.name()),
                 "{} v{} has ground truth now: remove its waiver",
@@ -73,9 +83,10 @@ fn every_current_template_version_has_shipped_ground_truth_or_a_dated_waiver() {
                 t.version()
             )),
             None => missing.push(format!(
-                "{} v{} has no records under search/testdata/ (shipped: {}); sweep it with scripts/sweep.sh",
+                "{} v{} has no records of its space (v{} on) under search/testdata/ (shipped: {}); sweep it with scripts/sweep.sh",
                 t.name(),
                 t.version(),
+                t.space_since(),
                 shipped
                     .iter()
                     .filter(|(n, _)| n == t.name())

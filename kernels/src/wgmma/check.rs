@@ -34,6 +34,14 @@ impl Plan {
                 self.w.m, self.w.types.output
             ))));
         }
+        // Stream-K's partial-sum add wants about 112 registers beside the accumulators (its tiles
+        // are sized for 240: SK_MAX_ACC_REGS); three consumers have 152-168 a thread, and ptxas
+        // spilled 192x192 and 208x192 tiles there (sm_90a, NVRTC 13.0).
+        if self.stream_k && self.consumers > 2 {
+            return Err(Error::Rejected(
+                "stream_k adds partial sums beside the accumulators, for which three consumer warpgroups have no registers (152-168 a thread): it needs consumers 1 or 2".into(),
+            ));
+        }
         if self.stream_k && self.pingpong {
             return Err(Error::Rejected(
                 "stream_k needs schedule cooperative: ping-pong consumers own whole tiles".into(),
@@ -75,6 +83,19 @@ impl Plan {
                 self.block_m(),
                 self.block_n(),
                 self.consumers
+            ))));
+        }
+        // With a producer warpgroup the consumers get what setmaxnreg leaves them of the block's
+        // registers (Plan::consumer_regs_at): with three consumers (512 threads) that is 152, less
+        // than two consumers' 232, and a consumer short of its accumulators spills or hangs.
+        if self.specialized && self.consumer_regs_at(1, target) < self.consumer_regs_needed() {
+            return Err(Error::Rejected(reason!(format!(
+                "a {}x{} tile over {} consumer warpgroups needs {} registers a consumer thread; beside a producer warpgroup they get {}",
+                self.block_m(),
+                self.block_n(),
+                self.consumers,
+                self.consumer_regs_needed(),
+                self.consumer_regs_at(1, target)
             ))));
         }
         let smem = self.smem_bytes(target);

@@ -63,6 +63,10 @@ impl Template for WgmmaConv2d {
         crate::version::WGMMA_RECORDS_HOLD_SINCE
     }
 
+    fn space_since(&self) -> u32 {
+        crate::version::WGMMA_SPACE_SINCE
+    }
+
     fn op(&self) -> Op {
         Op::Conv2d
     }

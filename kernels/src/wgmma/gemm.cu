@@ -785,8 +785,15 @@ __device__ __forceinline__ int* sk_flag(unsigned char* ws, int block, int cw) {
   return reinterpret_cast<int*>(ws) + block * CONSUMERS + cw;
 }
 
-// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's).
-__device__ __forceinline__ void consumer_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory"); }
+// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's, 5 the K split's
+// meeting of the consumers): 3 and 4, and 6 for a third consumer.
+__device__ __forceinline__ void consumer_sync(int cw) {
+  if constexpr (CONSUMERS > 2) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(cw < 2 ? 3 + cw : 4 + cw) : "memory");
+  } else {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
+  }
+}
 
 __device__ __forceinline__ void acc_add(float& a, unsigned b) { a += __uint_as_float(b); }
 __device__ __forceinline__ void acc_add(int& a, unsigned b) { a += (int)b; }

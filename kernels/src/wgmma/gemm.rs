@@ -30,6 +30,10 @@ impl Template for WgmmaGemm {
         crate::version::WGMMA_RECORDS_HOLD_SINCE
     }
 
+    fn space_since(&self) -> u32 {
+        crate::version::WGMMA_SPACE_SINCE
+    }
+
     fn op(&self) -> Op {
         Op::Matmul
     }

@@ -137,16 +137,61 @@ fn heights_between_the_powers_of_two_compile_without_spills() {
     assert_all_compile_without_spills(&specs, &target);
 }
 
+/// Version 20's 192-wide tiles (`block_n` 192: three 64-row tiles over three consumer warpgroups,
+/// or one computing all three) compile for sm_90a without spills, at the widest `block_m` each
+/// allows, with and without a producer warpgroup, the TMA store, a cluster, and stream-K (one
+/// consumer: three have no registers for it), for the input widths of 1 and 2 bytes.
+#[test]
+fn tiles_192_wide_compile_without_spills() {
+    let target = Target::sm90();
+    let shapes =
+        ["m2824n1720k1368/tn/f16,f32,f16", "m3000n3000k4096/nn/f16,f32,f32", "m2048n2048k2048/tn/i8,i32,i32"];
+    let picks: [(&str, i64, &str, &str, i64, i64); 6] = [
+        ("m2824n1720k1368/tn/f16,f32,f16", 3, "warpgroup", "tma", 0, 2),
+        ("m2824n1720k1368/tn/f16,f32,f16", 3, "inline", "direct", 0, 1),
+        ("m3000n3000k4096/nn/f16,f32,f32", 3, "warpgroup", "direct", 0, 2),
+        ("m3000n3000k4096/nn/f16,f32,f32", 1, "warpgroup", "tma", 1, 1),
+        ("m2048n2048k2048/tn/i8,i32,i32", 3, "warpgroup", "tma", 0, 2),
+        ("m2048n2048k2048/tn/i8,i32,i32", 1, "inline", "direct", 0, 1),
+    ];
+    assert!(picks.iter().all(|p| shapes.contains(&p.0)));
+    let mut specs = Vec::new();
+    for (shape, consumers, producer, epilogue, stream_k, cluster) in picks {
+        let w = Workload::from_key(&format!("matmul/{shape}/alpha=1,beta=0")).unwrap();
+        let valid = valid_configs(&WgmmaGemm, &w, &target).unwrap();
+        let of: Vec<&Config> = valid
+            .iter()
+            .map(|(_, c)| c)
+            .filter(|c| {
+                c.int("block_n").ok() == Some(192)
+                    && c.int("consumers").ok() == Some(consumers)
+                    && c.name("producer").ok() == Some(producer)
+                    && c.name("epilogue").ok() == Some(epilogue)
+                    && c.int("stream_k").ok() == Some(stream_k)
+                    && c.int("cluster").ok() == Some(cluster)
+            })
+            .collect();
+        let widest = of.iter().filter_map(|c| c.int("block_m").ok()).max().unwrap_or_else(|| {
+            panic!("{shape}: no valid 192-wide config with {consumers} consumers, {producer}, {epilogue}")
+        });
+        let c = of.iter().find(|c| c.int("block_m").ok() == Some(widest)).unwrap();
+        eprintln!("{} {}", w.key(), c.to_json());
+        specs.push(WgmmaGemm.generate(&w, c, &target).unwrap());
+    }
+    assert_all_compile_without_spills(&specs, &target);
+}
+
 /// The `block_m` heights before version 19. The tests of a code path below generate the source of
 /// every valid config of theirs to find the ones on the path; the heights v19 added multiply that
 /// work by 2.6 (in CI's debug build, minutes) and change none of those paths, so they look among
 /// these heights only ([`heights_between_the_powers_of_two_compile_without_spills`] compiles
-/// the others).
+/// the others), and leave out v20's 192-wide tiles likewise
+/// ([`tiles_192_wide_compile_without_spills`]).
 const V18_HEIGHTS: [i64; 5] = [64, 128, 160, 192, 256];
 
 /// For each (layout, types) of `cases`, the valid configs of the GEMM `shape` (e.g.
 /// `m128n65536k256`) whose generated source `wanted` picks, with their kernels, among the heights
-/// of [`V18_HEIGHTS`].
+/// of [`V18_HEIGHTS`] and `block_n` other than 192.
 fn generated_where(
     shape: &str,
     cases: &[(&str, &str)],
@@ -161,6 +206,7 @@ fn generated_where(
                 .unwrap()
                 .into_iter()
                 .filter(|(_, c)| c.int("block_m").is_ok_and(|h| V18_HEIGHTS.contains(&h)))
+                .filter(|(_, c)| c.int("block_n").is_ok_and(|w| w != 192))
                 .map(|(_, c)| {
                     let spec = WgmmaGemm.generate(&w, &c, &target).unwrap();
                     (c, spec)

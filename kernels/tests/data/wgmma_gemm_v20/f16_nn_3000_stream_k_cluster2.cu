@@ -8,9 +8,9 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v19: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// wgmma_gemm v20: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
 // workload matmul/m3000n3000k4096/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v19_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
+#define KERNEL_NAME tt_wgmma_gemm_v20_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
 #define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
@@ -24,7 +24,7 @@ using namespace nvcuda;
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
 #define TT_GROUPED 0
-namespace ns_tt_wgmma_gemm_v19_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500 {
+namespace ns_tt_wgmma_gemm_v20_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500 {
 typedef half T_IN;
 typedef float T_OUT;
 typedef float T_EPI;
@@ -1035,8 +1035,15 @@ __device__ __forceinline__ int* sk_flag(unsigned char* ws, int block, int cw) {
   return reinterpret_cast<int*>(ws) + block * CONSUMERS + cw;
 }
 
-// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's).
-__device__ __forceinline__ void consumer_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory"); }
+// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's, 5 the K split's
+// meeting of the consumers): 3 and 4, and 6 for a third consumer.
+__device__ __forceinline__ void consumer_sync(int cw) {
+  if constexpr (CONSUMERS > 2) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(cw < 2 ? 3 + cw : 4 + cw) : "memory");
+  } else {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
+  }
+}
 
 __device__ __forceinline__ void acc_add(float& a, unsigned b) { a += __uint_as_float(b); }
 __device__ __forceinline__ void acc_add(int& a, unsigned b) { a += (int)b; }
@@ -1788,7 +1795,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v19_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
+}  // namespace ns_tt_wgmma_gemm_v20_f16f32f32_nn_m256n128_c2_s4_cl2_perssk_g1_ws_f695e500
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D

@@ -8,10 +8,10 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v19: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m512n384k8192/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v19_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
-#define TT_CLUSTER_ATTR __cluster_dims__(8, 1, 1)
+// wgmma_gemm v20: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m512n1024k16384/nn/f16,f32,f32/alpha=1,beta=0
+#define KERNEL_NAME tt_wgmma_gemm_v20_f16f32f32_nn_m128n64_c1_s6_cl1_perssk_g1_ws_4cf57a34
+#define TT_CLUSTER_ATTR 
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_MAP_C 
@@ -24,37 +24,37 @@ using namespace nvcuda;
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
 #define TT_GROUPED 0
-namespace ns_tt_wgmma_gemm_v19_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d {
+namespace ns_tt_wgmma_gemm_v20_f16f32f32_nn_m128n64_c1_s6_cl1_perssk_g1_ws_4cf57a34 {
 typedef half T_IN;
 typedef float T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 384;
+constexpr int P = 1024;
 constexpr int Q = 512;
-constexpr int K = 8192;
-constexpr int BP = 128;
+constexpr int K = 16384;
+constexpr int BP = 64;
 constexpr int BQ = 128;
 constexpr int BK = 64;
-constexpr int STAGES = 4;
-constexpr int CONSUMERS = 2;
+constexpr int STAGES = 6;
+constexpr int CONSUMERS = 1;
 constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
 constexpr bool RASTER_M = false;
-constexpr int TILES_P = 3;
+constexpr int TILES_P = 16;
 constexpr int TILES_Q = 4;
 constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 12;
-constexpr int SPLIT = 8;
+constexpr int GRID_CLUSTERS = 128;
+constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
-constexpr int SK_ITERS = 0;
-constexpr int CONSUMER_REGS = 232;
+constexpr int SK_ITERS = 16384;
+constexpr int CONSUMER_REGS = 240;
 constexpr bool SPECIALIZED = true;
 constexpr bool PINGPONG = false;
-constexpr bool STREAM_K = false;
+constexpr bool STREAM_K = true;
 constexpr bool TMA_STORE = false;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
@@ -1035,8 +1035,15 @@ __device__ __forceinline__ int* sk_flag(unsigned char* ws, int block, int cw) {
   return reinterpret_cast<int*>(ws) + block * CONSUMERS + cw;
 }
 
-// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's).
-__device__ __forceinline__ void consumer_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory"); }
+// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's, 5 the K split's
+// meeting of the consumers): 3 and 4, and 6 for a third consumer.
+__device__ __forceinline__ void consumer_sync(int cw) {
+  if constexpr (CONSUMERS > 2) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(cw < 2 ? 3 + cw : 4 + cw) : "memory");
+  } else {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
+  }
+}
 
 __device__ __forceinline__ void acc_add(float& a, unsigned b) { a += __uint_as_float(b); }
 __device__ __forceinline__ void acc_add(int& a, unsigned b) { a += (int)b; }
@@ -1788,7 +1795,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v19_f16f32f32_nn_m128n128_c2_s4_cl1_grid_g1_ws_ks8_1d02140d
+}  // namespace ns_tt_wgmma_gemm_v20_f16f32f32_nn_m128n64_c1_s6_cl1_perssk_g1_ws_4cf57a34
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D

@@ -8,10 +8,10 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v19: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m4096n4096k4096/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v19_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
-#define TT_CLUSTER_ATTR 
+// wgmma_gemm v20: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m2048n5120k5120/nt/bf16,f32,bf16/alpha=1,beta=0
+#define KERNEL_NAME tt_wgmma_gemm_v20_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
+#define TT_CLUSTER_ATTR __cluster_dims__(2, 1, 1)
 #define TT_MAP_D 
 #define TT_MAP_D_PTR nullptr
 #define TT_MAP_C 
@@ -24,42 +24,42 @@ using namespace nvcuda;
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
 #define TT_GROUPED 0
-namespace ns_tt_wgmma_gemm_v19_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6 {
-typedef half T_IN;
-typedef float T_OUT;
+namespace ns_tt_wgmma_gemm_v20_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2 {
+typedef __nv_bfloat16 T_IN;
+typedef __nv_bfloat16 T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 4096;
-constexpr int Q = 4096;
-constexpr int K = 4096;
+constexpr int P = 5120;
+constexpr int Q = 2048;
+constexpr int K = 5120;
 constexpr int BP = 128;
-constexpr int BQ = 256;
+constexpr int BQ = 128;
 constexpr int BK = 64;
-constexpr int STAGES = 4;
+constexpr int STAGES = 5;
 constexpr int CONSUMERS = 2;
-constexpr int CLUSTER = 1;
-constexpr int GROUP = 8;
+constexpr int CLUSTER = 2;
+constexpr int GROUP = 4;
 constexpr bool RASTER_M = false;
-constexpr int TILES_P = 32;
+constexpr int TILES_P = 40;
 constexpr int TILES_Q = 16;
-constexpr int ACC_REGS = 128;
+constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 132;
+constexpr int GRID_CLUSTERS = 66;
 constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
 constexpr int SK_ITERS = 0;
 constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
-constexpr bool PINGPONG = false;
+constexpr bool PINGPONG = true;
 constexpr bool STREAM_K = false;
 constexpr bool TMA_STORE = false;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 32;
+constexpr int EPI_COLS = 64;
 constexpr int C_SLOTS = 0;
 constexpr bool C_ONCE = false;
 constexpr bool GATHER = false;
@@ -77,7 +77,7 @@ constexpr int STRIDE_H = 1;
 constexpr int STRIDE_W = 1;
 constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
-constexpr bool X_KMAJOR = true;
+constexpr bool X_KMAJOR = false;
 constexpr bool Y_KMAJOR = false;
 constexpr bool EVEN_P = true;
 constexpr bool EVEN_Q = true;
@@ -94,7 +94,7 @@ constexpr bool TENSOR_SCALE = false;
 constexpr bool FUSED = false;
 constexpr int BATCH = 1;
 constexpr int GROUPS = 0;
-constexpr int LDQ = 4096;
+constexpr int LDQ = 2048;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -586,12 +586,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// wgmma.m64n256k16.f32.f16.f16: X K-major, Y MN-major.
+// wgmma.m64n128k16.f32.bf16.bf16: X MN-major, Y MN-major.
 __device__ __forceinline__ void mma_tile(T_ACCR (&d)[ACC_REGS], unsigned long long dx, unsigned long long dy) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(dx), "l"(dy), "r"(1));
 }
 
@@ -1035,8 +1035,15 @@ __device__ __forceinline__ int* sk_flag(unsigned char* ws, int block, int cw) {
   return reinterpret_cast<int*>(ws) + block * CONSUMERS + cw;
 }
 
-// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's).
-__device__ __forceinline__ void consumer_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory"); }
+// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's, 5 the K split's
+// meeting of the consumers): 3 and 4, and 6 for a third consumer.
+__device__ __forceinline__ void consumer_sync(int cw) {
+  if constexpr (CONSUMERS > 2) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(cw < 2 ? 3 + cw : 4 + cw) : "memory");
+  } else {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
+  }
+}
 
 __device__ __forceinline__ void acc_add(float& a, unsigned b) { a += __uint_as_float(b); }
 __device__ __forceinline__ void acc_add(int& a, unsigned b) { a += (int)b; }
@@ -1788,7 +1795,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v19_f16f32f32_nn_m256n128_c2_s4_cl1_pers_g8_ws_49f8c8f6
+}  // namespace ns_tt_wgmma_gemm_v20_bf16f32bf16_nt_m128n128_c2pp_s5_cl2_pers_g4_ws_a71473f2
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D

@@ -8,14 +8,14 @@ using namespace nvcuda;
 #define TT_FAULT_HOOK
 #endif
 
-// wgmma_gemm v19: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
-// workload matmul/m512n1024k16384/nn/f16,f32,f32/alpha=1,beta=0
-#define KERNEL_NAME tt_wgmma_gemm_v19_f16f32f32_nn_m128n64_c1_s6_cl1_perssk_g1_ws_4cf57a34
+// wgmma_gemm v20: D = act(alpha * sa * sb * scale[m] * op(A) op(B) + beta * C + bias[m])
+// workload matmul/m1000n1000k1024/nn/f16,f32,f16/alpha=1,beta=0.5
+#define KERNEL_NAME tt_wgmma_gemm_v20_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
 #define TT_CLUSTER_ATTR 
-#define TT_MAP_D 
-#define TT_MAP_D_PTR nullptr
-#define TT_MAP_C 
-#define TT_MAP_C_PTR nullptr
+#define TT_MAP_D const __grid_constant__ tt::TmaDesc mapD,
+#define TT_MAP_D_PTR &mapD
+#define TT_MAP_C const __grid_constant__ tt::TmaDesc mapC,
+#define TT_MAP_C_PTR &mapC
 #define TT_X_PARAM const __grid_constant__ tt::TmaDesc mapX
 #define TT_X_MAP &mapX
 #define TT_X_IN nullptr
@@ -24,43 +24,43 @@ using namespace nvcuda;
 #define TT_EPI_RSCALE nullptr
 #define TT_EPI_AB 1.0f
 #define TT_GROUPED 0
-namespace ns_tt_wgmma_gemm_v19_f16f32f32_nn_m128n64_c1_s6_cl1_perssk_g1_ws_4cf57a34 {
+namespace ns_tt_wgmma_gemm_v20_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817 {
 typedef half T_IN;
-typedef float T_OUT;
+typedef half T_OUT;
 typedef float T_EPI;
 typedef float T_ACCR;
 
 namespace cfg {
-constexpr int P = 1024;
-constexpr int Q = 512;
-constexpr int K = 16384;
-constexpr int BP = 64;
+constexpr int P = 1000;
+constexpr int Q = 1000;
+constexpr int K = 1024;
+constexpr int BP = 128;
 constexpr int BQ = 128;
 constexpr int BK = 64;
-constexpr int STAGES = 6;
-constexpr int CONSUMERS = 1;
+constexpr int STAGES = 4;
+constexpr int CONSUMERS = 2;
 constexpr int CLUSTER = 1;
 constexpr int GROUP = 1;
 constexpr bool RASTER_M = false;
-constexpr int TILES_P = 16;
-constexpr int TILES_Q = 4;
+constexpr int TILES_P = 8;
+constexpr int TILES_Q = 8;
 constexpr int ACC_REGS = 64;
 constexpr int PRODUCER_REGS = 40;
 constexpr int BLOCKS_PER_SM = 1;
-constexpr int GRID_CLUSTERS = 128;
+constexpr int GRID_CLUSTERS = 64;
 constexpr int SPLIT = 1;
 constexpr int SK_DP_TILES = 0;
-constexpr int SK_ITERS = 16384;
-constexpr int CONSUMER_REGS = 240;
+constexpr int SK_ITERS = 0;
+constexpr int CONSUMER_REGS = 232;
 constexpr bool SPECIALIZED = true;
-constexpr bool PINGPONG = false;
-constexpr bool STREAM_K = true;
-constexpr bool TMA_STORE = false;
+constexpr bool PINGPONG = true;
+constexpr bool STREAM_K = false;
+constexpr bool TMA_STORE = true;
 constexpr bool Y_RESIDENT = false;
 constexpr bool X_ONCE = false;
 constexpr bool Y_ONCE = false;
-constexpr int EPI_COLS = 32;
-constexpr int C_SLOTS = 0;
+constexpr int EPI_COLS = 64;
+constexpr int C_SLOTS = 4;
 constexpr bool C_ONCE = false;
 constexpr bool GATHER = false;
 constexpr bool IM2COL = false;
@@ -79,14 +79,14 @@ constexpr int DIL_H = 1;
 constexpr int DIL_W = 1;
 constexpr bool X_KMAJOR = true;
 constexpr bool Y_KMAJOR = false;
-constexpr bool EVEN_P = true;
-constexpr bool EVEN_Q = true;
+constexpr bool EVEN_P = false;
+constexpr bool EVEN_Q = false;
 constexpr bool PAIRS_ALIGNED = true;
 constexpr bool VEC_ALIGNED = true;
-constexpr bool READ_C = false;
+constexpr bool READ_C = true;
 constexpr bool SWAP = false;
 constexpr T_EPI ALPHA = 1.0f;
-constexpr T_EPI BETA = 0.0f;
+constexpr T_EPI BETA = 0.5f;
 constexpr bool EPI_SCALE = false;
 constexpr bool EPI_BIAS = false;
 constexpr int EPI_ACT = 0;
@@ -94,7 +94,7 @@ constexpr bool TENSOR_SCALE = false;
 constexpr bool FUSED = false;
 constexpr int BATCH = 1;
 constexpr int GROUPS = 0;
-constexpr int LDQ = 512;
+constexpr int LDQ = 1000;
 }  // namespace cfg
 
 // tensortune: device helpers shared by every generated kernel.
@@ -1035,8 +1035,15 @@ __device__ __forceinline__ int* sk_flag(unsigned char* ws, int block, int cw) {
   return reinterpret_cast<int*>(ws) + block * CONSUMERS + cw;
 }
 
-// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's).
-__device__ __forceinline__ void consumer_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory"); }
+// Named barrier of consumer cw's warpgroup alone (ids 1 and 2 are ping-pong's, 5 the K split's
+// meeting of the consumers): 3 and 4, and 6 for a third consumer.
+__device__ __forceinline__ void consumer_sync(int cw) {
+  if constexpr (CONSUMERS > 2) {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(cw < 2 ? 3 + cw : 4 + cw) : "memory");
+  } else {
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cw) : "memory");
+  }
+}
 
 __device__ __forceinline__ void acc_add(float& a, unsigned b) { a += __uint_as_float(b); }
 __device__ __forceinline__ void acc_add(int& a, unsigned b) { a += (int)b; }
@@ -1788,7 +1795,7 @@ extern "C" __global__ void __launch_bounds__(tt::THREADS, cfg::BLOCKS_PER_SM) TT
   if (issues) loader_tail(loader, empty);
 }
 
-}  // namespace ns_tt_wgmma_gemm_v19_f16f32f32_nn_m128n64_c1_s6_cl1_perssk_g1_ws_4cf57a34
+}  // namespace ns_tt_wgmma_gemm_v20_f16f32f16_nn_m128n128_c2pp_s4_cl1_grid_g1_ws_tmast_f7860817
 #undef KERNEL_NAME
 #undef TT_CLUSTER_ATTR
 #undef TT_MAP_D
