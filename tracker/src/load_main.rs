@@ -99,6 +99,11 @@ struct RunArgs {
     /// when not given, which keeps at most 64 workers per job busy.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     job_batch: Option<u32>,
+    /// Milliseconds a worker's report waits after its first result for more before it is sent
+    /// (larger report calls); 0, the worker daemon's way, sends what finished while the last
+    /// report was on its way.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    report_gather_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -115,6 +120,8 @@ struct GroupArgs {
     stats: PathBuf,
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
     batch: u32,
+    #[arg(long, default_value_t = 0)]
+    report_gather_ms: u64,
 }
 
 #[tokio::main]
@@ -136,6 +143,7 @@ async fn main() -> anyhow::Result<()> {
                 measure: Duration::from_millis(args.measure_ms),
                 stats: args.stats,
                 batch: args.batch,
+                report_gather: Duration::from_millis(args.report_gather_ms),
             };
             load::run_group(config, shutdown).await
         }
@@ -179,6 +187,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         trackers: args.trackers,
         batch: args.batch,
         job_batch: args.job_batch.unwrap_or(0),
+        report_gather: Duration::from_millis(args.report_gather_ms),
     };
     let summary = load::run(config).await?;
     println!("{summary}");

@@ -54,6 +54,9 @@ pub struct GroupConfig {
     /// finished since its last report). 1 speaks the single-task calls (`ReportResult`) that
     /// trackers before batching answer.
     pub batch: u32,
+    /// How long a report waits after its first result for more, before it is sent (0: it takes
+    /// what finished while the last report was on its way, as the worker daemon does).
+    pub report_gather: Duration,
 }
 
 /// What the workers of a group saw.
@@ -259,17 +262,20 @@ async fn work(w: &mut Worker<'_>, config: &GroupConfig) -> anyhow::Result<()> {
         return work_one_by_one(w, config).await;
     }
     let held = w.held;
+    let gather = config.report_gather;
     // Measured tasks go to the reporter, which sends every one that finished since its last call
-    // in one `ReportResults`: a GPU worker's results arrive one at a time, its reports need not.
+    // in one `ReportResults` (and, with `report_gather`, those that finish within that long of
+    // the first): a GPU worker's results arrive one at a time, its reports need not.
     let (finished, mut to_report) = tokio::sync::mpsc::unbounded_channel::<pb::Task>();
     let mut reporter = Worker { clients: w.clients.clone(), held, at: 0, id: w.id, stats: w.stats, stop: w.stop };
     let reports = async {
         while let Some(first) = to_report.recv().await {
             let mut batch = vec![first];
+            let until = tokio::time::Instant::now() + gather;
             while batch.len() < MAX_REPORTS {
-                match to_report.try_recv() {
-                    Ok(t) => batch.push(t),
-                    Err(_) => break,
+                match tokio::time::timeout_at(until, to_report.recv()).await {
+                    Ok(Some(t)) => batch.push(t),
+                    _ => break,
                 }
             }
             let reports: Vec<pb::ReportResultRequest> = batch.iter().map(|t| report(0, t)).collect();

@@ -90,6 +90,8 @@ pub struct LoadConfig {
     pub trackers: u32,
     /// Tasks a worker leases per call and reports per call at most (see [`GroupConfig::batch`]).
     pub batch: u32,
+    /// How long a worker's report waits for more results (see [`GroupConfig::report_gather`]).
+    pub report_gather: Duration,
     /// Tasks each job keeps outstanding (its `batch_size`); 0 leaves the tracker's default (64),
     /// which keeps at most 64 workers per job busy.
     pub job_batch: u32,

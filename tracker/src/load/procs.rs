@@ -227,6 +227,8 @@ impl GroupProc {
             .arg(&stats)
             .arg("--batch")
             .arg(config.batch.to_string())
+            .arg("--report-gather-ms")
+            .arg(config.report_gather.as_millis().to_string())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

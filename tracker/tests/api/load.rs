@@ -72,6 +72,7 @@ async fn batched_reports_with_a_tracker_killed_mid_batch_lose_nothing_and_duplic
         seed: 7,
         batch: 8,
         job_batch: 64,
+        report_gather: Duration::ZERO,
         // Leases a loaded CI machine's late heartbeat does not expire (2 s did, under load 30:
         // device_lost without any fault of a worker); the test is about the kill.
         lease_secs: 6,
@@ -119,6 +120,7 @@ fn small_load(dir: &Path) -> LoadConfig {
         trackers: 1,
         batch: 1,
         job_batch: 0,
+        report_gather: Duration::ZERO,
     }
 }
 

@@ -330,6 +330,7 @@ async fn a_backup_during_a_200_worker_load_is_whole_and_holds_every_record_ackno
         trackers: 1,
         batch: 8,
         job_batch: 0,
+        report_gather: Duration::ZERO,
     };
     let db = dir.path().join("load.db");
     let copy = dir.path().join("backup.db");
