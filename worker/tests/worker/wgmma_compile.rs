@@ -144,8 +144,7 @@ fn heights_between_the_powers_of_two_compile_without_spills() {
 #[test]
 fn tiles_192_wide_compile_without_spills() {
     let target = Target::sm90();
-    let shapes =
-        ["m2824n1720k1368/tn/f16,f32,f16", "m3000n3000k4096/nn/f16,f32,f32", "m2048n2048k2048/tn/i8,i32,i32"];
+    let shapes = ["m2824n1720k1368/tn/f16,f32,f16", "m3000n3000k4096/nn/f16,f32,f32", "m2048n2048k2048/tn/i8,i32,i32"];
     let picks: [(&str, i64, &str, &str, i64, i64); 6] = [
         ("m2824n1720k1368/tn/f16,f32,f16", 3, "warpgroup", "tma", 0, 2),
         ("m2824n1720k1368/tn/f16,f32,f16", 3, "inline", "direct", 0, 1),
