@@ -16,8 +16,8 @@ pub(super) const BLOCK_M: &[u32] = &[32, 48, 64, 80, 96, 112, 128, 144, 160, 176
 /// and 32 (version 16) put it on wgmma's n side instead, the operands swapped (see
 /// [`super::plan::Plan::swap`]): a decode layer's few tokens then fill the tile instead of a
 /// quarter of a 64-row one. 192 (version 20) is three 64-row tiles: over three consumer
-/// warpgroups, or one that computes all three (cuBLAS ran 192-wide tiles where this space lost:
-/// 208x192 on f16 m2824n1720k1368, 126 tiles for 132 SMs, and 192x192 on m3000n3000k4096).
+/// warpgroups, or one that computes all three (cuBLAS ran 192x192 tiles in 2-block clusters where
+/// this space lost, on m3000n3000k4096 nn, 2026-11-29, H200).
 pub(super) const BLOCK_N: &[u32] = &[16, 32, 64, 128, 192, 256];
 /// Consumer warpgroups. Three (version 20) split a 192-wide tile 64 rows each, cooperatively.
 pub(super) const CONSUMERS: &[u32] = &[1, 2, 3];
