@@ -108,16 +108,31 @@ fn spill_lines(logs: Vec<String>, arch: &str) -> Vec<String> {
     logs.into_iter().filter(|l| l.contains("spill")).map(|l| format!("{arch}: {l}")).collect()
 }
 
-/// The value of `constexpr int NAME = V;` in a generated source (panics when it has none).
-pub(crate) fn header_int(source: &str, name: &str) -> u64 {
-    let prefix = format!("constexpr int {name} = ");
-    let value = source.lines().find_map(|l| l.trim().strip_prefix(prefix.as_str()));
-    value.unwrap_or_else(|| panic!("no {name} in the source")).trim_end_matches(';').parse().unwrap()
+/// The value of `constexpr TY NAME = V;` in a generated source's `cfg` namespace (panics when it
+/// has none). The lookup stops at the end of that namespace, a few KB into a source of 80 or more:
+/// the tests that pick configs by their header read thousands of sources, and in this crate's
+/// debug build a scan of each whole source cost more than generating it.
+fn header_value<'a>(source: &'a str, ty: &str, name: &str) -> &'a str {
+    let prefix = format!("constexpr {ty} {name} = ");
+    let value = source
+        .lines()
+        .take_while(|l| !l.starts_with("}  // namespace cfg"))
+        .find_map(|l| l.trim().strip_prefix(prefix.as_str()));
+    value.unwrap_or_else(|| panic!("no {name} in the source's header")).trim_end_matches(';')
 }
 
-/// Whether a generated source sets `constexpr bool NAME = true;`.
+/// The value of `constexpr int NAME = V;` in a generated source (panics when it has none).
+pub(crate) fn header_int(source: &str, name: &str) -> u64 {
+    header_value(source, "int", name).parse().unwrap()
+}
+
+/// Whether a generated source sets `constexpr bool NAME = true;` (panics when it has no such flag).
 pub(crate) fn header_flag(source: &str, name: &str) -> bool {
-    source.contains(&format!("constexpr bool {name} = true;"))
+    match header_value(source, "bool", name) {
+        "true" => true,
+        "false" => false,
+        v => panic!("{name} = {v} is not a bool"),
+    }
 }
 
 /// The kind of a wgmma config the compile tests sample by: producer, schedule, cluster,
