@@ -188,12 +188,20 @@ fn tiles_192_wide_compile_without_spills() {
 /// ([`tiles_192_wide_compile_without_spills`]).
 const V18_HEIGHTS: [i64; 5] = [64, 128, 160, 192, 256];
 
+/// Of the configs that `needs` (a condition on the knobs, which the path's rule in the plan
+/// requires) leaves out, every this many is generated all the same, to check that it is off the
+/// path: a guard against the rule changing under the test.
+const OFF_PATH_CHECK_EVERY: usize = 16;
+
 /// For each (layout, types) of `cases`, the valid configs of the GEMM `shape` (e.g.
 /// `m128n65536k256`) whose generated source `wanted` picks, with their kernels, among the heights
-/// of [`V18_HEIGHTS`] and `block_n` other than 192.
+/// of [`V18_HEIGHTS`] and `block_n` other than 192. Only the configs that `needs` keeps are
+/// generated (80 KB of source each; generating every valid config took most of these tests' time),
+/// and every [`OFF_PATH_CHECK_EVERY`]th of the others, which `wanted` must not pick.
 fn generated_where(
     shape: &str,
     cases: &[(&str, &str)],
+    needs: impl Fn(&Config) -> bool,
     wanted: impl Fn(&str) -> bool,
 ) -> Vec<Vec<(Config, KernelSpec)>> {
     let target = Target::sm90();
@@ -201,12 +209,19 @@ fn generated_where(
         .iter()
         .map(|(layout, types)| {
             let w = Workload::from_key(&format!("matmul/{shape}/{layout}/{types}/alpha=1,beta=0")).unwrap();
-            valid_configs(&WgmmaGemm, &w, &target)
+            let (on, off): (Vec<Config>, Vec<Config>) = valid_configs(&WgmmaGemm, &w, &target)
                 .unwrap()
                 .into_iter()
-                .filter(|(_, c)| c.int("block_m").is_ok_and(|h| V18_HEIGHTS.contains(&h)))
-                .filter(|(_, c)| c.int("block_n").is_ok_and(|w| w != 192))
-                .map(|(_, c)| {
+                .map(|(_, c)| c)
+                .filter(|c| c.int("block_m").is_ok_and(|h| V18_HEIGHTS.contains(&h)))
+                .filter(|c| c.int("block_n").is_ok_and(|w| w != 192))
+                .partition(|c| needs(c));
+            for c in off.iter().step_by(OFF_PATH_CHECK_EVERY) {
+                let spec = WgmmaGemm.generate(&w, c, &target).unwrap();
+                assert!(!wanted(&spec.source), "{} {c:?} is on the path but its knobs were left out", w.key());
+            }
+            on.into_iter()
+                .map(|c| {
                     let spec = WgmmaGemm.generate(&w, &c, &target).unwrap();
                     (c, spec)
                 })
@@ -226,7 +241,9 @@ fn resident_y_kernels_compile_without_spills() {
     let mut specs: Vec<KernelSpec> = Vec::new();
     let mut compiled = std::collections::BTreeSet::new();
     let mut all = std::collections::BTreeSet::new();
-    let found = generated_where("m128n65536k256", &cases, |src| header_flag(src, "Y_RESIDENT"));
+    // Y stays resident only in a persistent block alone in its cluster.
+    let alone = |c: &Config| c.int("persistent").ok() == Some(1) && c.int("cluster").ok() == Some(1);
+    let found = generated_where("m128n65536k256", &cases, alone, |src| header_flag(src, "Y_RESIDENT"));
     for (turn, ((layout, types), resident)) in cases.iter().zip(found).enumerate() {
         let mut kinds = std::collections::BTreeMap::new();
         for (c, spec) in resident {
@@ -258,7 +275,15 @@ fn k_split_kernels_compile_without_spills() {
         ("nn", "f16,f16,f16"),
         ("nt", "f16,f32,f32"),
     ];
-    let found = generated_where("m512n512k8192", &cases, |src| header_int(src, "SPLIT") > 1);
+    // K splits only in a grid of one tile per block (not persistent, not stream-K), with
+    // cooperative consumers storing from registers.
+    let one_tile_a_block = |c: &Config| {
+        c.int("persistent").ok() == Some(0)
+            && c.int("stream_k").ok() == Some(0)
+            && c.name("schedule").ok() == Some("cooperative")
+            && c.name("epilogue").ok() == Some("direct")
+    };
+    let found = generated_where("m512n512k8192", &cases, one_tile_a_block, |src| header_int(src, "SPLIT") > 1);
     let mut specs: Vec<KernelSpec> = Vec::new();
     let mut splits = std::collections::BTreeSet::new();
     for ((layout, types), split) in cases.iter().zip(found) {
@@ -295,9 +320,15 @@ fn k_split_kernels_compile_without_spills() {
 #[test]
 fn operands_read_once_carry_the_evict_first_hint_and_compile() {
     let mut specs: Vec<KernelSpec> = Vec::new();
-    for (shape, axis, hint) in [("m128n65536k512", "TILES_Q", "X_ONCE"), ("m65536n64k512", "TILES_P", "Y_ONCE")] {
+    // One tile along M (128) takes a block_m of 128 or more; one along N (64), a block_n of 64 or
+    // more (narrower ones swap the view: N becomes the columns) in a cluster of one.
+    let one_column = |c: &Config| c.int("block_m").is_ok_and(|h| h >= 128);
+    let one_row = |c: &Config| c.int("block_n").is_ok_and(|w| w >= 64) && c.int("cluster").ok() == Some(1);
+    let grids: [(&str, &str, &str, &dyn Fn(&Config) -> bool); 2] =
+        [("m128n65536k512", "TILES_Q", "X_ONCE", &one_column), ("m65536n64k512", "TILES_P", "Y_ONCE", &one_row)];
+    for (shape, axis, hint, one_tile) in grids {
         let cases = [("tn", "f16,f32,f16"), ("nn", "f16,f32,f32")];
-        let found = generated_where(shape, &cases, |src| header_int(src, axis) == 1);
+        let found = generated_where(shape, &cases, one_tile, |src| header_int(src, axis) == 1);
         for ((layout, types), once) in cases.iter().zip(found) {
             // Every config's source carries the hint; one kernel per producer, schedule and cluster
             // (what decides how the operand is copied) is compiled.
@@ -319,15 +350,16 @@ fn operands_read_once_carry_the_evict_first_hint_and_compile() {
         assert!(header_int(&src, "TILES_P") > 1 && header_int(&src, "TILES_Q") > 1, "{c:?}");
         assert!(!header_flag(&src, "X_ONCE") && !header_flag(&src, "Y_ONCE"), "{c:?}");
     }
-    // One column of tiles, 8.5 MB in all: no hint.
+    // One column of tiles, 8.5 MB in all: no hint (every config of one column, every height).
     let w = Workload::from_key("matmul/m128n8192k512/tn/f16,f32,f16/alpha=1,beta=0").unwrap();
-    let mut one_column = 0;
-    for (_, c) in valid_configs(&WgmmaGemm, &w, &target).unwrap() {
+    let mut columns = 0;
+    for (_, c) in valid_configs(&WgmmaGemm, &w, &target).unwrap().into_iter().filter(|(_, c)| one_column(c)) {
         let src = WgmmaGemm.generate(&w, &c, &target).unwrap().source;
-        one_column += usize::from(header_int(&src, "TILES_Q") == 1);
+        assert_eq!(header_int(&src, "TILES_Q"), 1, "{c:?}");
         assert!(!header_flag(&src, "X_ONCE") && !header_flag(&src, "Y_ONCE"), "{c:?}");
+        columns += 1;
     }
-    assert!(one_column > 0);
+    assert!(columns > 0);
     eprintln!("{} kernels with evict-first copies", specs.len());
     assert_all_compile(&specs, &target);
 }
