@@ -45,7 +45,7 @@ fn conv(workload: &Workload) -> Result<&Conv2d> {
 }
 
 /// The plan of `config` for the layer.
-fn plan(workload: &Workload, config: &Config) -> Result<Plan> {
+pub(super) fn plan(workload: &Workload, config: &Config) -> Result<Plan> {
     let (cg, gemm) = ConvGemm::of(conv(workload)?);
     Ok(Plan { conv: Some(cg), ..Plan::new(&gemm, config)? })
 }

@@ -141,9 +141,17 @@ impl Plan {
 
     /// The generated source.
     pub fn source(&self, target: &Target) -> String {
+        let name = self.name(target);
+        let body = crate::cuda::fill_holes(BODY, &format!("// @fill(mma_tile)\n{}", self.mma_tile()));
+        self.header(target, &name).source(&format!("ns_{name}"), &[crate::cuda::COMMON, &body])
+    }
+
+    /// The source's header (includes, comments, defines, the `cfg` constants) for the kernel
+    /// `name`: a few KB of the source, which the tests that read the constants of every valid
+    /// config render alone.
+    pub(super) fn header(&self, target: &Target, name: &str) -> Header {
         let w = &self.w;
         let t = &w.types;
-        let name = self.name(target);
         let g = self.grid(target);
         let blocks_per_sm = self.blocks_per_sm(target);
         let split = self.k_split(target);
@@ -185,7 +193,7 @@ impl Plan {
             .typedef("T_OUT", t.output.cuda())
             .typedef("T_EPI", if epi_int { "int" } else { "float" })
             .typedef("T_ACCR", acc_reg_type(t.accumulator))
-            .define("KERNEL_NAME", &name)
+            .define("KERNEL_NAME", name)
             .define(
                 "TT_CLUSTER_ATTR",
                 match self.cluster * split {
@@ -279,8 +287,7 @@ impl Plan {
             .value("T_EPI", "BETA", scalar(w.beta));
         self.epilogue_header(&mut h);
         self.problems_header(&mut h);
-        let body = crate::cuda::fill_holes(BODY, &format!("// @fill(mma_tile)\n{}", self.mma_tile()));
-        h.source(&format!("ns_{name}"), &[crate::cuda::COMMON, &body])
+        h
     }
 
     /// The fused epilogue's constants and the kernel parameters it adds after the workspace, in

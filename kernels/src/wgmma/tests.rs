@@ -611,31 +611,35 @@ fn warp_specialized_register_budgets_fit_the_launch_allocation() {
             residual: false,
         })
     };
-    let cases: Vec<(&dyn Template, Workload)> = vec![
-        (&WgmmaGemm, mm(4096, 4096, 4096, Layout::Nn, DType::F16)),
-        (&WgmmaGemm, mm(1000, 1000, 1024, Layout::Tn, DType::I8)),
-        (&conv::WgmmaConv2d, conv(32, 56, 64, 64, 3, 1, 1)),
-        (&conv::WgmmaConv2d, conv(32, 28, 128, 128, 3, 1, 2)),
-        (&conv::WgmmaConv2d, conv(32, 56, 64, 128, 1, 0, 1)),
+    // Each config's header alone (its constants, as the kernel's source has them), not the whole
+    // source: this walks thousands of configs.
+    let gemm_plan = |w: &Workload, c: &Config| Plan::new(matmul(w)?, c);
+    type PlanOf<'a> = &'a dyn Fn(&Workload, &Config) -> crate::error::Result<Plan>;
+    let cases: Vec<(&dyn Template, PlanOf, Workload)> = vec![
+        (&WgmmaGemm, &gemm_plan, mm(4096, 4096, 4096, Layout::Nn, DType::F16)),
+        (&WgmmaGemm, &gemm_plan, mm(1000, 1000, 1024, Layout::Tn, DType::I8)),
+        (&conv::WgmmaConv2d, &conv::plan, conv(32, 56, 64, 64, 3, 1, 1)),
+        (&conv::WgmmaConv2d, &conv::plan, conv(32, 28, 128, 128, 3, 1, 2)),
+        (&conv::WgmmaConv2d, &conv::plan, conv(32, 56, 64, 128, 1, 0, 1)),
     ];
     let mut specialized = 0;
-    for (t, w) in cases {
+    for (t, plan, w) in cases {
         for (_, c) in crate::template::valid_configs(t, &w, &sm90).unwrap() {
             if c.name("producer").unwrap() != "warpgroup" {
                 continue;
             }
-            let spec = t.generate(&w, &c, &sm90).unwrap();
-            let consumers = constant(&spec.source, "CONSUMERS");
+            let p = plan(&w, &c).unwrap();
+            let name = p.name(&sm90);
+            let header = p.header(&sm90, &name).source("ns", &[]);
+            let consumers = constant(&header, "CONSUMERS");
             let threads = 128 * (consumers + 1);
             let cap = (sm90.regs_per_sm / threads).min(255) / 8 * 8;
-            let (producer, consumer) =
-                (constant(&spec.source, "PRODUCER_REGS"), constant(&spec.source, "CONSUMER_REGS"));
+            let (producer, consumer) = (constant(&header, "PRODUCER_REGS"), constant(&header, "CONSUMER_REGS"));
             assert!(
                 128 * (producer + consumers * consumer) <= threads * cap,
-                "{}: producer {producer} + {consumers} x {consumer} registers per lane exceed {threads} x {cap}",
-                spec.name
+                "{name}: producer {producer} + {consumers} x {consumer} registers per lane exceed {threads} x {cap}",
             );
-            assert_eq!(consumer % 8, 0, "{}", spec.name);
+            assert_eq!(consumer % 8, 0, "{name}");
             specialized += 1;
         }
     }
@@ -665,9 +669,12 @@ fn gathered_stages_are_marked_full_before_the_producer_needs_them_back() {
     });
     let mut stages_seen = std::collections::BTreeSet::new();
     for (_, c) in crate::template::valid_configs(&conv::WgmmaConv2d, &layer, &sm90).unwrap() {
-        let spec = conv::WgmmaConv2d.generate(&layer, &c, &sm90).unwrap();
-        let (stages, lag) = (constant(&spec.source, "STAGES"), constant(&spec.source, "GATHER_LAG"));
-        assert!(lag + 2 <= stages, "{}: lag {lag} with {stages} stages", spec.name);
+        // The config's header alone: its constants, as the kernel's source has them.
+        let p = conv::plan(&layer, &c).unwrap();
+        let name = p.name(&sm90);
+        let header = p.header(&sm90, &name).source("ns", &[]);
+        let (stages, lag) = (constant(&header, "STAGES"), constant(&header, "GATHER_LAG"));
+        assert!(lag + 2 <= stages, "{name}: lag {lag} with {stages} stages");
         stages_seen.insert(stages);
     }
     assert!(stages_seen.contains(&2) && stages_seen.len() >= 3, "{stages_seen:?}");
