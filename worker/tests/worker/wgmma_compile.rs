@@ -324,8 +324,9 @@ fn operands_read_once_carry_the_evict_first_hint_and_compile() {
     // more (narrower ones swap the view: N becomes the columns) in a cluster of one.
     let one_column = |c: &Config| c.int("block_m").is_ok_and(|h| h >= 128);
     let one_row = |c: &Config| c.int("block_n").is_ok_and(|w| w >= 64) && c.int("cluster").ok() == Some(1);
-    let grids: [(&str, &str, &str, &dyn Fn(&Config) -> bool); 2] =
-        [("m128n65536k512", "TILES_Q", "X_ONCE", &one_column), ("m65536n64k512", "TILES_P", "Y_ONCE", &one_row)];
+    type OneTile = fn(&Config) -> bool;
+    let grids: [(&str, &str, &str, OneTile); 2] =
+        [("m128n65536k512", "TILES_Q", "X_ONCE", one_column), ("m65536n64k512", "TILES_P", "Y_ONCE", one_row)];
     for (shape, axis, hint, one_tile) in grids {
         let cases = [("tn", "f16,f32,f16"), ("nn", "f16,f32,f32")];
         let found = generated_where(shape, &cases, one_tile, |src| header_int(src, axis) == 1);
