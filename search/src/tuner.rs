@@ -635,6 +635,27 @@ impl Quota {
         Quota { per_group: groups.into_iter().map(|g| (g, each)).collect() }
     }
 
+    /// Once this workload's data trains the model: each template in contention ([`contending`])
+    /// but the one whose config is fastest so far is owed `exploit / (2 * contending)` picks, its
+    /// own likeliest configs. The prior's column puts a template that wins nowhere in the prior
+    /// behind every config of one that wins everywhere, so no greedy pick goes to it however close
+    /// its measured configs come: on the union-v19 conv n1h160w160c32 (stride 2, 32 channels, a
+    /// `wmma_conv2d` tile is the best, `wgmma_conv2d`'s is 1.11x) the first batch's `wmma_conv2d`
+    /// configs came within 1.14x, and then only the exploration share went to them (129 trials to
+    /// 2%, a gain of 1.8x; with these picks 97 and 2.8x).
+    fn trailing(candidates: &[Candidate], observed: &[Observation], contending: &[usize], exploit: usize) -> Quota {
+        let leader = observed
+            .iter()
+            .filter_map(|o| Some((o.time_us?, candidates[o.pos].group)))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|b| b.1);
+        if contending.len() < 2 {
+            return Quota::none();
+        }
+        let each = exploit / (2 * contending.len());
+        Quota { per_group: contending.iter().filter(|g| Some(**g) != leader).map(|g| (*g, each)).collect() }
+    }
+
     /// With `left` picks left and `taken` pool positions chosen: the pool positions of the groups
     /// still owed picks when the owed picks fill what is left, else `None` (pick from anything).
     fn owed(
@@ -697,6 +718,39 @@ fn least_tried(candidates: &[Candidate], tried: &[usize], mut from: Vec<usize>, 
     out
 }
 
+/// How far behind the fastest config measured a template's fastest may be and still be in
+/// contention on a workload ([`contending`]). Chosen on the development splits of the union-v19
+/// and union-v14 conv replays (docs/BENCHMARKS.md, "Search"), 20 seeds: 1.5 and 1.25 gave the
+/// union-v19 layers the same figures (n2h28w28c384 114 -> 99 trials to 2%, n1h160w160c32 129 ->
+/// 97 with the trailing templates' picks, [`Quota::trailing`]), but 1.25 took union-v14's dilated
+/// n4h32w32c96 from 85 trials to 2% to past 128 (its `wmma_conv2d` drops out too early); 1.5 89.
+const FAMILY_MARGIN: f64 = 1.5;
+
+/// The templates (groups) of a union still in contention on this workload: those none of whose
+/// configs has been measured ok yet, and those whose fastest measured is within `margin` times
+/// the fastest of all. A batch's exploration share goes to their knob values only: the rarest
+/// values of a union are otherwise those of the template with the most knobs (`least_tried` sums
+/// over knobs), whether or not it can win here (on the union-v19 conv layers where
+/// `wgmma_conv2d` wins, `wmma_conv2d`'s best is 1.9-3.2x the best, yet its configs took all of
+/// the exploration share of every batch while the winner's rarer tile heights went untried).
+/// And each one behind the leader is owed picks of its own ([`Quota::trailing`]).
+fn contending(candidates: &[Candidate], observed: &[Observation], margin: f64) -> Vec<usize> {
+    let mut best: Vec<(usize, f64)> = Vec::new();
+    for c in candidates {
+        if !best.iter().any(|(g, _)| *g == c.group) {
+            best.push((c.group, f64::INFINITY));
+        }
+    }
+    for o in observed {
+        let Some(t) = o.time_us else { continue };
+        if let Some(b) = best.iter_mut().find(|(g, _)| *g == candidates[o.pos].group) {
+            b.1 = b.1.min(t);
+        }
+    }
+    let fastest = best.iter().map(|b| b.1).fold(f64::INFINITY, f64::min);
+    best.into_iter().filter(|(_, t)| !t.is_finite() || *t <= fastest * margin).map(|(g, _)| g).collect()
+}
+
 /// Knob positions differing in at most one knob.
 fn neighbours(a: &[usize], b: &[usize]) -> bool {
     a.iter().zip(b).filter(|(x, y)| x != y).count() <= 1
@@ -755,9 +809,12 @@ impl Tuner for ModelGuided {
         // A cold start without a prior ranks configs by their templates' analytic models, which
         // were never calibrated against each other: each template of a union is then sure of a
         // share of the batch (half of it, split evenly), its own likeliest configs, taken after
-        // the best by the scores.
+        // the best by the scores. Once this workload's data trains the model, so is each template
+        // still in contention that trails the fastest ([`Quota::trailing`]).
+        let contending = contending(candidates, observed, FAMILY_MARGIN);
         let quota = match (trained, self.prior_scores(candidates)) {
             (false, None) => Quota::new(candidates, &pool, exploit),
+            (true, _) => Quota::trailing(candidates, observed, &contending, exploit),
             _ => Quota::none(),
         };
         let mut penalty = vec![0.0f64; pool.len()];
@@ -787,8 +844,12 @@ impl Tuner for ModelGuided {
                 }
             }
         }
-        // The exploration share: configs whose knob values the search has tried least.
+        // The exploration share: configs whose knob values the search has tried least, in the
+        // templates still in contention here ([`contending`]).
         let mut rest: Vec<usize> = (0..pool.len()).filter(|i| !taken.contains(i)).map(|i| pool[i]).collect();
+        if rest.iter().filter(|p| contending.contains(&candidates[**p].group)).count() >= n - chosen.len() {
+            rest.retain(|p| contending.contains(&candidates[*p].group));
+        }
         rest.shuffle(&mut rng);
         let tried: Vec<usize> =
             observed.iter().map(|o| o.pos).chain(pending.iter().copied()).chain(chosen.iter().copied()).collect();

@@ -239,6 +239,12 @@ const CONV_V14: Debts = Debts { median_to_2: 32.0, cold_median_to_2: None, over_
 /// (83, 42, 2, 65, 3). Conv: median 54 with the file's prior (n4h64w64c128 stride 2 177 trials,
 /// n1h160w160c32 stride 2 129 with a gain of 1.8x, its best a wmma tile; n2h28w28c384 114); cold
 /// start on the held-out split 85, 49, 50 (median 50).
+///
+/// Since the templates in contention (`tuner::contending`, search16; this test's budget of 128, 20
+/// seeds): the development split's n1h160w160c32 129 -> 97 trials to 2% (gain 1.8x -> 2.8x) and
+/// n2h28w28c384 114 -> 99; n4h64w64c128 still past 128. The file's median is 55 (54 before): the
+/// held-out i8 n16h7w7c512 54 -> 55 sits at it. Cold start 69, 49, 50 (median 50). Matmul's
+/// held-out cold start m128n512k256 65 -> 109 trials to 2% (28 to 5%, 65 before), the median 42.
 const MATMUL_V19: Debts = Debts {
     median_to_2: 32.0,
     cold_median_to_2: Some(42.0),
@@ -246,8 +252,8 @@ const MATMUL_V19: Debts = Debts {
     below_2x: &[],
 };
 const CONV_V19: Debts = Debts {
-    median_to_2: 54.0,
+    median_to_2: 55.0,
     cold_median_to_2: Some(50.0),
-    over_100: &["conv2d/n4h64w64c128/k128r3s3/", "conv2d/n1h160w160c32/k64r3s3/", "conv2d/n2h28w28c384/k384r3s3/"],
-    below_2x: &[("conv2d/n1h160w160c32/k64r3s3/", 1.8)],
+    over_100: &["conv2d/n4h64w64c128/k128r3s3/"],
+    below_2x: &[],
 };
