@@ -1,7 +1,7 @@
 //! Validity: the rules a plan must pass on a device, in the order a user would want to hear
 //! them, and the resources a valid plan uses.
 
-use super::plan::{MAX_ACC_REGS, Plan, SK_MAX_ACC_REGS, SWAP_MAX_N};
+use super::plan::{MAX_ACC_REGS, Plan, SK_MAX_ACC_REGS, SWAP_MAX_N, WGMMA_OPERAND_REGS};
 use crate::error::{Error, Result};
 use crate::target::Target;
 use crate::template::Resources;
@@ -96,6 +96,22 @@ impl Plan {
                 self.consumers,
                 self.consumer_regs_needed(),
                 self.consumer_regs_at(1, target)
+            ))));
+        }
+        // ptxas fits each wgmma in the registers a thread starts with, before setmaxnreg raises the
+        // consumers: with a producer and three consumers (512 threads, 128) a 64-row tile of 208 f32
+        // accumulators does not compile (C7602), though the raised 152 would hold it.
+        let cap = self.launch_regs(1, target);
+        if self.specialized && self.acc_regs() + WGMMA_OPERAND_REGS > cap {
+            return Err(Error::Rejected(reason!(format!(
+                "a {}x{} tile over {} consumer warpgroups puts {} accumulators in one wgmma, which needs {} registers; beside a producer warpgroup ({} threads) ptxas compiles it within {}",
+                self.block_m(),
+                self.block_n(),
+                self.consumers,
+                self.acc_regs(),
+                self.acc_regs() + WGMMA_OPERAND_REGS,
+                self.threads(),
+                cap
             ))));
         }
         let smem = self.smem_bytes(target);

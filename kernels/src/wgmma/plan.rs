@@ -26,6 +26,10 @@ pub(super) const MAX_ACC_REGS: u32 = 160;
 /// The same with stream-K, whose partial-sum add loads a batch of the workspace beside the
 /// accumulators: at 160 ptxas spills 0.5-0.7 KB a thread (sm_90a, NVRTC 13.0).
 pub(super) const SK_MAX_ACC_REGS: u32 = 128;
+/// Registers one wgmma needs beside the accumulators of its 64-row tile (descriptors, addresses,
+/// predicates), as ptxas counts them against the launch cap: a 64x208 f32 tile (104) needed 130
+/// (C7602 at 512 threads' cap of 128, sm_90a, NVRTC 13.0, 2026-11-29).
+pub(super) const WGMMA_OPERAND_REGS: u32 = 26;
 /// Shared memory beyond the stages: 1024 bytes to align the swizzle atoms, and 128 for the
 /// mbarriers (a full and an empty one per stage, at most 6 stages, and resident Y's: 104 bytes).
 pub(super) const SMEM_SLACK: u32 = 1024 + 128;
@@ -573,13 +577,21 @@ impl Plan {
     pub(super) fn consumer_regs_at(&self, b: u32, target: &Target) -> u32 {
         let per_block = target.regs_per_sm / b;
         let regs = if self.specialized {
-            let at_entry = (per_block / self.threads()).min(255) / 8 * 8;
+            let at_entry = self.launch_regs(b, target);
             let pool_per_lane = at_entry * self.threads() / 128;
             pool_per_lane.saturating_sub(self.producer_regs()) / self.consumers
         } else {
             (per_block / self.threads()).min(255)
         };
         regs.min(240) / 8 * 8
+    }
+
+    /// Registers every thread starts with at `b` blocks per SM: its share of the file under
+    /// `__launch_bounds__(threads, b)`, in units of 8, at most 255 (128 at 512 threads, 168 at
+    /// 384). ptxas compiles each instruction within this cap, whatever setmaxnreg raises a
+    /// consumer to afterwards.
+    pub(super) fn launch_regs(&self, b: u32, target: &Target) -> u32 {
+        (target.regs_per_sm / b / self.threads()).min(255) / 8 * 8
     }
 
     /// The jobs of block `block`, in the order it runs them: a mirror of `gemm.cu`'s `WorkList`,

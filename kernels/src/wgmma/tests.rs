@@ -54,6 +54,31 @@ fn validity_rules_give_reasons() {
     assert!(r.contains("persistent") || r.contains("cluster") || r.contains("raster_group"), "{r}");
 }
 
+/// Three consumers beside a producer start at 128 registers a thread (512 threads), and ptxas fits
+/// each wgmma in that before setmaxnreg raises them: 64x192 f32 accumulators (96) compile, 64x208
+/// (104) failed with C7602 on NVRTC 13.0, and f16 accumulators (half as many) fit either way.
+#[test]
+fn three_consumers_keep_one_wgmma_within_the_launch_registers() {
+    let t = &WgmmaGemm;
+    let sm90 = Target::sm90();
+    let tile = |m: u32, producer: &str| {
+        format!(
+            r#"{{"block_m":{m},"block_n":192,"consumers":3,"stages":3,"cluster":1,"persistent":0,"raster_group":1,"producer":"{producer}","schedule":"cooperative","stream_k":0,"epilogue":"direct"}}"#
+        )
+    };
+    let w = mm(4096, 4096, 4096, Layout::Tn, DType::F16);
+    t.check(&w, &config(&tile(192, "warpgroup")), &sm90).unwrap();
+    let r = t.check(&w, &config(&tile(208, "warpgroup")), &sm90).unwrap_err().to_string();
+    assert!(r.contains("104 accumulators in one wgmma") && r.contains("within 128"), "{r}");
+    // Without a producer warpgroup (384 threads) the cap is 168.
+    t.check(&w, &config(&tile(208, "inline")), &sm90).unwrap();
+    let f16_acc = Workload::Matmul(
+        Matmul::new(4096, 4096, 4096, Layout::Tn, Types::new(DType::F16, DType::F16, Some(DType::F16)).unwrap())
+            .unwrap(),
+    );
+    t.check(&f16_acc, &config(&tile(208, "warpgroup")), &sm90).unwrap();
+}
+
 #[test]
 fn every_valid_config_generates_and_the_space_is_not_empty() {
     let sm90 = Target::sm90();
