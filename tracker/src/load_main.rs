@@ -99,10 +99,11 @@ struct RunArgs {
     /// when not given, which keeps at most 64 workers per job busy.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
     job_batch: Option<u32>,
-    /// Milliseconds a worker's report waits after its first result for more before it is sent
-    /// (larger report calls); 0, the worker daemon's way, sends what finished while the last
-    /// report was on its way.
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    /// Milliseconds a worker's report waits after its first result for more before it is sent,
+    /// while it holds more tasks and the tracker did not run out of pending ones (the worker
+    /// daemon's way since load15: its `GATHER` is 25 ms); 0 sends what finished while the last
+    /// report was on its way (the daemon's way before).
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     report_gather_ms: u64,
 }
 

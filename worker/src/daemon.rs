@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
@@ -53,6 +53,14 @@ const MAX_REPORTS: usize = 1024;
 const LEASE_AHEAD: Duration = Duration::from_secs(2);
 /// Pause before leasing again after the tracker refused a lease.
 const REFUSED_LEASE_PAUSE: Duration = Duration::from_secs(5);
+/// Longest a report waits after its first result for more of the worker's results (see
+/// [`gathers`]). Each report call costs the tracker its share of a gRPC call and of a write
+/// (issue 40: a call carried 5-6 results, and larger calls cut the tracker's CPU a task); a
+/// result that waits costs its task's permit that long, and the task's record reaches the store
+/// that much later. 25 ms is one result's time of a GPU pipeline at 40 configs/s (it ran 32-50
+/// on an H200), so a report of a busy GPU worker takes about one more result, and it is 1/80 of
+/// the [`LEASE_AHEAD`] the worker's room is sized by.
+const GATHER: Duration = Duration::from_millis(25);
 
 /// Runs the worker until `shutdown` fires (then returns `Ok`) or it cannot go on.
 pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -133,9 +141,10 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
     });
     let rate = Arc::new(Rate::new());
     let floor = config.compile_threads();
+    let reporting = Reporting { held: held.clone(), drained: Arc::new(AtomicBool::new(false)) };
     stages.spawn("lease", {
-        let (link, rate, stop) = (link.clone(), rate.clone(), stop.clone());
-        async move { lease_stage(&link, room, held, &rate, floor, lease_tx, &stop).await }
+        let (link, rate, stop, drained) = (link.clone(), rate.clone(), stop.clone(), reporting.drained.clone());
+        async move { lease_stage(&link, room, held, &rate, &drained, floor, lease_tx, &stop).await }
     });
     stages.spawn("prepare", {
         let (shared, report_tx, stop) = (shared.clone(), report_tx.clone(), stop.clone());
@@ -147,7 +156,7 @@ pub(crate) async fn run(config: WorkerConfig, shutdown: CancellationToken) -> an
         async move { measure_stage(supervisor, &shared, measure_rx, report_tx, reference, injector, &stop).await }
     });
     stages.spawn("report", async move {
-        let reported = report_stage(&link, &rate, report_rx).await;
+        let reported = report_stage(&link, &rate, &reporting, report_rx).await;
         // Every earlier stage is gone (the report channel closed): hand back what is still held.
         leave(&link).await;
         reported
@@ -257,12 +266,15 @@ async fn heartbeat_stage(
 }
 
 /// Leases as many tasks as there is room for, up to what the worker finishes in [`LEASE_AHEAD`]
-/// (at least `floor`, what its compile pool starts at once), in one call.
+/// (at least `floor`, what its compile pool starts at once), in one call. Sets `drained` when the
+/// tracker had fewer pending tasks than asked for (see [`Reporting::drained`]).
+#[allow(clippy::too_many_arguments)]
 async fn lease_stage(
     link: &Link,
     room: Arc<Semaphore>,
     held: Arc<Held>,
     rate: &Rate,
+    drained: &AtomicBool,
     floor: usize,
     out: mpsc::Sender<Leased>,
     stop: &CancellationToken,
@@ -299,6 +311,7 @@ async fn lease_stage(
                 }
             }
         };
+        drained.store(tasks.len() < asked, Ordering::Relaxed);
         if tasks.is_empty() {
             drop(permits);
             if let Some(rest) = EMPTY_LEASE_PAUSE.checked_sub(started.elapsed()) {
@@ -338,7 +351,30 @@ async fn leave(link: &Link) {
     }
 }
 
-async fn report_stage(link: &Link, rate: &Rate, mut reports: mpsc::Receiver<Report>) -> anyhow::Result<()> {
+/// What the report stage reads to decide whether a report waits for more results ([`gathers`]).
+struct Reporting {
+    /// The tasks the worker holds: while it holds none beyond a report's, no more results come.
+    held: Arc<Held>,
+    /// Set by the lease stage when the tracker's last lease answered fewer tasks than asked (none
+    /// included): its pending tasks ran out, so the results now due may be the last ones a job
+    /// waits for, and they go at once. Cleared by a lease that got all it asked for.
+    drained: Arc<AtomicBool>,
+}
+
+/// Whether a report of `batch` waits (up to [`GATHER`]) for more results: not when it holds a
+/// finalist task's result (a job's verdict waits on it), not when the tracker ran out of pending
+/// tasks (`drained`: the job's last tasks may be due), and not when the worker holds no task
+/// beyond the batch's (`held`: none is coming).
+fn gathers(batch: &[Report], held: usize, drained: bool) -> bool {
+    !drained && held > batch.len() && batch.iter().all(|r| matches!(r.result, TaskResult::Tuning(_)))
+}
+
+async fn report_stage(
+    link: &Link,
+    rate: &Rate,
+    reporting: &Reporting,
+    mut reports: mpsc::Receiver<Report>,
+) -> anyhow::Result<()> {
     // Set once a report was abandoned at shutdown: the tracker is unreachable, so the rest are
     // abandoned without another attempt (their leases expire and the tasks are measured again).
     let mut abandoning = false;
@@ -351,6 +387,16 @@ async fn report_stage(link: &Link, rate: &Rate, mut reports: mpsc::Receiver<Repo
             match reports.try_recv() {
                 Ok(r) => batch.push(r),
                 Err(_) => break,
+            }
+        }
+        // And what finishes within `GATHER` of the first, while more is coming (`gathers`).
+        let until = tokio::time::Instant::now() + GATHER;
+        while batch.len() < MAX_REPORTS
+            && gathers(&batch, reporting.held.len(), reporting.drained.load(Ordering::Relaxed))
+        {
+            match tokio::time::timeout_at(until, reports.recv()).await {
+                Ok(Some(r)) => batch.push(r),
+                Ok(None) | Err(_) => break,
             }
         }
         rate.finished(batch.len());
@@ -467,5 +513,31 @@ impl Rate {
         let elapsed = self.started.elapsed().as_secs_f64().max(1.0);
         let ahead = (finished / elapsed * LEASE_AHEAD.as_secs_f64()).ceil() as usize;
         ahead.max(floor).clamp(1, MAX_LEASE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(held: &Arc<Held>, room: &Arc<Semaphore>, task_id: u64, result: TaskResult) -> Report {
+        let permit = room.clone().try_acquire_owned().expect("room");
+        Report { lease: held.hold(task_id, 1, permit).expect("not held yet"), result }
+    }
+
+    #[test]
+    fn a_report_waits_for_more_only_while_more_tuning_results_are_coming() {
+        let (held, room) = (Arc::new(Held::default()), Arc::new(Semaphore::new(8)));
+        let tuning = || TaskResult::Tuning(Box::default());
+        let batch = vec![report(&held, &room, 1, tuning())];
+        // Another held task is still to come: wait for it, unless the tracker ran dry.
+        assert!(gathers(&batch, 2, false));
+        assert!(!gathers(&batch, 2, true));
+        // Nothing held beyond the batch: nothing is coming.
+        assert!(!gathers(&batch, 1, false));
+        // A finalist task's result (a job's verdict waits on it) goes at once.
+        let with_finalist =
+            vec![report(&held, &room, 2, tuning()), report(&held, &room, 3, TaskResult::Finalists(vec![]))];
+        assert!(!gathers(&with_finalist, 5, false));
     }
 }

@@ -43,6 +43,11 @@ impl Held {
         ids
     }
 
+    /// How many tasks are held: leased and not yet reported (or dropped).
+    pub(crate) fn len(&self) -> usize {
+        self.tasks.lock().expect("held tasks lock").len()
+    }
+
     /// Stops holding `task_id` and tells its stages to abandon it; false when it was not held.
     pub(crate) fn drop_task(&self, task_id: u64) -> bool {
         match self.tasks.lock().expect("held tasks lock").remove(&task_id) {

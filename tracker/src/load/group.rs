@@ -54,8 +54,11 @@ pub struct GroupConfig {
     /// finished since its last report). 1 speaks the single-task calls (`ReportResult`) that
     /// trackers before batching answer.
     pub batch: u32,
-    /// How long a report waits after its first result for more, before it is sent (0: it takes
-    /// what finished while the last report was on its way, as the worker daemon does).
+    /// How long a report waits after its first result for more, before it is sent, as the worker
+    /// daemon's does (its `GATHER`): only while the worker holds tasks beyond the report's, and not
+    /// after a lease that found fewer tasks than asked (the tracker ran out: the jobs' last tasks
+    /// may be due). 0: it takes what finished while the last report was on its way, as the
+    /// daemon did before 2026-11-29's load15.
     pub report_gather: Duration,
 }
 
@@ -267,13 +270,20 @@ async fn work(w: &mut Worker<'_>, config: &GroupConfig) -> anyhow::Result<()> {
     // in one `ReportResults` (and, with `report_gather`, those that finish within that long of
     // the first): a GPU worker's results arrive one at a time, its reports need not.
     let (finished, mut to_report) = tokio::sync::mpsc::unbounded_channel::<pb::Task>();
+    // Set when a lease found fewer tasks than asked (see `GroupConfig::report_gather`).
+    let drained = std::sync::atomic::AtomicBool::new(false);
+    let gathers = |batch: &[pb::Task]| {
+        !drained.load(std::sync::atomic::Ordering::Relaxed) && held.lock().expect("held lock").len() > batch.len()
+    };
     let mut reporter = Worker { clients: w.clients.clone(), held, at: 0, id: w.id, stats: w.stats, stop: w.stop };
     let reports = async {
         while let Some(first) = to_report.recv().await {
             let mut batch = vec![first];
             let until = tokio::time::Instant::now() + gather;
             while batch.len() < MAX_REPORTS {
-                match tokio::time::timeout_at(until, to_report.recv()).await {
+                // What is ready goes in either way; more is waited for only while `gathers`.
+                let by = if gathers(&batch) { until } else { tokio::time::Instant::now() };
+                match tokio::time::timeout_at(by, to_report.recv()).await {
                     Ok(Some(t)) => batch.push(t),
                     _ => break,
                 }
@@ -314,6 +324,7 @@ async fn work(w: &mut Worker<'_>, config: &GroupConfig) -> anyhow::Result<()> {
     let measures = async {
         loop {
             let Some(tasks) = lease(w, config.batch).await else { return };
+            drained.store(tasks.len() < config.batch as usize, std::sync::atomic::Ordering::Relaxed);
             for task in tasks {
                 tokio::select! {
                     () = w.stop.cancelled() => return,
