@@ -6,7 +6,7 @@
 //! - [`features`]: feature rows of (workload, config) for cost models.
 //! - [`model`]: the learned cost model (gradient-boosted trees) and target normalisation.
 //! - [`tuner`]: the `Tuner` trait and the random, grid and model-guided tuners (transfer,
-//!   diversity, exploration, evolutionary pool for large spaces).
+//!   diversity, exploration, local moves, evolutionary pool for large spaces).
 //! - [`schedule`]: trials across the workloads of a job, by expected gain.
 //! - [`records`]: one line of a record file (exports, shipped packs, sweeps).
 //! - [`replay`]: tuners against recorded measurements; trials to within 5% / 2% of the true best.

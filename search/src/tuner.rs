@@ -8,8 +8,11 @@
 //!   this workload's outcomes plus, when given, other workloads' records (transfer). Before it has
 //!   data it ranks by the template's analytic model. Each batch takes the best predictions with a
 //!   diversity penalty for near-duplicates (configs one knob apart) and an exploration share of
-//!   the configs whose knob values it has tried least (`least_tried`). When the candidate list is too large to score whole, an evolutionary search over
-//!   knob mutations (guided by the same model) picks the pool the batch is drawn from.
+//!   the configs whose knob values it has tried least (`least_tried`); once a batch of trials has
+//!   found nothing faster, half of the greedy picks are local moves, configs a knob or two from
+//!   the fastest measured (`local_moves`). When the candidate list is too large to score whole,
+//!   an evolutionary search over knob mutations (guided by the same model) picks the pool the
+//!   batch is drawn from.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -751,6 +754,90 @@ fn contending(candidates: &[Candidate], observed: &[Observation], margin: f64) -
     best.into_iter().filter(|(_, t)| !t.is_finite() || *t <= fastest * margin).map(|(g, _)| g).collect()
 }
 
+/// Share of a batch's greedy picks (its exploit share) that go to local moves ([`local_moves`])
+/// once the search has stalled ([`LOCAL_PATIENCE`]). Chosen on the development splits of the
+/// union-v19 and union-v14 replays (docs/BENCHMARKS.md, "Search"), 20 seeds, budget 128, radius 2,
+/// 3 incumbents: on union-v19 conv's dev layers 0.25 took n4h64w64c128 (stride 2) from past 128
+/// trials to 2% to 82, n2h28w28c384 99 -> 75, n1h160w160c32 97 -> 81; 0.5 to 51, 52 and 81; 0.75
+/// to 50, 42 and 81 but union-v19's dev m3584n896k2560 tt 59 -> 100 (0.5: 73). Local moves in
+/// every batch once the model trains (no patience) at 0.5 gave union-v19 conv 35, 37, 66 but took
+/// union-v14's dilated n4h32w32c96 from 89 to 121 (0.5 after a stall: 87).
+const LOCAL_SHARE: f64 = 0.5;
+
+/// How far a local move goes: configs differing from an incumbent in at most this many knobs. On
+/// the union-v19 conv n4h64w64c128 the 3 configs within 2% of its best (of 2,863) are one 64x64
+/// tile apart in stages, raster and epilogue, and the ones the model stops at (1.02-1.05x) are 2-3
+/// knobs from them, with 20-50 recorded configs within 2 knobs. 1 and 3 gave the dev split the
+/// same figures as 2 at a share of 0.25 (nearer moves are taken first either way).
+const LOCAL_RADIUS: usize = 2;
+
+/// The fastest configs measured whose neighbourhoods local moves search, the fastest's first; the
+/// next ones' once its neighbourhood is measured. 1 gave the dev split the same figures as 3.
+const LOCAL_TOP: usize = 3;
+
+/// Batches of trials without a new fastest config before local moves take their share: while the
+/// model's picks still improve, they keep the whole batch (see [`LOCAL_SHARE`] for what local moves
+/// in every batch cost).
+const LOCAL_PATIENCE: usize = 1;
+
+/// Trials measured since the fastest so far was measured (all of them before any ok outcome).
+fn stalled_for(observed: &[Observation]) -> usize {
+    let mut best = f64::INFINITY;
+    let mut at = 0;
+    for (i, o) in observed.iter().enumerate() {
+        if let Some(t) = o.time_us
+            && t < best
+        {
+            (best, at) = (t, i + 1);
+        }
+    }
+    observed.len() - at
+}
+
+/// Local moves, the end game of a search: up to `n` pool positions (indices into `pool`) of
+/// configs at most `radius` knobs from one of the `top` fastest configs measured, in the same
+/// template; the fastest's neighbours first, nearer ones first, then by `scores` (lower first).
+/// The model ranks what its features see; where the last few percent sit in knobs it cannot rank
+/// (stages, raster, epilogue within one tile), its picks circle the right tile at 1.02-1.05x and
+/// stay there, and only a walk from the incumbent, as Kernel Tuner's local searches and AutoTVM's
+/// annealing make, reaches the needle.
+fn local_moves(
+    candidates: &[Candidate],
+    observed: &[Observation],
+    pool: &[usize],
+    scores: &[f64],
+    radius: usize,
+    top: usize,
+    n: usize,
+) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut best: Vec<(f64, usize)> = observed.iter().filter_map(|o| Some((o.time_us?, o.pos))).collect();
+    best.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut out: Vec<usize> = Vec::new();
+    for &(_, inc) in best.iter().take(top) {
+        let here = &candidates[inc];
+        let mut near: Vec<(usize, usize)> = (0..pool.len())
+            .filter(|i| !out.contains(i))
+            .filter_map(|i| {
+                let c = &candidates[pool[i]];
+                if c.group != here.group || c.knobs.len() != here.knobs.len() {
+                    return None;
+                }
+                let d = c.knobs.iter().zip(&here.knobs).filter(|(a, b)| a != b).count();
+                (d <= radius).then_some((d, i))
+            })
+            .collect();
+        near.sort_by(|a, b| a.0.cmp(&b.0).then(scores[a.1].total_cmp(&scores[b.1])).then(a.1.cmp(&b.1)));
+        out.extend(near.into_iter().map(|(_, i)| i).take(n - out.len()));
+        if out.len() >= n {
+            break;
+        }
+    }
+    out
+}
+
 /// Knob positions differing in at most one knob.
 fn neighbours(a: &[usize], b: &[usize]) -> bool {
     a.iter().zip(b).filter(|(x, y)| x != y).count() <= 1
@@ -826,6 +913,22 @@ impl Tuner for ModelGuided {
         }
         let mut chosen: Vec<usize> = Vec::with_capacity(n);
         let mut taken: HashSet<usize> = HashSet::new();
+        // The end game: once a batch of trials has found nothing faster, a share of the greedy
+        // picks goes to the configs a knob or two from the fastest measured ([`local_moves`]),
+        // chosen first so that the model's picks spread away from them.
+        if trained {
+            let stalled = stalled_for(observed) >= LOCAL_PATIENCE * n;
+            let picks = if stalled { ((exploit as f64 * LOCAL_SHARE).round() as usize).min(exploit) } else { 0 };
+            for i in local_moves(candidates, observed, &pool, &scores, LOCAL_RADIUS, LOCAL_TOP, picks) {
+                taken.insert(i);
+                chosen.push(pool[i]);
+                for &j in &shortlist {
+                    if neighbours(&candidates[pool[j]].knobs, &candidates[pool[i]].knobs) {
+                        penalty[j] += 0.5 * spread;
+                    }
+                }
+            }
+        }
         while chosen.len() < exploit {
             let owed = quota.owed(candidates, &pool, &taken, exploit - chosen.len());
             let from: &[usize] = owed.as_deref().unwrap_or(&shortlist);
@@ -1203,6 +1306,37 @@ mod tests {
         assert_eq!(knobs, [[4, 4, 4], [5, 5, 5], [6, 6, 6], [7, 7, 7]]);
         // Asked for more than there are: all of them, the rarer first.
         assert_eq!(least_tried(&cands, &tried, vec![4, 511], 5), vec![511, 4]);
+    }
+
+    #[test]
+    fn local_moves_walk_from_the_fastest_measured() {
+        let cands = space();
+        let at = |a: usize, b: usize, c: usize| a * 64 + b * 8 + c;
+        let measured = [at(0, 0, 0), at(5, 2, 4), at(5, 5, 3), at(7, 7, 7)];
+        let observed: Vec<Observation> =
+            measured.iter().map(|&pos| Observation { pos, time_us: Some(time(&cands[pos])) }).collect();
+        assert_eq!(stalled_for(&observed), 2, "the fastest is (5, 2, 4), second of four");
+        assert_eq!(stalled_for(&[Observation { pos: 0, time_us: None }]), 1);
+        let free = unmeasured(cands.len(), &observed);
+        let pool: Vec<usize> = (0..cands.len()).filter(|p| free[*p]).collect();
+        // Scores that rank nothing: the moves go by distance from the fastest, then position.
+        let flat = vec![0.0; pool.len()];
+        let moves: Vec<usize> =
+            local_moves(&cands, &observed, &pool, &flat, 2, 3, 30).iter().map(|i| pool[*i]).collect();
+        let from = |p: usize, q: usize| cands[p].knobs.iter().zip(&cands[q].knobs).filter(|(a, b)| a != b).count();
+        // Its 21 neighbours one knob away, then those two away; none measured, none twice.
+        assert!(moves[..21].iter().all(|p| from(*p, at(5, 2, 4)) == 1), "{moves:?}");
+        assert!(moves[21..].iter().all(|p| from(*p, at(5, 2, 4)) == 2));
+        assert!(moves.contains(&at(5, 2, 6)), "the optimum, one knob from the fastest");
+        assert_eq!(moves.iter().collect::<HashSet<_>>().len(), moves.len());
+        assert!(moves.iter().all(|p| free[*p]));
+        // Past the fastest's neighbourhood (21 + 147 within 2 knobs, less the one measured), the
+        // next fastest's.
+        let all = local_moves(&cands, &observed, &pool, &flat, 2, 3, 200);
+        assert_eq!(all.len(), 200);
+        assert!(all[..167].iter().all(|i| from(pool[*i], at(5, 2, 4)) <= 2));
+        assert!(all[167..].iter().all(|i| from(pool[*i], at(5, 5, 3)) <= 2 && from(pool[*i], at(5, 2, 4)) > 2));
+        assert!(local_moves(&cands, &observed, &pool, &flat, 2, 3, 0).is_empty());
     }
 
     #[test]

@@ -245,15 +245,19 @@ const CONV_V14: Debts = Debts { median_to_2: 32.0, cold_median_to_2: None, over_
 /// n2h28w28c384 114 -> 99; n4h64w64c128 still past 128. The file's median is 55 (54 before): the
 /// held-out i8 n16h7w7c512 54 -> 55 sits at it. Cold start 69, 49, 50 (median 50). Matmul's
 /// held-out cold start m128n512k256 65 -> 109 trials to 2% (28 to 5%, 65 before), the median 42.
+///
+/// Since local moves (`tuner::local_moves`, search17: once a batch of trials finds nothing faster,
+/// half of the greedy picks go to configs a knob or two from the fastest measured): conv's
+/// development split n4h64w64c128 past 128 -> 51 trials to 2%, n2h28w28c384 99 -> 52,
+/// n1h160w160c32 97 -> 81 (dev median 97 -> 51); the file's median 55 -> 52. Held out (read after
+/// the constants were chosen): n24h14w14c384 43 -> 35, but n8h20w20c160 49 -> 65 and i8
+/// n16h7w7c512 55 -> 59; cold start 75 (69 before), 49, 50 (median 50). Matmul: dev m3584n896k2560
+/// tt 59 -> 73 (gain 6.0x -> 4.3x), m8192n2048k2048 81 -> 72, m4096n4096k512 69 -> 66; medians
+/// unchanged; held-out cold start i8 m2304n768k1152 83 -> 73.
 const MATMUL_V19: Debts = Debts {
     median_to_2: 32.0,
     cold_median_to_2: Some(42.0),
     over_100: &["matmul/m128n512k256/nn/", "matmul/m2304n768k1152/tn/i8"],
     below_2x: &[],
 };
-const CONV_V19: Debts = Debts {
-    median_to_2: 55.0,
-    cold_median_to_2: Some(50.0),
-    over_100: &["conv2d/n4h64w64c128/k128r3s3/"],
-    below_2x: &[],
-};
+const CONV_V19: Debts = Debts { median_to_2: 52.0, cold_median_to_2: Some(50.0), over_100: &[], below_2x: &[] };
