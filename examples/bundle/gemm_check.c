@@ -449,7 +449,7 @@ typedef struct {
   ours_call ours;
   blas_call blas; /* its pick: the vendor, chosen by pick_vendor */
   lt_plan plan;
-  char key[64], check[160], vendor[24];
+  char key[64], check[160], vendor[48];
   double ours_us[MAX_ROUNDS], blas_us[MAX_ROUNDS]; /* each round's time of ours and of the vendor */
   int batch, timed;
 } slot;
