@@ -575,13 +575,12 @@ impl Plan {
     /// that pool less what the producer keeps. A raise past it waits forever (seen 2026-11-25 on an
     /// H200: two consumers at 224 beside a 64-register gathering producer hung every block).
     pub(super) fn consumer_regs_at(&self, b: u32, target: &Target) -> u32 {
-        let per_block = target.regs_per_sm / b;
+        let at_entry = self.launch_regs(b, target);
         let regs = if self.specialized {
-            let at_entry = self.launch_regs(b, target);
             let pool_per_lane = at_entry * self.threads() / 128;
             pool_per_lane.saturating_sub(self.producer_regs()) / self.consumers
         } else {
-            (per_block / self.threads()).min(255)
+            at_entry
         };
         regs.min(240) / 8 * 8
     }
