@@ -646,17 +646,13 @@ impl Quota {
     /// `wmma_conv2d` tile is the best, `wgmma_conv2d`'s is 1.11x) the first batch's `wmma_conv2d`
     /// configs came within 1.14x, and then only the exploration share went to them (129 trials to
     /// 2%, a gain of 1.8x; with these picks 97 and 2.8x).
-    fn trailing(candidates: &[Candidate], observed: &[Observation], contending: &[usize], exploit: usize) -> Quota {
-        let leader = observed
-            .iter()
-            .filter_map(|o| Some((o.time_us?, candidates[o.pos].group)))
-            .min_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|b| b.1);
-        if contending.len() < 2 {
+    fn trailing(contention: &Contention, exploit: usize) -> Quota {
+        let groups = &contention.groups;
+        if groups.len() < 2 {
             return Quota::none();
         }
-        let each = exploit / (2 * contending.len());
-        Quota { per_group: contending.iter().filter(|g| Some(**g) != leader).map(|g| (*g, each)).collect() }
+        let each = exploit / (2 * groups.len());
+        Quota { per_group: groups.iter().filter(|g| Some(**g) != contention.leader).map(|g| (*g, each)).collect() }
     }
 
     /// With `left` picks left and `taken` pool positions chosen: the pool positions of the groups
@@ -737,21 +733,33 @@ const FAMILY_MARGIN: f64 = 1.5;
 /// `wgmma_conv2d` wins, `wmma_conv2d`'s best is 1.9-3.2x the best, yet its configs took all of
 /// the exploration share of every batch while the winner's rarer tile heights went untried).
 /// And each one behind the leader is owed picks of its own ([`Quota::trailing`]).
-fn contending(candidates: &[Candidate], observed: &[Observation], margin: f64) -> Vec<usize> {
+fn contending(candidates: &[Candidate], observed: &[Observation], margin: f64) -> Contention {
     let mut best: Vec<(usize, f64)> = Vec::new();
     for c in candidates {
         if !best.iter().any(|(g, _)| *g == c.group) {
             best.push((c.group, f64::INFINITY));
         }
     }
+    let (mut fastest, mut leader) = (f64::INFINITY, None);
     for o in observed {
         let Some(t) = o.time_us else { continue };
-        if let Some(b) = best.iter_mut().find(|(g, _)| *g == candidates[o.pos].group) {
+        let group = candidates[o.pos].group;
+        if let Some(b) = best.iter_mut().find(|(g, _)| *g == group) {
             b.1 = b.1.min(t);
         }
+        if t < fastest {
+            (fastest, leader) = (t, Some(group));
+        }
     }
-    let fastest = best.iter().map(|b| b.1).fold(f64::INFINITY, f64::min);
-    best.into_iter().filter(|(_, t)| !t.is_finite() || *t <= fastest * margin).map(|(g, _)| g).collect()
+    let groups = best.into_iter().filter(|(_, t)| !t.is_finite() || *t <= fastest * margin).map(|(g, _)| g).collect();
+    Contention { groups, leader }
+}
+
+/// The templates in contention on a workload ([`contending`]) and the one whose config is the
+/// fastest measured (the first measured of equal times), if any is.
+struct Contention {
+    groups: Vec<usize>,
+    leader: Option<usize>,
 }
 
 /// Share of a batch's greedy picks (its exploit share) that go to local moves ([`local_moves`])
@@ -898,10 +906,10 @@ impl Tuner for ModelGuided {
         // share of the batch (half of it, split evenly), its own likeliest configs, taken after
         // the best by the scores. Once this workload's data trains the model, so is each template
         // still in contention that trails the fastest ([`Quota::trailing`]).
-        let contending = contending(candidates, observed, FAMILY_MARGIN);
+        let contention = contending(candidates, observed, FAMILY_MARGIN);
         let quota = match (trained, self.prior_scores(candidates)) {
             (false, None) => Quota::new(candidates, &pool, exploit),
-            (true, _) => Quota::trailing(candidates, observed, &contending, exploit),
+            (true, _) => Quota::trailing(&contention, exploit),
             _ => Quota::none(),
         };
         let mut penalty = vec![0.0f64; pool.len()];
@@ -950,8 +958,9 @@ impl Tuner for ModelGuided {
         // The exploration share: configs whose knob values the search has tried least, in the
         // templates still in contention here ([`contending`]).
         let mut rest: Vec<usize> = (0..pool.len()).filter(|i| !taken.contains(i)).map(|i| pool[i]).collect();
-        if rest.iter().filter(|p| contending.contains(&candidates[**p].group)).count() >= n - chosen.len() {
-            rest.retain(|p| contending.contains(&candidates[*p].group));
+        let in_contention = |p: &usize| contention.groups.contains(&candidates[*p].group);
+        if rest.iter().filter(|p| in_contention(p)).count() >= n - chosen.len() {
+            rest.retain(in_contention);
         }
         rest.shuffle(&mut rng);
         let tried: Vec<usize> =
