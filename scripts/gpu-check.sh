@@ -17,8 +17,9 @@
 #     tune       `tensortune tune` (embedded tracker + local worker) on 512x64x512 and 1024^3
 #     cluster    a tracker and two workers on GPU 0 as separate processes, a 200-trial job; then one
 #                worker on every GPU (cuda:all) and a 100-trial job
-#     gputests   the worker's ignored tests: those that need a GPU (daemon on cuda:0) and the
-#                exhaustive NVRTC compile of one workload's every valid config (on the many cores)
+#     gputests   the tests CI leaves out: the worker's, which need a GPU (daemon and self-test on
+#                cuda:0), and kernels' exhaustive NVRTC compile of one workload's every valid config
+#                (on the many cores)
 #     faults     a 50-trial job whose worker injects an out-of-bounds write and a hang (FAULTS, default
 #                oob:5,hang:12): expects 1 launch_error, 1 timeout, the rest ok
 #     sanitize   compute-sanitizer memcheck, racecheck and synccheck on each TEMPLATE KEY CONFIG line of
@@ -143,6 +144,8 @@ step_gputests() {
   TENSORTUNE_WORKER_BIN="$BIN/tensortune-worker" timeout 1200 "$BIN/worker-gpu-tests" --ignored --nocapture --test-threads 1 \
     >"$LOGS/gputests.log" 2>&1
   say "gputests exit $?: $(grep 'test result' "$LOGS/gputests.log")"
+  timeout 1200 "$BIN/compile-tests" --ignored --nocapture >"$LOGS/compile-tests.log" 2>&1
+  say "compile-tests exit $?: $(grep 'test result' "$LOGS/compile-tests.log")"
 }
 
 step_faults() {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release binaries here and copies them, stripped, into .gpu/ (ignored by git via
 # .git/info/exclude) for the `device` tool to carry to the GPU machine, where nothing is built:
-# tensortune, tensortune-tracker, tensortune-worker and the worker's GPU-only tests (what
-# scripts/gpu-check.sh runs). GPU_PACK_LAB=1 adds the lab's binaries (lab/gpu-lab.sh: run_one,
+# tensortune, tensortune-tracker, tensortune-worker, the worker's GPU-only tests and the exhaustive
+# compile test (what scripts/gpu-check.sh runs). GPU_PACK_LAB=1 adds the lab's binaries (lab/gpu-lab.sh: run_one,
 # clusters, cudnn_check, compile_bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,10 +16,14 @@ cargo build --release --locked "${bins[@]/#/--bin=}"
 mkdir -p .gpu
 target=${CARGO_TARGET_DIR:-target}
 for b in "${bins[@]}" ${lab[@]+"${lab[@]}"}; do strip -o ".gpu/$b" "$target/release/$b"; done
-# The worker's GPU-only tests (#[ignore] in CI), as a test binary run by gpu-check.sh gputests.
-test_bin=$(cargo test --release --locked -p tensortune-worker --test worker --no-run --message-format=json 2>/dev/null \
-  | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4)
-strip -o .gpu/worker-gpu-tests "$test_bin"
+# The tests CI leaves out (#[ignore]), as test binaries run by gpu-check.sh gputests: the worker's
+# GPU-only ones, and the exhaustive NVRTC compile of one workload's space (kernels' compile tests).
+test_exe() {
+  cargo test --release --locked -p "$1" --test "$2" --no-run --message-format=json 2>/dev/null \
+    | grep -o '"executable":"[^"]*"' | tail -1 | cut -d'"' -f4
+}
+strip -o .gpu/worker-gpu-tests "$(test_exe tensortune-worker worker)"
+strip -o .gpu/compile-tests "$(test_exe tensortune-kernels compile)"
 ls -la .gpu
 # The device tool carries at most 64 MiB (the working tree and .gpu together). GPU_PACK_ONLY
 # (space-separated names) keeps only those binaries in .gpu; the others go to .gpu-spare/ (also

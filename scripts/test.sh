@@ -23,7 +23,8 @@ echo "disk free for target/: $(df -h . | awk 'NR==2 {print $4}')" >&2
 # chromium (the dashboard test drives a real headless browser), a TrueType font (`tensortune
 # plot`), a C++20 compiler (kernels/tests/simt_cpu.rs runs generated CUDA on the CPU), systemd-analyze
 # (deploy/verify-units.sh) and PostgreSQL (unless TENSORTUNE_TEST_PG names a server); then NVRTC
-# and the CUDA headers from PyPI (scripts/setup-nvrtc.sh) and pytest when missing.
+# and pytest when missing. NVRTC and the CUDA headers come from PyPI (scripts/setup-nvrtc.sh) on
+# their own, first: the compile tests start as soon as the early build below is done.
 setup() {
     local pkgs=()
     command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || pkgs+=(chromium)
@@ -42,13 +43,14 @@ setup() {
             echo "missing ${pkgs[*]} and no root apt-get: the tests that need them will say so" >&2
         fi
     fi
-    scripts/setup-nvrtc.sh >"$logs/nvrtc-dir"
     if ! python3 -c 'import pytest' 2>/dev/null; then
         python3 -m pip install --quiet --disable-pip-version-check --target "$target/pytest-env" pytest >&2 || true
     fi
 }
 setup >"$logs/setup.log" 2>&1 &
 setup_pid=$!
+scripts/setup-nvrtc.sh >"$logs/nvrtc-dir" 2>"$logs/setup-nvrtc.log" &
+nvrtc_pid=$!
 
 # The test binaries as a build's JSON messages list them: label, directory, executable.
 list_tests() {
@@ -85,17 +87,27 @@ run_job() {
 }
 : >"$logs/results.tsv"
 
-# The search crate's replays are the longest tests and need neither NVRTC nor PostgreSQL: they
-# are built first (kernels and search only) and run while the rest of the workspace builds, whose
-# last crates leave a core idle much of the time. --workspace keeps the features the full build
-# resolves, so nothing is built twice.
+# The longest tests need neither the tracker, the worker nor PostgreSQL: the search crate's
+# replays and NVRTC's compile of what every template generates (kernels/tests/compile). They are
+# built first (kernels, search and tensortune-nvrtc only) and run while the rest of the workspace
+# builds, at a lower priority (nice), so that they take what the build leaves idle (its last crates
+# leave a core idle much of the time) and do not hold up the build. --workspace keeps the
+# features the full build resolves, so nothing is built twice.
 status=0
 early=()
+early_pids=()
 if cargo test --workspace --locked --no-run --message-format=json \
-    --test union_replay --test shipped_replay --test ground_truth_current >"$logs/build-early.json"; then
+    --test union_replay --test shipped_replay --test ground_truth_current --test compile >"$logs/build-early.json"; then
+    # The compile tests need NVRTC (most often installed by now).
+    wait "$nvrtc_pid" || { cat "$logs/setup-nvrtc.log" >&2; echo "installing NVRTC failed" >&2; exit 1; }
+    cuda=$(cat "$logs/nvrtc-dir")
+    export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
+    export TENSORTUNE_REQUIRE_NVRTC=1
     while IFS=$'\t' read -r label dir exe; do
-        run_job "$label" "$dir" "$exe" "$@" &
+        (renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true; run_job "$label" "$dir" "$exe" "$@") &
         early+=("$label")
+        early_pids+=($!)
     done < <(list_tests "$logs/build-early.json")
 fi
 cargo test --workspace --locked --no-run --message-format=json >"$logs/build.json" \
@@ -104,10 +116,13 @@ echo "the workspace's tests built $(($(date +%s) - began)) s after the start" >&
 wait "$setup_pid" || { cat "$logs/setup.log" >&2; echo "setting up the test machine failed" >&2; exit 1; }
 cat "$logs/setup.log" >&2
 [ "$status" = 0 ] || exit "$status"
-cuda=$(cat "$logs/nvrtc-dir")
-export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
-export TENSORTUNE_REQUIRE_NVRTC=1
+if [ -z "${cuda:-}" ]; then
+    wait "$nvrtc_pid" || { cat "$logs/setup-nvrtc.log" >&2; echo "installing NVRTC failed" >&2; exit 1; }
+    cuda=$(cat "$logs/nvrtc-dir")
+    export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
+    export TENSORTUNE_REQUIRE_NVRTC=1
+fi
 
 # The tracker's tests on PostgreSQL: each test makes a database of its own on this server.
 pg_dir=
@@ -122,7 +137,7 @@ fi
 # The jobs: each test binary the build made (label, directory, command), the API suite again on
 # PostgreSQL, and the checks that are not cargo tests. The long ones start first.
 jobs_file="$logs/jobs.tsv"
-first=(worker/worker tracker/api client/e2e)
+first=(client/e2e tracker/api worker/worker)
 list_tests "$logs/build.json" | awk -F'\t' -v early="${early[*]}" -v first="${first[*]}" '
     BEGIN { n = split(early, e, " "); for (i = 1; i <= n; i++) skip[e[i]] = 1
             n = split(first, f, " "); for (i = 1; i <= n; i++) rank[f[i]] = i }
@@ -143,11 +158,17 @@ printf 'python tests\t%s\tenv PYTHONPATH=python:%s/pytest-env python3 -m pytest 
     "$root" "$target" >>"$jobs_file"
 printf 'gpu step headers\t%s\tscripts/check-steps.sh\n' "$root" >>"$jobs_file"
 
-# At most TEST_JOBS jobs at once (default: cores + 1), the early ones included. `wait -n` waits
-# for a job that ends from now on, so the running ones are counted each time.
+# At most TEST_JOBS jobs at once (default: cores + 1), not counting the early ones (niced, they
+# yield to these). `wait -n` waits for a job that ends from now on, so the running ones are
+# counted each time.
 parallel=${TEST_JOBS:-$(($(nproc) + 1))}
+running() {
+    local n=0 p
+    for p in $(jobs -rp); do [[ " ${early_pids[*]} " == *" $p "* ]] || n=$((n + 1)); done
+    echo "$n"
+}
 while IFS=$'\t' read -r label dir cmd; do
-    while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+    while [ "$(running)" -ge "$parallel" ]; do wait -n || true; done
     case "$label" in
     # Test binaries take the script's arguments; the other jobs run as they are.
     "tracker/api on postgres" | doctests | "deploy units" | "python tests" | "gpu step headers") run_job "$label" "$dir" "$cmd" & ;;

@@ -22,7 +22,7 @@
 //! - `inject`: fault injection on a real GPU (`TENSORTUNE_INJECT_FAULTS`), for tests of isolation.
 //! - [`cuda`]: the `cuda` backend (cudarc) that runs in the child.
 //! - [`energy`]: energy per launch, power and the steady state from polled NVML readings (pure).
-//! - [`nvrtc`]: NVRTC compilation to cubins.
+//! - [`nvrtc`]: NVRTC compilation to cubins (the `tensortune-nvrtc` crate, re-exported).
 //! - [`selftest`]: every template checked on one device in this process (`tensortune selftest`).
 //!
 //! Binaries embedding the worker call [`child_main`] when their first argument is [`CHILD_ARG`]
@@ -31,11 +31,12 @@
 mod compile_child;
 pub mod cuda;
 pub mod energy;
-pub mod nvrtc;
 pub mod params;
 pub mod protocol;
 pub mod selftest;
 pub mod sim;
+
+pub use tensortune_nvrtc as nvrtc;
 
 mod child;
 mod compiler;

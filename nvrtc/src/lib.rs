@@ -3,6 +3,13 @@
 //! cudarc's safe layer stops at PTX; a PTX from an NVRTC newer than the driver will not load, so we
 //! go one layer down and ask for the cubin (`nvrtcGetCUBIN`). Compile errors keep the full log and
 //! the flags used. NVRTC is thread-safe per program, so a pool of threads may call [`compile`].
+//!
+//! # Layout
+//! One file: finding the toolchain ([`find`], [`cuda_roots`]: an installation the environment names,
+//! /usr/local/cuda, then the PyPI wheel that scripts/setup-nvrtc.sh installs above the binary or
+//! the working directory), the flags ([`flags`]) and the compile ([`compile`], [`compile_with`]).
+//! The worker re-exports it as `tensortune_worker::nvrtc`; kernels/tests/compile compiles every
+//! template's output with it.
 
 use std::ffi::{CStr, CString, c_char};
 use std::path::{Path, PathBuf};
@@ -349,7 +356,7 @@ mod tests {
         );
         let elsewhere = tempfile::tempdir().unwrap();
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "nvrtc::tests::nvrtc_loads_without_ld_library_path", "--nocapture"])
+            .args(["--exact", "tests::nvrtc_loads_without_ld_library_path", "--nocapture"])
             .env("TENSORTUNE_NVRTC_CHILD", "1")
             .env_remove("LD_LIBRARY_PATH")
             .env_remove("TENSORTUNE_CUDA_INCLUDE")

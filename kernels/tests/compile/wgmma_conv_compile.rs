@@ -181,25 +181,3 @@ fn fused_wgmma_conv_epilogues_compile_for_sm90a() {
     assert!(specs.len() >= 10 && stores.len() == 2, "{} configs, epilogue stores {stores:?}", specs.len());
     assert_all_compile(&specs, &target);
 }
-
-/// On a GPU: three configs of each conv epilogue layer of the self-test's matrix, every element
-/// checked, and cuDNN beside each: its fused convolution-bias-activation where it has the
-/// epilogue (a bias, then ReLU or none, the residual as z), else its convolution and an
-/// elementwise kernel, the kind saying which. `--ignored --nocapture wgmma_conv_compile::` there.
-#[test]
-#[ignore = "needs a GPU"]
-fn fused_conv_epilogues_pass_every_element_on_the_gpu() {
-    let keys: Vec<String> = tensortune_worker::selftest::matrix()
-        .iter()
-        .filter(|w| matches!(w, Workload::Conv2d(c) if c.fused()))
-        .map(|w| w.key())
-        .collect();
-    assert!(keys.len() >= 6, "{keys:?}");
-    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let report = crate::fused_compile::self_test_on_gpu("wgmma_conv2d", &refs);
-    for c in &report.checks {
-        let (k, fused) = (&c.baseline_kind, c.baseline_kind.starts_with("cudnnConvolutionBiasActivationForward"));
-        assert!(c.baseline_us.is_some() && !k.contains("failed our check"), "{}: {k}", c.workload);
-        assert!(fused || k.contains("tt_epilogue elementwise kernel (unfused"), "{}: {k}", c.workload);
-    }
-}

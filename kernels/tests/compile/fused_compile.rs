@@ -1,30 +1,20 @@
 //! FP8 inputs and fused epilogues on `wgmma_gemm` (issue 36): NVRTC compiles a few kernels of
 //! each new path for sm_90a without spills, and their support modules (reference and unfused
-//! epilogue) for sm_90, on the CPU; and, marked `#[ignore = "needs a GPU"]`, the self-test runs
-//! them on `cuda:0` with every output element checked and cuBLASLt beside them.
+//! epilogue) for sm_90, on the CPU (the worker's `gpu_selftest` runs them on a GPU, every output element
+//! checked).
 
 use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{KernelSpec, Target, Template, Workload, support};
-use tensortune_worker::nvrtc;
+use tensortune_nvrtc as nvrtc;
 
 use crate::common::{self, assert_all_compile_without_spills, wgmma_kind};
 
-/// Every new path: both FP8 formats with every output type, with and without tensor scales;
-/// every epilogue part alone and in the combinations a framework emits, on 16-bit and FP8
-/// inputs; residual adds (beta with C); ragged shapes (M, N not multiples of a tile, M odd).
-pub(crate) const KEYS: [&str; 10] = [
-    "matmul/m4096n4096k4096/tn/e4m3,f32,bf16/alpha=1,beta=0,scale=tensor",
-    "matmul/m1000n1000k1024/tn/e5m2,f32,f16/alpha=1,beta=0,scale=tensor,epi=bias+relu",
-    "matmul/m512n768k512/tn/e4m3,f32,f32/alpha=1,beta=0",
-    "matmul/m1000n1000k1024/tn/e4m3,f32,bf16/alpha=1,beta=1,scale=tensor,epi=scale+bias+gelu",
-    "matmul/m1024n1024k1024/tn/bf16,f32,bf16/alpha=1,beta=0,epi=bias+gelu",
-    "matmul/m1000n1001k512/nn/f16,f32,f16/alpha=1,beta=1,epi=bias",
-    "matmul/m776n512k512/nt/bf16,f32,f32/alpha=0.5,beta=0,epi=scale+relu",
-    "matmul/m512n512k512/tt/f16,f32,f32/alpha=1,beta=0,epi=gelu",
-    "matmul/m4096n512k1024/tn/f16,f16,f16/alpha=1,beta=0.5,epi=relu",
-    "matmul/m1000n1000k1024/tn/bf16,f32,bf16/alpha=1,beta=1,epi=scale+bias+relu",
-];
+/// The workloads of every new path (`tests/data/fused-keys.txt`, which the worker's GPU test runs
+/// too), in the file's order.
+pub(crate) fn keys() -> Vec<&'static str> {
+    include_str!("../data/fused-keys.txt").lines().filter(|l| !l.is_empty() && !l.starts_with('#')).collect()
+}
 
 /// One config of each of a few kinds (the middle of the kind's configs), `per` a workload.
 fn some_configs(w: &Workload, target: &Target, per: usize) -> Vec<KernelSpec> {
@@ -46,11 +36,11 @@ fn some_configs(w: &Workload, target: &Target, per: usize) -> Vec<KernelSpec> {
 fn fp8_and_fused_epilogue_kernels_compile_for_sm90a_without_spills() {
     let target = Target::sm90();
     let mut specs = Vec::new();
-    for key in KEYS {
+    for key in keys() {
         let w = Workload::from_key(key).unwrap();
         specs.extend(some_configs(&w, &target, 1));
     }
-    assert_eq!(specs.len(), KEYS.len(), "one kernel a key");
+    assert_eq!(specs.len(), keys().len(), "one kernel a key");
     // The new paths are really there: FP8 wgmma, the epilogue's parameters and constants.
     assert!(specs.iter().any(|s| s.source.contains("k32.f32.e4m3.e4m3")));
     assert!(specs.iter().any(|s| s.source.contains("k32.f32.e5m2.e5m2")));
@@ -62,63 +52,13 @@ fn fp8_and_fused_epilogue_kernels_compile_for_sm90a_without_spills() {
 #[test]
 fn support_modules_of_fp8_and_fused_workloads_compile() {
     let inc = common::include_dir();
-    for key in [KEYS[1], KEYS[3], KEYS[6]] {
+    let keys = keys();
+    for key in [keys[1], keys[3], keys[6]] {
         let w = Workload::from_key(key).unwrap();
         let source = support::source(&w);
         if let Err(e) = nvrtc::compile(&source, "support", "sm_90", &inc) {
             panic!("{key}: {e}");
         }
-    }
-}
-
-/// Three configs of each of `keys` on `template`, on `cuda:0`, every output element against the
-/// f64 reference; prints each kernel and asserts that all ran, none was skipped and none failed.
-pub(crate) fn self_test_on_gpu(template: &str, keys: &[&str]) -> tensortune_worker::selftest::Report {
-    use tensortune_worker::DeviceSpec;
-    use tensortune_worker::selftest::{self, Selection};
-    let selection = Selection {
-        template: Some(template.into()),
-        workloads: keys.iter().map(|k| Workload::from_key(k).unwrap()).collect(),
-        configs: 3,
-        ..Selection::default()
-    };
-    let report = selftest::run(&selection, &DeviceSpec::Cuda(0), &mut |_| {}).unwrap();
-    eprintln!("device {}", report.device.target.name);
-    for c in &report.checks {
-        eprintln!(
-            "{:<14} {:>10.2} us  vendor {:>10.2} us  max_abs {:>9.2e}  {}  {}  {} {}",
-            format!("{:?}", c.status),
-            c.median_us,
-            c.baseline_us.unwrap_or(f64::NAN),
-            c.max_abs_err.unwrap_or(f64::NAN),
-            c.workload,
-            c.config,
-            c.baseline_kind,
-            c.error.chars().take(400).collect::<String>()
-        );
-    }
-    assert!(report.verified, "outputs were checked on a GPU");
-    assert!(report.skipped.is_empty(), "skipped: {:?}", report.skipped);
-    assert_eq!(report.failed(), 0, "{} kernels failed", report.failed());
-    assert!(report.ok() >= 2 * keys.len(), "only {} kernels ran", report.ok());
-    report
-}
-
-/// On a GPU: three configs of each workload of [`KEYS`], every output element against the f64
-/// reference (which applies the same epilogue), and cuBLASLt's time beside each, its output
-/// checked too. `<this test binary> --ignored --nocapture fused_compile::` on a GPU machine.
-#[test]
-#[ignore = "needs a GPU"]
-fn fp8_and_fused_epilogue_kernels_pass_every_element_on_the_gpu() {
-    let report = self_test_on_gpu("wgmma_gemm", &KEYS);
-    for c in &report.checks {
-        // cuBLASLt has no e5m2 x e5m2 FP8 matmul: those have no vendor time, and say so.
-        if c.workload.contains("/e5m2,") {
-            assert!(c.baseline_kind.contains("no e5m2 x e5m2"), "{}: {}", c.workload, c.baseline_kind);
-            continue;
-        }
-        assert!(c.baseline_us.is_some(), "{}: no vendor baseline ({})", c.workload, c.baseline_kind);
-        assert!(!c.baseline_kind.contains("failed our check"), "{}: {}", c.workload, c.baseline_kind);
     }
 }
 

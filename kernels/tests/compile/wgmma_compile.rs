@@ -376,11 +376,11 @@ fn operands_read_once_carry_the_evict_first_hint_and_compile() {
 /// alone: v14's first cut added a `__syncwarp` after the producer's tail, a no-op in the source of
 /// a single block, and ptxas answered with a YIELD in the producer's barrier waits that made a
 /// 7x7 layer 20% slower (H100, 2026-11-27). After an intended change, `TT_UPDATE_GOLDEN=1 cargo
-/// test -p tensortune-worker --test worker wgmma_compile` rewrites the record; its diff names the kernels
+/// test -p tensortune-kernels --test compile wgmma_compile` rewrites the record; its diff names the kernels
 /// whose machine code moved.
 #[test]
 fn single_block_golden_kernels_keep_their_recorded_machine_code() {
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels/tests/data");
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
     let dir = std::fs::read_dir(&data)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -393,10 +393,10 @@ fn single_block_golden_kernels_keep_their_recorded_machine_code() {
         .collect();
     sources.sort();
     let include = common::include_dir();
-    let version = tensortune_worker::nvrtc::version().unwrap_or_default();
+    let version = tensortune_nvrtc::version().unwrap_or_default();
     let mut lines = vec![format!(
         "# SHA-256 (first 16 hex digits) of each single-block golden kernel's .text (NVRTC {version}, sm_90a);\n\
-             # written by TT_UPDATE_GOLDEN=1 cargo test -p tensortune-worker --test worker wgmma_compile"
+             # written by TT_UPDATE_GOLDEN=1 cargo test -p tensortune-kernels --test compile wgmma_compile"
     )];
     for path in &sources {
         let source = std::fs::read_to_string(path).unwrap();
@@ -404,8 +404,8 @@ fn single_block_golden_kernels_keep_their_recorded_machine_code() {
             continue;
         }
         let name = path.file_stem().unwrap().to_string_lossy().to_string();
-        let out = tensortune_worker::nvrtc::compile(&source, &name, "sm_90a", &include)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let out =
+            tensortune_nvrtc::compile(&source, &name, "sm_90a", &include).unwrap_or_else(|e| panic!("{name}: {e}"));
         let text = text_sections(&out.cubin);
         assert!(!text.is_empty(), "{name}: no .text section in the cubin");
         let digest: String = Sha256::digest(&text).iter().take(8).map(|b| format!("{b:02x}")).collect();

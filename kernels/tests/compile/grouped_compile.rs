@@ -4,7 +4,7 @@
 
 use tensortune_kernels::wgmma::WgmmaGemm;
 use tensortune_kernels::{Config, Target, Template, Workload, support};
-use tensortune_worker::nvrtc;
+use tensortune_nvrtc as nvrtc;
 
 use crate::common::{self, assert_all_compile_without_spills};
 

@@ -15,7 +15,7 @@ use tensortune_kernels::template::valid_configs;
 use tensortune_kernels::{
     Config, DType, KernelSpec, Launch, Layout, Matmul, Target, Template, Types, Workload, gemm, support,
 };
-use tensortune_worker::nvrtc;
+use tensortune_nvrtc as nvrtc;
 
 use crate::common::{InTurn, assert_all_compile, include_dir};
 
@@ -115,7 +115,7 @@ fn support_modules_compile_for_every_type_combination() {
             // a multiple of one sub-byte MMA step.
             let layouts: &[Layout] = if input.is_packed() { &[Layout::Tn] } else { &[Layout::Nn, Layout::Tt] };
             for &layout in layouts {
-                // FP8's support modules (sm_90 only) are compiled by tests/worker/fused_compile.rs.
+                // FP8's support modules (sm_90 only) are compiled by tests/compile/fused_compile.rs.
                 if input.is_fp8() {
                     continue;
                 }
@@ -163,7 +163,7 @@ fn a_sample_of_every_dtype_and_layout_compiles_for_sm80_and_sm90() {
     let mut workloads = 0;
     // wmma_gemm's types: the 16- and 8-bit tensor-core inputs (f32, tf32 and the packed types
     // have templates of their own, with their own compile tests). FP8 is wgmma_gemm's alone
-    // (tests/worker/fused_compile.rs).
+    // (tests/compile/fused_compile.rs).
     for (input, acc, outs) in Types::SUPPORTED.iter().filter(|r| r.0.bits() <= 16 && r.0.bits() >= 8 && !r.0.is_fp8()) {
         for out in *outs {
             let types = Types::new(*input, *acc, Some(*out)).unwrap();

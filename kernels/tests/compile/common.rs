@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use tensortune_kernels::{Config, KernelSpec, Target, cuda};
-use tensortune_worker::nvrtc;
+use tensortune_nvrtc as nvrtc;
 
 const BATCH: usize = 16;
 
