@@ -45,7 +45,7 @@ pub fn row(template: &dyn Template, w: &Workload, config: &Config, target: &Targ
     Ok((out, analytic))
 }
 
-/// Names of the columns [`row`] adds after `wgmma_gemm`'s own.
+/// Names of the columns [`row`] adds after `wgmma_gemm`'s and `wgmma_conv2d`'s own.
 pub const WGMMA_WORK_FEATURES: [&str; 5] =
     ["tile_waves", "last_wave_idle", "log2_k_iters", "epilogue_share", "fill_share"];
 
@@ -63,11 +63,20 @@ pub const WGMMA_WORK_FEATURES: [&str; 5] =
 /// (m2048n2048k1024: 128x128 persistent against 256x128 in clusters of 2), 20 seeds: worst trials
 /// to 2% 38 -> 23 (m1536n4608k1536 38 -> 12, m16n4096k4096 33 -> 18, m2048n2048k1024 8 -> 1),
 /// least gain 5.0x -> 7.5x, median gain 43.3x -> 46.6x, median trials to 2% 3 -> 6 (the cost:
-/// m1992n1000k1536 3 -> 7, m256n1024k8192 3 -> 7). `None` for other templates, and for a config that is not one of the template's. Not for
-/// `wgmma_conv2d`, whose plan is the same: on the training split of the union-v14 replay they
-/// took the strided 3x3 conv n12h28w28c256 from 13 to 40 trials to 5% (gain 6.2x to 2.0x, at
-/// the bar) though the five layers' median trials to 2% fell from 11 to 5 (docs/BENCHMARKS.md,
-/// "Search").
+/// m1992n1000k1536 3 -> 7, m256n1024k8192 3 -> 7).
+///
+/// `wgmma_conv2d` gets them on its implicit GEMM (M the output channels, N the output pixels, K
+/// the taps' channels: `ConvGemm::of`), whose plan it runs. Its best tile is the one that divides
+/// that GEMM into waves well, and that differs between layers whose tile sizes are alike: without
+/// these columns a layer's prior carried its neighbours' tiles by name (union-v19's n2h28w28c384,
+/// 384 channels, drew 68% of its prior's weight from n8h20w20c160 k320, whose best is 160 rows,
+/// two tiles of 320: its prior's first pick was a 160-row tile at 1.44x, three tiles with a fifth
+/// padding, and its best, 96 rows, four tiles, 100 of them on 132 SMs, ranked 527th; n4h64w64c128
+/// took n6h56w56c64's 128x64, 64 tiles on 132 SMs, 1.04x, over 64x64's 128). With them, 265th and
+/// 13th. First tried on union-v14's training split without the prior's offset (`tuner`'s
+/// `PriorOffset`), where they took the strided n12h28w28c256 from 13 to 40 trials to 5%; with it
+/// 13 -> 2 (docs/BENCHMARKS.md, "Search"). `None` for other templates, and for a config that is
+/// not one of the template's.
 fn wgmma_work(
     template: &dyn Template,
     w: &Workload,
@@ -77,6 +86,7 @@ fn wgmma_work(
 ) -> Option<[f64; 5]> {
     let gemm = match (template.name(), w) {
         ("wgmma_gemm", Workload::Matmul(m)) => *m,
+        ("wgmma_conv2d", Workload::Conv2d(c)) => tensortune_kernels::wgmma::ConvGemm::of(c).1,
         _ => return None,
     };
     let p = tensortune_kernels::wgmma::Plan::new(&gemm, config).ok()?;
@@ -223,6 +233,20 @@ mod tests {
         // 3 stages of 64 K tiles: filled once per tile, or once per 5.2 tiles in a persistent block.
         assert!((plain[4] - 3.0 / (64.0 * waves)).abs() < 1e-12, "{plain:?}");
         assert_eq!(extra(&config(0, 0))[4], 3.0 / 64.0);
+        // A Hopper conv layer's columns are those of its implicit GEMM: 128 output channels by
+        // 4 x 32 x 32 pixels, 64x64 tiles (two by 64) over 132 SMs.
+        use tensortune_kernels::wgmma::conv::WgmmaConv2d;
+        let layer =
+            Workload::from_key("conv2d/n4h64w64c128/k128r3s3/pad1x1,stride2x2,dil1x1/nhwc/f16,f32,f16").unwrap();
+        let tile = Config::from_json(
+            r#"{"block_m":64,"block_n":64,"cluster":1,"consumers":2,"epilogue":"tma","persistent":0,"producer":"warpgroup","raster":"m","raster_group":1,"schedule":"pingpong","stages":4,"stream_k":0}"#,
+        )
+        .unwrap();
+        let own = WgmmaConv2d.features(&layer, &tile, &t).unwrap().len();
+        let conv = row(&WgmmaConv2d, &layer, &tile, &t).unwrap().0;
+        assert_eq!(conv.len(), own + WGMMA_WORK_FEATURES.len() + WORKLOAD_FEATURES.len());
+        assert!((conv[own] - 128.0 / 132.0).abs() < 1e-9, "{:?}", &conv[own..]);
+        assert_eq!(conv[own + 2], 18f64.log2(), "1152 / 64 K tiles of f16");
         // Other templates' rows are their own features and the workload's.
         let m = Workload::from_key("matmul/m512n64k512/nn/f16,f32,f32/alpha=1,beta=0").unwrap();
         let c = valid_configs(&gemm::WmmaGemm, &m, &t).unwrap()[0].1.clone();

@@ -414,9 +414,9 @@ impl ModelGuided {
     }
 
     /// Predicted normalised log-times of `positions` (lower is better). Before this workload has
-    /// data of its own: the prior's model, or the analytic estimates without one. After: a model
-    /// of this workload's outcomes whose rows carry the prior's prediction as one more column, so
-    /// the trees use the prior as far as it has held here and no further.
+    /// data of its own: the prior's model, or the analytic estimates without one. After, with a
+    /// prior: the prior's prediction plus a model of where this workload's outcomes depart from it
+    /// ([`PriorOffset`]); without one, a model of this workload's outcomes alone.
     fn scores(&self, candidates: &[Candidate], observed: &[Observation], positions: &[usize], seed: u64) -> Vec<f64> {
         let own = observed.len() >= self.min_observations;
         let prior = self.prior_scores(candidates);
@@ -451,11 +451,12 @@ impl ModelGuided {
         let y = if prior.is_some() { normalise_transfer(&times) } else { normalise(&times) };
         let rows: Vec<Vec<f64>> = observed.iter().map(|o| row(o.pos)).collect();
         let query: Vec<Vec<f64>> = positions.iter().map(|p| row(*p)).collect();
-        if prior.is_some() {
+        if let Some(prior) = prior {
             // Where the prior may mislead, a single model follows it; an ensemble's spread shows
             // where its members disagree, and the lower bound sends part of each batch there.
-            let (mean, sd) = ensemble(&rows, &y, &query, seed);
-            return mean.iter().zip(&sd).map(|(m, s)| m - s).collect();
+            let offset = PriorOffset(prior);
+            let (mean, sd) = ensemble(&rows, &offset.residuals(observed, &y), &query, seed);
+            return offset.add(positions, &mean).iter().zip(&sd).map(|(m, s)| m - s).collect();
         }
         let Ok(model) = CostModel::fit(&rows, &y, &vec![1.0; rows.len()], seed) else { return analytic() };
         model.predict(&query)
@@ -489,6 +490,38 @@ impl ModelGuided {
         let mut pool: Vec<usize> = pool.into_iter().collect();
         pool.sort_unstable();
         pool
+    }
+}
+
+/// The prior's prediction as the base of a workload's own model (its offset, as a base margin in
+/// gradient boosting): the trees fit what this workload's outcomes add to the prior (outcome minus
+/// prediction), and a config's score is the prior's prediction plus theirs. The prediction is also
+/// a column of the rows, so the trees can say where the prior holds and where it does not.
+///
+/// Why: with the prior as a column only, the trees had to rebuild its ranking from the workload's
+/// own 12-60 outcomes, which cut the column into a few bins; within a bin every unmeasured config
+/// scored alike, and the rest of the features (split on a dozen rows) ordered the thousands of
+/// them. The prior's fine ranking, the one thing it knew about configs not near any measured one,
+/// was lost after the first batch: on union-v19's conv n2h28w28c384 the first trained batch
+/// (after 192x64 tiles at 1.08x) went to 224- and 256-row tiles in clusters of 2 at 1.4-2.1x.
+/// With the offset, where the workload's outcomes agree with the prior the prior's order stands,
+/// and where they do not the trees move whole regions. Made on the development splits of the
+/// union-v19 and union-v14 replays (docs/BENCHMARKS.md, "Search"), no constant: with
+/// `wgmma_conv2d`'s work columns ([`crate::features::WGMMA_WORK_FEATURES`]) it took union-v19
+/// conv's dev median trials to 2% from 51 to 12, union-v14 conv's from 11 to 5; alone, on the
+/// matmuls, union-v19's dev m384n12288k768 from 55 to 22, m3584n896k2560 73 -> 50, m8192n2048k2048
+/// 72 -> 55 (dev median 11 either way), union-v14's m512n8192k1024 23 -> 34 (median 6).
+struct PriorOffset<'a>(&'a [f64]);
+
+impl PriorOffset<'_> {
+    /// Targets of the workload's own model: each outcome's target less the prior's prediction.
+    fn residuals(&self, observed: &[Observation], y: &[f64]) -> Vec<f64> {
+        y.iter().zip(observed).map(|(y, o)| y - self.0[o.pos]).collect()
+    }
+
+    /// Scores of `positions` from the own model's predictions for them: the prior's plus theirs.
+    fn add(&self, positions: &[usize], own: &[f64]) -> Vec<f64> {
+        positions.iter().zip(own).map(|(p, m)| self.0[*p] + m).collect()
     }
 }
 
