@@ -666,8 +666,11 @@ impl Tracker {
                 template_version: template.version(),
                 device_class: &job.device_class,
             };
-            let configs: Vec<&str> =
-                planned.iter().filter(|(point, ..)| point.slot == slot).map(|(.., config)| config.as_str()).collect();
+            let configs: Vec<(u64, &str)> = planned
+                .iter()
+                .filter(|(point, ..)| point.slot == slot)
+                .map(|(point, _, config)| (point.index, config.as_str()))
+                .collect();
             for (config, outcome) in store::records::reusable_among(w.conn(), &scope, &configs).await? {
                 reusable.insert((slot, config), outcome);
             }
