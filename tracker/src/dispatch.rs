@@ -1,6 +1,7 @@
 //! Dispatch to workers: registration, leasing with long polls, heartbeats and reports.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -166,7 +167,7 @@ impl Tracker {
                 samples: job.samples,
                 lease_expires_ms: t.lease_expires_ms,
                 flush_l2: job.flush_l2,
-                regime: job.regime,
+                regime: job.regime.clone(),
                 no_energy: job.no_energy,
                 kind: t.kind,
                 finalists: t.finalists,
@@ -443,7 +444,7 @@ impl Tracker {
                     }
                     let s = self.store_record(w, &job, &task, &producer, m, &stored).await?;
                     stored_tasks.insert(task.id);
-                    stored.push((job.clone(), s));
+                    stored.push((Arc::clone(&job), s));
                     waiting.push((b, outcomes[b].len()));
                     None
                 }
@@ -475,15 +476,15 @@ impl Tracker {
     }
 
     /// Job `id`'s row, read once per write for its reports and leases (see `Write::job_row`).
-    async fn job_in(&self, w: &mut Write<'_>, id: JobId) -> Result<JobRow> {
+    async fn job_in(&self, w: &mut Write<'_>, id: JobId) -> Result<Arc<JobRow>> {
         // Everything a dispatch change does to a job starts from its row, read here: a group's
         // write must hold the job first (`Tracker::write_dispatch`).
         w.holding(id)?;
         if let Some(job) = w.job_row(id) {
-            return Ok(job.clone());
+            return Ok(Arc::clone(job));
         }
-        let job = store::jobs::get(w.conn(), id).await?.ok_or(Error::JobNotFound(id))?;
-        w.remember_job(&job);
+        let job = Arc::new(store::jobs::get(w.conn(), id).await?.ok_or(Error::JobNotFound(id))?);
+        w.remember_job(Arc::clone(&job));
         Ok(job)
     }
 

@@ -666,8 +666,11 @@ impl Tracker {
                 template_version: template.version(),
                 device_class: &job.device_class,
             };
-            let configs: Vec<&str> =
-                planned.iter().filter(|(point, ..)| point.slot == slot).map(|(.., config)| config.as_str()).collect();
+            let configs: Vec<(u64, &str)> = planned
+                .iter()
+                .filter(|(point, ..)| point.slot == slot)
+                .map(|(point, _, config)| (point.index, config.as_str()))
+                .collect();
             for (config, outcome) in store::records::reusable_among(w.conn(), &scope, &configs).await? {
                 reusable.insert((slot, config), outcome);
             }
@@ -780,7 +783,7 @@ impl Tracker {
         measurement: &Measurement,
     ) -> Result<RecordId> {
         let stored = self.store_record(w, job, task, producer, measurement, &[]).await?;
-        let mut stored = vec![(job.clone(), stored)];
+        let mut stored = vec![(Arc::new(job.clone()), stored)];
         let (ids, _) = self.complete_stored(w, &mut stored).await?;
         ids.first()
             .copied()
@@ -797,7 +800,7 @@ impl Tracker {
         task: &TaskRow,
         producer: &Producer<'_>,
         measurement: &Measurement,
-        earlier: &[(JobRow, Stored)],
+        earlier: &[(Arc<JobRow>, Stored)],
     ) -> Result<Stored> {
         let wl = self.workload(w, job, task.workload_idx).await?;
         let slot = JobTemplates::of(job)?.slot(&task.template, task.template_version).ok_or_else(|| {
@@ -847,7 +850,7 @@ impl Tracker {
     pub(crate) async fn complete_stored(
         &self,
         w: &mut Write<'_>,
-        stored: &mut Vec<(JobRow, Stored)>,
+        stored: &mut Vec<(Arc<JobRow>, Stored)>,
     ) -> Result<(Vec<RecordId>, bool)> {
         if stored.is_empty() {
             return Ok((Vec::new(), false));

@@ -296,7 +296,7 @@ pub(crate) struct Write<'a> {
     /// of a few jobs, each of which read its job's row. A change of a job's row inside a group
     /// (running, done, a note) forgets it (`Write::forget_job`); its `updated_ms` (set by
     /// `Tracker::touch_job`) is not followed, nothing a report does reads it.
-    jobs: HashMap<JobId, crate::store::jobs::JobRow>,
+    jobs: HashMap<JobId, Arc<crate::store::jobs::JobRow>>,
     /// The tracker's kept worker rows, dropped when this write ends if it changed a worker's row.
     worker_rows: &'a crate::changes::WorkerRows,
     workers_changed: bool,
@@ -504,13 +504,14 @@ impl Write<'_> {
     }
 
     /// Job `id`'s row as read earlier in this write, if it was and has not changed since.
-    pub(crate) fn job_row(&self, id: JobId) -> Option<&crate::store::jobs::JobRow> {
+    pub(crate) fn job_row(&self, id: JobId) -> Option<&Arc<crate::store::jobs::JobRow>> {
         self.jobs.get(&id)
     }
 
-    /// Keeps `row`, just read, for this write's next reads of its job.
-    pub(crate) fn remember_job(&mut self, row: &crate::store::jobs::JobRow) {
-        self.jobs.insert(row.id, row.clone());
+    /// Keeps `row`, just read, for this write's next reads of its job (shared: each report and
+    /// leased task of a group takes the row, which a clone copied a dozen heap values of).
+    pub(crate) fn remember_job(&mut self, row: Arc<crate::store::jobs::JobRow>) {
+        self.jobs.insert(row.id, row);
     }
 
     /// Forgets the kept row of job `id`: this write changed it.

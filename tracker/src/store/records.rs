@@ -297,6 +297,7 @@ pub(crate) struct ContentScope<'a> {
 
 /// A reusable record of one config (see [`reusable_among`]).
 struct ReusableOf {
+    config_index: i64,
     config: String,
     outcome: Outcome,
 }
@@ -305,58 +306,82 @@ impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for ReusableOf
 where
     &'r str: sqlx::ColumnIndex<R>,
     String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
     Outcome: sqlx::FromRow<'r, R>,
 {
     fn from_row(row: &'r R) -> std::result::Result<Self, sqlx::Error> {
-        Ok(ReusableOf { config: row.try_get("config")?, outcome: Outcome::from_row(row)? })
+        Ok(ReusableOf {
+            config_index: row.try_get("config_index")?,
+            config: row.try_get("config")?,
+            outcome: Outcome::from_row(row)?,
+        })
     }
 }
 
 /// [`reusable_among`] on PostgreSQL: the configs drive the read, a `records_by_content` seek each,
 /// which its planner picks once the table has statistics (`store::statistics`).
 pub(crate) const REUSABLE_AMONG_PG: &str =
-    "SELECT r.config, r.id, r.status, r.median_us, r.untrusted IS NULL AS trusted, r.energy_mj
+    "SELECT r.config_index, r.config, r.id, r.status, r.median_us, r.untrusted IS NULL AS trusted, r.energy_mj
      FROM json_array_elements_text($5::json) AS c (value) JOIN records r ON r.config = c.value
      WHERE r.workload_key = $1 AND r.template = $2 AND r.template_version = $3 AND r.device_class = $4
        AND r.regime = $6 AND r.status NOT IN ('timeout', 'device_lost') AND NOT r.remeasure
        AND r.untrusted IS NULL";
 
-/// Per config of `configs` that has one, the oldest tuning record of `scope` with that config
-/// whose status would repeat if measured again: every status but `timeout` and `device_lost`,
-/// which say more about the worker than about the kernel. Re-measurements are left out so that
-/// a trial always points at a tuning record. One statement for a proposal's configs (one each
-/// before: two of the ~8 statements of a report went to proposing).
+/// [`reusable_among`] on SQLite: the configs' indexes drive the read, a `records_by_content` seek
+/// each (the index keys a config by its index since migration `20261205000000`: a record's
+/// entry there was mostly the config's text). The text is compared afterwards, in Rust.
+pub(crate) const REUSABLE_AMONG_SQLITE: &str =
+    "SELECT config_index, config, id, status, median_us, untrusted IS NULL AS trusted, energy_mj FROM records
+     WHERE workload_key = $1 AND template = $2 AND template_version = $3 AND device_class = $4
+       AND config_index IN (SELECT value FROM json_each($5))
+       AND regime = $6 AND status NOT IN ('timeout', 'device_lost') AND NOT remeasure AND untrusted IS NULL";
+
+/// Per config of `configs` (each its index in the template version's space and its canonical
+/// JSON) that has one, the oldest tuning record of `scope` with that config whose status would
+/// repeat if measured again: every status but `timeout` and `device_lost`, which say more about
+/// the worker than about the kernel. Re-measurements are left out so that a trial always points
+/// at a tuning record. One statement for a proposal's configs (one each before: two of the ~8
+/// statements of a report went to proposing). Keyed by the config's text.
+///
+/// A record answers only for the config it names by both index and text: SQLite seeks by index,
+/// PostgreSQL by text, and a record of an index whose text differs (a space that changed without
+/// a new version) is never reused.
 pub(crate) async fn reusable_among(
     e: impl Into<Exec<'_>>,
     scope: &ContentScope<'_>,
-    configs: &[&str],
+    configs: &[(u64, &str)],
 ) -> Result<std::collections::HashMap<String, Outcome>> {
     // On PostgreSQL, without statistics, its planner walks every record of the class through
     // `records_by_class` whichever way the query is spelled (`config IN (...)`, a join, a lateral
     // seek per config): 17-36 ms a proposal at 20,000 records, a quarter of the server's time in a
     // load run (2026-11-29), against 0.5 ms with them. A config named twice gives its rows twice,
     // which the oldest-of pick below absorbs.
-    let rows: Vec<ReusableOf> = on!(e, |c, pg| sqlx::query_as(if pg {
-        REUSABLE_AMONG_PG
-    } else {
-        "SELECT config, id, status, median_us, untrusted IS NULL AS trusted, energy_mj FROM records
-         WHERE workload_key = $1 AND template = $2 AND template_version = $3 AND device_class = $4
-           AND config IN (SELECT value FROM json_each($5))
-           AND regime = $6 AND status NOT IN ('timeout', 'device_lost') AND NOT remeasure AND untrusted IS NULL"
-    })
-    .bind(scope.workload_key)
-    .bind(scope.template)
-    .bind(i64::from(scope.template_version))
-    .bind(scope.device_class)
-    .bind(json(configs))
-    .bind(scope.regime)
-    .fetch_all(c)
-    .await)?;
+    let rows: Vec<ReusableOf> = on!(e, |c, pg| {
+        let keys = if pg {
+            json(&configs.iter().map(|&(_, config)| config).collect::<Vec<_>>())
+        } else {
+            json(&configs.iter().map(|&(index, _)| index).collect::<Vec<_>>())
+        };
+        sqlx::query_as(if pg { REUSABLE_AMONG_PG } else { REUSABLE_AMONG_SQLITE })
+            .bind(scope.workload_key)
+            .bind(scope.template)
+            .bind(i64::from(scope.template_version))
+            .bind(scope.device_class)
+            .bind(keys)
+            .bind(scope.regime)
+            .fetch_all(c)
+            .await
+    })?;
+    let asked: std::collections::HashSet<(i64, &str)> =
+        configs.iter().map(|&(index, config)| (i64::try_from(index).unwrap_or(-1), config)).collect();
     // The oldest is picked here: an `ORDER BY id` made SQLite walk every record of the class in
     // id order (`records_by_class`) instead of looking the configs up in `records_by_content`
     // (2026-11-28: a tracker twice as slow per task at 37,000 records).
     let mut oldest: std::collections::HashMap<String, Outcome> = std::collections::HashMap::with_capacity(rows.len());
     for r in rows {
+        if !asked.contains(&(r.config_index, r.config.as_str())) {
+            continue;
+        }
         let kept = oldest.entry(r.config).or_insert(r.outcome);
         if r.outcome.id < kept.id {
             *kept = r.outcome;
@@ -767,6 +792,64 @@ mod tests {
         times.sort_by(f64::total_cmp);
         assert_eq!(times, [5.0, 8.0]);
         assert!(vendor_times(crate::store::Exec::SqlitePool(&pool), "wk", "a100", 0).await.unwrap().is_empty());
+    }
+
+    /// The reuse lookup seeks `records_by_content` by the configs' indexes on SQLite, and a record
+    /// answers only for the config it names by both index and text.
+    #[tokio::test]
+    async fn reuse_seeks_configs_by_index_and_matches_their_text() {
+        let pool = memory_db().await;
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {REUSABLE_AMONG_SQLITE}")))
+                .bind("wk")
+                .bind("wmma_gemm")
+                .bind(1_i64)
+                .bind("h200")
+                .bind("[5, 6]")
+                .bind("burst")
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        let steps: Vec<&str> = plan.iter().map(|p| p.3.as_str()).collect();
+        assert!(
+            steps.iter().any(|s| s.contains("USING INDEX records_by_content") && s.contains("config_index=?")),
+            "the plan should seek records_by_content by config index: {steps:?}"
+        );
+        sqlx::query("PRAGMA foreign_keys = OFF").execute(&pool).await.unwrap();
+        // id, config index, config: record 3 is a later one of index 5; 2 names index 6 with
+        // another text than the one asked for.
+        for (id, index, config) in [(1, 5, r#"{"a":1}"#), (2, 6, r#"{"b":2}"#), (3, 5, r#"{"a":1}"#)] {
+            sqlx::query(
+                "INSERT INTO records (id, task_id, job_id, worker_id, workload_key, workload, template, template_version,
+                     config, config_index, device_class, status, error, compile_ms, measure_ms, samples, median_us,
+                     spread, batch, baseline_us, baseline_kind, registers, smem_bytes, cache_hit, provenance, tflops,
+                     speedup, created_ms)
+                 VALUES ($1, $1, 1, 1, 'wk', '{}', 'wmma_gemm', 1, $2, $3, 'h200', 'ok', '', 1, 1, '[]', 10, 0, 1, NULL,
+                     'cublas', 64, 0, 0, '{}', 1, 1, $1)",
+            )
+            .bind(id)
+            .bind(config)
+            .bind(index)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        let scope = ContentScope {
+            regime: "burst",
+            workload_key: "wk",
+            template: "wmma_gemm",
+            template_version: 1,
+            device_class: "h200",
+        };
+        let found = reusable_among(
+            crate::store::Exec::SqlitePool(&pool),
+            &scope,
+            &[(5, r#"{"a":1}"#), (6, r#"{"a":2}"#), (7, r#"{"b":2}"#)],
+        )
+        .await
+        .unwrap();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[r#"{"a":1}"#].id, 1, "the oldest record of the config");
     }
 
     /// SQLite takes a partial index only when the query's terms contain the index's condition:
