@@ -113,6 +113,9 @@ fi
 cargo test --workspace --locked --no-run --message-format=json >"$logs/build.json" \
     || { echo "the workspace's tests did not build" >&2; status=1; }
 echo "the workspace's tests built $(($(date +%s) - began)) s after the start" >&2
+# From here on the jobs to come run at the early ones' priority: with the build done, nothing
+# is more urgent than the rest, and an early job left running must not become the last one.
+renice -n 10 -p $$ >/dev/null 2>&1 || true
 wait "$setup_pid" || { cat "$logs/setup.log" >&2; echo "setting up the test machine failed" >&2; exit 1; }
 cat "$logs/setup.log" >&2
 [ "$status" = 0 ] || exit "$status"
