@@ -51,6 +51,15 @@ setup >"$logs/setup.log" 2>&1 &
 setup_pid=$!
 scripts/setup-nvrtc.sh >"$logs/nvrtc-dir" 2>"$logs/setup-nvrtc.log" &
 nvrtc_pid=$!
+# Waits for NVRTC's install and points the tests at it, the first time it is called.
+use_nvrtc() {
+    [ -z "${cuda:-}" ] || return 0
+    wait "$nvrtc_pid" || { cat "$logs/setup-nvrtc.log" >&2; echo "installing NVRTC failed" >&2; exit 1; }
+    cuda=$(cat "$logs/nvrtc-dir")
+    export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
+    export TENSORTUNE_REQUIRE_NVRTC=1
+}
 
 # The test binaries as a build's JSON messages list them: label, directory, executable.
 list_tests() {
@@ -98,12 +107,7 @@ early=()
 early_pids=()
 if cargo test --workspace --locked --no-run --message-format=json \
     --test union_replay --test shipped_replay --test ground_truth_current --test compile >"$logs/build-early.json"; then
-    # The compile tests need NVRTC (most often installed by now).
-    wait "$nvrtc_pid" || { cat "$logs/setup-nvrtc.log" >&2; echo "installing NVRTC failed" >&2; exit 1; }
-    cuda=$(cat "$logs/nvrtc-dir")
-    export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
-    export TENSORTUNE_REQUIRE_NVRTC=1
+    use_nvrtc # the compile tests need it (most often installed by now)
     while IFS=$'\t' read -r label dir exe; do
         (renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true; run_job "$label" "$dir" "$exe" "$@") &
         early+=("$label")
@@ -119,13 +123,7 @@ renice -n 10 -p $$ >/dev/null 2>&1 || true
 wait "$setup_pid" || { cat "$logs/setup.log" >&2; echo "setting up the test machine failed" >&2; exit 1; }
 cat "$logs/setup.log" >&2
 [ "$status" = 0 ] || exit "$status"
-if [ -z "${cuda:-}" ]; then
-    wait "$nvrtc_pid" || { cat "$logs/setup-nvrtc.log" >&2; echo "installing NVRTC failed" >&2; exit 1; }
-    cuda=$(cat "$logs/nvrtc-dir")
-    export LD_LIBRARY_PATH="$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    export TENSORTUNE_CUDA_INCLUDE="$cuda/include"
-    export TENSORTUNE_REQUIRE_NVRTC=1
-fi
+use_nvrtc
 
 # The tracker's tests on PostgreSQL: each test makes a database of its own on this server.
 pg_dir=
@@ -161,9 +159,9 @@ printf 'python tests\t%s\tenv PYTHONPATH=python:%s/pytest-env python3 -m pytest 
     "$root" "$target" >>"$jobs_file"
 printf 'gpu step headers\t%s\tscripts/check-steps.sh\n' "$root" >>"$jobs_file"
 
-# At most TEST_JOBS jobs at once (default: cores + 1), not counting the early ones (niced, they
-# yield to these). `wait -n` waits for a job that ends from now on, so the running ones are
-# counted each time.
+# At most TEST_JOBS jobs at once (default: cores + 1), not counting the early ones still running
+# (they were started before the build and only share the cores with these, at the same nice).
+# `wait -n` waits for a job that ends from now on, so the running ones are counted each time.
 parallel=${TEST_JOBS:-$(($(nproc) + 1))}
 running() {
     local n=0 p

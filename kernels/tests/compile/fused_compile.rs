@@ -35,12 +35,13 @@ fn some_configs(w: &Workload, target: &Target, per: usize) -> Vec<KernelSpec> {
 #[test]
 fn fp8_and_fused_epilogue_kernels_compile_for_sm90a_without_spills() {
     let target = Target::sm90();
+    let keys = keys();
     let mut specs = Vec::new();
-    for key in keys() {
+    for key in &keys {
         let w = Workload::from_key(key).unwrap();
         specs.extend(some_configs(&w, &target, 1));
     }
-    assert_eq!(specs.len(), keys().len(), "one kernel a key");
+    assert_eq!(specs.len(), keys.len(), "one kernel a key");
     // The new paths are really there: FP8 wgmma, the epilogue's parameters and constants.
     assert!(specs.iter().any(|s| s.source.contains("k32.f32.e4m3.e4m3")));
     assert!(specs.iter().any(|s| s.source.contains("k32.f32.e5m2.e5m2")));

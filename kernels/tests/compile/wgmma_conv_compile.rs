@@ -42,12 +42,39 @@ fn layer(
     }
 }
 
+/// Kernels of a sample per load path, by the kernel's name: the gather, TMA im2col, or a
+/// pointwise layer's TMA tiles.
+#[derive(Default)]
+struct LoadPaths {
+    gathered: usize,
+    im2col: usize,
+    pointwise: usize,
+}
+
+impl LoadPaths {
+    fn count(&mut self, spec: &KernelSpec) {
+        if spec.name.contains("gather") {
+            self.gathered += 1
+        } else if spec.name.contains("im2col") {
+            self.im2col += 1
+        } else {
+            self.pointwise += 1
+        }
+    }
+}
+
+impl std::fmt::Display for LoadPaths {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} gathered, {} im2col, {} pointwise", self.gathered, self.im2col, self.pointwise)
+    }
+}
+
 #[test]
 fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
     let target = Target::sm90();
     let mut specs: Vec<KernelSpec> = Vec::new();
     let mut kinds = std::collections::BTreeMap::new();
-    let (mut gathered, mut im2col, mut pointwise) = (0, 0, 0);
+    let mut paths = LoadPaths::default();
     let mut turn = 0usize;
     let mut all_offered = std::collections::BTreeSet::new();
     // The tensor-core types wgmma_conv2d takes (not f32, tf32 or the packed matmul-only types).
@@ -76,29 +103,16 @@ fn a_sample_of_wgmma_conv_configs_compiles_for_sm90a() {
                 let unseen = offered.iter().filter(|k| !kinds.contains_key(*k)).count();
                 for c in least_seen_kinds(&valid, kind, unseen.clamp(1, 3), turn, &mut kinds) {
                     let spec = WgmmaConv2d.generate(&w, &c, &target).unwrap();
-                    if spec.name.contains("gather") {
-                        gathered += 1
-                    } else if spec.name.contains("im2col") {
-                        im2col += 1
-                    } else {
-                        pointwise += 1
-                    }
+                    paths.count(&spec);
                     specs.push(spec);
                 }
                 turn += 1;
             }
         }
     }
-    eprintln!(
-        "{} sampled configs ({gathered} gathered, {im2col} im2col, {pointwise} pointwise) of {} kinds",
-        specs.len(),
-        kinds.len()
-    );
+    eprintln!("{} sampled configs ({paths}) of {} kinds", specs.len(), kinds.len());
     assert!(specs.len() >= 60, "only {} sampled configs", specs.len());
-    assert!(
-        gathered >= 15 && im2col >= 20 && pointwise >= 15,
-        "{gathered} gathered, {im2col} im2col, {pointwise} pointwise"
-    );
+    assert!(paths.gathered >= 15 && paths.im2col >= 20 && paths.pointwise >= 15, "{paths}");
     assert!(kinds.len() >= 30, "only {} kinds of config: {kinds:?}", kinds.len());
     let missed: Vec<&String> = all_offered.iter().filter(|k| !kinds.contains_key(*k)).collect();
     assert!(missed.is_empty(), "kinds some layer offers that the sample did not compile: {missed:?}");
@@ -122,7 +136,7 @@ fn a_sample_of_tf32_wgmma_conv_configs_compiles_for_sm90a() {
     ];
     let mut specs: Vec<KernelSpec> = Vec::new();
     let mut kinds = std::collections::BTreeSet::new();
-    let (mut gathered, mut im2col, mut pointwise) = (0, 0, 0);
+    let mut paths = LoadPaths::default();
     for (turn, l) in layers.into_iter().enumerate() {
         let w = Workload::Conv2d(l);
         let valid = valid_configs(&WgmmaConv2d, &w, &target).unwrap();
@@ -131,21 +145,12 @@ fn a_sample_of_tf32_wgmma_conv_configs_compiles_for_sm90a() {
             kinds.insert(kind(c));
             let spec = WgmmaConv2d.generate(&w, c, &target).unwrap();
             assert!(spec.source.contains("k8.f32.tf32.tf32"), "{} issues no tf32 wgmma", spec.name);
-            if spec.name.contains("gather") {
-                gathered += 1
-            } else if spec.name.contains("im2col") {
-                im2col += 1
-            } else {
-                pointwise += 1
-            }
+            paths.count(&spec);
             specs.push(spec);
         }
     }
-    eprintln!("{} sampled tf32 configs ({gathered} gathered, {im2col} im2col, {pointwise} pointwise)", specs.len());
-    assert!(
-        gathered >= 10 && im2col >= 10 && pointwise >= 10,
-        "{gathered} gathered, {im2col} im2col, {pointwise} pointwise"
-    );
+    eprintln!("{} sampled tf32 configs ({paths})", specs.len());
+    assert!(paths.gathered >= 10 && paths.im2col >= 10 && paths.pointwise >= 10, "{paths}");
     assert!(kinds.len() >= 8, "only {} kinds of config: {kinds:?}", kinds.len());
     assert_all_compile(&specs, &target);
 }
